@@ -1,0 +1,2 @@
+#include <accel/accel.h>
+int main(void){return 0;}

@@ -1,0 +1,75 @@
+/* accel/dataloader.h - data loaders over in-memory tensors. */
+#ifndef ACCEL_DATALOADER_H
+#define ACCEL_DATALOADER_H
+
+#include <accel/common.h>
+#include <accel/status.h>
+#include <accel/types.h>
+
+ACCEL_BEGIN_DECLS
+
+/**
+ * A loader over a tensor dataset: sample i is (features[i], labels[i]).
+ *   {"batch_size": 1, "shuffle": false, "seed": <uint64>, "drop_last": false}
+ * With "shuffle", each pass k uses the permutation randperm(n) of a generator seeded with seed + k
+ * (Accelerate's SeedableRandomSampler), so passes are reproducible and identical on every rank. Without
+ * "seed", the seed is drawn from LibTorch's default generator when the loader is created.
+ * @param labels May be NULL (batches then have no labels). Its first dimension must equal the
+ *               features' first dimension.
+ * Ownership: the loader shares the tensors' memory (no copy); the caller may free its handles.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_tensors(const accel_tensor_t *features,
+                                                                              const accel_tensor_t *labels,
+                                                                              const char *config_json,
+                                                                              accel_dataloader_t **out) ACCEL_NOEXCEPT;
+
+/** Frees the handle. NULL is fine. */
+ACCEL_API void accel_dataloader_free(accel_dataloader_t *dataloader) ACCEL_NOEXCEPT;
+
+/**
+ * The next batch of the current pass. At the end of a pass, returns ACCEL_OK with *out = NULL; the
+ * next call starts the next pass (epoch + 1), as a new `for batch in dataloader` loop does.
+ * A prepared loader tells the accelerator when the last batch is being processed (end_of_dataloader).
+ * Ownership: free *out with accel_batch_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_next(accel_dataloader_t *dataloader,
+                                                               accel_batch_t **out) ACCEL_NOEXCEPT;
+
+/** Number of batches in one pass (len(dataloader)). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_get_length(const accel_dataloader_t *dataloader,
+                                                                     int64_t *out) ACCEL_NOEXCEPT;
+
+/** Set the epoch used to seed the next pass's shuffle; restarts the pass if one is in progress. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_set_epoch(accel_dataloader_t *dataloader,
+                                                                    int64_t epoch) ACCEL_NOEXCEPT;
+
+/** The epoch the current (or next) pass uses. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_get_epoch(const accel_dataloader_t *dataloader,
+                                                                    int64_t *out) ACCEL_NOEXCEPT;
+
+/**
+ * A new loader that skips the first @p num_batches batches of the current pass only (Accelerate's
+ * skip_first_batches): its first pass has length - num_batches batches, later passes are whole.
+ * It shares the dataset and keeps the source's epoch and preparation.
+ * @return ACCEL_ERR_OUT_OF_RANGE if num_batches < 0.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_skip_first_batches(const accel_dataloader_t *dataloader,
+                                                                             int64_t num_batches,
+                                                                             accel_dataloader_t **out) ACCEL_NOEXCEPT;
+
+/** Frees a batch. NULL is fine. */
+ACCEL_API void accel_batch_free(accel_batch_t *batch) ACCEL_NOEXCEPT;
+
+/** The batch's inputs (features). Ownership: free *out with accel_tensor_free(); shares memory. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_inputs(const accel_batch_t *batch,
+                                                                accel_tensor_t **out) ACCEL_NOEXCEPT;
+/** The batch's labels; *out is NULL when the loader has no labels. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_labels(const accel_batch_t *batch,
+                                                                accel_tensor_t **out) ACCEL_NOEXCEPT;
+/** Number of samples in the batch. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_size(const accel_batch_t *batch,
+                                                              int64_t *out) ACCEL_NOEXCEPT;
+
+ACCEL_END_DECLS
+
+#endif /* ACCEL_DATALOADER_H */

@@ -1,0 +1,27 @@
+/* accel/loss.h - loss functions by name. */
+#ifndef ACCEL_LOSS_H
+#define ACCEL_LOSS_H
+
+#include <accel/common.h>
+#include <accel/status.h>
+#include <accel/types.h>
+
+ACCEL_BEGIN_DECLS
+
+/**
+ * Compute a mean-reduced loss, keeping the autograd graph so the result can be passed to
+ * accel_accelerator_backward(). Names and the targets they take:
+ *   "cross_entropy"   outputs [N, C] logits, targets [N] int64 class indices
+ *   "nll"             outputs [N, C] log-probabilities, targets [N] int64
+ *   "mse", "l1", "smooth_l1"  targets of the outputs' shape (floating)
+ *   "bce_with_logits" targets of the outputs' shape (floating, 0..1)
+ * Wrong dtypes or shapes are ACCEL_ERR_INVALID_ARGUMENT naming the argument.
+ * Ownership: borrows the inputs; free *out with accel_tensor_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_loss_compute(const char *name, const accel_tensor_t *outputs,
+                                                            const accel_tensor_t *targets,
+                                                            accel_tensor_t **out) ACCEL_NOEXCEPT;
+
+ACCEL_END_DECLS
+
+#endif /* ACCEL_LOSS_H */

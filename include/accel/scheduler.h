@@ -1,0 +1,47 @@
+/* accel/scheduler.h - learning-rate schedulers. */
+#ifndef ACCEL_SCHEDULER_H
+#define ACCEL_SCHEDULER_H
+
+#include <accel/common.h>
+#include <accel/status.h>
+#include <accel/types.h>
+
+ACCEL_BEGIN_DECLS
+
+/**
+ * Create a scheduler for @p optimizer from JSON. Shapes (multipliers of the initial lr, as in
+ * transformers' get_*_schedule_with_warmup and torch.optim.lr_scheduler):
+ *   {"type": "constant", "num_warmup_steps": 0}
+ *   {"type": "linear", "num_warmup_steps": W, "num_training_steps": T}
+ *   {"type": "cosine", "num_warmup_steps": W, "num_training_steps": T, "num_cycles": 0.5}
+ *   {"type": "step", "step_size": S, "gamma": 0.1}
+ *   {"type": "exponential", "gamma": G}
+ *   {"type": "polynomial", "num_warmup_steps": W, "num_training_steps": T, "lr_end": 1e-7, "power": 1.0}
+ * Creating it sets the lr for step 0, as PyTorch's schedulers do.
+ * Ownership: borrows @p optimizer (kept alive); free *out with accel_scheduler_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_scheduler_create(accel_optimizer_t *optimizer,
+                                                                const char *config_json,
+                                                                accel_scheduler_t **out) ACCEL_NOEXCEPT;
+
+/** Frees the handle. NULL is fine. */
+ACCEL_API void accel_scheduler_free(accel_scheduler_t *scheduler) ACCEL_NOEXCEPT;
+
+/**
+ * Advance the schedule. Once prepared, follows Accelerate's AcceleratedScheduler: nothing while
+ * gradients accumulate, nothing when the optimizer step was skipped, and num_processes steps per call
+ * unless split_batches (with step_scheduler_with_optimizer true, the default).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_scheduler_step(accel_scheduler_t *scheduler) ACCEL_NOEXCEPT;
+
+/** The learning rate last set by the scheduler (first parameter group), as get_last_lr()[0]. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_scheduler_get_last_lr(const accel_scheduler_t *scheduler,
+                                                                     double *out) ACCEL_NOEXCEPT;
+
+/** Number of schedule steps taken so far (PyTorch's last_epoch). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_scheduler_get_step_count(const accel_scheduler_t *scheduler,
+                                                                        int64_t *out) ACCEL_NOEXCEPT;
+
+ACCEL_END_DECLS
+
+#endif /* ACCEL_SCHEDULER_H */

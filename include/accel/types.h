@@ -1,0 +1,50 @@
+/* accel/types.h - opaque handles and enumerations. */
+#ifndef ACCEL_TYPES_H
+#define ACCEL_TYPES_H
+
+#include <accel/common.h>
+
+ACCEL_BEGIN_DECLS
+
+/** The training orchestrator: Accelerate's `Accelerator`. */
+typedef struct accel_accelerator accel_accelerator_t;
+/** A module: built from a JSON spec or loaded from TorchScript. */
+typedef struct accel_model accel_model_t;
+/** An optimizer over a model's parameters (Accelerate's AcceleratedOptimizer once prepared). */
+typedef struct accel_optimizer accel_optimizer_t;
+/** A learning-rate scheduler bound to an optimizer (AcceleratedScheduler once prepared). */
+typedef struct accel_scheduler accel_scheduler_t;
+/** A data loader over in-memory tensors (DataLoaderShard once prepared). */
+typedef struct accel_dataloader accel_dataloader_t;
+/** One batch yielded by a data loader: inputs and labels. */
+typedef struct accel_batch accel_batch_t;
+/** An n-dimensional array owned by the library. */
+typedef struct accel_tensor accel_tensor_t;
+
+/** Element types of tensors. Values are only ever appended. */
+typedef int32_t accel_dtype_t;
+enum accel_dtype_enum {
+    ACCEL_DTYPE_FLOAT32 = 0,
+    ACCEL_DTYPE_FLOAT64 = 1,
+    ACCEL_DTYPE_FLOAT16 = 2,
+    ACCEL_DTYPE_BFLOAT16 = 3,
+    ACCEL_DTYPE_INT8 = 4,
+    ACCEL_DTYPE_UINT8 = 5,
+    ACCEL_DTYPE_INT16 = 6,
+    ACCEL_DTYPE_INT32 = 7,
+    ACCEL_DTYPE_INT64 = 8,
+    ACCEL_DTYPE_BOOL = 9
+};
+
+/** Mixed-precision modes (the config's "mixed_precision" strings "no", "fp16", "bf16", "fp8"). */
+typedef int32_t accel_mixed_precision_t;
+enum accel_mixed_precision_enum {
+    ACCEL_MIXED_PRECISION_NO = 0,
+    ACCEL_MIXED_PRECISION_FP16 = 1,
+    ACCEL_MIXED_PRECISION_BF16 = 2,
+    ACCEL_MIXED_PRECISION_FP8 = 3
+};
+
+ACCEL_END_DECLS
+
+#endif /* ACCEL_TYPES_H */

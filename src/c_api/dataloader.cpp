@@ -1,0 +1,108 @@
+#include <accel/dataloader.h>
+
+#include "c_api/guard.hpp"
+#include "c_api/handles.hpp"
+#include "config/dataloader_options.hpp"
+
+using accel::fail;
+using namespace accel::capi;
+
+extern "C" {
+
+ACCEL_API accel_status_t accel_dataloader_create_from_tensors(const accel_tensor_t *features,
+                                                              const accel_tensor_t *labels, const char *config_json,
+                                                              accel_dataloader_t **out) noexcept
+{
+    return guarded([&] {
+        auto &f = checked(features, "features");
+        out_param(out);
+        if (f.tensor.dim() < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "features: expected at least 1 dimension (samples), got a scalar");
+        auto data = std::make_shared<accel::TensorDataset>();
+        data->features = f.tensor.detach();
+        if (labels != nullptr) {
+            if (labels->tensor.dim() < 1 || labels->tensor.size(0) != f.tensor.size(0))
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "labels: expected " + std::to_string(f.tensor.size(0)) +
+                                                     " samples along dimension 0 (as features), got shape " +
+                                                     c10::str(labels->tensor.sizes()));
+            data->labels = labels->tensor.detach();
+        }
+        auto options = accel::config::parse_dataloader_options(config_json);
+        emit(out, std::make_shared<accel::DataLoaderShard>(std::move(data), options));
+    });
+}
+
+ACCEL_API void accel_dataloader_free(accel_dataloader_t *dataloader) noexcept { delete dataloader; }
+
+ACCEL_API accel_status_t accel_dataloader_next(accel_dataloader_t *dataloader, accel_batch_t **out) noexcept
+{
+    return guarded([&] {
+        auto &d = checked(dataloader, "dataloader");
+        out_param(out);
+        auto b = d.impl->next();
+        if (b) emit(out, std::move(*b));
+    });
+}
+
+ACCEL_API accel_status_t accel_dataloader_get_length(const accel_dataloader_t *dataloader, int64_t *out) noexcept
+{
+    return guarded([&] {
+        auto &d = checked(dataloader, "dataloader");
+        out_param(out);
+        *out = d.impl->length();
+    });
+}
+
+ACCEL_API accel_status_t accel_dataloader_set_epoch(accel_dataloader_t *dataloader, int64_t epoch) noexcept
+{
+    return guarded([&] { checked(dataloader, "dataloader").impl->set_epoch(epoch); });
+}
+
+ACCEL_API accel_status_t accel_dataloader_get_epoch(const accel_dataloader_t *dataloader, int64_t *out) noexcept
+{
+    return guarded([&] {
+        auto &d = checked(dataloader, "dataloader");
+        out_param(out);
+        *out = d.impl->epoch();
+    });
+}
+
+ACCEL_API accel_status_t accel_dataloader_skip_first_batches(const accel_dataloader_t *dataloader, int64_t num_batches,
+                                                             accel_dataloader_t **out) noexcept
+{
+    return guarded([&] {
+        auto &d = checked(dataloader, "dataloader");
+        out_param(out);
+        emit(out, d.impl->skip_first_batches(num_batches));
+    });
+}
+
+ACCEL_API void accel_batch_free(accel_batch_t *batch) noexcept { delete batch; }
+
+ACCEL_API accel_status_t accel_batch_get_inputs(const accel_batch_t *batch, accel_tensor_t **out) noexcept
+{
+    return guarded([&] {
+        auto &b = checked(batch, "batch");
+        out_param(out);
+        *out = new_tensor(b.batch.inputs);
+    });
+}
+
+ACCEL_API accel_status_t accel_batch_get_labels(const accel_batch_t *batch, accel_tensor_t **out) noexcept
+{
+    return guarded([&] {
+        auto &b = checked(batch, "batch");
+        out_param(out);
+        if (b.batch.labels.defined()) *out = new_tensor(b.batch.labels);
+    });
+}
+
+ACCEL_API accel_status_t accel_batch_get_size(const accel_batch_t *batch, int64_t *out) noexcept
+{
+    return guarded([&] {
+        auto &b = checked(batch, "batch");
+        out_param(out);
+        *out = b.batch.size();
+    });
+}
+
+} // extern "C"

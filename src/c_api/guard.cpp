@@ -1,0 +1,121 @@
+#include "c_api/guard.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace accel::capi {
+
+namespace {
+thread_local std::string last_error;
+
+// LibTorch messages end with a C++ backtrace; the first lines are what a user needs.
+std::string first_lines(const char *what)
+{
+    std::string s(what ? what : "");
+    auto pos = s.find("\nException raised from");
+    if (pos != std::string::npos)
+        s.resize(pos);
+    return s;
+}
+} // namespace
+
+void set_last_error(const std::string &message) noexcept
+{
+    try {
+        last_error = message;
+    } catch (...) {
+        last_error.clear();
+    }
+}
+
+namespace detail {
+
+void clear_last_error() noexcept { last_error.clear(); }
+
+accel_status_t status_from_current_exception() noexcept
+{
+    try {
+        throw;
+    } catch (const Error &e) {
+        set_last_error(e.what());
+        return e.code();
+    } catch (const c10::NotImplementedError &e) {
+        set_last_error(first_lines(e.what()));
+        return ACCEL_ERR_UNIMPLEMENTED;
+    } catch (const c10::IndexError &e) {
+        set_last_error(first_lines(e.what()));
+        return ACCEL_ERR_OUT_OF_RANGE;
+    } catch (const c10::ValueError &e) {
+        set_last_error(first_lines(e.what()));
+        return ACCEL_ERR_INVALID_ARGUMENT;
+    } catch (const c10::TypeError &e) {
+        set_last_error(first_lines(e.what()));
+        return ACCEL_ERR_INVALID_ARGUMENT;
+    } catch (const c10::Error &e) {
+        std::string msg = first_lines(e.what());
+        // LibTorch signals allocation failure as a plain c10::Error.
+        if (msg.find("DefaultCPUAllocator: can't allocate memory") != std::string::npos ||
+            msg.find("out of memory") != std::string::npos) {
+            set_last_error(msg);
+            return ACCEL_ERR_RESOURCE_EXHAUSTED;
+        }
+        set_last_error("LibTorch error: " + msg);
+        return ACCEL_ERR_INTERNAL;
+    } catch (const std::bad_alloc &) {
+        set_last_error("out of memory");
+        return ACCEL_ERR_RESOURCE_EXHAUSTED;
+    } catch (const std::exception &e) {
+        set_last_error(e.what());
+        return ACCEL_ERR_UNKNOWN;
+    } catch (...) {
+        set_last_error("unknown exception");
+        return ACCEL_ERR_UNKNOWN;
+    }
+}
+
+} // namespace detail
+
+char *owned_string(const std::string &s)
+{
+    char *p = static_cast<char *>(std::malloc(s.size() + 1));
+    if (p == nullptr)
+        throw std::bad_alloc();
+    std::memcpy(p, s.c_str(), s.size() + 1);
+    return p;
+}
+
+} // namespace accel::capi
+
+extern "C" {
+
+ACCEL_API const char *accel_last_error_message(void) noexcept { return accel::capi::last_error.c_str(); }
+
+ACCEL_API void accel_string_free(char *str) noexcept { std::free(str); }
+
+ACCEL_API const char *accel_status_name(accel_status_t status) noexcept
+{
+    switch (status) {
+    case ACCEL_OK: return "ACCEL_OK";
+    case ACCEL_ERR_CANCELLED: return "ACCEL_ERR_CANCELLED";
+    case ACCEL_ERR_UNKNOWN: return "ACCEL_ERR_UNKNOWN";
+    case ACCEL_ERR_INVALID_ARGUMENT: return "ACCEL_ERR_INVALID_ARGUMENT";
+    case ACCEL_ERR_DEADLINE_EXCEEDED: return "ACCEL_ERR_DEADLINE_EXCEEDED";
+    case ACCEL_ERR_NOT_FOUND: return "ACCEL_ERR_NOT_FOUND";
+    case ACCEL_ERR_ALREADY_EXISTS: return "ACCEL_ERR_ALREADY_EXISTS";
+    case ACCEL_ERR_PERMISSION_DENIED: return "ACCEL_ERR_PERMISSION_DENIED";
+    case ACCEL_ERR_RESOURCE_EXHAUSTED: return "ACCEL_ERR_RESOURCE_EXHAUSTED";
+    case ACCEL_ERR_FAILED_PRECONDITION: return "ACCEL_ERR_FAILED_PRECONDITION";
+    case ACCEL_ERR_ABORTED: return "ACCEL_ERR_ABORTED";
+    case ACCEL_ERR_OUT_OF_RANGE: return "ACCEL_ERR_OUT_OF_RANGE";
+    case ACCEL_ERR_UNIMPLEMENTED: return "ACCEL_ERR_UNIMPLEMENTED";
+    case ACCEL_ERR_INTERNAL: return "ACCEL_ERR_INTERNAL";
+    case ACCEL_ERR_UNAVAILABLE: return "ACCEL_ERR_UNAVAILABLE";
+    case ACCEL_ERR_DATA_LOSS: return "ACCEL_ERR_DATA_LOSS";
+    default: return "ACCEL_ERR_UNRECOGNIZED";
+    }
+}
+
+} // extern "C"

@@ -1,0 +1,19 @@
+#include <accel/loss.h>
+
+#include "c_api/guard.hpp"
+#include "c_api/handles.hpp"
+#include "ops/loss.hpp"
+
+using namespace accel::capi;
+
+extern "C" ACCEL_API accel_status_t accel_loss_compute(const char *name, const accel_tensor_t *outputs,
+                                                       const accel_tensor_t *targets, accel_tensor_t **out) noexcept
+{
+    return guarded([&] {
+        accel::LossKind kind = accel::parse_loss_name(name);
+        auto &o = checked(outputs, "outputs");
+        auto &t = checked(targets, "targets");
+        out_param(out);
+        *out = new_tensor(accel::compute_loss(kind, o.tensor, t.tensor));
+    });
+}

@@ -1,0 +1,113 @@
+#include "config/model_spec.hpp"
+
+#include "common/error.hpp"
+#include "config/json.hpp"
+
+#include <cjson/cJSON.h>
+
+namespace accel::config {
+
+namespace {
+
+constexpr int64_t kMaxDim = int64_t(1) << 31;
+
+LayerSpec parse_layer(JsonObject &o)
+{
+    LayerSpec l;
+    l.type = o.get_enum("type", "", {"linear", "conv2d", "relu", "gelu", "tanh", "sigmoid", "dropout", "layer_norm",
+                                     "batch_norm", "embedding", "flatten"});
+    if (l.type.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("type") + ": required");
+    auto required_int = [&](const char *key, int64_t min) {
+        if (!o.has(key)) fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": required for a " + l.type + " layer");
+        return o.get_int(key, 0, min, kMaxDim);
+    };
+    if (l.type == "linear") {
+        l.in_features = required_int("in_features", 1);
+        l.out_features = required_int("out_features", 1);
+        l.bias = o.get_bool("bias", true);
+    } else if (l.type == "conv2d") {
+        l.in_channels = required_int("in_channels", 1);
+        l.out_channels = required_int("out_channels", 1);
+        l.kernel_size = required_int("kernel_size", 1);
+        l.stride = o.get_int("stride", 1, 1, 1 << 16);
+        l.padding = o.get_int("padding", 0, 0, 1 << 16);
+        l.bias = o.get_bool("bias", true);
+    } else if (l.type == "dropout") {
+        l.p = o.get_double("p", 0.5, 0.0, 1.0);
+    } else if (l.type == "layer_norm") {
+        if (!o.has("normalized_shape"))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("normalized_shape") + ": required for a layer_norm layer");
+        l.normalized_shape = o.get_int_array("normalized_shape", 1, kMaxDim);
+        if (l.normalized_shape.empty())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("normalized_shape") + ": expected a non-empty array");
+        l.eps = o.get_double("eps", 1e-5, 0.0, 1.0, true);
+        l.elementwise_affine = o.get_bool("elementwise_affine", true);
+    } else if (l.type == "batch_norm") {
+        l.num_features = required_int("num_features", 1);
+        l.dims = o.get_int("dims", 1, 1, 2);
+        l.eps = o.get_double("eps", 1e-5, 0.0, 1.0, true);
+        l.momentum = o.get_double("momentum", 0.1, 0.0, 1.0);
+        l.affine = o.get_bool("affine", true);
+        l.track_running_stats = o.get_bool("track_running_stats", true);
+    } else if (l.type == "embedding") {
+        l.num_embeddings = required_int("num_embeddings", 1);
+        l.embedding_dim = required_int("embedding_dim", 1);
+    } else if (l.type == "flatten") {
+        l.start_dim = o.get_int("start_dim", 1, -64, 64);
+        l.end_dim = o.get_int("end_dim", -1, -64, 64);
+    }
+    o.finish();
+    return l;
+}
+
+LayerSpec activation_layer(const std::string &name)
+{
+    LayerSpec l;
+    l.type = name;
+    return l;
+}
+
+} // namespace
+
+ModelSpec parse_model_spec(const char *json)
+{
+    JsonDocument doc(json, "spec_json");
+    JsonObject root(doc.root(), "");
+    ModelSpec spec;
+    std::string type = root.get_enum("type", "", {"mlp", "sequential"});
+    if (type.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\" or \"sequential\")");
+    if (type == "mlp") {
+        if (!root.has("widths")) fail(ACCEL_ERR_INVALID_ARGUMENT, "widths: required for an mlp");
+        auto widths = root.get_int_array("widths", 1, kMaxDim);
+        if (widths.size() < 2)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "widths: expected at least 2 sizes (inputs and outputs), got " +
+                                                 std::to_string(widths.size()));
+        std::string act = root.get_enum("activation", "relu", {"relu", "gelu", "tanh", "sigmoid"});
+        double dropout = root.get_double("dropout", 0.0, 0.0, 1.0);
+        bool bias = root.get_bool("bias", true);
+        for (size_t i = 0; i + 1 < widths.size(); ++i) {
+            LayerSpec lin;
+            lin.type = "linear";
+            lin.in_features = widths[i];
+            lin.out_features = widths[i + 1];
+            lin.bias = bias;
+            spec.layers.push_back(lin);
+            if (i + 2 < widths.size()) { // no activation after the output layer
+                spec.layers.push_back(activation_layer(act));
+                if (dropout > 0.0) {
+                    LayerSpec d = activation_layer("dropout");
+                    d.p = dropout;
+                    spec.layers.push_back(d);
+                }
+            }
+        }
+    } else {
+        if (!root.has("layers")) fail(ACCEL_ERR_INVALID_ARGUMENT, "layers: required for a sequential model");
+        for (auto &o : root.get_object_array("layers")) spec.layers.push_back(parse_layer(o));
+        if (spec.layers.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "layers: expected at least one layer");
+    }
+    root.finish();
+    return spec;
+}
+
+} // namespace accel::config

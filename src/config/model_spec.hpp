@@ -1,0 +1,39 @@
+// Typed form of a model's JSON spec ({"type": "mlp"} or {"type": "sequential", "layers": [...]}).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accel::config {
+
+struct LayerSpec {
+    std::string type; // linear, conv2d, relu, gelu, tanh, sigmoid, dropout, layer_norm, batch_norm, embedding, flatten
+    // linear
+    int64_t in_features = 0, out_features = 0;
+    bool bias = true;
+    // conv2d
+    int64_t in_channels = 0, out_channels = 0, kernel_size = 1, stride = 1, padding = 0;
+    // dropout
+    double p = 0.5;
+    // layer_norm
+    std::vector<int64_t> normalized_shape;
+    double eps = 1e-5;
+    bool elementwise_affine = true;
+    // batch_norm
+    int64_t num_features = 0, dims = 1;
+    double momentum = 0.1;
+    bool affine = true, track_running_stats = true;
+    // embedding
+    int64_t num_embeddings = 0, embedding_dim = 0;
+    // flatten
+    int64_t start_dim = 1, end_dim = -1;
+};
+
+struct ModelSpec {
+    std::vector<LayerSpec> layers; // an mlp spec is expanded into linear/activation/dropout layers
+};
+
+ModelSpec parse_model_spec(const char *json);
+
+} // namespace accel::config

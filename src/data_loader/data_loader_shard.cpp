@@ -1,0 +1,144 @@
+#include "data_loader/data_loader_shard.hpp"
+
+#include "common/error.hpp"
+#include "state/accelerator_state.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstring>
+#include <mutex>
+#include <numeric>
+
+namespace accel {
+
+DataLoaderShard::DataLoaderShard(std::shared_ptr<const TensorDataset> data, config::DataLoaderOptions options)
+    : data_(std::move(data)), options_(options)
+{
+    if (options_.seed) {
+        seed_ = *options_.seed;
+    } else {
+        // Like Accelerate's prepare: one random int64 from the default generator seeds the sampler,
+        // so accel_random_set_seed() before creating the loader makes its order reproducible.
+        auto gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        seed_ = gen.get<at::CPUGeneratorImpl>()->random64() & 0x7fffffffffffffffULL;
+    }
+}
+
+DataLoaderShard::~DataLoaderShard()
+{
+    if (in_pass_) end_pass();
+}
+
+ShardSpec DataLoaderShard::shard_spec() const
+{
+    ShardSpec s;
+    if (state_) {
+        s.num_processes = state_->num_processes();
+        s.process_index = state_->process_index();
+        s.split_batches = state_->config.dataloader.split_batches;
+        s.even_batches = state_->config.dataloader.even_batches;
+    }
+    return s;
+}
+
+void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
+{
+    if (in_pass_) fail(ACCEL_ERR_FAILED_PRECONDITION, "dataloader: cannot be prepared in the middle of a pass");
+    ShardSpec s;
+    s.num_processes = state->num_processes();
+    s.split_batches = state->config.dataloader.split_batches;
+    if (s.split_batches && options_.batch_size > 1 && options_.batch_size % s.num_processes != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "dataloader: batch_size " + std::to_string(options_.batch_size) +
+                                             " is not a multiple of the number of processes (" +
+                                             std::to_string(s.num_processes) + ") required by split_batches");
+    state_ = std::move(state);
+}
+
+IndexBatches DataLoaderShard::pass_batches(int64_t epoch) const
+{
+    const int64_t n = data_->size();
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    if (options_.shuffle) {
+        // SeedableRandomSampler: randperm on a CPU generator seeded with seed + epoch, as Python does.
+        at::Generator gen = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch));
+        at::Tensor perm = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
+        std::memcpy(order.data(), perm.data_ptr<int64_t>(), order.size() * sizeof(int64_t));
+    } else {
+        std::iota(order.begin(), order.end(), 0);
+    }
+    IndexBatches inner = make_batches(order, options_.batch_size, options_.drop_last);
+    return shard_batches(inner, options_.batch_size, options_.drop_last, shard_spec());
+}
+
+int64_t DataLoaderShard::length() const
+{
+    int64_t full = sharded_length(data_->size(), options_.batch_size, options_.drop_last, shard_spec());
+    return std::max<int64_t>(0, full - skip_batches_);
+}
+
+void DataLoaderShard::set_epoch(int64_t epoch)
+{
+    if (epoch < 0) fail(ACCEL_ERR_OUT_OF_RANGE, "epoch: expected >= 0, got " + std::to_string(epoch));
+    if (in_pass_) end_pass();
+    epoch_ = epoch;
+}
+
+void DataLoaderShard::begin_pass()
+{
+    batches_ = pass_batches(epoch_);
+    position_ = static_cast<size_t>(std::min<int64_t>(skip_batches_, static_cast<int64_t>(batches_.size())));
+    in_pass_ = true;
+    progress_.end_of_dataloader = false;
+    progress_.remainder = -1;
+    if (state_) {
+        if (!options_.drop_last) {
+            const int64_t total_batch = shard_spec().split_batches ? options_.batch_size
+                                                                   : options_.batch_size * state_->num_processes();
+            progress_.remainder = data_->size() % total_batch;
+        }
+        state_->gradient.enter_dataloader(&progress_);
+    }
+}
+
+void DataLoaderShard::end_pass()
+{
+    if (state_) state_->gradient.leave_dataloader(&progress_);
+    in_pass_ = false;
+    batches_.clear();
+    position_ = 0;
+}
+
+std::optional<Batch> DataLoaderShard::next()
+{
+    if (!in_pass_) begin_pass();
+    if (position_ >= batches_.size()) {
+        end_pass();
+        skip_batches_ = 0; // skipping applies to the first pass only
+        epoch_ += 1;
+        return std::nullopt;
+    }
+    const auto &indices = batches_[position_++];
+    // Accelerate looks one batch ahead; with a known pass length the last batch is simply the last index.
+    progress_.end_of_dataloader = position_ == batches_.size();
+    at::Tensor idx = at::empty({static_cast<int64_t>(indices.size())}, at::kLong);
+    std::memcpy(idx.data_ptr<int64_t>(), indices.data(), indices.size() * sizeof(int64_t));
+    Batch b;
+    b.inputs = data_->features.index_select(0, idx);
+    if (data_->labels.defined()) b.labels = data_->labels.index_select(0, idx);
+    return b;
+}
+
+std::shared_ptr<DataLoaderShard> DataLoaderShard::skip_first_batches(int64_t num_batches) const
+{
+    if (num_batches < 0) fail(ACCEL_ERR_OUT_OF_RANGE, "num_batches: expected >= 0, got " + std::to_string(num_batches));
+    config::DataLoaderOptions options = options_;
+    options.seed = seed_; // the same order, and no draw from the default generator
+    auto out = std::make_shared<DataLoaderShard>(data_, options);
+    out->epoch_ = epoch_;
+    out->skip_batches_ = num_batches;
+    out->state_ = state_;
+    return out;
+}
+
+} // namespace accel

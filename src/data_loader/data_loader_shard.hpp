@@ -1,0 +1,68 @@
+// DataLoaderShard: batches of an in-memory tensor dataset, shuffled by a seedable sampler, sharded
+// across processes once prepared, telling the gradient state when its last batch is out.
+#pragma once
+
+#include "config/dataloader_options.hpp"
+#include "data_loader/batch_sampler_shard.hpp"
+#include "state/gradient_state.hpp"
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <optional>
+
+namespace accel {
+
+struct AcceleratorState;
+
+struct TensorDataset {
+    at::Tensor features;
+    at::Tensor labels; // undefined when the loader has no labels
+    int64_t size() const { return features.size(0); }
+};
+
+struct Batch {
+    at::Tensor inputs;
+    at::Tensor labels;
+    int64_t size() const { return inputs.size(0); }
+};
+
+class DataLoaderShard {
+public:
+    DataLoaderShard(std::shared_ptr<const TensorDataset> data, config::DataLoaderOptions options);
+    ~DataLoaderShard();
+    DataLoaderShard(const DataLoaderShard &) = delete;
+    DataLoaderShard &operator=(const DataLoaderShard &) = delete;
+
+    // The next batch, or nullopt at the end of a pass (the next call starts pass epoch + 1).
+    std::optional<Batch> next();
+    int64_t length() const;
+    int64_t epoch() const { return epoch_; }
+    void set_epoch(int64_t epoch);
+    // A loader over the same data whose current pass skips its first `num_batches` batches.
+    std::shared_ptr<DataLoaderShard> skip_first_batches(int64_t num_batches) const;
+
+    // The indices of one pass for this process (after shuffling, batching and sharding).
+    IndexBatches pass_batches(int64_t epoch) const;
+
+    void prepare(std::shared_ptr<AcceleratorState> state);
+    const std::shared_ptr<AcceleratorState> &prepared_by() const { return state_; }
+
+private:
+    void begin_pass();
+    void end_pass();
+    ShardSpec shard_spec() const;
+
+    std::shared_ptr<const TensorDataset> data_;
+    config::DataLoaderOptions options_;
+    uint64_t seed_ = 0;
+    int64_t epoch_ = 0;          // Accelerate's `iteration`: pass k shuffles with seed + k
+    int64_t skip_batches_ = 0;   // for the first pass only (skip_first_batches)
+    IndexBatches batches_;       // the current pass
+    size_t position_ = 0;
+    bool in_pass_ = false;
+    DataLoaderProgress progress_;
+    std::shared_ptr<AcceleratorState> state_;
+};
+
+} // namespace accel

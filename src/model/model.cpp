@@ -1,0 +1,69 @@
+#include "model/model.hpp"
+
+#include "common/error.hpp"
+
+#include <set>
+
+namespace accel {
+
+std::vector<at::Tensor> Model::parameters() const
+{
+    std::vector<at::Tensor> out;
+    out.reserve(parameters_.size());
+    for (const auto &p : parameters_) out.push_back(p.second);
+    return out;
+}
+
+const at::Tensor *Model::find_tensor(const std::string &key) const
+{
+    for (const auto *list : {&parameters_, &buffers_})
+        for (const auto &e : *list)
+            if (e.first == key) return &e.second;
+    return nullptr;
+}
+
+void Model::set_tensors(NamedTensors parameters, NamedTensors buffers)
+{
+    parameters_ = std::move(parameters);
+    buffers_ = std::move(buffers);
+}
+
+void Model::load_state_dict(const NamedTensors &entries, bool strict)
+{
+    std::vector<std::pair<const at::Tensor *, const at::Tensor *>> plan;
+    std::set<std::string> given;
+    std::string unknown;
+    for (const auto &e : entries) {
+        if (!given.insert(e.first).second)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: \"" + e.first + "\" is given twice");
+        const at::Tensor *dst = find_tensor(e.first);
+        if (dst == nullptr) {
+            if (strict) unknown += (unknown.empty() ? "" : ", ") + e.first;
+            continue;
+        }
+        if (!e.second.defined())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "tensors: the tensor for \"" + e.first + "\" is NULL");
+        if (dst->sizes() != e.second.sizes())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "tensors: \"" + e.first + "\" has shape " + c10::str(e.second.sizes()) +
+                                                 ", the model expects " + c10::str(dst->sizes()));
+        if (e.second.is_complex() || e.second.scalar_type() == at::kBool)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "tensors: \"" + e.first + "\" has dtype " +
+                                                 std::string(c10::toString(e.second.scalar_type())) +
+                                                 ", which cannot be converted to " + c10::toString(dst->scalar_type()));
+        plan.emplace_back(dst, &e.second);
+    }
+    if (strict) {
+        std::string missing;
+        for (const auto *list : {&parameters_, &buffers_})
+            for (const auto &e : *list)
+                if (given.count(e.first) == 0) missing += (missing.empty() ? "" : ", ") + e.first;
+        if (!unknown.empty() || !missing.empty())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: strict load failed" +
+                                                 (unknown.empty() ? "" : "; unexpected keys: " + unknown) +
+                                                 (missing.empty() ? "" : "; missing keys: " + missing));
+    }
+    at::NoGradGuard no_grad;
+    for (auto &[dst, src] : plan) const_cast<at::Tensor *>(dst)->copy_(*src);
+}
+
+} // namespace accel

@@ -1,0 +1,49 @@
+// Model: a module built from a JSON spec (torch::nn) or loaded from TorchScript, behind one interface.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace accel {
+
+struct AcceleratorState;
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+class Model {
+public:
+    virtual ~Model() = default;
+
+    virtual at::Tensor forward(const at::Tensor &input) = 0;
+    virtual void train(bool on) = 0;
+    virtual bool is_training() const = 0;
+
+    // Stable for the model's life: names are handed out as borrowed C strings.
+    const NamedTensors &named_parameters() const { return parameters_; }
+    const NamedTensors &named_buffers() const { return buffers_; }
+    std::vector<at::Tensor> parameters() const;
+    // Parameters then buffers, by state-dict key.
+    const at::Tensor *find_tensor(const std::string &key) const;
+    // Copies values in (dtype converted; shapes checked). All entries are checked before any is written.
+    void load_state_dict(const NamedTensors &entries, bool strict);
+
+    // The accelerator this model was prepared by (null when not prepared).
+    std::shared_ptr<AcceleratorState> prepared_by;
+
+protected:
+    // Subclasses call this once their module exists.
+    void set_tensors(NamedTensors parameters, NamedTensors buffers);
+
+private:
+    NamedTensors parameters_;
+    NamedTensors buffers_;
+};
+
+std::shared_ptr<Model> make_model_from_json(const char *spec_json);
+std::shared_ptr<Model> load_torchscript_model(const std::string &path);
+
+} // namespace accel

@@ -1,0 +1,96 @@
+// Models built from a JSON spec as a torch::nn::Sequential.
+#include "model/model.hpp"
+
+#include "common/error.hpp"
+#include "config/model_spec.hpp"
+
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+namespace accel {
+
+namespace {
+
+NamedTensors to_named(const torch::OrderedDict<std::string, at::Tensor> &dict)
+{
+    NamedTensors out;
+    for (const auto &item : dict) out.emplace_back(item.key(), item.value());
+    return out;
+}
+
+class NnModel final : public Model {
+public:
+    explicit NnModel(torch::nn::Sequential seq) : seq_(std::move(seq))
+    {
+        set_tensors(to_named(seq_->named_parameters(true)), to_named(seq_->named_buffers(true)));
+    }
+    at::Tensor forward(const at::Tensor &input) override { return seq_->forward(input); }
+    void train(bool on) override { seq_->train(on); }
+    bool is_training() const override { return seq_->is_training(); }
+
+private:
+    torch::nn::Sequential seq_;
+};
+
+void add_layer(torch::nn::Sequential &seq, const config::LayerSpec &l)
+{
+    namespace nn = torch::nn;
+    if (l.type == "linear") {
+        seq->push_back(nn::Linear(nn::LinearOptions(l.in_features, l.out_features).bias(l.bias)));
+    } else if (l.type == "conv2d") {
+        seq->push_back(nn::Conv2d(nn::Conv2dOptions(l.in_channels, l.out_channels, l.kernel_size)
+                                      .stride(l.stride)
+                                      .padding(l.padding)
+                                      .bias(l.bias)));
+    } else if (l.type == "relu") {
+        seq->push_back(nn::ReLU());
+    } else if (l.type == "gelu") {
+        seq->push_back(nn::GELU());
+    } else if (l.type == "tanh") {
+        seq->push_back(nn::Tanh());
+    } else if (l.type == "sigmoid") {
+        seq->push_back(nn::Sigmoid());
+    } else if (l.type == "dropout") {
+        seq->push_back(nn::Dropout(nn::DropoutOptions(l.p)));
+    } else if (l.type == "layer_norm") {
+        seq->push_back(nn::LayerNorm(
+            nn::LayerNormOptions(l.normalized_shape).eps(l.eps).elementwise_affine(l.elementwise_affine)));
+    } else if (l.type == "batch_norm") {
+        if (l.dims == 1)
+            seq->push_back(nn::BatchNorm1d(nn::BatchNorm1dOptions(l.num_features)
+                                               .eps(l.eps)
+                                               .momentum(l.momentum)
+                                               .affine(l.affine)
+                                               .track_running_stats(l.track_running_stats)));
+        else
+            seq->push_back(nn::BatchNorm2d(nn::BatchNorm2dOptions(l.num_features)
+                                               .eps(l.eps)
+                                               .momentum(l.momentum)
+                                               .affine(l.affine)
+                                               .track_running_stats(l.track_running_stats)));
+    } else if (l.type == "embedding") {
+        seq->push_back(nn::Embedding(nn::EmbeddingOptions(l.num_embeddings, l.embedding_dim)));
+    } else if (l.type == "flatten") {
+        seq->push_back(nn::Flatten(nn::FlattenOptions().start_dim(l.start_dim).end_dim(l.end_dim)));
+    } else {
+        fail(ACCEL_ERR_INTERNAL, "unhandled layer type " + l.type);
+    }
+}
+
+} // namespace
+
+std::shared_ptr<Model> make_model_from_json(const char *spec_json)
+{
+    config::ModelSpec spec = config::parse_model_spec(spec_json);
+    torch::nn::Sequential seq;
+    for (const auto &l : spec.layers) add_layer(seq, l);
+    return std::make_shared<NnModel>(std::move(seq));
+}
+
+} // namespace accel

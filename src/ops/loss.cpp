@@ -1,0 +1,68 @@
+#include "ops/loss.hpp"
+
+#include "common/error.hpp"
+
+#include <ATen/core/Reduction.h>
+
+#include <cstring>
+
+namespace accel {
+
+namespace {
+const char *kind_name(LossKind k)
+{
+    switch (k) {
+    case LossKind::CrossEntropy: return "cross_entropy";
+    case LossKind::Nll: return "nll";
+    case LossKind::Mse: return "mse";
+    case LossKind::L1: return "l1";
+    case LossKind::SmoothL1: return "smooth_l1";
+    default: return "bce_with_logits";
+    }
+}
+
+std::string dtype_name(const at::Tensor &t) { return c10::toString(t.scalar_type()); }
+} // namespace
+
+LossKind parse_loss_name(const char *name)
+{
+    if (name == nullptr) fail(ACCEL_ERR_INVALID_ARGUMENT, "loss_name: must not be NULL");
+    for (LossKind k : {LossKind::CrossEntropy, LossKind::Nll, LossKind::Mse, LossKind::L1, LossKind::SmoothL1,
+                       LossKind::BceWithLogits})
+        if (std::strcmp(name, kind_name(k)) == 0) return k;
+    fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("loss_name: expected one of \"cross_entropy\", \"nll\", \"mse\", \"l1\", "
+                                                 "\"smooth_l1\", \"bce_with_logits\", got \"") + name + "\"");
+}
+
+at::Tensor compute_loss(LossKind kind, const at::Tensor &outputs, const at::Tensor &targets)
+{
+    const std::string loss = kind_name(kind);
+    if (!outputs.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "outputs: missing");
+    if (!targets.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: missing (the batch has no labels)");
+    if (!outputs.is_floating_point())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "outputs: " + loss + " needs floating outputs, got " + dtype_name(outputs));
+    const int64_t mean = at::Reduction::Mean;
+    if (kind == LossKind::CrossEntropy || kind == LossKind::Nll) {
+        if (targets.scalar_type() != at::kLong)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: " + loss + " needs int64 class indices, got " + dtype_name(targets));
+        if (outputs.dim() != 2 || targets.dim() != 1 || outputs.size(0) != targets.size(0))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: " + loss + " needs outputs [N, C] and targets [N], got outputs " +
+                                                 c10::str(outputs.sizes()) + " and targets " + c10::str(targets.sizes()));
+        return kind == LossKind::CrossEntropy ? at::cross_entropy_loss(outputs, targets, {}, mean, -100, 0.0)
+                                              : at::nll_loss(outputs, targets, {}, mean, -100);
+    }
+    if (!targets.is_floating_point())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: " + loss + " needs floating targets, got " + dtype_name(targets));
+    if (outputs.sizes() != targets.sizes())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: " + loss + " needs targets of the outputs' shape " +
+                                             c10::str(outputs.sizes()) + ", got " + c10::str(targets.sizes()));
+    at::Tensor t = targets.scalar_type() == outputs.scalar_type() ? targets : targets.to(outputs.scalar_type());
+    switch (kind) {
+    case LossKind::Mse: return at::mse_loss(outputs, t, mean);
+    case LossKind::L1: return at::l1_loss(outputs, t, mean);
+    case LossKind::SmoothL1: return at::smooth_l1_loss(outputs, t, mean, 1.0);
+    default: return at::binary_cross_entropy_with_logits(outputs, t, {}, {}, mean);
+    }
+}
+
+} // namespace accel

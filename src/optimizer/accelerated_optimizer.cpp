@@ -1,0 +1,91 @@
+#include "optimizer/accelerated_optimizer.hpp"
+
+#include "common/error.hpp"
+#include "model/model.hpp"
+#include "state/accelerator_state.hpp"
+
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+namespace accel {
+
+namespace {
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor> &params,
+                                                        const config::OptimizerConfig &c)
+{
+    namespace optim = torch::optim;
+    if (c.type == "sgd")
+        return std::make_unique<optim::SGD>(params, optim::SGDOptions(c.lr)
+                                                        .momentum(c.momentum)
+                                                        .dampening(c.dampening)
+                                                        .nesterov(c.nesterov)
+                                                        .weight_decay(c.weight_decay));
+    if (c.type == "adam")
+        return std::make_unique<optim::Adam>(params, optim::AdamOptions(c.lr)
+                                                         .betas({c.beta1, c.beta2})
+                                                         .eps(c.eps)
+                                                         .weight_decay(c.weight_decay)
+                                                         .amsgrad(c.amsgrad));
+    if (c.type == "adamw")
+        return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(c.lr)
+                                                          .betas({c.beta1, c.beta2})
+                                                          .eps(c.eps)
+                                                          .weight_decay(c.weight_decay)
+                                                          .amsgrad(c.amsgrad));
+    if (c.type == "adagrad")
+        return std::make_unique<optim::Adagrad>(params, optim::AdagradOptions(c.lr)
+                                                            .lr_decay(c.lr_decay)
+                                                            .weight_decay(c.weight_decay)
+                                                            .initial_accumulator_value(c.initial_accumulator_value)
+                                                            .eps(c.eps));
+    if (c.type == "rmsprop")
+        return std::make_unique<optim::RMSprop>(params, optim::RMSpropOptions(c.lr)
+                                                            .alpha(c.alpha)
+                                                            .eps(c.eps)
+                                                            .weight_decay(c.weight_decay)
+                                                            .momentum(c.momentum)
+                                                            .centered(c.centered));
+    fail(ACCEL_ERR_INTERNAL, "unhandled optimizer type " + c.type);
+}
+} // namespace
+
+AcceleratedOptimizer::AcceleratedOptimizer(std::shared_ptr<Model> model, const config::OptimizerConfig &config)
+    : model_(std::move(model))
+{
+    std::vector<at::Tensor> params;
+    for (const auto &p : model_->parameters())
+        if (p.requires_grad()) params.push_back(p);
+    if (params.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "model: has no trainable parameters to optimize");
+    optimizer_ = make_optimizer(params, config);
+}
+
+AcceleratedOptimizer::~AcceleratedOptimizer() = default;
+
+bool AcceleratedOptimizer::may_act() const { return prepared_by == nullptr || prepared_by->gradient.sync_gradients(); }
+
+void AcceleratedOptimizer::step()
+{
+    if (!may_act()) return;
+    // No gradient scaler exists yet (fp16 is not supported), so a step is never skipped.
+    step_was_skipped_ = false;
+    optimizer_->step();
+}
+
+void AcceleratedOptimizer::zero_grad()
+{
+    if (!may_act()) return;
+    // set_to_none=True, Accelerate's default: the next backward writes fresh gradients.
+    for (auto &group : optimizer_->param_groups())
+        for (auto &p : group.params()) p.mutable_grad().reset();
+}
+
+size_t AcceleratedOptimizer::num_param_groups() const { return optimizer_->param_groups().size(); }
+
+double AcceleratedOptimizer::lr(size_t group) const { return optimizer_->param_groups().at(group).options().get_lr(); }
+
+void AcceleratedOptimizer::set_lr(double lr, size_t group) { optimizer_->param_groups().at(group).options().set_lr(lr); }
+
+} // namespace accel

@@ -1,0 +1,41 @@
+// AcceleratedOptimizer: a LibTorch optimizer over a model's parameters that, once prepared, steps
+// and clears gradients only on sync steps (Accelerate's optimizer.py).
+#pragma once
+
+#include "config/optimizer_config.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace accel {
+
+class Model;
+struct AcceleratorState;
+
+class AcceleratedOptimizer {
+public:
+    AcceleratedOptimizer(std::shared_ptr<Model> model, const config::OptimizerConfig &config);
+    ~AcceleratedOptimizer();
+
+    void step();
+    void zero_grad();
+    size_t num_param_groups() const;
+    double lr(size_t group = 0) const;
+    void set_lr(double lr, size_t group);
+    bool step_was_skipped() const { return step_was_skipped_; }
+    const std::shared_ptr<Model> &model() const { return model_; }
+
+    std::shared_ptr<AcceleratorState> prepared_by;
+
+private:
+    bool may_act() const; // false while accumulating gradients
+    std::shared_ptr<Model> model_;
+    std::unique_ptr<torch::optim::Optimizer> optimizer_;
+    bool step_was_skipped_ = false;
+};
+
+} // namespace accel
