@@ -69,7 +69,8 @@ JsonDocument::JsonDocument(const char *text, const std::string &what)
     if (text == nullptr) fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": must not be NULL");
     size_t len = std::strlen(text);
     const char *end = nullptr;
-    root_ = cJSON_ParseWithLengthOpts(text, len, &end, true);
+    // The length includes the terminating NUL: with require_null_terminated cJSON looks for it.
+    root_ = cJSON_ParseWithLengthOpts(text, len + 1, &end, true);
     if (root_ == nullptr) {
         size_t pos = end != nullptr && end >= text ? static_cast<size_t>(end - text) : 0;
         std::string near(text + std::min(pos, len), std::min<size_t>(20, len - std::min(pos, len)));

@@ -40,7 +40,7 @@ IndexBatches split(const IndexBatches &inner, int64_t batch_size, bool drop_last
     }
     // Pad the short last batch with samples from the start of the data.
     std::vector<int64_t> initial = inner.front();
-    while (static_cast<int64_t>(initial.size()) < batch_size) initial.insert(initial.end(), initial.begin(), initial.end());
+    while (static_cast<int64_t>(initial.size()) < batch_size) { const auto copy = initial; initial.insert(initial.end(), copy.begin(), copy.end()); } // not from itself: UB
     std::vector<int64_t> padded = last;
     padded.insert(padded.end(), initial.begin(), initial.end());
     out.push_back(slice(padded, piece * r, piece * (r + 1)));
@@ -70,7 +70,7 @@ IndexBatches round_robin(const IndexBatches &inner, int64_t batch_size, bool dro
     }
     if (static_cast<int64_t>(pending.size()) == batch_size) out.push_back(pending);
     // Fill the rest of the last round from the start of the data so every process gets full batches.
-    while (static_cast<int64_t>(initial.size()) < P * batch_size) initial.insert(initial.end(), initial.begin(), initial.end());
+    while (static_cast<int64_t>(initial.size()) < P * batch_size) { const auto copy = initial; initial.insert(initial.end(), copy.begin(), copy.end()); } // not from itself: UB
     idx -= 1;
     std::vector<int64_t> batch = inner.back();
     if (static_cast<int64_t>(batch.size()) == batch_size) { // already yielded by its process
@@ -96,7 +96,7 @@ IndexBatches shard_batches(const IndexBatches &inner, int64_t batch_size, bool d
 {
     if (spec.num_processes == 1) return inner;
     if (spec.split_batches) {
-        if (batch_size > 1 && batch_size % spec.num_processes != 0)
+        if (batch_size % spec.num_processes != 0) // BatchSamplerShard rejects 1 too: its piece would be empty
             fail(ACCEL_ERR_INVALID_ARGUMENT, "batch_size: with split_batches it must be a multiple of the number of "
                                              "processes (" + std::to_string(spec.num_processes) + "), got " +
                                                  std::to_string(batch_size));

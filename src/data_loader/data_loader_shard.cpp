@@ -48,7 +48,7 @@ void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
     ShardSpec s;
     s.num_processes = state->num_processes();
     s.split_batches = state->config.dataloader.split_batches;
-    if (s.split_batches && options_.batch_size > 1 && options_.batch_size % s.num_processes != 0)
+    if (s.split_batches && options_.batch_size % s.num_processes != 0) // BatchSamplerShard's check (also for 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "dataloader: batch_size " + std::to_string(options_.batch_size) +
                                              " is not a multiple of the number of processes (" +
                                              std::to_string(s.num_processes) + ") required by split_batches");

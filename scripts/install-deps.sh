@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what accel needs from Debian 12's packages; does nothing when everything is there.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev libgloo-dev libopenblas0   # LibTorch 1.13 (CPU); OpenBLAS instead of the reference BLAS (~25x)
+  libcjson-dev libgtest-dev libgmock-dev
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "accel: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# LibTorch loads libblas.so.3; make sure that is OpenBLAS, not the reference BLAS.
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
+case "$blas" in
+  *openblas*) ;;
+  *) echo "accel: warning: libblas.so.3 is $blas, not OpenBLAS; training will be slow" >&2 ;;
+esac

@@ -1,0 +1,482 @@
+// config/accelerator_config: defaults, environment precedence, strictness, default-only sections, to_json.
+#include "common/error.hpp"
+#include "config/accelerator_config.hpp"
+
+#include <cjson/cJSON.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+using accel::Error;
+using accel::config::AcceleratorConfig;
+using accel::config::parse_accelerator_config;
+using accel::config::to_json;
+
+namespace {
+
+// Every variable the parser reads; each test starts with all of them unset and the originals come back after it.
+const char *const kEnvVars[] = {"ACCELERATE_MIXED_PRECISION", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                                "ACCELERATE_USE_CPU",         "ACCEL_MALLOC_TUNING",
+                                "RANK",                       "WORLD_SIZE",
+                                "LOCAL_RANK",                 "LOCAL_WORLD_SIZE",
+                                "OMPI_COMM_WORLD_RANK",       "OMPI_COMM_WORLD_SIZE",
+                                "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                "SLURM_PROCID",               "SLURM_NTASKS",
+                                "SLURM_LOCALID"};
+
+class AcceleratorConfigTest : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        for (const char *name : kEnvVars) {
+            if (const char *v = std::getenv(name)) saved_[name] = v;
+            unsetenv(name);
+        }
+    }
+    void TearDown() override
+    {
+        for (const char *name : kEnvVars) {
+            auto it = saved_.find(name);
+            if (it != saved_.end()) setenv(name, it->second.c_str(), 1);
+            else unsetenv(name);
+        }
+    }
+    static void set(const char *name, const char *value) { setenv(name, value, 1); }
+
+private:
+    std::map<std::string, std::string> saved_;
+};
+
+Error parse_error(const char *json)
+{
+    try {
+        parse_accelerator_config(json);
+    } catch (const Error &e) {
+        return e;
+    }
+    ADD_FAILURE() << "expected an accel::Error for " << (json ? json : "NULL");
+    return Error(ACCEL_OK, "");
+}
+
+#define EXPECT_PARSE_ERROR(json, code_, msg_)                                                                          \
+    do {                                                                                                               \
+        Error e_ = parse_error(json);                                                                                  \
+        EXPECT_EQ(e_.code(), code_) << e_.what();                                                                      \
+        EXPECT_EQ(std::string(e_.what()), std::string(msg_));                                                          \
+    } while (0)
+
+#define EXPECT_PARSE_ERROR_STARTS(json, code_, prefix_)                                                                \
+    do {                                                                                                               \
+        Error e_ = parse_error(json);                                                                                  \
+        EXPECT_EQ(e_.code(), code_) << e_.what();                                                                      \
+        EXPECT_EQ(std::string(e_.what()).rfind(prefix_, 0), 0u) << e_.what();                                          \
+    } while (0)
+
+// to_json text without its "process" section (environment facts the parser does not accept back) and,
+// when asked, without "gradient_accumulation_steps" (which may not be combined with the plugin section).
+std::string reparseable(const std::string &json, bool drop_steps)
+{
+    cJSON *root = cJSON_Parse(json.c_str());
+    EXPECT_NE(root, nullptr);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "process");
+    if (drop_steps) cJSON_DeleteItemFromObjectCaseSensitive(root, "gradient_accumulation_steps");
+    char *text = cJSON_PrintUnformatted(root);
+    std::string out(text);
+    cJSON_free(text);
+    cJSON_Delete(root);
+    return out;
+}
+
+} // namespace
+
+TEST_F(AcceleratorConfigTest, DefaultsFromNullAndEmptyObject)
+{
+    for (const char *json : {static_cast<const char *>(nullptr), "{}"}) {
+        AcceleratorConfig c = parse_accelerator_config(json);
+        EXPECT_TRUE(c.device_placement);
+        EXPECT_FALSE(c.cpu);
+        EXPECT_EQ(c.mixed_precision, ACCEL_MIXED_PRECISION_NO);
+        EXPECT_EQ(c.gradient_accumulation.num_steps, 1);
+        EXPECT_TRUE(c.gradient_accumulation.adjust_scheduler);
+        EXPECT_TRUE(c.gradient_accumulation.sync_with_dataloader);
+        EXPECT_FALSE(c.gradient_accumulation.sync_each_batch);
+        EXPECT_FALSE(c.dataloader.split_batches);
+        EXPECT_FALSE(c.dataloader.dispatch_batches.has_value());
+        EXPECT_TRUE(c.dataloader.even_batches);
+        EXPECT_FALSE(c.dataloader.use_seedable_sampler);
+        EXPECT_FALSE(c.dataloader.data_seed.has_value());
+        EXPECT_FALSE(c.dataloader.non_blocking);
+        EXPECT_FALSE(c.dataloader.use_stateful_dataloader);
+        EXPECT_EQ(c.rng_types, std::vector<std::string>{"generator"});
+        EXPECT_TRUE(c.step_scheduler_with_optimizer);
+        EXPECT_TRUE(c.autocast.enabled);
+        EXPECT_TRUE(c.autocast.cache_enabled);
+        EXPECT_EQ(c.topology.rank, 0);
+        EXPECT_EQ(c.topology.world_size, 1);
+        EXPECT_EQ(c.topology.local_rank, 0);
+        EXPECT_EQ(c.topology.local_world_size, 1);
+        EXPECT_TRUE(c.malloc_tuning);
+    }
+}
+
+TEST_F(AcceleratorConfigTest, DefaultsToJson)
+{
+    EXPECT_EQ(to_json(parse_accelerator_config(nullptr)),
+              "{\"device_placement\":true,\"cpu\":false,\"split_batches\":false,\"mixed_precision\":\"no\","
+              "\"gradient_accumulation_steps\":1,\"gradient_accumulation_plugin\":{\"num_steps\":1,"
+              "\"adjust_scheduler\":true,\"sync_with_dataloader\":true,\"sync_each_batch\":false},"
+              "\"dataloader_config\":{\"split_batches\":false,\"even_batches\":true,\"use_seedable_sampler\":false,"
+              "\"non_blocking\":false,\"use_stateful_dataloader\":false,\"dispatch_batches\":null,\"data_seed\":null},"
+              "\"rng_types\":[\"generator\"],\"step_scheduler_with_optimizer\":true,\"kwargs_handlers\":{\"autocast\":"
+              "{\"enabled\":true,\"cache_enabled\":true}},\"project_config\":null,\"deepspeed_plugin\":null,"
+              "\"fsdp_plugin\":null,\"process\":{\"rank\":0,\"world_size\":1,\"local_rank\":0,\"local_world_size\":1}}");
+}
+
+TEST_F(AcceleratorConfigTest, ReadsEveryField)
+{
+    AcceleratorConfig c = parse_accelerator_config(
+        "{\"device_placement\": false, \"cpu\": true, \"mixed_precision\": \"bf16\","
+        " \"gradient_accumulation_plugin\": {\"num_steps\": 4, \"adjust_scheduler\": false,"
+        " \"sync_with_dataloader\": false, \"sync_each_batch\": true},"
+        " \"dataloader_config\": {\"split_batches\": true, \"dispatch_batches\": false, \"even_batches\": false,"
+        " \"use_seedable_sampler\": true, \"data_seed\": 1234, \"non_blocking\": true},"
+        " \"rng_types\": [\"torch\", \"generator\"], \"step_scheduler_with_optimizer\": false,"
+        " \"kwargs_handlers\": {\"autocast\": {\"enabled\": false, \"cache_enabled\": false}},"
+        " \"dynamo_backend\": \"no\", \"log_with\": []}");
+    EXPECT_FALSE(c.device_placement);
+    EXPECT_TRUE(c.cpu);
+    EXPECT_EQ(c.mixed_precision, ACCEL_MIXED_PRECISION_BF16);
+    EXPECT_EQ(c.gradient_accumulation.num_steps, 4);
+    EXPECT_FALSE(c.gradient_accumulation.adjust_scheduler);
+    EXPECT_FALSE(c.gradient_accumulation.sync_with_dataloader);
+    EXPECT_TRUE(c.gradient_accumulation.sync_each_batch);
+    EXPECT_TRUE(c.dataloader.split_batches);
+    ASSERT_TRUE(c.dataloader.dispatch_batches.has_value());
+    EXPECT_FALSE(*c.dataloader.dispatch_batches);
+    EXPECT_FALSE(c.dataloader.even_batches);
+    EXPECT_TRUE(c.dataloader.use_seedable_sampler);
+    ASSERT_TRUE(c.dataloader.data_seed.has_value());
+    EXPECT_EQ(*c.dataloader.data_seed, 1234u);
+    EXPECT_TRUE(c.dataloader.non_blocking);
+    EXPECT_EQ(c.rng_types, (std::vector<std::string>{"torch", "generator"}));
+    EXPECT_FALSE(c.step_scheduler_with_optimizer);
+    EXPECT_FALSE(c.autocast.enabled);
+    EXPECT_FALSE(c.autocast.cache_enabled);
+}
+
+TEST_F(AcceleratorConfigTest, SplitBatchesTopLevelAndInDataloaderConfig)
+{
+    EXPECT_TRUE(parse_accelerator_config("{\"split_batches\": true}").dataloader.split_batches);
+    // The dataloader_config value wins when given; absent, the top-level argument is kept.
+    EXPECT_FALSE(
+        parse_accelerator_config("{\"split_batches\": true, \"dataloader_config\": {\"split_batches\": false}}")
+            .dataloader.split_batches);
+    EXPECT_TRUE(parse_accelerator_config("{\"split_batches\": true, \"dataloader_config\": {\"even_batches\": true}}")
+                    .dataloader.split_batches);
+}
+
+TEST_F(AcceleratorConfigTest, GradientAccumulationSteps)
+{
+    EXPECT_EQ(parse_accelerator_config("{\"gradient_accumulation_steps\": 8}").gradient_accumulation.num_steps, 8);
+    EXPECT_PARSE_ERROR("{\"gradient_accumulation_steps\": 0}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "gradient_accumulation_steps: expected an integer in 1..2147483647, got 0");
+    EXPECT_PARSE_ERROR("{\"gradient_accumulation_steps\": \"4\"}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "gradient_accumulation_steps: expected an integer in 1..2147483647, got \"4\"");
+    EXPECT_PARSE_ERROR("{\"gradient_accumulation_plugin\": {\"num_steps\": 2.5}}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "gradient_accumulation_plugin.num_steps: expected an integer in 1..2147483647, got 2.5");
+    // Both the argument (!= 1) and the plugin: an error, as in Accelerator.__init__.
+    EXPECT_PARSE_ERROR("{\"gradient_accumulation_steps\": 2, \"gradient_accumulation_plugin\": {\"num_steps\": 2}}",
+                       ACCEL_ERR_INVALID_ARGUMENT,
+                       "gradient_accumulation_plugin: give either gradient_accumulation_steps or "
+                       "gradient_accumulation_plugin, not both");
+    // gradient_accumulation_steps == 1 next to a plugin is accepted.
+    EXPECT_EQ(parse_accelerator_config(
+                  "{\"gradient_accumulation_steps\": 1, \"gradient_accumulation_plugin\": {\"num_steps\": 3}}")
+                  .gradient_accumulation.num_steps,
+              3);
+}
+
+// ---- environment ----------------------------------------------------------------------------------
+
+TEST_F(AcceleratorConfigTest, EnvMixedPrecisionIsDefaultJsonWins)
+{
+    set("ACCELERATE_MIXED_PRECISION", "bf16");
+    EXPECT_EQ(parse_accelerator_config(nullptr).mixed_precision, ACCEL_MIXED_PRECISION_BF16);
+    EXPECT_EQ(parse_accelerator_config("{}").mixed_precision, ACCEL_MIXED_PRECISION_BF16);
+    EXPECT_EQ(parse_accelerator_config("{\"mixed_precision\": \"no\"}").mixed_precision, ACCEL_MIXED_PRECISION_NO);
+    set("ACCELERATE_MIXED_PRECISION", "no");
+    EXPECT_EQ(parse_accelerator_config("{\"mixed_precision\": \"bf16\"}").mixed_precision, ACCEL_MIXED_PRECISION_BF16);
+}
+
+TEST_F(AcceleratorConfigTest, EnvMixedPrecisionErrors)
+{
+    set("ACCELERATE_MIXED_PRECISION", "fp16");
+    EXPECT_PARSE_ERROR_STARTS(nullptr, ACCEL_ERR_UNIMPLEMENTED, "mixed_precision: \"fp16\"");
+    // A JSON value replaces the unsupported environment value.
+    EXPECT_EQ(parse_accelerator_config("{\"mixed_precision\": \"no\"}").mixed_precision, ACCEL_MIXED_PRECISION_NO);
+    set("ACCELERATE_MIXED_PRECISION", "fp64");
+    EXPECT_PARSE_ERROR(nullptr, ACCEL_ERR_INVALID_ARGUMENT,
+                       "mixed_precision: expected one of \"no\", \"fp16\", \"bf16\", \"fp8\", got \"fp64\"");
+}
+
+TEST_F(AcceleratorConfigTest, MixedPrecisionValues)
+{
+    EXPECT_PARSE_ERROR("{\"mixed_precision\": \"fp16\"}", ACCEL_ERR_UNIMPLEMENTED,
+                       "mixed_precision: \"fp16\" (autocast with a dynamic loss scaler) is not yet supported by accel; "
+                       "use \"bf16\" or \"no\"");
+    EXPECT_PARSE_ERROR("{\"mixed_precision\": \"fp8\"}", ACCEL_ERR_UNIMPLEMENTED,
+                       "mixed_precision: \"fp8\" is not yet supported by accel; use \"bf16\" or \"no\"");
+    EXPECT_PARSE_ERROR("{\"mixed_precision\": \"BF16\"}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "mixed_precision: expected one of \"no\", \"fp16\", \"bf16\", \"fp8\", got \"BF16\"");
+    EXPECT_PARSE_ERROR("{\"mixed_precision\": true}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "mixed_precision: expected a string, got true");
+}
+
+TEST_F(AcceleratorConfigTest, EnvGradientAccumulationStepsIsDefaultJsonWins)
+{
+    set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4");
+    EXPECT_EQ(parse_accelerator_config(nullptr).gradient_accumulation.num_steps, 4);
+    EXPECT_EQ(parse_accelerator_config("{\"gradient_accumulation_steps\": 2}").gradient_accumulation.num_steps, 2);
+    EXPECT_EQ(parse_accelerator_config("{\"gradient_accumulation_plugin\": {\"num_steps\": 3}}")
+                  .gradient_accumulation.num_steps,
+              3);
+    // The environment value is not a JSON argument: a plugin may come with it.
+    EXPECT_NO_THROW(parse_accelerator_config("{\"gradient_accumulation_plugin\": {\"num_steps\": 2}}"));
+}
+
+TEST_F(AcceleratorConfigTest, EnvGradientAccumulationStepsErrors)
+{
+    for (const char *bad : {"0", "-2", "abc", "3x", "1.5"}) {
+        set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", bad);
+        EXPECT_PARSE_ERROR(nullptr, ACCEL_ERR_INVALID_ARGUMENT,
+                           std::string("environment variable ACCELERATE_GRADIENT_ACCUMULATION_STEPS: expected an "
+                                       "integer >= 1, got \"") + bad + "\"");
+    }
+    // An empty variable counts as unset.
+    set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "");
+    EXPECT_EQ(parse_accelerator_config(nullptr).gradient_accumulation.num_steps, 1);
+}
+
+TEST_F(AcceleratorConfigTest, EnvUseCpuAndMallocTuning)
+{
+    set("ACCELERATE_USE_CPU", "true");
+    EXPECT_TRUE(parse_accelerator_config(nullptr).cpu);
+    EXPECT_FALSE(parse_accelerator_config("{\"cpu\": false}").cpu);
+    set("ACCELERATE_USE_CPU", "maybe");
+    EXPECT_PARSE_ERROR(nullptr, ACCEL_ERR_INVALID_ARGUMENT,
+                       "environment variable ACCELERATE_USE_CPU: expected true or false, got \"maybe\"");
+    unsetenv("ACCELERATE_USE_CPU");
+    set("ACCEL_MALLOC_TUNING", "0");
+    EXPECT_FALSE(parse_accelerator_config(nullptr).malloc_tuning);
+}
+
+TEST_F(AcceleratorConfigTest, WorldSizeTwoIsUnimplemented)
+{
+    set("WORLD_SIZE", "2");
+    EXPECT_PARSE_ERROR_STARTS(nullptr, ACCEL_ERR_UNIMPLEMENTED, "environment: WORLD_SIZE=2 asks for multi-process");
+    set("RANK", "1");
+    EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_UNIMPLEMENTED, "environment: WORLD_SIZE=2");
+}
+
+TEST_F(AcceleratorConfigTest, TopologyFromEnv)
+{
+    set("WORLD_SIZE", "1");
+    set("RANK", "0");
+    set("LOCAL_RANK", "0");
+    AcceleratorConfig c = parse_accelerator_config(nullptr);
+    EXPECT_EQ(c.topology.world_size, 1);
+    EXPECT_EQ(c.topology.local_world_size, 1);
+    set("RANK", "1");
+    EXPECT_PARSE_ERROR(nullptr, ACCEL_ERR_INVALID_ARGUMENT, "environment: RANK 1 is not below WORLD_SIZE 1");
+    set("RANK", "x");
+    EXPECT_PARSE_ERROR(nullptr, ACCEL_ERR_INVALID_ARGUMENT,
+                       "environment variable RANK: expected a non-negative integer, got \"x\"");
+    unsetenv("RANK");
+    set("WORLD_SIZE", "0");
+    EXPECT_PARSE_ERROR(nullptr, ACCEL_ERR_INVALID_ARGUMENT, "environment: WORLD_SIZE must be >= 1");
+}
+
+// ---- strictness -----------------------------------------------------------------------------------
+
+TEST_F(AcceleratorConfigTest, MalformedJson)
+{
+    EXPECT_PARSE_ERROR("{\"cpu\": tru}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "config_json: malformed JSON at byte 8 near 'tru}'");
+    EXPECT_PARSE_ERROR("[]", ACCEL_ERR_INVALID_ARGUMENT, "(root): expected a JSON object, got []");
+}
+
+TEST_F(AcceleratorConfigTest, UnknownKeys)
+{
+    EXPECT_PARSE_ERROR_STARTS("{\"gradient_acumulation_steps\": 2}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "gradient_acumulation_steps: unknown key (known keys: ");
+    EXPECT_PARSE_ERROR("{\"gradient_accumulation_plugin\": {\"steps\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "gradient_accumulation_plugin.steps: unknown key (known keys: adjust_scheduler, num_steps, "
+                       "sync_each_batch, sync_with_dataloader)");
+    EXPECT_PARSE_ERROR_STARTS("{\"dataloader_config\": {\"even_batch\": true}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "dataloader_config.even_batch: unknown key");
+    EXPECT_PARSE_ERROR("{\"kwargs_handlers\": {\"autocast\": {\"dtype\": \"bf16\"}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "kwargs_handlers.autocast.dtype: unknown key (known keys: cache_enabled, enabled)");
+    EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"bogus\": {}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "kwargs_handlers.bogus: unknown key");
+}
+
+TEST_F(AcceleratorConfigTest, DuplicateKeys)
+{
+    EXPECT_PARSE_ERROR("{\"cpu\": true, \"cpu\": false}", ACCEL_ERR_INVALID_ARGUMENT, "cpu: duplicate key");
+    EXPECT_PARSE_ERROR("{\"dataloader_config\": {\"even_batches\": true, \"even_batches\": true}}",
+                       ACCEL_ERR_INVALID_ARGUMENT, "dataloader_config.even_batches: duplicate key");
+}
+
+TEST_F(AcceleratorConfigTest, WrongTypesNamePath)
+{
+    EXPECT_PARSE_ERROR("{\"cpu\": 1}", ACCEL_ERR_INVALID_ARGUMENT, "cpu: expected true or false, got 1");
+    EXPECT_PARSE_ERROR("{\"dataloader_config\": {\"even_batches\": \"yes\"}}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "dataloader_config.even_batches: expected true or false, got \"yes\"");
+    EXPECT_PARSE_ERROR("{\"dataloader_config\": {\"data_seed\": -1}}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "dataloader_config.data_seed: expected an integer >= 0, got -1");
+    EXPECT_PARSE_ERROR("{\"dataloader_config\": []}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "dataloader_config: expected a JSON object, got []");
+    EXPECT_PARSE_ERROR("{\"rng_types\": \"torch\"}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "rng_types: expected an array of strings, got \"torch\"");
+    EXPECT_PARSE_ERROR("{\"rng_types\": [\"torch\", 3]}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "rng_types[1]: expected a string, got 3");
+    EXPECT_PARSE_ERROR("{\"kwargs_handlers\": {\"ddp\": {\"bucket_cap_mb\": \"25MB\"}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                       "kwargs_handlers.ddp.bucket_cap_mb: expected an integer in 1..1048576, got \"25MB\"");
+    EXPECT_PARSE_ERROR("{\"kwargs_handlers\": {\"grad_scaler\": {\"backoff_factor\": 1.5}}}",
+                       ACCEL_ERR_INVALID_ARGUMENT,
+                       "kwargs_handlers.grad_scaler.backoff_factor: expected a number > 0 and <= 1, got 1.5");
+}
+
+TEST_F(AcceleratorConfigTest, RngTypes)
+{
+    EXPECT_TRUE(parse_accelerator_config("{\"rng_types\": []}").rng_types.empty());
+    EXPECT_PARSE_ERROR("{\"rng_types\": [\"generator\", \"cuda\"]}", ACCEL_ERR_UNIMPLEMENTED,
+                       "rng_types[1]: the \"cuda\" generator does not exist in this CPU build");
+    EXPECT_PARSE_ERROR_STARTS("{\"rng_types\": [\"dice\"]}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "rng_types[0]: expected one of \"torch\", \"generator\"");
+}
+
+// ---- default-only and unsupported sections ---------------------------------------------------------
+
+TEST_F(AcceleratorConfigTest, DdpKwargsDefaultsAccepted)
+{
+    EXPECT_NO_THROW(parse_accelerator_config("{\"kwargs_handlers\": {\"ddp\": {}}}"));
+    EXPECT_NO_THROW(parse_accelerator_config(
+        "{\"kwargs_handlers\": {\"ddp\": {\"dim\": 0, \"broadcast_buffers\": true, \"bucket_cap_mb\": 25,"
+        " \"find_unused_parameters\": false, \"check_reduction\": false, \"gradient_as_bucket_view\": false,"
+        " \"static_graph\": false, \"comm_hook\": \"no\", \"comm_wrapper\": \"no\", \"comm_state_option\": {}}}}"));
+    EXPECT_NO_THROW(parse_accelerator_config(
+        "{\"kwargs_handlers\": {\"grad_scaler\": {\"init_scale\": 65536.0, \"growth_factor\": 2,"
+        " \"backoff_factor\": 0.5, \"growth_interval\": 2000, \"enabled\": true},"
+        " \"init_process_group\": {\"timeout\": 1800}, \"fp8_recipe\": null, \"profile\": null}}"));
+    EXPECT_NO_THROW(parse_accelerator_config("{\"project_config\": {\"automatic_checkpoint_naming\": false,"
+                                             " \"iteration\": 0, \"save_on_each_node\": false}}"));
+}
+
+TEST_F(AcceleratorConfigTest, DdpKwargsNonDefaultUnimplementedNamingPath)
+{
+    EXPECT_PARSE_ERROR("{\"kwargs_handlers\": {\"ddp\": {\"find_unused_parameters\": true}}}", ACCEL_ERR_UNIMPLEMENTED,
+                       "kwargs_handlers.ddp.find_unused_parameters: DistributedDataParallelKwargs (multi-process "
+                       "training) is not yet supported by accel; only the default value is accepted");
+    EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"ddp\": {\"bucket_cap_mb\": 50}}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "kwargs_handlers.ddp.bucket_cap_mb: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"ddp\": {\"comm_hook\": \"fp16\"}}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "kwargs_handlers.ddp.comm_hook: ");
+    // The first non-default key in reading order is named.
+    EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"ddp\": {\"static_graph\": true, \"dim\": 1}}}",
+                              ACCEL_ERR_UNIMPLEMENTED, "kwargs_handlers.ddp.dim: ");
+    // An unknown key is reported before the unsupported value.
+    EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"ddp\": {\"static_graph\": true, \"nope\": 1}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.ddp.nope: unknown key");
+}
+
+TEST_F(AcceleratorConfigTest, OtherDefaultOnlySections)
+{
+    EXPECT_PARSE_ERROR("{\"kwargs_handlers\": {\"grad_scaler\": {\"init_scale\": 1024}}}", ACCEL_ERR_UNIMPLEMENTED,
+                       "kwargs_handlers.grad_scaler.init_scale: GradScalerKwargs (fp16 loss scaling) is not yet "
+                       "supported by accel; only the default value is accepted");
+    EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"init_process_group\": {\"backend\": \"gloo\"}}}",
+                              ACCEL_ERR_UNIMPLEMENTED, "kwargs_handlers.init_process_group.backend: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"fp8_recipe\": {}}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "kwargs_handlers.fp8_recipe: FP8RecipeKwargs is not yet supported by accel");
+    EXPECT_PARSE_ERROR_STARTS("{\"project_config\": {\"project_dir\": \"runs\"}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "project_config.project_dir: ProjectConfiguration (checkpointing)");
+    EXPECT_PARSE_ERROR_STARTS("{\"project_dir\": \"runs\"}", ACCEL_ERR_UNIMPLEMENTED, "project_dir: ");
+    EXPECT_PARSE_ERROR("{\"deepspeed_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED,
+                       "deepspeed_plugin: DeepSpeed (ZeRO sharding) is not yet supported by accel (got {}; only null "
+                       "is accepted)");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"sharding_strategy\": \"FULL_SHARD\"}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "fsdp_plugin: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"megatron_lm_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"parallelism_config\": {}}", ACCEL_ERR_UNIMPLEMENTED, "parallelism_config: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"dynamo_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED, "dynamo_plugin: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"dynamo_backend\": \"inductor\"}", ACCEL_ERR_UNIMPLEMENTED, "dynamo_backend: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"log_with\": [\"tensorboard\"]}", ACCEL_ERR_UNIMPLEMENTED, "log_with: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"dataloader_config\": {\"dispatch_batches\": true}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "dataloader_config.dispatch_batches: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"dataloader_config\": {\"use_stateful_dataloader\": true}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "dataloader_config.use_stateful_dataloader: ");
+    // Null means "not given" everywhere.
+    EXPECT_NO_THROW(parse_accelerator_config("{\"deepspeed_plugin\": null, \"fsdp_plugin\": null, \"project_config\":"
+                                             " null, \"dataloader_config\": {\"dispatch_batches\": null}}"));
+}
+
+// ---- to_json --------------------------------------------------------------------------------------
+
+TEST_F(AcceleratorConfigTest, ToJsonReflectsParsedValues)
+{
+    std::string j = to_json(parse_accelerator_config(
+        "{\"mixed_precision\": \"bf16\", \"gradient_accumulation_steps\": 4,"
+        " \"dataloader_config\": {\"data_seed\": 7, \"dispatch_batches\": false}}"));
+    EXPECT_NE(j.find("\"mixed_precision\":\"bf16\""), std::string::npos) << j;
+    EXPECT_NE(j.find("\"gradient_accumulation_steps\":4"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"num_steps\":4"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"data_seed\":7"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"dispatch_batches\":false"), std::string::npos) << j;
+}
+
+TEST_F(AcceleratorConfigTest, ToJsonRoundTrip)
+{
+    const char *configs[] = {
+        "{}",
+        "{\"cpu\": true, \"device_placement\": false, \"mixed_precision\": \"bf16\"}",
+        "{\"gradient_accumulation_plugin\": {\"num_steps\": 4, \"sync_with_dataloader\": false,"
+        " \"adjust_scheduler\": false, \"sync_each_batch\": true}}",
+        "{\"split_batches\": true, \"dataloader_config\": {\"even_batches\": false, \"use_seedable_sampler\": true,"
+        " \"data_seed\": 99, \"non_blocking\": true, \"dispatch_batches\": false}, \"rng_types\": [\"torch\"],"
+        " \"step_scheduler_with_optimizer\": false, \"kwargs_handlers\": {\"autocast\": {\"cache_enabled\": false}}}",
+    };
+    for (const char *json : configs) {
+        SCOPED_TRACE(json);
+        AcceleratorConfig first = parse_accelerator_config(json);
+        std::string text = to_json(first);
+        AcceleratorConfig second = parse_accelerator_config(reparseable(text, true).c_str());
+        EXPECT_EQ(to_json(second), text);
+        if (first.gradient_accumulation.num_steps == 1) {
+            // With one step the whole effective config (less the process facts) parses back as is.
+            EXPECT_EQ(to_json(parse_accelerator_config(reparseable(text, false).c_str())), text);
+        }
+    }
+}
+
+TEST_F(AcceleratorConfigTest, ToJsonProcessSection)
+{
+    set("WORLD_SIZE", "1");
+    set("LOCAL_WORLD_SIZE", "1");
+    std::string j = to_json(parse_accelerator_config(nullptr));
+    EXPECT_NE(j.find("\"process\":{\"rank\":0,\"world_size\":1,\"local_rank\":0,\"local_world_size\":1}"),
+              std::string::npos)
+        << j;
+}
+
+TEST(MixedPrecisionName, Values)
+{
+    EXPECT_STREQ(accel::config::mixed_precision_name(ACCEL_MIXED_PRECISION_NO), "no");
+    EXPECT_STREQ(accel::config::mixed_precision_name(ACCEL_MIXED_PRECISION_FP16), "fp16");
+    EXPECT_STREQ(accel::config::mixed_precision_name(ACCEL_MIXED_PRECISION_BF16), "bf16");
+    EXPECT_STREQ(accel::config::mixed_precision_name(ACCEL_MIXED_PRECISION_FP8), "fp8");
+}
