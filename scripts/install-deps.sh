@@ -6,8 +6,14 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libgloo-dev libopenblas0   # LibTorch 1.13 (CPU); OpenBLAS instead of the reference BLAS (~25x)
   libcjson-dev libgtest-dev libgmock-dev
+  libopenmpi-dev openmpi-bin              # the mpi backend and mpirun (distributed tests)
   python3
+  python3-torch                          # checkpoint interop test: Python's torch.load reads accel's files
+  swig python3-dev python3-pytest python3-numpy openjdk-17-jdk-headless junit5 mono-devel nunit-console
+  bindgen                                 # bindings (bindings/): SWIG, Python, Java, C# (Mono), Rust's accel-sys check
 )
+# Rust: a rustup toolchain when there is one, else Debian's cargo.
+command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || packages+=(cargo)
 
 missing=()
 for p in "${packages[@]}"; do

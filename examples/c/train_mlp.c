@@ -82,7 +82,7 @@ int main(int argc, char **argv)
     accel_scheduler_t *sched = NULL;
     accel_dataloader_t *dl = NULL;
     accel_tensor_t *features = NULL, *labels = NULL;
-    double acc_value = 0.0;
+    double acc_value = 0.0, final_loss = 0.0;
     int rc = 1;
 
     make_dataset(x, y);
@@ -132,7 +132,13 @@ int main(int argc, char **argv)
                  loss_sum / (double)steps, 100.0 * acc_value, lr, (double)(clock() - start) / CLOCKS_PER_SEC);
         if (failed(accel_accelerator_print(acc, line), "print"))
             goto done;
+        final_loss = loss_sum / (double)steps;
     }
+    /* Full precision, so the examples in other languages (examples/<language>/) can be compared with it. */
+    char final_line[64];
+    snprintf(final_line, sizeof final_line, "final loss %.8f", final_loss);
+    if (failed(accel_accelerator_print(acc, final_line), "print"))
+        goto done;
     if (acc_value < 0.95) {
         fprintf(stderr, "train_mlp: training accuracy %.1f%% is below 95%%\n", 100.0 * acc_value);
         goto done;

@@ -11,10 +11,21 @@ ACCEL_BEGIN_DECLS
 /**
  * Create an accelerator from a JSON object whose keys are the arguments of Accelerate's
  * `Accelerator(...)`; NULL or "{}" means all defaults. Implemented keys: device_placement, cpu,
- * split_batches, mixed_precision ("no", "bf16"), gradient_accumulation_steps,
+ * split_batches, mixed_precision ("no", "bf16", "fp16", "fp8"), gradient_accumulation_steps,
  * gradient_accumulation_plugin {num_steps, adjust_scheduler, sync_with_dataloader, sync_each_batch},
  * dataloader_config {split_batches, even_batches, use_seedable_sampler, data_seed, non_blocking, ...},
- * rng_types, step_scheduler_with_optimizer, kwargs_handlers {autocast: {enabled, cache_enabled}, ...}.
+ * rng_types, step_scheduler_with_optimizer, kwargs_handlers {autocast: {enabled, cache_enabled},
+ * grad_scaler: {init_scale, growth_factor, backoff_factor, growth_interval, enabled}, fp8_recipe:
+ * {fp8_format, margin, interval, amax_history_len, amax_compute_algo, override_linear_precision,
+ * use_autocast_during_eval, backend}, ddp: {bucket_cap_mb, find_unused_parameters,
+ * gradient_as_bucket_view, broadcast_buffers, comm_hook, ...}, init_process_group: {backend,
+ * init_method, timeout}}. Started as several processes (accel launch, torchrun, mpirun, srun: RANK /
+ * WORLD_SIZE or OMPI_COMM_WORLD_* in the environment) the first accelerator of the process joins the
+ * others through the gloo or mpi backend (a collective: every rank must create one) and trains
+ * data-parallel; a rendezvous that fails within init_process_group.timeout is ACCEL_ERR_UNAVAILABLE
+ * or ACCEL_ERR_DEADLINE_EXCEEDED. "fp16" fails with ACCEL_ERR_UNIMPLEMENTED where LibTorch
+ * has no fp16 kernels for the device (CPU LibTorch 1.13) unless kwargs_handlers.autocast.enabled is
+ * false, which computes in fp32 with the dynamic loss scaler. "fp8" is emulated (see README).
  * Other keys (deepspeed_plugin, fsdp_plugin, project_config, ...) are accepted while they hold their
  * default; any other value is ACCEL_ERR_UNIMPLEMENTED naming the key. Unknown keys, wrong types and
  * out-of-range values are ACCEL_ERR_INVALID_ARGUMENT naming the JSON path.
@@ -95,19 +106,70 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_end_of_dataloader
 /** The mixed-precision mode in force. */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_mixed_precision(const accel_accelerator_t *accelerator,
                                                                                accel_mixed_precision_t *out) ACCEL_NOEXCEPT;
-/** Whether any prepared optimizer skipped its last step. */
+/**
+ * Whether any prepared optimizer skipped its last step: with mixed_precision "fp16" the gradient scaler
+ * skips the step (and the scheduler's) when the gradients hold inf/NaN.
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_optimizer_step_was_skipped(
     const accel_accelerator_t *accelerator, bool *out) ACCEL_NOEXCEPT;
 
 /**
+ * Whether this accelerator has a gradient scaler: true for mixed_precision "fp16" unless
+ * kwargs_handlers.grad_scaler.enabled is false.
+ * Ownership: borrows @p accelerator. Threads: same rules as the accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_has_grad_scaler(const accel_accelerator_t *accelerator,
+                                                                           bool *out) ACCEL_NOEXCEPT;
+/**
+ * The gradient scaler's current loss scale (PyTorch's `scaler.get_scale()`): init_scale before the
+ * first backward, then halved (backoff_factor) after every step with inf/NaN gradients and doubled
+ * (growth_factor) after growth_interval clean steps. 1.0 when there is no scaler.
+ * Ownership: borrows @p accelerator. Threads: same rules as the accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_grad_scale(const accel_accelerator_t *accelerator,
+                                                                          double *out) ACCEL_NOEXCEPT;
+/**
+ * The gradient scaler's growth tracker: clean optimizer steps since the last change of scale (the
+ * `_growth_tracker` entry of its state dict). 0 when there is no scaler.
+ * Ownership: borrows @p accelerator. Threads: same rules as the accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_grad_scaler_growth_tracker(
+    const accel_accelerator_t *accelerator, int64_t *out) ACCEL_NOEXCEPT;
+/**
+ * Divide the gradients of @p optimizer (NULL: every optimizer this accelerator prepared) by the loss
+ * scale, as `accelerator.unscale_gradients()`, for code that inspects or changes gradients before
+ * the step. Does nothing without a gradient scaler. accel_accelerator_clip_grad_norm/_value call it
+ * themselves. Once per optimizer step: a second call before the step is ACCEL_ERR_FAILED_PRECONDITION,
+ * as is a call before any accel_accelerator_backward.
+ * Ownership: borrows both handles. Threads: same rules as the accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_unscale_gradients(accel_accelerator_t *accelerator,
+                                                                             accel_optimizer_t *optimizer) ACCEL_NOEXCEPT;
+
+/**
+ * Enter `accelerator.autocast()`: until the matching accel_accelerator_autocast_end(), operations run
+ * on the calling thread (for instance accel_model_forward on an unwrapped model, accel_loss_compute)
+ * use the accelerator's autocast: bf16 for "bf16" and "fp8", fp16 for "fp16" (off when
+ * kwargs_handlers.autocast.enabled is false); nothing changes for "no". Pairs nest.
+ * Autocast state belongs to the thread: call begin and end on the same thread, and end every begin
+ * before freeing the accelerator.
+ * Ownership: borrows @p accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_autocast_begin(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/** Leave the innermost autocast scope. ACCEL_ERR_FAILED_PRECONDITION without a matching begin. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_autocast_end(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+
+/**
  * Clip the gradients of @p model's parameters to a total norm of @p max_norm (norm_type 2, 1, ... or
  * INFINITY), as torch.nn.utils.clip_grad_norm_. Writes the total norm before clipping to @p out
- * (may be NULL).
+ * (may be NULL). With a gradient scaler (fp16) the gradients of every prepared optimizer are unscaled
+ * first (accel_accelerator_unscale_gradients), so the norm is that of the true gradients; call it once
+ * per optimizer step, when sync_gradients is true.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_clip_grad_norm(accel_accelerator_t *accelerator,
                                                                           accel_model_t *model, double max_norm,
                                                                           double norm_type, double *out) ACCEL_NOEXCEPT;
-/** Clamp every gradient of @p model into [-clip_value, clip_value]. */
+/** Clamp every gradient of @p model into [-clip_value, clip_value] (after unscaling, as clip_grad_norm). */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_clip_grad_value(accel_accelerator_t *accelerator,
                                                                            accel_model_t *model,
                                                                            double clip_value) ACCEL_NOEXCEPT;
@@ -160,6 +222,119 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_is_main(bool *out) ACCEL_
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_random_set_seed(uint64_t seed, bool device_specific,
                                                                bool deterministic) ACCEL_NOEXCEPT;
+
+/* ---- Distributed: collectives and process roles ------------------------------------------------
+ * With several processes (started by `accel launch`, torchrun, mpirun or srun) the accelerator
+ * communicates through its backend (gloo, mpi); with one process these functions return their input
+ * (accel_accelerator_reduce: a copy) and barriers do nothing. Collectives must be called in the same
+ * order on every rank. A peer that dies or stops answering makes them fail with
+ * ACCEL_ERR_UNAVAILABLE or ACCEL_ERR_DEADLINE_EXCEEDED (kwargs_handlers.init_process_group.timeout)
+ * naming the rank where the backend can tell; later collectives then fail with ACCEL_ERR_ABORTED.
+ * Threads: same rules as the accelerator. */
+
+/**
+ * All-gather @p tensor from every process, concatenated along dimension 0 in rank order
+ * (`accelerator.gather`). Every rank must pass the same shape (pad first with
+ * accel_accelerator_pad_across_processes); a mismatch is ACCEL_ERR_INVALID_ARGUMENT naming the ranks.
+ * A 0-d tensor is gathered as shape [1].
+ * Ownership: borrows @p tensor; free *out with accel_tensor_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_gather(accel_accelerator_t *accelerator,
+                                                                  const accel_tensor_t *tensor,
+                                                                  accel_tensor_t **out) ACCEL_NOEXCEPT;
+/**
+ * accel_accelerator_gather(), then, while the last batch of a prepared data loader is being processed,
+ * only the first `remainder` rows are kept, so that the samples repeated to even out the last batch
+ * are dropped and a pass over the loader gathers exactly the data set's length
+ * (`accelerator.gather_for_metrics`). Ownership: borrows @p tensor; free *out with accel_tensor_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_gather_for_metrics(accel_accelerator_t *accelerator,
+                                                                              const accel_tensor_t *tensor,
+                                                                              accel_tensor_t **out) ACCEL_NOEXCEPT;
+/**
+ * Reduce @p tensor over all processes (`accelerator.reduce`): @p reduction is "sum", "mean", "max",
+ * "min" or "none" (which sums, as Accelerate). Every rank gets the result; the input is unchanged.
+ * Ownership: borrows @p tensor and @p reduction; free *out with accel_tensor_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_reduce(accel_accelerator_t *accelerator,
+                                                                  const accel_tensor_t *tensor,
+                                                                  const char *reduction,
+                                                                  accel_tensor_t **out) ACCEL_NOEXCEPT;
+/**
+ * Overwrite @p tensor, in place, with the one of process @p from_process on every process
+ * (`broadcast`). Shapes and dtypes must match across processes. ACCEL_ERR_OUT_OF_RANGE if
+ * @p from_process is not a rank. Ownership: borrows @p tensor (modified in place).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_broadcast(accel_accelerator_t *accelerator,
+                                                                     accel_tensor_t *tensor,
+                                                                     int32_t from_process) ACCEL_NOEXCEPT;
+/**
+ * Pad @p tensor along @p dim (negative counts from the end) to the largest size any process has,
+ * filling with @p pad_index, the data at the start (or at the end when @p pad_first)
+ * (`accelerator.pad_across_processes`). A @p dim out of range returns the tensor unchanged.
+ * Ownership: borrows @p tensor; free *out with accel_tensor_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_pad_across_processes(accel_accelerator_t *accelerator,
+                                                                                const accel_tensor_t *tensor,
+                                                                                int64_t dim, double pad_index,
+                                                                                bool pad_first,
+                                                                                accel_tensor_t **out) ACCEL_NOEXCEPT;
+/**
+ * This process's share of @p tensor's rows (`split_between_processes`): with n rows and P processes
+ * the first n % P ranks get n / P + 1 contiguous rows, the others n / P. With @p apply_padding every
+ * share is padded to n / P + 1 rows (when n % P != 0) by repeating the global last row. Needs no
+ * communication. Ownership: borrows @p tensor; free *out with accel_tensor_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_split_between_processes(accel_accelerator_t *accelerator,
+                                                                                   const accel_tensor_t *tensor,
+                                                                                   bool apply_padding,
+                                                                                   accel_tensor_t **out) ACCEL_NOEXCEPT;
+/** Block until every process reaches this call (`wait_for_everyone`, a barrier). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_wait_for_everyone(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/**
+ * Enter `main_process_first()`: the other processes wait here until the main process (rank 0) calls
+ * accel_accelerator_main_process_first_end(), so the main process runs the block first. Every process
+ * must call begin and end exactly once per block; pairs nest.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_main_process_first_begin(
+    accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/** Leave `main_process_first()` (the main process waits here for the others). ACCEL_ERR_FAILED_PRECONDITION without a begin. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_main_process_first_end(
+    accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/** As main_process_first_begin with the local main process (local rank 0) of each machine (`local_main_process_first`). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_local_main_process_first_begin(
+    accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/** Leave `local_main_process_first()`. Pairs with accel_accelerator_local_main_process_first_begin(). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_local_main_process_first_end(
+    accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/** Number of processes on this machine (LOCAL_WORLD_SIZE). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_num_local_processes(
+    const accel_accelerator_t *accelerator, int32_t *out) ACCEL_NOEXCEPT;
+/** Whether this is the last process (rank num_processes - 1). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_is_last_process(const accel_accelerator_t *accelerator,
+                                                                           bool *out) ACCEL_NOEXCEPT;
+/**
+ * The communication backend in use: "single" (one process), "gloo" or "mpi". *out is a static string:
+ * never free it.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_distributed_backend(
+    const accel_accelerator_t *accelerator, const char **out) ACCEL_NOEXCEPT;
+/**
+ * Statistics of the data-parallel gradient synchronisation of every prepared model, as JSON:
+ * {"backend", "num_processes", "models": [{"num_buckets", "bucket_bytes", "bucket_sizes", "syncs",
+ * "sync_seconds" (first bucket launched to last one reduced, summed over syncs), "wait_seconds" (time
+ * spent waiting after backward)}]}. For benchmarks and diagnostics; keys may be added.
+ * Ownership: free *out with accel_string_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(const accel_accelerator_t *accelerator,
+                                                                              char **out) ACCEL_NOEXCEPT;
+
+/** Rank of this process on its machine from the launcher's environment (0 when not launched). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_get_local_index(int32_t *out) ACCEL_NOEXCEPT;
+/** Number of processes on this machine from the launcher's environment (1 when not launched). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_get_local_count(int32_t *out) ACCEL_NOEXCEPT;
+/** Whether this process is local rank 0. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_is_local_main(bool *out) ACCEL_NOEXCEPT;
 
 ACCEL_END_DECLS
 

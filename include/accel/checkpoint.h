@@ -1,4 +1,4 @@
-/* accel/checkpoint.h - save_state / load_state (not yet supported in this release). */
+/* accel/checkpoint.h - save_state / load_state, save_model, loading weights, registered objects. */
 #ifndef ACCEL_CHECKPOINT_H
 #define ACCEL_CHECKPOINT_H
 
@@ -9,17 +9,161 @@
 ACCEL_BEGIN_DECLS
 
 /**
- * Save the accelerator's state in Accelerate's checkpoint layout.
- * Not yet supported: always ACCEL_ERR_UNIMPLEMENTED in this release.
+ * Save the accelerator's state in Accelerate's checkpoint layout (Accelerator.save_state):
+ * model.safetensors (model_1.safetensors, ... for further prepared models), optimizer.bin,
+ * scheduler.bin, dl_state_dict.bin (each prepared data loader's position), scaler.pt (when a gradient
+ * scaler is on), random_states_{rank}.pkl (accumulate()'s step and the CPU generator) and
+ * custom_checkpoint_{i}.pkl for registered objects. The .bin/.pkl/.pt files are torch.save archives
+ * that Python's torch.load reads.
+ *
+ * The folder is written as "<parent>/.<name>.accel-tmp", every file and the folder are fsynced, and it
+ * is then renamed into place (an existing folder is swapped atomically), so a crash never leaves a
+ * half-written checkpoint under the final name. With project_config.automatic_checkpoint_naming the
+ * folder is project_dir/checkpoints/checkpoint_{iteration} and @p output_dir is ignored; with
+ * total_limit, the oldest checkpoints are deleted after the new one is complete. Every save increments
+ * project_config.iteration.
+ *
+ * @param accelerator Must not be NULL.
+ * @param output_dir  UTF-8 folder ("~" is expanded); may be NULL only with automatic naming.
+ * @return ACCEL_OK; ACCEL_ERR_INVALID_ARGUMENT for a NULL/empty @p output_dir without automatic naming;
+ *         ACCEL_ERR_ALREADY_EXISTS if the automatic target exists or @p output_dir is a file;
+ *         ACCEL_ERR_PERMISSION_DENIED / ACCEL_ERR_RESOURCE_EXHAUSTED from the file system.
+ *
+ * Ownership: borrows everything. Threads: same rules as the accelerator; collective (all ranks call it).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_state(accel_accelerator_t *accelerator,
                                                                       const char *output_dir) ACCEL_NOEXCEPT;
 /**
- * Load state saved by accel_accelerator_save_state().
- * Not yet supported: always ACCEL_ERR_UNIMPLEMENTED in this release.
+ * Load state saved by accel_accelerator_save_state() (Accelerator.load_state) into everything the
+ * accelerator prepared and registered, in preparation order. Every file is read and validated before
+ * anything changes, so a damaged checkpoint (ACCEL_ERR_DATA_LOSS naming the file and the rule broken)
+ * leaves the training state as it was. Afterwards each prepared data loader continues with the next
+ * unseen batch of the saved pass, and the CPU generator and accumulate()'s step continue, so training
+ * resumes bit for bit. Model weights load strictly (see accel_accelerator_load_state_with_options).
+ *
+ * @param accelerator Must not be NULL.
+ * @param input_dir   Folder to load; NULL loads the newest automatic checkpoint
+ *                    (project_dir/checkpoints, highest number; unfinished ".accel-tmp" folders are
+ *                    never taken) and requires automatic naming.
+ * @return ACCEL_OK; ACCEL_ERR_NOT_FOUND if the folder, a file or any checkpoint is missing;
+ *         ACCEL_ERR_DATA_LOSS for a corrupt file; ACCEL_ERR_INVALID_ARGUMENT when shapes or keys do
+ *         not fit the prepared objects; ACCEL_ERR_FAILED_PRECONDITION when the number of
+ *         custom_checkpoint_{i}.pkl files differs from the number of registered objects.
+ *
+ * Ownership: borrows everything. Threads: same rules as the accelerator; collective.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_load_state(accel_accelerator_t *accelerator,
                                                                       const char *input_dir) ACCEL_NOEXCEPT;
+
+/**
+ * accel_accelerator_save_state() with options and the folder written.
+ *
+ * @param options_json NULL or a JSON object: {"safe_serialization": true} (false writes
+ *                     pytorch_model.bin instead of model.safetensors).
+ * @param out_dir      Receives the folder written (free with accel_string_free()); may be NULL when
+ *                     not wanted.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_state_with_options(accel_accelerator_t *accelerator,
+                                                                                   const char *output_dir,
+                                                                                   const char *options_json,
+                                                                                   char **out_dir) ACCEL_NOEXCEPT;
+
+/**
+ * accel_accelerator_load_state() with options and the folder loaded.
+ *
+ * @param options_json NULL or {"strict": true, "map_location": "cpu"}: strict=false skips missing and
+ *                     unexpected weight keys; map_location is null, "cpu" or "on_device" (the same in
+ *                     this CPU build).
+ * @param out_dir      Receives the folder loaded (free with accel_string_free()); may be NULL.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_load_state_with_options(accel_accelerator_t *accelerator,
+                                                                                   const char *input_dir,
+                                                                                   const char *options_json,
+                                                                                   char **out_dir) ACCEL_NOEXCEPT;
+
+/**
+ * Save a model's weights for inference (Accelerator.save_model): model.safetensors, or shards
+ * model-00001-of-0000N.safetensors plus model.safetensors.index.json ({"metadata": {"total_size"},
+ * "weight_map"}) when they exceed max_shard_size. Tensors sharing storage (tied weights) are saved once.
+ * Only the main process writes.
+ *
+ * @param options_json NULL or {"max_shard_size": "10GB" | "200MB" | <bytes>, "safe_serialization": true}
+ *                     (false: pytorch_model.bin / pytorch_model-0000i-of-0000N.bin + .bin.index.json).
+ * @return ACCEL_ERR_ALREADY_EXISTS if @p save_directory is a file; ACCEL_ERR_FAILED_PRECONDITION if
+ *         @p model was prepared by another accelerator.
+ * Ownership: borrows everything.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_model(accel_accelerator_t *accelerator,
+                                                                      const accel_model_t *model,
+                                                                      const char *save_directory,
+                                                                      const char *options_json) ACCEL_NOEXCEPT;
+
+/**
+ * Load weights into a model (accelerate.utils.load_checkpoint_in_model): @p path is a .safetensors
+ * file, a torch.save file of a state dict, or a folder holding model.safetensors.index.json /
+ * pytorch_model.bin.index.json (every shard it lists, in sorted order), model.safetensors or
+ * pytorch_model.bin. Values are converted to each parameter's dtype.
+ *
+ * @param options_json NULL or {"strict": false, "dtype": null | "float32" | "float64" | "float16" |
+ *                     "bfloat16"}: strict=true requires exactly the model's keys; dtype first rounds
+ *                     floating-point weights through that type.
+ * @return ACCEL_ERR_NOT_FOUND; ACCEL_ERR_DATA_LOSS for a corrupt file; ACCEL_ERR_INVALID_ARGUMENT for
+ *         key or shape mismatches (nothing is changed then).
+ * Ownership: borrows everything. Threads: not while the model is used elsewhere.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model_t *model, const char *path,
+                                                                     const char *options_json) ACCEL_NOEXCEPT;
+
+/**
+ * Save callback of an object registered for checkpointing: set *out_data / *out_len to the bytes to
+ * store (the memory stays the caller's; it must stay valid until the callback returns to the library,
+ * which copies it at once). Return ACCEL_OK, or any other status to make save_state fail with it.
+ */
+typedef accel_status_t (*accel_checkpoint_save_fn_t)(void *user_data, const uint8_t **out_data, size_t *out_len);
+/** Load callback: receives the stored bytes (borrowed for the duration of the call). */
+typedef accel_status_t (*accel_checkpoint_load_fn_t)(void *user_data, const uint8_t *data, size_t len);
+
+/**
+ * Register an object whose state is saved as custom_checkpoint_{index}.pkl (a pickled Python bytes
+ * object) by save_state and handed back by load_state (Accelerator.register_for_checkpointing).
+ *
+ * @param save_fn, load_fn Must not be NULL. They run on the calling thread during save/load_state.
+ * @param user_data        Passed to both callbacks; must stay valid while the accelerator lives.
+ * @param out_index        Receives the object's index (0, 1, ... in registration order).
+ * Ownership: borrows @p user_data.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_for_checkpointing(accel_accelerator_t *accelerator,
+                                                                                      accel_checkpoint_save_fn_t save_fn,
+                                                                                      accel_checkpoint_load_fn_t load_fn,
+                                                                                      void *user_data,
+                                                                                      int32_t *out_index) ACCEL_NOEXCEPT;
+
+/**
+ * Register a byte blob for checkpointing: save_state stores its current bytes and load_state replaces
+ * them; read them with accel_accelerator_get_checkpointing_bytes().
+ *
+ * @param data, len The initial bytes (copied; @p data may be NULL when @p len is 0).
+ * @param out_index Receives the object's index.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_bytes_for_checkpointing(
+    accel_accelerator_t *accelerator, const uint8_t *data, size_t len, int32_t *out_index) ACCEL_NOEXCEPT;
+
+/**
+ * The current bytes of a blob registered with accel_accelerator_register_bytes_for_checkpointing().
+ *
+ * @return ACCEL_ERR_OUT_OF_RANGE for an unknown index; ACCEL_ERR_INVALID_ARGUMENT if the object at
+ *         @p index was registered with callbacks.
+ * Ownership: *out_data is borrowed; it stays valid until the next load_state or register call on this
+ * accelerator, or until the accelerator is freed.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_checkpointing_bytes(const accel_accelerator_t *accelerator,
+                                                                                   int32_t index,
+                                                                                   const uint8_t **out_data,
+                                                                                   size_t *out_len) ACCEL_NOEXCEPT;
+
+/** ProjectConfiguration.iteration: the number the next automatic checkpoint gets. */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_project_iteration(const accel_accelerator_t *accelerator,
+                                                                                 int64_t *out) ACCEL_NOEXCEPT;
 
 ACCEL_END_DECLS
 

@@ -69,6 +69,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_labels(const accel_batc
 /** Number of samples in the batch. */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_size(const accel_batch_t *batch,
                                                               int64_t *out) ACCEL_NOEXCEPT;
+/**
+ * The data set indices of the batch's samples, as a 1-d int64 tensor in batch order: which samples
+ * this process got after shuffling and sharding (samples repeated to even out the last batch appear
+ * again). Ownership: borrows @p batch; free *out with accel_tensor_free().
+ * Threads: same rules as the data loader that yielded the batch.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_indices(const accel_batch_t *batch,
+                                                                 accel_tensor_t **out) ACCEL_NOEXCEPT;
 
 ACCEL_END_DECLS
 

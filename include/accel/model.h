@@ -14,8 +14,13 @@ ACCEL_BEGIN_DECLS
  *    "dropout": 0.0, "bias": true}
  *   {"type": "sequential", "layers": [{"type": "linear", "in_features": 4, "out_features": 8}, ...]}
  * Layer types: linear, conv2d, relu, gelu, tanh, sigmoid, dropout, layer_norm, batch_norm (1d/2d by
- * "dims"), embedding, flatten. Parameters are initialised from LibTorch's default generator, so
- * accel_random_set_seed() first makes them reproducible.
+ * "dims"), embedding, flatten, and transformer_encoder_layer: PyTorch's nn.TransformerEncoderLayer
+ * (post-norm) with {"d_model" (required), "nhead" (required, divides d_model), "dim_feedforward": 2048,
+ * "dropout": 0.1, "activation": "relu"|"gelu", "batch_first": false}; its input is (seq, batch, d_model),
+ * or (batch, seq, d_model) with batch_first. Parameters are initialised from LibTorch's default
+ * generator, so accel_random_set_seed() first makes them reproducible. Models prepared with
+ * mixed_precision "fp8" run their linear layers through accel's emulated FP8 path (only models from
+ * this function; a TorchScript model is ACCEL_ERR_UNIMPLEMENTED at prepare time).
  * Errors name the JSON path, e.g. `layers[2].out_features: expected an integer >= 1, got -3`.
  * Ownership: free *out with accel_model_free().
  */

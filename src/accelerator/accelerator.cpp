@@ -3,11 +3,15 @@
 #include "common/allocator.hpp"
 #include "common/error.hpp"
 #include "data_loader/data_loader_shard.hpp"
+#include "distributed/communicator.hpp"
+#include "parallel/ddp.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "precision/autocast.hpp"
+#include "precision/grad_scaler.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace accel {
@@ -15,7 +19,29 @@ namespace accel {
 Accelerator::Accelerator(const char *config_json)
     : state_(std::make_shared<AcceleratorState>(config::parse_accelerator_config(config_json)))
 {
+    project_iteration_ = state_->config.project.iteration;
     tune_allocator_once(state_->config.malloc_tuning);
+    const auto &c = state_->config;
+    if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP16) {
+        // Accelerate silently trains in fp32 where the device has no fp16 autocast; accel says so. This
+        // build places everything on the CPU, so the CPU is probed (a CUDA build would probe CUDA).
+        std::string why;
+        if (c.autocast.enabled && !fp16_autocast_available(at::kCPU, &why))
+            fail(ACCEL_ERR_UNIMPLEMENTED,
+                 std::string("mixed_precision: \"fp16\" needs fp16 kernels, and this LibTorch has none on the CPU (") +
+                     why + "); use \"bf16\", or set kwargs_handlers.autocast.enabled to false to "
+                 "compute in fp32 with fp16's dynamic loss scaler");
+        // A GradScaler exists for fp16 (Accelerate's rule); GradScalerKwargs.enabled=false turns it off.
+        if (c.grad_scaler.enabled) state_->scaler = std::make_shared<GradScaler>(c.grad_scaler);
+    }
+    // One communicator per process, created by the first accelerator (a world of one: "single").
+    state_->comm = distributed::process_communicator(c);
+}
+
+// Scopes left open by autocast_begin are closed in reverse order (on the freeing thread).
+Accelerator::~Accelerator()
+{
+    while (!autocast_scopes_.empty()) autocast_scopes_.pop_back();
 }
 
 void Accelerator::check_owner(const std::shared_ptr<AcceleratorState> &owner, const char *what) const
@@ -27,7 +53,58 @@ void Accelerator::check_owner(const std::shared_ptr<AcceleratorState> &owner, co
 void Accelerator::prepare_model(Model &model)
 {
     check_owner(model.prepared_by, "model");
+    // FP8: Linear layers run through the emulated delayed-scaling path (fails for TorchScript models).
+    if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) model.enable_fp8(state_->config.fp8_recipe);
+    // Several processes: DistributedDataParallel (weights from rank 0, bucketed gradient all-reduce).
+    if (state_->comm && state_->comm->size() > 1 && ddp_of(model) == nullptr) {
+        ddp_.emplace_back(&model, std::make_shared<parallel::DistributedDataParallel>(
+                                      model.named_parameters(), model.named_buffers(), state_->comm, state_->config.ddp));
+        ddp_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
+    }
     model.prepared_by = state_;
+}
+
+parallel::DistributedDataParallel *Accelerator::ddp_of(const Model &model) const
+{
+    for (const auto &d : ddp_)
+        if (d.first == &model) return d.second.get();
+    return nullptr;
+}
+
+void Accelerator::wait_for_everyone() { state_->comm->barrier(); }
+
+// main_process_first: the others wait before the block, the main process after it (one barrier each).
+void Accelerator::main_process_first_begin(bool local)
+{
+    const auto &t = state_->config.topology;
+    bool is_main = local ? t.local_rank == 0 : t.rank == 0;
+    if (!is_main) state_->comm->barrier();
+    state_->main_process_first.push_back(is_main);
+}
+
+void Accelerator::main_process_first_end()
+{
+    auto &open = state_->main_process_first;
+    if (open.empty()) fail(ACCEL_ERR_FAILED_PRECONDITION, "main_process_first_end: no matching main_process_first_begin");
+    bool is_main = open.back();
+    open.pop_back();
+    if (is_main) state_->comm->barrier();
+}
+
+std::string Accelerator::ddp_stats_json() const
+{
+    std::string out = "{\"backend\": \"" + std::string(state_->comm->backend()) + "\", \"num_processes\": " +
+                      std::to_string(state_->comm->size()) + ", \"models\": [";
+    for (size_t i = 0; i < ddp_.size(); ++i) {
+        auto st = ddp_[i].second->stats();
+        std::string sizes;
+        for (size_t k = 0; k < st.bucket_sizes.size(); ++k) sizes += (k ? ", " : "") + std::to_string(st.bucket_sizes[k]);
+        out += std::string(i ? ", " : "") + "{\"num_buckets\": " + std::to_string(st.num_buckets) +
+               ", \"bucket_bytes\": " + std::to_string(st.bucket_bytes) + ", \"bucket_sizes\": [" + sizes +
+               "], \"syncs\": " + std::to_string(st.syncs) + ", \"sync_seconds\": " + std::to_string(st.sync_seconds) +
+               ", \"wait_seconds\": " + std::to_string(st.wait_seconds) + "}";
+    }
+    return out + "]}";
 }
 
 void Accelerator::prepare_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer)
@@ -53,6 +130,32 @@ void Accelerator::prepare_scheduler(AcceleratedScheduler &scheduler)
     scheduler.prepared_by = state_;
 }
 
+namespace {
+template <class T>
+void remember(std::vector<std::shared_ptr<T>> &list, const std::shared_ptr<T> &object)
+{
+    if (std::find(list.begin(), list.end(), object) == list.end()) list.push_back(object);
+}
+} // namespace
+
+void Accelerator::prepare_model(const std::shared_ptr<Model> &model)
+{
+    prepare_model(*model);
+    remember(models_, model);
+}
+
+void Accelerator::prepare_dataloader(const std::shared_ptr<DataLoaderShard> &loader)
+{
+    prepare_dataloader(*loader);
+    remember(dataloaders_, loader);
+}
+
+void Accelerator::prepare_scheduler(const std::shared_ptr<AcceleratedScheduler> &scheduler)
+{
+    prepare_scheduler(*scheduler);
+    remember(schedulers_, scheduler);
+}
+
 void Accelerator::backward(const at::Tensor &loss)
 {
     if (!loss.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "loss: must not be NULL");
@@ -63,7 +166,21 @@ void Accelerator::backward(const at::Tensor &loss)
                                          "accel_loss_compute)");
     const int64_t steps = state_->gradient.num_steps();
     // Accelerate always divides by gradient_accumulation_steps; dividing by 1 is skipped (same bits).
-    (steps == 1 ? loss : loss / static_cast<double>(steps)).backward();
+    at::Tensor scaled = steps == 1 ? loss : loss / static_cast<double>(steps);
+    // fp16: scaler.scale(loss).backward(), after the division, as Accelerate.
+    if (state_->scaler && state_->scaler->is_enabled()) scaled = state_->scaler->scale(scaled);
+    try {
+        scaled.backward();
+    } catch (const c10::Error &e) {
+        for (auto &d : ddp_) d.second->abort_backward(); // leave no bucket half-done
+        // A second backward through the same graph is a call-order mistake, not an internal error.
+        std::string msg = e.what_without_backtrace();
+        if (msg.find("backward through the graph a second time") == std::string::npos) throw;
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "loss: backward already ran through this loss's graph; compute the "
+                                            "loss again from a new forward");
+    }
+    // DDP: wait for the buckets launched during backward and write the averaged gradients.
+    for (auto &d : ddp_) d.second->finish_backward();
 }
 
 void Accelerator::accumulate_begin()
@@ -79,8 +196,9 @@ void Accelerator::accumulate_begin()
         s.step += 1;
         s.gradient.set_sync_gradients(s.step % plugin.num_steps == 0);
     }
-    // With one process there is no gradient communication to suspend (DDP's no_sync comes with the
-    // distributed backends).
+    // DDP communicates only when sync_gradients, or on every batch with sync_each_batch (no_sync otherwise).
+    const bool sync = s.gradient.sync_gradients() || (s.num_processes() > 1 && plugin.sync_each_batch);
+    for (auto &d : ddp_) d.second->set_require_sync(sync);
     s.in_accumulate = true;
 }
 
@@ -88,6 +206,7 @@ void Accelerator::accumulate_end()
 {
     if (!state_->in_accumulate) fail(ACCEL_ERR_FAILED_PRECONDITION, "accumulate_end: no matching accumulate_begin");
     state_->in_accumulate = false;
+    for (auto &d : ddp_) d.second->set_require_sync(true); // leaving no_sync
 }
 
 double Accelerator::clip_grad_norm(Model &model, double max_norm, double norm_type)
@@ -96,6 +215,7 @@ double Accelerator::clip_grad_norm(Model &model, double max_norm, double norm_ty
         fail(ACCEL_ERR_INVALID_ARGUMENT, "max_norm: expected a finite number >= 0, got " + std::to_string(max_norm));
     if (!(norm_type > 0.0))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "norm_type: expected a number > 0 or INFINITY, got " + std::to_string(norm_type));
+    unscale_gradients(nullptr); // the norm is that of the true (unscaled) gradients
     std::vector<at::Tensor> grads;
     for (const auto &p : model.parameters())
         if (p.grad().defined()) grads.push_back(p.grad());
@@ -121,9 +241,41 @@ void Accelerator::clip_grad_value(Model &model, double clip_value)
 {
     if (!(clip_value >= 0.0) || std::isinf(clip_value))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "clip_value: expected a finite number >= 0, got " + std::to_string(clip_value));
+    unscale_gradients(nullptr);
     at::NoGradGuard no_grad;
     for (const auto &p : model.parameters())
         if (p.grad().defined()) p.grad().clamp_(-clip_value, clip_value);
+}
+
+void Accelerator::unscale_gradients(AcceleratedOptimizer *optimizer)
+{
+    GradScaler *s = state_->scaler.get();
+    if (s == nullptr || !s->is_enabled()) return;
+    if (optimizer != nullptr) {
+        if (optimizer->prepared_by != state_)
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: not prepared by this accelerator");
+        s->unscale_(optimizer, optimizer->params());
+        return;
+    }
+    for (const auto &o : optimizers_) s->unscale_(o.get(), o->params());
+}
+
+void Accelerator::autocast_begin()
+{
+    const auto &c = state_->config;
+    // Accelerate's autocast(): torch.autocast for native AMP (bf16, fp8 -> bf16, fp16), else a null context.
+    if (c.mixed_precision == ACCEL_MIXED_PRECISION_NO) {
+        autocast_scopes_.push_back(nullptr);
+        return;
+    }
+    autocast_scopes_.push_back(
+        std::make_unique<AutocastScope>(at::kCPU, autocast_dtype(*state_), c.autocast.cache_enabled, c.autocast.enabled));
+}
+
+void Accelerator::autocast_end()
+{
+    if (autocast_scopes_.empty()) fail(ACCEL_ERR_FAILED_PRECONDITION, "autocast_end: no matching autocast_begin");
+    autocast_scopes_.pop_back();
 }
 
 bool Accelerator::optimizer_step_was_skipped() const
@@ -147,7 +299,17 @@ double Accelerator::train_step(Model &model, AcceleratedOptimizer &optimizer, Ac
         fail(ACCEL_ERR_INVALID_ARGUMENT, "scheduler: was created over a different optimizer");
     accumulate_begin();
     try {
-        at::Tensor out = forward(model, batch.inputs, true);
+        at::Tensor out;
+        try {
+            if (auto *d = ddp_of(model); d != nullptr && model.is_training()) d->broadcast_buffers();
+            out = forward(model, batch.inputs, true);
+        } catch (const c10::Error &e) {
+            // As accel_model_forward: inputs the model cannot take are an argument error, not an internal one.
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: the model cannot run on inputs of shape " +
+                                                 c10::str(batch.inputs.sizes()) + " and dtype " +
+                                                 c10::toString(batch.inputs.scalar_type()) + ": " +
+                                                 e.what_without_backtrace());
+        }
         at::Tensor value = compute_loss(loss, out, batch.labels);
         backward(value);
         optimizer.step();

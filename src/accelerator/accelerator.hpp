@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace accel {
@@ -18,9 +20,23 @@ class AcceleratedScheduler;
 class DataLoaderShard;
 struct Batch;
 
+class GradScaler;
+class AutocastScope;
+
+// An object registered with register_for_checkpointing: saved as custom_checkpoint_{i}.pkl.
+struct CheckpointObject {
+    std::function<std::string()> save;             // the bytes to store
+    std::function<void(const std::string &)> load; // receives the stored bytes
+    std::shared_ptr<std::string> blob;             // registered as bytes (else null: callbacks)
+};
+namespace parallel {
+class DistributedDataParallel;
+}
+
 class Accelerator {
 public:
     explicit Accelerator(const char *config_json);
+    ~Accelerator();
 
     const std::shared_ptr<AcceleratorState> &state() const { return state_; }
     const config::AcceleratorConfig &config() const { return state_->config; }
@@ -29,6 +45,18 @@ public:
     void prepare_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer);
     void prepare_dataloader(DataLoaderShard &loader);
     void prepare_scheduler(AcceleratedScheduler &scheduler);
+    // The same, also remembering the object (Accelerate's _models, _dataloaders, _schedulers lists),
+    // which save_state/load_state walk in preparation order (src/checkpointing/).
+    void prepare_model(const std::shared_ptr<Model> &model);
+    void prepare_dataloader(const std::shared_ptr<DataLoaderShard> &loader);
+    void prepare_scheduler(const std::shared_ptr<AcceleratedScheduler> &scheduler);
+    const std::vector<std::shared_ptr<Model>> &models() const { return models_; }
+    const std::vector<std::shared_ptr<AcceleratedOptimizer>> &optimizers() const { return optimizers_; }
+    const std::vector<std::shared_ptr<AcceleratedScheduler>> &schedulers() const { return schedulers_; }
+    const std::vector<std::shared_ptr<DataLoaderShard>> &dataloaders() const { return dataloaders_; }
+    std::vector<CheckpointObject> &custom_objects() { return custom_objects_; }
+    // ProjectConfiguration.iteration: the next automatic checkpoint number, +1 after every save_state.
+    int64_t &project_iteration() { return project_iteration_; }
 
     void backward(const at::Tensor &loss);
     void accumulate_begin();
@@ -36,15 +64,36 @@ public:
     double clip_grad_norm(Model &model, double max_norm, double norm_type);
     void clip_grad_value(Model &model, double clip_value);
     bool optimizer_step_was_skipped() const;
+    // Mixed precision: scaler.unscale_ on `optimizer` (nullptr: every prepared optimizer) when a gradient
+    // scaler is on (fp16), else nothing; accelerator.autocast() as a begin/end pair (thread-local state).
+    void unscale_gradients(AcceleratedOptimizer *optimizer);
+    void autocast_begin();
+    void autocast_end();
+    GradScaler *scaler() const { return state_->scaler.get(); }
 
     // forward, loss, backward, optimizer/scheduler step and zero_grad inside accumulate(); returns the loss.
     double train_step(Model &model, AcceleratedOptimizer &optimizer, AcceleratedScheduler *scheduler,
                       const Batch &batch, LossKind loss);
 
+    // Distributed (src/distributed, src/parallel/ddp, src/ops/collectives).
+    void wait_for_everyone();
+    void main_process_first_begin(bool local);
+    void main_process_first_end();
+    // DDP statistics of every prepared model, as JSON (benchmarks, diagnostics).
+    std::string ddp_stats_json() const;
+
 private:
+    parallel::DistributedDataParallel *ddp_of(const Model &model) const;
+    std::vector<std::pair<const Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
     void check_owner(const std::shared_ptr<AcceleratorState> &owner, const char *what) const;
     std::shared_ptr<AcceleratorState> state_;
     std::vector<std::shared_ptr<AcceleratedOptimizer>> optimizers_;
+    std::vector<std::unique_ptr<AutocastScope>> autocast_scopes_; // open autocast_begin calls (null: no-op scope)
+    std::vector<std::shared_ptr<Model>> models_;
+    std::vector<std::shared_ptr<AcceleratedScheduler>> schedulers_;
+    std::vector<std::shared_ptr<DataLoaderShard>> dataloaders_;
+    std::vector<CheckpointObject> custom_objects_;
+    int64_t project_iteration_ = 0;
 };
 
 } // namespace accel

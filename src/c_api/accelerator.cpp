@@ -3,6 +3,7 @@
 #include "c_api/guard.hpp"
 #include "c_api/handles.hpp"
 #include "config/env.hpp"
+#include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
 
 #include <cstdio>
@@ -30,8 +31,8 @@ ACCEL_API void accel_accelerator_free(accel_accelerator_t *accelerator) noexcept
 ACCEL_API accel_status_t accel_accelerator_get_config_json(const accel_accelerator_t *accelerator, char **out) noexcept
 {
     return guarded([&] {
-        auto &a = acc_of(accelerator);
         out_param(out);
+        auto &a = acc_of(accelerator);
         *out = owned_string(accel::config::to_json(a.config()));
     });
 }
@@ -58,16 +59,16 @@ ACCEL_API accel_status_t accel_accelerator_prepare(accel_accelerator_t *accelera
                                                     "(pass it in the same call or prepare it first)");
         }
         // Models, optimizers and data loaders first, then schedulers (Accelerate's two passes).
-        if (model) a.prepare_model(*model->impl);
+        if (model) a.prepare_model(model->impl);
         if (optimizer) a.prepare_optimizer(optimizer->impl);
-        if (dataloader) a.prepare_dataloader(*dataloader->impl);
-        if (scheduler) a.prepare_scheduler(*scheduler->impl);
+        if (dataloader) a.prepare_dataloader(dataloader->impl);
+        if (scheduler) a.prepare_scheduler(scheduler->impl);
     });
 }
 
 ACCEL_API accel_status_t accel_accelerator_prepare_model(accel_accelerator_t *accelerator, accel_model_t *model) noexcept
 {
-    return guarded([&] { acc_of(accelerator).prepare_model(*checked(model, "model").impl); });
+    return guarded([&] { acc_of(accelerator).prepare_model(checked(model, "model").impl); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_prepare_optimizer(accel_accelerator_t *accelerator,
@@ -79,22 +80,22 @@ ACCEL_API accel_status_t accel_accelerator_prepare_optimizer(accel_accelerator_t
 ACCEL_API accel_status_t accel_accelerator_prepare_dataloader(accel_accelerator_t *accelerator,
                                                               accel_dataloader_t *dataloader) noexcept
 {
-    return guarded([&] { acc_of(accelerator).prepare_dataloader(*checked(dataloader, "dataloader").impl); });
+    return guarded([&] { acc_of(accelerator).prepare_dataloader(checked(dataloader, "dataloader").impl); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_prepare_scheduler(accel_accelerator_t *accelerator,
                                                              accel_scheduler_t *scheduler) noexcept
 {
-    return guarded([&] { acc_of(accelerator).prepare_scheduler(*checked(scheduler, "scheduler").impl); });
+    return guarded([&] { acc_of(accelerator).prepare_scheduler(checked(scheduler, "scheduler").impl); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_unwrap_model(accel_accelerator_t *accelerator, const accel_model_t *model,
                                                         accel_model_t **out) noexcept
 {
     return guarded([&] {
+        out_param(out);
         auto &a = acc_of(accelerator);
         auto &m = checked(model, "model");
-        out_param(out);
         if (m.impl->prepared_by != nullptr && m.impl->prepared_by != a.state())
             fail(ACCEL_ERR_FAILED_PRECONDITION, "model: prepared by another accelerator");
         *out = new accel_model{m.impl, true};
@@ -178,6 +179,50 @@ ACCEL_API accel_status_t accel_accelerator_optimizer_step_was_skipped(const acce
         out_param(out);
         *out = a.optimizer_step_was_skipped();
     });
+}
+
+ACCEL_API accel_status_t accel_accelerator_has_grad_scaler(const accel_accelerator_t *accelerator, bool *out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        auto &a = acc_of(accelerator);
+        *out = a.scaler() != nullptr && a.scaler()->is_enabled();
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_get_grad_scale(const accel_accelerator_t *accelerator, double *out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        auto &a = acc_of(accelerator);
+        *out = a.scaler() != nullptr ? a.scaler()->get_scale() : 1.0;
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_get_grad_scaler_growth_tracker(const accel_accelerator_t *accelerator,
+                                                                          int64_t *out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        auto &a = acc_of(accelerator);
+        *out = a.scaler() != nullptr ? a.scaler()->get_growth_tracker() : 0;
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_unscale_gradients(accel_accelerator_t *accelerator,
+                                                             accel_optimizer_t *optimizer) noexcept
+{
+    return guarded([&] { acc_of(accelerator).unscale_gradients(optimizer != nullptr ? optimizer->impl.get() : nullptr); });
+}
+
+ACCEL_API accel_status_t accel_accelerator_autocast_begin(accel_accelerator_t *accelerator) noexcept
+{
+    return guarded([&] { acc_of(accelerator).autocast_begin(); });
+}
+
+ACCEL_API accel_status_t accel_accelerator_autocast_end(accel_accelerator_t *accelerator) noexcept
+{
+    return guarded([&] { acc_of(accelerator).autocast_end(); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_clip_grad_norm(accel_accelerator_t *accelerator, accel_model_t *model,

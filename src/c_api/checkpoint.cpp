@@ -2,28 +2,181 @@
 
 #include "c_api/guard.hpp"
 #include "c_api/handles.hpp"
+#include "checkpointing/checkpointing.hpp"
+#include "config/checkpoint_options.hpp"
 
 using accel::fail;
 using namespace accel::capi;
 
-// save_state/load_state need the safetensors and torch-pickle writers, which are not built yet.
+namespace {
+accel::Accelerator &acc_of(accel_accelerator_t *a) { return *checked(a, "accelerator").impl; }
+
+const char *optional_path(const char *p, const char *name)
+{
+    if (p != nullptr && p[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(name) + ": must not be empty");
+    return p;
+}
+
+void check_model_owner(accel::Accelerator &a, const accel_model_t &m)
+{
+    if (m.impl->prepared_by != nullptr && m.impl->prepared_by != a.state())
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "model: prepared by another accelerator");
+}
+
+std::string status_text(accel_status_t st) { return accel_status_name(st); }
+} // namespace
+
 extern "C" {
 
 ACCEL_API accel_status_t accel_accelerator_save_state(accel_accelerator_t *accelerator, const char *output_dir) noexcept
 {
     return guarded([&] {
-        checked(accelerator, "accelerator");
-        (void)output_dir;
-        fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: checkpointing is not yet supported by accel");
+        auto &a = acc_of(accelerator);
+        accel::ckpt::save_state(a, optional_path(output_dir, "output_dir"), {});
     });
 }
 
 ACCEL_API accel_status_t accel_accelerator_load_state(accel_accelerator_t *accelerator, const char *input_dir) noexcept
 {
     return guarded([&] {
-        checked(accelerator, "accelerator");
-        (void)input_dir;
-        fail(ACCEL_ERR_UNIMPLEMENTED, "load_state: checkpointing is not yet supported by accel");
+        auto &a = acc_of(accelerator);
+        accel::ckpt::load_state(a, optional_path(input_dir, "input_dir"), {});
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_save_state_with_options(accel_accelerator_t *accelerator,
+                                                                   const char *output_dir, const char *options_json,
+                                                                   char **out_dir) noexcept
+{
+    return guarded([&] {
+        if (out_dir != nullptr) *out_dir = nullptr;
+        auto &a = acc_of(accelerator);
+        auto opts = accel::config::parse_save_state_options(options_json, "options_json");
+        std::string dir = accel::ckpt::save_state(a, optional_path(output_dir, "output_dir"), opts);
+        if (out_dir != nullptr) *out_dir = owned_string(dir);
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_load_state_with_options(accel_accelerator_t *accelerator,
+                                                                   const char *input_dir, const char *options_json,
+                                                                   char **out_dir) noexcept
+{
+    return guarded([&] {
+        if (out_dir != nullptr) *out_dir = nullptr;
+        auto &a = acc_of(accelerator);
+        auto opts = accel::config::parse_load_state_options(options_json, "options_json");
+        std::string dir = accel::ckpt::load_state(a, optional_path(input_dir, "input_dir"), opts);
+        if (out_dir != nullptr) *out_dir = owned_string(dir);
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_save_model(accel_accelerator_t *accelerator, const accel_model_t *model,
+                                                      const char *save_directory, const char *options_json) noexcept
+{
+    return guarded([&] {
+        auto &a = acc_of(accelerator);
+        const auto &m = checked(model, "model");
+        const char *dir = checked_string(save_directory, "save_directory");
+        if (dir[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "save_directory: must not be empty");
+        check_model_owner(a, m);
+        auto opts = accel::config::parse_save_model_options(options_json, "options_json");
+        accel::ckpt::save_model(a, *m.impl, dir, opts);
+    });
+}
+
+ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model_t *model, const char *path,
+                                                     const char *options_json) noexcept
+{
+    return guarded([&] {
+        auto &m = checked(model, "model");
+        const char *p = checked_string(path, "path");
+        if (p[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "path: must not be empty");
+        auto opts = accel::config::parse_load_checkpoint_options(options_json, "options_json");
+        accel::ckpt::load_checkpoint_in_model(*m.impl, p, opts);
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_register_for_checkpointing(accel_accelerator_t *accelerator,
+                                                                      accel_checkpoint_save_fn_t save_fn,
+                                                                      accel_checkpoint_load_fn_t load_fn,
+                                                                      void *user_data, int32_t *out_index) noexcept
+{
+    return guarded([&] {
+        out_param(out_index, "out_index");
+        auto &a = acc_of(accelerator);
+        if (save_fn == nullptr) fail(ACCEL_ERR_INVALID_ARGUMENT, "save_fn: must not be NULL");
+        if (load_fn == nullptr) fail(ACCEL_ERR_INVALID_ARGUMENT, "load_fn: must not be NULL");
+        const size_t index = a.custom_objects().size();
+        accel::CheckpointObject obj;
+        obj.save = [save_fn, user_data, index]() {
+            const uint8_t *data = nullptr;
+            size_t len = 0;
+            accel_status_t st = save_fn(user_data, &data, &len);
+            if (st != ACCEL_OK)
+                fail(st, "save_state: the save callback of custom object " + std::to_string(index) + " returned " +
+                             status_text(st));
+            if (data == nullptr && len != 0)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "save_state: the save callback of custom object " +
+                                                     std::to_string(index) + " returned NULL data with length " +
+                                                     std::to_string(len));
+            return std::string(reinterpret_cast<const char *>(data), len);
+        };
+        obj.load = [load_fn, user_data, index](const std::string &bytes) {
+            accel_status_t st = load_fn(user_data, reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size());
+            if (st != ACCEL_OK)
+                fail(st, "load_state: the load callback of custom object " + std::to_string(index) + " returned " +
+                             status_text(st));
+        };
+        a.custom_objects().push_back(std::move(obj));
+        *out_index = static_cast<int32_t>(index);
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_register_bytes_for_checkpointing(accel_accelerator_t *accelerator,
+                                                                            const uint8_t *data, size_t len,
+                                                                            int32_t *out_index) noexcept
+{
+    return guarded([&] {
+        out_param(out_index, "out_index");
+        auto &a = acc_of(accelerator);
+        if (data == nullptr && len != 0) fail(ACCEL_ERR_INVALID_ARGUMENT, "data: must not be NULL when len > 0");
+        auto blob = std::make_shared<std::string>(reinterpret_cast<const char *>(data), data ? len : 0);
+        accel::CheckpointObject obj;
+        obj.blob = blob;
+        obj.save = [blob]() { return *blob; };
+        obj.load = [blob](const std::string &bytes) { *blob = bytes; };
+        a.custom_objects().push_back(std::move(obj));
+        *out_index = static_cast<int32_t>(a.custom_objects().size() - 1);
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_get_checkpointing_bytes(const accel_accelerator_t *accelerator,
+                                                                   int32_t index, const uint8_t **out_data,
+                                                                   size_t *out_len) noexcept
+{
+    return guarded([&] {
+        out_param(out_data, "out_data");
+        out_param(out_len, "out_len");
+        auto &a = *checked(accelerator, "accelerator").impl;
+        auto &objs = a.custom_objects();
+        if (index < 0 || static_cast<size_t>(index) >= objs.size())
+            fail(ACCEL_ERR_OUT_OF_RANGE, "index: " + std::to_string(index) + " is not a registered object (" +
+                                             std::to_string(objs.size()) + " registered)");
+        const auto &obj = objs[static_cast<size_t>(index)];
+        if (!obj.blob)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "index: object " + std::to_string(index) +
+                                                 " was registered with callbacks, not as bytes");
+        *out_data = reinterpret_cast<const uint8_t *>(obj.blob->data());
+        *out_len = obj.blob->size();
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_get_project_iteration(const accel_accelerator_t *accelerator,
+                                                                 int64_t *out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        *out = checked(accelerator, "accelerator").impl->project_iteration();
     });
 }
 

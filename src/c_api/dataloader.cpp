@@ -14,8 +14,8 @@ ACCEL_API accel_status_t accel_dataloader_create_from_tensors(const accel_tensor
                                                               accel_dataloader_t **out) noexcept
 {
     return guarded([&] {
-        auto &f = checked(features, "features");
         out_param(out);
+        auto &f = checked(features, "features");
         if (f.tensor.dim() < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "features: expected at least 1 dimension (samples), got a scalar");
         auto data = std::make_shared<accel::TensorDataset>();
         data->features = f.tensor.detach();
@@ -36,8 +36,8 @@ ACCEL_API void accel_dataloader_free(accel_dataloader_t *dataloader) noexcept { 
 ACCEL_API accel_status_t accel_dataloader_next(accel_dataloader_t *dataloader, accel_batch_t **out) noexcept
 {
     return guarded([&] {
-        auto &d = checked(dataloader, "dataloader");
         out_param(out);
+        auto &d = checked(dataloader, "dataloader");
         auto b = d.impl->next();
         if (b) emit(out, std::move(*b));
     });
@@ -70,8 +70,8 @@ ACCEL_API accel_status_t accel_dataloader_skip_first_batches(const accel_dataloa
                                                              accel_dataloader_t **out) noexcept
 {
     return guarded([&] {
-        auto &d = checked(dataloader, "dataloader");
         out_param(out);
+        auto &d = checked(dataloader, "dataloader");
         emit(out, d.impl->skip_first_batches(num_batches));
     });
 }
@@ -81,8 +81,8 @@ ACCEL_API void accel_batch_free(accel_batch_t *batch) noexcept { delete batch; }
 ACCEL_API accel_status_t accel_batch_get_inputs(const accel_batch_t *batch, accel_tensor_t **out) noexcept
 {
     return guarded([&] {
-        auto &b = checked(batch, "batch");
         out_param(out);
+        auto &b = checked(batch, "batch");
         *out = new_tensor(b.batch.inputs);
     });
 }
@@ -90,9 +90,20 @@ ACCEL_API accel_status_t accel_batch_get_inputs(const accel_batch_t *batch, acce
 ACCEL_API accel_status_t accel_batch_get_labels(const accel_batch_t *batch, accel_tensor_t **out) noexcept
 {
     return guarded([&] {
-        auto &b = checked(batch, "batch");
         out_param(out);
+        auto &b = checked(batch, "batch");
         if (b.batch.labels.defined()) *out = new_tensor(b.batch.labels);
+    });
+}
+
+ACCEL_API accel_status_t accel_batch_get_indices(const accel_batch_t *batch, accel_tensor_t **out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        auto &b = checked(batch, "batch");
+        if (!b.batch.indices.defined())
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "batch: it does not come from a data loader, so it has no sample indices");
+        *out = new_tensor(b.batch.indices);
     });
 }
 

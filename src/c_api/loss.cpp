@@ -10,10 +10,10 @@ extern "C" ACCEL_API accel_status_t accel_loss_compute(const char *name, const a
                                                        const accel_tensor_t *targets, accel_tensor_t **out) noexcept
 {
     return guarded([&] {
+        out_param(out);
         accel::LossKind kind = accel::parse_loss_name(name);
         auto &o = checked(outputs, "outputs");
         auto &t = checked(targets, "targets");
-        out_param(out);
         *out = new_tensor(accel::compute_loss(kind, o.tensor, t.tensor));
     });
 }

@@ -40,9 +40,9 @@ ACCEL_API accel_status_t accel_model_forward(accel_model_t *model, const accel_t
                                              accel_tensor_t **out) noexcept
 {
     return guarded([&] {
+        out_param(out);
         auto &m = checked(model, "model");
         auto &in = checked(input, "input");
-        out_param(out);
         at::Tensor result;
         try {
             result = accel::forward(*m.impl, in.tensor, !m.unwrapped);
@@ -97,8 +97,8 @@ ACCEL_API accel_status_t accel_model_get_parameter_name(const accel_model_t *mod
                                                         const char **out) noexcept
 {
     return guarded([&] {
-        auto &m = checked(model, "model");
         out_param(out);
+        auto &m = checked(model, "model");
         const auto &params = m.impl->named_parameters();
         if (index >= params.size())
             fail(ACCEL_ERR_OUT_OF_RANGE, "index: the model has " + std::to_string(params.size()) + " parameters, got " +
@@ -111,9 +111,9 @@ ACCEL_API accel_status_t accel_model_get_tensor(const accel_model_t *model, cons
                                                 accel_tensor_t **out) noexcept
 {
     return guarded([&] {
+        out_param(out);
         auto &m = checked(model, "model");
         const char *key = checked_string(name, "name");
-        out_param(out);
         const at::Tensor *t = m.impl->find_tensor(key);
         if (t == nullptr) fail(ACCEL_ERR_NOT_FOUND, std::string("name: the model has no tensor \"") + key + "\"");
         *out = new_tensor(t->detach().clone());
@@ -124,9 +124,9 @@ ACCEL_API accel_status_t accel_model_get_gradient(const accel_model_t *model, co
                                                   accel_tensor_t **out) noexcept
 {
     return guarded([&] {
+        out_param(out);
         auto &m = checked(model, "model");
         const char *key = checked_string(name, "name");
-        out_param(out);
         for (const auto &p : m.impl->named_parameters())
             if (p.first == key) {
                 if (p.second.grad().defined()) *out = new_tensor(p.second.grad().detach().clone());
@@ -149,8 +149,8 @@ ACCEL_API accel_status_t accel_model_get_state_dict_key(const accel_model_t *mod
                                                         const char **out) noexcept
 {
     return guarded([&] {
-        auto &m = checked(model, "model");
         out_param(out);
+        auto &m = checked(model, "model");
         const size_t size = m.impl->named_parameters().size() + m.impl->named_buffers().size();
         if (index >= size)
             fail(ACCEL_ERR_OUT_OF_RANGE, "index: the state dict has " + std::to_string(size) + " entries, got " +

@@ -16,8 +16,8 @@ ACCEL_API accel_status_t accel_optimizer_create(accel_model_t *model, const char
                                                 accel_optimizer_t **out) noexcept
 {
     return guarded([&] {
-        auto &m = checked(model, "model");
         out_param(out);
+        auto &m = checked(model, "model");
         auto config = accel::config::parse_optimizer_config(config_json);
         emit(out, std::make_shared<accel::AcceleratedOptimizer>(m.impl, config));
     });
@@ -67,8 +67,8 @@ ACCEL_API accel_status_t accel_scheduler_create(accel_optimizer_t *optimizer, co
                                                 accel_scheduler_t **out) noexcept
 {
     return guarded([&] {
-        auto &o = checked(optimizer, "optimizer");
         out_param(out);
+        auto &o = checked(optimizer, "optimizer");
         auto config = accel::config::parse_scheduler_config(config_json);
         auto s = std::make_shared<accel::AcceleratedScheduler>(o.impl, std::move(config));
         emit(out, std::move(s));

@@ -168,8 +168,8 @@ ACCEL_API accel_status_t accel_tensor_get_item(const accel_tensor_t *tensor, dou
 ACCEL_API accel_status_t accel_tensor_to_dlpack(const accel_tensor_t *tensor, void **out) noexcept
 {
     return guarded([&] {
-        auto &t = checked(tensor, "tensor");
         out_param(out);
+        auto &t = checked(tensor, "tensor");
         // DLPack cannot describe autograd; the export shares memory with a detached view.
         *out = at::toDLPack(t.tensor.detach());
     });
@@ -193,7 +193,16 @@ ACCEL_API accel_status_t accel_tensor_create_from_dlpack(void *managed_tensor, a
         if (m->dl_tensor.device.device_type != kDLCPU)
             fail(ACCEL_ERR_UNIMPLEMENTED, "managed_tensor: only CPU memory can be imported in this build");
         // fromDLPack validates the dtype and takes ownership only when it succeeds.
-        at::Tensor t = at::fromDLPack(m);
+        at::Tensor t;
+        try {
+            t = at::fromDLPack(m);
+        } catch (const c10::Error &e) {
+            // A dtype LibTorch cannot represent is the caller's input, not an internal error.
+            const DLDataType &dt = m->dl_tensor.dtype;
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "managed_tensor: unsupported dtype (code " + std::to_string(dt.code) +
+                                                 ", bits " + std::to_string(dt.bits) + ", lanes " +
+                                                 std::to_string(dt.lanes) + "): " + e.what_without_backtrace());
+        }
         *out = new_tensor(std::move(t));
     });
 }

@@ -6,6 +6,8 @@
 
 #include <cjson/cJSON.h>
 
+#include <cctype>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 
@@ -19,11 +21,9 @@ accel_mixed_precision_t parse_mixed_precision(const std::string &path, const std
 {
     if (v == "no") return ACCEL_MIXED_PRECISION_NO;
     if (v == "bf16") return ACCEL_MIXED_PRECISION_BF16;
-    if (v == "fp16")
-        fail(ACCEL_ERR_UNIMPLEMENTED, path + ": \"fp16\" (autocast with a dynamic loss scaler) is not yet supported by "
-                                             "accel; use \"bf16\" or \"no\"");
-    if (v == "fp8")
-        fail(ACCEL_ERR_UNIMPLEMENTED, path + ": \"fp8\" is not yet supported by accel; use \"bf16\" or \"no\"");
+    // fp16 parses everywhere; whether the device has fp16 kernels is probed when the accelerator is created.
+    if (v == "fp16") return ACCEL_MIXED_PRECISION_FP16;
+    if (v == "fp8") return ACCEL_MIXED_PRECISION_FP8;
     fail(ACCEL_ERR_INVALID_ARGUMENT, path + ": expected one of \"no\", \"fp16\", \"bf16\", \"fp8\", got \"" + v + "\"");
 }
 
@@ -51,6 +51,131 @@ void only_defaults(JsonObject &parent, const char *key, const std::string &featu
                                           "; only the default value is accepted");
 }
 
+std::string upper(std::string s)
+{
+    for (char &ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return s;
+}
+
+// fp8_format as Accelerate accepts it (upper-cased). `where` is the JSON path or the environment variable.
+std::string checked_fp8_format(const std::string &where, const std::string &value)
+{
+    std::string v = upper(value);
+    if (v == "E4M3" || v == "HYBRID") return v;
+    if (v == "E5M2")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": \"E5M2\" alone is rejected by TransformerEngine's recipes (forward "
+                                                 "tensors need E4M3); expected \"E4M3\" or \"HYBRID\", got \"" + value + "\"");
+    fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": expected \"E4M3\" or \"HYBRID\", got \"" + value + "\"");
+}
+
+// ACCELERATE_FP8_* (what `accelerate launch --fp8_*` exports): defaults for FP8RecipeKwargs.
+void fp8_recipe_from_env(FP8RecipeKwargs &r)
+{
+    auto int_env = [](const char *name, int64_t def, int64_t min, int64_t max) {
+        auto v = env_string(name);
+        if (!v) return def;
+        char *end = nullptr;
+        long long x = std::strtoll(v->c_str(), &end, 10);
+        if (end == v->c_str() || *end != '\0' || x < min || x > max)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected an integer in " +
+                                                 std::to_string(min) + ".." + std::to_string(max) + ", got \"" + *v + "\"");
+        return static_cast<int64_t>(x);
+    };
+    if (auto v = env_string("ACCELERATE_FP8_FORMAT")) r.fp8_format = checked_fp8_format("environment variable ACCELERATE_FP8_FORMAT", *v);
+    r.margin = int_env("ACCELERATE_FP8_MARGIN", r.margin, 0, 127);
+    r.interval = int_env("ACCELERATE_FP8_INTERVAL", r.interval, 1, INT32_MAX);
+    r.amax_history_len = int_env("ACCELERATE_FP8_AMAX_HISTORY_LEN", r.amax_history_len, 1, 1 << 20);
+    if (auto v = env_string("ACCELERATE_FP8_AMAX_COMPUTE_ALGO")) {
+        if (*v != "max" && *v != "most_recent")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable ACCELERATE_FP8_AMAX_COMPUTE_ALGO: expected \"max\" or "
+                                             "\"most_recent\", got \"" + *v + "\"");
+        r.amax_compute_algo = *v;
+    }
+    r.use_autocast_during_eval = env_flag("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", r.use_autocast_during_eval);
+    r.override_linear_precision[0] = env_flag("ACCELERATE_FP8_OVERRIDE_FPROP", r.override_linear_precision[0]);
+    r.override_linear_precision[1] = env_flag("ACCELERATE_FP8_OVERRIDE_DGRAD", r.override_linear_precision[1]);
+    r.override_linear_precision[2] = env_flag("ACCELERATE_FP8_OVERRIDE_WGRAD", r.override_linear_precision[2]);
+}
+
+// kwargs_handlers.fp8_recipe: FP8RecipeKwargs / TERecipeKwargs fields. accel emulates TransformerEngine's
+// delayed scaling, so only the "te" backend exists; MS-AMP and MXFP8 block scaling are not implemented.
+void parse_fp8_recipe(JsonObject &o, FP8RecipeKwargs &r)
+{
+    if (auto b = o.get_optional_string("backend")) {
+        std::string v = upper(*b);
+        if (v == "MSAMP")
+            fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("backend") + ": MS-AMP has no LibTorch counterpart; accel emulates "
+                                                                 "TransformerEngine's delayed scaling (backend \"te\")");
+        if (v != "TE") fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("backend") + ": expected \"te\" or \"msamp\", got \"" + *b + "\"");
+        r.backend = "te";
+    }
+    // MS-AMP's optimisation level: accepted (Python configs carry it) and unused with the "te" backend.
+    for (const char *key : {"opt_level", "optimization_level"}) o.get_enum(key, "O2", {"O1", "O2"});
+    if (auto f = o.get_optional_string("fp8_format")) r.fp8_format = checked_fp8_format(o.path_of("fp8_format"), *f);
+    r.margin = o.get_int("margin", r.margin, 0, 127);
+    r.interval = o.get_int("interval", r.interval, 1, INT32_MAX);
+    r.amax_history_len = o.get_int("amax_history_len", r.amax_history_len, 1, 1 << 20);
+    r.amax_compute_algo = o.get_enum("amax_compute_algo", r.amax_compute_algo, {"max", "most_recent"});
+    auto olp = o.get_bool_array("override_linear_precision",
+                                {r.override_linear_precision[0], r.override_linear_precision[1],
+                                 r.override_linear_precision[2]},
+                                3);
+    for (size_t i = 0; i < 3; ++i) r.override_linear_precision[i] = olp[i];
+    r.use_autocast_during_eval = o.get_bool("use_autocast_during_eval", r.use_autocast_during_eval);
+    if (o.get_bool("use_mxfp8_block_scaling", false))
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("use_mxfp8_block_scaling") + ": MXFP8 block scaling is " + kNotYet +
+                                          "; only per-tensor delayed scaling is emulated");
+    o.finish();
+}
+
+// kwargs_handlers.ddp: DistributedDataParallelKwargs, implemented by src/parallel/ddp.
+void parse_ddp_kwargs(JsonObject &o, DistributedDataParallelKwargs &d)
+{
+    d.dim = o.get_int("dim", d.dim, 0, 64); // scatter dimension of single-process multi-device DDP: no effect here
+    d.broadcast_buffers = o.get_bool("broadcast_buffers", d.broadcast_buffers);
+    d.bucket_cap_mb = o.get_int("bucket_cap_mb", d.bucket_cap_mb, 1, 1 << 20);
+    d.find_unused_parameters = o.get_bool("find_unused_parameters", d.find_unused_parameters);
+    d.check_reduction = o.get_bool("check_reduction", d.check_reduction); // deprecated in PyTorch; no effect
+    d.gradient_as_bucket_view = o.get_bool("gradient_as_bucket_view", d.gradient_as_bucket_view);
+    d.static_graph = o.get_bool("static_graph", d.static_graph); // buckets never change here: no effect
+    d.comm_hook = o.get_enum("comm_hook", d.comm_hook, {"no", "fp16", "bf16", "power_sgd", "batched_power_sgd"});
+    if (d.comm_hook == "power_sgd" || d.comm_hook == "batched_power_sgd")
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("comm_hook") + ": the PowerSGD communication hooks are " + kNotYet +
+                                          "; use \"no\", \"fp16\" or \"bf16\"");
+    // comm_wrapper only wraps PowerSGD hooks in Accelerate, so nothing but "no" has a meaning here.
+    std::string wrapper = o.get_enum("comm_wrapper", "no", {"no", "fp16", "bf16"});
+    if (wrapper != "no")
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("comm_wrapper") + ": communication wrappers apply to the PowerSGD "
+                                                                  "hooks, which are " + kNotYet + "; got \"" + wrapper + "\"");
+    if (auto st = o.get_object("comm_state_option")) {
+        st->finish(); // PowerSGD's options: only an empty object is meaningful without PowerSGD
+    }
+    o.finish();
+}
+
+// kwargs_handlers.init_process_group: InitProcessGroupKwargs (backend, init_method, timeout in seconds).
+void parse_init_process_group(JsonObject &o, InitProcessGroupKwargs &k)
+{
+    if (auto b = o.get_optional_string("backend")) {
+        if (*b == "gloo" || *b == "mpi" || *b == "nccl") k.backend = *b;
+        else if (*b == "ccl" || *b == "xccl" || *b == "hccl" || *b == "cncl" || *b == "mccl" || *b == "ucc" ||
+                 b->find("nccl,") != std::string::npos || b->find(":nccl") != std::string::npos)
+            fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("backend") + ": the \"" + *b + "\" backend is " + kNotYet +
+                                              "; expected \"gloo\", \"mpi\" or \"nccl\"");
+        else
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("backend") + ": expected \"gloo\", \"mpi\" or \"nccl\", got \"" +
+                                                 *b + "\"");
+    }
+    if (auto m = o.get_optional_string("init_method")) {
+        if (m->rfind("env://", 0) != 0 && m->rfind("tcp://", 0) != 0 && m->rfind("file://", 0) != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("init_method") + ": expected \"env://\", \"tcp://HOST:PORT\" "
+                                                                        "or \"file:///PATH\", got \"" + *m + "\"");
+        k.init_method = *m;
+    }
+    k.timeout = o.get_double("timeout", k.timeout, 0.0, 1e9, true);
+    o.finish();
+}
+
 void parse_kwargs_handlers(JsonObject &root, AcceleratorConfig &c)
 {
     auto kw = root.get_object("kwargs_handlers");
@@ -60,56 +185,49 @@ void parse_kwargs_handlers(JsonObject &root, AcceleratorConfig &c)
         c.autocast.cache_enabled = ac->get_bool("cache_enabled", true);
         ac->finish();
     }
-    only_defaults(*kw, "ddp", "DistributedDataParallelKwargs (multi-process training)", [](JsonObject &o) {
-        std::string changed;
-        auto note = [&](bool differs, const char *k) { if (differs && changed.empty()) changed = k; };
-        note(o.get_int("dim", 0, 0, 64) != 0, "dim");
-        note(!o.get_bool("broadcast_buffers", true), "broadcast_buffers");
-        note(o.get_int("bucket_cap_mb", 25, 1, 1 << 20) != 25, "bucket_cap_mb");
-        note(o.get_bool("find_unused_parameters", false), "find_unused_parameters");
-        note(o.get_bool("check_reduction", false), "check_reduction");
-        note(o.get_bool("gradient_as_bucket_view", false), "gradient_as_bucket_view");
-        note(o.get_bool("static_graph", false), "static_graph");
-        note(o.get_enum("comm_hook", "no", {"no", "fp16", "bf16", "power_sgd", "batched_power_sgd"}) != "no", "comm_hook");
-        note(o.get_enum("comm_wrapper", "no", {"no", "fp16", "bf16"}) != "no", "comm_wrapper");
-        if (auto st = o.get_object("comm_state_option")) { st->finish(); }
-        return changed;
-    });
-    only_defaults(*kw, "grad_scaler", "GradScalerKwargs (fp16 loss scaling)", [](JsonObject &o) {
-        std::string changed;
-        auto note = [&](bool differs, const char *k) { if (differs && changed.empty()) changed = k; };
-        note(o.get_double("init_scale", 65536.0, 0.0, INFINITY, true) != 65536.0, "init_scale");
-        note(o.get_double("growth_factor", 2.0, 1.0, INFINITY, true) != 2.0, "growth_factor");
-        note(o.get_double("backoff_factor", 0.5, 0.0, 1.0, true) != 0.5 , "backoff_factor");
-        note(o.get_int("growth_interval", 2000, 1, INT64_MAX) != 2000, "growth_interval");
-        note(!o.get_bool("enabled", true), "enabled");
-        return changed;
-    });
-    only_defaults(*kw, "init_process_group", "InitProcessGroupKwargs (multi-process training)", [](JsonObject &o) {
-        std::string changed;
-        if (o.get_optional_string("backend")) changed = "backend";
-        if (o.get_optional_string("init_method") && changed.empty()) changed = "init_method";
-        if (o.get_double("timeout", 1800.0, 0.0, INFINITY, true) != 1800.0 && changed.empty()) changed = "timeout";
-        return changed;
-    });
-    kw->require_absent("fp8_recipe", "FP8RecipeKwargs is " + std::string(kNotYet));
+    if (auto ddp = kw->get_object("ddp")) parse_ddp_kwargs(*ddp, c.ddp);
+    if (auto gs = kw->get_object("grad_scaler")) {
+        // PyTorch's GradScaler asserts growth_factor > 1 and backoff_factor < 1; its growth tracker is an int32.
+        auto &g = c.grad_scaler;
+        g.init_scale = gs->get_double("init_scale", g.init_scale, 0.0, FLT_MAX, true);
+        g.growth_factor = gs->get_double("growth_factor", g.growth_factor, 1.0, FLT_MAX, true);
+        g.backoff_factor = gs->get_double("backoff_factor", g.backoff_factor, 0.0, 1.0, true, true);
+        g.growth_interval = gs->get_int("growth_interval", g.growth_interval, 1, INT32_MAX);
+        g.enabled = gs->get_bool("enabled", g.enabled);
+        gs->finish();
+    }
+    if (auto ipg = kw->get_object("init_process_group")) parse_init_process_group(*ipg, c.init_process_group);
+    if (auto fp8 = kw->get_object("fp8_recipe")) parse_fp8_recipe(*fp8, c.fp8_recipe);
     kw->require_absent("profile", "ProfileKwargs is " + std::string(kNotYet));
     kw->finish();
 }
 
-void parse_project_config(JsonObject &root)
+// Accelerator(project_dir=..., project_config=ProjectConfiguration(...)): project_dir applies when the
+// configuration has none (Accelerate's set_directories), and logging_dir defaults to project_dir.
+void parse_project_config(JsonObject &root, ProjectConfiguration &p)
 {
-    root.require_absent("project_dir", "project_dir (checkpointing) is " + std::string(kNotYet));
-    only_defaults(root, "project_config", "ProjectConfiguration (checkpointing)", [](JsonObject &o) {
-        std::string changed;
-        if (o.get_optional_string("project_dir")) changed = "project_dir";
-        if (o.get_optional_string("logging_dir") && changed.empty()) changed = "logging_dir";
-        if (o.get_bool("automatic_checkpoint_naming", false) && changed.empty()) changed = "automatic_checkpoint_naming";
-        if (o.get_optional_int("total_limit", 0, INT64_MAX) && changed.empty()) changed = "total_limit";
-        if (o.get_int("iteration", 0, 0, INT64_MAX) != 0 && changed.empty()) changed = "iteration";
-        if (o.get_bool("save_on_each_node", false) && changed.empty()) changed = "save_on_each_node";
-        return changed;
-    });
+    auto non_empty_path = [](JsonObject &o, const char *key) -> std::optional<std::string> {
+        auto v = o.get_optional_string(key);
+        if (v && v->empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": expected a non-empty path, got \"\"");
+        if (v && v->find('\0') != std::string::npos)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": the path contains a NUL character");
+        return v;
+    };
+    auto top_dir = non_empty_path(root, "project_dir");
+    if (auto o = root.get_object("project_config")) {
+        p.project_dir = non_empty_path(*o, "project_dir");
+        p.logging_dir = non_empty_path(*o, "logging_dir");
+        p.automatic_checkpoint_naming = o->get_bool("automatic_checkpoint_naming", false);
+        p.total_limit = o->get_optional_int("total_limit", 1, INT32_MAX);
+        p.iteration = o->get_int("iteration", 0, 0, INT64_MAX / 2);
+        p.save_on_each_node = o->get_bool("save_on_each_node", false);
+        o->finish();
+    }
+    if (top_dir && !p.project_dir) p.project_dir = top_dir;
+    if (p.project_dir && !p.logging_dir) p.logging_dir = p.project_dir;
+    if (p.automatic_checkpoint_naming && !p.project_dir)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "project_config.automatic_checkpoint_naming: true needs "
+                                         "project_config.project_dir (or project_dir), which is not set");
 }
 
 void parse_dataloader_config(JsonObject &root, AcceleratorConfig &c, bool split_batches_arg)
@@ -207,8 +325,10 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     }
     c.step_scheduler_with_optimizer = root.get_bool("step_scheduler_with_optimizer", true);
 
+    // Accelerate reads ACCELERATE_FP8_* only when it builds an FP8 recipe; JSON values then override them.
+    if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP8) fp8_recipe_from_env(c.fp8_recipe);
     parse_kwargs_handlers(root, c);
-    parse_project_config(root);
+    parse_project_config(root, c.project);
     root.require_absent("deepspeed_plugin", "DeepSpeed (ZeRO sharding) is " + std::string(kNotYet));
     root.require_absent("fsdp_plugin", "FSDP sharding is " + std::string(kNotYet));
     root.require_absent("megatron_lm_plugin", "Megatron-LM parallelism is " + std::string(kNotYet));
@@ -223,10 +343,7 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     }
     root.finish();
 
-    if (c.topology.world_size > 1)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "environment: WORLD_SIZE=" + std::to_string(c.topology.world_size) +
-                                          " asks for multi-process training, whose communication backends (gloo, mpi, "
-                                          "nccl) are " + kNotYet + "; run a single process");
+    // Multi-process topologies are checked when the communicator is created (src/distributed).
     return c;
 }
 
@@ -261,13 +378,57 @@ std::string to_json(const AcceleratorConfig &c)
         .add("enabled", c.autocast.enabled)
         .add("cache_enabled", c.autocast.cache_enabled)
         .end_object()
-        .end_object();
-    w.add_null("project_config").add_null("deepspeed_plugin").add_null("fsdp_plugin");
+        .begin_object("grad_scaler")
+        .add("init_scale", c.grad_scaler.init_scale)
+        .add("growth_factor", c.grad_scaler.growth_factor)
+        .add("backoff_factor", c.grad_scaler.backoff_factor)
+        .add("growth_interval", c.grad_scaler.growth_interval)
+        .add("enabled", c.grad_scaler.enabled)
+        .end_object()
+        .begin_object("fp8_recipe")
+        .add("backend", c.fp8_recipe.backend)
+        .add("fp8_format", c.fp8_recipe.fp8_format)
+        .add("margin", c.fp8_recipe.margin)
+        .add("interval", c.fp8_recipe.interval)
+        .add("amax_history_len", c.fp8_recipe.amax_history_len)
+        .add("amax_compute_algo", c.fp8_recipe.amax_compute_algo)
+        .add_bools("override_linear_precision", {c.fp8_recipe.override_linear_precision[0],
+                                                 c.fp8_recipe.override_linear_precision[1],
+                                                 c.fp8_recipe.override_linear_precision[2]})
+        .add("use_autocast_during_eval", c.fp8_recipe.use_autocast_during_eval)
+        .end_object()
+        .begin_object("ddp")
+        .add("dim", c.ddp.dim)
+        .add("broadcast_buffers", c.ddp.broadcast_buffers)
+        .add("bucket_cap_mb", c.ddp.bucket_cap_mb)
+        .add("find_unused_parameters", c.ddp.find_unused_parameters)
+        .add("check_reduction", c.ddp.check_reduction)
+        .add("gradient_as_bucket_view", c.ddp.gradient_as_bucket_view)
+        .add("static_graph", c.ddp.static_graph)
+        .add("comm_hook", c.ddp.comm_hook)
+        .end_object()
+        .begin_object("init_process_group");
+    if (c.init_process_group.backend.empty()) w.add_null("backend");
+    else w.add("backend", c.init_process_group.backend);
+    if (c.init_process_group.init_method.empty()) w.add_null("init_method");
+    else w.add("init_method", c.init_process_group.init_method);
+    w.add("timeout", c.init_process_group.timeout).end_object().end_object();
+    w.begin_object("project_config");
+    if (c.project.project_dir) w.add("project_dir", *c.project.project_dir);
+    else w.add_null("project_dir");
+    if (c.project.logging_dir) w.add("logging_dir", *c.project.logging_dir);
+    else w.add_null("logging_dir");
+    w.add("automatic_checkpoint_naming", c.project.automatic_checkpoint_naming);
+    if (c.project.total_limit) w.add("total_limit", *c.project.total_limit);
+    else w.add_null("total_limit");
+    w.add("iteration", c.project.iteration).add("save_on_each_node", c.project.save_on_each_node).end_object();
+    w.add_null("deepspeed_plugin").add_null("fsdp_plugin");
     w.begin_object("process")
         .add("rank", static_cast<int64_t>(c.topology.rank))
         .add("world_size", static_cast<int64_t>(c.topology.world_size))
         .add("local_rank", static_cast<int64_t>(c.topology.local_rank))
         .add("local_world_size", static_cast<int64_t>(c.topology.local_world_size))
+        .add("launcher", c.topology.launcher)
         .end_object();
     return w.str();
 }

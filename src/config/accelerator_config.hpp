@@ -32,12 +32,67 @@ struct AutocastKwargs {
     bool cache_enabled = true;
 };
 
+// GradScalerKwargs: PyTorch GradScaler's constructor arguments (used with mixed_precision "fp16").
+struct GradScalerKwargs {
+    double init_scale = 65536.0;
+    double growth_factor = 2.0;  // > 1
+    double backoff_factor = 0.5; // in (0, 1)
+    int64_t growth_interval = 2000;
+    bool enabled = true;
+};
+
+// FP8RecipeKwargs (TransformerEngine's DelayedScaling recipe), emulated by src/precision/fp8.
+struct FP8RecipeKwargs {
+    std::string backend = "te";
+    std::string fp8_format = "HYBRID";           // "E4M3" or "HYBRID" (forward E4M3, gradients E5M2)
+    int64_t margin = 0;
+    int64_t interval = 1;                        // recompute the scales every `interval` updates
+    int64_t amax_history_len = 1024;
+    std::string amax_compute_algo = "most_recent"; // or "max"
+    bool override_linear_precision[3] = {false, false, false}; // fprop, dgrad, wgrad in high precision
+    bool use_autocast_during_eval = false;
+};
+
+// ProjectConfiguration: where save_state writes and how checkpoints are named and rotated.
+struct ProjectConfiguration {
+    std::optional<std::string> project_dir;
+    std::optional<std::string> logging_dir; // defaults to project_dir
+    bool automatic_checkpoint_naming = false;
+    std::optional<int64_t> total_limit;     // >= 1
+    int64_t iteration = 0;                  // the first automatic checkpoint number
+    bool save_on_each_node = false;
+};
+
 // Process topology read from the launcher's environment.
 struct ProcessTopology {
     int32_t rank = 0;
     int32_t world_size = 1;
     int32_t local_rank = 0;
     int32_t local_world_size = 1;
+    // Who started the process: "torchrun" (RANK/WORLD_SIZE: accel launch, torchrun), "mpi" (mpirun's
+    // OMPI_COMM_WORLD_*), "slurm" (srun's SLURM_*), or "none".
+    std::string launcher = "none";
+    std::string master_addr = "127.0.0.1"; // MASTER_ADDR
+    int32_t master_port = 29500;           // MASTER_PORT
+};
+
+// DistributedDataParallelKwargs (src/parallel/ddp).
+struct DistributedDataParallelKwargs {
+    int64_t dim = 0;
+    bool broadcast_buffers = true;
+    int64_t bucket_cap_mb = 25;
+    bool find_unused_parameters = false;
+    bool check_reduction = false;
+    bool gradient_as_bucket_view = false;
+    bool static_graph = false;
+    std::string comm_hook = "no"; // "no", "fp16", "bf16"
+};
+
+// InitProcessGroupKwargs: the communication backend (src/distributed).
+struct InitProcessGroupKwargs {
+    std::string backend;     // "" = chosen from the environment; "gloo", "mpi", "nccl"
+    std::string init_method; // "" = env://; "tcp://host:port", "file:///path"
+    double timeout = 1800.0; // seconds, for the rendezvous and every collective
 };
 
 struct AcceleratorConfig {
@@ -49,7 +104,12 @@ struct AcceleratorConfig {
     std::vector<std::string> rng_types{"generator"};
     bool step_scheduler_with_optimizer = true;
     AutocastKwargs autocast;
+    GradScalerKwargs grad_scaler;
+    FP8RecipeKwargs fp8_recipe;
+    DistributedDataParallelKwargs ddp;
+    InitProcessGroupKwargs init_process_group;
     ProcessTopology topology;
+    ProjectConfiguration project;
     bool malloc_tuning = true; // ACCEL_MALLOC_TUNING (environment only: a process-wide setting)
 };
 

@@ -34,16 +34,31 @@ int32_t env_int(std::initializer_list<const char *> names, int32_t def)
 
 ProcessTopology topology_from_env()
 {
-    // torchrun / accel launch first, then Open MPI's mpirun, then Slurm.
+    // torchrun / accel launch first, then MPI launchers (Open MPI, MPICH/Intel PMI, MVAPICH), then Slurm.
     ProcessTopology t;
-    t.rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, 0);
-    t.world_size = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1);
-    t.local_rank = env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, 0);
-    t.local_world_size = env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}, t.world_size);
+    t.rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"}, 0);
+    t.world_size = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1);
+    t.local_rank = env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                            "SLURM_LOCALID"},
+                           0);
+    t.local_world_size = env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                  "MV2_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"},
+                                 t.world_size);
     if (t.world_size < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "environment: WORLD_SIZE must be >= 1");
     if (t.rank >= t.world_size)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "environment: RANK " + std::to_string(t.rank) + " is not below WORLD_SIZE " +
                                              std::to_string(t.world_size));
+    if (t.local_rank >= t.local_world_size && t.local_world_size > 0)
+        t.local_world_size = t.local_rank + 1; // a launcher that exports no local size
+    if (env_string("WORLD_SIZE") || env_string("RANK")) t.launcher = "torchrun";
+    else if (env_string("OMPI_COMM_WORLD_SIZE") || env_string("PMI_SIZE") || env_string("MV2_COMM_WORLD_SIZE"))
+        t.launcher = "mpi";
+    else if (env_string("SLURM_NTASKS")) t.launcher = "slurm";
+    if (auto a = env_string("MASTER_ADDR")) t.master_addr = *a;
+    t.master_port = env_int({"MASTER_PORT"}, 29500);
+    if (t.master_port > 65535)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable MASTER_PORT: expected a port in 0..65535, got " +
+                                             std::to_string(t.master_port));
     return t;
 }
 

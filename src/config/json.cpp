@@ -124,16 +124,17 @@ std::optional<int64_t> JsonObject::get_optional_int(const char *key, int64_t min
     return out;
 }
 
-double JsonObject::get_double(const char *key, double def, double min, double max, bool min_exclusive)
+double JsonObject::get_double(const char *key, double def, double min, double max, bool min_exclusive,
+                              bool max_exclusive)
 {
     const cJSON *v = item(key);
     if (v == nullptr) return def;
     if (!cJSON_IsNumber(v)) type_error(path_of(key), "a number", v);
     double d = v->valuedouble;
-    bool ok = std::isfinite(d) && (min_exclusive ? d > min : d >= min) && d <= max;
+    bool ok = std::isfinite(d) && (min_exclusive ? d > min : d >= min) && (max_exclusive ? d < max : d <= max);
     if (!ok) {
         std::string range = std::string("a number ") + (min_exclusive ? "> " : ">= ") + fmt_double(min);
-        if (std::isfinite(max)) range += " and <= " + fmt_double(max);
+        if (std::isfinite(max)) range += (max_exclusive ? " and < " : " and <= ") + fmt_double(max);
         type_error(path_of(key), range, v);
     }
     return d;
@@ -207,6 +208,21 @@ std::vector<std::string> JsonObject::get_string_array(const char *key, const std
     for (const cJSON *e = v->child; e != nullptr; e = e->next, ++i) {
         if (!cJSON_IsString(e)) type_error(path_of(key) + "[" + std::to_string(i) + "]", "a string", e);
         out.emplace_back(e->valuestring);
+    }
+    return out;
+}
+
+std::vector<bool> JsonObject::get_bool_array(const char *key, const std::vector<bool> &def, size_t size)
+{
+    const cJSON *v = item(key);
+    if (v == nullptr) return def;
+    const std::string expected = "an array of " + std::to_string(size) + " booleans";
+    if (!cJSON_IsArray(v) || static_cast<size_t>(cJSON_GetArraySize(v)) != size) type_error(path_of(key), expected, v);
+    std::vector<bool> out;
+    int i = 0;
+    for (const cJSON *e = v->child; e != nullptr; e = e->next, ++i) {
+        if (!cJSON_IsBool(e)) type_error(path_of(key) + "[" + std::to_string(i) + "]", "true or false", e);
+        out.push_back(cJSON_IsTrue(e));
     }
     return out;
 }
@@ -304,6 +320,13 @@ JsonWriter &JsonWriter::add(const char *key, const std::vector<std::string> &v)
 {
     cJSON *arr = cJSON_AddArrayToObject(stack_.back(), key);
     for (const auto &s : v) cJSON_AddItemToArray(arr, cJSON_CreateString(s.c_str()));
+    return *this;
+}
+
+JsonWriter &JsonWriter::add_bools(const char *key, const std::vector<bool> &v)
+{
+    cJSON *arr = cJSON_AddArrayToObject(stack_.back(), key);
+    for (bool b : v) cJSON_AddItemToArray(arr, cJSON_CreateBool(b));
     return *this;
 }
 

@@ -39,13 +39,16 @@ public:
     bool get_bool(const char *key, bool def);
     int64_t get_int(const char *key, int64_t def, int64_t min, int64_t max);
     std::optional<int64_t> get_optional_int(const char *key, int64_t min, int64_t max);
-    double get_double(const char *key, double def, double min, double max, bool min_exclusive = false);
+    double get_double(const char *key, double def, double min, double max, bool min_exclusive = false,
+                      bool max_exclusive = false);
     std::string get_string(const char *key, const std::string &def);
     std::optional<std::string> get_optional_string(const char *key);
     std::string get_enum(const char *key, const std::string &def, std::initializer_list<const char *> allowed);
     std::vector<int64_t> get_int_array(const char *key, int64_t min, int64_t max);
     std::vector<double> get_double_array(const char *key, double min, double max);
     std::vector<std::string> get_string_array(const char *key, const std::vector<std::string> &def);
+    // An array of exactly `size` booleans; `def` when absent or null.
+    std::vector<bool> get_bool_array(const char *key, const std::vector<bool> &def, size_t size);
     // The object under `key`, or nullopt when absent or null.
     std::optional<JsonObject> get_object(const char *key);
     // Elements of the array under `key` as objects (error if not an array of objects).
@@ -82,6 +85,7 @@ public:
     JsonWriter &add(const char *key, const char *v);
     JsonWriter &add_null(const char *key);
     JsonWriter &add(const char *key, const std::vector<std::string> &v);
+    JsonWriter &add_bools(const char *key, const std::vector<bool> &v);
     std::string str() const;
 
 private:

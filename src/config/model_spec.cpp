@@ -15,7 +15,7 @@ LayerSpec parse_layer(JsonObject &o)
 {
     LayerSpec l;
     l.type = o.get_enum("type", "", {"linear", "conv2d", "relu", "gelu", "tanh", "sigmoid", "dropout", "layer_norm",
-                                     "batch_norm", "embedding", "flatten"});
+                                     "batch_norm", "embedding", "flatten", "transformer_encoder_layer"});
     if (l.type.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("type") + ": required");
     auto required_int = [&](const char *key, int64_t min) {
         if (!o.has(key)) fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": required for a " + l.type + " layer");
@@ -55,6 +55,16 @@ LayerSpec parse_layer(JsonObject &o)
     } else if (l.type == "flatten") {
         l.start_dim = o.get_int("start_dim", 1, -64, 64);
         l.end_dim = o.get_int("end_dim", -1, -64, 64);
+    } else if (l.type == "transformer_encoder_layer") {
+        l.d_model = required_int("d_model", 1);
+        l.nhead = required_int("nhead", 1);
+        if (l.d_model % l.nhead != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("nhead") + ": must divide d_model (" + std::to_string(l.d_model) +
+                                                 "), got " + std::to_string(l.nhead));
+        l.dim_feedforward = o.get_int("dim_feedforward", 2048, 1, kMaxDim);
+        l.dropout = o.get_double("dropout", 0.1, 0.0, 1.0);
+        l.activation = o.get_enum("activation", "relu", {"relu", "gelu"});
+        l.batch_first = o.get_bool("batch_first", false);
     }
     o.finish();
     return l;

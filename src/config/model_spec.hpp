@@ -8,7 +8,8 @@
 namespace accel::config {
 
 struct LayerSpec {
-    std::string type; // linear, conv2d, relu, gelu, tanh, sigmoid, dropout, layer_norm, batch_norm, embedding, flatten
+    std::string type; // linear, conv2d, relu, gelu, tanh, sigmoid, dropout, layer_norm, batch_norm, embedding, flatten,
+                      // transformer_encoder_layer
     // linear
     int64_t in_features = 0, out_features = 0;
     bool bias = true;
@@ -28,6 +29,11 @@ struct LayerSpec {
     int64_t num_embeddings = 0, embedding_dim = 0;
     // flatten
     int64_t start_dim = 1, end_dim = -1;
+    // transformer_encoder_layer (PyTorch's nn.TransformerEncoderLayer, post-norm)
+    int64_t d_model = 0, nhead = 0, dim_feedforward = 2048;
+    double dropout = 0.1;
+    std::string activation = "relu";
+    bool batch_first = false;
 };
 
 struct ModelSpec {

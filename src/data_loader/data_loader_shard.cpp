@@ -1,10 +1,12 @@
 #include "data_loader/data_loader_shard.hpp"
 
 #include "common/error.hpp"
+#include "distributed/communicator.hpp"
 #include "state/accelerator_state.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -53,6 +55,13 @@ void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
                                              " is not a multiple of the number of processes (" +
                                              std::to_string(s.num_processes) + ") required by split_batches");
     state_ = std::move(state);
+    // Every rank must shuffle alike before sharding: rank 0's sampler seed wins (Accelerate synchronises
+    // the sampler's generator from rank 0). Collective: prepare loaders in the same order on every rank.
+    if (state_->comm && state_->comm->size() > 1) {
+        at::Tensor s = at::full({1}, static_cast<int64_t>(seed_), at::kLong);
+        state_->comm->broadcast(s, 0);
+        seed_ = static_cast<uint64_t>(s.item<int64_t>());
+    }
 }
 
 IndexBatches DataLoaderShard::pass_batches(int64_t epoch) const
@@ -98,6 +107,19 @@ void DataLoaderShard::begin_pass()
             progress_.remainder = data_->size() % total_batch;
         }
         state_->gradient.enter_dataloader(&progress_);
+        // rng_types "torch": LibTorch's default generator takes rank 0's state at the start of every pass.
+        const auto &rng = state_->config.rng_types;
+        if (state_->comm && state_->comm->size() > 1 && std::find(rng.begin(), rng.end(), "torch") != rng.end()) {
+            auto gen = at::detail::getDefaultCPUGenerator();
+            at::Tensor st;
+            {
+                std::lock_guard<std::mutex> lock(gen.mutex());
+                st = gen.get_state();
+            }
+            state_->comm->broadcast(st, 0);
+            std::lock_guard<std::mutex> lock(gen.mutex());
+            gen.set_state(st);
+        }
     }
 }
 
@@ -126,6 +148,7 @@ std::optional<Batch> DataLoaderShard::next()
     Batch b;
     b.inputs = data_->features.index_select(0, idx);
     if (data_->labels.defined()) b.labels = data_->labels.index_select(0, idx);
+    b.indices = idx;
     return b;
 }
 

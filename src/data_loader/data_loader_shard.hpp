@@ -24,6 +24,7 @@ struct TensorDataset {
 struct Batch {
     at::Tensor inputs;
     at::Tensor labels;
+    at::Tensor indices; // int64 sample indices into the dataset (after shuffling and sharding)
     int64_t size() const { return inputs.size(0); }
 };
 
@@ -46,6 +47,23 @@ public:
     IndexBatches pass_batches(int64_t epoch) const;
 
     void prepare(std::shared_ptr<AcceleratorState> state);
+
+    // Where iteration stands, for checkpointing: the sampler seed, the pass (epoch) and how many
+    // batches of it were already yielded (skipped ones included).
+    struct Position {
+        uint64_t seed = 0;
+        int64_t epoch = 0;
+        int64_t batches_yielded = 0;
+    };
+    Position position() const { return {seed_, epoch_, in_pass_ ? static_cast<int64_t>(position_) : skip_batches_}; }
+    // The next batch becomes the first unseen one of that pass (skip_first_batches semantics).
+    void restore_position(const Position &p)
+    {
+        if (in_pass_) end_pass();
+        seed_ = p.seed;
+        epoch_ = p.epoch;
+        skip_batches_ = p.batches_yielded;
+    }
     const std::shared_ptr<AcceleratorState> &prepared_by() const { return state_; }
 
 private:

@@ -22,6 +22,12 @@ const at::Tensor *Model::find_tensor(const std::string &key) const
     return nullptr;
 }
 
+void Model::enable_fp8(const config::FP8RecipeKwargs &)
+{
+    fail(ACCEL_ERR_UNIMPLEMENTED, "model: mixed_precision \"fp8\" needs a model built from a JSON spec (its linear "
+                                  "layers run through accel's FP8 emulation); this model type does not support it");
+}
+
 void Model::set_tensors(NamedTensors parameters, NamedTensors buffers)
 {
     parameters_ = std::move(parameters);

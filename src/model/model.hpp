@@ -1,6 +1,8 @@
 // Model: a module built from a JSON spec (torch::nn) or loaded from TorchScript, behind one interface.
 #pragma once
 
+#include "config/accelerator_config.hpp"
+
 #include <ATen/ATen.h>
 
 #include <memory>
@@ -30,6 +32,10 @@ public:
     const at::Tensor *find_tensor(const std::string &key) const;
     // Copies values in (dtype converted; shapes checked). All entries are checked before any is written.
     void load_state_dict(const NamedTensors &entries, bool strict);
+
+    // Prepares the Linear layers for emulated FP8 training (src/precision/fp8); called when a model is
+    // prepared with mixed_precision "fp8". Idempotent. Models that cannot run it fail with UNIMPLEMENTED.
+    virtual void enable_fp8(const config::FP8RecipeKwargs &recipe);
 
     // The accelerator this model was prepared by (null when not prepared).
     std::shared_ptr<AcceleratorState> prepared_by;

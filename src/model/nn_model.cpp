@@ -3,6 +3,7 @@
 
 #include "common/error.hpp"
 #include "config/model_spec.hpp"
+#include "precision/fp8.hpp"
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -12,6 +13,7 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
+#include <torch/nn/modules/transformerlayer.h>
 
 namespace accel {
 
@@ -26,16 +28,42 @@ NamedTensors to_named(const torch::OrderedDict<std::string, at::Tensor> &dict)
 
 class NnModel final : public Model {
 public:
-    explicit NnModel(torch::nn::Sequential seq) : seq_(std::move(seq))
+    NnModel(torch::nn::Sequential seq, std::vector<bool> batch_first)
+        : seq_(std::move(seq)), batch_first_(std::move(batch_first))
     {
         set_tensors(to_named(seq_->named_parameters(true)), to_named(seq_->named_buffers(true)));
+        for (const auto &m : *seq_) linear_.push_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m.ptr()));
+        fp8_.resize(linear_.size());
     }
-    at::Tensor forward(const at::Tensor &input) override { return seq_->forward(input); }
+
+    // Sequential::forward, layer by layer, so that Linear layers can take the FP8 path inside an
+    // fp8 scope and batch-first transformer layers get their (seq, batch, feature) input.
+    at::Tensor forward(const at::Tensor &input) override
+    {
+        const bool fp8_on = fp8::enabled();
+        at::Tensor x = input;
+        size_t i = 0;
+        for (auto &m : *seq_) {
+            if (fp8_on && fp8_[i]) x = fp8::linear(x, linear_[i]->weight, linear_[i]->bias, fp8_[i]);
+            else if (batch_first_[i]) x = m.forward(x.transpose(0, 1)).transpose(0, 1);
+            else x = m.forward(x);
+            ++i;
+        }
+        return x;
+    }
     void train(bool on) override { seq_->train(on); }
     bool is_training() const override { return seq_->is_training(); }
+    void enable_fp8(const config::FP8RecipeKwargs &recipe) override
+    {
+        for (size_t i = 0; i < linear_.size(); ++i)
+            if (linear_[i] && !fp8_[i]) fp8_[i] = c10::make_intrusive<fp8::LinearState>(recipe);
+    }
 
 private:
     torch::nn::Sequential seq_;
+    std::vector<bool> batch_first_;                               // per layer
+    std::vector<std::shared_ptr<torch::nn::LinearImpl>> linear_;  // per layer; null if not a linear layer
+    std::vector<c10::intrusive_ptr<fp8::LinearState>> fp8_;       // per layer; set by enable_fp8
 };
 
 void add_layer(torch::nn::Sequential &seq, const config::LayerSpec &l)
@@ -78,6 +106,12 @@ void add_layer(torch::nn::Sequential &seq, const config::LayerSpec &l)
         seq->push_back(nn::Embedding(nn::EmbeddingOptions(l.num_embeddings, l.embedding_dim)));
     } else if (l.type == "flatten") {
         seq->push_back(nn::Flatten(nn::FlattenOptions().start_dim(l.start_dim).end_dim(l.end_dim)));
+    } else if (l.type == "transformer_encoder_layer") {
+        nn::TransformerEncoderLayerOptions o(l.d_model, l.nhead);
+        o.dim_feedforward(l.dim_feedforward).dropout(l.dropout);
+        if (l.activation == "gelu") o.activation(torch::kGELU);
+        else o.activation(torch::kReLU);
+        seq->push_back(nn::TransformerEncoderLayer(o));
     } else {
         fail(ACCEL_ERR_INTERNAL, "unhandled layer type " + l.type);
     }
@@ -89,8 +123,12 @@ std::shared_ptr<Model> make_model_from_json(const char *spec_json)
 {
     config::ModelSpec spec = config::parse_model_spec(spec_json);
     torch::nn::Sequential seq;
-    for (const auto &l : spec.layers) add_layer(seq, l);
-    return std::make_shared<NnModel>(std::move(seq));
+    std::vector<bool> batch_first;
+    for (const auto &l : spec.layers) {
+        add_layer(seq, l);
+        batch_first.push_back(l.type == "transformer_encoder_layer" && l.batch_first);
+    }
+    return std::make_shared<NnModel>(std::move(seq), std::move(batch_first));
 }
 
 } // namespace accel

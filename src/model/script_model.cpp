@@ -38,6 +38,13 @@ public:
     }
     void train(bool on) override { module_.train(on); }
     bool is_training() const override { return module_.is_training(); }
+    void enable_fp8(const config::FP8RecipeKwargs &) override
+    {
+        fail(ACCEL_ERR_UNIMPLEMENTED, "model: mixed_precision \"fp8\" is not supported for TorchScript models: accel "
+                                      "emulates FP8 by running the linear layers of models built from a JSON spec "
+                                      "(accel_model_create_from_json) through its FP8 path, and a TorchScript graph's "
+                                      "linear ops cannot be rerouted; use \"bf16\" or a JSON-built model");
+    }
 
 private:
     torch::jit::Module module_;

@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "model/model.hpp"
+#include "precision/grad_scaler.hpp"
 #include "state/accelerator_state.hpp"
 
 #include <torch/optim/adagrad.h>
@@ -69,9 +70,25 @@ bool AcceleratedOptimizer::may_act() const { return prepared_by == nullptr || pr
 void AcceleratedOptimizer::step()
 {
     if (!may_act()) return;
-    // No gradient scaler exists yet (fp16 is not supported), so a step is never skipped.
-    step_was_skipped_ = false;
-    optimizer_->step();
+    GradScaler *scaler = prepared_by ? prepared_by->scaler.get() : nullptr;
+    if (scaler == nullptr || !scaler->is_enabled()) {
+        step_was_skipped_ = false;
+        optimizer_->step();
+        return;
+    }
+    // Accelerate: scaler.step(optimizer) (unscales unless clipping already did, skips the step on
+    // inf/NaN), then scaler.update(); the step was skipped if the inner step never ran.
+    const bool stepped = scaler->step(this, params(), [this] { optimizer_->step(); });
+    scaler->update();
+    step_was_skipped_ = !stepped;
+}
+
+std::vector<at::Tensor> AcceleratedOptimizer::params() const
+{
+    std::vector<at::Tensor> out;
+    for (const auto &group : optimizer_->param_groups())
+        for (const auto &p : group.params()) out.push_back(p);
+    return out;
 }
 
 void AcceleratedOptimizer::zero_grad()

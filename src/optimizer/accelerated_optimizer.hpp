@@ -4,6 +4,8 @@
 
 #include "config/optimizer_config.hpp"
 
+#include <ATen/core/Tensor.h>
+
 #include <memory>
 #include <vector>
 
@@ -27,7 +29,11 @@ public:
     double lr(size_t group = 0) const;
     void set_lr(double lr, size_t group);
     bool step_was_skipped() const { return step_was_skipped_; }
+    // Every parameter the optimizer updates (all groups), as the gradient scaler unscales them.
+    std::vector<at::Tensor> params() const;
     const std::shared_ptr<Model> &model() const { return model_; }
+    // The wrapped LibTorch optimizer (checkpointing reads and restores its state_dict).
+    torch::optim::Optimizer &torch_optimizer() const { return *optimizer_; }
 
     std::shared_ptr<AcceleratorState> prepared_by;
 

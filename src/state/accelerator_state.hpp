@@ -6,8 +6,15 @@
 #include "state/gradient_state.hpp"
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 namespace accel {
+
+class GradScaler;
+namespace distributed {
+class Communicator;
+}
 
 struct AcceleratorState {
     explicit AcceleratorState(config::AcceleratorConfig c) : config(std::move(c)), gradient(config.gradient_accumulation) {}
@@ -16,6 +23,9 @@ struct AcceleratorState {
     GradientState gradient;
     int64_t step = 0;            // accumulate()'s micro-step counter
     bool in_accumulate = false;  // between accumulate_begin and accumulate_end
+    std::shared_ptr<GradScaler> scaler; // mixed_precision "fp16" with kwargs_handlers.grad_scaler.enabled
+    std::shared_ptr<distributed::Communicator> comm; // the process's communicator (src/distributed)
+    std::vector<bool> main_process_first; // open main_process_first_begin calls: true if this rank waits at end
 
     int32_t num_processes() const { return config.topology.world_size; }
     int32_t process_index() const { return config.topology.rank; }

@@ -306,7 +306,9 @@ TEST(Accelerator, ClipGradNormSkipsParamsWithoutGrad)
     auto params = model->parameters();
     EXPECT_FALSE(params[1].grad().defined());
     for (size_t i = 0; i < params.size(); ++i)
-        if (i != 1) EXPECT_TRUE(at::equal(params[i].grad(), ref[i].grad()));
+        if (i != 1) {
+            EXPECT_TRUE(at::equal(params[i].grad(), ref[i].grad()));
+        }
 }
 
 TEST(Accelerator, ClipGradNormSingleParameter)
@@ -363,7 +365,7 @@ TEST(Accelerator, ClipGradValueMatchesLibTorch)
         auto params = model->parameters();
         for (size_t i = 0; i < params.size(); ++i) {
             EXPECT_TRUE(at::equal(params[i].grad(), ref[i].grad()));
-            EXPECT_LE(params[i].grad().abs().max().item<double>(), v + 1e-12);
+            EXPECT_LE(params[i].grad().abs().max().item<float>(), static_cast<float>(v)); // fp32 grads
         }
     }
 }

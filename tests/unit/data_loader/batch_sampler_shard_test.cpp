@@ -230,8 +230,9 @@ TEST(BatchSamplerShard, LengthFormulaMatchesProducedBatches)
                                 for (const auto &b : got) {
                                     ASSERT_FALSE(b.empty());
                                     ASSERT_LE(static_cast<int64_t>(b.size()), piece);
-                                    if ((even && P > 1) || drop_last)
+                                    if ((even && P > 1) || drop_last) {
                                         ASSERT_EQ(static_cast<int64_t>(b.size()), piece) << "process " << r;
+                                    }
                                     for (int64_t i : b) {
                                         ASSERT_GE(i, 0);
                                         ASSERT_LT(i, n);
@@ -239,10 +240,13 @@ TEST(BatchSamplerShard, LengthFormulaMatchesProducedBatches)
                                     }
                                 }
                             }
-                            if (even)
+                            if (even) {
                                 for (size_t c : counts) ASSERT_EQ(c, counts[0]);
+                            }
                             // Without drop_last every sample is seen by some process.
-                            if (!drop_last) ASSERT_EQ(static_cast<int64_t>(seen.size()), n);
+                            if (!drop_last) {
+                                ASSERT_EQ(static_cast<int64_t>(seen.size()), n);
+                            }
                         }
 }
 

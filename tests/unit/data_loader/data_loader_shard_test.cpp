@@ -323,8 +323,8 @@ TEST(DataLoaderShard, ShardsAcrossProcesses)
             EXPECT_EQ(state->gradient.remainder(), 22 % 6);
         }
         EXPECT_EQ(ends, (std::vector<bool>{false, false, false, true}));
-        if (r == 0) EXPECT_EQ(got.back(), (std::vector<int64_t>{18, 19, 20}));
-        else EXPECT_EQ(got.back(), (std::vector<int64_t>{21, 0, 1}));
+        const std::vector<int64_t> last = r == 0 ? std::vector<int64_t>{18, 19, 20} : std::vector<int64_t>{21, 0, 1};
+        EXPECT_EQ(got.back(), last);
     }
 }
 

@@ -1,0 +1,130 @@
+// save_state / load_state throughput against dd writing (conv=fsync) and reading the same number of
+// bytes, in the same run. Model: an MLP of 4096-wide layers (>= 256 MB of fp32 weights) with SGD
+// momentum after one step (so optimizer.bin holds another model-sized buffer). Prints MB/s and the
+// ratio to dd for each of several interleaved rounds, then medians.
+//
+//   bench_checkpoint_io [DIR] [ROUNDS]     (DIR defaults to $TMPDIR or /tmp)
+#include <accel/accel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+namespace {
+
+double now()
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void check(accel_status_t st, const char *what)
+{
+    if (st != ACCEL_OK) {
+        std::fprintf(stderr, "%s: %s: %s\n", what, accel_status_name(st), accel_last_error_message());
+        std::exit(1);
+    }
+}
+
+uint64_t folder_bytes(const std::string &dir)
+{
+    std::string cmd = "du -sb '" + dir + "' | cut -f1";
+    FILE *p = popen(cmd.c_str(), "r");
+    unsigned long long n = 0;
+    if (p) {
+        if (std::fscanf(p, "%llu", &n) != 1) n = 0;
+        pclose(p);
+    }
+    return n;
+}
+
+double run_timed(const std::string &cmd)
+{
+    double t0 = now();
+    if (std::system(cmd.c_str()) != 0) {
+        std::fprintf(stderr, "command failed: %s\n", cmd.c_str());
+        std::exit(1);
+    }
+    return now() - t0;
+}
+
+double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    const char *tmp = std::getenv("TMPDIR");
+    std::string root = argc > 1 ? argv[1] : std::string(tmp ? tmp : "/tmp");
+    int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+    std::string dir = root + "/accel_bench_ckpt";
+    std::string ddfile = root + "/accel_bench_dd.bin";
+
+    accel_accelerator_t *acc = nullptr;
+    accel_model_t *model = nullptr;
+    accel_optimizer_t *opt = nullptr;
+    check(accel_random_set_seed(0, false, false), "seed");
+    check(accel_accelerator_create(nullptr, &acc), "accelerator");
+    check(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [4096, 4096, 4096, 4096, 4096]}", &model),
+          "model");
+    check(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.001, \"momentum\": 0.9}", &opt), "optimizer");
+    check(accel_accelerator_prepare(acc, model, opt, nullptr, nullptr), "prepare");
+    {
+        // One step so that the momentum buffers exist.
+        std::vector<float> x(8 * 4096, 0.5f);
+        int64_t shape[2] = {8, 4096};
+        accel_tensor_t *in = nullptr, *out = nullptr, *loss = nullptr;
+        check(accel_tensor_create(x.data(), x.size() * sizeof(float), ACCEL_DTYPE_FLOAT32, shape, 2, &in), "input");
+        check(accel_model_forward(model, in, &out), "forward");
+        check(accel_loss_compute("mse", out, in, &loss), "loss");
+        check(accel_accelerator_backward(acc, loss), "backward");
+        check(accel_optimizer_step(opt), "step");
+        accel_tensor_free(in);
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+    }
+
+    std::vector<double> save_mbs, dd_w_mbs, load_mbs, dd_r_mbs, save_ratio, load_ratio;
+    std::printf("round  bytes(MB)  save_state MB/s  dd write MB/s  ratio  |  load_state MB/s  dd read MB/s  ratio\n");
+    for (int r = 0; r < rounds; ++r) {
+        double t0 = now();
+        check(accel_accelerator_save_state(acc, dir.c_str()), "save_state");
+        double t_save = now() - t0;
+        const uint64_t bytes = folder_bytes(dir);
+        const double mb = static_cast<double>(bytes) / 1e6;
+        const uint64_t blocks = (bytes + (1 << 20) - 1) >> 20;
+        double t_ddw = run_timed("dd if=/dev/zero of='" + ddfile + "' bs=1M count=" + std::to_string(blocks) +
+                                 " conv=fsync status=none");
+        t0 = now();
+        check(accel_accelerator_load_state(acc, dir.c_str()), "load_state");
+        double t_load = now() - t0;
+        double t_ddr = run_timed("dd if='" + ddfile + "' of=/dev/null bs=1M status=none");
+        const double dd_mb = static_cast<double>(blocks << 20) / 1e6;
+        save_mbs.push_back(mb / t_save);
+        dd_w_mbs.push_back(dd_mb / t_ddw);
+        load_mbs.push_back(mb / t_load);
+        dd_r_mbs.push_back(dd_mb / t_ddr);
+        save_ratio.push_back(save_mbs.back() / dd_w_mbs.back());
+        load_ratio.push_back(load_mbs.back() / dd_r_mbs.back());
+        std::printf("%5d  %9.1f  %15.0f  %13.0f  %4.0f%%  |  %15.0f  %12.0f  %4.0f%%\n", r + 1, mb, save_mbs.back(),
+                    dd_w_mbs.back(), 100 * save_ratio.back(), load_mbs.back(), dd_r_mbs.back(),
+                    100 * load_ratio.back());
+    }
+    std::printf("median        save_state %.0f MB/s = %.0f%% of dd write (%.0f MB/s); load_state %.0f MB/s = %.0f%% of "
+                "dd read (%.0f MB/s)\n",
+                median(save_mbs), 100 * median(save_ratio), median(dd_w_mbs), median(load_mbs),
+                100 * median(load_ratio), median(dd_r_mbs));
+    std::remove(ddfile.c_str());
+    std::system(("rm -rf '" + dir + "'").c_str());
+    accel_optimizer_free(opt);
+    accel_model_free(model);
+    accel_accelerator_free(acc);
+    return 0;
+}

@@ -1,0 +1,208 @@
+// The bindings' smoke scenario (conventions.md, "Tests") and the C#-specific mappings.
+// Built with -d:NUNIT against NUnit 2.6 (nunit-console); without it, the small runner at the end runs
+// every [Test] method of the fixture by reflection.
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using Accel;
+#if NUNIT
+using NUnit.Framework;
+#endif
+
+namespace Accel.Tests
+{
+#if !NUNIT
+    [AttributeUsage(AttributeTargets.Class)] sealed class TestFixtureAttribute : Attribute {}
+    [AttributeUsage(AttributeTargets.Method)] sealed class TestAttribute : Attribute {}
+    static class Assert
+    {
+        public static void AreEqual(object expected, object actual, string msg = "")
+        {
+            if (!Equals(expected, actual))
+                throw new Exception("expected " + expected + ", got " + actual + " " + msg);
+        }
+        public static void IsTrue(bool c, string msg = "") { if (!c) throw new Exception("assertion failed " + msg); }
+        public static void IsFalse(bool c, string msg = "") { IsTrue(!c, msg); }
+        public static void IsNull(object o) { IsTrue(o == null, "expected null"); }
+        public static void IsNotNull(object o) { IsTrue(o != null, "expected non-null"); }
+        public static T Throws<T>(Action a) where T : Exception
+        {
+            try { a(); } catch (T e) { return e; } catch (Exception e) { throw new Exception("expected " + typeof(T).Name + ", got " + e); }
+            throw new Exception("expected " + typeof(T).Name + ", nothing thrown");
+        }
+        public static T Catch<T>(Action a) where T : Exception { return Throws<T>(a); }
+    }
+#endif
+
+    [TestFixture]
+    public class SmokeTest
+    {
+        const string ModelSpec = "{\"type\": \"mlp\", \"widths\": [4, 8, 3]}";
+
+        static Tensor[] Data(int n)
+        {
+            var x = new float[n * 4];
+            var y = new long[n];
+            for (int i = 0; i < n; ++i) {
+                y[i] = i % 3;
+                for (int j = 0; j < 4; ++j)
+                    x[i * 4 + j] = ((i * 7 + j * 3) % 11) / 11.0f;
+            }
+            return new[] { Tensor.Of(x, n, 4), Tensor.Of(y, n) };
+        }
+
+        [Test]
+        public void AbiMatches()
+        {
+            Assert.AreEqual(Library.BUILT_ABI_VERSION, Library.AbiVersion());
+            Assert.IsTrue(Library.VersionString().Length > 0);
+        }
+
+        [Test]
+        public void SmokeScenario()
+        {
+            Library.SetSeed(0);
+            var acc = new Accelerator("{\"gradient_accumulation_steps\": 2}");
+            var model = Model.FromJson(ModelSpec);
+            var opt = new Optimizer(model, "{\"type\": \"sgd\", \"lr\": 0.1}");
+            var sched = new Scheduler(opt, "{\"type\": \"linear\", \"num_warmup_steps\": 0, \"num_training_steps\": 10}");
+            var xy = Data(16);
+            var dl = new DataLoader(xy[0], xy[1], "{\"batch_size\": 4}");
+            acc.Prepare(model, opt, dl, sched);
+            Assert.AreEqual(2L, acc.GradientAccumulationSteps());
+
+            string p0 = model.ParameterName(0);
+            float[] before = model.GetTensor(p0).ToFloatArray();
+            var syncs = new List<bool>();
+            for (int i = 0; i < 2; ++i) {
+                using (var batch = dl.NextBatch())
+                using (acc.Accumulate(model))
+                using (var input = batch.Inputs())
+                using (var labels = batch.Labels())
+                using (var output = model.Forward(input))
+                using (var loss = Library.ComputeLoss("cross_entropy", output, labels)) {
+                    Assert.IsTrue(loss.Item() > 0.0, "loss > 0");
+                    acc.Backward(loss);
+                    opt.Step();
+                    sched.Step();
+                    opt.ZeroGrad();
+                    syncs.Add(acc.SyncGradients());
+                }
+            }
+            Assert.IsTrue(syncs.SequenceEqual(new[] { false, true }), "sync pattern");
+            Assert.AreEqual(2L, acc.Step());
+            Assert.AreEqual(1L, sched.GetStepCount());
+            Assert.IsFalse(before.SequenceEqual(model.GetTensor(p0).ToFloatArray()), "weights changed");
+
+            // save_state / load_state once checkpointing is implemented.
+            string dir = Path.Combine(Path.GetTempPath(), "accel-cs-" + Guid.NewGuid().ToString("N"));
+            try {
+                acc.SaveState(dir);
+                float[] saved = model.GetTensor(p0).ToFloatArray();
+                for (int i = 0; i < 2; ++i) {
+                    using (var batch = dl.NextBatch())
+                        acc.TrainStep(model, opt, sched, batch, "cross_entropy"); // enters Accumulate itself
+                }
+                Assert.IsFalse(saved.SequenceEqual(model.GetTensor(p0).ToFloatArray()), "weights changed after save");
+                acc.LoadState(dir);
+                float[] loaded = model.GetTensor(p0).ToFloatArray();
+                for (int i = 0; i < saved.Length; ++i)
+                    Assert.IsTrue(Math.Abs(saved[i] - loaded[i]) < 1e-6, "restored weight " + i);
+            } catch (UnimplementedError e) {
+                Console.WriteLine("SKIP save/load state: " + e.Message);
+            } finally {
+                if (Directory.Exists(dir))
+                    Directory.Delete(dir, true);
+            }
+
+            // An invalid config: InvalidArgumentError, an ArgumentException naming the JSON path.
+            var bad = Assert.Catch<ArgumentException>(() => new Accelerator("{\"kwargs_handlers\": {\"autocast\": {\"enabled\": \"yes\"}}}"));
+            Assert.IsTrue(bad is InvalidArgumentError, "InvalidArgumentError");
+            Assert.IsTrue(bad.Message.Contains("kwargs_handlers.autocast.enabled"), bad.Message);
+            Assert.AreEqual(Library.ACCEL_ERR_INVALID_ARGUMENT, ((IAccelError)bad).Status);
+            Assert.AreEqual("ACCEL_ERR_INVALID_ARGUMENT", ((IAccelError)bad).StatusName);
+
+            // Free the accelerator before its children: they stay usable.
+            acc.Dispose();
+            using (var batch = dl.NextBatch())
+            using (var input = batch.Inputs())
+            using (var output = model.Forward(input))
+                Assert.IsTrue(output.Shape.SequenceEqual(new long[] { 4, 3 }), "output shape");
+            opt.Step();
+            sched.Dispose();
+            dl.Dispose();
+            opt.Dispose();
+            model.Dispose();
+            xy[0].Dispose();
+            xy[1].Dispose();
+        }
+
+        [Test]
+        public void DisposedObjectThrows()
+        {
+            var model = Model.FromJson(ModelSpec);
+            model.Dispose();
+            model.Dispose();
+            var e = Assert.Throws<FailedPreconditionError>(() => model.NumParameters());
+            Assert.IsTrue(e.Message.Contains("used after close"), e.Message);
+        }
+
+        [Test]
+        public void AccumulateEndWithoutBegin()
+        {
+            using (var acc = new Accelerator()) {
+                var e = Assert.Throws<FailedPreconditionError>(() => acc.AccumulateEnd());
+                Assert.IsTrue(e is AccelError && e.Status == Library.ACCEL_ERR_FAILED_PRECONDITION, "status");
+            }
+        }
+
+        [Test]
+        public void TensorsAndIteration()
+        {
+            using (var t = Tensor.Of(new double[] { 1, 2, 3, 4, 5, 6 }, 2, 3)) {
+                Assert.IsTrue(t.Shape.SequenceEqual(new long[] { 2, 3 }), "shape");
+                Assert.AreEqual(Library.ACCEL_DTYPE_FLOAT64, t.Dtype());
+                Assert.IsTrue(t.ToDoubleArray().SequenceEqual(new double[] { 1, 2, 3, 4, 5, 6 }), "values");
+                Assert.AreEqual(48, t.ToBytes().Length);
+            }
+            Assert.Throws<InvalidArgumentError>(() => Tensor.Of(new float[3], 2, 2));
+            var xy = Data(10);
+            using (var dl = new DataLoader(xy[0], null, "{\"batch_size\": 4}")) {
+                int n = 0;
+                foreach (var b in dl)
+                    using (b) {
+                        Assert.IsNull(b.Labels());
+                        ++n;
+                    }
+                Assert.AreEqual(3, n);
+            }
+            Library.SetSeed(1);
+            var m1 = Model.FromJson(ModelSpec);
+            Library.SetSeed(2);
+            var m2 = Model.FromJson(ModelSpec);
+            var sd = m1.StateDict();
+            m2.LoadStateDict(sd);
+            Assert.IsTrue(sd[0].Value.ToFloatArray().SequenceEqual(m2.GetTensor(sd[0].Key).ToFloatArray()), "state dict");
+        }
+
+#if !NUNIT
+        public static int Main()
+        {
+            int failed = 0, passed = 0;
+            foreach (var m in typeof(SmokeTest).GetMethods().Where(m => m.GetCustomAttributes(typeof(TestAttribute), false).Length > 0)) {
+                try {
+                    m.Invoke(new SmokeTest(), null);
+                    Console.WriteLine("PASS " + m.Name);
+                    ++passed;
+                } catch (System.Reflection.TargetInvocationException e) {
+                    Console.WriteLine("FAIL " + m.Name + ": " + e.InnerException);
+                    ++failed;
+                }
+            }
+            Console.WriteLine(passed + " passed, " + failed + " failed");
+            return failed == 0 ? 0 : 1;
+        }
+#endif
+    }
+}

@@ -1,0 +1,54 @@
+"""accel: Hugging Face Accelerate's training loop over libaccel's C API (SWIG bindings).
+
+    import accel
+    acc = accel.Accelerator('{"gradient_accumulation_steps": 2}')
+    model = accel.Model.from_json('{"type": "mlp", "widths": [16, 64, 4]}')
+    opt = accel.Optimizer(model, '{"type": "adamw", "lr": 3e-3}')
+    dl = accel.DataLoader(accel.tensor(x), accel.tensor(y), '{"batch_size": 64, "shuffle": true}')
+    acc.prepare(model, opt, dl)
+    for batch in dl:   # train_step enters accumulate(model) itself
+        loss = acc.train_step(model, opt, None, batch, "cross_entropy")
+    for batch in dl:   # or by hand
+        with acc.accumulate(model):
+            loss = accel.compute_loss("cross_entropy", model.forward(batch.inputs()), batch.labels())
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+
+Failures raise accel.AccelError subclasses (accel.errors). Objects free their handle when garbage
+collected, on close(), or at the end of a ``with`` block. The GIL is released during every library call.
+"""
+
+from . import core as _core
+from .errors import *  # noqa: F401,F403
+from .errors import AccelError, error_class
+
+if _core.abi_version() != _core.BUILT_ABI_VERSION:
+    raise ImportError(
+        "accel: the loaded libaccel has ABI version %d but these bindings were built for ABI %d "
+        "(libaccel.so.%d); rebuild the bindings or install the matching library"
+        % (_core.abi_version(), _core.BUILT_ABI_VERSION, _core.BUILT_ABI_VERSION))
+
+from .core import (  # noqa: E402
+    Accelerator, Batch, DataLoader, Model, Optimizer, Scheduler, StateDictEntries, Tensor,
+    abi_version, build_info_json, compute_loss, dtype_size, process_count, process_index,
+    process_is_main, set_seed, status_name, version_number, version_string,
+)
+from .core import (  # noqa: E402
+    ACCEL_DTYPE_FLOAT32 as FLOAT32, ACCEL_DTYPE_FLOAT64 as FLOAT64, ACCEL_DTYPE_FLOAT16 as FLOAT16,
+    ACCEL_DTYPE_BFLOAT16 as BFLOAT16, ACCEL_DTYPE_INT8 as INT8, ACCEL_DTYPE_UINT8 as UINT8,
+    ACCEL_DTYPE_INT16 as INT16, ACCEL_DTYPE_INT32 as INT32, ACCEL_DTYPE_INT64 as INT64,
+    ACCEL_DTYPE_BOOL as BOOL,
+)
+from ._tensor import install as _install_tensor_helpers, tensor  # noqa: E402
+
+_install_tensor_helpers(Tensor, Model)
+
+__version__ = version_string()
+__all__ = [
+    "Accelerator", "Batch", "DataLoader", "Model", "Optimizer", "Scheduler", "Tensor", "tensor",
+    "abi_version", "build_info_json", "compute_loss", "dtype_size", "process_count", "process_index",
+    "process_is_main", "set_seed", "status_name", "version_number", "version_string",
+    "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL",
+    "AccelError", "error_class",
+] + [n for n in dir() if n.endswith("Error") and n != "AccelError"]

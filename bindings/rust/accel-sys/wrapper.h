@@ -1,0 +1,1 @@
+#include <accel/accel.h>

@@ -1,0 +1,189 @@
+/* csharp/accel_csharp.i - C# specifics: exception classes, IDisposable, names, friendly methods.
+ *
+ * Namespace Accel (set with -namespace), native library libaccel_csharp.so (-dllimport accel_csharp).
+ * Handle classes are IDisposable (SWIG's proxies): Dispose() frees the handle (`using`), the finalizer
+ * frees what is left. Exceptions: AccelError and one subclass per status (bindings/csharp/src/Errors.cs);
+ * InvalidArgumentError derives from System.ArgumentException instead (single inheritance) and, like
+ * AccelError, implements IAccelError, the interface every accel exception implements. */
+
+%include <enumsimple.swg>
+
+/* With -DSWIGWORDSIZE64 (64-bit Linux) int64_t and size_t are C `long` / `unsigned long`, which SWIG would
+ * map to a 32-bit int here: map them like `long long` (64-bit) instead. */
+%apply long long { long };
+%apply unsigned long long { unsigned long };
+%apply const long long & { const long & };
+%apply const unsigned long long & { const unsigned long & };
+%csconst(1);
+
+%insert(runtime) %{
+typedef void (SWIGSTDCALL *AccelCSharpErrorCallback)(const char *message, int status);
+static AccelCSharpErrorCallback accel_csharp_error_callback = NULL;
+extern "C" SWIGEXPORT void SWIGSTDCALL AccelCSharpRegisterErrorCallback(AccelCSharpErrorCallback cb)
+{
+    accel_csharp_error_callback = cb;
+}
+%}
+
+%{
+/* Hands the pending status to C#, which stores AccelError.Create(message, status) as the pending
+ * exception; SWIG's generated code throws it when the P/Invoke call returns. */
+static void accel_swig_throw_csharp()
+{
+    accel_swig::Pending &p = accel_swig::pending();
+    if (accel_csharp_error_callback)
+        accel_csharp_error_callback(p.message.c_str(), (int)p.status);
+    else
+        SWIG_CSharpSetPendingException(SWIG_CSharpApplicationException, p.message.c_str());
+    accel_swig::reset();
+}
+%}
+
+%exception {
+    accel_swig::reset();
+    $action
+    if (accel_swig::failed()) {
+        accel_swig_throw_csharp();
+        return $null;
+    }
+}
+
+%pragma(csharp) imclasscode=%{
+  class AccelErrorHelper {
+    public delegate void ErrorDelegate(string message, int status);
+    static ErrorDelegate errorDelegate = new ErrorDelegate(SetPending);
+
+    [global::System.Runtime.InteropServices.DllImport("$dllimport", EntryPoint="AccelCSharpRegisterErrorCallback")]
+    public static extern void AccelCSharpRegisterErrorCallback(ErrorDelegate cb);
+
+    static void SetPending(string message, int status) {
+      SWIGPendingException.Set(AccelError.Create(message, status));
+    }
+
+    static AccelErrorHelper() {
+      AccelCSharpRegisterErrorCallback(errorDelegate);
+    }
+  }
+  static AccelErrorHelper accelErrorHelper = new AccelErrorHelper();
+
+  // Checked once, before the first call into the library.
+  static readonly int accelLoadedAbi = AccelCheckAbi();
+  static int AccelCheckAbi() {
+    int loaded = AbiVersion();
+    if (loaded != Library.BUILT_ABI_VERSION)
+      throw new global::System.DllNotFoundException("accel: the loaded libaccel has ABI version " + loaded +
+          " but these bindings were built for ABI " + Library.BUILT_ABI_VERSION +
+          " (libaccel.so." + Library.BUILT_ABI_VERSION + ")");
+    return loaded;
+  }
+%}
+
+%rename("%(camelcase)s", %$isfunction) "";
+
+/* Raw array entry points take explicit counts (SWIG's C# has no multi-argument typemaps); the public
+ * Tensor.Of / To*Array methods below pass array.Length. */
+%csmethodmodifiers Tensor::from_float32 "internal";
+%csmethodmodifiers Tensor::from_float64 "internal";
+%csmethodmodifiers Tensor::from_int32 "internal";
+%csmethodmodifiers Tensor::from_int64 "internal";
+%csmethodmodifiers Tensor::from_uint8 "internal";
+%csmethodmodifiers Tensor::from_bytes "internal";
+%csmethodmodifiers Tensor::copy_to_float32 "internal";
+%csmethodmodifiers Tensor::copy_to_float64 "internal";
+%csmethodmodifiers Tensor::copy_to_int32 "internal";
+%csmethodmodifiers Tensor::copy_to_int64 "internal";
+%csmethodmodifiers Tensor::copy_to_uint8 "internal";
+%csmethodmodifiers Tensor::copy_to_bytes "internal";
+
+%ignore Accelerator::close;
+%ignore Model::close;
+%ignore Optimizer::close;
+%ignore Scheduler::close;
+%ignore DataLoader::close;
+%ignore Batch::close;
+%ignore Tensor::close;
+
+%typemap(cscode) Tensor %{
+  /// <summary>A float32 tensor holding a copy of <paramref name="data"/> with the given shape.</summary>
+  public static Tensor Of(float[] data, params long[] shape) { return FromFloat32(data, (ulong)data.Length, shape, (ulong)shape.Length); }
+  public static Tensor Of(double[] data, params long[] shape) { return FromFloat64(data, (ulong)data.Length, shape, (ulong)shape.Length); }
+  public static Tensor Of(int[] data, params long[] shape) { return FromInt32(data, (ulong)data.Length, shape, (ulong)shape.Length); }
+  public static Tensor Of(long[] data, params long[] shape) { return FromInt64(data, (ulong)data.Length, shape, (ulong)shape.Length); }
+  public static Tensor Of(byte[] data, params long[] shape) { return FromUint8(data, (ulong)data.Length, shape, (ulong)shape.Length); }
+  /// <summary>A tensor of <paramref name="dtype"/> (Library.ACCEL_DTYPE_*) from raw row-major bytes.</summary>
+  public static Tensor FromRaw(byte[] data, int dtype, params long[] shape) { return FromBytes(data, (ulong)data.Length, dtype, shape, (ulong)shape.Length); }
+
+  /// <summary>The sizes of the dimensions.</summary>
+  public long[] Shape {
+    get {
+      long[] s = new long[Ndim()];
+      for (int i = 0; i < s.Length; ++i)
+        s[i] = Size(i);
+      return s;
+    }
+  }
+
+  public float[] ToFloatArray() { var a = new float[Numel()]; CopyToFloat32(a, (ulong)a.Length); return a; }
+  public double[] ToDoubleArray() { var a = new double[Numel()]; CopyToFloat64(a, (ulong)a.Length); return a; }
+  public int[] ToIntArray() { var a = new int[Numel()]; CopyToInt32(a, (ulong)a.Length); return a; }
+  public long[] ToLongArray() { var a = new long[Numel()]; CopyToInt64(a, (ulong)a.Length); return a; }
+  public byte[] ToBytes() { var a = new byte[Nbytes()]; CopyToBytes(a, (ulong)a.Length); return a; }
+%}
+
+%typemap(cscode) Accelerator %{
+  sealed class Scope : global::System.IDisposable {
+    global::System.Action end;
+    internal Scope(global::System.Action end) { this.end = end; }
+    public void Dispose() {
+      var e = end;
+      end = null;
+      if (e != null) e();
+    }
+  }
+
+  /// <summary><c>using (accelerator.Accumulate(model)) { ... }</c>: accumulate_begin / accumulate_end.</summary>
+  public global::System.IDisposable Accumulate(Model model) {
+    AccumulateBegin(model);
+    return new Scope(AccumulateEnd);
+  }
+
+  /// <summary><c>using (accelerator.Autocast()) { ... }</c>: autocast_begin / autocast_end.</summary>
+  public global::System.IDisposable Autocast() {
+    AutocastBegin();
+    return new Scope(AutocastEnd);
+  }
+%}
+
+%typemap(csinterfaces) DataLoader "global::System.IDisposable, global::System.Collections.Generic.IEnumerable<Batch>"
+%typemap(cscode) DataLoader %{
+  /// <summary>One pass over the loader; dispose each Batch (using) or let the GC free it.</summary>
+  public global::System.Collections.Generic.IEnumerator<Batch> GetEnumerator() {
+    for (Batch b = NextBatch(); b != null; b = NextBatch())
+      yield return b;
+  }
+
+  global::System.Collections.IEnumerator global::System.Collections.IEnumerable.GetEnumerator() {
+    return GetEnumerator();
+  }
+%}
+
+%typemap(cscode) Model %{
+  /// <summary>Copies of every state-dict entry, in state-dict order.</summary>
+  public global::System.Collections.Generic.List<global::System.Collections.Generic.KeyValuePair<string, Tensor>> StateDict() {
+    var list = new global::System.Collections.Generic.List<global::System.Collections.Generic.KeyValuePair<string, Tensor>>();
+    for (long i = 0, n = StateDictSize(); i < n; ++i) {
+      string k = StateDictKey(i);
+      list.Add(new global::System.Collections.Generic.KeyValuePair<string, Tensor>(k, GetTensor(k)));
+    }
+    return list;
+  }
+
+  /// <summary>Load tensors into the state dict (values copied); strict: every key given and no unknown key.</summary>
+  public void LoadStateDict(global::System.Collections.Generic.IEnumerable<global::System.Collections.Generic.KeyValuePair<string, Tensor>> entries, bool strict = true) {
+    using (var e = new StateDictEntries()) {
+      foreach (var kv in entries)
+        e.Add(kv.Key, kv.Value);
+      LoadStateDictEntries(e, strict);
+    }
+  }
+%}

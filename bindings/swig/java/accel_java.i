@@ -1,0 +1,222 @@
+/* java/accel_java.i - Java specifics: exception classes, AutoCloseable, names, loader, friendly methods.
+ *
+ * Package org.accel (set with -package). Handle classes implement AutoCloseable: close() frees the
+ * handle (try-with-resources), the GC frees what is left. Exceptions are unchecked: AccelError and one
+ * subclass per status (org/accel/*Error.java); InvalidArgumentError extends IllegalArgumentException
+ * instead (Java has single inheritance) and, like AccelError, implements AccelException, the interface
+ * that every accel exception implements. */
+
+%include <enumsimple.swg>
+
+/* With -DSWIGWORDSIZE64 (64-bit Linux) int64_t and size_t are C `long` / `unsigned long`, which SWIG would
+ * map to a 32-bit int here: map them like `long long` (64-bit) instead. */
+%apply long long { long };
+%apply unsigned long long { unsigned long };
+%apply const long long & { const long & };
+%apply const unsigned long long & { const unsigned long & };
+%javaconst(1);
+
+%{
+/* Throws org.accel.<Class>(message, status) for the pending status. */
+static void accel_swig_throw_java(JNIEnv *jenv)
+{
+    accel_swig::Pending &p = accel_swig::pending();
+    std::string cls = std::string("org/accel/") + accel_swig::error_class_name(p.status);
+    jclass c = jenv->FindClass(cls.c_str());
+    if (!c) {
+        jenv->ExceptionClear();
+        c = jenv->FindClass("java/lang/RuntimeException");
+        if (c)
+            jenv->ThrowNew(c, p.message.c_str());
+        accel_swig::reset();
+        return;
+    }
+    jmethodID ctor = jenv->GetMethodID(c, "<init>", "(Ljava/lang/String;I)V");
+    jstring msg = jenv->NewStringUTF(p.message.c_str());
+    jthrowable exc = (ctor && msg) ? (jthrowable)jenv->NewObject(c, ctor, msg, (jint)p.status) : NULL;
+    if (exc)
+        jenv->Throw(exc);
+    accel_swig::reset();
+}
+%}
+
+%exception {
+    accel_swig::reset();
+    $action
+    if (accel_swig::failed()) {
+        accel_swig_throw_java(jenv);
+        return $null;
+    }
+}
+
+/* Names: lowerCamelCase methods; the seed is a long (SWIG would make uint64_t a BigInteger). */
+%rename("%(lowercamelcase)s", %$isfunction) "";
+%apply int64_t { uint64_t seed };
+
+/* Load the JNI library (reporting every path tried) and check the ABI before any native call. */
+%pragma(java) jniclasscode=%{
+  static {
+    NativeLoader.load();
+    int loaded = AccelJNI.abiVersion();
+    if (loaded != AccelConstants.BUILT_ABI_VERSION)
+      throw new UnsatisfiedLinkError("accel: the loaded libaccel has ABI version " + loaded
+          + " but these bindings were built for ABI " + AccelConstants.BUILT_ABI_VERSION
+          + " (libaccel.so." + AccelConstants.BUILT_ABI_VERSION + ")");
+  }
+%}
+%pragma(java) moduleclassmodifiers="public final class"
+
+/* Handles: AutoCloseable; close() == delete() (idempotent; later calls raise FailedPreconditionError). */
+%define ACCEL_JAVA_CLOSABLE(CLS)
+%typemap(javainterfaces) CLS "AutoCloseable"
+%ignore CLS::close;
+%typemap(javacode) CLS %{
+  /** Frees the native handle now; the object is unusable afterwards. Calling it twice is fine. */
+  @Override
+  public void close() {
+    delete();
+  }
+%}
+%enddef
+ACCEL_JAVA_CLOSABLE(Accelerator)
+ACCEL_JAVA_CLOSABLE(Model)
+ACCEL_JAVA_CLOSABLE(Optimizer)
+ACCEL_JAVA_CLOSABLE(Scheduler)
+ACCEL_JAVA_CLOSABLE(Batch)
+ACCEL_JAVA_CLOSABLE(Tensor)
+%typemap(javainterfaces) StateDictEntries "AutoCloseable"
+%typemap(javacode) StateDictEntries %{
+  @Override
+  public void close() {
+    delete();
+  }
+%}
+
+%typemap(javainterfaces) DataLoader "AutoCloseable, Iterable<Batch>"
+%ignore DataLoader::close;
+%typemap(javacode) DataLoader %{
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** One pass over the loader; close each Batch (try-with-resources) or let the GC free it. */
+  @Override
+  public java.util.Iterator<Batch> iterator() {
+    return new java.util.Iterator<Batch>() {
+      private Batch pending;
+      private boolean done;
+
+      @Override
+      public boolean hasNext() {
+        if (pending == null && !done) {
+          pending = nextBatch();
+          done = pending == null;
+        }
+        return pending != null;
+      }
+
+      @Override
+      public Batch next() {
+        if (!hasNext())
+          throw new java.util.NoSuchElementException("end of the pass");
+        Batch b = pending;
+        pending = null;
+        return b;
+      }
+    };
+  }
+%}
+
+%typemap(javacode) Accelerator %{
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** A scope that ends an accelerator context when closed; close() throws no checked exception. */
+  public interface Scope extends AutoCloseable {
+    @Override
+    void close();
+  }
+
+  /** {@code try (var s = accelerator.accumulate(model)) { ... }}: accumulate_begin / accumulate_end. */
+  public Scope accumulate(Model model) {
+    accumulateBegin(model);
+    return this::accumulateEnd;
+  }
+
+  /** {@code try (var s = accelerator.autocast()) { ... }}: autocast_begin / autocast_end. */
+  public Scope autocast() {
+    autocastBegin();
+    return this::autocastEnd;
+  }
+%}
+
+%typemap(javacode) Tensor %{
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** A float32 tensor holding a copy of {@code data} with the given shape. */
+  public static Tensor of(float[] data, long... shape) { return fromFloat32(data, shape); }
+  /** A float64 tensor. */
+  public static Tensor of(double[] data, long... shape) { return fromFloat64(data, shape); }
+  /** An int32 tensor. */
+  public static Tensor of(int[] data, long... shape) { return fromInt32(data, shape); }
+  /** An int64 tensor. */
+  public static Tensor of(long[] data, long... shape) { return fromInt64(data, shape); }
+  /** A uint8 tensor. */
+  public static Tensor of(byte[] data, long... shape) { return fromUint8(data, shape); }
+  /** A tensor of {@code dtype} (AccelConstants.ACCEL_DTYPE_*) from a direct buffer's remaining bytes. */
+  public static Tensor of(java.nio.ByteBuffer data, int dtype, long... shape) { return fromBytes(data, dtype, shape); }
+
+  /** The sizes of the dimensions. */
+  public long[] shape() {
+    long[] s = new long[(int) ndim()];
+    for (int i = 0; i < s.length; ++i)
+      s[i] = size(i);
+    return s;
+  }
+
+  private int elements() { return Math.toIntExact(numel()); }
+
+  public float[] toFloatArray() { float[] a = new float[elements()]; copyToFloat32(a); return a; }
+  public double[] toDoubleArray() { double[] a = new double[elements()]; copyToFloat64(a); return a; }
+  public int[] toIntArray() { int[] a = new int[elements()]; copyToInt32(a); return a; }
+  public long[] toLongArray() { long[] a = new long[elements()]; copyToInt64(a); return a; }
+  /** The raw elements in a new direct buffer (native byte order). */
+  public java.nio.ByteBuffer toByteBuffer() {
+    java.nio.ByteBuffer b = java.nio.ByteBuffer.allocateDirect(Math.toIntExact(nbytes()))
+        .order(java.nio.ByteOrder.nativeOrder());
+    copyToBytes(b);
+    return b;
+  }
+%}
+
+%typemap(javacode) Model %{
+  @Override
+  public void close() {
+    delete();
+  }
+
+  /** Copies of every state-dict entry, in state-dict order. */
+  public java.util.LinkedHashMap<String, Tensor> stateDict() {
+    java.util.LinkedHashMap<String, Tensor> m = new java.util.LinkedHashMap<>();
+    for (long i = 0, n = stateDictSize(); i < n; ++i) {
+      String k = stateDictKey(i);
+      m.put(k, getTensor(k));
+    }
+    return m;
+  }
+
+  /** Load tensors into the state dict (values copied); strict: every key given and no unknown key. */
+  public void loadStateDict(java.util.Map<String, Tensor> entries, boolean strict) {
+    try (StateDictEntries e = new StateDictEntries()) {
+      for (java.util.Map.Entry<String, Tensor> kv : entries.entrySet())
+        e.add(kv.getKey(), kv.getValue());
+      loadStateDictEntries(e, strict);
+    }
+  }
+%}

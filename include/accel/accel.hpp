@@ -1,0 +1,524 @@
+/* accel/accel.hpp - header-only C++17 wrapper over the C API (not included by accel.h).
+ *
+ * RAII, move-only handle classes (accel::Accelerator, Model, Optimizer, Scheduler, DataLoader, Batch,
+ * Tensor) that free their handle in the destructor; failures throw accel::Error carrying the status and
+ * the library's message; accel::span is a small std::span-like view for buffers and shapes. Only the C
+ * API is used, so nothing of LibTorch enters the user's build. The C API's ownership and thread rules
+ * apply unchanged (see accel.h and README.md).
+ *
+ *   accel::Accelerator acc(R"({"gradient_accumulation_steps": 2})");
+ *   auto model = accel::Model::from_json(R"({"type": "mlp", "widths": [16, 64, 4]})");
+ *   accel::Optimizer opt(model, R"({"type": "adamw", "lr": 3e-3})");
+ *   acc.prepare(&model, &opt, &loader, nullptr);
+ *   while (auto batch = loader.next_batch())   // train_step enters accumulate() itself
+ *       double loss = acc.train_step(model, opt, nullptr, batch, "cross_entropy");
+ *   while (auto batch = loader.next_batch()) { // or by hand
+ *       auto scope = acc.accumulate(model);    // ends at the end of the block
+ *       auto loss = accel::compute_loss("cross_entropy", model.forward(batch.inputs()), batch.labels());
+ *       acc.backward(loss);
+ *       opt.step();
+ *       opt.zero_grad();
+ *   }
+ */
+#ifndef ACCEL_ACCEL_HPP
+#define ACCEL_ACCEL_HPP
+
+#include <accel/accel.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace accel {
+
+/** A failed call: the status (accel_status_t) and the message of accel_last_error_message(). */
+class Error : public std::runtime_error {
+public:
+    Error(accel_status_t status, const std::string &message)
+        : std::runtime_error(message), status_(status)
+    {
+    }
+    /** The accel_status_t code. */
+    accel_status_t status() const noexcept { return status_; }
+    /** The status name, e.g. "ACCEL_ERR_INVALID_ARGUMENT". */
+    const char *status_name() const noexcept { return accel_status_name(status_); }
+
+private:
+    accel_status_t status_;
+};
+
+/** Throws accel::Error for a non-zero status, copying the thread's last error message. */
+inline void check(accel_status_t status)
+{
+    if (status != ACCEL_OK)
+        throw Error(status, accel_last_error_message());
+}
+
+/** A non-owning view of contiguous elements (std::span-like, for C++17). */
+template <class T>
+class span {
+public:
+    constexpr span() noexcept = default;
+    constexpr span(T *data, std::size_t size) noexcept : data_(data), size_(size) {}
+    template <std::size_t N>
+    constexpr span(T (&array)[N]) noexcept : data_(array), size_(N)
+    {
+    }
+    template <class C, class = decltype(std::declval<C &>().data()), class = decltype(std::declval<C &>().size())>
+    constexpr span(C &container) noexcept : data_(container.data()), size_(container.size())
+    {
+    }
+    constexpr T *data() const noexcept { return data_; }
+    constexpr std::size_t size() const noexcept { return size_; }
+    constexpr std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+    constexpr bool empty() const noexcept { return size_ == 0; }
+    constexpr T &operator[](std::size_t i) const noexcept { return data_[i]; }
+    constexpr T *begin() const noexcept { return data_; }
+    constexpr T *end() const noexcept { return data_ + size_; }
+
+private:
+    T *data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+namespace detail {
+
+/** A move-only owner of one C handle, freed with Free. */
+template <class H, void (*Free)(H *)>
+class Handle {
+public:
+    Handle() noexcept = default;
+    explicit Handle(H *raw) noexcept : raw_(raw) {}
+    Handle(const Handle &) = delete;
+    Handle &operator=(const Handle &) = delete;
+    Handle(Handle &&other) noexcept : raw_(std::exchange(other.raw_, nullptr)) {}
+    Handle &operator=(Handle &&other) noexcept
+    {
+        if (this != &other) {
+            Free(raw_);
+            raw_ = std::exchange(other.raw_, nullptr);
+        }
+        return *this;
+    }
+    ~Handle() { Free(raw_); }
+
+    /** The C handle (still owned by this object). */
+    H *get() const noexcept { return raw_; }
+    /** Gives up ownership; the caller frees the handle. */
+    H *release() noexcept { return std::exchange(raw_, nullptr); }
+    explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+private:
+    H *raw_ = nullptr;
+};
+
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+    static constexpr accel_dtype_t value = ACCEL_DTYPE_FLOAT32;
+};
+template <>
+struct dtype_of<double> {
+    static constexpr accel_dtype_t value = ACCEL_DTYPE_FLOAT64;
+};
+template <>
+struct dtype_of<std::int32_t> {
+    static constexpr accel_dtype_t value = ACCEL_DTYPE_INT32;
+};
+template <>
+struct dtype_of<std::int64_t> {
+    static constexpr accel_dtype_t value = ACCEL_DTYPE_INT64;
+};
+template <>
+struct dtype_of<std::uint8_t> {
+    static constexpr accel_dtype_t value = ACCEL_DTYPE_UINT8;
+};
+
+inline std::string owned_string(char *s)
+{
+    std::string out = s ? s : "";
+    accel_string_free(s);
+    return out;
+}
+
+} // namespace detail
+
+/** Version of the loaded library, e.g. "0.1.0". */
+inline const char *version_string() noexcept { return accel_version_string(); }
+
+/** Throws accel::Error (FAILED_PRECONDITION) when the loaded library's ABI differs from these headers'. */
+inline void check_abi()
+{
+    if (accel_abi_version() != ACCEL_ABI_VERSION)
+        throw Error(ACCEL_ERR_FAILED_PRECONDITION,
+                    "the loaded libaccel has ABI version " + std::to_string(accel_abi_version()) +
+                        " but this program was built for ABI " + std::to_string(ACCEL_ABI_VERSION));
+}
+
+/** accelerate.utils.set_seed. */
+inline void set_seed(std::uint64_t seed, bool device_specific = false, bool deterministic = false)
+{
+    check(accel_random_set_seed(seed, device_specific, deterministic));
+}
+
+/** A CPU tensor owned by the library. */
+class Tensor : public detail::Handle<accel_tensor_t, accel_tensor_free> {
+public:
+    using Handle::Handle;
+
+    /** A tensor holding a copy of @p data with @p shape (row-major). */
+    template <class T>
+    static Tensor from(span<const T> data, const std::vector<std::int64_t> &shape)
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_tensor_create(data.data(), data.size_bytes(), detail::dtype_of<T>::value, shape.data(),
+                                  shape.size(), &raw));
+        return Tensor(raw);
+    }
+    template <class T>
+    static Tensor from(const std::vector<T> &data, const std::vector<std::int64_t> &shape)
+    {
+        return from(span<const T>(data.data(), data.size()), shape);
+    }
+
+    accel_dtype_t dtype() const
+    {
+        accel_dtype_t v = 0;
+        check(accel_tensor_get_dtype(get(), &v));
+        return v;
+    }
+    std::vector<std::int64_t> shape() const
+    {
+        std::size_t nd = 0;
+        check(accel_tensor_get_ndim(get(), &nd));
+        std::vector<std::int64_t> s(nd);
+        check(accel_tensor_get_shape(get(), s.data(), nd));
+        return s;
+    }
+    std::int64_t numel() const
+    {
+        std::int64_t v = 0;
+        check(accel_tensor_get_numel(get(), &v));
+        return v;
+    }
+    /** Copies the elements into @p out, whose size must equal numel() (and T the dtype). */
+    template <class T>
+    void copy_to(span<T> out) const
+    {
+        if (dtype() != detail::dtype_of<std::remove_const_t<T>>::value)
+            throw Error(ACCEL_ERR_INVALID_ARGUMENT, "copy_to: element type does not match the tensor's dtype");
+        check(accel_tensor_copy_to_buffer(get(), out.data(), out.size_bytes()));
+    }
+    /** The elements, copied into a vector. */
+    template <class T>
+    std::vector<T> to_vector() const
+    {
+        std::vector<T> v(static_cast<std::size_t>(numel()));
+        copy_to(span<T>(v.data(), v.size()));
+        return v;
+    }
+    /** The value of a one-element tensor. */
+    double item() const
+    {
+        double v = 0.0;
+        check(accel_tensor_get_item(get(), &v));
+        return v;
+    }
+};
+
+/** A mean-reduced loss by name ("cross_entropy", "mse", ...), keeping the graph for Accelerator::backward. */
+inline Tensor compute_loss(const std::string &name, const Tensor &outputs, const Tensor &targets)
+{
+    accel_tensor_t *raw = nullptr;
+    check(accel_loss_compute(name.c_str(), outputs.get(), targets.get(), &raw));
+    return Tensor(raw);
+}
+
+/** A model from a JSON spec or TorchScript. */
+class Model : public detail::Handle<accel_model_t, accel_model_free> {
+public:
+    using Handle::Handle;
+
+    static Model from_json(const std::string &spec)
+    {
+        accel_model_t *raw = nullptr;
+        check(accel_model_create_from_json(spec.c_str(), &raw));
+        return Model(raw);
+    }
+    static Model from_torchscript(const std::string &path)
+    {
+        accel_model_t *raw = nullptr;
+        check(accel_model_create_from_torchscript(path.c_str(), &raw));
+        return Model(raw);
+    }
+    Tensor forward(const Tensor &input)
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_model_forward(get(), input.get(), &raw));
+        return Tensor(raw);
+    }
+    void train() { check(accel_model_train(get())); }
+    void eval() { check(accel_model_eval(get())); }
+    std::size_t num_parameters() const
+    {
+        std::size_t v = 0;
+        check(accel_model_get_num_parameters(get(), &v));
+        return v;
+    }
+    /** Name of parameter @p index; a copy (the library's string lives as long as the model). */
+    std::string parameter_name(std::size_t index) const
+    {
+        const char *s = nullptr;
+        check(accel_model_get_parameter_name(get(), index, &s));
+        return s;
+    }
+    Tensor get_tensor(const std::string &name) const
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_model_get_tensor(get(), name.c_str(), &raw));
+        return Tensor(raw);
+    }
+    /** The gradient of @p name; an empty Tensor (operator bool false) when it has none. */
+    Tensor get_gradient(const std::string &name) const
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_model_get_gradient(get(), name.c_str(), &raw));
+        return Tensor(raw);
+    }
+};
+
+class Optimizer : public detail::Handle<accel_optimizer_t, accel_optimizer_free> {
+public:
+    using Handle::Handle;
+    Optimizer(Model &model, const std::string &config) : Handle(create(model, config)) {}
+    void step() { check(accel_optimizer_step(get())); }
+    void zero_grad() { check(accel_optimizer_zero_grad(get())); }
+    double lr() const
+    {
+        double v = 0.0;
+        check(accel_optimizer_get_lr(get(), &v));
+        return v;
+    }
+    void set_lr(double lr) { check(accel_optimizer_set_lr(get(), lr)); }
+
+private:
+    static accel_optimizer_t *create(Model &model, const std::string &config)
+    {
+        accel_optimizer_t *raw = nullptr;
+        check(accel_optimizer_create(model.get(), config.c_str(), &raw));
+        return raw;
+    }
+};
+
+class Scheduler : public detail::Handle<accel_scheduler_t, accel_scheduler_free> {
+public:
+    using Handle::Handle;
+    Scheduler(Optimizer &optimizer, const std::string &config) : Handle(create(optimizer, config)) {}
+    void step() { check(accel_scheduler_step(get())); }
+    double last_lr() const
+    {
+        double v = 0.0;
+        check(accel_scheduler_get_last_lr(get(), &v));
+        return v;
+    }
+    std::int64_t step_count() const
+    {
+        std::int64_t v = 0;
+        check(accel_scheduler_get_step_count(get(), &v));
+        return v;
+    }
+
+private:
+    static accel_scheduler_t *create(Optimizer &optimizer, const std::string &config)
+    {
+        accel_scheduler_t *raw = nullptr;
+        check(accel_scheduler_create(optimizer.get(), config.c_str(), &raw));
+        return raw;
+    }
+};
+
+/** One batch; operator bool is false for the end-of-pass marker returned by DataLoader::next_batch(). */
+class Batch : public detail::Handle<accel_batch_t, accel_batch_free> {
+public:
+    using Handle::Handle;
+    Tensor inputs() const
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_batch_get_inputs(get(), &raw));
+        return Tensor(raw);
+    }
+    /** The labels; an empty Tensor when the loader has none. */
+    Tensor labels() const
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_batch_get_labels(get(), &raw));
+        return Tensor(raw);
+    }
+    std::int64_t size() const
+    {
+        std::int64_t v = 0;
+        check(accel_batch_get_size(get(), &v));
+        return v;
+    }
+};
+
+class DataLoader : public detail::Handle<accel_dataloader_t, accel_dataloader_free> {
+public:
+    using Handle::Handle;
+    /** A loader over (features[i], labels[i]); @p labels may be nullptr. Shares the tensors' memory. */
+    DataLoader(const Tensor &features, const Tensor *labels, const std::string &config)
+        : Handle(create(features, labels, config))
+    {
+    }
+    /** The next batch of the current pass; an empty Batch at its end. */
+    Batch next_batch()
+    {
+        accel_batch_t *raw = nullptr;
+        check(accel_dataloader_next(get(), &raw));
+        return Batch(raw);
+    }
+    std::int64_t length() const
+    {
+        std::int64_t v = 0;
+        check(accel_dataloader_get_length(get(), &v));
+        return v;
+    }
+    void set_epoch(std::int64_t epoch) { check(accel_dataloader_set_epoch(get(), epoch)); }
+
+private:
+    static accel_dataloader_t *create(const Tensor &features, const Tensor *labels, const std::string &config)
+    {
+        accel_dataloader_t *raw = nullptr;
+        check(accel_dataloader_create_from_tensors(features.get(), labels ? labels->get() : nullptr, config.c_str(),
+                                                   &raw));
+        return raw;
+    }
+};
+
+class Accelerator : public detail::Handle<accel_accelerator_t, accel_accelerator_free> {
+public:
+    using Handle::Handle;
+
+    /** Ends an accelerator context (accumulate, autocast) when destroyed. */
+    class Scope {
+    public:
+        Scope(const Scope &) = delete;
+        Scope &operator=(const Scope &) = delete;
+        Scope(Scope &&other) noexcept : acc_(std::exchange(other.acc_, nullptr)), end_(other.end_) {}
+        Scope &operator=(Scope &&) = delete;
+        /** Ends the context now, throwing on failure (the destructor ignores failures). */
+        void end()
+        {
+            if (acc_)
+                check(end_(std::exchange(acc_, nullptr)));
+        }
+        ~Scope()
+        {
+            if (acc_)
+                (void)end_(acc_);
+        }
+
+    private:
+        friend class Accelerator;
+        Scope(accel_accelerator_t *acc, accel_status_t (*end)(accel_accelerator_t *)) : acc_(acc), end_(end) {}
+        accel_accelerator_t *acc_;
+        accel_status_t (*end_)(accel_accelerator_t *);
+    };
+
+    /** An accelerator with Accelerate's defaults. */
+    Accelerator() : Handle(create(nullptr)) {}
+    /** An accelerator from Accelerate's Accelerator(...) arguments as JSON; invalid configs throw
+     *  accel::Error with ACCEL_ERR_INVALID_ARGUMENT naming the JSON path. */
+    explicit Accelerator(const std::string &config) : Handle(create(config.c_str())) {}
+
+    std::string config_json() const
+    {
+        char *s = nullptr;
+        check(accel_accelerator_get_config_json(get(), &s));
+        return detail::owned_string(s);
+    }
+    /** accelerator.prepare(...): each pointer may be nullptr. */
+    void prepare(Model *model, Optimizer *optimizer, DataLoader *dataloader, Scheduler *scheduler)
+    {
+        check(accel_accelerator_prepare(get(), model ? model->get() : nullptr, optimizer ? optimizer->get() : nullptr,
+                                        dataloader ? dataloader->get() : nullptr,
+                                        scheduler ? scheduler->get() : nullptr));
+    }
+    void backward(Tensor &loss) { check(accel_accelerator_backward(get(), loss.get())); }
+    /** `with accelerator.accumulate(model):` - the context ends when the Scope is destroyed. */
+    [[nodiscard]] Scope accumulate(Model &model)
+    {
+        check(accel_accelerator_accumulate_begin(get(), model.get()));
+        return Scope(get(), accel_accelerator_accumulate_end);
+    }
+    /** `with accelerator.autocast():` */
+    [[nodiscard]] Scope autocast()
+    {
+        check(accel_accelerator_autocast_begin(get()));
+        return Scope(get(), accel_accelerator_autocast_end);
+    }
+    double train_step(Model &model, Optimizer &optimizer, Scheduler *scheduler, const Batch &batch,
+                      const std::string &loss_name)
+    {
+        double v = 0.0;
+        check(accel_accelerator_train_step(get(), model.get(), optimizer.get(), scheduler ? scheduler->get() : nullptr,
+                                           batch.get(), loss_name.c_str(), &v));
+        return v;
+    }
+    bool sync_gradients() const
+    {
+        bool v = false;
+        check(accel_accelerator_get_sync_gradients(get(), &v));
+        return v;
+    }
+    std::int64_t step() const
+    {
+        std::int64_t v = 0;
+        check(accel_accelerator_get_step(get(), &v));
+        return v;
+    }
+    std::int64_t gradient_accumulation_steps() const
+    {
+        std::int64_t v = 0;
+        check(accel_accelerator_get_gradient_accumulation_steps(get(), &v));
+        return v;
+    }
+    double clip_grad_norm(Model &model, double max_norm, double norm_type = 2.0)
+    {
+        double v = 0.0;
+        check(accel_accelerator_clip_grad_norm(get(), model.get(), max_norm, norm_type, &v));
+        return v;
+    }
+    void print(const std::string &text) const { check(accel_accelerator_print(get(), text.c_str())); }
+    void save_state(const std::string &dir) { check(accel_accelerator_save_state(get(), dir.c_str())); }
+    void load_state(const std::string &dir) { check(accel_accelerator_load_state(get(), dir.c_str())); }
+    bool is_main_process() const
+    {
+        bool v = false;
+        check(accel_accelerator_is_main_process(get(), &v));
+        return v;
+    }
+    std::int32_t num_processes() const
+    {
+        std::int32_t v = 0;
+        check(accel_accelerator_get_num_processes(get(), &v));
+        return v;
+    }
+private:
+    static accel_accelerator_t *create(const char *config)
+    {
+        check_abi();
+        accel_accelerator_t *raw = nullptr;
+        check(accel_accelerator_create(config, &raw));
+        return raw;
+    }
+};
+
+} // namespace accel
+
+#endif /* ACCEL_ACCEL_HPP */

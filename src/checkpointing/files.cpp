@@ -1,0 +1,236 @@
+#include "checkpointing/files.hpp"
+
+#include "common/error.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace accel::ckpt {
+
+namespace fs = std::filesystem;
+
+void fail_errno(int err, const std::string &what, const std::string &path)
+{
+    accel_status_t code = ACCEL_ERR_INTERNAL;
+    switch (err) {
+    case ENOENT: case ENOTDIR: code = ACCEL_ERR_NOT_FOUND; break;
+    case EACCES: case EPERM: case EROFS: code = ACCEL_ERR_PERMISSION_DENIED; break;
+    case ENOSPC: case EDQUOT: case ENOMEM: case EFBIG: code = ACCEL_ERR_RESOURCE_EXHAUSTED; break;
+    case EEXIST: case ENOTEMPTY: code = ACCEL_ERR_ALREADY_EXISTS; break;
+    default: break;
+    }
+    fail(code, what + " \"" + path + "\": " + std::strerror(err));
+}
+
+OutFile::OutFile(const std::string &path) : path_(path)
+{
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail_errno(errno, "cannot create", path);
+}
+
+OutFile::~OutFile()
+{
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void OutFile::write(const void *data, size_t len)
+{
+    const char *p = static_cast<const char *>(data);
+    while (len > 0) {
+        // Linux writes at most 0x7ffff000 bytes per call.
+        ssize_t n = ::write(fd_, p, std::min<size_t>(len, size_t(1) << 30));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(errno, "cannot write", path_);
+        }
+        p += n;
+        len -= static_cast<size_t>(n);
+        written_ += static_cast<uint64_t>(n);
+    }
+}
+
+void OutFile::close()
+{
+    if (fd_ < 0) return;
+    int fd = fd_;
+    fd_ = -1;
+    if (::fsync(fd) != 0) {
+        int e = errno;
+        ::close(fd);
+        fail_errno(e, "cannot fsync", path_);
+    }
+    if (::close(fd) != 0) fail_errno(errno, "cannot close", path_);
+}
+
+MappedFile::MappedFile(const std::string &path, bool populate) : path_(path)
+{
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail_errno(errno, "cannot open", path);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        fail_errno(e, "cannot stat", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "\"" + path + "\" is not a regular file");
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+        // Copy-on-write: tensors made over the map may be written to without touching the file.
+        void *p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            ::close(fd);
+            fail_errno(e, "cannot map", path);
+        }
+        // Checkpoints are read front to back once.
+        ::madvise(p, size_, MADV_SEQUENTIAL | MADV_WILLNEED);
+        data_ = static_cast<const uint8_t *>(p);
+    }
+    ::close(fd);
+}
+
+MappedFile::~MappedFile()
+{
+    if (data_ != nullptr) ::munmap(const_cast<uint8_t *>(data_), size_);
+}
+
+void write_file_durably(const std::string &path, const void *data, size_t len)
+{
+    OutFile f(path);
+    f.write(data, len);
+    f.close();
+}
+
+std::string read_small_file(const std::string &path, size_t max_bytes)
+{
+    MappedFile m(path);
+    if (m.size() > max_bytes)
+        fail(ACCEL_ERR_DATA_LOSS, "\"" + path + "\": " + std::to_string(m.size()) + " bytes, more than the " +
+                                      std::to_string(max_bytes) + " bytes allowed for this file");
+    return std::string(reinterpret_cast<const char *>(m.data()), m.size());
+}
+
+void fsync_dir(const std::string &dir)
+{
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) fail_errno(errno, "cannot open folder", dir);
+    int rc = ::fsync(fd);
+    int e = errno;
+    ::close(fd);
+    if (rc != 0 && e != EINVAL) fail_errno(e, "cannot fsync folder", dir);
+}
+
+bool exists(const std::string &path)
+{
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0;
+}
+
+bool is_dir(const std::string &path)
+{
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_regular_file(const std::string &path)
+{
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void make_dirs(const std::string &path)
+{
+    std::error_code ec;
+    fs::create_directories(path, ec);
+    if (ec) fail_errno(ec.value(), "cannot create folder", path);
+    if (!is_dir(path)) fail(ACCEL_ERR_ALREADY_EXISTS, "\"" + path + "\" exists and is not a folder");
+}
+
+void remove_all(const std::string &path)
+{
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (ec) fail_errno(ec.value(), "cannot remove", path);
+}
+
+std::vector<std::string> list_dir(const std::string &dir)
+{
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+        out.push_back(it->path().filename().string());
+    if (ec) fail_errno(ec.value(), "cannot list folder", dir);
+    return out;
+}
+
+std::string join(const std::string &a, const std::string &b)
+{
+    if (a.empty()) return b;
+    if (a.back() == '/') return a + b;
+    return a + "/" + b;
+}
+
+std::string parent_of(const std::string &path)
+{
+    auto pos = path.find_last_of('/');
+    if (pos == std::string::npos) return ".";
+    if (pos == 0) return "/";
+    return path.substr(0, pos);
+}
+
+std::string basename_of(const std::string &path)
+{
+    auto pos = path.find_last_of('/');
+    return pos == std::string::npos ? path : path.substr(pos + 1);
+}
+
+std::string normalize_path(const std::string &path)
+{
+    std::string p = path;
+    if (!p.empty() && p[0] == '~' && (p.size() == 1 || p[1] == '/')) {
+        const char *home = std::getenv("HOME");
+        if (home != nullptr) p = std::string(home) + p.substr(1);
+    }
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    return p;
+}
+
+std::string temp_sibling(const std::string &target)
+{
+    return join(parent_of(target), "." + basename_of(target) + ".accel-tmp");
+}
+
+bool is_temp_name(const std::string &name)
+{
+    return !name.empty() && name[0] == '.' && name.size() > 10 &&
+           name.compare(name.size() - 10, 10, ".accel-tmp") == 0;
+}
+
+void publish_dir(const std::string &tmp, const std::string &target)
+{
+    fsync_dir(tmp);
+    const std::string parent = parent_of(target);
+    if (!exists(target)) {
+        if (::rename(tmp.c_str(), target.c_str()) != 0) fail_errno(errno, "cannot rename checkpoint folder to", target);
+    } else {
+        if (!is_dir(target)) fail(ACCEL_ERR_ALREADY_EXISTS, "\"" + target + "\" exists and is not a folder");
+        // Swap the complete new folder with the old one in one step, then remove the old one.
+        if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
+            fail_errno(errno, "cannot swap checkpoint folder into place at", target);
+        fsync_dir(parent);
+        remove_all(tmp); // now holds the previous content
+    }
+    fsync_dir(parent);
+}
+
+} // namespace accel::ckpt

@@ -1,0 +1,77 @@
+// Durable file and folder operations for checkpoints (no LibTorch): whole writes with fsync, read-only
+// memory maps, the temporary-sibling-folder protocol of save_state, and recursive removal.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accel::ckpt {
+
+// An open file descriptor for writing a new file; close() fsyncs before closing. Errors throw
+// accel::Error (PERMISSION_DENIED, NOT_FOUND, RESOURCE_EXHAUSTED for a full disk, else INTERNAL).
+class OutFile {
+public:
+    explicit OutFile(const std::string &path);
+    ~OutFile();
+    OutFile(const OutFile &) = delete;
+    OutFile &operator=(const OutFile &) = delete;
+    void write(const void *data, size_t len);
+    uint64_t size() const { return written_; }
+    void close(); // fsync + close; errors are reported here
+    const std::string &path() const { return path_; }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+    uint64_t written_ = 0;
+};
+
+// A file mapped copy-on-write (MAP_PRIVATE): the file is never modified. Empty files map to null, size 0.
+class MappedFile {
+public:
+    // populate: map every page up front (MAP_POPULATE), cheaper than faulting them one by one.
+    explicit MappedFile(const std::string &path, bool populate = false);
+    ~MappedFile();
+    MappedFile(const MappedFile &) = delete;
+    MappedFile &operator=(const MappedFile &) = delete;
+    const uint8_t *data() const { return data_; }
+    size_t size() const { return size_; }
+    const std::string &path() const { return path_; }
+
+private:
+    std::string path_;
+    const uint8_t *data_ = nullptr;
+    size_t size_ = 0;
+};
+
+void write_file_durably(const std::string &path, const void *data, size_t len);
+std::string read_small_file(const std::string &path, size_t max_bytes);
+void fsync_dir(const std::string &dir);
+bool exists(const std::string &path);
+bool is_dir(const std::string &path);
+bool is_regular_file(const std::string &path);
+void make_dirs(const std::string &path);
+void remove_all(const std::string &path);
+// Names in `dir` (not "." / ".."), unsorted.
+std::vector<std::string> list_dir(const std::string &dir);
+std::string join(const std::string &a, const std::string &b);
+std::string parent_of(const std::string &path);
+std::string basename_of(const std::string &path);
+// "~" and "~/..." expanded with $HOME; trailing slashes removed.
+std::string normalize_path(const std::string &path);
+
+// The temporary sibling of `target` used while a checkpoint is written: "<parent>/.<name>.accel-tmp".
+std::string temp_sibling(const std::string &target);
+bool is_temp_name(const std::string &name);
+// Makes `tmp` (complete, fsynced) appear as `target` in one step: rename when `target` does not exist,
+// else an atomic exchange (renameat2 RENAME_EXCHANGE) followed by removal of the old folder. The
+// parent folder is fsynced afterwards.
+void publish_dir(const std::string &tmp, const std::string &target);
+
+// Errors from errno as accel::Error with a message naming `what` and `path`.
+[[noreturn]] void fail_errno(int err, const std::string &what, const std::string &path);
+
+} // namespace accel::ckpt

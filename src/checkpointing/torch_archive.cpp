@@ -1,0 +1,97 @@
+#include "checkpointing/torch_archive.hpp"
+
+#include "checkpointing/files.hpp"
+#include "common/error.hpp"
+
+#include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
+
+#include <cstring>
+#include <map>
+
+namespace accel::ckpt {
+
+void save_torch_file(const std::string &path, const PyObj &obj)
+{
+    OutFile f(path);
+    // Storages in first-encounter order, keyed "0", "1", ... as torch.save does.
+    std::map<const void *, std::string> keys;
+    std::vector<at::Tensor> storages;
+    std::string pkl = pickle_dumps(obj, [&](const at::Tensor &t0) {
+        at::Tensor t = t0.device().is_cpu() ? t0 : t0.cpu();
+        const void *id = t.storage().unsafeGetStorageImpl();
+        StorageRef ref;
+        ref.type_name = storage_type_name(t.scalar_type());
+        ref.numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+        auto it = keys.find(id);
+        if (it == keys.end()) {
+            it = keys.emplace(id, std::to_string(storages.size())).first;
+            storages.push_back(t);
+        }
+        ref.key = it->second;
+        return ref;
+    });
+    std::string error;
+    {
+        caffe2::serialize::PyTorchStreamWriter writer([&](const void *data, size_t n) -> size_t {
+            f.write(data, n);
+            return n;
+        });
+        writer.writeRecord("data.pkl", pkl.data(), pkl.size());
+        for (size_t k = 0; k < storages.size(); ++k) {
+            const at::Tensor &t = storages[k];
+            const auto &st = t.storage();
+            writer.writeRecord("data/" + std::to_string(k), st.data(), st.nbytes());
+        }
+        writer.writeEndOfFile();
+    }
+    f.close();
+}
+
+PyRef load_torch_file(const std::string &path)
+{
+    if (!is_regular_file(path)) {
+        if (!exists(path)) fail(ACCEL_ERR_NOT_FOUND, "\"" + path + "\" does not exist");
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "\"" + path + "\" is not a regular file");
+    }
+    try {
+        // Storage records are stored uncompressed and 64-byte aligned: tensors are made over a map of the
+        // file (copy-on-write), so loading copies each byte once, into wherever the caller puts it.
+        auto file = std::make_shared<MappedFile>(path, /*populate=*/true);
+        caffe2::serialize::PyTorchStreamReader reader(path);
+        if (!reader.hasRecord("data.pkl")) fail(ACCEL_ERR_DATA_LOSS, path + ": not a torch.save archive (no data.pkl)");
+        auto [pkl_ptr, pkl_size] = reader.getRecord("data.pkl");
+        auto loader = [&](const std::string &key, at::ScalarType dtype, int64_t numel) -> at::Tensor {
+            const std::string name = "data/" + key;
+            if (key.empty() || key.find('/') != std::string::npos || !reader.hasRecord(name))
+                fail(ACCEL_ERR_DATA_LOSS, path + ": storage record \"" + name + "\" is missing");
+            const size_t elem = c10::elementSize(dtype);
+            const unsigned __int128 nbytes = static_cast<unsigned __int128>(numel) * elem;
+            const size_t offset = reader.getRecordOffset(name);
+            if (numel == 0) return at::empty({0}, at::TensorOptions().dtype(dtype));
+            if (offset > file->size() || nbytes > file->size() - offset)
+                fail(ACCEL_ERR_DATA_LOSS, path + ": storage \"" + key + "\" (" + std::to_string(numel) + " x " +
+                                              std::to_string(elem) + " bytes at offset " + std::to_string(offset) +
+                                              ") runs past the end of the file");
+            const uint8_t *raw = file->data() + offset;
+            if (reinterpret_cast<uintptr_t>(raw) % elem != 0) { // not written by torch.save: copy
+                auto [ptr, size] = reader.getRecord(name);
+                if (size != nbytes) fail(ACCEL_ERR_DATA_LOSS, path + ": storage \"" + key + "\" has the wrong size");
+                at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
+                std::memcpy(t.data_ptr(), ptr.get(), size);
+                return t;
+            }
+            std::shared_ptr<MappedFile> keep = file;
+            return at::from_blob(const_cast<uint8_t *>(raw), {numel}, [keep](void *) mutable { keep.reset(); },
+                                 at::TensorOptions().dtype(dtype));
+        };
+        return pickle_loads(static_cast<const uint8_t *>(pkl_ptr.get()), pkl_size, loader, path);
+    } catch (const Error &) {
+        throw;
+    } catch (const c10::Error &e) {
+        std::string msg = e.what_without_backtrace();
+        fail(ACCEL_ERR_DATA_LOSS, path + ": not a readable torch.save archive: " + msg.substr(0, msg.find('\n')));
+    }
+}
+
+} // namespace accel::ckpt

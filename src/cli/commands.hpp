@@ -1,0 +1,11 @@
+// Subcommands of the `accel` program. Each lives in its own file (launch.cpp, ...) and is listed in
+// the table of main.cpp. A subcommand gets its own arguments (argv[0] is the subcommand's name) and
+// returns the process exit status.
+#pragma once
+
+namespace accel::cli {
+
+int launch_main(int argc, char **argv);
+int merge_weights_main(int argc, char **argv); // merge_weights.cpp
+
+} // namespace accel::cli

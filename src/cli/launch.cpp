@@ -1,0 +1,523 @@
+// `accel launch [flags] COMMAND [ARGS...]`: starts COMMAND as num_processes / num_machines processes
+// on this machine with the torchrun-style environment (RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, ...) and Accelerate's ACCELERATE_* switches,
+// prefixes each line of their output with "[rankN]: ", and when one process fails stops the others
+// (SIGTERM, then SIGKILL after 5 s) and exits with that process's status (128 + signal if killed).
+// Slurm's variables (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST) give defaults for
+// --num_machines, --machine_rank and --main_process_ip when present.
+#include "cli/commands.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace accel::cli {
+
+namespace {
+
+const char *kUsage =
+    "usage: accel launch [flags] COMMAND [ARGS...]\n"
+    "\n"
+    "Starts COMMAND as several processes that train data-parallel (a C program, `java ...`, `python3 ...`).\n"
+    "\n"
+    "  -n, --num_processes N          processes in total over all machines (default: config file, else 1 per machine)\n"
+    "      --num_machines N           machines (default 1, or SLURM_NNODES)\n"
+    "      --machine_rank R           this machine's index (default 0, or SLURM_NODEID)\n"
+    "      --main_process_ip ADDR     address of machine 0 (default 127.0.0.1; required with several machines)\n"
+    "      --main_process_port PORT   rendezvous port on machine 0 (default 29500, or a free port when that one\n"
+    "                                 is taken on a single machine; 0 picks a free port)\n"
+    "      --mixed_precision MODE     no, fp16, bf16 or fp8 (ACCELERATE_MIXED_PRECISION)\n"
+    "      --gradient_accumulation_steps N   (ACCELERATE_GRADIENT_ACCUMULATION_STEPS)\n"
+    "      --num_cpu_threads_per_process N   OMP_NUM_THREADS (default: OMP_NUM_THREADS, else cores / processes)\n"
+    "      --config_file PATH         accelerate config file (YAML or JSON; default\n"
+    "                                 $HF_HOME/accelerate/default_config.yaml when it exists and --cpu is not given)\n"
+    "      --cpu                      train on the CPU (ACCELERATE_USE_CPU=True)\n"
+    "      --debug                    ACCELERATE_DEBUG_MODE=true\n"
+    "  -q, --quiet                    no launcher messages\n"
+    "      --                         end of flags\n";
+
+struct Options {
+    std::optional<int> num_processes, num_machines, machine_rank, main_process_port, grad_accum, threads;
+    std::optional<std::string> main_process_ip, mixed_precision, config_file;
+    bool cpu = false, debug = false, quiet = false;
+    std::vector<std::string> command;
+};
+
+[[noreturn]] void usage_error(const std::string &msg)
+{
+    std::fprintf(stderr, "accel launch: %s\n\n%s", msg.c_str(), kUsage);
+    std::exit(2);
+}
+
+int to_int(const std::string &flag, const std::string &v, int min, int max)
+{
+    char *end = nullptr;
+    long x = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || x < min || x > max)
+        usage_error(flag + ": expected an integer in " + std::to_string(min) + ".." + std::to_string(max) + ", got \"" +
+                    v + "\"");
+    return static_cast<int>(x);
+}
+
+Options parse(int argc, char **argv)
+{
+    Options o;
+    int i = 1;
+    auto value = [&](const std::string &flag, const std::string &inline_value, bool has_inline) -> std::string {
+        if (has_inline) return inline_value;
+        if (i + 1 >= argc) usage_error(flag + ": missing value");
+        return argv[++i];
+    };
+    for (; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--") {
+            ++i;
+            break;
+        }
+        if (a.empty() || a[0] != '-') break;
+        std::string flag = a, inline_value;
+        bool has_inline = false;
+        if (auto eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
+            flag = a.substr(0, eq);
+            inline_value = a.substr(eq + 1);
+            has_inline = true;
+        }
+        if (flag == "-h" || flag == "--help") {
+            std::fputs(kUsage, stdout);
+            std::exit(0);
+        } else if (flag == "-n" || flag == "--num_processes") {
+            o.num_processes = to_int(flag, value(flag, inline_value, has_inline), 1, 4096);
+        } else if (flag == "--num_machines") {
+            o.num_machines = to_int(flag, value(flag, inline_value, has_inline), 1, 4096);
+        } else if (flag == "--machine_rank") {
+            o.machine_rank = to_int(flag, value(flag, inline_value, has_inline), 0, 4095);
+        } else if (flag == "--main_process_ip") {
+            o.main_process_ip = value(flag, inline_value, has_inline);
+        } else if (flag == "--main_process_port") {
+            o.main_process_port = to_int(flag, value(flag, inline_value, has_inline), 0, 65535);
+        } else if (flag == "--mixed_precision") {
+            std::string v = value(flag, inline_value, has_inline);
+            if (v != "no" && v != "fp16" && v != "bf16" && v != "fp8")
+                usage_error(flag + ": expected no, fp16, bf16 or fp8, got \"" + v + "\"");
+            o.mixed_precision = v;
+        } else if (flag == "--gradient_accumulation_steps") {
+            o.grad_accum = to_int(flag, value(flag, inline_value, has_inline), 1, 1 << 30);
+        } else if (flag == "--num_cpu_threads_per_process") {
+            o.threads = to_int(flag, value(flag, inline_value, has_inline), 1, 4096);
+        } else if (flag == "--config_file") {
+            o.config_file = value(flag, inline_value, has_inline);
+        } else if (flag == "--cpu") {
+            o.cpu = true;
+        } else if (flag == "--debug") {
+            o.debug = true;
+        } else if (flag == "-q" || flag == "--quiet") {
+            o.quiet = true;
+        } else {
+            usage_error("unknown flag \"" + a + "\"");
+        }
+    }
+    for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+    if (o.command.empty()) usage_error("missing the command to run");
+    return o;
+}
+
+std::string trim(const std::string &s)
+{
+    size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n,");
+    if (b == std::string::npos) return "";
+    std::string t = s.substr(b, e - b + 1);
+    if (t.size() >= 2 && (t.front() == '"' || t.front() == '\'') && t.back() == t.front()) t = t.substr(1, t.size() - 2);
+    return t;
+}
+
+// Top-level scalar keys of an accelerate config file: YAML `key: value` or JSON `"key": value,`, one per
+// line, as `accelerate config` writes them. Nested sections (fsdp_config, ...) are not read.
+std::map<std::string, std::string> read_config(const std::string &path)
+{
+    std::ifstream in(path);
+    if (!in) usage_error("--config_file: cannot read \"" + path + "\"");
+    std::map<std::string, std::string> out;
+    std::string line;
+    int depth = 0;
+    while (std::getline(in, line)) {
+        std::string t = trim(line);
+        if (t.empty() || t[0] == '#') continue;
+        if (t == "{" || t == "}") continue;
+        size_t indent = line.find_first_not_of(" \t");
+        bool json = t[0] == '"';
+        if (!json && indent > 0) continue; // nested YAML
+        if (json && depth > 0) {
+            if (t.find('}') != std::string::npos) --depth;
+            continue;
+        }
+        auto colon = t.find(':');
+        if (colon == std::string::npos) continue;
+        std::string key = trim(t.substr(0, colon)), value = trim(t.substr(colon + 1));
+        if (json && value.rfind("{", 0) == 0 && value.find('}') == std::string::npos) {
+            ++depth;
+            continue;
+        }
+        out[key] = value;
+    }
+    return out;
+}
+
+std::optional<std::string> env(const char *name)
+{
+    const char *v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+}
+
+// "node[01-04],gpu7" -> "node01"
+std::string first_slurm_host(const std::string &list)
+{
+    std::string host;
+    for (size_t i = 0; i < list.size(); ++i) {
+        char c = list[i];
+        if (c == ',') break;
+        if (c == '[') {
+            size_t j = i + 1;
+            while (j < list.size() && list[j] != '-' && list[j] != ',' && list[j] != ']') host += list[j++];
+            break;
+        }
+        host += c;
+    }
+    return host;
+}
+
+bool port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return false;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    bool ok = bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+int pick_free_port()
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    int port = 29500;
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+struct Child {
+    int rank = 0;
+    pid_t pid = -1;
+    int out_fd = -1, err_fd = -1;
+    std::string out_buf, err_buf;
+    bool exited = false;
+    int status = 0;
+};
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+void emit_lines(std::string &buf, const std::string &prefix, FILE *to, bool flush_all)
+{
+    size_t start = 0, nl;
+    while ((nl = buf.find('\n', start)) != std::string::npos) {
+        std::fprintf(to, "%s%.*s\n", prefix.c_str(), static_cast<int>(nl - start), buf.data() + start);
+        start = nl + 1;
+    }
+    buf.erase(0, start);
+    if (flush_all && !buf.empty()) {
+        std::fprintf(to, "%s%s\n", prefix.c_str(), buf.c_str());
+        buf.clear();
+    }
+    std::fflush(to);
+}
+
+std::string describe_status(int status)
+{
+    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+    }
+    return "ended with wait status " + std::to_string(status);
+}
+
+int exit_code_of(int status)
+{
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 1;
+}
+
+} // namespace
+
+int launch_main(int argc, char **argv)
+{
+    Options o = parse(argc, argv);
+
+    // Config file: explicit, else the default one when it exists and --cpu is not given.
+    std::map<std::string, std::string> cfg;
+    std::string cfg_path;
+    if (o.config_file) {
+        cfg_path = *o.config_file;
+    } else if (!o.cpu) {
+        std::string home = env("HF_HOME").value_or(env("XDG_CACHE_HOME").value_or(env("HOME").value_or("") + "/.cache") +
+                                                   "/huggingface");
+        std::string def = home + "/accelerate/default_config.yaml";
+        if (access(def.c_str(), R_OK) == 0) cfg_path = def;
+    }
+    if (!cfg_path.empty()) {
+        cfg = read_config(cfg_path);
+        auto get = [&](const char *k) -> std::optional<std::string> {
+            auto it = cfg.find(k);
+            if (it == cfg.end() || it->second == "null" || it->second.empty()) return std::nullopt;
+            return it->second;
+        };
+        if (!o.num_processes) {
+            if (auto v = get("num_processes")) {
+                if (*v == "-1") usage_error(cfg_path + ": num_processes -1 is not a process count");
+                o.num_processes = to_int("num_processes (config file)", *v, 1, 4096);
+            }
+        }
+        if (!o.num_machines)
+            if (auto v = get("num_machines")) o.num_machines = to_int("num_machines (config file)", *v, 1, 4096);
+        if (!o.machine_rank)
+            if (auto v = get("machine_rank")) o.machine_rank = to_int("machine_rank (config file)", *v, 0, 4095);
+        if (!o.main_process_ip)
+            if (auto v = get("main_process_ip")) o.main_process_ip = *v;
+        if (!o.main_process_port)
+            if (auto v = get("main_process_port")) o.main_process_port = to_int("main_process_port (config file)", *v, 0, 65535);
+        if (!o.mixed_precision)
+            if (auto v = get("mixed_precision")) o.mixed_precision = *v;
+        if (!o.cpu)
+            if (auto v = get("use_cpu")) o.cpu = *v == "true" || *v == "True";
+        if (!o.grad_accum)
+            if (auto v = get("gradient_accumulation_steps")) o.grad_accum = to_int("gradient_accumulation_steps", *v, 1, 1 << 30);
+    }
+
+    // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
+    if (!o.num_machines)
+        if (auto v = env("SLURM_NNODES")) o.num_machines = to_int("SLURM_NNODES", *v, 1, 4096);
+    if (!o.machine_rank)
+        if (auto v = env("SLURM_NODEID")) o.machine_rank = to_int("SLURM_NODEID", *v, 0, 4095);
+    if (!o.main_process_ip)
+        if (auto v = env("SLURM_JOB_NODELIST")) o.main_process_ip = first_slurm_host(*v);
+
+    const int machines = o.num_machines.value_or(1);
+    const int machine_rank = o.machine_rank.value_or(0);
+    const int world = o.num_processes.value_or(machines);
+    if (machine_rank >= machines)
+        usage_error("--machine_rank " + std::to_string(machine_rank) + " is not below --num_machines " +
+                    std::to_string(machines));
+    if (world % machines != 0)
+        usage_error("--num_processes " + std::to_string(world) + " is not a multiple of --num_machines " +
+                    std::to_string(machines));
+    if (machines > 1 && (!o.main_process_ip || !o.main_process_port))
+        usage_error("several machines need --main_process_ip and --main_process_port");
+    const int local = world / machines;
+    std::string addr = o.main_process_ip.value_or("127.0.0.1");
+    int port = o.main_process_port.value_or(29500);
+    if (machines == 1 && (port == 0 || (!o.main_process_port && !port_free(port)))) port = pick_free_port();
+
+    std::string threads;
+    if (o.threads) threads = std::to_string(*o.threads);
+    else if (auto v = env("OMP_NUM_THREADS")) threads = *v;
+    else {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = std::to_string(std::max(1L, cores / local));
+    }
+
+    std::vector<Child> children(static_cast<size_t>(local));
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    for (int i = 0; i < local; ++i) {
+        Child &c = children[static_cast<size_t>(i)];
+        c.rank = machine_rank * local + i;
+        int out[2], err[2];
+        if (pipe(out) != 0 || pipe(err) != 0) {
+            std::perror("accel launch: pipe");
+            return 1;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            std::perror("accel launch: fork");
+            return 1;
+        }
+        if (pid == 0) {
+            dup2(out[1], STDOUT_FILENO);
+            dup2(err[1], STDERR_FILENO);
+            close(out[0]); close(out[1]); close(err[0]); close(err[1]);
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGPIPE, SIG_DFL);
+            auto set = [](const char *k, const std::string &v) { setenv(k, v.c_str(), 1); };
+            set("RANK", std::to_string(c.rank));
+            set("LOCAL_RANK", std::to_string(i));
+            set("WORLD_SIZE", std::to_string(world));
+            set("LOCAL_WORLD_SIZE", std::to_string(local));
+            set("GROUP_RANK", std::to_string(machine_rank));
+            set("ROLE_RANK", std::to_string(c.rank));
+            set("ROLE_WORLD_SIZE", std::to_string(world));
+            set("ROLE_NAME", "default");
+            set("MASTER_ADDR", addr);
+            set("MASTER_PORT", std::to_string(port));
+            set("TORCHELASTIC_RESTART_COUNT", "0");
+            set("TORCHELASTIC_MAX_RESTARTS", "0");
+            set("TORCHELASTIC_RUN_ID", "none");
+            set("OMP_NUM_THREADS", threads);
+            set("ACCELERATE_USE_CPU", o.cpu ? "True" : "False");
+            set("ACCELERATE_MIXED_PRECISION", o.mixed_precision.value_or("no"));
+            if (o.grad_accum) set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", std::to_string(*o.grad_accum));
+            if (o.debug) set("ACCELERATE_DEBUG_MODE", "true");
+            std::vector<char *> args;
+            for (auto &s : o.command) args.push_back(const_cast<char *>(s.c_str()));
+            args.push_back(nullptr);
+            execvp(args[0], args.data());
+            std::fprintf(stderr, "accel launch: cannot run \"%s\": %s\n", args[0], std::strerror(errno));
+            _exit(127);
+        }
+        close(out[1]);
+        close(err[1]);
+        c.pid = pid;
+        c.out_fd = out[0];
+        c.err_fd = err[0];
+    }
+    if (!o.quiet && world > 1 && machine_rank == 0)
+        std::fprintf(stderr, "accel launch: %d processes (%d per machine, %d machine%s), rendezvous %s:%d\n", world,
+                     local, machines, machines > 1 ? "s" : "", addr.c_str(), port);
+
+    int first_failure = -1; // index into children
+    int result = 0;
+    bool kill_pending = false; // SIGKILL the stragglers at kill_at
+    auto kill_at = std::chrono::steady_clock::now();
+    bool forwarded_signal = false;
+    auto stop_others = [&](int sig) {
+        for (auto &c : children)
+            if (!c.exited) kill(c.pid, sig);
+    };
+
+    for (;;) {
+        std::vector<pollfd> fds;
+        std::vector<std::pair<size_t, bool>> who; // child index, is stderr
+        for (size_t k = 0; k < children.size(); ++k) {
+            if (children[k].out_fd >= 0) {
+                fds.push_back({children[k].out_fd, POLLIN, 0});
+                who.emplace_back(k, false);
+            }
+            if (children[k].err_fd >= 0) {
+                fds.push_back({children[k].err_fd, POLLIN, 0});
+                who.emplace_back(k, true);
+            }
+        }
+        if (!fds.empty()) poll(fds.data(), fds.size(), 100);
+        else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        for (size_t f = 0; f < fds.size(); ++f) {
+            if (!(fds[f].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            Child &c = children[who[f].first];
+            bool is_err = who[f].second;
+            char buf[65536];
+            ssize_t n = read(fds[f].fd, buf, sizeof buf);
+            std::string &b = is_err ? c.err_buf : c.out_buf;
+            std::string prefix = world > 1 ? "[rank" + std::to_string(c.rank) + "]: " : "";
+            if (n > 0) {
+                b.append(buf, static_cast<size_t>(n));
+                emit_lines(b, prefix, is_err ? stderr : stdout, false);
+            } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+                emit_lines(b, prefix, is_err ? stderr : stdout, true);
+                close(fds[f].fd);
+                (is_err ? c.err_fd : c.out_fd) = -1;
+            }
+        }
+        // Reap.
+        int status = 0;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (size_t k = 0; k < children.size(); ++k) {
+                Child &c = children[k];
+                if (c.pid != pid) continue;
+                c.exited = true;
+                c.status = status;
+                bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                if (!ok && first_failure < 0 && !forwarded_signal) {
+                    first_failure = static_cast<int>(k);
+                    result = exit_code_of(status);
+                    if (!o.quiet)
+                        std::fprintf(stderr, "accel launch: rank %d (pid %d) %s; stopping the other processes\n", c.rank,
+                                     static_cast<int>(pid), describe_status(status).c_str());
+                    stop_others(SIGTERM);
+                    kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+                    kill_pending = true;
+                }
+            }
+        }
+        if (g_signal != 0 && !forwarded_signal) {
+            forwarded_signal = true;
+            stop_others(g_signal);
+            result = 128 + g_signal;
+            kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+            kill_pending = true;
+        }
+        if (kill_pending && std::chrono::steady_clock::now() >= kill_at) {
+            stop_others(SIGKILL);
+            kill_pending = false;
+        }
+        bool all_done = true;
+        for (auto &c : children)
+            if (!c.exited || c.out_fd >= 0 || c.err_fd >= 0) all_done = false;
+        if (all_done) break;
+        // A child that exited may leave a grandchild holding its pipes: stop reading once all exited.
+        bool all_exited = true;
+        for (auto &c : children) all_exited = all_exited && c.exited;
+        if (all_exited) {
+            static auto since = std::chrono::steady_clock::now();
+            if (std::chrono::steady_clock::now() - since > std::chrono::seconds(2)) {
+                for (auto &c : children) {
+                    std::string prefix = world > 1 ? "[rank" + std::to_string(c.rank) + "]: " : "";
+                    emit_lines(c.out_buf, prefix, stdout, true);
+                    emit_lines(c.err_buf, prefix, stderr, true);
+                    if (c.out_fd >= 0) close(c.out_fd);
+                    if (c.err_fd >= 0) close(c.err_fd);
+                    c.out_fd = c.err_fd = -1;
+                }
+                break;
+            }
+        }
+    }
+    if (first_failure >= 0 && !o.quiet)
+        std::fprintf(stderr, "accel launch: failed: rank %d %s\n", children[static_cast<size_t>(first_failure)].rank,
+                     describe_status(children[static_cast<size_t>(first_failure)].status).c_str());
+    return result;
+}
+
+} // namespace accel::cli

@@ -1,0 +1,41 @@
+// Options of save_state / load_state / save_model / load_checkpoint, parsed from their JSON argument.
+#pragma once
+
+#include <accel/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace accel::config {
+
+struct SaveStateOptions {
+    bool safe_serialization = true; // model weights as model.safetensors (else pytorch_model.bin)
+};
+
+struct LoadStateOptions {
+    bool strict = true;              // model weights must match the model's state dict exactly
+    std::string map_location = "cpu"; // "cpu" or "on_device" (the same on this CPU build)
+};
+
+struct SaveModelOptions {
+    uint64_t max_shard_size = 10000000000ULL; // "10GB"
+    bool safe_serialization = true;
+};
+
+struct LoadCheckpointOptions {
+    bool strict = false;
+    std::optional<accel_dtype_t> dtype; // floating-point tensors are converted to it first
+};
+
+// NULL = defaults. `what` names the argument in messages ("options_json").
+SaveStateOptions parse_save_state_options(const char *json, const char *what);
+LoadStateOptions parse_load_state_options(const char *json, const char *what);
+SaveModelOptions parse_save_model_options(const char *json, const char *what);
+LoadCheckpointOptions parse_load_checkpoint_options(const char *json, const char *what);
+
+// "5GB", "200MB", "10KB", "1TB" (decimal units, case-insensitive, as huggingface_hub) or a number of
+// bytes; `where` names the value in the message.
+uint64_t parse_size_text(const std::string &text, const std::string &where);
+
+} // namespace accel::config

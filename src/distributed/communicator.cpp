@@ -1,0 +1,123 @@
+#include "distributed/communicator.hpp"
+
+#include "common/error.hpp"
+
+#include <cmath>
+#include <mutex>
+
+namespace accel::distributed {
+
+double now_seconds()
+{
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+const char *reduce_op_name(ReduceOp op)
+{
+    switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    }
+    return "?";
+}
+
+namespace {
+
+class DoneWork : public Work {
+public:
+    void wait() override {}
+    double completed_at() const override { return at_; }
+
+private:
+    double at_ = now_seconds();
+};
+
+// A world of one: every collective is the identity.
+class SingleCommunicator : public Communicator, public std::enable_shared_from_this<SingleCommunicator> {
+public:
+    const char *backend() const override { return "single"; }
+    int32_t rank() const override { return 0; }
+    int32_t size() const override { return 1; }
+    std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(0); }
+    std::shared_ptr<Work> allreduce_async(at::Tensor &, ReduceOp) override { return std::make_shared<DoneWork>(); }
+    std::vector<at::Tensor> allgather(const at::Tensor &t) override { return {t.clone()}; }
+    void broadcast(at::Tensor &, int32_t root) override { check_rank(root, "root"); }
+    at::Tensor reduce_scatter(const at::Tensor &input, ReduceOp) override { return input.clone(); }
+    void send(const at::Tensor &, int32_t dst, int32_t) override { check_rank(dst, "dst"); no_peer("send"); }
+    void recv(at::Tensor &, int32_t src, int32_t) override { check_rank(src, "src"); no_peer("recv"); }
+    void barrier() override {}
+    std::shared_ptr<Communicator> new_group(const std::vector<int32_t> &ranks) override
+    {
+        if (ranks.size() != 1 || ranks[0] != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "ranks: a world of one process only has rank 0");
+        return shared_from_this();
+    }
+
+private:
+    static void check_rank(int32_t r, const char *what)
+    {
+        if (r != 0)
+            fail(ACCEL_ERR_OUT_OF_RANGE, std::string(what) + ": rank " + std::to_string(r) +
+                                             " does not exist in a world of one process");
+    }
+    [[noreturn]] static void no_peer(const char *op)
+    {
+        fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(op) + ": a process cannot send to or receive from itself");
+    }
+};
+
+std::mutex g_mutex;
+std::shared_ptr<Communicator> *g_comm = nullptr; // leaked on purpose: lives until exit
+std::string g_signature;
+
+std::string signature_of(const config::AcceleratorConfig &c, const std::string &backend)
+{
+    const auto &t = c.topology;
+    if (backend == "single") return "backend single (one process)";
+    return "backend " + backend + ", rank " + std::to_string(t.rank) + " of " + std::to_string(t.world_size) +
+           ", init_method " + (c.init_process_group.init_method.empty() ? "env://" : c.init_process_group.init_method) +
+           ", timeout " + std::to_string(static_cast<int64_t>(c.init_process_group.timeout)) + " s";
+}
+
+} // namespace
+
+std::shared_ptr<Communicator> make_single_communicator() { return std::make_shared<SingleCommunicator>(); }
+
+std::string choose_backend(const config::AcceleratorConfig &c)
+{
+    const std::string &asked = c.init_process_group.backend;
+    if (c.topology.world_size <= 1) return asked.empty() ? "single" : (asked == "nccl" ? "nccl" : "single");
+    if (!asked.empty()) return asked;
+    // Accelerate on CPU: mpi when started by mpirun, else gloo (torchrun-style rendezvous).
+    if (c.topology.launcher == "mpi") return "mpi";
+    return "gloo";
+}
+
+std::shared_ptr<Communicator> process_communicator(const config::AcceleratorConfig &config)
+{
+    std::string backend = choose_backend(config);
+    if (backend == "nccl") return make_nccl_communicator(config); // says why it is missing
+    std::string sig = signature_of(config, backend);
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_comm != nullptr) {
+        if (sig != g_signature)
+            fail(ACCEL_ERR_FAILED_PRECONDITION,
+                 "one distributed configuration per process: this process already communicates with " + g_signature +
+                     "; this accelerator asks for " + sig);
+        return *g_comm;
+    }
+    std::shared_ptr<Communicator> comm;
+    if (backend == "single") comm = make_single_communicator();
+    else if (backend == "gloo") comm = make_gloo_communicator(config);
+    else if (backend == "mpi") comm = make_mpi_communicator(config);
+    else if (backend == "nccl") comm = make_nccl_communicator(config);
+    else fail(ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.backend: unknown backend \"" + backend + "\"");
+    g_comm = new std::shared_ptr<Communicator>(comm);
+    g_signature = sig;
+    return comm;
+}
+
+} // namespace accel::distributed

@@ -1,0 +1,121 @@
+/* Small helpers shared by the C-API tests (plain C99, public API only). */
+#ifndef ACCEL_CAPI_HELPERS_H
+#define ACCEL_CAPI_HELPERS_H
+
+#include "capi_test.h"
+
+/* A float32 tensor of the given shape from `data` (NULL on failure, which is also counted). */
+static inline accel_tensor_t *tensor_f32(const float *data, const int64_t *shape, size_t ndim)
+{
+    accel_tensor_t *t = NULL;
+    size_t numel = 1, i;
+    for (i = 0; i < ndim; ++i) numel *= (size_t)shape[i];
+    CHECK_OK(accel_tensor_create(data, numel * sizeof(float), ACCEL_DTYPE_FLOAT32, shape, ndim, &t));
+    return t;
+}
+
+static inline accel_tensor_t *tensor_i64(const int64_t *data, const int64_t *shape, size_t ndim)
+{
+    accel_tensor_t *t = NULL;
+    size_t numel = 1, i;
+    for (i = 0; i < ndim; ++i) numel *= (size_t)shape[i];
+    CHECK_OK(accel_tensor_create(data, numel * sizeof(int64_t), ACCEL_DTYPE_INT64, shape, ndim, &t));
+    return t;
+}
+
+/* A 2-D float32 tensor [rows, cols]. */
+static inline accel_tensor_t *matrix_f32(const float *data, int64_t rows, int64_t cols)
+{
+    int64_t shape[2];
+    shape[0] = rows;
+    shape[1] = cols;
+    return tensor_f32(data, shape, 2);
+}
+
+/* Copies a float32 tensor of exactly `n` elements into `out`; returns 0 on success. */
+static inline int read_f32(const accel_tensor_t *t, float *out, size_t n)
+{
+    accel_status_t st = accel_tensor_copy_to_buffer(t, out, n * sizeof(float));
+    ++capi_checks;
+    if (st != ACCEL_OK) {
+        ++capi_failures;
+        fprintf(stderr, "read_f32: %s: %s\n", accel_status_name(st), accel_last_error_message());
+        return 1;
+    }
+    return 0;
+}
+
+/* Number of elements of a tensor (-1 on failure). */
+static inline int64_t numel_of(const accel_tensor_t *t)
+{
+    int64_t n = -1;
+    if (accel_tensor_get_numel(t, &n) != ACCEL_OK) return -1;
+    return n;
+}
+
+/* Whether the tensor's shape is exactly `shape`. */
+static inline int shape_is(const accel_tensor_t *t, const int64_t *shape, size_t ndim)
+{
+    int64_t got[16];
+    size_t got_ndim = 0, i;
+    if (t == NULL || accel_tensor_get_ndim(t, &got_ndim) != ACCEL_OK || got_ndim != ndim) return 0;
+    if (accel_tensor_get_shape(t, got, 16) != ACCEL_OK) return 0;
+    for (i = 0; i < ndim; ++i)
+        if (got[i] != shape[i]) return 0;
+    return 1;
+}
+
+static inline int shape2_is(const accel_tensor_t *t, int64_t a, int64_t b)
+{
+    int64_t s[2];
+    s[0] = a;
+    s[1] = b;
+    return shape_is(t, s, 2);
+}
+
+/* A float32 copy of a model tensor (parameter or buffer) in a malloc'd array of *n elements. */
+static inline float *model_tensor_f32(const accel_model_t *m, const char *name, size_t *n)
+{
+    accel_tensor_t *t = NULL;
+    float *buf = NULL;
+    int64_t count;
+    *n = 0;
+    CHECK_OK(accel_model_get_tensor(m, name, &t));
+    if (t == NULL) return NULL;
+    count = numel_of(t);
+    buf = (float *)malloc((size_t)(count > 0 ? count : 1) * sizeof(float));
+    if (buf != NULL && read_f32(t, buf, (size_t)count) == 0) *n = (size_t)count;
+    accel_tensor_free(t);
+    return buf;
+}
+
+/* max |a - b| over all parameters of two models with the same architecture (float32 parameters). */
+static inline double max_param_diff(const accel_model_t *a, const accel_model_t *b)
+{
+    size_t count = 0, p, i;
+    double worst = 0.0;
+    CHECK_OK(accel_model_get_num_parameters(a, &count));
+    for (p = 0; p < count; ++p) {
+        const char *name = NULL;
+        size_t na = 0, nb = 0;
+        float *va, *vb;
+        CHECK_OK(accel_model_get_parameter_name(a, p, &name));
+        if (name == NULL) return INFINITY;
+        va = model_tensor_f32(a, name, &na);
+        vb = model_tensor_f32(b, name, &nb);
+        if (va == NULL || vb == NULL || na != nb) {
+            free(va);
+            free(vb);
+            return INFINITY;
+        }
+        for (i = 0; i < na; ++i) {
+            double d = fabs((double)va[i] - (double)vb[i]);
+            if (d > worst || d != d) worst = d != d ? INFINITY : d;
+        }
+        free(va);
+        free(vb);
+    }
+    return worst;
+}
+
+#endif /* ACCEL_CAPI_HELPERS_H */

@@ -1,0 +1,156 @@
+/* The distributed part of the C API in a single process: collectives return their input, process facts,
+ * batch indices, argument checking, and the ddp / init_process_group configuration keys. */
+#include "capi_test.h"
+
+#include <accel/accel.h>
+
+#include <string.h>
+
+static accel_tensor_t *f32(const float *v, int64_t n)
+{
+    accel_tensor_t *t = NULL;
+    int64_t shape[1] = {n};
+    CHECK_OK(accel_tensor_create(v, (size_t)n * sizeof(float), ACCEL_DTYPE_FLOAT32, shape, 1, &t));
+    return t;
+}
+
+static void expect_values(const accel_tensor_t *t, const float *v, int64_t n)
+{
+    float buf[16];
+    int64_t m = 0;
+    CHECK_OK(accel_tensor_get_numel(t, &m));
+    CHECK(m == n);
+    CHECK_OK(accel_tensor_copy_to_buffer(t, buf, (size_t)n * sizeof(float)));
+    for (int64_t i = 0; i < n; ++i) CHECK(buf[i] == v[i]);
+}
+
+static void expect_create_fails(const char *config, accel_status_t code, const char *needle)
+{
+    accel_accelerator_t *acc = NULL;
+    accel_status_t st = accel_accelerator_create(config, &acc);
+    if (st != code || acc != NULL || strstr(accel_last_error_message(), needle) == NULL) {
+        fprintf(stderr, "config %s: got %s: %s (expected %s with \"%s\")\n", config, accel_status_name(st),
+                accel_last_error_message(), accel_status_name(code), needle);
+        ++capi_failures;
+    }
+}
+
+int main(void)
+{
+    accel_accelerator_t *acc = NULL;
+    CHECK_OK(accel_accelerator_create("{\"kwargs_handlers\": {\"ddp\": {\"bucket_cap_mb\": 5, \"comm_hook\": \"fp16\","
+                                      " \"find_unused_parameters\": true}, \"init_process_group\": {\"backend\": \"gloo\","
+                                      " \"timeout\": 60}}}",
+                                      &acc));
+    const char *backend = NULL;
+    CHECK_OK(accel_accelerator_get_distributed_backend(acc, &backend));
+    CHECK(strcmp(backend, "single") == 0);
+    char *json = NULL;
+    CHECK_OK(accel_accelerator_get_config_json(acc, &json));
+    CHECK(strstr(json, "\"bucket_cap_mb\":5") != NULL || strstr(json, "\"bucket_cap_mb\": 5") != NULL);
+    CHECK(strstr(json, "fp16") != NULL);
+    accel_string_free(json);
+
+    float v[3] = {1, 2, 3};
+    accel_tensor_t *t = f32(v, 3), *out = NULL;
+    CHECK_OK(accel_accelerator_gather(acc, t, &out));
+    expect_values(out, v, 3);
+    accel_tensor_free(out);
+    CHECK_OK(accel_accelerator_gather_for_metrics(acc, t, &out));
+    expect_values(out, v, 3);
+    accel_tensor_free(out);
+    const char *reductions[5] = {"sum", "mean", "max", "min", "none"};
+    for (int i = 0; i < 5; ++i) {
+        CHECK_OK(accel_accelerator_reduce(acc, t, reductions[i], &out));
+        expect_values(out, v, 3);
+        accel_tensor_free(out);
+    }
+    CHECK_FAILS(accel_accelerator_reduce(acc, t, "product", &out), ACCEL_ERR_INVALID_ARGUMENT, "");
+    CHECK(out == NULL);
+    CHECK_FAILS(accel_accelerator_reduce(acc, t, NULL, &out), ACCEL_ERR_INVALID_ARGUMENT, "");
+    CHECK_FAILS(accel_accelerator_reduce(acc, NULL, "sum", &out), ACCEL_ERR_INVALID_ARGUMENT, "");
+    CHECK_FAILS(accel_accelerator_reduce(acc, t, "sum", NULL), ACCEL_ERR_INVALID_ARGUMENT, "");
+    CHECK_FAILS(accel_accelerator_gather(NULL, t, &out), ACCEL_ERR_INVALID_ARGUMENT, "");
+    CHECK_OK(accel_accelerator_broadcast(acc, t, 0));
+    expect_values(t, v, 3);
+    CHECK_FAILS(accel_accelerator_broadcast(acc, t, 1), ACCEL_ERR_OUT_OF_RANGE, "");
+    CHECK_FAILS(accel_accelerator_broadcast(acc, t, -1), ACCEL_ERR_OUT_OF_RANGE, "");
+    CHECK_OK(accel_accelerator_pad_across_processes(acc, t, 0, 0.0, true, &out));
+    expect_values(out, v, 3);
+    accel_tensor_free(out);
+    CHECK_OK(accel_accelerator_split_between_processes(acc, t, true, &out));
+    expect_values(out, v, 3);
+    accel_tensor_free(out);
+    CHECK_OK(accel_accelerator_wait_for_everyone(acc));
+    CHECK_FAILS(accel_accelerator_main_process_first_end(acc), ACCEL_ERR_FAILED_PRECONDITION, "");
+    CHECK_OK(accel_accelerator_main_process_first_begin(acc));
+    CHECK_OK(accel_accelerator_local_main_process_first_begin(acc));
+    CHECK_OK(accel_accelerator_local_main_process_first_end(acc));
+    CHECK_OK(accel_accelerator_main_process_first_end(acc));
+
+    int32_t n = 0, idx = -1;
+    bool flag = false;
+    CHECK_OK(accel_accelerator_get_num_local_processes(acc, &n));
+    CHECK(n == 1);
+    CHECK_OK(accel_accelerator_is_last_process(acc, &flag));
+    CHECK(flag);
+    CHECK_OK(accel_process_get_local_index(&idx));
+    CHECK(idx == 0);
+    CHECK_OK(accel_process_get_local_count(&n));
+    CHECK(n == 1);
+    CHECK_OK(accel_process_is_local_main(&flag));
+    CHECK(flag);
+    CHECK_FAILS(accel_process_get_local_index(NULL), ACCEL_ERR_INVALID_ARGUMENT, "");
+    CHECK_OK(accel_accelerator_get_ddp_stats_json(acc, &json));
+    CHECK(strstr(json, "\"models\": []") != NULL);
+    accel_string_free(json);
+
+    /* batch indices: shuffled with a seed, every sample once per pass */
+    float x[10];
+    for (int i = 0; i < 10; ++i) x[i] = (float)i;
+    accel_tensor_t *features = f32(x, 10);
+    accel_dataloader_t *dl = NULL;
+    CHECK_OK(accel_dataloader_create_from_tensors(features, NULL, "{\"batch_size\": 4, \"shuffle\": true, \"seed\": 3}", &dl));
+    CHECK_OK(accel_accelerator_prepare(acc, NULL, NULL, dl, NULL));
+    int seen[10] = {0};
+    accel_batch_t *b = NULL;
+    while (accel_dataloader_next(dl, &b) == ACCEL_OK && b != NULL) {
+        accel_tensor_t *ind = NULL, *in = NULL;
+        int64_t k = 0, ibuf[4];
+        float fbuf[4];
+        CHECK_OK(accel_batch_get_indices(b, &ind));
+        CHECK_OK(accel_batch_get_inputs(b, &in));
+        CHECK_OK(accel_tensor_get_numel(ind, &k));
+        CHECK_OK(accel_tensor_copy_to_buffer(ind, ibuf, (size_t)k * sizeof(int64_t)));
+        CHECK_OK(accel_tensor_copy_to_buffer(in, fbuf, (size_t)k * sizeof(float)));
+        for (int64_t i = 0; i < k; ++i) {
+            CHECK(fbuf[i] == (float)ibuf[i]);
+            seen[ibuf[i]]++;
+        }
+        accel_tensor_free(ind);
+        accel_tensor_free(in);
+        accel_batch_free(b);
+    }
+    for (int i = 0; i < 10; ++i) CHECK(seen[i] == 1);
+    CHECK_FAILS(accel_batch_get_indices(NULL, &t), ACCEL_ERR_INVALID_ARGUMENT, "");
+    accel_dataloader_free(dl);
+    accel_tensor_free(features);
+    accel_tensor_free(t);
+    accel_accelerator_free(acc);
+
+    expect_create_fails("{\"kwargs_handlers\": {\"ddp\": {\"bucket_cap_mb\": \"25MB\"}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                        "kwargs_handlers.ddp.bucket_cap_mb");
+    expect_create_fails("{\"kwargs_handlers\": {\"ddp\": {\"comm_hook\": \"power_sgd\"}}}", ACCEL_ERR_UNIMPLEMENTED,
+                        "kwargs_handlers.ddp.comm_hook");
+    expect_create_fails("{\"kwargs_handlers\": {\"ddp\": {\"bucket_size\": 3}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                        "kwargs_handlers.ddp.bucket_size");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"backend\": \"tcp\"}}}",
+                        ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.backend");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"backend\": \"nccl\"}}}", ACCEL_ERR_UNIMPLEMENTED,
+                        "nccl");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"timeout\": 0}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                        "kwargs_handlers.init_process_group.timeout");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"init_method\": \"udp://x\"}}}",
+                        ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.init_method");
+    return capi_report("test_distributed");
+}

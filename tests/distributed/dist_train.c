@@ -1,0 +1,121 @@
+/*
+ * dist_train OUT_FILE PER_PROCESS_BATCH STEPS ['<accelerator config JSON>']
+ *
+ * Trains a fixed MLP on a fixed data set (96 samples, no shuffling) with SGD for STEPS optimizer steps,
+ * clipping gradients to a large norm each sync step. Rank 0 writes the final parameters (float32,
+ * parameter order) followed by every total gradient norm (float64) to OUT_FILE. Started as P processes
+ * with batch B it must produce the weights of one process with batch P*B.
+ * The model widths come from ACCEL_TEST_WIDTHS ("8,32,32,4" by default).
+ */
+#include "dist_common.h"
+
+#include <string.h>
+
+enum { N = 96, F = 8, C = 4 };
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: dist_train OUT BATCH STEPS [CONFIG]\n");
+        return 2;
+    }
+    const char *out_path = argv[1];
+    int batch = atoi(argv[2]), steps = atoi(argv[3]);
+    const char *config = argc > 4 ? argv[4] : NULL;
+    const char *widths = getenv("ACCEL_TEST_WIDTHS") ? getenv("ACCEL_TEST_WIDTHS") : "8,32,32,4";
+
+    static float x[N * F];
+    static int64_t y[N];
+    uint64_t s = 12345;
+    for (int i = 0; i < N * F; ++i) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    for (int i = 0; i < N; ++i) y[i] = i % C;
+
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *model = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_dataloader_t *dl = NULL;
+    accel_tensor_t *features = NULL, *labels = NULL;
+    const int64_t xs[2] = {N, F}, ys[1] = {N};
+    char spec[256], dl_config[128];
+    snprintf(spec, sizeof spec, "{\"type\": \"mlp\", \"widths\": [%s], \"activation\": \"tanh\"}", widths);
+    snprintf(dl_config, sizeof dl_config, "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 7}", batch);
+
+    /* Different seeds on every rank: DDP must broadcast rank 0's initial weights. */
+    int32_t rank = 0;
+    DIST_CHECK(accel_process_get_index(&rank));
+    DIST_CHECK(accel_random_set_seed(1000 + (uint64_t)rank, false, false));
+    DIST_CHECK(accel_accelerator_create(config, &acc));
+    DIST_CHECK(accel_tensor_create(x, sizeof x, ACCEL_DTYPE_FLOAT32, xs, 2, &features));
+    DIST_CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &labels));
+    DIST_CHECK(accel_model_create_from_json(spec, &model));
+    DIST_CHECK(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}", &opt));
+    DIST_CHECK(accel_dataloader_create_from_tensors(features, labels, dl_config, &dl));
+    DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+
+    double norms[1024];
+    int num_norms = 0, done = 0;
+    while (done < steps) {
+        accel_batch_t *b = NULL;
+        DIST_CHECK(accel_dataloader_next(dl, &b));
+        if (b == NULL)
+            continue; /* next epoch */
+        accel_tensor_t *in = NULL, *lab = NULL, *out = NULL, *loss = NULL;
+        bool sync = false;
+        DIST_CHECK(accel_accelerator_accumulate_begin(acc, model));
+        DIST_CHECK(accel_batch_get_inputs(b, &in));
+        DIST_CHECK(accel_batch_get_labels(b, &lab));
+        DIST_CHECK(accel_model_forward(model, in, &out));
+        DIST_CHECK(accel_loss_compute("cross_entropy", out, lab, &loss));
+        DIST_CHECK(accel_accelerator_backward(acc, loss));
+        DIST_CHECK(accel_accelerator_get_sync_gradients(acc, &sync));
+        if (sync) {
+            double norm = 0.0;
+            DIST_CHECK(accel_accelerator_clip_grad_norm(acc, model, 1000.0, 2.0, &norm));
+            if (num_norms < 1024) norms[num_norms++] = norm;
+            ++done;
+        }
+        DIST_CHECK(accel_optimizer_step(opt));
+        DIST_CHECK(accel_optimizer_zero_grad(opt));
+        DIST_CHECK(accel_accelerator_accumulate_end(acc));
+        accel_tensor_free(in);
+        accel_tensor_free(lab);
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+        accel_batch_free(b);
+    }
+
+    if (rank == 0) {
+        FILE *f = fopen(out_path, "wb");
+        DIST_EXPECT(f != NULL, "cannot write %s", out_path);
+        size_t count = 0;
+        DIST_CHECK(accel_model_get_num_parameters(model, &count));
+        for (size_t i = 0; i < count; ++i) {
+            accel_tensor_t *p = NULL;
+            const char *name = NULL;
+            DIST_CHECK(accel_model_get_parameter_name(model, i, &name));
+            DIST_CHECK(accel_model_get_tensor(model, name, &p));
+            int64_t n = dist_numel(p);
+            float *buf = malloc((size_t)n * sizeof(float));
+            DIST_CHECK(accel_tensor_copy_to_buffer(p, buf, (size_t)n * sizeof(float)));
+            fwrite(buf, sizeof(float), (size_t)n, f);
+            free(buf);
+            accel_tensor_free(p);
+        }
+        fwrite(norms, sizeof(double), (size_t)num_norms, f);
+        fclose(f);
+        char *stats = NULL;
+        DIST_CHECK(accel_accelerator_get_ddp_stats_json(acc, &stats));
+        printf("ddp stats: %s\n", stats);
+        accel_string_free(stats);
+    }
+    accel_dataloader_free(dl);
+    accel_optimizer_free(opt);
+    accel_model_free(model);
+    accel_tensor_free(features);
+    accel_tensor_free(labels);
+    accel_accelerator_free(acc);
+    return 0;
+}

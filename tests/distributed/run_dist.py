@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Drives the multi-process tests: starts the test programs with `accel launch`, with mpirun, or by hand,
+and checks what they print or write. Usage: run_dist.py SCENARIO --bin BUILD_DIR [options]."""
+import argparse
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def env_base():
+    e = dict(os.environ)
+    e["OMP_NUM_THREADS"] = "1"
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        e.pop(k, None)
+    return e
+
+
+def run(cmd, timeout=120, env=None, check=True):
+    log("$", " ".join(cmd))
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                       env=env or env_base())
+    log(p.stdout.rstrip())
+    log("(exit %d after %.1f s)" % (p.returncode, time.time() - t0))
+    if check and p.returncode != 0:
+        sys.exit("command failed with status %d: %s" % (p.returncode, " ".join(cmd)))
+    return p
+
+
+def launch_cmd(a, n, extra=()):
+    return [os.path.join(a.bin, "bin", "accel"), "launch", "-n", str(n), "--main_process_port", "0", *extra]
+
+
+def mpirun_cmd(n):
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "OMP_NUM_THREADS=1"]
+
+
+def read_result(path, num_floats=None):
+    data = open(path, "rb").read()
+    return data
+
+
+def compare_files(ref_path, got_path, tol):
+    ref = open(ref_path, "rb").read()
+    got = open(got_path, "rb").read()
+    if len(ref) != len(got):
+        sys.exit("result sizes differ: %d vs %d bytes" % (len(ref), len(got)))
+    # floats (parameters) then doubles (norms): both files share the layout; compare as float32 pairs
+    # up to the norms, which the caller tells apart by their count.
+    return ref, got
+
+
+def check_close(ref, got, tol, what):
+    worst = 0.0
+    for i, (x, y) in enumerate(zip(ref, got)):
+        d = abs(x - y) / max(1.0, abs(x))
+        worst = max(worst, d)
+        if d > tol:
+            sys.exit("%s[%d]: %r vs %r (relative difference %.3g > %g)" % (what, i, x, y, d, tol))
+    log("%s: %d values agree, worst relative difference %.3g (tolerance %g)" % (what, len(ref), worst, tol))
+
+
+def split_result(path, num_params):
+    data = open(path, "rb").read()
+    params = struct.unpack("<%df" % num_params, data[: 4 * num_params])
+    rest = data[4 * num_params:]
+    norms = struct.unpack("<%dd" % (len(rest) // 8), rest)
+    return params, norms
+
+
+def widths_numel(widths):
+    w = [int(x) for x in widths.split(",")]
+    return sum(w[i] * w[i + 1] + w[i + 1] for i in range(len(w) - 1))
+
+
+def scenario_equivalence(a):
+    """P processes with batch B must give the weights of 1 process with batch P*B."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
+    tmp = tempfile.mkdtemp(prefix="accel_eq_")
+    widths = a.widths
+    e = env_base()
+    e["ACCEL_TEST_WIDTHS"] = widths
+    ref = os.path.join(tmp, "ref.bin")
+    got = os.path.join(tmp, "got.bin")
+    ref_config = a.ref_config or a.config
+    run([prog, ref, str(a.batch * a.np), str(a.steps), ref_config], env=e)
+    if a.launcher == "launch":
+        cmd = launch_cmd(a, a.np) + [prog, got, str(a.batch), str(a.steps), a.config]
+    elif a.launcher == "mpirun":
+        cmd = mpirun_cmd(a.np) + ["-x", "ACCEL_TEST_WIDTHS=" + widths, prog, got, str(a.batch), str(a.steps), a.config]
+    else:
+        sys.exit("unknown launcher " + a.launcher)
+    p = run(cmd, env=e, timeout=a.timeout)
+    if a.expect_backend and ('"backend": "%s"' % a.expect_backend) not in p.stdout:
+        sys.exit("expected the %s backend in the DDP statistics" % a.expect_backend)
+    if a.min_buckets:
+        m = re.search(r'"num_buckets": (\d+)', p.stdout)
+        if not m or int(m.group(1)) < a.min_buckets:
+            sys.exit("expected at least %d DDP buckets" % a.min_buckets)
+    n = widths_numel(widths)
+    rp, rn = split_result(ref, n)
+    gp, gn = split_result(got, n)
+    if len(rn) != len(gn):
+        sys.exit("%d gradient norms vs %d" % (len(rn), len(gn)))
+    check_close(rp, gp, a.tol, "parameters")
+    check_close(rn, gn, a.tol, "clip_grad_norm total norms")
+    if rp == gp:
+        log("(bitwise identical)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+# (P, n, batch, drop_last, split, even) -> per-rank batches, from data-and-collectives.md §3.3
+R = lambda a, b: list(range(a, b))
+SHARDING_CASES = [
+    (2, 24, 3, False, False, True, [[R(0, 3), R(6, 9), R(12, 15), R(18, 21)], [R(3, 6), R(9, 12), R(15, 18), R(21, 24)]]),
+    (2, 24, 3, True, False, True, [[R(0, 3), R(6, 9), R(12, 15), R(18, 21)], [R(3, 6), R(9, 12), R(15, 18), R(21, 24)]]),
+    (2, 21, 3, False, False, True, [[R(0, 3), R(6, 9), R(12, 15), R(18, 21)], [R(3, 6), R(9, 12), R(15, 18), [0, 1, 2]]]),
+    (2, 21, 3, True, False, True, [[R(0, 3), R(6, 9), R(12, 15)], [R(3, 6), R(9, 12), R(15, 18)]]),
+    (2, 22, 3, False, False, True, [[R(0, 3), R(6, 9), R(12, 15), R(18, 21)], [R(3, 6), R(9, 12), R(15, 18), [21, 0, 1]]]),
+    (2, 20, 3, False, False, True, [[R(0, 3), R(6, 9), R(12, 15), [18, 19, 0]], [R(3, 6), R(9, 12), R(15, 18), [1, 2, 3]]]),
+    (2, 20, 3, True, False, True, [[R(0, 3), R(6, 9), R(12, 15)], [R(3, 6), R(9, 12), R(15, 18)]]),
+    (2, 2, 3, False, False, True, [[[0, 1, 0]], [[1, 0, 1]]]),
+    (2, 2, 3, True, False, True, [[], []]),
+    (2, 21, 3, False, False, False, [[R(0, 3), R(6, 9), R(12, 15), R(18, 21)], [R(3, 6), R(9, 12), R(15, 18)]]),
+    (2, 22, 3, False, False, False, [[R(0, 3), R(6, 9), R(12, 15), R(18, 21)], [R(3, 6), R(9, 12), R(15, 18), [21]]]),
+    (2, 20, 3, False, False, False, [[R(0, 3), R(6, 9), R(12, 15), [18, 19]], [R(3, 6), R(9, 12), R(15, 18)]]),
+    (2, 2, 3, False, False, False, [[[0, 1]], []]),
+    (2, 24, 4, False, True, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), R(20, 22)],
+                                   [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20), R(22, 24)]]),
+    (2, 24, 4, True, True, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), R(20, 22)],
+                                  [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20), R(22, 24)]]),
+    (2, 22, 4, False, True, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), R(20, 22)],
+                                   [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20), [0, 1]]]),
+    (2, 22, 4, True, True, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18)],
+                                  [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20)]]),
+    (2, 21, 4, False, True, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), [20, 0]],
+                                   [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20), [1, 2]]]),
+    (2, 2, 4, False, True, True, [[[0, 1]], [[0, 1]]]),
+    (2, 22, 4, False, True, False, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), R(20, 22)],
+                                    [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20)]]),
+    (2, 21, 4, False, True, False, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), [20]],
+                                    [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20)]]),
+    (2, 2, 4, False, True, False, [[[0, 1]], []]),
+    # three processes, an uneven split: 7 batches of 3 over 3 ranks, padded from the start
+    (3, 20, 3, False, False, True, [[R(0, 3), R(9, 12), [18, 19, 0]], [R(3, 6), R(12, 15), [1, 2, 3]],
+                                    [R(6, 9), R(15, 18), [4, 5, 6]]]),
+]
+
+
+def parse_ranks(out, p):
+    per = [[] for _ in range(p)]
+    gathered = None
+    gathered_indices = None
+    for line in out.splitlines():
+        m = re.match(r"\[rank(\d+)\]: batch \[([\d,]*)\]", line)
+        if m:
+            per[int(m.group(1))].append([int(x) for x in m.group(2).split(",") if x != ""])
+        m = re.match(r"\[rank0\]: gathered (\d+)", line)
+        if m:
+            gathered = int(m.group(1))
+        m = re.match(r"\[rank0\]: gathered_indices \[([\d,]*)\]", line)
+        if m:
+            gathered_indices = [int(x) for x in m.group(1).split(",") if x != ""]
+    return per, gathered, gathered_indices
+
+
+def scenario_sharding(a):
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_sharding")
+    failures = 0
+    for (p, n, bs, drop, split, even, expected) in SHARDING_CASES:
+        cfg = '{"split_batches": %s, "dataloader_config": {"even_batches": %s}}' % (
+            "true" if split else "false", "true" if even else "false")
+        e = env_base()
+        if not even:
+            e["ACCEL_TEST_NO_GATHER"] = "1"  # ranks have different batch counts: no collective
+        label = "P=%d range(%d) batch %d drop_last=%s split=%s even=%s" % (p, n, bs, drop, split, even)
+        out = run(launch_cmd(a, p) + [prog, str(n), str(bs), "1" if drop else "0", cfg], env=e).stdout
+        per, gathered, gathered_indices = parse_ranks(out, p)
+        if per != expected:
+            log("FAIL %s:\n  expected %s\n  got      %s" % (label, expected, per))
+            failures += 1
+            continue
+        if even and not drop:
+            # gather_for_metrics drops the repeated samples: exactly the data set, in order
+            if gathered != n or gathered_indices != list(range(n)):
+                log("FAIL %s: gather_for_metrics gave %s items: %s" % (label, gathered, gathered_indices))
+                failures += 1
+                continue
+        log("ok   %s (gathered %s)" % (label, gathered))
+    if failures:
+        sys.exit("%d sharding cases failed" % failures)
+
+
+def scenario_collectives(a):
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_collectives")
+    marker = tempfile.mktemp(prefix="accel_marker_")
+    if a.launcher == "launch":
+        run(launch_cmd(a, a.np) + [prog, "gloo", marker])
+        # a file:// rendezvous instead of MASTER_ADDR/MASTER_PORT
+        store = tempfile.mktemp(prefix="accel_store_")
+        run(launch_cmd(a, a.np) + [prog, "gloo", marker,
+                                   '{"kwargs_handlers": {"init_process_group": {"init_method": "file://%s"}}}' % store])
+    else:
+        run(mpirun_cmd(a.np) + [prog, "mpi", marker])
+        # gloo under mpirun when asked for, through MASTER_ADDR/MASTER_PORT
+        e = env_base()
+        run(mpirun_cmd(a.np) + ["-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=%d" % free_port(), prog, "gloo",
+                                marker, '{"kwargs_handlers": {"init_process_group": {"backend": "gloo"}}}'], env=e)
+    if os.path.exists(marker):
+        os.unlink(marker)
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def scenario_kill(a):
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_kill")
+    timeout = 10
+    # 1. Started by hand (no launcher to clean up): the survivor must fail by itself, naming the rank.
+    for victim in (1, 0):
+        port = free_port()
+        procs = []
+        t0 = time.time()
+        for r in range(2):
+            e = env_base()
+            e.update(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                     MASTER_PORT=str(port))
+            procs.append(subprocess.Popen([prog, str(victim), str(timeout)], stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, env=e))
+        survivor = procs[1 - victim]
+        try:
+            out, _ = survivor.communicate(timeout=timeout + 30)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            sys.exit("the survivor hung after rank %d died" % victim)
+        procs[victim].wait(timeout=30)
+        elapsed = time.time() - t0
+        log(out.rstrip())
+        log("survivor exit %d after %.1f s" % (survivor.returncode, elapsed))
+        if survivor.returncode != 3:
+            sys.exit("the survivor did not fail as expected when rank %d died" % victim)
+        if ("rank %d" % victim) not in out:
+            sys.exit("the error does not name rank %d" % victim)
+        if elapsed > timeout + 15:
+            sys.exit("the failure took %.1f s, above the %d s timeout" % (elapsed, timeout))
+    # 2. Under accel launch: the launcher stops the others and exits with the victim's status.
+    t0 = time.time()
+    p = run(launch_cmd(a, 2) + [prog, "1", str(timeout)], check=False, timeout=timeout + 60)
+    if p.returncode != 128 + signal.SIGKILL or "rank 1" not in p.stdout or "signal 9" not in p.stdout:
+        sys.exit("accel launch did not report rank 1's death with its status (exit %d)" % p.returncode)
+    if time.time() - t0 > timeout + 20:
+        sys.exit("accel launch took too long to stop")
+    # 3. Under mpirun: mpirun ends the job and says which rank died.
+    if shutil.which("mpirun"):
+        t0 = time.time()
+        p = run(mpirun_cmd(2) + [prog, "1", str(timeout)], check=False, timeout=timeout + 60)
+        if p.returncode == 0:
+            sys.exit("mpirun exited 0 although rank 1 died")
+        if time.time() - t0 > timeout + 20:
+            sys.exit("mpirun took too long to stop")
+
+
+def scenario_netns(a):
+    """Two network namespaces joined by a veth pair act as two machines."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        log("SKIP: needs root and iproute2 (ip) to create network namespaces")
+        return SKIP
+    tag = "acc%d" % os.getpid()
+    ns = [tag + "a", tag + "b"]
+    created = []
+
+    def sh(*cmd):
+        return subprocess.run(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    try:
+        for n in ns:
+            r = sh("ip", "netns", "add", n)
+            if r.returncode != 0:
+                log("SKIP: this machine does not allow network namespaces (ip netns add: %s)" % r.stdout.strip())
+                return SKIP
+            created.append(n)
+        steps = [
+            ("ip", "link", "add", tag + "0", "type", "veth", "peer", "name", tag + "1"),
+            ("ip", "link", "set", tag + "0", "netns", ns[0]),
+            ("ip", "link", "set", tag + "1", "netns", ns[1]),
+            ("ip", "-n", ns[0], "addr", "add", "10.231.0.1/24", "dev", tag + "0"),
+            ("ip", "-n", ns[1], "addr", "add", "10.231.0.2/24", "dev", tag + "1"),
+            ("ip", "-n", ns[0], "link", "set", tag + "0", "up"),
+            ("ip", "-n", ns[1], "link", "set", tag + "1", "up"),
+            ("ip", "-n", ns[0], "link", "set", "lo", "up"),
+            ("ip", "-n", ns[1], "link", "set", "lo", "up"),
+        ]
+        for s in steps:
+            r = sh(*s)
+            if r.returncode != 0:
+                log("SKIP: cannot set up the veth pair (%s: %s)" % (" ".join(s), r.stdout.strip()))
+                return SKIP
+        prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
+        tmp = tempfile.mkdtemp(prefix="accel_netns_")
+        ref, got = os.path.join(tmp, "ref.bin"), os.path.join(tmp, "got.bin")
+        run([prog, ref, "12", "6", "{}"])
+        accel = os.path.join(a.bin, "bin", "accel")
+        procs = []
+        for m in range(2):
+            cmd = ["ip", "netns", "exec", ns[m], accel, "launch", "--num_machines", "2", "--machine_rank", str(m),
+                   "--main_process_ip", "10.231.0.1", "--main_process_port", "29611", "-n", "2",
+                   prog, got, "6", "6", "{}"]
+            log("$", " ".join(cmd))
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          env=env_base()))
+        for m, p in enumerate(procs):
+            out, _ = p.communicate(timeout=120)
+            log("machine %d:\n%s" % (m, out.rstrip()))
+            if p.returncode != 0:
+                sys.exit("machine %d failed with status %d" % (m, p.returncode))
+        n = widths_numel("8,32,32,4")
+        rp, rn = split_result(ref, n)
+        gp, gn = split_result(got, n)
+        check_close(rp, gp, 1e-5, "parameters (two machines)")
+        shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        for n in created:
+            sh("ip", "netns", "del", n)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario")
+    ap.add_argument("--bin", required=True, help="the build directory")
+    ap.add_argument("--launcher", default="launch")
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--config", default="{}")
+    ap.add_argument("--ref-config", default=None)
+    ap.add_argument("--widths", default="8,32,32,4")
+    ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--expect-backend", default=None)
+    ap.add_argument("--min-buckets", type=int, default=0)
+    a = ap.parse_args()
+    fn = globals().get("scenario_" + a.scenario)
+    if fn is None:
+        sys.exit("unknown scenario " + a.scenario)
+    rc = fn(a)
+    sys.exit(rc or 0)
+
+
+if __name__ == "__main__":
+    main()
