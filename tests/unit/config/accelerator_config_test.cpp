@@ -615,7 +615,7 @@ TEST_F(AcceleratorConfigTest, ToJsonProcessSection)
     set("WORLD_SIZE", "1");
     set("LOCAL_WORLD_SIZE", "1");
     std::string j = to_json(parse_accelerator_config(nullptr));
-    EXPECT_NE(j.find("\"process\":{\"rank\":0,\"world_size\":1,\"local_rank\":0,\"local_world_size\":1}"),
+    EXPECT_NE(j.find("\"process\":{\"rank\":0,\"world_size\":1,\"local_rank\":0,\"local_world_size\":1"),
               std::string::npos)
         << j;
 }
