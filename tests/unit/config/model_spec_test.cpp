@@ -73,7 +73,7 @@ TEST(ModelSpec, ErrorsNameTheLayerPath)
     EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": [{}]}", "layers[0].type: required");
     EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": [{\"type\": \"lstm\"}]}",
                       "layers[0].type: expected one of \"linear\", \"conv2d\", \"relu\", \"gelu\", \"tanh\", "
-                      "\"sigmoid\", \"dropout\", \"layer_norm\", \"batch_norm\", \"embedding\", \"flatten\", got "
+                      "\"sigmoid\", \"dropout\", \"layer_norm\", \"batch_norm\", \"embedding\", \"flatten\", \"transformer_encoder_layer\", got "
                       "\"lstm\"");
     EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": []}", "layers: expected at least one layer");
     EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": [3]}", "layers[0]: expected a JSON object, got 3");
