@@ -32,7 +32,7 @@ private:
 // A file mapped copy-on-write (MAP_PRIVATE): the file is never modified. Empty files map to null, size 0.
 class MappedFile {
 public:
-    // populate: map every page up front (MAP_POPULATE), cheaper than faulting them one by one.
+    // populate: map every page up front (MADV_POPULATE_READ), cheaper than faulting them one by one.
     explicit MappedFile(const std::string &path, bool populate = false);
     ~MappedFile();
     MappedFile(const MappedFile &) = delete;
