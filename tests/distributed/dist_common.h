@@ -27,7 +27,7 @@
         }                                                                                                 \
     } while (0)
 
-static accel_tensor_t *dist_tensor_f32(const float *data, int64_t n)
+static inline accel_tensor_t *dist_tensor_f32(const float *data, int64_t n)
 {
     accel_tensor_t *t = NULL;
     int64_t shape[1] = {n};
@@ -35,7 +35,7 @@ static accel_tensor_t *dist_tensor_f32(const float *data, int64_t n)
     return t;
 }
 
-static int64_t dist_numel(const accel_tensor_t *t)
+static inline int64_t dist_numel(const accel_tensor_t *t)
 {
     int64_t n = 0;
     DIST_CHECK(accel_tensor_get_numel(t, &n));

@@ -159,46 +159,44 @@ SHARDING_CASES = [
 ]
 
 
-def parse_ranks(out, p):
+def parse_ranks(out, p, k):
     per = [[] for _ in range(p)]
     gathered = None
     gathered_indices = None
     for line in out.splitlines():
-        m = re.match(r"\[rank(\d+)\]: batch \[([\d,]*)\]", line)
+        m = re.match(r"\[rank(\d+)\]: case %d batch \[([\d,]*)\]" % k, line)
         if m:
             per[int(m.group(1))].append([int(x) for x in m.group(2).split(",") if x != ""])
-        m = re.match(r"\[rank0\]: gathered (\d+)", line)
+        m = re.match(r"\[rank0\]: case %d gathered (\d+)" % k, line)
         if m:
             gathered = int(m.group(1))
-        m = re.match(r"\[rank0\]: gathered_indices \[([\d,]*)\]", line)
+        m = re.match(r"\[rank0\]: case %d gathered_indices \[([\d,]*)\]" % k, line)
         if m:
             gathered_indices = [int(x) for x in m.group(1).split(",") if x != ""]
     return per, gathered, gathered_indices
 
 
 def scenario_sharding(a):
+    """The tables of data-and-collectives.md §3.3: every case of one process count in one launch."""
     prog = os.path.join(a.bin, "tests", "distributed", "dist_sharding")
     failures = 0
-    for (p, n, bs, drop, split, even, expected) in SHARDING_CASES:
-        cfg = '{"split_batches": %s, "dataloader_config": {"even_batches": %s}}' % (
-            "true" if split else "false", "true" if even else "false")
-        e = env_base()
-        if not even:
-            e["ACCEL_TEST_NO_GATHER"] = "1"  # ranks have different batch counts: no collective
-        label = "P=%d range(%d) batch %d drop_last=%s split=%s even=%s" % (p, n, bs, drop, split, even)
-        out = run(launch_cmd(a, p) + [prog, str(n), str(bs), "1" if drop else "0", cfg], env=e).stdout
-        per, gathered, gathered_indices = parse_ranks(out, p)
-        if per != expected:
-            log("FAIL %s:\n  expected %s\n  got      %s" % (label, expected, per))
-            failures += 1
-            continue
-        if even and not drop:
-            # gather_for_metrics drops the repeated samples: exactly the data set, in order
-            if gathered != n or gathered_indices != list(range(n)):
+    for p in sorted(set(c[0] for c in SHARDING_CASES)):
+        cases = [c for c in SHARDING_CASES if c[0] == p]
+        args = ["%d,%d,%d,%d,%d" % (n, bs, drop, split, even) for (_, n, bs, drop, split, even, _) in cases]
+        out = run(launch_cmd(a, p) + [prog] + args).stdout
+        for k, (_, n, bs, drop, split, even, expected) in enumerate(cases):
+            label = "P=%d range(%d) batch %d drop_last=%s split=%s even=%s" % (p, n, bs, drop, split, even)
+            per, gathered, gathered_indices = parse_ranks(out, p, k)
+            if per != expected:
+                log("FAIL %s:\n  expected %s\n  got      %s" % (label, expected, per))
+                failures += 1
+                continue
+            if even and not drop and (gathered != n or gathered_indices != list(range(n))):
+                # gather_for_metrics drops the repeated samples: exactly the data set, in order
                 log("FAIL %s: gather_for_metrics gave %s items: %s" % (label, gathered, gathered_indices))
                 failures += 1
                 continue
-        log("ok   %s (gathered %s)" % (label, gathered))
+            log("ok   %s (gathered %s)" % (label, gathered))
     if failures:
         sys.exit("%d sharding cases failed" % failures)
 

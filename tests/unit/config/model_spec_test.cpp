@@ -71,10 +71,13 @@ TEST(ModelSpec, ErrorsNameTheLayerPath)
     EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": [{\"type\": \"dropout\", \"p\": 1.5}]}",
                       "layers[0].p: expected a number >= 0 and <= 1, got 1.5");
     EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": [{}]}", "layers[0].type: required");
-    EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": [{\"type\": \"lstm\"}]}",
-                      "layers[0].type: expected one of \"linear\", \"conv2d\", \"relu\", \"gelu\", \"tanh\", "
-                      "\"sigmoid\", \"dropout\", \"layer_norm\", \"batch_norm\", \"embedding\", \"flatten\", \"transformer_encoder_layer\", got "
-                      "\"lstm\"");
+    {
+        accel::Error e = spec_error("{\"type\": \"sequential\", \"layers\": [{\"type\": \"lstm\"}]}");
+        EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+        const std::string msg = e.what();
+        EXPECT_EQ(msg.rfind("layers[0].type: expected one of \"linear\", \"conv2d\", ", 0), 0u) << msg;
+        EXPECT_NE(msg.find(", got \"lstm\""), std::string::npos) << msg;
+    }
     EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": []}", "layers: expected at least one layer");
     EXPECT_SPEC_ERROR("{\"type\": \"sequential\", \"layers\": [3]}", "layers[0]: expected a JSON object, got 3");
 }
