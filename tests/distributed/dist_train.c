@@ -6,6 +6,8 @@
  * parameter order) followed by every total gradient norm (float64) to OUT_FILE. Started as P processes
  * with batch B it must produce the weights of one process with batch P*B.
  * The model widths come from ACCEL_TEST_WIDTHS ("8,32,32,4" by default).
+ * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare; with
+ * ACCEL_TEST_SAVE_AT=K and ACCEL_TEST_SAVE_DIR=DIR it calls save_state(DIR) after optimizer step K and stops.
  */
 #include "dist_common.h"
 
@@ -54,6 +56,9 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}", &opt));
     DIST_CHECK(accel_dataloader_create_from_tensors(features, labels, dl_config, &dl));
     DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+    const char *load_dir = getenv("ACCEL_TEST_LOAD"), *save_dir = getenv("ACCEL_TEST_SAVE_DIR");
+    const int save_at = getenv("ACCEL_TEST_SAVE_AT") ? atoi(getenv("ACCEL_TEST_SAVE_AT")) : -1;
+    if (load_dir != NULL) DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
 
     double norms[1024];
     int num_norms = 0, done = 0;
@@ -85,6 +90,11 @@ int main(int argc, char **argv)
         accel_tensor_free(out);
         accel_tensor_free(loss);
         accel_batch_free(b);
+        if (sync && done == save_at) {
+            DIST_EXPECT(save_dir != NULL, "ACCEL_TEST_SAVE_AT needs ACCEL_TEST_SAVE_DIR");
+            DIST_CHECK(accel_accelerator_save_state(acc, save_dir));
+            break;
+        }
     }
 
     if (rank == 0) {

@@ -341,6 +341,43 @@ def scenario_netns(a):
     return 0
 
 
+def scenario_resume(a):
+    """2N optimizer steps in one run equal N steps + save_state + new processes + load_state + N steps, bit for
+    bit (checkpoint-format.md; issue: exact resume with several processes)."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
+    tmp = tempfile.mkdtemp(prefix="accel_resume_")
+    e = env_base()
+    e["ACCEL_TEST_WIDTHS"] = a.widths
+    full, resumed, ckpt = (os.path.join(tmp, x) for x in ("full.bin", "resumed.bin", "ckpt"))
+
+    def start(out, steps, extra_env):
+        env = dict(e, **extra_env)
+        if a.launcher == "launch":
+            cmd = launch_cmd(a, a.np) + [prog, out, str(a.batch), str(steps), a.config]
+        else:
+            exports = sum((["-x", k] for k in ["ACCEL_TEST_WIDTHS", *extra_env]), [])
+            cmd = mpirun_cmd(a.np) + exports + [prog, out, str(a.batch), str(steps), a.config]
+        run(cmd, env=env, timeout=a.timeout)
+
+    start(full, 2 * a.steps, {})
+    start(os.path.join(tmp, "first.bin"), 2 * a.steps, {"ACCEL_TEST_SAVE_AT": str(a.steps), "ACCEL_TEST_SAVE_DIR": ckpt})
+    files = sorted(os.listdir(ckpt))
+    log("checkpoint files: %s" % files)
+    for r in range(a.np):
+        if "random_states_%d.pkl" % r not in files:
+            sys.exit("random_states_%d.pkl is missing: every rank writes its own RNG file" % r)
+    start(resumed, a.steps, {"ACCEL_TEST_LOAD": ckpt})
+    n = widths_numel(a.widths)
+    fp, fn_ = split_result(full, n)
+    rp, rn = split_result(resumed, n)
+    if fp != rp:
+        check_close(fp, rp, 0.0, "parameters after resume")
+    if list(fn_[a.steps:]) != list(rn):
+        sys.exit("gradient norms after resume differ: %s vs %s" % (fn_[a.steps:], rn))
+    log("resumed run equals the uninterrupted one bit for bit (%d parameters, %d norms)" % (len(fp), len(rn)))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario")
