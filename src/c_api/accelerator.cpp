@@ -1,7 +1,6 @@
 #include <accel/accelerator.h>
 
-#include "c_api/guard.hpp"
-#include "c_api/handles.hpp"
+#include "c_api/accelerator_access.hpp"
 #include "config/env.hpp"
 #include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
@@ -11,10 +10,6 @@
 using accel::fail;
 using namespace accel::capi;
 
-namespace {
-accel::Accelerator &acc_of(accel_accelerator_t *a) { return *checked(a, "accelerator").impl; }
-const accel::Accelerator &acc_of(const accel_accelerator_t *a) { return *checked(a, "accelerator").impl; }
-} // namespace
 
 extern "C" {
 
@@ -125,88 +120,53 @@ ACCEL_API accel_status_t accel_accelerator_accumulate_end(accel_accelerator_t *a
 
 ACCEL_API accel_status_t accel_accelerator_get_sync_gradients(const accel_accelerator_t *accelerator, bool *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.state()->gradient.sync_gradients();
-    });
+    return query(accelerator, out, [](auto &a) { return a.state()->gradient.sync_gradients(); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_step(const accel_accelerator_t *accelerator, int64_t *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.state()->step;
-    });
+    return query(accelerator, out, [](auto &a) { return a.state()->step; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_gradient_accumulation_steps(const accel_accelerator_t *accelerator,
                                                                            int64_t *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.state()->gradient.num_steps();
-    });
+    return query(accelerator, out, [](auto &a) { return a.state()->gradient.num_steps(); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_end_of_dataloader(const accel_accelerator_t *accelerator,
                                                                  bool *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.state()->gradient.end_of_dataloader();
-    });
+    return query(accelerator, out, [](auto &a) { return a.state()->gradient.end_of_dataloader(); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_mixed_precision(const accel_accelerator_t *accelerator,
                                                                accel_mixed_precision_t *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.config().mixed_precision;
-    });
+    return query(accelerator, out, [](auto &a) { return a.config().mixed_precision; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_optimizer_step_was_skipped(const accel_accelerator_t *accelerator,
                                                                       bool *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.optimizer_step_was_skipped();
-    });
+    return query(accelerator, out, [](auto &a) { return a.optimizer_step_was_skipped(); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_has_grad_scaler(const accel_accelerator_t *accelerator, bool *out) noexcept
 {
-    return guarded([&] {
-        out_param(out);
-        auto &a = acc_of(accelerator);
-        *out = a.scaler() != nullptr && a.scaler()->is_enabled();
-    });
+    return query(accelerator, out, [](auto &a) { return a.scaler() != nullptr && a.scaler()->is_enabled(); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_grad_scale(const accel_accelerator_t *accelerator, double *out) noexcept
 {
-    return guarded([&] {
-        out_param(out);
-        auto &a = acc_of(accelerator);
-        *out = a.scaler() != nullptr ? a.scaler()->get_scale() : 1.0;
-    });
+    return query(accelerator, out, [](auto &a) { return a.scaler() != nullptr ? a.scaler()->get_scale() : 1.0; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_grad_scaler_growth_tracker(const accel_accelerator_t *accelerator,
                                                                           int64_t *out) noexcept
 {
-    return guarded([&] {
-        out_param(out);
-        auto &a = acc_of(accelerator);
-        *out = a.scaler() != nullptr ? a.scaler()->get_growth_tracker() : 0;
-    });
+    return query(accelerator, out,
+                 [](auto &a) { return a.scaler() != nullptr ? a.scaler()->get_growth_tracker() : 0; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_unscale_gradients(accel_accelerator_t *accelerator,
@@ -275,50 +235,30 @@ ACCEL_API accel_status_t accel_accelerator_print(const accel_accelerator_t *acce
 ACCEL_API accel_status_t accel_accelerator_get_process_index(const accel_accelerator_t *accelerator,
                                                              int32_t *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.config().topology.rank;
-    });
+    return query(accelerator, out, [](auto &a) { return a.config().topology.rank; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_local_process_index(const accel_accelerator_t *accelerator,
                                                                    int32_t *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.config().topology.local_rank;
-    });
+    return query(accelerator, out, [](auto &a) { return a.config().topology.local_rank; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_num_processes(const accel_accelerator_t *accelerator,
                                                              int32_t *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.config().topology.world_size;
-    });
+    return query(accelerator, out, [](auto &a) { return a.config().topology.world_size; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_is_main_process(const accel_accelerator_t *accelerator, bool *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.config().topology.rank == 0;
-    });
+    return query(accelerator, out, [](auto &a) { return a.config().topology.rank == 0; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_is_local_main_process(const accel_accelerator_t *accelerator,
                                                                  bool *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.config().topology.local_rank == 0;
-    });
+    return query(accelerator, out, [](auto &a) { return a.config().topology.local_rank == 0; });
 }
 
 ACCEL_API accel_status_t accel_process_get_index(int32_t *out) noexcept

@@ -2,8 +2,7 @@
 // c_api/accelerator.cpp so that the two halves of the header can change independently.
 #include <accel/accelerator.h>
 
-#include "c_api/guard.hpp"
-#include "c_api/handles.hpp"
+#include "c_api/accelerator_access.hpp"
 #include "config/env.hpp"
 #include "distributed/communicator.hpp"
 #include "ops/collectives.hpp"
@@ -12,8 +11,6 @@ using accel::fail;
 using namespace accel::capi;
 
 namespace {
-accel::Accelerator &acc_of(accel_accelerator_t *a) { return *checked(a, "accelerator").impl; }
-const accel::Accelerator &acc_of(const accel_accelerator_t *a) { return *checked(a, "accelerator").impl; }
 accel::distributed::Communicator &comm_of(accel::Accelerator &a) { return *a.state()->comm; }
 } // namespace
 
@@ -116,30 +113,19 @@ ACCEL_API accel_status_t accel_accelerator_local_main_process_first_end(accel_ac
 ACCEL_API accel_status_t accel_accelerator_get_num_local_processes(const accel_accelerator_t *accelerator,
                                                                    int32_t *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.config().topology.local_world_size;
-    });
+    return query(accelerator, out, [](auto &a) { return a.config().topology.local_world_size; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_is_last_process(const accel_accelerator_t *accelerator, bool *out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.config().topology.rank == a.config().topology.world_size - 1;
-    });
+    return query(accelerator, out,
+                 [](auto &a) { return a.config().topology.rank == a.config().topology.world_size - 1; });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_distributed_backend(const accel_accelerator_t *accelerator,
                                                                    const char **out) noexcept
 {
-    return guarded([&] {
-        auto &a = acc_of(accelerator);
-        out_param(out);
-        *out = a.state()->comm->backend();
-    });
+    return query(accelerator, out, [](auto &a) { return a.state()->comm->backend(); });
 }
 
 ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(const accel_accelerator_t *accelerator,
