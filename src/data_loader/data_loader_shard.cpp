@@ -13,6 +13,15 @@
 
 namespace accel {
 
+namespace {
+// dispatch_batches null: Accelerate decides True only for iterable data sets; accel's are map-style.
+// With one process there is nothing to dispatch, so the sharding path (a no-op) is used.
+bool dispatches_batches(const AcceleratorState &state)
+{
+    return state.config.dataloader.dispatch_batches.value_or(false) && state.num_processes() > 1;
+}
+} // namespace
+
 DataLoaderShard::DataLoaderShard(std::shared_ptr<const TensorDataset> data, config::DataLoaderOptions options)
     : data_(std::move(data)), options_(options)
 {
@@ -56,9 +65,7 @@ void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "dataloader: batch_size " + std::to_string(options_.batch_size) +
                                              " is not a multiple of the number of processes (" +
                                              std::to_string(s.num_processes) + ") required by split_batches");
-    // dispatch_batches null: Accelerate decides True only for iterable data sets; accel's are map-style.
-    const bool dispatch = state->config.dataloader.dispatch_batches.value_or(false) && s.num_processes > 1;
-    if (dispatch && !(state->comm && state->comm->size() == s.num_processes))
+    if (dispatches_batches(*state) && !(state->comm && state->comm->size() == s.num_processes))
         fail(ACCEL_ERR_FAILED_PRECONDITION, "dataloader: dispatch_batches needs the process communicator of all " +
                                                 std::to_string(s.num_processes) + " processes");
     attach(std::move(state));
@@ -76,7 +83,7 @@ void DataLoaderShard::attach(std::shared_ptr<AcceleratorState> state)
 {
     state_ = std::move(state);
     dispatcher_.reset();
-    if (state_ && state_->config.dataloader.dispatch_batches.value_or(false) && state_->num_processes() > 1) {
+    if (state_ && dispatches_batches(*state_)) {
         DispatchSpec d;
         d.num_processes = state_->num_processes();
         d.process_index = state_->process_index();
