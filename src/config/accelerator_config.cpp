@@ -239,9 +239,9 @@ void parse_dataloader_config(JsonObject &root, AcceleratorConfig &c, bool split_
     else dl->get_bool("split_batches", false);
     if (dl->has("dispatch_batches")) c.dataloader.dispatch_batches = dl->get_bool("dispatch_batches", false);
     else dl->get_bool("dispatch_batches", false);
-    if (c.dataloader.dispatch_batches.value_or(false))
-        fail(ACCEL_ERR_UNIMPLEMENTED, dl->path_of("dispatch_batches") + ": dispatching batches from the main process is " +
-                                          kNotYet);
+    // null stays null (reported so): Accelerate decides per loader, False for map-style data sets.
+    if (c.dataloader.dispatch_batches.value_or(false) && !c.device_placement) // prepare_data_loader's rule
+        fail(ACCEL_ERR_INVALID_ARGUMENT, dl->path_of("dispatch_batches") + ": true requires device_placement: true");
     c.dataloader.even_batches = dl->get_bool("even_batches", true);
     c.dataloader.use_seedable_sampler = dl->get_bool("use_seedable_sampler", false);
     if (auto s = dl->get_optional_int("data_seed", 0, INT64_MAX)) c.dataloader.data_seed = static_cast<uint64_t>(*s);

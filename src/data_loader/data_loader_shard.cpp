@@ -13,6 +13,15 @@
 
 namespace accel {
 
+namespace {
+// dispatch_batches null: Accelerate decides True only for iterable data sets; accel's are map-style.
+// With one process there is nothing to dispatch, so the sharding path (a no-op) is used.
+bool dispatches_batches(const AcceleratorState &state)
+{
+    return state.config.dataloader.dispatch_batches.value_or(false) && state.num_processes() > 1;
+}
+} // namespace
+
 DataLoaderShard::DataLoaderShard(std::shared_ptr<const TensorDataset> data, config::DataLoaderOptions options)
     : data_(std::move(data)), options_(options)
 {
@@ -50,13 +59,19 @@ void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
     ShardSpec s;
     s.num_processes = state->num_processes();
     s.split_batches = state->config.dataloader.split_batches;
-    if (s.split_batches && options_.batch_size % s.num_processes != 0) // BatchSamplerShard's check (also for 1)
+    // BatchSamplerShard's check (also for 1). Accelerate lets batch_size 1 through when dispatching, where
+    // it yields empty or duplicated slices; accel keeps one rule for both modes.
+    if (s.split_batches && options_.batch_size % s.num_processes != 0)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "dataloader: batch_size " + std::to_string(options_.batch_size) +
                                              " is not a multiple of the number of processes (" +
                                              std::to_string(s.num_processes) + ") required by split_batches");
-    state_ = std::move(state);
+    if (dispatches_batches(*state) && !(state->comm && state->comm->size() == s.num_processes))
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "dataloader: dispatch_batches needs the process communicator of all " +
+                                                std::to_string(s.num_processes) + " processes");
+    attach(std::move(state));
     // Every rank must shuffle alike before sharding: rank 0's sampler seed wins (Accelerate synchronises
     // the sampler's generator from rank 0). Collective: prepare loaders in the same order on every rank.
+    // (When dispatching only rank 0 shuffles; the shared seed keeps positions and resumes identical.)
     if (state_->comm && state_->comm->size() > 1) {
         at::Tensor s = at::full({1}, static_cast<int64_t>(seed_), at::kLong);
         state_->comm->broadcast(s, 0);
@@ -64,7 +79,21 @@ void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
     }
 }
 
-IndexBatches DataLoaderShard::pass_batches(int64_t epoch) const
+void DataLoaderShard::attach(std::shared_ptr<AcceleratorState> state)
+{
+    state_ = std::move(state);
+    dispatcher_.reset();
+    if (state_ && dispatches_batches(*state_)) {
+        DispatchSpec d;
+        d.num_processes = state_->num_processes();
+        d.process_index = state_->process_index();
+        d.split_batches = state_->config.dataloader.split_batches;
+        d.drop_last = options_.drop_last;
+        dispatcher_ = std::make_unique<DataLoaderDispatcher>(state_->comm, d);
+    }
+}
+
+IndexBatches DataLoaderShard::inner_batches(int64_t epoch) const
 {
     const int64_t n = data_->size();
     std::vector<int64_t> order(static_cast<size_t>(n));
@@ -76,13 +105,23 @@ IndexBatches DataLoaderShard::pass_batches(int64_t epoch) const
     } else {
         std::iota(order.begin(), order.end(), 0);
     }
-    IndexBatches inner = make_batches(order, options_.batch_size, options_.drop_last);
-    return shard_batches(inner, options_.batch_size, options_.drop_last, shard_spec());
+    return make_batches(order, options_.batch_size, options_.drop_last);
+}
+
+IndexBatches DataLoaderShard::pass_batches(int64_t epoch) const
+{
+    return shard_batches(inner_batches(epoch), options_.batch_size, options_.drop_last, shard_spec());
 }
 
 int64_t DataLoaderShard::length() const
 {
-    int64_t full = sharded_length(data_->size(), options_.batch_size, options_.drop_last, shard_spec());
+    int64_t full;
+    if (dispatcher_) {
+        const int64_t n = data_->size(), bs = options_.batch_size;
+        full = dispatched_length(options_.drop_last ? n / bs : (n + bs - 1) / bs, dispatcher_->spec());
+    } else {
+        full = sharded_length(data_->size(), options_.batch_size, options_.drop_last, shard_spec());
+    }
     return std::max<int64_t>(0, full - skip_batches_);
 }
 
@@ -95,11 +134,20 @@ void DataLoaderShard::set_epoch(int64_t epoch)
 
 void DataLoaderShard::begin_pass()
 {
+    progress_.end_of_dataloader = false;
+    progress_.remainder = -1;
+    if (dispatcher_) {
+        // Only rank 0 iterates the inner sampler. remainder stays -1 until the last step reports the
+        // observed size (Accelerate's begin() cannot compute it for a dispatcher).
+        dispatcher_->begin(state_->process_index() == 0 ? inner_batches(epoch_) : IndexBatches{}, skip_batches_);
+        position_ = static_cast<size_t>(skip_batches_);
+        in_pass_ = true;
+        state_->gradient.enter_dataloader(&progress_);
+        return; // and no rng_types synchronisation: Accelerate's DataLoaderDispatcher does none
+    }
     batches_ = pass_batches(epoch_);
     position_ = static_cast<size_t>(std::min<int64_t>(skip_batches_, static_cast<int64_t>(batches_.size())));
     in_pass_ = true;
-    progress_.end_of_dataloader = false;
-    progress_.remainder = -1;
     if (state_) {
         if (!options_.drop_last) {
             const int64_t total_batch = shard_spec().split_batches ? options_.batch_size
@@ -134,11 +182,17 @@ void DataLoaderShard::end_pass()
 std::optional<Batch> DataLoaderShard::next()
 {
     if (!in_pass_) begin_pass();
-    if (position_ >= batches_.size()) {
+    std::optional<Batch> dispatched;
+    if (dispatcher_) dispatched = dispatcher_->next(*data_, progress_);
+    if (dispatcher_ ? !dispatched : position_ >= batches_.size()) {
         end_pass();
         skip_batches_ = 0; // skipping applies to the first pass only
         epoch_ += 1;
         return std::nullopt;
+    }
+    if (dispatched) {
+        ++position_;
+        return dispatched;
     }
     const auto &indices = batches_[position_++];
     // Accelerate looks one batch ahead; with a known pass length the last batch is simply the last index.
@@ -160,7 +214,7 @@ std::shared_ptr<DataLoaderShard> DataLoaderShard::skip_first_batches(int64_t num
     auto out = std::make_shared<DataLoaderShard>(data_, options);
     out->epoch_ = epoch_;
     out->skip_batches_ = num_batches;
-    out->state_ = state_;
+    out->attach(state_);
     return out;
 }
 

@@ -1,9 +1,13 @@
 // DataLoaderShard: batches of an in-memory tensor dataset, shuffled by a seedable sampler, sharded
-// across processes once prepared, telling the gradient state when its last batch is out.
+// across processes once prepared, telling the gradient state when its last batch is out. It is the
+// loader behind every accel_dataloader_t: with dataloader_config.dispatch_batches and several processes
+// its batches come from a DataLoaderDispatcher instead (rank 0 reads, everyone gets a slice), while the
+// sampler seed, epochs, skipping and checkpoint positions stay here, shared by both modes.
 #pragma once
 
 #include "config/dataloader_options.hpp"
 #include "data_loader/batch_sampler_shard.hpp"
+#include "data_loader/data_loader_dispatcher.hpp"
 #include "state/gradient_state.hpp"
 
 #include <ATen/ATen.h>
@@ -43,8 +47,12 @@ public:
     // A loader over the same data whose current pass skips its first `num_batches` batches.
     std::shared_ptr<DataLoaderShard> skip_first_batches(int64_t num_batches) const;
 
-    // The indices of one pass for this process (after shuffling, batching and sharding).
+    // The indices of one pass for this process (after shuffling, batching and sharding; not meaningful
+    // when dispatching, where rank 0 decides).
     IndexBatches pass_batches(int64_t epoch) const;
+    // The unsharded batches of one pass (Accelerate's inner batch sampler).
+    IndexBatches inner_batches(int64_t epoch) const;
+    bool dispatches() const { return dispatcher_ != nullptr; }
 
     void prepare(std::shared_ptr<AcceleratorState> state);
 
@@ -70,6 +78,8 @@ private:
     void begin_pass();
     void end_pass();
     ShardSpec shard_spec() const;
+    // Binds to a state (after prepare's checks), creating the dispatcher when the state asks for one.
+    void attach(std::shared_ptr<AcceleratorState> state);
 
     std::shared_ptr<const TensorDataset> data_;
     config::DataLoaderOptions options_;
@@ -81,6 +91,7 @@ private:
     bool in_pass_ = false;
     DataLoaderProgress progress_;
     std::shared_ptr<AcceleratorState> state_;
+    std::unique_ptr<DataLoaderDispatcher> dispatcher_; // dispatch_batches with several processes
 };
 
 } // namespace accel

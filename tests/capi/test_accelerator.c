@@ -182,7 +182,8 @@ static void test_bad_configs(void)
     BAD("{\"gradient_accumulation_plugin\": {\"steps\": 2}}", "gradient_accumulation_plugin.steps: unknown key");
     BAD("{\"dataloader_config\": {\"even_batches\": 1}}", "dataloader_config.even_batches");
     BAD("{\"dataloader_config\": {\"drop_last\": true}}", "dataloader_config.drop_last: unknown key");
-    UNIMPL("{\"dataloader_config\": {\"dispatch_batches\": true}}", "dataloader_config.dispatch_batches");
+    BAD("{\"device_placement\": false, \"dataloader_config\": {\"dispatch_batches\": true}}",
+        "dataloader_config.dispatch_batches: true requires device_placement: true");
     BAD("{\"rng_types\": [\"bogus\"]}", "rng_types[0]");
     BAD("{\"rng_types\": \"torch\"}", "rng_types");
     UNIMPL("{\"rng_types\": [\"torch\", \"cuda\"]}", "rng_types[1]");

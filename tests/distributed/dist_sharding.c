@@ -1,21 +1,24 @@
 /*
- * dist_sharding CASE...   (CASE = "N,BATCH,DROP_LAST,SPLIT_BATCHES,EVEN_BATCHES", flags 0 or 1)
+ * dist_sharding CASE...   (CASE = "N,BATCH,DROP_LAST,SPLIT_BATCHES,EVEN_BATCHES[,DISPATCH_BATCHES]", flags 0 or 1)
  *
  * For each case (one accelerator each, in one process so that the processes start once): iterates one
  * pass of a prepared loader over range(N) (no shuffling) and prints, per batch, "case K batch [i,j,k]"
- * with the sample indices this rank got; with even_batches it also gathers every batch's indices with
- * gather_for_metrics and, on rank 0, prints "case K gathered COUNT" and "case K gathered_indices [..]".
+ * with the sample indices this rank got; with even_batches (or dispatch_batches, where every rank gets as
+ * many equally-sized batches) it also gathers every batch's indices with gather_for_metrics and, on
+ * rank 0, prints "case K gathered COUNT" and "case K gathered_indices [..]".
  */
 #include "dist_common.h"
 
 #include <string.h>
 
-static void run_case(int case_no, int n, int batch, int drop_last, int split, int even)
+static void run_case(int case_no, int n, int batch, int drop_last, int split, int even, int dispatch)
 {
-    char acc_config[128];
-    snprintf(acc_config, sizeof acc_config, "{\"split_batches\": %s, \"dataloader_config\": {\"even_batches\": %s}}",
-             split ? "true" : "false", even ? "true" : "false");
-    const int gather = even; /* with uneven batch counts the ranks would not all reach the collective */
+    char acc_config[256];
+    snprintf(acc_config, sizeof acc_config,
+             "{\"split_batches\": %s, \"dataloader_config\": {\"even_batches\": %s, \"dispatch_batches\": %s}}",
+             split ? "true" : "false", even ? "true" : "false", dispatch ? "true" : "false");
+    /* with uneven batch counts the ranks would not all reach the collective */
+    const int gather = even || dispatch;
     accel_accelerator_t *acc = NULL;
     accel_dataloader_t *dl = NULL;
     accel_tensor_t *features = NULL;
@@ -92,16 +95,17 @@ static void run_case(int case_no, int n, int batch, int drop_last, int split, in
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: dist_sharding N,BATCH,DROP_LAST,SPLIT,EVEN...\n");
+        fprintf(stderr, "usage: dist_sharding N,BATCH,DROP_LAST,SPLIT,EVEN[,DISPATCH]...\n");
         return 2;
     }
     for (int k = 1; k < argc; ++k) {
-        int n = 0, batch = 0, drop = 0, split = 0, even = 0;
-        if (sscanf(argv[k], "%d,%d,%d,%d,%d", &n, &batch, &drop, &split, &even) != 5) {
+        int n = 0, batch = 0, drop = 0, split = 0, even = 0, dispatch = 0;
+        int got = sscanf(argv[k], "%d,%d,%d,%d,%d,%d", &n, &batch, &drop, &split, &even, &dispatch);
+        if (got != 5 && got != 6) {
             fprintf(stderr, "dist_sharding: bad case \"%s\"\n", argv[k]);
             return 2;
         }
-        run_case(k - 1, n, batch, drop, split, even);
+        run_case(k - 1, n, batch, drop, split, even, dispatch);
     }
     return 0;
 }

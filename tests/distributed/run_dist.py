@@ -201,6 +201,67 @@ def scenario_sharding(a):
         sys.exit("%d sharding cases failed" % failures)
 
 
+# dispatch_batches (data-and-collectives.md §6), worked out by hand: per step rank 0 reads P inner batches
+# (one with split_batches) and rank r keeps [r*b, (r+1)*b), b = size // P; a last step whose size is not a
+# multiple of P gets the first P samples of the first step appended and b + 1; drop_last drops a short round.
+# (P, n, batch, drop_last, split) -> per-rank batches
+DISPATCH_CASES = [
+    (2, 24, 3, False, False, [[R(0, 3), R(6, 9), R(12, 15), R(18, 21)], [R(3, 6), R(9, 12), R(15, 18), R(21, 24)]]),
+    (2, 21, 3, False, False, [[R(0, 3), R(6, 9), R(12, 15), [18, 19]], [R(3, 6), R(9, 12), R(15, 18), [20, 0]]]),
+    (2, 21, 3, True, False, [[R(0, 3), R(6, 9), R(12, 15)], [R(3, 6), R(9, 12), R(15, 18)]]),
+    (2, 22, 3, False, False, [[R(0, 3), R(6, 9), R(12, 15), [18, 19]], [R(3, 6), R(9, 12), R(15, 18), [20, 21]]]),
+    (2, 20, 3, False, False, [[R(0, 3), R(6, 9), R(12, 15), [18]], [R(3, 6), R(9, 12), R(15, 18), [19]]]),
+    (2, 5, 3, False, False, [[[0, 1, 2]], [[3, 4, 0]]]),
+    (2, 2, 3, False, False, [[[0]], [[1]]]),
+    (2, 2, 3, True, False, [[], []]),
+    (2, 24, 4, False, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), R(20, 22)],
+                             [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20), R(22, 24)]]),
+    (2, 22, 4, False, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), [20]],
+                             [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20), [21]]]),
+    (2, 22, 4, True, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18)],
+                            [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20)]]),
+    (2, 21, 4, False, True, [[R(0, 2), R(4, 6), R(8, 10), R(12, 14), R(16, 18), [20]],
+                             [R(2, 4), R(6, 8), R(10, 12), R(14, 16), R(18, 20), [0]]]),
+    (2, 3, 4, False, True, [[[0, 1]], [[2, 0]]]),
+    (3, 20, 3, False, False, [[R(0, 3), R(9, 12), [18]], [R(3, 6), R(12, 15), [19]], [R(6, 9), R(15, 18), [0]]]),
+    (3, 20, 3, True, False, [[R(0, 3), R(9, 12)], [R(3, 6), R(12, 15)], [R(6, 9), R(15, 18)]]),
+    (3, 25, 3, False, False, [[R(0, 3), R(9, 12), [18, 19, 20]], [R(3, 6), R(12, 15), [21, 22, 23]],
+                              [R(6, 9), R(15, 18), [24, 0, 1]]]),
+    (3, 22, 3, False, False, [[R(0, 3), R(9, 12), [18, 19]], [R(3, 6), R(12, 15), [20, 21]],
+                              [R(6, 9), R(15, 18), [0, 1]]]),
+    (3, 10, 6, False, True, [[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [0, 1]]]),
+    (3, 7, 3, False, True, [[[0], [3], [6]], [[1], [4], [0]], [[2], [5], [1]]]),
+    (3, 7, 3, True, True, [[[0], [3]], [[1], [4]], [[2], [5]]]),
+]
+
+
+def scenario_dispatch(a):
+    """dispatch_batches: which rank gets which samples, and gather_for_metrics gives back exactly the data."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_sharding")
+    failures = 0
+    for p in sorted(set(c[0] for c in DISPATCH_CASES)):
+        cases = [c for c in DISPATCH_CASES if c[0] == p]
+        # even_batches true: it must not matter when dispatching
+        args = ["%d,%d,%d,%d,1,1" % (n, bs, drop, split) for (_, n, bs, drop, split, _) in cases]
+        out = run(launch_cmd(a, p) + [prog] + args).stdout
+        for k, (_, n, bs, drop, split, expected) in enumerate(cases):
+            label = "P=%d range(%d) batch %d drop_last=%s split=%s dispatch" % (p, n, bs, drop, split)
+            per, gathered, gathered_indices = parse_ranks(out, p, k)
+            if per != expected:
+                log("FAIL %s:\n  expected %s\n  got      %s" % (label, expected, per))
+                failures += 1
+                continue
+            # every sample once, in order: the padding is dropped (drop_last: what was dispatched)
+            want = n if not drop else sum(len(b) for r in expected for b in r)
+            if gathered != want or gathered_indices != list(range(want)):
+                log("FAIL %s: gather_for_metrics gave %s items: %s" % (label, gathered, gathered_indices))
+                failures += 1
+                continue
+            log("ok   %s (gathered %s)" % (label, gathered))
+    if failures:
+        sys.exit("%d dispatch cases failed" % failures)
+
+
 def scenario_collectives(a):
     prog = os.path.join(a.bin, "tests", "distributed", "dist_collectives")
     marker = tempfile.mktemp(prefix="accel_marker_")

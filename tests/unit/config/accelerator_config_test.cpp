@@ -541,8 +541,6 @@ TEST_F(AcceleratorConfigTest, UnsupportedSectionsNamePath)
     EXPECT_PARSE_ERROR_STARTS("{\"dynamo_backend\": \"inductor\"}", ACCEL_ERR_UNIMPLEMENTED, "dynamo_backend: ");
     EXPECT_NO_THROW(parse_accelerator_config("{\"dynamo_backend\": \"no\", \"log_with\": []}"));
     EXPECT_PARSE_ERROR_STARTS("{\"log_with\": [\"tensorboard\"]}", ACCEL_ERR_UNIMPLEMENTED, "log_with: ");
-    EXPECT_PARSE_ERROR_STARTS("{\"dataloader_config\": {\"dispatch_batches\": true}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "dataloader_config.dispatch_batches: ");
     EXPECT_PARSE_ERROR_STARTS("{\"dataloader_config\": {\"use_stateful_dataloader\": true}}", ACCEL_ERR_UNIMPLEMENTED,
                               "dataloader_config.use_stateful_dataloader: ");
     // Null means "not given" everywhere.
@@ -586,6 +584,23 @@ TEST_F(AcceleratorConfigTest, ToJsonReflectsParsedValues)
     EXPECT_NE(j.find("\"dispatch_batches\":false"), std::string::npos) << j;
 }
 
+TEST_F(AcceleratorConfigTest, DispatchBatches)
+{
+    AcceleratorConfig on = parse_accelerator_config("{\"dataloader_config\": {\"dispatch_batches\": true}}");
+    ASSERT_TRUE(on.dataloader.dispatch_batches.has_value());
+    EXPECT_TRUE(*on.dataloader.dispatch_batches);
+    EXPECT_NE(to_json(on).find("\"dispatch_batches\":true"), std::string::npos);
+    AcceleratorConfig null = parse_accelerator_config("{\"dataloader_config\": {\"dispatch_batches\": null}}");
+    EXPECT_FALSE(null.dataloader.dispatch_batches.has_value());
+    EXPECT_NE(to_json(null).find("\"dispatch_batches\":null"), std::string::npos);
+    // Accelerate's prepare_data_loader: dispatching needs device placement.
+    EXPECT_PARSE_ERROR("{\"device_placement\": false, \"dataloader_config\": {\"dispatch_batches\": true}}",
+                       ACCEL_ERR_INVALID_ARGUMENT, "dataloader_config.dispatch_batches: true requires device_placement: true");
+    EXPECT_NO_THROW(parse_accelerator_config("{\"device_placement\": false, \"dataloader_config\": {\"dispatch_batches\": false}}"));
+    EXPECT_PARSE_ERROR_STARTS("{\"dataloader_config\": {\"dispatch_batches\": 1}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "dataloader_config.dispatch_batches: ");
+}
+
 TEST_F(AcceleratorConfigTest, ToJsonRoundTrip)
 {
     const char *configs[] = {
@@ -594,7 +609,7 @@ TEST_F(AcceleratorConfigTest, ToJsonRoundTrip)
         "{\"gradient_accumulation_plugin\": {\"num_steps\": 4, \"sync_with_dataloader\": false,"
         " \"adjust_scheduler\": false, \"sync_each_batch\": true}}",
         "{\"split_batches\": true, \"dataloader_config\": {\"even_batches\": false, \"use_seedable_sampler\": true,"
-        " \"data_seed\": 99, \"non_blocking\": true, \"dispatch_batches\": false}, \"rng_types\": [\"torch\"],"
+        " \"data_seed\": 99, \"non_blocking\": true, \"dispatch_batches\": true}, \"rng_types\": [\"torch\"],"
         " \"step_scheduler_with_optimizer\": false, \"kwargs_handlers\": {\"autocast\": {\"cache_enabled\": false}}}",
     };
     for (const char *json : configs) {

@@ -1,0 +1,145 @@
+#include "data_loader/data_loader_dispatcher.hpp"
+
+#include "common/error.hpp"
+#include "data_loader/data_loader_shard.hpp"
+#include "distributed/communicator.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace accel {
+
+std::vector<DispatchStep> dispatch_steps(const IndexBatches &inner, const DispatchSpec &spec)
+{
+    const size_t per_step = spec.split_batches ? 1 : static_cast<size_t>(spec.num_processes);
+    std::vector<DispatchStep> steps;
+    for (size_t k = 0; k < inner.size(); k += per_step) {
+        const size_t end = std::min(inner.size(), k + per_step);
+        // A short final round: Accelerate's _fetch_batches dispatches it only when not drop_last.
+        if (end - k < per_step && spec.drop_last) break;
+        DispatchStep s;
+        for (size_t j = k; j < end; ++j) s.indices.insert(s.indices.end(), inner[j].begin(), inner[j].end());
+        s.observed = static_cast<int64_t>(s.indices.size());
+        steps.push_back(std::move(s));
+    }
+    const int64_t P = spec.num_processes;
+    if (!spec.drop_last && !steps.empty() && steps.back().observed % P != 0) {
+        // Complete the last batch with the first P samples of the very first broadcast batch.
+        const auto &first = steps.front().indices;
+        const std::vector<int64_t> head(first.begin(), first.begin() + std::min<int64_t>(P, steps.front().observed));
+        steps.back().indices.insert(steps.back().indices.end(), head.begin(), head.end());
+    }
+    return steps;
+}
+
+std::pair<int64_t, int64_t> dispatch_slice(int64_t observed, int64_t size, const DispatchSpec &spec)
+{
+    const int64_t b = observed / spec.num_processes + (size > observed ? 1 : 0);
+    // Python slicing clamps to the batch, so a tiny padded batch can leave the last ranks short.
+    const int64_t begin = std::min(size, spec.process_index * b);
+    return {begin, std::min(size, begin + b)};
+}
+
+int64_t dispatched_length(int64_t inner_batches, const DispatchSpec &spec)
+{
+    if (spec.split_batches) return inner_batches;
+    if (spec.drop_last) return inner_batches / spec.num_processes;
+    return (inner_batches + spec.num_processes - 1) / spec.num_processes;
+}
+
+DataLoaderDispatcher::DataLoaderDispatcher(std::shared_ptr<distributed::Communicator> comm, DispatchSpec spec)
+    : comm_(std::move(comm)), spec_(spec)
+{
+}
+
+void DataLoaderDispatcher::begin(const IndexBatches &inner, int64_t skip_steps)
+{
+    done_ = false;
+    steps_.clear();
+    next_ = 0;
+    if (spec_.process_index != 0) return;
+    steps_ = dispatch_steps(inner, spec_);
+    // Skipped steps are not broadcast (Accelerate broadcasts and drops them): every rank knows the
+    // count, and the padding source (the first step) is already folded into the last step.
+    next_ = static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(skip_steps, 0), static_cast<int64_t>(steps_.size())));
+}
+
+namespace {
+
+// The step descriptor (Accelerate's broadcast_object_list of the data structure and stop flag).
+enum Field { kHasBatch, kObserved, kSize, kIsLast, kFeatDtype, kFeatDim, kLabelDtype, kLabelDim, kFields };
+
+// Broadcasts any dtype as raw bytes, so the backend's dtype support does not matter.
+void broadcast_bytes(distributed::Communicator &comm, at::Tensor &t)
+{
+    const int64_t n = t.numel() * static_cast<int64_t>(t.element_size());
+    if (n == 0) return; // every rank knows the size from the descriptor
+    at::Tensor bytes = at::from_blob(t.data_ptr(), {n}, at::TensorOptions().dtype(at::kByte));
+    comm.broadcast(bytes, 0);
+}
+
+} // namespace
+
+std::optional<Batch> DataLoaderDispatcher::next(const TensorDataset &data, DataLoaderProgress &progress)
+{
+    if (done_) return std::nullopt;
+    const bool root = spec_.process_index == 0;
+    at::Tensor head = at::zeros({kFields}, at::kLong);
+    at::Tensor idx, features, labels;
+    if (root && next_ < steps_.size()) {
+        const DispatchStep &s = steps_[next_];
+        idx = at::empty({static_cast<int64_t>(s.indices.size())}, at::kLong);
+        std::memcpy(idx.data_ptr<int64_t>(), s.indices.data(), s.indices.size() * sizeof(int64_t));
+        features = data.features.index_select(0, idx).contiguous();
+        if (data.labels.defined()) labels = data.labels.index_select(0, idx).contiguous();
+        int64_t *h = head.data_ptr<int64_t>();
+        h[kHasBatch] = 1;
+        h[kObserved] = s.observed;
+        h[kSize] = idx.numel();
+        h[kIsLast] = next_ + 1 == steps_.size();
+        h[kFeatDtype] = static_cast<int64_t>(features.scalar_type());
+        h[kFeatDim] = features.dim();
+        h[kLabelDtype] = labels.defined() ? static_cast<int64_t>(labels.scalar_type()) : -1;
+        h[kLabelDim] = labels.defined() ? labels.dim() : 0;
+        ++next_;
+    }
+    comm_->broadcast(head, 0);
+    const int64_t *h = head.data_ptr<int64_t>();
+    if (h[kHasBatch] == 0) { // rank 0 had nothing left (an empty pass, or everything skipped)
+        done_ = true;
+        return std::nullopt;
+    }
+    at::Tensor shapes = at::empty({h[kFeatDim] + h[kLabelDim]}, at::kLong);
+    if (root) {
+        int64_t *p = shapes.data_ptr<int64_t>();
+        for (int64_t d = 0; d < features.dim(); ++d) *p++ = features.size(d);
+        for (int64_t d = 0; labels.defined() && d < labels.dim(); ++d) *p++ = labels.size(d);
+    }
+    comm_->broadcast(shapes, 0);
+    if (!root) {
+        const int64_t *p = shapes.data_ptr<int64_t>();
+        idx = at::empty({h[kSize]}, at::kLong);
+        features = at::empty(at::IntArrayRef(p, static_cast<size_t>(h[kFeatDim])),
+                             at::TensorOptions().dtype(static_cast<at::ScalarType>(h[kFeatDtype])));
+        if (h[kLabelDtype] >= 0)
+            labels = at::empty(at::IntArrayRef(p + h[kFeatDim], static_cast<size_t>(h[kLabelDim])),
+                               at::TensorOptions().dtype(static_cast<at::ScalarType>(h[kLabelDtype])));
+    }
+    broadcast_bytes(*comm_, idx);
+    broadcast_bytes(*comm_, features);
+    if (labels.defined()) broadcast_bytes(*comm_, labels);
+
+    const auto [begin, end] = dispatch_slice(h[kObserved], h[kSize], spec_);
+    Batch b;
+    b.indices = idx.narrow(0, begin, end - begin);
+    b.inputs = features.narrow(0, begin, end - begin);
+    if (labels.defined()) b.labels = labels.narrow(0, begin, end - begin);
+    if (h[kIsLast] != 0) {
+        done_ = true;
+        progress.end_of_dataloader = true;
+        progress.remainder = h[kObserved];
+    }
+    return b;
+}
+
+} // namespace accel

@@ -1,0 +1,78 @@
+// DataLoaderDispatcher: Accelerate's dispatch_batches (spec/data-and-collectives.md §6). Only rank 0
+// reads the data: per step it takes one inner batch (split_batches) or P consecutive ones concatenated,
+// broadcasts it, and every rank keeps its slice [r*b, (r+1)*b) with b = size // P. The pure rules
+// (steps, slice, length) are free functions so they can be tested without processes.
+#pragma once
+
+#include "data_loader/batch_sampler_shard.hpp"
+#include "state/gradient_state.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace accel {
+
+namespace distributed {
+class Communicator;
+}
+struct Batch;
+struct TensorDataset;
+
+struct DispatchSpec {
+    int32_t num_processes = 1;
+    int32_t process_index = 0;
+    bool split_batches = false;
+    bool drop_last = false;
+};
+
+// One step as rank 0 broadcasts it: the sample indices (tail padding included) and how many of them
+// the loader really produced (Accelerate's observed_batch_size, which becomes `remainder` at the end).
+struct DispatchStep {
+    std::vector<int64_t> indices;
+    int64_t observed = 0;
+    bool operator==(const DispatchStep &o) const { return indices == o.indices && observed == o.observed; }
+};
+
+// Rank 0's steps of one pass, from the inner (unsharded) batches of that pass. Without split_batches
+// P batches are concatenated per step (a short final round is kept unless drop_last); the final step,
+// when not drop_last and its size is not a multiple of P, gets the first P samples of the very first
+// step appended.
+std::vector<DispatchStep> dispatch_steps(const IndexBatches &inner, const DispatchSpec &spec);
+
+// The part [begin, end) of a step's broadcast batch of `size` samples (observed + padding) that
+// process spec.process_index keeps: b = observed // P, plus one when padding was appended.
+std::pair<int64_t, int64_t> dispatch_slice(int64_t observed, int64_t size, const DispatchSpec &spec);
+
+// len() of a dispatching loader whose inner loader has `inner_batches` batches: split → that;
+// drop_last → inner // P; else ceil(inner / P).
+int64_t dispatched_length(int64_t inner_batches, const DispatchSpec &spec);
+
+class DataLoaderDispatcher {
+public:
+    DataLoaderDispatcher(std::shared_ptr<distributed::Communicator> comm, DispatchSpec spec);
+
+    // Starts a pass. Rank 0 passes the inner batches of the pass and how many steps to skip
+    // (skip_first_batches / a resumed checkpoint); the other ranks' arguments are ignored.
+    void begin(const IndexBatches &inner, int64_t skip_steps);
+    // Collective (every rank calls it the same number of times): this process's slice of the next
+    // step, or nullopt when the pass is over. On the last step `progress` gets end_of_dataloader and
+    // remainder = the observed size, so gather_for_metrics drops the padding.
+    std::optional<Batch> next(const TensorDataset &data, DataLoaderProgress &progress);
+
+    const std::shared_ptr<distributed::Communicator> &communicator() const { return comm_; }
+    const DispatchSpec &spec() const { return spec_; }
+
+private:
+    std::shared_ptr<distributed::Communicator> comm_;
+    DispatchSpec spec_;
+    std::vector<DispatchStep> steps_; // rank 0 only
+    size_t next_ = 0;                 // rank 0 only
+    bool done_ = true;                // every rank: the last step (or the stop flag) was seen
+};
+
+} // namespace accel
