@@ -5,6 +5,7 @@ import gc
 import os
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -157,27 +158,31 @@ def test_state_dict_roundtrip():
 
 
 def test_gil_released_during_compute():
-    """Another Python thread keeps running while the library trains."""
-    acc = accel.Accelerator()
+    """Another Python thread runs *during* one long library call. Were the GIL held for the call, the
+    ticker could take no time stamp between the call's start and end."""
     model = accel.Model.from_json('{"type": "mlp", "widths": [256, 1024, 1024, 4]}')
-    x = accel.tensor(array.array("f", [0.1] * (512 * 256)), shape=[512, 256])
-    ticks = []
+    x = accel.tensor(array.array("f", [0.1] * (2048 * 256)), shape=[2048, 256])
+    stamps = []
     stop = threading.Event()
 
     def ticker():
         while not stop.is_set():
-            ticks.append(1)
+            stamps.append(time.perf_counter())
 
     th = threading.Thread(target=ticker)
     th.start()
     try:
-        for _ in range(20):
-            model.forward(x).close()
+        while not stamps:
+            time.sleep(0.001)
+        start = time.perf_counter()
+        model.forward(x).close()
+        end = time.perf_counter()
     finally:
         stop.set()
         th.join()
-    assert len(ticks) > 0
-    acc.close()
+    margin = 0.1 * (end - start)
+    inside = [t for t in stamps if start + margin < t < end - margin]
+    assert inside, "no tick during a %.3f s forward: the GIL was held" % (end - start)
 
 
 def test_collectives_single_process():
