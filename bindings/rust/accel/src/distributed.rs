@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::os::raw::c_char;
 use std::ptr;
 
-/// A `main_process_first()` / `local_main_process_first()` block: ends when dropped (use
+/// A `main_process_first()`, `local_main_process_first()` or `autocast()` block: ends when dropped (use
 /// [`Scope::end`] to see a failure). Borrows the accelerator mutably; use [`Scope::accelerator`] inside.
 pub struct Scope<'a> {
     acc: &'a mut Accelerator,
@@ -15,7 +15,14 @@ pub struct Scope<'a> {
     _not_send: PhantomData<*const ()>,
 }
 
-impl Scope<'_> {
+impl<'a> Scope<'a> {
+    pub(crate) fn new(
+        acc: &'a mut Accelerator,
+        end: unsafe extern "C" fn(*mut sys::accel_accelerator_t) -> sys::accel_status_t,
+    ) -> Scope<'a> {
+        Scope { acc, end, _not_send: PhantomData }
+    }
+
     pub fn accelerator(&mut self) -> &mut Accelerator {
         self.acc
     }
@@ -82,13 +89,31 @@ impl Accelerator {
     /// Enter `main_process_first()`: the main process runs the block before the others.
     pub fn main_process_first(&mut self) -> Result<Scope<'_>> {
         check(unsafe { sys::accel_accelerator_main_process_first_begin(self.raw) })?;
-        Ok(Scope { acc: self, end: sys::accel_accelerator_main_process_first_end, _not_send: PhantomData })
+        Ok(Scope::new(self, sys::accel_accelerator_main_process_first_end))
     }
 
     /// Enter `local_main_process_first()`: each machine's local main process runs the block first.
     pub fn local_main_process_first(&mut self) -> Result<Scope<'_>> {
         check(unsafe { sys::accel_accelerator_local_main_process_first_begin(self.raw) })?;
-        Ok(Scope { acc: self, end: sys::accel_accelerator_local_main_process_first_end, _not_send: PhantomData })
+        Ok(Scope::new(self, sys::accel_accelerator_local_main_process_first_end))
+    }
+
+    pub fn process_index(&self) -> Result<i32> {
+        let mut v = 0;
+        check(unsafe { sys::accel_accelerator_get_process_index(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn local_process_index(&self) -> Result<i32> {
+        let mut v = 0;
+        check(unsafe { sys::accel_accelerator_get_local_process_index(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn is_local_main_process(&self) -> Result<bool> {
+        let mut v = false;
+        check(unsafe { sys::accel_accelerator_is_local_main_process(self.raw, &mut v) })?;
+        Ok(v)
     }
 
     pub fn num_local_processes(&self) -> Result<i32> {

@@ -223,3 +223,61 @@ fn checkpoint_options_blobs_and_save_model() -> accel::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+#[test]
+fn grad_scaler_autocast_and_clipping() -> accel::Result<()> {
+    // fp16 with autocast off: the dynamic loss scaler runs with fp32 compute on the CPU.
+    let mut acc = Accelerator::new(Some(r#"{"mixed_precision": "fp16", "kwargs_handlers": {"autocast": {"enabled": false}}}"#))?;
+    let mut model = Model::from_json(MODEL)?;
+    let mut opt = Optimizer::new(&mut model, r#"{"type": "sgd", "lr": 0.1}"#)?;
+    let (x, y) = data(8);
+    let mut dl = DataLoader::new(&x, Some(&y), r#"{"batch_size": 4}"#)?;
+    acc.prepare(Some(&mut model), Some(&mut opt), Some(&mut dl), None)?;
+    assert_eq!(acc.mixed_precision()?, 1);
+    assert!(acc.has_grad_scaler()?);
+    let initial_scale = acc.grad_scale()?;
+    assert!(initial_scale > 1.0, "scale {initial_scale}");
+    assert_eq!(acc.process_index()?, 0);
+    assert_eq!(acc.local_process_index()?, 0);
+    assert!(acc.is_local_main_process()?);
+
+    let batch = dl.next_batch()?.expect("a batch");
+    let out = model.forward(&batch.inputs()?)?;
+    let mut loss = accel::compute_loss("cross_entropy", &out, &batch.labels()?.expect("labels"))?;
+    acc.backward(&mut loss)?;
+    let p = model.parameter_name(0)?.to_string();
+    let scaled = model.get_gradient(&p)?.expect("a gradient").to_vec::<f32>()?;
+    acc.unscale_gradients(Some(&mut opt))?;
+    let unscaled = model.get_gradient(&p)?.expect("a gradient").to_vec::<f32>()?;
+    for (s, u) in scaled.iter().zip(&unscaled) {
+        assert!((s / initial_scale as f32 - u).abs() <= 1e-6 * (1.0 + u.abs()), "{s} / {initial_scale} != {u}");
+    }
+    opt.step()?;
+    assert!(!acc.optimizer_step_was_skipped()?);
+    assert_eq!(acc.grad_scaler_growth_tracker()?, 1);
+    opt.zero_grad()?;
+
+    // A second step: clip_grad_value unscales by itself, then clamps.
+    let batch = dl.next_batch()?.expect("a batch");
+    let out = model.forward(&batch.inputs()?)?;
+    let mut loss = accel::compute_loss("cross_entropy", &out, &batch.labels()?.expect("labels"))?;
+    acc.backward(&mut loss)?;
+    acc.clip_grad_value(&mut model, 1e-4)?;
+    let clipped = model.get_gradient(&p)?.expect("a gradient").to_vec::<f32>()?;
+    assert!(clipped.iter().all(|g| g.abs() <= 1e-4 + 1e-9));
+    assert!(clipped.iter().any(|g| g.abs() > 0.0));
+    opt.step()?;
+    assert_eq!(acc.grad_scaler_growth_tracker()?, 2);
+    assert!(acc.end_of_dataloader()?, "the second of two batches is the last of the pass");
+
+    // Autocast on the CPU needs bf16 (LibTorch 1.13's CPU autocast has no fp16).
+    let mut bf16 = Accelerator::new(Some(r#"{"mixed_precision": "bf16"}"#))?;
+    let scope = bf16.autocast()?;
+    scope.end()?;
+    drop(bf16.autocast()?); // ended by Drop
+    assert_eq!(
+        unsafe { accel_sys::accel_accelerator_autocast_end(bf16.as_ptr()) },
+        Status::FailedPrecondition.code()
+    );
+    Ok(())
+}
