@@ -34,6 +34,7 @@
 %include "typemaps/handles.i"
 %include "typemaps/strings.i"
 %include "typemaps/buffers.i"
+%include "typemaps/blobs.i"
 
 /* Language files come first so their %exception, renames and typemaps apply to what follows. */
 #if defined(SWIGPYTHON)
@@ -675,16 +676,6 @@ ACCEL_HANDLE_CLASS(Accelerator)
     }
     /** Print @p text and a newline on the main process only. */
     void print(const char *text) const { ACCEL_CHECK(accel_accelerator_print(ACCEL_H($self, "Accelerator"), text)); }
-    /** Save the accelerator's state (Accelerate's checkpoint layout) into @p output_dir. */
-    void save_state(const char *output_dir)
-    {
-        ACCEL_CHECK(accel_accelerator_save_state(ACCEL_H($self, "Accelerator"), output_dir));
-    }
-    /** Load state saved by save_state(). */
-    void load_state(const char *input_dir)
-    {
-        ACCEL_CHECK(accel_accelerator_load_state(ACCEL_H($self, "Accelerator"), input_dir));
-    }
     int32_t process_index() const
     {
         int32_t v = 0;
@@ -716,3 +707,7 @@ ACCEL_HANDLE_CLASS(Accelerator)
         return v;
     }
 }
+
+/* ---- collectives and checkpoints (accel/accelerator.h's distributed part, accel/checkpoint.h) ------ */
+%include "distributed.i"
+%include "checkpoint.i"

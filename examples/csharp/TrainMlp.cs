@@ -98,8 +98,8 @@ static class TrainMlp
                 }
                 acc.Print(string.Format("final loss {0:F8}", finalLoss));
             }
-        } catch (Exception e) when (e is IAccelError) {
-            Console.Error.WriteLine("TrainMlp: " + ((IAccelError)e).StatusName + ": " + e.Message);
+        } catch (AccelError e) {
+            Console.Error.WriteLine("TrainMlp: " + e.StatusName + ": " + e.Message);
             return 1;
         }
         if (accValue < 0.95) {

@@ -7,7 +7,7 @@
  * losses. Exits non-zero if training accuracy stays below 95 %.
  */
 import org.accel.Accel;
-import org.accel.AccelException;
+import org.accel.AccelError;
 import org.accel.Accelerator;
 import org.accel.Batch;
 import org.accel.DataLoader;
@@ -99,10 +99,8 @@ public final class TrainMlp {
         }
         acc.print(String.format(java.util.Locale.ROOT, "final loss %.8f", finalLoss));
       }
-    } catch (RuntimeException e) {
-      if (!(e instanceof AccelException))
-        throw e;
-      System.err.println("TrainMlp: " + ((AccelException) e).getStatusName() + ": " + e.getMessage());
+    } catch (AccelError e) {
+      System.err.println("TrainMlp: " + e.getStatusName() + ": " + e.getMessage());
       System.exit(1);
     }
     if (accValue < 0.95) {

@@ -3,21 +3,10 @@ using System;
 
 namespace Accel
 {
-    /// <summary>Implemented by every accel exception: AccelError and its subclasses, and
-    /// InvalidArgumentError (an ArgumentException; C# allows one base class). Catch both with
-    /// <c>catch (Exception e) when (e is IAccelError)</c>.</summary>
-    public interface IAccelError
-    {
-        /// <summary>The accel_status_t code.</summary>
-        int Status { get; }
-        /// <summary>The status name, e.g. "ACCEL_ERR_INVALID_ARGUMENT".</summary>
-        string StatusName { get; }
-        /// <summary>The library's message, naming the argument or the JSON path.</summary>
-        string Message { get; }
-    }
-
-    /// <summary>A non-zero accel_status_t; unknown codes are plain AccelError.</summary>
-    public class AccelError : Exception, IAccelError
+    /// <summary>A non-zero accel_status_t: the base of every accel exception, with one subclass per status
+    /// (codes this version does not know are plain AccelError). Message is the library's, naming the
+    /// argument or the JSON path.</summary>
+    public class AccelError : Exception
     {
         static readonly string[] Names = {
             "ACCEL_OK", "ACCEL_ERR_CANCELLED", "ACCEL_ERR_UNKNOWN", "ACCEL_ERR_INVALID_ARGUMENT",
@@ -28,14 +17,16 @@ namespace Accel
         };
 
         public AccelError(string message, int status) : base(message) { Status = status; }
+        /// <summary>The accel_status_t code.</summary>
         public int Status { get; }
+        /// <summary>The status name, e.g. "ACCEL_ERR_INVALID_ARGUMENT".</summary>
         public string StatusName => NameOf(Status);
 
         internal static string NameOf(int status) =>
             status >= 0 && status < Names.Length ? Names[status] : "ACCEL_ERR_UNRECOGNIZED";
 
         /// <summary>The exception for a status code (used by the native layer).</summary>
-        public static Exception Create(string message, int status)
+        public static AccelError Create(string message, int status)
         {
             switch (status) {
             case 1: return new CancelledError(message, status);
@@ -59,15 +50,7 @@ namespace Accel
     }
 
     /// <summary>ACCEL_ERR_INVALID_ARGUMENT: NULL handle, bad JSON, unknown key, wrong type, dtype or shape.</summary>
-    public class InvalidArgumentError : ArgumentException, IAccelError
-    {
-        public InvalidArgumentError(string message, int status) : base(message) { Status = status; }
-        public int Status { get; }
-        public string StatusName => AccelError.NameOf(Status);
-        // ArgumentException appends the parameter name to Message; keep the library's text.
-        public override string Message => base.Message;
-    }
-
+    public class InvalidArgumentError : AccelError { public InvalidArgumentError(string m, int s) : base(m, s) {} }
     public class CancelledError : AccelError { public CancelledError(string m, int s) : base(m, s) {} }
     public class UnknownError : AccelError { public UnknownError(string m, int s) : base(m, s) {} }
     public class DeadlineExceededError : AccelError { public DeadlineExceededError(string m, int s) : base(m, s) {} }

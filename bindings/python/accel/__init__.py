@@ -32,7 +32,8 @@ if _core.abi_version() != _core.BUILT_ABI_VERSION:
 from .core import (  # noqa: E402
     Accelerator, Batch, DataLoader, Model, Optimizer, Scheduler, StateDictEntries, Tensor,
     abi_version, build_info_json, compute_loss, dtype_size, process_count, process_index,
-    process_is_main, set_seed, status_name, version_number, version_string,
+    process_is_local_main, process_is_main, process_local_count, process_local_index, set_seed, status_name,
+    version_number, version_string,
 )
 from .core import (  # noqa: E402
     ACCEL_DTYPE_FLOAT32 as FLOAT32, ACCEL_DTYPE_FLOAT64 as FLOAT64, ACCEL_DTYPE_FLOAT16 as FLOAT16,
@@ -48,7 +49,8 @@ __version__ = version_string()
 __all__ = [
     "Accelerator", "Batch", "DataLoader", "Model", "Optimizer", "Scheduler", "Tensor", "tensor",
     "abi_version", "build_info_json", "compute_loss", "dtype_size", "process_count", "process_index",
-    "process_is_main", "set_seed", "status_name", "version_number", "version_string",
+    "process_is_local_main", "process_is_main", "process_local_count", "process_local_index", "set_seed",
+    "status_name", "version_number", "version_string",
     "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL",
     "AccelError", "error_class",
 ] + [n for n in dir() if n.endswith("Error") and n != "AccelError"]

@@ -2,9 +2,9 @@
  *
  * Namespace Accel (set with -namespace), native library libaccel_csharp.so (-dllimport accel_csharp).
  * Handle classes are IDisposable (SWIG's proxies): Dispose() frees the handle (`using`), the finalizer
- * frees what is left. Exceptions: AccelError and one subclass per status (bindings/csharp/src/Errors.cs);
- * InvalidArgumentError derives from System.ArgumentException instead (single inheritance) and, like
- * AccelError, implements IAccelError, the interface every accel exception implements. */
+ * frees what is left. Exceptions: AccelError and one subclass per status (bindings/csharp/src/Errors.cs),
+ * each carrying the status and the library's message.
+ */
 
 %include <enumsimple.swg>
 
@@ -94,6 +94,8 @@ static void accel_swig_throw_csharp()
 %csmethodmodifiers Tensor::copy_to_int64 "internal";
 %csmethodmodifiers Tensor::copy_to_uint8 "internal";
 %csmethodmodifiers Tensor::copy_to_bytes "internal";
+%csmethodmodifiers Accelerator::register_bytes_for_checkpointing "internal";
+%csmethodmodifiers Accelerator::copy_checkpointing_bytes "internal";
 
 %ignore Accelerator::close;
 %ignore Model::close;
@@ -151,6 +153,30 @@ static void accel_swig_throw_csharp()
   public global::System.IDisposable Autocast() {
     AutocastBegin();
     return new Scope(AutocastEnd);
+  }
+
+  /// <summary><c>using (accelerator.MainProcessFirst()) { ... }</c>: the main process runs the block first.</summary>
+  public global::System.IDisposable MainProcessFirst() {
+    MainProcessFirstBegin();
+    return new Scope(MainProcessFirstEnd);
+  }
+
+  /// <summary><c>using (accelerator.LocalMainProcessFirst()) { ... }</c>: each machine's local main first.</summary>
+  public global::System.IDisposable LocalMainProcessFirst() {
+    LocalMainProcessFirstBegin();
+    return new Scope(LocalMainProcessFirstEnd);
+  }
+
+  /// <summary>Register a byte blob saved by SaveState and replaced by LoadState; returns its index.</summary>
+  public int RegisterBytesForCheckpointing(byte[] data) {
+    return RegisterBytesForCheckpointing(data, (ulong)data.Length);
+  }
+
+  /// <summary>The current bytes of the blob registered with RegisterBytesForCheckpointing.</summary>
+  public byte[] GetCheckpointingBytes(int index) {
+    var a = new byte[CheckpointingBytesSize(index)];
+    CopyCheckpointingBytes(index, a, (ulong)a.Length);
+    return a;
   }
 %}
 

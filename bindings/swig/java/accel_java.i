@@ -1,10 +1,10 @@
 /* java/accel_java.i - Java specifics: exception classes, AutoCloseable, names, loader, friendly methods.
  *
  * Package org.accel (set with -package). Handle classes implement AutoCloseable: close() frees the
- * handle (try-with-resources), the GC frees what is left. Exceptions are unchecked: AccelError and one
- * subclass per status (org/accel/*Error.java); InvalidArgumentError extends IllegalArgumentException
- * instead (Java has single inheritance) and, like AccelError, implements AccelException, the interface
- * that every accel exception implements. */
+ * handle (try-with-resources), the GC frees what is left. Exceptions are unchecked: AccelError (a
+ * RuntimeException) and one subclass per status (org/accel/*Error.java), each carrying the status and the
+ * library's message.
+ */
 
 %include <enumsimple.swg>
 
@@ -150,6 +150,25 @@ ACCEL_JAVA_CLOSABLE(Tensor)
   public Scope autocast() {
     autocastBegin();
     return this::autocastEnd;
+  }
+
+  /** {@code try (var s = accelerator.mainProcessFirst()) { ... }}: the main process runs the block first. */
+  public Scope mainProcessFirst() {
+    mainProcessFirstBegin();
+    return this::mainProcessFirstEnd;
+  }
+
+  /** {@code try (var s = accelerator.localMainProcessFirst()) { ... }}: each machine's local main first. */
+  public Scope localMainProcessFirst() {
+    localMainProcessFirstBegin();
+    return this::localMainProcessFirstEnd;
+  }
+
+  /** The current bytes of the blob registered with {@link #registerBytesForCheckpointing(byte[])}. */
+  public byte[] getCheckpointingBytes(int index) {
+    byte[] out = new byte[Math.toIntExact(checkpointingBytesSize(index))];
+    copyCheckpointingBytes(index, out);
+    return out;
   }
 %}
 

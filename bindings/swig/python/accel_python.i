@@ -148,6 +148,30 @@ ACCEL_PY_CLOSABLE(Tensor)
         finally:
             self.autocast_end()
 
+    @_contextlib.contextmanager
+    def main_process_first(self):
+        """``with accelerator.main_process_first():`` - the main process runs the block first."""
+        self.main_process_first_begin()
+        try:
+            yield
+        finally:
+            self.main_process_first_end()
+
+    @_contextlib.contextmanager
+    def local_main_process_first(self):
+        """``with accelerator.local_main_process_first():`` - each machine's local main process first."""
+        self.local_main_process_first_begin()
+        try:
+            yield
+        finally:
+            self.local_main_process_first_end()
+
+    def get_checkpointing_bytes(self, index):
+        """The current bytes of the blob registered with register_bytes_for_checkpointing()."""
+        out = bytearray(self.checkpointing_bytes_size(index))
+        self.copy_checkpointing_bytes(index, out)
+        return bytes(out)
+
     def print(self, *values, sep=" "):
         """Print on the main process only (accelerator.print); SWIG names the C wrapper _print."""
         self._print(sep.join(str(v) for v in values))

@@ -377,6 +377,12 @@ extern "C" {
     pub fn accel_batch_get_size(batch: *const accel_batch_t, out: *mut i64) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_batch_get_indices(
+        batch: *const accel_batch_t,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_loss_compute(
         name: *const core::ffi::c_char,
         outputs: *const accel_tensor_t,
@@ -493,6 +499,38 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_has_grad_scaler(
+        accelerator: *const accel_accelerator_t,
+        out: *mut bool,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_grad_scale(
+        accelerator: *const accel_accelerator_t,
+        out: *mut f64,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_grad_scaler_growth_tracker(
+        accelerator: *const accel_accelerator_t,
+        out: *mut i64,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_unscale_gradients(
+        accelerator: *mut accel_accelerator_t,
+        optimizer: *mut accel_optimizer_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_autocast_begin(
+        accelerator: *mut accel_accelerator_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_autocast_end(accelerator: *mut accel_accelerator_t) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_clip_grad_norm(
         accelerator: *mut accel_accelerator_t,
         model: *mut accel_model_t,
@@ -572,6 +610,111 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_gather(
+        accelerator: *mut accel_accelerator_t,
+        tensor: *const accel_tensor_t,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_gather_for_metrics(
+        accelerator: *mut accel_accelerator_t,
+        tensor: *const accel_tensor_t,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_reduce(
+        accelerator: *mut accel_accelerator_t,
+        tensor: *const accel_tensor_t,
+        reduction: *const core::ffi::c_char,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_broadcast(
+        accelerator: *mut accel_accelerator_t,
+        tensor: *mut accel_tensor_t,
+        from_process: i32,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_pad_across_processes(
+        accelerator: *mut accel_accelerator_t,
+        tensor: *const accel_tensor_t,
+        dim: i64,
+        pad_index: f64,
+        pad_first: bool,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_split_between_processes(
+        accelerator: *mut accel_accelerator_t,
+        tensor: *const accel_tensor_t,
+        apply_padding: bool,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_wait_for_everyone(
+        accelerator: *mut accel_accelerator_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_main_process_first_begin(
+        accelerator: *mut accel_accelerator_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_main_process_first_end(
+        accelerator: *mut accel_accelerator_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_local_main_process_first_begin(
+        accelerator: *mut accel_accelerator_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_local_main_process_first_end(
+        accelerator: *mut accel_accelerator_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_num_local_processes(
+        accelerator: *const accel_accelerator_t,
+        out: *mut i32,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_is_last_process(
+        accelerator: *const accel_accelerator_t,
+        out: *mut bool,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_distributed_backend(
+        accelerator: *const accel_accelerator_t,
+        out: *mut *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_ddp_stats_json(
+        accelerator: *const accel_accelerator_t,
+        out: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_process_get_local_index(out: *mut i32) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_process_get_local_count(out: *mut i32) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_process_is_local_main(out: *mut bool) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_save_state(
         accelerator: *mut accel_accelerator_t,
         output_dir: *const core::ffi::c_char,
@@ -581,6 +724,37 @@ extern "C" {
     pub fn accel_accelerator_load_state(
         accelerator: *mut accel_accelerator_t,
         input_dir: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_save_state_with_options(
+        accelerator: *mut accel_accelerator_t,
+        output_dir: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+        out_dir: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_load_state_with_options(
+        accelerator: *mut accel_accelerator_t,
+        input_dir: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+        out_dir: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_save_model(
+        accelerator: *mut accel_accelerator_t,
+        model: *const accel_model_t,
+        save_directory: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_model_load_checkpoint(
+        model: *mut accel_model_t,
+        path: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
     ) -> accel_status_t;
 }
 pub type accel_checkpoint_save_fn_t = ::core::option::Option<
@@ -597,3 +771,34 @@ pub type accel_checkpoint_load_fn_t = ::core::option::Option<
         len: usize,
     ) -> accel_status_t,
 >;
+extern "C" {
+    pub fn accel_accelerator_register_for_checkpointing(
+        accelerator: *mut accel_accelerator_t,
+        save_fn: accel_checkpoint_save_fn_t,
+        load_fn: accel_checkpoint_load_fn_t,
+        user_data: *mut core::ffi::c_void,
+        out_index: *mut i32,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_register_bytes_for_checkpointing(
+        accelerator: *mut accel_accelerator_t,
+        data: *const u8,
+        len: usize,
+        out_index: *mut i32,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_checkpointing_bytes(
+        accelerator: *const accel_accelerator_t,
+        index: i32,
+        out_data: *mut *const u8,
+        out_len: *mut usize,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_project_iteration(
+        accelerator: *const accel_accelerator_t,
+        out: *mut i64,
+    ) -> accel_status_t;
+}

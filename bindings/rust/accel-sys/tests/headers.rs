@@ -55,3 +55,20 @@ fn links_and_calls() {
     let abi = unsafe { accel_sys::accel_abi_version() };
     assert_eq!(abi as u32, accel_sys::ACCEL_ABI_VERSION);
 }
+
+/// Every exported function of the ABI (tests/abi/expected_symbols.txt) is declared here.
+#[test]
+fn symbols_cover_the_abi() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let abi = here.join("../../../tests/abi/expected_symbols.txt");
+    let Ok(expected) = std::fs::read_to_string(&abi) else {
+        println!("SKIP symbols_cover_the_abi: {} not found (crate outside the source tree)", abi.display());
+        return;
+    };
+    let names = |text: &str| -> BTreeSet<String> {
+        text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+    };
+    let listed = names(&std::fs::read_to_string(here.join("symbols.txt")).unwrap());
+    let missing: Vec<_> = names(&expected).difference(&listed).cloned().collect();
+    assert!(missing.is_empty(), "add to symbols.txt and rerun generate.sh: {missing:#?}");
+}

@@ -31,6 +31,11 @@ use std::marker::PhantomData;
 use std::os::raw::c_char;
 use std::ptr;
 
+mod checkpoint;
+mod distributed;
+mod precision;
+pub use distributed::{process_is_local_main, process_local_count, process_local_index, Scope};
+
 /// The ABI version these declarations were generated for; checked against the loaded library by
 /// [`check_abi`], which every constructor calls once.
 pub const BUILT_ABI_VERSION: u32 = sys::ACCEL_ABI_VERSION;

@@ -22,7 +22,7 @@ fn smoke_scenario() -> accel::Result<()> {
     let mut model2 = Model::from_json(MODEL)?;
     let mut opt2 = Optimizer::new(&mut model2, r#"{"type": "sgd", "lr": 0.1}"#)?;
     let mut sched2 = Scheduler::new(&mut opt2, r#"{"type": "linear", "num_warmup_steps": 0, "num_training_steps": 10}"#)?;
-    let (x, y) = data(16);
+    let (x, y) = data(24); // 6 batches: 2 trained, 2 after the save, repeated after the load, 1 more
     let mut dl2 = DataLoader::new(&x, Some(&y), r#"{"batch_size": 4}"#)?;
     acc2.prepare(Some(&mut model2), Some(&mut opt2), Some(&mut dl2), Some(&mut sched2))?;
     assert_eq!(acc2.gradient_accumulation_steps()?, 2);
@@ -50,27 +50,23 @@ fn smoke_scenario() -> accel::Result<()> {
     let w1: Vec<f32> = model2.get_tensor(&p)?.to_vec()?;
     assert_ne!(w0, w1, "the optimizer step changed no weight");
 
-    // save_state / load_state once checkpointing is implemented.
+    // save_state / load_state: two more steps after the load repeat the two steps after the save exactly
+    // (weights, optimizer, scheduler, accumulate()'s step and the loader's position are restored).
     let dir = std::env::temp_dir().join(format!("accel-rust-{}", std::process::id()));
     let ckpt = dir.join("ckpt");
-    match acc2.save_state(ckpt.to_str().unwrap()) {
-        Err(e) if e.status() == Status::Unimplemented => println!("SKIP save/load state: {}", e.message()),
-        Err(e) => return Err(e),
-        Ok(()) => {
-            let saved: Vec<f32> = model2.get_tensor(&p)?.to_vec()?;
-            for _ in 0..2 {
-                let batch = dl2.next_batch()?.expect("a batch");
-                // train_step enters accumulate() itself.
-                acc2.train_step(&mut model2, &mut opt2, Some(&mut sched2), &batch, "cross_entropy")?;
-            }
-            assert_ne!(saved, model2.get_tensor(&p)?.to_vec::<f32>()?);
-            acc2.load_state(ckpt.to_str().unwrap())?;
-            let restored: Vec<f32> = model2.get_tensor(&p)?.to_vec()?;
-            for (a, b) in saved.iter().zip(&restored) {
-                assert!((a - b).abs() < 1e-6);
-            }
-        }
-    }
+    let ckpt_str = ckpt.to_str().unwrap();
+    acc2.save_state(ckpt_str)?;
+    assert!(ckpt.join("model.safetensors").is_file());
+    let saved: Vec<f32> = model2.get_tensor(&p)?.to_vec()?;
+    let saved_counts = (acc2.step()?, sched2.step_count()?);
+    let first = two_steps(&mut acc2, &mut model2, &mut opt2, &mut sched2, &mut dl2, &p)?;
+    assert_ne!(first.0, saved);
+    assert_eq!(first.1, saved_counts.0 + 2);
+    assert_eq!(acc2.load_state_with_options(Some(ckpt_str), None)?, ckpt_str);
+    assert_eq!(model2.get_tensor(&p)?.to_vec::<f32>()?, saved);
+    assert_eq!((acc2.step()?, sched2.step_count()?), saved_counts);
+    let again = two_steps(&mut acc2, &mut model2, &mut opt2, &mut sched2, &mut dl2, &p)?;
+    assert_eq!(again, first, "the steps after load_state differ from those after save_state");
     let _ = std::fs::remove_dir_all(&dir);
 
     // An invalid config: InvalidArgument naming the JSON path.
@@ -86,6 +82,23 @@ fn smoke_scenario() -> accel::Result<()> {
     assert_eq!(out.shape()?, vec![4, 3]);
     opt2.step()?;
     Ok(())
+}
+
+/// Two train steps (train_step enters accumulate() itself); returns parameter `p`, the accelerator's step
+/// and the scheduler's step count afterwards.
+fn two_steps(
+    acc: &mut Accelerator,
+    model: &mut Model,
+    opt: &mut Optimizer,
+    sched: &mut Scheduler,
+    dl: &mut DataLoader,
+    p: &str,
+) -> accel::Result<(Vec<f32>, i64, i64)> {
+    for _ in 0..2 {
+        let batch = dl.next_batch()?.expect("a batch");
+        acc.train_step(model, opt, Some(&mut *sched), &batch, "cross_entropy")?;
+    }
+    Ok((model.get_tensor(p)?.to_vec()?, acc.step()?, sched.step_count()?))
 }
 
 #[test]
@@ -123,4 +136,148 @@ fn accumulate_end_failure_is_reported() -> accel::Result<()> {
 
 unsafe fn accel_sys_begin(acc: &mut Accelerator, model: &mut Model) -> i32 {
     accel_sys::accel_accelerator_accumulate_begin(acc.as_ptr(), model.as_ptr())
+}
+
+#[test]
+fn collectives_single_process() -> accel::Result<()> {
+    let mut acc = Accelerator::new(None)?;
+    let mut t = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+    let v: Vec<f32> = t.to_vec()?;
+    for out in [
+        acc.gather(&t)?,
+        acc.gather_for_metrics(&t)?,
+        acc.reduce(&t, "mean")?,
+        acc.pad_across_processes(&t, 0, -1.0, true)?,
+        acc.split_between_processes(&t, true)?,
+    ] {
+        assert_eq!(out.to_vec::<f32>()?, v);
+    }
+    let err = acc.reduce(&t, "product").err().expect("an error");
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(err.message().contains("reduction"), "{err}");
+    acc.broadcast(&mut t, 0)?;
+    assert_eq!(t.to_vec::<f32>()?, v);
+    assert_eq!(acc.broadcast(&mut t, 1).unwrap_err().status(), Status::OutOfRange);
+    acc.wait_for_everyone()?;
+    {
+        let mut outer = acc.main_process_first()?;
+        let inner = outer.accelerator().local_main_process_first()?;
+        inner.end()?;
+        outer.end()?;
+    }
+    drop(acc.main_process_first()?); // ended by Drop
+    assert_eq!(
+        unsafe { accel_sys::accel_accelerator_main_process_first_end(acc.as_ptr()) },
+        Status::FailedPrecondition.code()
+    );
+    assert_eq!(acc.num_local_processes()?, 1);
+    assert!(acc.is_last_process()?);
+    assert_eq!(acc.distributed_backend()?, "single");
+    assert!(acc.ddp_stats_json()?.contains("\"models\""));
+    assert_eq!(acc.grad_scaler_growth_tracker()?, 0);
+    assert_eq!((accel::process_local_index()?, accel::process_local_count()?, accel::process_is_local_main()?), (0, 1, true));
+    let (x, y) = data(10);
+    let mut dl = DataLoader::new(&x, Some(&y), r#"{"batch_size": 4}"#)?;
+    let seen: Vec<Vec<i64>> = dl.pass().map(|b| b?.indices()?.to_vec::<i64>()).collect::<accel::Result<_>>()?;
+    assert_eq!(seen, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
+    Ok(())
+}
+
+#[test]
+fn checkpoint_options_blobs_and_save_model() -> accel::Result<()> {
+    let dir = std::env::temp_dir().join(format!("accel-rust-ckpt-{}", std::process::id()));
+    let project = dir.join("proj");
+    let config = format!(r#"{{"project_config": {{"project_dir": "{}", "automatic_checkpoint_naming": true}}}}"#, project.display());
+    let mut acc = Accelerator::new(Some(&config))?;
+    let mut model = Model::from_json(MODEL)?;
+    let mut opt = Optimizer::new(&mut model, r#"{"type": "sgd", "lr": 0.1}"#)?;
+    acc.prepare(Some(&mut model), Some(&mut opt), None, None)?;
+    assert_eq!(acc.register_bytes_for_checkpointing(b"first")?, 0);
+    assert_eq!(acc.register_bytes_for_checkpointing(&[])?, 1);
+    assert_eq!(acc.project_iteration()?, 0);
+    let first = acc.save_state_with_options(None, Some(r#"{"safe_serialization": false}"#))?;
+    assert_eq!(first, project.join("checkpoints").join("checkpoint_0").to_str().unwrap());
+    assert!(std::path::Path::new(&first).join("pytorch_model.bin").is_file());
+    assert_eq!(acc.project_iteration()?, 1);
+    assert_eq!(acc.checkpointing_bytes(0)?, b"first");
+    assert_eq!(acc.checkpointing_bytes(1)?, b"");
+    assert_eq!(acc.checkpointing_bytes(2).unwrap_err().status(), Status::OutOfRange);
+    let err = acc.save_state_with_options(None, Some(r#"{"safe_serialization": "yes"}"#)).unwrap_err();
+    assert!(err.status() == Status::InvalidArgument && err.message().contains("safe_serialization"), "{err}");
+    assert_eq!(acc.load_state_with_options(None, Some(r#"{"strict": true}"#))?, first);
+
+    let exported = dir.join("export");
+    acc.save_model(&model, exported.to_str().unwrap(), Some(r#"{"max_shard_size": 200}"#))?;
+    assert!(exported.join("model.safetensors.index.json").is_file());
+    accel::set_seed(5, false, false)?;
+    let mut other = Model::from_json(MODEL)?;
+    let p = model.parameter_name(0)?.to_string();
+    assert_ne!(other.get_tensor(&p)?.to_vec::<f32>()?, model.get_tensor(&p)?.to_vec::<f32>()?);
+    other.load_checkpoint(exported.to_str().unwrap(), Some(r#"{"strict": true}"#))?;
+    for i in 0..model.num_parameters()? {
+        let name = model.parameter_name(i)?.to_string();
+        assert_eq!(other.get_tensor(&name)?.to_vec::<f32>()?, model.get_tensor(&name)?.to_vec::<f32>()?);
+    }
+    let missing = dir.join("missing");
+    assert_eq!(other.load_checkpoint(missing.to_str().unwrap(), None).unwrap_err().status(), Status::NotFound);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[test]
+fn grad_scaler_autocast_and_clipping() -> accel::Result<()> {
+    // fp16 with autocast off: the dynamic loss scaler runs with fp32 compute on the CPU.
+    let mut acc = Accelerator::new(Some(r#"{"mixed_precision": "fp16", "kwargs_handlers": {"autocast": {"enabled": false}}}"#))?;
+    let mut model = Model::from_json(MODEL)?;
+    let mut opt = Optimizer::new(&mut model, r#"{"type": "sgd", "lr": 0.1}"#)?;
+    let (x, y) = data(8);
+    let mut dl = DataLoader::new(&x, Some(&y), r#"{"batch_size": 4}"#)?;
+    acc.prepare(Some(&mut model), Some(&mut opt), Some(&mut dl), None)?;
+    assert_eq!(acc.mixed_precision()?, 1);
+    assert!(acc.has_grad_scaler()?);
+    let initial_scale = acc.grad_scale()?;
+    assert!(initial_scale > 1.0, "scale {initial_scale}");
+    assert_eq!(acc.process_index()?, 0);
+    assert_eq!(acc.local_process_index()?, 0);
+    assert!(acc.is_local_main_process()?);
+
+    let batch = dl.next_batch()?.expect("a batch");
+    let out = model.forward(&batch.inputs()?)?;
+    let mut loss = accel::compute_loss("cross_entropy", &out, &batch.labels()?.expect("labels"))?;
+    acc.backward(&mut loss)?;
+    let p = model.parameter_name(0)?.to_string();
+    let scaled = model.get_gradient(&p)?.expect("a gradient").to_vec::<f32>()?;
+    acc.unscale_gradients(Some(&mut opt))?;
+    let unscaled = model.get_gradient(&p)?.expect("a gradient").to_vec::<f32>()?;
+    for (s, u) in scaled.iter().zip(&unscaled) {
+        assert!((s / initial_scale as f32 - u).abs() <= 1e-6 * (1.0 + u.abs()), "{s} / {initial_scale} != {u}");
+    }
+    opt.step()?;
+    assert!(!acc.optimizer_step_was_skipped()?);
+    assert_eq!(acc.grad_scaler_growth_tracker()?, 1);
+    opt.zero_grad()?;
+
+    // A second step: clip_grad_value unscales by itself, then clamps.
+    let batch = dl.next_batch()?.expect("a batch");
+    let out = model.forward(&batch.inputs()?)?;
+    let mut loss = accel::compute_loss("cross_entropy", &out, &batch.labels()?.expect("labels"))?;
+    acc.backward(&mut loss)?;
+    acc.clip_grad_value(&mut model, 1e-4)?;
+    let clipped = model.get_gradient(&p)?.expect("a gradient").to_vec::<f32>()?;
+    assert!(clipped.iter().all(|g| g.abs() <= 1e-4 + 1e-9));
+    assert!(clipped.iter().any(|g| g.abs() > 0.0));
+    opt.step()?;
+    assert_eq!(acc.grad_scaler_growth_tracker()?, 2);
+    assert!(acc.end_of_dataloader()?, "the second of two batches is the last of the pass");
+
+    // Autocast on the CPU needs bf16 (LibTorch 1.13's CPU autocast has no fp16).
+    let mut bf16 = Accelerator::new(Some(r#"{"mixed_precision": "bf16"}"#))?;
+    let scope = bf16.autocast()?;
+    scope.end()?;
+    drop(bf16.autocast()?); // ended by Drop
+    assert_eq!(
+        unsafe { accel_sys::accel_accelerator_autocast_end(bf16.as_ptr()) },
+        Status::FailedPrecondition.code()
+    );
+    Ok(())
 }

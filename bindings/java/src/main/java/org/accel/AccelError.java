@@ -1,7 +1,11 @@
 package org.accel;
 
-/** A non-zero accel_status_t. Each status has a subclass; unknown codes are plain AccelError. */
-public class AccelError extends RuntimeException implements AccelException {
+/**
+ * A non-zero accel_status_t: the base of every exception accel throws. Each status has a subclass
+ * (InvalidArgumentError, NotFoundError, ...); codes this version does not know are plain AccelError.
+ * The message is the library's (accel_last_error_message()), naming the argument or JSON path.
+ */
+public class AccelError extends RuntimeException {
   private static final long serialVersionUID = 1L;
   private static final String[] NAMES = {
     "ACCEL_OK", "ACCEL_ERR_CANCELLED", "ACCEL_ERR_UNKNOWN", "ACCEL_ERR_INVALID_ARGUMENT",
@@ -18,12 +22,13 @@ public class AccelError extends RuntimeException implements AccelException {
     this.status = status;
   }
 
-  @Override
+  /** The accel_status_t code (for example 3 for ACCEL_ERR_INVALID_ARGUMENT). */
   public int getStatus() {
     return status;
   }
 
-  static String statusName(int status) {
+  /** The status name, for example "ACCEL_ERR_INVALID_ARGUMENT". */
+  public String getStatusName() {
     return status >= 0 && status < NAMES.length ? NAMES[status] : "ACCEL_ERR_UNRECOGNIZED";
   }
 }

@@ -45,7 +45,7 @@ class SmokeTest {
     Model model = Model.fromJson(MODEL);
     Optimizer opt = new Optimizer(model, "{\"type\": \"sgd\", \"lr\": 0.1}");
     Scheduler sched = new Scheduler(opt, "{\"type\": \"linear\", \"num_warmup_steps\": 0, \"num_training_steps\": 10}");
-    Tensor[] xy = data(16);
+    Tensor[] xy = data(24); // 6 batches: 2 trained, 2 after the save, repeated after the load, 1 more
     DataLoader dl = new DataLoader(xy[0], xy[1], "{\"batch_size\": 4}");
     acc.prepare(model, opt, dl, sched);
     assertEquals(2, acc.gradientAccumulationSteps());
@@ -70,31 +70,33 @@ class SmokeTest {
     assertEquals(1, sched.getStepCount());
     assertFalse(java.util.Arrays.equals(before, model.getTensor(p0).toFloatArray()));
 
-    // save_state / load_state once checkpointing is implemented.
+    // save_state / load_state: two more steps after the load repeat the two steps after the save exactly
+    // (weights, optimizer, scheduler, accumulate()'s step and the loader's position are restored).
     Path dir = Files.createTempDirectory("accel-java");
     String ckpt = dir.resolve("ckpt").toString();
-    try {
-      acc.saveState(ckpt);
-      float[] saved = model.getTensor(p0).toFloatArray();
-      for (int i = 0; i < 2; ++i) {
-        try (Batch batch = dl.nextBatch()) {
-          acc.trainStep(model, opt, sched, batch, "cross_entropy"); // enters accumulate() itself
-        }
-      }
-      assertFalse(java.util.Arrays.equals(saved, model.getTensor(p0).toFloatArray()));
-      acc.loadState(ckpt);
-      assertArrayEquals(saved, model.getTensor(p0).toFloatArray(), 1e-6f);
-    } catch (UnimplementedError e) {
-      System.out.println("SKIP save/load state: " + e.getMessage());
-    }
+    assertEquals(ckpt, acc.saveState(ckpt));
+    assertTrue(Files.isRegularFile(dir.resolve("ckpt").resolve("model.safetensors")));
+    float[] saved = model.getTensor(p0).toFloatArray();
+    long savedStep = acc.step();
+    long savedSchedSteps = sched.getStepCount();
+    float[] first = twoSteps(acc, model, opt, sched, dl);
+    long firstStep = acc.step();
+    assertFalse(java.util.Arrays.equals(saved, first));
+    assertEquals(savedStep + 2, firstStep);
+    assertEquals(ckpt, acc.loadState(ckpt));
+    assertArrayEquals(saved, model.getTensor(p0).toFloatArray());
+    assertEquals(savedStep, acc.step());
+    assertEquals(savedSchedSteps, sched.getStepCount());
+    assertArrayEquals(first, twoSteps(acc, model, opt, sched, dl));
+    assertEquals(firstStep, acc.step());
+    deleteTree(dir);
 
-    // An invalid config: InvalidArgumentError, an IllegalArgumentException naming the JSON path.
-    IllegalArgumentException bad = assertThrows(IllegalArgumentException.class,
+    // An invalid config: InvalidArgumentError, an AccelError naming the JSON path.
+    AccelError bad = assertThrows(InvalidArgumentError.class,
         () -> new Accelerator("{\"kwargs_handlers\": {\"autocast\": {\"enabled\": \"yes\"}}}"));
-    assertTrue(bad instanceof InvalidArgumentError);
     assertTrue(bad.getMessage().contains("kwargs_handlers.autocast.enabled"), bad.getMessage());
-    assertEquals(AccelConstants.ACCEL_ERR_INVALID_ARGUMENT, ((AccelException) bad).getStatus());
-    assertEquals("ACCEL_ERR_INVALID_ARGUMENT", ((AccelException) bad).getStatusName());
+    assertEquals(AccelConstants.ACCEL_ERR_INVALID_ARGUMENT, bad.getStatus());
+    assertEquals("ACCEL_ERR_INVALID_ARGUMENT", bad.getStatusName());
 
     // Free the accelerator before its children: they stay usable.
     acc.close();
@@ -108,6 +110,23 @@ class SmokeTest {
     model.close();
     xy[0].close();
     xy[1].close();
+  }
+
+  /** Two train steps (train_step enters accumulate() itself); returns the first parameter afterwards. */
+  static float[] twoSteps(Accelerator acc, Model model, Optimizer opt, Scheduler sched, DataLoader dl) {
+    for (int i = 0; i < 2; ++i) {
+      try (Batch batch = dl.nextBatch()) {
+        acc.trainStep(model, opt, sched, batch, "cross_entropy");
+      }
+    }
+    return model.getTensor(model.parameterName(0)).toFloatArray();
+  }
+
+  static void deleteTree(Path dir) throws java.io.IOException {
+    try (var paths = Files.walk(dir)) {
+      for (Path p : paths.sorted(java.util.Comparator.reverseOrder()).toList())
+        Files.delete(p);
+    }
   }
 
   @Test
@@ -182,5 +201,91 @@ class SmokeTest {
     for (String dir : System.getProperty("java.library.path").split(java.io.File.pathSeparator))
       if (!dir.isEmpty())
         assertTrue(msg.contains(dir), msg);
+  }
+
+  @Test
+  void collectivesSingleProcess() {
+    try (Accelerator acc = new Accelerator();
+         Tensor t = Tensor.of(new float[] {1, 2, 3, 4, 5, 6}, 3, 2)) {
+      float[] v = t.toFloatArray();
+      try (Tensor g = acc.gather(t); Tensor m = acc.gatherForMetrics(t); Tensor r = acc.reduce(t, "mean");
+           Tensor rs = acc.reduce(t); Tensor p = acc.padAcrossProcesses(t, 0, -1.0, true);
+           Tensor s = acc.splitBetweenProcesses(t, true)) {
+        for (Tensor out : new Tensor[] {g, m, r, rs, p, s})
+          assertArrayEquals(v, out.toFloatArray());
+        assertArrayEquals(new long[] {3, 2}, p.shape());
+      }
+      InvalidArgumentError bad = assertThrows(InvalidArgumentError.class, () -> acc.reduce(t, "product"));
+      assertTrue(bad.getMessage().contains("reduction"), bad.getMessage());
+      acc.broadcast(t, 0);
+      assertArrayEquals(v, t.toFloatArray());
+      assertThrows(OutOfRangeError.class, () -> acc.broadcast(t, 1));
+      acc.waitForEveryone();
+      try (Accelerator.Scope outer = acc.mainProcessFirst(); Accelerator.Scope inner = acc.localMainProcessFirst()) {
+        assertTrue(acc.isMainProcess());
+      }
+      assertThrows(FailedPreconditionError.class, acc::mainProcessFirstEnd);
+      assertEquals(1, acc.numLocalProcesses());
+      assertTrue(acc.isLastProcess());
+      assertEquals("single", acc.distributedBackend());
+      assertTrue(acc.ddpStatsJson().contains("\"models\""));
+      assertEquals(0, acc.gradScalerGrowthTracker());
+      assertEquals(0, Accel.processLocalIndex());
+      assertEquals(1, Accel.processLocalCount());
+      assertTrue(Accel.processIsLocalMain());
+    }
+    Tensor[] xy = data(10);
+    try (DataLoader dl = new DataLoader(xy[0], xy[1], "{\"batch_size\": 4}")) {
+      List<long[]> seen = new ArrayList<>();
+      for (Batch b : dl)
+        try (b; Tensor idx = b.indices()) {
+          seen.add(idx.toLongArray());
+        }
+      assertEquals(3, seen.size());
+      assertArrayEquals(new long[] {8, 9}, seen.get(2));
+    }
+  }
+
+  @Test
+  void checkpointOptionsBlobsAndSaveModel() throws Exception {
+    Path dir = Files.createTempDirectory("accel-java-ckpt");
+    Path project = dir.resolve("proj");
+    try (Accelerator acc = new Accelerator("{\"project_config\": {\"project_dir\": \"" + project
+             + "\", \"automatic_checkpoint_naming\": true}}");
+         Model model = Model.fromJson(MODEL);
+         Optimizer opt = new Optimizer(model, "{\"type\": \"sgd\", \"lr\": 0.1}")) {
+      acc.prepare(model, opt, null, null);
+      assertEquals(0, acc.registerBytesForCheckpointing("first".getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+      assertEquals(1, acc.registerBytesForCheckpointing(new byte[0]));
+      assertEquals(0, acc.projectIteration());
+      String first = acc.saveState(null, "{\"safe_serialization\": false}");
+      assertEquals(project.resolve("checkpoints").resolve("checkpoint_0").toString(), first);
+      assertTrue(Files.isRegularFile(Path.of(first, "pytorch_model.bin")));
+      assertEquals(1, acc.projectIteration());
+      assertArrayEquals("first".getBytes(java.nio.charset.StandardCharsets.UTF_8), acc.getCheckpointingBytes(0));
+      assertEquals(0, acc.getCheckpointingBytes(1).length);
+      assertThrows(OutOfRangeError.class, () -> acc.getCheckpointingBytes(2));
+      InvalidArgumentError bad = assertThrows(InvalidArgumentError.class,
+          () -> acc.saveState(null, "{\"safe_serialization\": \"yes\"}"));
+      assertTrue(bad.getMessage().contains("safe_serialization"), bad.getMessage());
+      assertEquals(first, acc.loadState(null, "{\"strict\": true}"));
+
+      String exported = dir.resolve("export").toString();
+      acc.saveModel(model, exported, "{\"max_shard_size\": 200}");
+      assertTrue(Files.isRegularFile(Path.of(exported, "model.safetensors.index.json")));
+      Accel.setSeed(5);
+      try (Model other = Model.fromJson(MODEL)) {
+        String k = model.stateDictKey(0);
+        assertFalse(java.util.Arrays.equals(model.getTensor(k).toFloatArray(), other.getTensor(k).toFloatArray()));
+        other.loadCheckpoint(exported, "{\"strict\": true}");
+        for (long i = 0; i < model.stateDictSize(); ++i) {
+          String key = model.stateDictKey(i);
+          assertArrayEquals(model.getTensor(key).toFloatArray(), other.getTensor(key).toFloatArray());
+        }
+        assertThrows(NotFoundError.class, () -> other.loadCheckpoint(dir.resolve("missing").toString()));
+      }
+    } finally {
+      deleteTree(dir);
+    }
   }
 }

@@ -1,0 +1,74 @@
+//! accel/checkpoint.h: save/load state with options, save_model, loading weights into a model, byte
+//! blobs registered for checkpointing. (Callback registration, accel_accelerator_register_for_checkpointing,
+//! is reachable through `accel_sys` only.)
+use crate::{check, cstring, opt_cstring, opt_ptr, owned_string, sys, Accelerator, Model, Result};
+use std::os::raw::c_char;
+use std::ptr;
+
+impl Accelerator {
+    /// Save the state into `dir` (None: the next automatic checkpoint folder) with `options`, e.g.
+    /// `{"safe_serialization": false}`. Returns the folder written.
+    pub fn save_state_with_options(&mut self, dir: Option<&str>, options: Option<&str>) -> Result<String> {
+        let dir = opt_cstring("output_dir", dir)?;
+        let options = opt_cstring("options_json", options)?;
+        let mut out: *mut c_char = ptr::null_mut();
+        check(unsafe {
+            sys::accel_accelerator_save_state_with_options(self.raw, opt_ptr(&dir), opt_ptr(&options), &mut out)
+        })?;
+        Ok(unsafe { owned_string(out) })
+    }
+
+    /// Load a state (None: the newest automatic checkpoint) with `options`, e.g. `{"strict": false}`.
+    /// Returns the folder loaded.
+    pub fn load_state_with_options(&mut self, dir: Option<&str>, options: Option<&str>) -> Result<String> {
+        let dir = opt_cstring("input_dir", dir)?;
+        let options = opt_cstring("options_json", options)?;
+        let mut out: *mut c_char = ptr::null_mut();
+        check(unsafe {
+            sys::accel_accelerator_load_state_with_options(self.raw, opt_ptr(&dir), opt_ptr(&options), &mut out)
+        })?;
+        Ok(unsafe { owned_string(out) })
+    }
+
+    /// Save `model`'s weights for inference (model.safetensors, or shards beyond `{"max_shard_size": ...}`).
+    pub fn save_model(&mut self, model: &Model, dir: &str, options: Option<&str>) -> Result<()> {
+        let dir = cstring("save_directory", dir)?;
+        let options = opt_cstring("options_json", options)?;
+        check(unsafe { sys::accel_accelerator_save_model(self.raw, model.raw, dir.as_ptr(), opt_ptr(&options)) })
+    }
+
+    /// The number the next automatic checkpoint gets.
+    pub fn project_iteration(&self) -> Result<i64> {
+        let mut v = 0;
+        check(unsafe { sys::accel_accelerator_get_project_iteration(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    /// Register a byte blob saved by save_state and replaced by load_state; returns its index.
+    pub fn register_bytes_for_checkpointing(&mut self, data: &[u8]) -> Result<i32> {
+        let mut index = -1;
+        check(unsafe {
+            sys::accel_accelerator_register_bytes_for_checkpointing(self.raw, data.as_ptr(), data.len(), &mut index)
+        })?;
+        Ok(index)
+    }
+
+    /// The current bytes of the blob at `index`, borrowed: the library keeps them until the next
+    /// load_state or registration, which need `&mut self`.
+    pub fn checkpointing_bytes(&self, index: i32) -> Result<&[u8]> {
+        let mut data: *const u8 = ptr::null();
+        let mut len = 0usize;
+        check(unsafe { sys::accel_accelerator_get_checkpointing_bytes(self.raw, index, &mut data, &mut len) })?;
+        Ok(if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(data, len) } })
+    }
+}
+
+impl Model {
+    /// Load weights from a .safetensors / torch.save file or a (sharded) checkpoint folder, with
+    /// `options`, e.g. `{"strict": true, "dtype": "bfloat16"}`.
+    pub fn load_checkpoint(&mut self, path: &str, options: Option<&str>) -> Result<()> {
+        let path = cstring("path", path)?;
+        let options = opt_cstring("options_json", options)?;
+        check(unsafe { sys::accel_model_load_checkpoint(self.raw, path.as_ptr(), opt_ptr(&options)) })
+    }
+}

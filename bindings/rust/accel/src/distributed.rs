@@ -1,0 +1,180 @@
+//! Collectives and process facts (Accelerate's gather, reduce, broadcast, pad_across_processes,
+//! split_between_processes, wait_for_everyone, main_process_first). Collectives must be called in the
+//! same order on every process.
+use crate::{check, cstring, sys, Accelerator, Batch, Result, Tensor};
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::os::raw::c_char;
+use std::ptr;
+
+/// A `main_process_first()`, `local_main_process_first()` or `autocast()` block: ends when dropped (use
+/// [`Scope::end`] to see a failure). Borrows the accelerator mutably; use [`Scope::accelerator`] inside.
+pub struct Scope<'a> {
+    acc: &'a mut Accelerator,
+    end: unsafe extern "C" fn(*mut sys::accel_accelerator_t) -> sys::accel_status_t,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> Scope<'a> {
+    pub(crate) fn new(
+        acc: &'a mut Accelerator,
+        end: unsafe extern "C" fn(*mut sys::accel_accelerator_t) -> sys::accel_status_t,
+    ) -> Scope<'a> {
+        Scope { acc, end, _not_send: PhantomData }
+    }
+
+    pub fn accelerator(&mut self) -> &mut Accelerator {
+        self.acc
+    }
+
+    /// Ends the block now and reports a failure (Drop ignores it).
+    pub fn end(self) -> Result<()> {
+        let (raw, end) = (self.acc.raw, self.end);
+        std::mem::forget(self);
+        check(unsafe { end(raw) })
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        let _ = unsafe { (self.end)(self.acc.raw) };
+    }
+}
+
+fn tensor_out(f: impl FnOnce(*mut *mut sys::accel_tensor_t) -> sys::accel_status_t) -> Result<Tensor> {
+    let mut raw = ptr::null_mut();
+    check(f(&mut raw))?;
+    Ok(Tensor { raw })
+}
+
+impl Accelerator {
+    /// `tensor` from every process, concatenated along the first dimension.
+    pub fn gather(&mut self, tensor: &Tensor) -> Result<Tensor> {
+        tensor_out(|out| unsafe { sys::accel_accelerator_gather(self.raw, tensor.raw, out) })
+    }
+
+    /// [`Accelerator::gather`], dropping the samples repeated to even out a prepared loader's last batch.
+    pub fn gather_for_metrics(&mut self, tensor: &Tensor) -> Result<Tensor> {
+        tensor_out(|out| unsafe { sys::accel_accelerator_gather_for_metrics(self.raw, tensor.raw, out) })
+    }
+
+    /// `tensor` reduced over every process: "sum", "mean", "max", "min" or "none" (sums).
+    pub fn reduce(&mut self, tensor: &Tensor, reduction: &str) -> Result<Tensor> {
+        let reduction = cstring("reduction", reduction)?;
+        tensor_out(|out| unsafe { sys::accel_accelerator_reduce(self.raw, tensor.raw, reduction.as_ptr(), out) })
+    }
+
+    /// Overwrite `tensor` in place with process `from_process`'s copy.
+    pub fn broadcast(&mut self, tensor: &mut Tensor, from_process: i32) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_broadcast(self.raw, tensor.raw, from_process) })
+    }
+
+    /// `tensor` padded along `dim` to the largest size any process has, with `pad_index`.
+    pub fn pad_across_processes(&mut self, tensor: &Tensor, dim: i64, pad_index: f64, pad_first: bool) -> Result<Tensor> {
+        tensor_out(|out| unsafe {
+            sys::accel_accelerator_pad_across_processes(self.raw, tensor.raw, dim, pad_index, pad_first, out)
+        })
+    }
+
+    /// This process's share of `tensor`'s rows.
+    pub fn split_between_processes(&mut self, tensor: &Tensor, apply_padding: bool) -> Result<Tensor> {
+        tensor_out(|out| unsafe { sys::accel_accelerator_split_between_processes(self.raw, tensor.raw, apply_padding, out) })
+    }
+
+    /// Block until every process reaches this call.
+    pub fn wait_for_everyone(&mut self) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_wait_for_everyone(self.raw) })
+    }
+
+    /// Enter `main_process_first()`: the main process runs the block before the others.
+    pub fn main_process_first(&mut self) -> Result<Scope<'_>> {
+        check(unsafe { sys::accel_accelerator_main_process_first_begin(self.raw) })?;
+        Ok(Scope::new(self, sys::accel_accelerator_main_process_first_end))
+    }
+
+    /// Enter `local_main_process_first()`: each machine's local main process runs the block first.
+    pub fn local_main_process_first(&mut self) -> Result<Scope<'_>> {
+        check(unsafe { sys::accel_accelerator_local_main_process_first_begin(self.raw) })?;
+        Ok(Scope::new(self, sys::accel_accelerator_local_main_process_first_end))
+    }
+
+    pub fn process_index(&self) -> Result<i32> {
+        let mut v = 0;
+        check(unsafe { sys::accel_accelerator_get_process_index(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn local_process_index(&self) -> Result<i32> {
+        let mut v = 0;
+        check(unsafe { sys::accel_accelerator_get_local_process_index(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn is_local_main_process(&self) -> Result<bool> {
+        let mut v = false;
+        check(unsafe { sys::accel_accelerator_is_local_main_process(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn num_local_processes(&self) -> Result<i32> {
+        let mut v = 0;
+        check(unsafe { sys::accel_accelerator_get_num_local_processes(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    pub fn is_last_process(&self) -> Result<bool> {
+        let mut v = false;
+        check(unsafe { sys::accel_accelerator_is_last_process(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    /// "single", "gloo" or "mpi".
+    pub fn distributed_backend(&self) -> Result<&'static str> {
+        let mut s: *const c_char = ptr::null();
+        check(unsafe { sys::accel_accelerator_get_distributed_backend(self.raw, &mut s) })?;
+        // A static string in the library.
+        Ok(unsafe { CStr::from_ptr(s) }.to_str().unwrap_or(""))
+    }
+
+    /// Statistics of the data-parallel gradient synchronisation, as JSON.
+    pub fn ddp_stats_json(&self) -> Result<String> {
+        let mut s: *mut c_char = ptr::null_mut();
+        check(unsafe { sys::accel_accelerator_get_ddp_stats_json(self.raw, &mut s) })?;
+        Ok(unsafe { crate::owned_string(s) })
+    }
+
+    /// Clean optimizer steps since the gradient scaler last changed its scale (0 without a scaler).
+    pub fn grad_scaler_growth_tracker(&self) -> Result<i64> {
+        let mut v = 0;
+        check(unsafe { sys::accel_accelerator_get_grad_scaler_growth_tracker(self.raw, &mut v) })?;
+        Ok(v)
+    }
+}
+
+impl Batch {
+    /// The data set indices of the batch's samples (1-d int64, batch order).
+    pub fn indices(&self) -> Result<Tensor> {
+        tensor_out(|out| unsafe { sys::accel_batch_get_indices(self.raw, out) })
+    }
+}
+
+/// Rank of this process on its machine, as the launcher's environment says (0 when not launched).
+pub fn process_local_index() -> Result<i32> {
+    let mut v = 0;
+    check(unsafe { sys::accel_process_get_local_index(&mut v) })?;
+    Ok(v)
+}
+
+/// Number of processes on this machine, as the launcher's environment says (1 when not launched).
+pub fn process_local_count() -> Result<i32> {
+    let mut v = 0;
+    check(unsafe { sys::accel_process_get_local_count(&mut v) })?;
+    Ok(v)
+}
+
+/// Whether this process is local rank 0.
+pub fn process_is_local_main() -> Result<bool> {
+    let mut v = false;
+    check(unsafe { sys::accel_process_is_local_main(&mut v) })?;
+    Ok(v)
+}

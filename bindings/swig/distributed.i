@@ -1,0 +1,146 @@
+/* distributed.i - the collectives and process facts of accel/accelerator.h (Accelerate's gather, reduce,
+ * broadcast, pad_across_processes, split_between_processes, wait_for_everyone, main_process_first).
+ * Included by accel.i after the Accelerator class; same conventions (ACCEL_CHECK, boxes, %newobject).
+ * Collectives must be called in the same order on every process. */
+
+%newobject Accelerator::gather;
+%newobject Accelerator::gather_for_metrics;
+%newobject Accelerator::reduce;
+%newobject Accelerator::pad_across_processes;
+%newobject Accelerator::split_between_processes;
+%extend Accelerator {
+    /** @p tensor from every process, concatenated along the first dimension (accelerator.gather). */
+    Tensor *gather(const Tensor *tensor)
+    {
+        accel_tensor_t *t = NULL;
+        ACCEL_CHECK(accel_accelerator_gather(ACCEL_H($self, "Accelerator"), ACCEL_H(tensor, "Tensor"), &t));
+        return accel_swig::wrap<Tensor>(t);
+    }
+    /** gather(), dropping the samples repeated to even out the last batch of a prepared loader. */
+    Tensor *gather_for_metrics(const Tensor *tensor)
+    {
+        accel_tensor_t *t = NULL;
+        ACCEL_CHECK(accel_accelerator_gather_for_metrics(ACCEL_H($self, "Accelerator"), ACCEL_H(tensor, "Tensor"), &t));
+        return accel_swig::wrap<Tensor>(t);
+    }
+    /** @p tensor reduced over every process: "sum", "mean", "max", "min" or "none" (sums). */
+    Tensor *reduce(const Tensor *tensor, const char *reduction = "sum")
+    {
+        accel_tensor_t *t = NULL;
+        ACCEL_CHECK(accel_accelerator_reduce(ACCEL_H($self, "Accelerator"), ACCEL_H(tensor, "Tensor"), reduction, &t));
+        return accel_swig::wrap<Tensor>(t);
+    }
+    /** Overwrite @p tensor in place with process @p from_process's copy. */
+    void broadcast(Tensor *tensor, int32_t from_process = 0)
+    {
+        ACCEL_CHECK(accel_accelerator_broadcast(ACCEL_H($self, "Accelerator"), ACCEL_H(tensor, "Tensor"), from_process));
+    }
+    /** @p tensor padded along @p dim to the largest size any process has, with @p pad_index. */
+    Tensor *pad_across_processes(const Tensor *tensor, int64_t dim = 0, double pad_index = 0.0, bool pad_first = false)
+    {
+        accel_tensor_t *t = NULL;
+        ACCEL_CHECK(accel_accelerator_pad_across_processes(ACCEL_H($self, "Accelerator"), ACCEL_H(tensor, "Tensor"), dim,
+                                                           pad_index, pad_first, &t));
+        return accel_swig::wrap<Tensor>(t);
+    }
+    /** This process's share of @p tensor's rows (split_between_processes). */
+    Tensor *split_between_processes(const Tensor *tensor, bool apply_padding = false)
+    {
+        accel_tensor_t *t = NULL;
+        ACCEL_CHECK(accel_accelerator_split_between_processes(ACCEL_H($self, "Accelerator"), ACCEL_H(tensor, "Tensor"),
+                                                              apply_padding, &t));
+        return accel_swig::wrap<Tensor>(t);
+    }
+    /** Block until every process reaches this call (a barrier). */
+    void wait_for_everyone() { ACCEL_CHECK(accel_accelerator_wait_for_everyone(ACCEL_H($self, "Accelerator"))); }
+    /** Enter main_process_first(); prefer the language's scoped form. */
+    void main_process_first_begin()
+    {
+        ACCEL_CHECK(accel_accelerator_main_process_first_begin(ACCEL_H($self, "Accelerator")));
+    }
+    /** Leave main_process_first(). */
+    void main_process_first_end()
+    {
+        ACCEL_CHECK(accel_accelerator_main_process_first_end(ACCEL_H($self, "Accelerator")));
+    }
+    /** Enter local_main_process_first(); prefer the language's scoped form. */
+    void local_main_process_first_begin()
+    {
+        ACCEL_CHECK(accel_accelerator_local_main_process_first_begin(ACCEL_H($self, "Accelerator")));
+    }
+    /** Leave local_main_process_first(). */
+    void local_main_process_first_end()
+    {
+        ACCEL_CHECK(accel_accelerator_local_main_process_first_end(ACCEL_H($self, "Accelerator")));
+    }
+    /** Number of processes on this machine. */
+    int32_t num_local_processes() const
+    {
+        int32_t v = 0;
+        ACCEL_CHECK(accel_accelerator_get_num_local_processes(ACCEL_H($self, "Accelerator"), &v));
+        return v;
+    }
+    /** Whether this is the last process (rank num_processes - 1). */
+    bool is_last_process() const
+    {
+        bool v = false;
+        ACCEL_CHECK(accel_accelerator_is_last_process(ACCEL_H($self, "Accelerator"), &v));
+        return v;
+    }
+    /** The communication backend: "single", "gloo" or "mpi". */
+    std::string distributed_backend() const
+    {
+        const char *s = NULL;
+        ACCEL_CHECK(accel_accelerator_get_distributed_backend(ACCEL_H($self, "Accelerator"), &s));
+        return accel_swig::borrowed_string(s);
+    }
+    /** Statistics of the data-parallel gradient synchronisation, as JSON. */
+    std::string ddp_stats_json() const
+    {
+        char *s = NULL;
+        ACCEL_CHECK(accel_accelerator_get_ddp_stats_json(ACCEL_H($self, "Accelerator"), &s));
+        return accel_swig::owned_string(s);
+    }
+    /** Clean optimizer steps since the gradient scaler last changed its scale (0 without a scaler). */
+    int64_t grad_scaler_growth_tracker() const
+    {
+        int64_t v = 0;
+        ACCEL_CHECK(accel_accelerator_get_grad_scaler_growth_tracker(ACCEL_H($self, "Accelerator"), &v));
+        return v;
+    }
+}
+
+%newobject Batch::indices;
+%extend Batch {
+    /** The data set indices of the batch's samples (1-d int64, batch order). */
+    Tensor *indices() const
+    {
+        accel_tensor_t *t = NULL;
+        ACCEL_CHECK(accel_batch_get_indices(ACCEL_H($self, "Batch"), &t));
+        return accel_swig::wrap<Tensor>(t);
+    }
+}
+
+%inline %{
+/** Rank of this process on its machine as the launcher's environment says (0 when not launched). */
+int32_t process_local_index()
+{
+    int32_t v = 0;
+    ACCEL_CHECK(accel_process_get_local_index(&v));
+    return v;
+}
+/** Number of processes on this machine as the launcher's environment says (1 when not launched). */
+int32_t process_local_count()
+{
+    int32_t v = 0;
+    ACCEL_CHECK(accel_process_get_local_count(&v));
+    return v;
+}
+/** Whether this process is local rank 0. */
+bool process_is_local_main()
+{
+    bool v = false;
+    ACCEL_CHECK(accel_process_is_local_main(&v));
+    return v;
+}
+%}
