@@ -58,7 +58,7 @@ SaveStateOptions parse_save_state_options(const char *json, const char *what)
 {
     SaveStateOptions o;
     JsonDocument doc(json == nullptr ? "{}" : json, what);
-    JsonObject root(doc.root(), "");
+    JsonObject root(doc.root(), what);
     o.safe_serialization = root.get_bool("safe_serialization", true);
     root.finish();
     return o;
@@ -68,7 +68,7 @@ LoadStateOptions parse_load_state_options(const char *json, const char *what)
 {
     LoadStateOptions o;
     JsonDocument doc(json == nullptr ? "{}" : json, what);
-    JsonObject root(doc.root(), "");
+    JsonObject root(doc.root(), what);
     o.strict = root.get_bool("strict", true);
     o.map_location = map_location(root);
     root.finish();
@@ -79,11 +79,11 @@ SaveModelOptions parse_save_model_options(const char *json, const char *what)
 {
     SaveModelOptions o;
     JsonDocument doc(json == nullptr ? "{}" : json, what);
-    JsonObject root(doc.root(), "");
+    JsonObject root(doc.root(), what);
     o.safe_serialization = root.get_bool("safe_serialization", true);
     if (root.has("max_shard_size")) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc.root(), "max_shard_size");
-        if (cJSON_IsString(v)) o.max_shard_size = parse_size_text(root.get_string("max_shard_size", ""), "max_shard_size");
+        if (cJSON_IsString(v)) o.max_shard_size = parse_size_text(root.get_string("max_shard_size", ""), root.path_of("max_shard_size"));
         else o.max_shard_size = static_cast<uint64_t>(root.get_int("max_shard_size", 0, 1, INT64_MAX));
     } else {
         root.get_optional_string("max_shard_size");
@@ -96,7 +96,7 @@ LoadCheckpointOptions parse_load_checkpoint_options(const char *json, const char
 {
     LoadCheckpointOptions o;
     JsonDocument doc(json == nullptr ? "{}" : json, what);
-    JsonObject root(doc.root(), "");
+    JsonObject root(doc.root(), what);
     o.strict = root.get_bool("strict", false);
     if (auto d = root.get_optional_string("dtype")) {
         std::string v = d->rfind("torch.", 0) == 0 ? d->substr(6) : *d;

@@ -446,9 +446,9 @@ static void test_save_model_shards(void)
     CHECK_FAILS(accel_model_load_checkpoint(m2, "/nonexistent/x", NULL), ACCEL_ERR_NOT_FOUND, "path");
     CHECK_FAILS(accel_model_load_checkpoint(NULL, dir, NULL), ACCEL_ERR_INVALID_ARGUMENT, "model");
     CHECK_FAILS(accel_model_load_checkpoint(m2, NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT, "path");
-    CHECK_FAILS(accel_model_load_checkpoint(m2, dir, "{\"dtype\": \"int8\"}"), ACCEL_ERR_INVALID_ARGUMENT, "dtype");
+    CHECK_FAILS(accel_model_load_checkpoint(m2, dir, "{\"dtype\": \"int8\"}"), ACCEL_ERR_INVALID_ARGUMENT, "options_json.dtype");
     CHECK_FAILS(accel_accelerator_save_model(acc, m, dir, "{\"max_shard_size\": \"5XB\"}"), ACCEL_ERR_INVALID_ARGUMENT,
-                "max_shard_size");
+                "options_json.max_shard_size");
     CHECK_FAILS(accel_accelerator_save_model(acc, m, dir, "{\"max_shard_size\": 0}"), ACCEL_ERR_INVALID_ARGUMENT,
                 "max_shard_size");
     CHECK_FAILS(accel_accelerator_save_model(acc, m, dir, "{\"shard\": 1}"), ACCEL_ERR_INVALID_ARGUMENT, "shard");
@@ -478,7 +478,7 @@ static void test_errors_and_corruption(void)
     CHECK_FAILS(accel_accelerator_load_state(r.acc, NULL), ACCEL_ERR_INVALID_ARGUMENT, "input_dir");
     CHECK_FAILS(accel_accelerator_load_state(r.acc, "/nonexistent/ckpt"), ACCEL_ERR_NOT_FOUND, "input_dir");
     CHECK_FAILS(accel_accelerator_save_state_with_options(r.acc, dir, "{\"safe_serialization\": 1}", NULL),
-                ACCEL_ERR_INVALID_ARGUMENT, "safe_serialization");
+                ACCEL_ERR_INVALID_ARGUMENT, "options_json.safe_serialization");
     CHECK_FAILS(accel_accelerator_save_state_with_options(r.acc, dir, "{oops", NULL), ACCEL_ERR_INVALID_ARGUMENT,
                 "options_json");
     CHECK_FAILS(accel_accelerator_load_state_with_options(r.acc, dir, "{\"map_location\": \"cuda\"}", NULL),

@@ -413,6 +413,17 @@ static void test_autocast_pair(void)
     CHECK_OK(accel_tensor_get_dtype(out, &dtype));
     CHECK(dtype == ACCEL_DTYPE_FLOAT32);
     CHECK_FAILS(accel_accelerator_autocast_end(acc), ACCEL_ERR_FAILED_PRECONDITION, "autocast_end");
+    accel_tensor_free(out);
+    out = NULL;
+    accel_accelerator_free(acc);
+
+    /* "fp16" with autocast disabled: autocast() is a null context, computing in fp32. */
+    CHECK_OK(accel_accelerator_create(FP16_NO_AUTOCAST, &acc));
+    CHECK_OK(accel_accelerator_autocast_begin(acc));
+    CHECK_OK(accel_model_forward(raw, xt, &out));
+    CHECK_OK(accel_tensor_get_dtype(out, &dtype));
+    CHECK(dtype == ACCEL_DTYPE_FLOAT32);
+    CHECK_OK(accel_accelerator_autocast_end(acc));
 
     accel_tensor_free(out);
     accel_tensor_free(xt);
