@@ -382,7 +382,9 @@ private:
             if (in.defined()) {
                 check_device(in, op);
                 const size_t bytes = in.nbytes();
-                if (in.is_cuda() || bytes == 0) {
+                if (bytes == 0) {
+                    src = nullptr; // NCCL touches no buffer for a count of 0
+                } else if (in.is_cuda()) {
                     src = in.data_ptr();
                 } else {
                     in_host = take_pinned(bytes, where);
@@ -401,7 +403,9 @@ private:
                 check_device(out, op);
                 const size_t bytes = out.nbytes();
                 const bool in_place = in.defined() && out.is_same(in);
-                if (out.is_cuda() || bytes == 0) {
+                if (bytes == 0) {
+                    dst = nullptr;
+                } else if (out.is_cuda()) {
                     dst = out.data_ptr();
                 } else if (in_place) {
                     dst = in_dev;
