@@ -3,11 +3,12 @@
 // link check in tests/distributed; every other file stays free of CUDA headers).
 //
 // The functions are not linked: nccl_api() opens libcudart and libnccl.so.2 with dlopen at first use
-// and resolves each name below. Why (measured on the 2-core build machine, `time` of a C program that
-// does nothing, 5 x 20 runs interleaved): linking libnccl.so.2 (218 MB) and libcudart.so.13 added about
-// 2-3 ms to every process start, small next to LibTorch's own start-up; but a libaccel.so with those
-// NEEDED entries does not load at all on a machine without the CUDA libraries, so one build could not
-// serve CPU-only and GPU machines. Loading at first use costs nothing to processes that never pick
+// and resolves each name below. Why (measured on the 2-core build machine, runs interleaved): linking
+// libnccl.so.2 (218 MB) and libcudart.so.13 adds 1-3 ms to a process start (an empty C program: ~1 ms
+// -> ~2-4 ms), lost in the noise of a program using libaccel (~410-430 ms either way, LibTorch's
+// start-up). Start-up is not the reason. The reason: a libaccel.so with those NEEDED entries does not
+// load at all on a machine without the CUDA libraries, so one build could not serve CPU-only and GPU
+// machines. Loading at first use costs nothing to processes that never pick
 // "nccl", and a machine without the libraries gets a status naming the library that was not found.
 // The types come from the headers (decltype below), so a signature mismatch is a compile error, and
 // tests/distributed/nccl_link_check.cpp links every listed name against the real libraries.
