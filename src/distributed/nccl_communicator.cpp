@@ -369,7 +369,8 @@ private:
     std::shared_ptr<NcclWork> launch(const char *op, const at::Tensor &in, const at::Tensor &out, Call &&call)
     {
         check_poison(op);
-        const std::string where = "nccl " + std::string(op);
+        const std::string where = "nccl " + std::string(op) + " on rank " + std::to_string(global_[rank_]) + " of " +
+                                  std::to_string(global_.size());
         cuda_check(api_, api_.cudaSetDevice(shared_->device), where, "cudaSetDevice");
         cudaEvent_t event = nullptr;
         cuda_check(api_, api_.cudaEventCreateWithFlags(&event, cudaEventDisableTiming), where, "cudaEventCreate");
@@ -428,8 +429,11 @@ private:
             device_buffers.clear();
             cuda_check(api_, api_.cudaEventRecord(event, stream_), where, "cudaEventRecord");
             work->launched = true;
-        } catch (...) {
+        } catch (const Error &e) {
             for (void *p : device_buffers) api_.cudaFreeAsync(p, stream_);
+            // A CUDA failure half-way leaves the peers inside the collective: poison, as failed() does.
+            // A bad argument (found before anything was queued) does not.
+            if (e.code() != ACCEL_ERR_INVALID_ARGUMENT && e.code() != ACCEL_ERR_ABORTED) poison_with(e.what());
             throw;
         }
         return work;
@@ -505,11 +509,14 @@ private:
     {
         std::string full = std::string("nccl ") + op + " failed on rank " + std::to_string(global_[rank_]) + " of " +
                            std::to_string(global_.size()) + ": " + what;
-        {
-            std::lock_guard<std::mutex> l(shared_->m);
-            if (shared_->poison.empty()) shared_->poison = full;
-        }
+        poison_with(full);
         fail(code, full);
+    }
+
+    void poison_with(const std::string &cause)
+    {
+        std::lock_guard<std::mutex> l(shared_->m);
+        if (shared_->poison.empty()) shared_->poison = cause;
     }
 
     bool poisoned()
