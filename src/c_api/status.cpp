@@ -3,6 +3,7 @@
 
 #include "c_api/guard.hpp"
 #include "config/json.hpp"
+#include "distributed/communicator.hpp"
 
 #include <ATen/Context.h>
 
@@ -27,7 +28,7 @@ ACCEL_API accel_status_t accel_build_info_json(char **out) noexcept
             .add("abi_version", static_cast<int64_t>(ACCEL_ABI_VERSION))
             .add("torch_version", ACCEL_TORCH_VERSION)
             .add("cuda", at::hasCUDA())
-            .add("backends", std::vector<std::string>{"single"})
+            .add("backends", accel::distributed::compiled_backends())
             .add("mixed_precision", std::vector<std::string>{"no", "bf16"});
         *out = accel::capi::owned_string(w.str());
     });

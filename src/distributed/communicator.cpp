@@ -84,6 +84,16 @@ std::string signature_of(const config::AcceleratorConfig &c, const std::string &
 
 } // namespace
 
+std::vector<std::string> compiled_backends()
+{
+    std::vector<std::string> out{"single", "gloo"};
+#ifdef ACCEL_WITH_MPI
+    out.push_back("mpi");
+#endif
+    if (nccl_compiled()) out.push_back("nccl");
+    return out;
+}
+
 std::shared_ptr<Communicator> make_single_communicator() { return std::make_shared<SingleCommunicator>(); }
 
 std::string choose_backend(const config::AcceleratorConfig &c)
@@ -99,7 +109,6 @@ std::string choose_backend(const config::AcceleratorConfig &c)
 std::shared_ptr<Communicator> process_communicator(const config::AcceleratorConfig &config)
 {
     std::string backend = choose_backend(config);
-    if (backend == "nccl") return make_nccl_communicator(config); // says why it is missing
     std::string sig = signature_of(config, backend);
     std::lock_guard<std::mutex> lock(g_mutex);
     if (g_comm != nullptr) {

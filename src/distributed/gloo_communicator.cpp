@@ -1,5 +1,5 @@
 // gloo: LibTorch's c10d ProcessGroupGloo, rendezvous through a TCPStore (env:// or tcp://) or a
-// FileStore (file://). The only file of accel that includes c10d headers.
+// FileStore (file://), opened by rendezvous.cpp (shared with the nccl backend).
 //
 // Naming the rank that died: every rank writes a heartbeat counter into the store twice a second
 // (its own store connection, on its own thread). When a collective fails, the counters are read twice
@@ -8,11 +8,10 @@
 #include "distributed/communicator.hpp"
 
 #include "common/error.hpp"
+#include "distributed/rendezvous.hpp"
 
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -42,12 +41,6 @@ c10d::ReduceOp to_c10d(ReduceOp op)
     }
 }
 
-std::string first_line(const std::string &s)
-{
-    auto pos = s.find("\nException raised from");
-    return pos == std::string::npos ? s : s.substr(0, pos);
-}
-
 // The local address a socket would use to reach `host` (so that the gloo device is reachable from
 // the other machines, also inside network namespaces).
 std::string local_address_towards(const std::string &host, int port)
@@ -73,59 +66,6 @@ std::string local_address_towards(const std::string &host, int port)
     }
     freeaddrinfo(res);
     return out;
-}
-
-struct Rendezvous {
-    enum Kind { Tcp, File } kind = Tcp;
-    std::string host;
-    int port = 29500;
-    std::string path;
-    std::string describe() const
-    {
-        return kind == File ? "file://" + path : host + ":" + std::to_string(port);
-    }
-};
-
-Rendezvous rendezvous_of(const config::AcceleratorConfig &c)
-{
-    Rendezvous r;
-    r.host = c.topology.master_addr;
-    r.port = c.topology.master_port;
-    const std::string &m = c.init_process_group.init_method;
-    if (m.rfind("tcp://", 0) == 0) {
-        std::string rest = m.substr(6);
-        auto colon = rest.rfind(':');
-        if (colon == std::string::npos)
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.init_method: expected "
-                                             "\"tcp://HOST:PORT\", got \"" + m + "\"");
-        r.host = rest.substr(0, colon);
-        char *end = nullptr;
-        long p = std::strtol(rest.c_str() + colon + 1, &end, 10);
-        if (*end != '\0' || p < 1 || p > 65535)
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.init_method: bad port in \"" + m + "\"");
-        r.port = static_cast<int>(p);
-    } else if (m.rfind("file://", 0) == 0) {
-        r.kind = Rendezvous::File;
-        r.path = m.substr(7);
-        if (r.path.empty())
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.init_method: empty path in \"" + m + "\"");
-    } else if (c.topology.launcher != "torchrun" && c.topology.master_addr == "127.0.0.1" &&
-               c.topology.launcher != "none") {
-        // mpirun/srun with backend gloo: the launcher sets no MASTER_ADDR; a single machine is assumed.
-    }
-    return r;
-}
-
-c10::intrusive_ptr<c10d::Store> connect_tcp(const Rendezvous &r, bool server, c10::optional<size_t> workers,
-                                            std::chrono::milliseconds timeout)
-{
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<uint16_t>(r.port);
-    o.isServer = server;
-    o.numWorkers = workers;
-    o.waitWorkers = workers.has_value();
-    o.timeout = timeout;
-    return c10::make_intrusive<c10d::TCPStore>(r.host, o);
 }
 
 // Heartbeats in the store, and the diagnosis of which rank stopped.
@@ -482,22 +422,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(const config::AcceleratorCo
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.init_process_group.timeout * 1000.0));
     auto shared = std::make_shared<Shared>();
     shared->timeout = timeout;
-    try {
-        if (r.kind == Rendezvous::File) {
-            shared->store = c10::make_intrusive<c10d::FileStore>(r.path, t.world_size);
-            shared->store->setTimeout(timeout);
-        } else {
-            shared->store = connect_tcp(r, t.rank == 0, static_cast<size_t>(t.world_size), timeout);
-        }
-    } catch (const std::exception &e) {
-        std::string msg = first_line(e.what());
-        bool to = msg.find("imed out") != std::string::npos || msg.find("timeout") != std::string::npos;
-        fail(to ? ACCEL_ERR_DEADLINE_EXCEEDED : ACCEL_ERR_UNAVAILABLE,
-             "gloo rendezvous at " + r.describe() + " failed on rank " + std::to_string(t.rank) + " of " +
-                 std::to_string(t.world_size) + " (timeout " + std::to_string(c.init_process_group.timeout) +
-                 " s; are all " + std::to_string(t.world_size) + " processes started, with the same MASTER_ADDR and "
-                 "MASTER_PORT?): " + msg);
-    }
+    shared->store = open_store(r, c, "gloo");
     std::string local = r.kind == Rendezvous::File ? "127.0.0.1" : local_address_towards(r.host, r.port);
     if (const char *ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0')
         shared->device = c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
