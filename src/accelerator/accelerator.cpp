@@ -264,9 +264,7 @@ void Accelerator::autocast_begin()
 {
     const auto &c = state_->config;
     // Accelerate's autocast(): torch.autocast for native AMP (bf16, fp8 -> bf16, fp16), else a null context.
-    // Disabled autocast (kwargs_handlers.autocast.enabled false, as "fp16" on a CPU without fp16 kernels
-    // needs) is a null context too: switching the CPU's autocast dtype to fp16 would make LibTorch throw.
-    if (c.mixed_precision == ACCEL_MIXED_PRECISION_NO || !c.autocast.enabled) {
+    if (c.mixed_precision == ACCEL_MIXED_PRECISION_NO) {
         autocast_scopes_.push_back(nullptr);
         return;
     }

@@ -51,8 +51,9 @@ AutocastScope::AutocastScope(at::DeviceType device, at::ScalarType dtype, bool c
       prev_dtype_(device_dtype(device_)),
       prev_cache_(at::autocast::is_autocast_cache_enabled())
 {
-    // The dtype must be set before autocast is switched on.
-    set_device_dtype(device_, dtype);
+    // The dtype must be set before autocast is switched on. A disabled scope (autocast(enabled=False))
+    // leaves it alone: LibTorch's CPU autocast rejects fp16, which "fp16" with autocast disabled asks for.
+    if (enabled) set_device_dtype(device_, dtype);
     at::autocast::set_autocast_cache_enabled(cache_enabled);
     set_device_enabled(device_, enabled);
     at::autocast::increment_nesting();
