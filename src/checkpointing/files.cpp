@@ -29,6 +29,10 @@ void fail_errno(int err, const std::string &what, const std::string &path)
     fail(code, what + " \"" + path + "\": " + std::strerror(err));
 }
 
+namespace {
+constexpr uint64_t kWritebackChunk = uint64_t(64) << 20;
+}
+
 OutFile::OutFile(const std::string &path) : path_(path)
 {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -53,6 +57,12 @@ void OutFile::write(const void *data, size_t len)
         p += n;
         len -= static_cast<size_t>(n);
         written_ += static_cast<uint64_t>(n);
+        if (written_ - flushed_ >= kWritebackChunk) {
+            // A hint: errors (e.g. a filesystem without it) are ignored; fsync in close() is the guarantee.
+            ::sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(written_ - flushed_),
+                              SYNC_FILE_RANGE_WRITE);
+            flushed_ = written_;
+        }
     }
 }
 
@@ -71,7 +81,7 @@ void OutFile::close()
 
 MappedFile::MappedFile(const std::string &path, bool populate) : path_(path)
 {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail_errno(errno, "cannot open", path);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
@@ -102,12 +112,30 @@ MappedFile::MappedFile(const std::string &path, bool populate) : path_(path)
 #endif
         data_ = static_cast<const uint8_t *>(p);
     }
-    ::close(fd);
+    fd_ = fd;
 }
 
 MappedFile::~MappedFile()
 {
     if (data_ != nullptr) ::munmap(const_cast<uint8_t *>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::read_at(void *dst, size_t offset, size_t len) const
+{
+    char *p = static_cast<char *>(dst);
+    while (len > 0) {
+        ssize_t n = ::pread(fd_, p, len, static_cast<off_t>(offset));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(errno, "cannot read", path_);
+        }
+        if (n == 0)
+            fail(ACCEL_ERR_DATA_LOSS, "\"" + path_ + "\": the file became shorter while it was being loaded");
+        p += n;
+        offset += static_cast<size_t>(n);
+        len -= static_cast<size_t>(n);
+    }
 }
 
 void write_file_durably(const std::string &path, const void *data, size_t len)

@@ -1,6 +1,7 @@
 #include "checkpointing/torch_archive.hpp"
 
 #include "checkpointing/files.hpp"
+#include "checkpointing/mapped_tensor.hpp"
 #include "common/error.hpp"
 
 #include <ATen/ATen.h>
@@ -56,8 +57,9 @@ PyRef load_torch_file(const std::string &path)
     }
     try {
         // Storage records are stored uncompressed and 64-byte aligned: tensors are made over a map of the
-        // file (copy-on-write), so loading copies each byte once, into wherever the caller puts it.
-        auto file = std::make_shared<MappedFile>(path, /*populate=*/true);
+        // file (copy-on-write), so loading copies each byte once, into wherever the caller puts it (with
+        // pread, see CopyBatch; the map is therefore not populated up front).
+        auto file = std::make_shared<MappedFile>(path);
         caffe2::serialize::PyTorchStreamReader reader(path);
         if (!reader.hasRecord("data.pkl")) fail(ACCEL_ERR_DATA_LOSS, path + ": not a torch.save archive (no data.pkl)");
         auto [pkl_ptr, pkl_size] = reader.getRecord("data.pkl");
@@ -81,9 +83,7 @@ PyRef load_torch_file(const std::string &path)
                 std::memcpy(t.data_ptr(), ptr.get(), size);
                 return t;
             }
-            std::shared_ptr<MappedFile> keep = file;
-            return at::from_blob(const_cast<uint8_t *>(raw), {numel}, [keep](void *) mutable { keep.reset(); },
-                                 at::TensorOptions().dtype(dtype));
+            return mapped_tensor(file, offset, {numel}, dtype);
         };
         return pickle_loads(static_cast<const uint8_t *>(pkl_ptr.get()), pkl_size, loader, path);
     } catch (const Error &) {
