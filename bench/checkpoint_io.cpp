@@ -1,7 +1,13 @@
-// save_state / load_state throughput against dd writing (conv=fsync) and reading the same bytes (the
-// checkpoint's files piped through dd), in the same run. Model: an MLP of 4096-wide layers (>= 256 MB of fp32 weights) with SGD
-// momentum after one step (so optimizer.bin holds another model-sized buffer). Prints MB/s and the
-// ratio to dd for each of several interleaved rounds, then medians.
+// save_state / load_state throughput against dd writing (conv=fsync) and reading the same bytes, in the
+// same run. Model: an MLP of 4096-wide layers (>= 256 MB of fp32 weights) with SGD momentum after one step
+// (so optimizer.bin holds another model-sized buffer). Prints MB/s and the ratio to dd for each of several
+// interleaved rounds, then medians, and the load average before and after (others may share the machine).
+//
+// The dd side, per round: `dd if=SRC of=FILE bs=1M conv=fsync` where SRC holds the checkpoint's files
+// concatenated (made once, before the rounds, and read from the page cache), so dd writes the same bytes
+// (content a virtual disk may compress favours neither side) and, as save_state replaces the previous
+// checkpoint, replaces (truncates) its previous output; then `dd if=FILE of=/dev/null bs=1M` (page cache
+// warm, as for load_state).
 //
 //   bench_checkpoint_io [DIR] [ROUNDS]     (DIR defaults to $TMPDIR or /tmp)
 #include <accel/accel.h>
@@ -51,6 +57,19 @@ double run_timed(const std::string &cmd)
     return now() - t0;
 }
 
+std::string loadavg()
+{
+    FILE *f = std::fopen("/proc/loadavg", "r");
+    char buf[128] = "?";
+    if (f) {
+        if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
+        std::fclose(f);
+    }
+    std::string s(buf);
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+}
+
 double median(std::vector<double> v)
 {
     std::sort(v.begin(), v.end());
@@ -66,6 +85,7 @@ int main(int argc, char **argv)
     int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
     std::string dir = root + "/accel_bench_ckpt";
     std::string ddfile = root + "/accel_bench_dd.bin";
+    std::string ddsrc = root + "/accel_bench_dd_src.bin";
 
     accel_accelerator_t *acc = nullptr;
     accel_model_t *model = nullptr;
@@ -91,6 +111,11 @@ int main(int argc, char **argv)
         accel_tensor_free(loss);
     }
 
+    // dd's source: the checkpoint's bytes, written (and synced) before the rounds, kept in the page cache.
+    check(accel_accelerator_save_state(acc, dir.c_str()), "save_state");
+    run_timed("cat '" + dir + "'/* > '" + ddsrc + "' && sync '" + ddsrc + "'");
+    std::printf("load average before: %s\n", loadavg().c_str());
+
     std::vector<double> save_mbs, dd_w_mbs, load_mbs, dd_r_mbs, save_ratio, load_ratio;
     std::printf("round  bytes(MB)  save_state MB/s  dd write MB/s  ratio  |  load_state MB/s  dd read MB/s  ratio\n");
     for (int r = 0; r < rounds; ++r) {
@@ -99,9 +124,7 @@ int main(int argc, char **argv)
         double t_save = now() - t0;
         const uint64_t bytes = folder_bytes(dir);
         const double mb = static_cast<double>(bytes) / 1e6;
-        // dd writes the same bytes (the checkpoint's own files, read from the page cache), so content that a
-        // virtual disk may compress (zeros) favours neither side.
-        double t_ddw = run_timed("cat '" + dir + "'/* | dd of='" + ddfile + "' bs=1M iflag=fullblock conv=fsync status=none");
+        double t_ddw = run_timed("dd if='" + ddsrc + "' of='" + ddfile + "' bs=1M conv=fsync status=none");
         t0 = now();
         check(accel_accelerator_load_state(acc, dir.c_str()), "load_state");
         double t_load = now() - t0;
@@ -121,7 +144,9 @@ int main(int argc, char **argv)
                 "dd read (%.0f MB/s)\n",
                 median(save_mbs), 100 * median(save_ratio), median(dd_w_mbs), median(load_mbs),
                 100 * median(load_ratio), median(dd_r_mbs));
+    std::printf("load average after: %s\n", loadavg().c_str());
     std::remove(ddfile.c_str());
+    std::remove(ddsrc.c_str());
     std::system(("rm -rf '" + dir + "'").c_str());
     accel_optimizer_free(opt);
     accel_model_free(model);

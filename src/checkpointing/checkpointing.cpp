@@ -363,7 +363,7 @@ std::string save_state(Accelerator &acc, const char *output_dir, const config::S
     }
     // Rotation only once the new checkpoint is complete.
     if (main) {
-        for (const auto &old : to_delete) remove_all(old);
+        for (const auto &old : to_delete) remove_checkpoint_folder(old);
         if (!to_delete.empty()) fsync_dir(parent_of(target));
     }
     acc.wait_for_everyone();

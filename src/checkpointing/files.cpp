@@ -1,5 +1,7 @@
 #include "checkpointing/files.hpp"
 
+#include "checkpointing/parallel.hpp"
+
 #include "common/error.hpp"
 
 #include <cerrno>
@@ -7,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -79,7 +82,7 @@ void OutFile::close()
     if (::close(fd) != 0) fail_errno(errno, "cannot close", path_);
 }
 
-MappedFile::MappedFile(const std::string &path, bool populate) : path_(path)
+MappedFile::MappedFile(const std::string &path) : path_(path)
 {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail_errno(errno, "cannot open", path);
@@ -105,11 +108,6 @@ MappedFile::MappedFile(const std::string &path, bool populate) : path_(path)
         // Checkpoints are read front to back once.
         ::madvise(p, size_, MADV_SEQUENTIAL);
         ::madvise(p, size_, MADV_WILLNEED);
-#ifdef MADV_POPULATE_READ
-        // Map the (cached) pages readable in one go; MAP_POPULATE would fault them for writing and copy
-        // every page of this private mapping. Older kernels answer EINVAL: pages then fault on first use.
-        if (populate) ::madvise(p, size_, MADV_POPULATE_READ);
-#endif
         data_ = static_cast<const uint8_t *>(p);
     }
     fd_ = fd;
@@ -197,6 +195,21 @@ void remove_all(const std::string &path)
     if (ec) fail_errno(ec.value(), "cannot remove", path);
 }
 
+void remove_checkpoint_folder(const std::string &path)
+{
+    std::vector<std::function<void()>> jobs;
+    for (const auto &name : list_dir(path)) {
+        struct stat st {};
+        const std::string p = join(path, name);
+        if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue; // left to remove_all
+        jobs.emplace_back([p] {
+            if (::unlink(p.c_str()) != 0 && errno != ENOENT) fail_errno(errno, "cannot remove", p);
+        });
+    }
+    run_jobs(jobs, io_threads());
+    remove_all(path);
+}
+
 std::vector<std::string> list_dir(const std::string &dir)
 {
     std::vector<std::string> out;
@@ -262,7 +275,7 @@ void publish_dir(const std::string &tmp, const std::string &target)
         if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
             fail_errno(errno, "cannot swap checkpoint folder into place at", target);
         fsync_dir(parent);
-        remove_all(tmp); // now holds the previous content
+        remove_checkpoint_folder(tmp); // now holds the previous content
     }
     fsync_dir(parent);
 }
