@@ -69,6 +69,24 @@ void OutFile::write(const void *data, size_t len)
     }
 }
 
+void OutFile::write_at(const void *data, size_t len, uint64_t offset) const
+{
+    const char *p = static_cast<const char *>(data);
+    const uint64_t start = offset;
+    while (len > 0) {
+        ssize_t n = ::pwrite(fd_, p, len, static_cast<off_t>(offset));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(errno, "cannot write", path_);
+        }
+        p += n;
+        len -= static_cast<size_t>(n);
+        offset += static_cast<uint64_t>(n);
+    }
+    // As in write(): a hint, errors ignored.
+    ::sync_file_range(fd_, static_cast<off_t>(start), static_cast<off_t>(offset - start), SYNC_FILE_RANGE_WRITE);
+}
+
 void OutFile::close()
 {
     if (fd_ < 0) return;

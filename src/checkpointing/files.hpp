@@ -22,6 +22,9 @@ public:
     OutFile(const OutFile &) = delete;
     OutFile &operator=(const OutFile &) = delete;
     void write(const void *data, size_t len);
+    // pwrite at `offset`; may be called from several threads at once for disjoint ranges (not mixed with
+    // write()). Starts writeback of the range once written.
+    void write_at(const void *data, size_t len, uint64_t offset) const;
     uint64_t size() const { return written_; }
     void close(); // fsync + close; errors are reported here
     const std::string &path() const { return path_; }

@@ -2,15 +2,26 @@
 
 #include "checkpointing/files.hpp"
 #include "checkpointing/mapped_tensor.hpp"
+#include "checkpointing/parallel.hpp"
 #include "common/error.hpp"
 
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 namespace accel::ckpt {
+
+namespace {
+// Chunks written by pass 1's callback that are at least this long and lie in a storage are borrowed.
+constexpr size_t kBorrowMin = 4096;
+// Pieces per write job, and the size below which one thread writes everything.
+constexpr size_t kPiece = size_t(32) << 20;
+constexpr uint64_t kParallelMin = uint64_t(16) << 20;
+} // namespace
 
 void save_torch_file(const std::string &path, const PyObj &obj)
 {
@@ -32,10 +43,43 @@ void save_torch_file(const std::string &path, const PyObj &obj)
         ref.key = it->second;
         return ref;
     });
-    std::string error;
+    // Pass 1: LibTorch's writer lays the archive out and computes each record's CRC-32, but writes
+    // nothing: bytes that lie in a tensor storage are only referenced, the rest (headers, data.pkl, the
+    // directory) is kept. Pass 2 writes the pieces with pwrite on several threads, so that one large
+    // archive (optimizer.bin) is not copied into the page cache by a single thread after its CRC pass.
+    std::map<const char *, const char *> ranges; // storage begin -> end
+    for (const at::Tensor &t : storages) {
+        const char *b = static_cast<const char *>(t.storage().data());
+        if (b != nullptr) ranges[b] = b + t.storage().nbytes();
+    }
+    auto in_storage = [&](const char *p, size_t n) {
+        auto it = ranges.upper_bound(p);
+        if (it == ranges.begin()) return false;
+        --it;
+        return p >= it->first && n <= static_cast<size_t>(it->second - p);
+    };
+    struct Piece {
+        uint64_t offset;
+        size_t len;
+        const char *borrowed; // null: bytes are owned[owned_index]
+        size_t owned_index;
+    };
+    std::vector<Piece> pieces;
+    std::vector<std::string> owned;
+    uint64_t pos = 0;
     {
         caffe2::serialize::PyTorchStreamWriter writer([&](const void *data, size_t n) -> size_t {
-            f.write(data, n);
+            const char *p = static_cast<const char *>(data);
+            if (n >= kBorrowMin && in_storage(p, n)) {
+                pieces.push_back({pos, n, p, 0});
+            } else if (!pieces.empty() && pieces.back().borrowed == nullptr) {
+                owned[pieces.back().owned_index].append(p, n);
+                pieces.back().len += n;
+            } else {
+                owned.emplace_back(p, n);
+                pieces.push_back({pos, n, nullptr, owned.size() - 1});
+            }
+            pos += n;
             return n;
         });
         writer.writeRecord("data.pkl", pkl.data(), pkl.size());
@@ -46,6 +90,15 @@ void save_torch_file(const std::string &path, const PyObj &obj)
         }
         writer.writeEndOfFile();
     }
+    std::vector<std::function<void()>> jobs;
+    for (const Piece &piece : pieces) {
+        const char *base = piece.borrowed != nullptr ? piece.borrowed : owned[piece.owned_index].data();
+        for (size_t at = 0; at < piece.len; at += kPiece) {
+            const size_t len = std::min(kPiece, piece.len - at);
+            jobs.emplace_back([&f, base, at, len, off = piece.offset] { f.write_at(base + at, len, off + at); });
+        }
+    }
+    run_jobs(jobs, pos >= kParallelMin ? io_threads() : 1);
     f.close();
 }
 

@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 
 #include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -141,4 +142,30 @@ TEST(CheckpointIo, OutFileAndRemoveCheckpointFolder)
     ASSERT_EQ(::symlink("/nonexistent", join(dir, "link").c_str()), 0);
     remove_checkpoint_folder(dir);
     EXPECT_FALSE(exists(dir));
+}
+
+TEST(CheckpointIo, LargeTorchArchiveIsWrittenInPiecesWithValidRecords)
+{
+    // Over the size where save_torch_file writes its pieces on several threads: LibTorch's reader must
+    // find every record at its place with its CRC-32 (getRecord checks it) and the same bytes.
+    const std::string path = temp_path("accel_large_archive.bin");
+    at::Tensor a = at::randn({5 * 1024 * 1024 + 3}); // 20 MiB + 12 bytes
+    at::Tensor b = at::randint(0, 1000, {4 * 1024 * 1024 + 1}, at::kLong);
+    auto root = py_dict();
+    py_set(*root, "a", py_tensor(a));
+    py_set(*root, "b", py_tensor(b));
+    py_set(*root, "a_view", py_tensor(a.narrow(0, 7, 100)));
+    save_torch_file(path, *root);
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    auto check = [&](const std::string &key, const at::Tensor &t) {
+        auto [ptr, size] = reader.getRecord("data/" + key);
+        ASSERT_EQ(size, t.nbytes());
+        EXPECT_EQ(std::memcmp(ptr.get(), t.data_ptr(), size), 0);
+    };
+    check("0", a);
+    check("1", b);
+    PyRef back = load_torch_file(path);
+    EXPECT_TRUE(back->get("a")->tensor.equal(a));
+    EXPECT_TRUE(back->get("b")->tensor.equal(b));
+    EXPECT_TRUE(back->get("a_view")->tensor.equal(a.narrow(0, 7, 100)));
 }
