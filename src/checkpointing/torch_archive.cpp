@@ -45,8 +45,9 @@ void save_torch_file(const std::string &path, const PyObj &obj)
     });
     // Pass 1: LibTorch's writer lays the archive out and computes each record's CRC-32, but writes
     // nothing: bytes that lie in a tensor storage are only referenced, the rest (headers, data.pkl, the
-    // directory) is kept. Pass 2 writes the pieces with pwrite on several threads, so that one large
-    // archive (optimizer.bin) is not copied into the page cache by a single thread after its CRC pass.
+    // directory) is kept. Pass 2 writes the pieces with pwrite, on several threads where the filesystem
+    // lets buffered writes to one file overlap (ext4's inode lock serializes them; there the CRC pass of
+    // optimizer.bin still overlaps the other files' writes, which run as other save_state jobs).
     std::map<const char *, const char *> ranges; // storage begin -> end
     for (const at::Tensor &t : storages) {
         const char *b = static_cast<const char *>(t.storage().data());
