@@ -3,8 +3,10 @@
 #include "accelerator/accelerator.hpp"
 #include "checkpointing/files.hpp"
 #include "checkpointing/json_reader.hpp"
+#include "checkpointing/mapped_tensor.hpp"
 #include "checkpointing/merge_weights.hpp"
 #include "checkpointing/optimizer_state.hpp"
+#include "checkpointing/parallel.hpp"
 #include "checkpointing/torch_archive.hpp"
 #include "common/error.hpp"
 #include "data_loader/data_loader_shard.hpp"
@@ -20,6 +22,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -298,26 +301,34 @@ std::string save_state(Accelerator &acc, const char *output_dir, const config::S
     acc.wait_for_everyone();
     try {
         auto path = [&](const std::string &name) { return join(tmp, name); };
+        // Every file is one job: the state to write is gathered here, on the calling thread (optimizer
+        // state, user callbacks), and the jobs then serialize and fsync their files concurrently.
+        std::vector<std::function<void()>> jobs;
+        auto torch_file = [&](const std::string &name, PyRef obj) {
+            jobs.emplace_back([p = path(name), obj] { save_torch_file(p, *obj); });
+        };
         // 1. model weights, 2. optimizers, 3. schedulers (main process).
         if (main) {
             for (size_t i = 0; i < acc.models().size(); ++i) {
                 const Model &m = *acc.models()[i];
                 if (options.safe_serialization) {
-                    StringMap meta{{"format", "pt"}};
-                    save_safetensors(path(indexed(kSafeWeights, ".safetensors", i)), model_state_dict(m, true), &meta);
+                    auto sd = std::make_shared<TensorList>(model_state_dict(m, true));
+                    jobs.emplace_back([p = path(indexed(kSafeWeights, ".safetensors", i)), sd] {
+                        StringMap meta{{"format", "pt"}};
+                        save_safetensors(p, *sd, &meta);
+                    });
                 } else {
-                    save_torch_file(path(indexed(kPickleWeights, ".bin", i)),
-                                    *tensors_to_ordered_dict(model_state_dict(m, false)));
+                    torch_file(indexed(kPickleWeights, ".bin", i), tensors_to_ordered_dict(model_state_dict(m, false)));
                 }
             }
             for (size_t i = 0; i < acc.optimizers().size(); ++i)
-                save_torch_file(path(indexed("optimizer", ".bin", i)), *optimizer_state_dict(*acc.optimizers()[i]));
+                torch_file(indexed("optimizer", ".bin", i), optimizer_state_dict(*acc.optimizers()[i]));
             for (size_t i = 0; i < acc.schedulers().size(); ++i)
-                save_torch_file(path(indexed("scheduler", ".bin", i)), *scheduler_state_dict(*acc.schedulers()[i]));
+                torch_file(indexed("scheduler", ".bin", i), scheduler_state_dict(*acc.schedulers()[i]));
         }
         // 4. data-loader positions, 5. scaler, 6. RNG states (every process).
         for (size_t i = 0; i < acc.dataloaders().size(); ++i)
-            save_torch_file(path(indexed("dl_state_dict", ".bin", i)), *dataloader_state(*acc.dataloaders()[i]));
+            torch_file(indexed("dl_state_dict", ".bin", i), dataloader_state(*acc.dataloaders()[i]));
         if (GradScaler *scaler = acc.scaler()) {
             auto d = py_dict();
             if (auto s = scaler->state_dict()) {
@@ -327,20 +338,20 @@ std::string save_state(Accelerator &acc, const char *output_dir, const config::S
                 py_set(*d, "growth_interval", py_int(s->growth_interval));
                 py_set(*d, "_growth_tracker", py_int(s->growth_tracker));
             }
-            save_torch_file(path("scaler.pt"), *d);
+            torch_file("scaler.pt", d);
         }
         {
             auto d = py_dict();
             py_set(*d, "step", py_int(state.step));
             py_set(*d, "torch_manual_seed", py_tensor(rng_state()));
-            save_torch_file(path("random_states_" + std::to_string(state.process_index()) + ".pkl"), *d);
+            torch_file("random_states_" + std::to_string(state.process_index()) + ".pkl", d);
         }
         // 7. registered custom objects (main process).
         if (main) {
             for (size_t i = 0; i < acc.custom_objects().size(); ++i)
-                save_torch_file(path("custom_checkpoint_" + std::to_string(i) + ".pkl"),
-                                *py_bytes(acc.custom_objects()[i].save()));
+                torch_file("custom_checkpoint_" + std::to_string(i) + ".pkl", py_bytes(acc.custom_objects()[i].save()));
         }
+        run_jobs(jobs, io_threads());
         acc.wait_for_everyone();
         if (main) publish_dir(tmp, target);
     } catch (...) {
@@ -352,7 +363,7 @@ std::string save_state(Accelerator &acc, const char *output_dir, const config::S
     }
     // Rotation only once the new checkpoint is complete.
     if (main) {
-        for (const auto &old : to_delete) remove_all(old);
+        for (const auto &old : to_delete) remove_checkpoint_folder(old);
         if (!to_delete.empty()) fsync_dir(parent_of(target));
     }
     acc.wait_for_everyone();
@@ -468,10 +479,15 @@ std::string load_state(Accelerator &acc, const char *input_dir, const config::Lo
         }
     }
 
-    // Phase 2: apply, in Accelerate's order.
-    for (size_t i = 0; i < weights.size(); ++i) acc.models()[i]->load_state_dict(weights[i], options.strict);
+    // Phase 2: apply, in Accelerate's order. The weights and optimizer state (nearly all the bytes) are
+    // checked and put in place first, then copied in together: straight from the files into the tensors,
+    // on several threads (CopyBatch).
+    CopyBatch batch;
+    auto schedule = [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); };
+    for (size_t i = 0; i < weights.size(); ++i) acc.models()[i]->load_state_dict(weights[i], options.strict, schedule);
     for (size_t i = 0; i < optimizers.size(); ++i)
-        load_optimizer_state_dict(*acc.optimizers()[i], *optimizers[i], file(indexed("optimizer", ".bin", i)));
+        load_optimizer_state_dict(*acc.optimizers()[i], *optimizers[i], file(indexed("optimizer", ".bin", i)), &batch);
+    batch.run();
     for (size_t i = 0; i < schedulers.size(); ++i) {
         const std::string what = file(indexed("scheduler", ".bin", i));
         const PyObj &d = *schedulers[i];
@@ -630,7 +646,9 @@ void load_checkpoint_in_model(Model &model, const std::string &path_in, const co
         for (auto &e : all)
             if (at::isFloatingType(e.second.scalar_type())) e.second = e.second.to(to);
     }
-    model.load_state_dict(all, options.strict);
+    CopyBatch batch;
+    model.load_state_dict(all, options.strict, [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); });
+    batch.run();
 }
 
 } // namespace accel::ckpt

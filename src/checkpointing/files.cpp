@@ -1,5 +1,7 @@
 #include "checkpointing/files.hpp"
 
+#include "checkpointing/parallel.hpp"
+
 #include "common/error.hpp"
 
 #include <cerrno>
@@ -7,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -27,6 +30,10 @@ void fail_errno(int err, const std::string &what, const std::string &path)
     default: break;
     }
     fail(code, what + " \"" + path + "\": " + std::strerror(err));
+}
+
+namespace {
+constexpr uint64_t kWritebackChunk = uint64_t(64) << 20;
 }
 
 OutFile::OutFile(const std::string &path) : path_(path)
@@ -53,7 +60,31 @@ void OutFile::write(const void *data, size_t len)
         p += n;
         len -= static_cast<size_t>(n);
         written_ += static_cast<uint64_t>(n);
+        if (written_ - flushed_ >= kWritebackChunk) {
+            // A hint: errors (e.g. a filesystem without it) are ignored; fsync in close() is the guarantee.
+            ::sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(written_ - flushed_),
+                              SYNC_FILE_RANGE_WRITE);
+            flushed_ = written_;
+        }
     }
+}
+
+void OutFile::write_at(const void *data, size_t len, uint64_t offset) const
+{
+    const char *p = static_cast<const char *>(data);
+    const uint64_t start = offset;
+    while (len > 0) {
+        ssize_t n = ::pwrite(fd_, p, len, static_cast<off_t>(offset));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(errno, "cannot write", path_);
+        }
+        p += n;
+        len -= static_cast<size_t>(n);
+        offset += static_cast<uint64_t>(n);
+    }
+    // As in write(): a hint, errors ignored.
+    ::sync_file_range(fd_, static_cast<off_t>(start), static_cast<off_t>(offset - start), SYNC_FILE_RANGE_WRITE);
 }
 
 void OutFile::close()
@@ -69,9 +100,9 @@ void OutFile::close()
     if (::close(fd) != 0) fail_errno(errno, "cannot close", path_);
 }
 
-MappedFile::MappedFile(const std::string &path, bool populate) : path_(path)
+MappedFile::MappedFile(const std::string &path) : path_(path)
 {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail_errno(errno, "cannot open", path);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
@@ -95,19 +126,32 @@ MappedFile::MappedFile(const std::string &path, bool populate) : path_(path)
         // Checkpoints are read front to back once.
         ::madvise(p, size_, MADV_SEQUENTIAL);
         ::madvise(p, size_, MADV_WILLNEED);
-#ifdef MADV_POPULATE_READ
-        // Map the (cached) pages readable in one go; MAP_POPULATE would fault them for writing and copy
-        // every page of this private mapping. Older kernels answer EINVAL: pages then fault on first use.
-        if (populate) ::madvise(p, size_, MADV_POPULATE_READ);
-#endif
         data_ = static_cast<const uint8_t *>(p);
     }
-    ::close(fd);
+    fd_ = fd;
 }
 
 MappedFile::~MappedFile()
 {
     if (data_ != nullptr) ::munmap(const_cast<uint8_t *>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::read_at(void *dst, size_t offset, size_t len) const
+{
+    char *p = static_cast<char *>(dst);
+    while (len > 0) {
+        ssize_t n = ::pread(fd_, p, len, static_cast<off_t>(offset));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            fail_errno(errno, "cannot read", path_);
+        }
+        if (n == 0)
+            fail(ACCEL_ERR_DATA_LOSS, "\"" + path_ + "\": the file became shorter while it was being loaded");
+        p += n;
+        offset += static_cast<size_t>(n);
+        len -= static_cast<size_t>(n);
+    }
 }
 
 void write_file_durably(const std::string &path, const void *data, size_t len)
@@ -167,6 +211,21 @@ void remove_all(const std::string &path)
     std::error_code ec;
     fs::remove_all(path, ec);
     if (ec) fail_errno(ec.value(), "cannot remove", path);
+}
+
+void remove_checkpoint_folder(const std::string &path)
+{
+    std::vector<std::function<void()>> jobs;
+    for (const auto &name : list_dir(path)) {
+        struct stat st {};
+        const std::string p = join(path, name);
+        if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue; // left to remove_all
+        jobs.emplace_back([p] {
+            if (::unlink(p.c_str()) != 0 && errno != ENOENT) fail_errno(errno, "cannot remove", p);
+        });
+    }
+    run_jobs(jobs, io_threads());
+    remove_all(path);
 }
 
 std::vector<std::string> list_dir(const std::string &dir)
@@ -234,7 +293,7 @@ void publish_dir(const std::string &tmp, const std::string &target)
         if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
             fail_errno(errno, "cannot swap checkpoint folder into place at", target);
         fsync_dir(parent);
-        remove_all(tmp); // now holds the previous content
+        remove_checkpoint_folder(tmp); // now holds the previous content
     }
     fsync_dir(parent);
 }

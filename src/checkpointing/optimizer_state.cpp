@@ -177,23 +177,30 @@ struct Reader {
 };
 
 // The optimizer updates its state in place, so each state tensor needs memory of its own: copy into the
-// tensor the optimizer already has when it fits (no allocation, no page faults), else clone.
-at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded)
+// tensor the optimizer already has when it fits (no allocation, no page faults), else into new memory.
+// With a batch, the copy is only scheduled (it runs with the model's, in CopyBatch::run).
+at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, CopyBatch *batch)
 {
     if (!loaded.defined()) return loaded;
+    at::Tensor dst;
     if (current.defined() && current.sizes() == loaded.sizes() && current.scalar_type() == loaded.scalar_type() &&
         current.is_contiguous() && current.storage().nbytes() == current.nbytes() && current.storage_offset() == 0 &&
-        !current.is_same(loaded)) {
+        !current.is_same(loaded))
+        dst = current;
+    else
+        dst = at::empty(loaded.sizes(), loaded.options().memory_format(at::MemoryFormat::Contiguous));
+    if (batch != nullptr) {
+        batch->add(dst, loaded);
+    } else {
         at::NoGradGuard no_grad;
-        current.copy_(loaded);
-        return current;
+        dst.copy_(loaded);
     }
-    return loaded.clone(at::MemoryFormat::Contiguous);
+    return dst;
 }
 
 // Gives every tensor of `fresh` its own memory, reusing those of `old` (same optimizer type) when they fit.
-#define ACCEL_ADOPT(field) n->field(adopt(o != nullptr ? o->field() : at::Tensor(), n->field()))
-void adopt_state(optim::OptimizerParamState *old, optim::OptimizerParamState &fresh)
+#define ACCEL_ADOPT(field) n->field(adopt(o != nullptr ? o->field() : at::Tensor(), n->field(), batch))
+void adopt_state(optim::OptimizerParamState *old, optim::OptimizerParamState &fresh, CopyBatch *batch)
 {
     if (auto *n = dynamic_cast<optim::AdamWParamState *>(&fresh)) {
         auto *o = dynamic_cast<optim::AdamWParamState *>(old);
@@ -249,7 +256,8 @@ PyRef optimizer_state_dict(const AcceleratedOptimizer &optimizer)
     return out;
 }
 
-void load_optimizer_state_dict(AcceleratedOptimizer &optimizer, const PyObj &sd, const std::string &what)
+void load_optimizer_state_dict(AcceleratedOptimizer &optimizer, const PyObj &sd, const std::string &what,
+                               CopyBatch *batch)
 {
     Reader r{what};
     if (!sd.is_dict()) r.bad("not a dict");
@@ -352,7 +360,7 @@ void load_optimizer_state_dict(AcceleratedOptimizer &optimizer, const PyObj &sd,
     }
     for (auto &[k, v] : new_state) {
         auto it = o.state().find(k);
-        adopt_state(it != o.state().end() ? it->second.get() : nullptr, *v);
+        adopt_state(it != o.state().end() ? it->second.get() : nullptr, *v, batch);
     }
     for (auto &f : apply_options) f();
     o.state().clear();

@@ -1,6 +1,7 @@
 #include "checkpointing/safetensors.hpp"
 
 #include "checkpointing/files.hpp"
+#include "checkpointing/mapped_tensor.hpp"
 #include "common/error.hpp"
 
 #include <ATen/ATen.h>
@@ -79,7 +80,7 @@ Prepared prepare(const TensorList &tensors, const StringMap *metadata)
     return p;
 }
 
-LoadedSafetensors make_tensors(const StHeader &h, const uint8_t *base, const std::shared_ptr<void> &owner,
+LoadedSafetensors make_tensors(const StHeader &h, const uint8_t *base, const std::shared_ptr<MappedFile> &owner,
                                const std::string &what)
 {
     LoadedSafetensors out;
@@ -102,8 +103,7 @@ LoadedSafetensors make_tensors(const StHeader &h, const uint8_t *base, const std
         const size_t elem = c10::elementSize(*st);
         at::Tensor tensor;
         if (owner && reinterpret_cast<uintptr_t>(p) % elem == 0 && t.nbytes() > 0) {
-            std::shared_ptr<void> keep = owner;
-            tensor = at::from_blob(const_cast<uint8_t *>(p), sizes, [keep](void *) mutable { keep.reset(); }, opts);
+            tensor = mapped_tensor(owner, static_cast<size_t>(p - base), sizes, *st);
         } else {
             tensor = at::empty(sizes, opts);
             if (t.nbytes() > 0) std::memcpy(tensor.data_ptr(), p, t.nbytes());
@@ -135,7 +135,8 @@ std::string safetensors_bytes(const TensorList &tensors, const StringMap *metada
 
 LoadedSafetensors load_safetensors(const std::string &path)
 {
-    auto file = std::make_shared<MappedFile>(path, /*populate=*/true);
+    // Not populated: the caller reads the bytes once, with pread into their destination (CopyBatch).
+    auto file = std::make_shared<MappedFile>(path);
     StHeader h = parse_st_header(file->data(), file->size(), path);
     return make_tensors(h, file->data(), file, path);
 }

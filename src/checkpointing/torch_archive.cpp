@@ -1,15 +1,27 @@
 #include "checkpointing/torch_archive.hpp"
 
 #include "checkpointing/files.hpp"
+#include "checkpointing/mapped_tensor.hpp"
+#include "checkpointing/parallel.hpp"
 #include "common/error.hpp"
 
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 namespace accel::ckpt {
+
+namespace {
+// Chunks written by pass 1's callback that are at least this long and lie in a storage are borrowed.
+constexpr size_t kBorrowMin = 4096;
+// Pieces per write job, and the size below which one thread writes everything.
+constexpr size_t kPiece = size_t(32) << 20;
+constexpr uint64_t kParallelMin = uint64_t(16) << 20;
+} // namespace
 
 void save_torch_file(const std::string &path, const PyObj &obj)
 {
@@ -31,10 +43,44 @@ void save_torch_file(const std::string &path, const PyObj &obj)
         ref.key = it->second;
         return ref;
     });
-    std::string error;
+    // Pass 1: LibTorch's writer lays the archive out and computes each record's CRC-32, but writes
+    // nothing: bytes that lie in a tensor storage are only referenced, the rest (headers, data.pkl, the
+    // directory) is kept. Pass 2 writes the pieces with pwrite, on several threads where the filesystem
+    // lets buffered writes to one file overlap (ext4's inode lock serializes them; there the CRC pass of
+    // optimizer.bin still overlaps the other files' writes, which run as other save_state jobs).
+    std::map<const char *, const char *> ranges; // storage begin -> end
+    for (const at::Tensor &t : storages) {
+        const char *b = static_cast<const char *>(t.storage().data());
+        if (b != nullptr) ranges[b] = b + t.storage().nbytes();
+    }
+    auto in_storage = [&](const char *p, size_t n) {
+        auto it = ranges.upper_bound(p);
+        if (it == ranges.begin()) return false;
+        --it;
+        return p >= it->first && n <= static_cast<size_t>(it->second - p);
+    };
+    struct Piece {
+        uint64_t offset;
+        size_t len;
+        const char *borrowed; // null: bytes are owned[owned_index]
+        size_t owned_index;
+    };
+    std::vector<Piece> pieces;
+    std::vector<std::string> owned;
+    uint64_t pos = 0;
     {
         caffe2::serialize::PyTorchStreamWriter writer([&](const void *data, size_t n) -> size_t {
-            f.write(data, n);
+            const char *p = static_cast<const char *>(data);
+            if (n >= kBorrowMin && in_storage(p, n)) {
+                pieces.push_back({pos, n, p, 0});
+            } else if (!pieces.empty() && pieces.back().borrowed == nullptr) {
+                owned[pieces.back().owned_index].append(p, n);
+                pieces.back().len += n;
+            } else {
+                owned.emplace_back(p, n);
+                pieces.push_back({pos, n, nullptr, owned.size() - 1});
+            }
+            pos += n;
             return n;
         });
         writer.writeRecord("data.pkl", pkl.data(), pkl.size());
@@ -45,6 +91,15 @@ void save_torch_file(const std::string &path, const PyObj &obj)
         }
         writer.writeEndOfFile();
     }
+    std::vector<std::function<void()>> jobs;
+    for (const Piece &piece : pieces) {
+        const char *base = piece.borrowed != nullptr ? piece.borrowed : owned[piece.owned_index].data();
+        for (size_t at = 0; at < piece.len; at += kPiece) {
+            const size_t len = std::min(kPiece, piece.len - at);
+            jobs.emplace_back([&f, base, at, len, off = piece.offset] { f.write_at(base + at, len, off + at); });
+        }
+    }
+    run_jobs(jobs, pos >= kParallelMin ? io_threads() : 1);
     f.close();
 }
 
@@ -56,8 +111,9 @@ PyRef load_torch_file(const std::string &path)
     }
     try {
         // Storage records are stored uncompressed and 64-byte aligned: tensors are made over a map of the
-        // file (copy-on-write), so loading copies each byte once, into wherever the caller puts it.
-        auto file = std::make_shared<MappedFile>(path, /*populate=*/true);
+        // file (copy-on-write), so loading copies each byte once, into wherever the caller puts it (with
+        // pread, see CopyBatch; the map is therefore not populated up front).
+        auto file = std::make_shared<MappedFile>(path);
         caffe2::serialize::PyTorchStreamReader reader(path);
         if (!reader.hasRecord("data.pkl")) fail(ACCEL_ERR_DATA_LOSS, path + ": not a torch.save archive (no data.pkl)");
         auto [pkl_ptr, pkl_size] = reader.getRecord("data.pkl");
@@ -81,9 +137,7 @@ PyRef load_torch_file(const std::string &path)
                 std::memcpy(t.data_ptr(), ptr.get(), size);
                 return t;
             }
-            std::shared_ptr<MappedFile> keep = file;
-            return at::from_blob(const_cast<uint8_t *>(raw), {numel}, [keep](void *) mutable { keep.reset(); },
-                                 at::TensorOptions().dtype(dtype));
+            return mapped_tensor(file, offset, {numel}, dtype);
         };
         return pickle_loads(static_cast<const uint8_t *>(pkl_ptr.get()), pkl_size, loader, path);
     } catch (const Error &) {

@@ -34,7 +34,7 @@ void Model::set_tensors(NamedTensors parameters, NamedTensors buffers)
     buffers_ = std::move(buffers);
 }
 
-void Model::load_state_dict(const NamedTensors &entries, bool strict)
+void Model::load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy)
 {
     std::vector<std::pair<const at::Tensor *, const at::Tensor *>> plan;
     std::set<std::string> given;
@@ -67,6 +67,10 @@ void Model::load_state_dict(const NamedTensors &entries, bool strict)
             fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: strict load failed" +
                                                  (unknown.empty() ? "" : "; unexpected keys: " + unknown) +
                                                  (missing.empty() ? "" : "; missing keys: " + missing));
+    }
+    if (copy) {
+        for (auto &[dst, src] : plan) copy(*dst, *src);
+        return;
     }
     at::NoGradGuard no_grad;
     for (auto &[dst, src] : plan) const_cast<at::Tensor *>(dst)->copy_(*src);

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,7 +32,9 @@ public:
     // Parameters then buffers, by state-dict key.
     const at::Tensor *find_tensor(const std::string &key) const;
     // Copies values in (dtype converted; shapes checked). All entries are checked before any is written.
-    void load_state_dict(const NamedTensors &entries, bool strict);
+    // `copy` (optional) does each copy instead of dst.copy_(src), e.g. to batch them (checkpoint loading).
+    using CopyFn = std::function<void(const at::Tensor &dst, const at::Tensor &src)>;
+    void load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy = {});
 
     // Prepares the Linear layers for emulated FP8 training (src/precision/fp8); called when a model is
     // prepared with mixed_precision "fp8". Idempotent. Models that cannot run it fail with UNIMPLEMENTED.

@@ -1,0 +1,99 @@
+#include "checkpointing/mapped_tensor.hpp"
+
+#include "checkpointing/parallel.hpp"
+#include "common/error.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <functional>
+
+namespace accel::ckpt {
+
+namespace {
+
+// The storage context of a mapped tensor. The deleter's address identifies such storages.
+struct MappedRegion {
+    std::shared_ptr<MappedFile> file;
+    size_t offset; // of the storage's first byte in the file
+};
+
+void delete_region(void *ctx) { delete static_cast<MappedRegion *>(ctx); }
+
+// The file range holding a contiguous tensor's bytes, when its storage is a mapped region.
+const MappedRegion *region_of(const at::Tensor &t)
+{
+    if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.numel() == 0) return nullptr;
+    const c10::DataPtr &dp = t.storage().data_ptr();
+    if (dp.get_deleter() != &delete_region) return nullptr;
+    return static_cast<const MappedRegion *>(dp.get_context());
+}
+
+// Pieces of a large copy, so that one big tensor still keeps every thread busy.
+constexpr size_t kPiece = size_t(32) << 20;
+// Below this, starting threads costs more than it saves.
+constexpr size_t kParallelMin = size_t(16) << 20;
+
+} // namespace
+
+at::Tensor mapped_tensor(const std::shared_ptr<MappedFile> &file, size_t offset, at::IntArrayRef sizes,
+                         at::ScalarType dtype)
+{
+    void *data = const_cast<uint8_t *>(file->data() + offset);
+    auto *region = new MappedRegion{file, offset};
+    return at::for_blob(data, sizes)
+        .context(region, &delete_region)
+        .options(at::TensorOptions().dtype(dtype))
+        .make_tensor();
+}
+
+void CopyBatch::add(const at::Tensor &dst, const at::Tensor &src)
+{
+    Copy c{dst, src, nullptr, 0};
+    const MappedRegion *r = region_of(src);
+    if (r != nullptr && dst.device().is_cpu() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type() &&
+        dst.sizes() == src.sizes() && !dst.is_same(src)) {
+        c.file = r->file.get();
+        c.offset = r->offset + static_cast<size_t>(src.storage_offset()) * src.element_size();
+    }
+    copies_.push_back(std::move(c));
+}
+
+void CopyBatch::run()
+{
+    std::vector<std::function<void()>> jobs;
+    size_t bytes = 0;
+    for (const Copy &c : copies_) {
+        bytes += c.dst.nbytes();
+        if (c.file == nullptr) {
+            // Grad mode is per thread: the copy into a parameter must not be recorded on any of them.
+            jobs.emplace_back([&c] {
+                at::NoGradGuard no_grad;
+                c.dst.copy_(c.src);
+            });
+            continue;
+        }
+        char *dst = static_cast<char *>(c.dst.data_ptr());
+        const size_t n = c.dst.nbytes();
+        for (size_t at = 0; at < n; at += kPiece) {
+            const size_t len = std::min(kPiece, n - at);
+            jobs.emplace_back([&c, dst, at, len] { c.file->read_at(dst + at, c.offset + at, len); });
+        }
+    }
+    // pread writes behind autograd's back: mark the tensors changed, as copy_ would have (also when a
+    // read failed, as some may then hold new values).
+    auto bump = [this] {
+        for (const Copy &c : copies_)
+            if (c.file != nullptr) c.dst.unsafeGetTensorImpl()->bump_version();
+        copies_.clear();
+    };
+    try {
+        run_jobs(jobs, bytes >= kParallelMin ? io_threads() : 1);
+    } catch (...) {
+        bump();
+        throw;
+    }
+    bump();
+}
+
+} // namespace accel::ckpt
