@@ -11,6 +11,10 @@ export OMP_NUM_THREADS=1
 for r in $(seq 1 "$rounds"); do
   echo "== round $r"
   "$bench" "$steps" 5
+  # Two independent single processes at once: what sharing the 2 cores and the memory costs without any
+  # communication (the ceiling for 2-process scaling on this machine).
+  "$bench" "$steps" 5 | sed 's/^/[alone, concurrently] /' & "$bench" "$steps" 5 | sed 's/^/[alone, concurrently] /'
+  wait
   "$build/bin/accel" launch -q -n 2 --main_process_port 0 --num_cpu_threads_per_process 1 "$bench" "$steps" 5
   mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$bench" "$steps" 5
 done

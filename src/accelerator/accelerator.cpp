@@ -102,7 +102,8 @@ std::string Accelerator::ddp_stats_json() const
         out += std::string(i ? ", " : "") + "{\"num_buckets\": " + std::to_string(st.num_buckets) +
                ", \"bucket_bytes\": " + std::to_string(st.bucket_bytes) + ", \"bucket_sizes\": [" + sizes +
                "], \"syncs\": " + std::to_string(st.syncs) + ", \"sync_seconds\": " + std::to_string(st.sync_seconds) +
-               ", \"wait_seconds\": " + std::to_string(st.wait_seconds) + "}";
+               ", \"wait_seconds\": " + std::to_string(st.wait_seconds) +
+               ", \"busy_seconds\": " + std::to_string(st.busy_seconds) + "}";
     }
     return out + "]}";
 }

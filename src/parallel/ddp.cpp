@@ -137,7 +137,7 @@ struct DistributedDataParallel::Impl {
         }
         for (size_t i = 0; i < params.size(); ++i)
             if (!ready[i]) mark_ready(i, false);
-        double last_done = 0.0;
+        double last_done = 0.0, busy = 0.0;
         for (auto &b : buckets) {
             try {
                 b.work->wait();
@@ -145,7 +145,11 @@ struct DistributedDataParallel::Impl {
                 active = false;
                 throw;
             }
-            last_done = std::max(last_done, b.work->completed_at());
+            // Time with at least one bucket in flight (buckets launch in order): what the all-reduces
+            // themselves took, without the backward compute between two launches.
+            const double done = b.work->completed_at();
+            busy += std::max(0.0, done - std::max(b.launched_at, last_done));
+            last_done = std::max(last_done, done);
             if (compress) b.flat.copy_(b.wire);
         }
         for (auto &p : params) {
@@ -164,6 +168,7 @@ struct DistributedDataParallel::Impl {
         stats.syncs += 1;
         stats.sync_seconds += std::max(0.0, std::max(last_done, t0) - first_launch);
         stats.wait_seconds += t1 - t0;
+        stats.busy_seconds += busy;
     }
 };
 

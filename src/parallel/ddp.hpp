@@ -28,6 +28,7 @@ struct DdpStats {
     int64_t syncs = 0;            // synchronised backward passes
     double sync_seconds = 0.0;    // sum over syncs of first bucket launch -> last bucket completion
     double wait_seconds = 0.0;    // sum over syncs of the time finish_backward waited after backward
+    double busy_seconds = 0.0;    // sum over syncs of the time at least one bucket was in flight
     std::vector<int64_t> bucket_sizes; // bytes per bucket, in launch order
 };
 
