@@ -167,7 +167,8 @@ int main(int argc, char **argv)
     std::vector<char> ram(static_cast<size_t>(st.st_size), 1); // written once, as existing tensors are
     const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
 
-    std::vector<double> save_mbs, dd_w_mbs, load_mbs, dd_r_mbs, ram_mbs, save_ratio, load_ratio, ram_ratio;
+    std::vector<double> save_mbs, dd_w_mbs, load_mbs, dd_r_mbs, ram_mbs, save_ratio, load_ratio, ram_ratio, dd64_ratio,
+        dd64_mbs;
     std::printf("round  bytes(MB)  save_state MB/s  dd write MB/s  ratio  |  load_state MB/s  dd read MB/s  ratio  |  "
                 "RAM read MB/s  ratio\n");
     for (int r = 0; r < rounds; ++r) {
@@ -182,6 +183,8 @@ int main(int argc, char **argv)
         double t_load = now() - t0;
         double t_ddr = run_timed("dd if='" + ddfile + "' of=/dev/null bs=1M status=none");
         double t_ram = read_into_memory(ddfile, ram, threads);
+        // dd with a buffer the size of one of the model's tensors (64 MiB): its copy, like a load's, goes to memory.
+        double t_ddr64 = run_timed("dd if='" + ddfile + "' of=/dev/null bs=64M status=none");
         const double dd_mb = mb;
         save_mbs.push_back(mb / t_save);
         dd_w_mbs.push_back(dd_mb / t_ddw);
@@ -189,6 +192,8 @@ int main(int argc, char **argv)
         dd_r_mbs.push_back(dd_mb / t_ddr);
         ram_mbs.push_back(dd_mb / t_ram);
         ram_ratio.push_back(load_mbs.back() / ram_mbs.back());
+        dd64_mbs.push_back(dd_mb / t_ddr64);
+        dd64_ratio.push_back(load_mbs.back() / dd64_mbs.back());
         save_ratio.push_back(save_mbs.back() / dd_w_mbs.back());
         load_ratio.push_back(load_mbs.back() / dd_r_mbs.back());
         std::printf("%5d  %9.1f  %15.0f  %13.0f  %4.0f%%  |  %15.0f  %12.0f  %4.0f%%  |  %13.0f  %4.0f%%\n", r + 1, mb,
@@ -201,6 +206,8 @@ int main(int argc, char **argv)
                 100 * median(load_ratio), median(dd_r_mbs));
     std::printf("              load_state = %.0f%% of RAM read (%.0f MB/s, pread on %u threads into existing memory)\n",
                 100 * median(ram_ratio), median(ram_mbs), threads);
+    std::printf("              load_state = %.0f%% of dd read with bs=64M (%.0f MB/s)\n", 100 * median(dd64_ratio),
+                median(dd64_mbs));
     std::printf("load average after: %s\n", loadavg().c_str());
     std::remove(ddfile.c_str());
     std::remove(ddsrc.c_str());
