@@ -439,6 +439,61 @@ def scenario_resume(a):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def scenario_launch(a):
+    """accel launch itself (cli-and-launch.md): the environment each process gets, --config_file and its
+    precedence, Slurm's variables, the rank prefix, and a failing process ending the job with its status."""
+    accel = os.path.join(a.bin, "bin", "accel")
+    show = 'echo "ENV rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE local_world=$LOCAL_WORLD_SIZE ' \
+           'addr=$MASTER_ADDR group=$GROUP_RANK mp=$ACCELERATE_MIXED_PRECISION ga=$ACCELERATE_GRADIENT_ACCUMULATION_STEPS"'
+
+    def envs(out):
+        got = sorted(re.findall(r"^\[rank(\d+)\]: ENV (.*)$", out, re.M))
+        return [(int(r), dict(kv.split("=", 1) for kv in rest.split())) for r, rest in got]
+
+    def expect(cond, what, out):
+        if not cond:
+            sys.exit("launch: %s\n%s" % (what, out))
+
+    out = run([accel, "launch", "-n", "2", "--main_process_port", "0", "--mixed_precision", "bf16",
+               "--gradient_accumulation_steps", "3", "sh", "-c", show]).stdout
+    e = envs(out)
+    expect([r for r, _ in e] == [0, 1], "expected lines prefixed [rank0]: and [rank1]:", out)
+    for r, kv in e:
+        expect(kv == {"rank": str(r), "local": str(r), "world": "2", "local_world": "2", "addr": "127.0.0.1",
+                      "group": "0", "mp": "bf16", "ga": "3"}, "rank %d environment %s" % (r, kv), out)
+
+    tmp = tempfile.mkdtemp(prefix="accel_launch_")
+    cfg = os.path.join(tmp, "default_config.yaml")
+    with open(cfg, "w") as f:
+        f.write("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nfsdp_config:\n  sharding: 1\n"
+                "gradient_accumulation_steps: 5\nmixed_precision: fp16\nnum_processes: 3\nuse_cpu: true\n")
+    out = run([accel, "launch", "--config_file", cfg, "--main_process_port", "0", "--gradient_accumulation_steps", "2",
+               "sh", "-c", show]).stdout
+    e = envs(out)
+    expect([r for r, _ in e] == [0, 1, 2], "the config file's num_processes: 3", out)
+    expect(all(kv["mp"] == "fp16" and kv["ga"] == "2" and kv["world"] == "3" for _, kv in e),
+           "mixed_precision from the file, gradient_accumulation_steps from the command line", out)
+
+    slurm = dict(env_base(), SLURM_NNODES="2", SLURM_NODEID="1", SLURM_JOB_NODELIST="node[3-4]")
+    out = run([accel, "launch", "-n", "4", "--main_process_port", "29511", "sh", "-c", show], env=slurm).stdout
+    e = envs(out)
+    expect([r for r, _ in e] == [2, 3], "machine 1 of 2 (SLURM_NODEID) runs ranks 2 and 3", out)
+    for r, kv in e:
+        expect(kv["local"] == str(r - 2) and kv["world"] == "4" and kv["local_world"] == "2" and
+               kv["addr"] == "node3" and kv["group"] == "1", "rank %d under Slurm: %s" % (r, kv), out)
+
+    t0 = time.time()
+    p = run([accel, "launch", "-n", "2", "--main_process_port", "0", "sh", "-c",
+             'if [ "$RANK" = 1 ]; then echo failing; exit 3; fi; sleep 60'], check=False)
+    took = time.time() - t0
+    expect(p.returncode == 3, "exit status %d, expected the failing process's 3" % p.returncode, p.stdout)
+    expect(took < 30, "the other process was not stopped (%.1f s)" % took, p.stdout)
+    expect("[rank1]: failing" in p.stdout, "the failing rank's output", p.stdout)
+    log("launch: environment, config file, Slurm and failure handling as expected (failure ended the job in %.1f s)"
+        % took)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario")
