@@ -403,11 +403,22 @@ std::string load_state(Accelerator &acc, const char *input_dir, const config::Lo
         else fail(ACCEL_ERR_NOT_FOUND, "load_state: \"" + dir + "\" has neither " + basename_of(st) + " nor " +
                                            basename_of(bin));
     }
-    std::vector<PyRef> optimizers, schedulers;
+    std::vector<PyRef> optimizers;
     for (size_t i = 0; i < acc.optimizers().size(); ++i)
         optimizers.push_back(load_torch_file(file(indexed("optimizer", ".bin", i))));
-    for (size_t i = 0; i < acc.schedulers().size(); ++i)
-        schedulers.push_back(load_torch_file(file(indexed("scheduler", ".bin", i))));
+    struct SchedulerState {
+        std::vector<double> base_lrs, last_lrs;
+        int64_t last_epoch = 0;
+    };
+    std::vector<SchedulerState> schedulers;
+    for (size_t i = 0; i < acc.schedulers().size(); ++i) {
+        const std::string what = file(indexed("scheduler", ".bin", i));
+        PyRef d = load_torch_file(what);
+        if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, what + ": not a dict");
+        const size_t groups = acc.schedulers()[i]->base_lrs().size();
+        schedulers.push_back({float_list(d->get("base_lrs"), what, "base_lrs", groups),
+                              float_list(d->get("_last_lr"), what, "_last_lr", groups), int_field(*d, "last_epoch", what)});
+    }
     std::vector<std::optional<DataLoaderShard::Position>> positions;
     for (size_t i = 0; i < acc.dataloaders().size(); ++i) {
         const std::string p = file(indexed("dl_state_dict", ".bin", i));
@@ -438,6 +449,8 @@ std::string load_state(Accelerator &acc, const char *input_dir, const config::Lo
             s.growth_tracker = int_field(*d, "_growth_tracker", file("scaler.pt"));
             scaler_state = s;
         }
+        if (!scaler_state && scaler->is_enabled())
+            fail(ACCEL_ERR_DATA_LOSS, file("scaler.pt") + ": empty scaler state for an enabled gradient scaler");
     }
     std::optional<int64_t> step;
     at::Tensor rng;
@@ -452,6 +465,11 @@ std::string load_state(Accelerator &acc, const char *input_dir, const config::Lo
                 if (seed->kind != PyObj::Kind::Tensor || seed->tensor.scalar_type() != at::kByte)
                     fail(ACCEL_ERR_DATA_LOSS, p + ": \"torch_manual_seed\" is not a uint8 tensor");
                 rng = seed->tensor.contiguous();
+                try { // on a generator of its own, so that a bad state changes nothing
+                    at::make_generator<at::CPUGeneratorImpl>().set_state(rng);
+                } catch (const c10::Error &) {
+                    fail(ACCEL_ERR_DATA_LOSS, p + ": \"torch_manual_seed\" is not a CPU generator state of this LibTorch");
+                }
             }
         }
     }
@@ -482,40 +500,29 @@ std::string load_state(Accelerator &acc, const char *input_dir, const config::Lo
     // Phase 2: apply, in Accelerate's order. The weights and optimizer state (nearly all the bytes) are
     // checked and put in place first, then copied in together: straight from the files into the tensors,
     // on several threads (CopyBatch).
+    // The models' and optimizers' checks (names, shapes, hyperparameters) run while their copies are
+    // scheduled; nothing changes until every one has passed.
     CopyBatch batch;
     auto schedule = [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); };
     for (size_t i = 0; i < weights.size(); ++i) acc.models()[i]->load_state_dict(weights[i], options.strict, schedule);
+    std::vector<std::function<void()>> install_optimizer_state;
     for (size_t i = 0; i < optimizers.size(); ++i)
-        load_optimizer_state_dict(*acc.optimizers()[i], *optimizers[i], file(indexed("optimizer", ".bin", i)), &batch);
+        install_optimizer_state.push_back(load_optimizer_state_dict(*acc.optimizers()[i], *optimizers[i],
+                                                                    file(indexed("optimizer", ".bin", i)), batch));
     batch.run();
+    for (auto &install : install_optimizer_state) install();
     for (size_t i = 0; i < schedulers.size(); ++i) {
-        const std::string what = file(indexed("scheduler", ".bin", i));
-        const PyObj &d = *schedulers[i];
-        if (!d.is_dict()) fail(ACCEL_ERR_DATA_LOSS, what + ": not a dict");
-        auto &s = *acc.schedulers()[i];
-        size_t groups = s.base_lrs().size();
-        auto base = float_list(d.get("base_lrs"), what, "base_lrs", groups);
-        auto last = float_list(d.get("_last_lr"), what, "_last_lr", groups);
-        int64_t epoch = int_field(d, "last_epoch", what);
-        s.restore(std::move(base), epoch, std::move(last));
+        auto &s = schedulers[i];
+        acc.schedulers()[i]->restore(std::move(s.base_lrs), s.last_epoch, std::move(s.last_lrs));
     }
     for (size_t i = 0; i < positions.size(); ++i)
         if (positions[i]) acc.dataloaders()[i]->restore_position(*positions[i]);
-    if (has_scaler_file) {
-        if (!scaler_state && acc.scaler()->is_enabled())
-            fail(ACCEL_ERR_DATA_LOSS, file("scaler.pt") + ": empty scaler state for an enabled gradient scaler");
-        acc.scaler()->load_state_dict(scaler_state);
-    }
+    if (has_scaler_file) acc.scaler()->load_state_dict(scaler_state);
     if (step) state.step = *step;
     if (rng.defined()) {
         auto gen = at::detail::getDefaultCPUGenerator();
         std::lock_guard<std::mutex> lock(gen.mutex());
-        try {
-            gen.set_state(rng);
-        } catch (const c10::Error &) {
-            fail(ACCEL_ERR_DATA_LOSS, file("random_states_" + std::to_string(state.process_index()) + ".pkl") +
-                                          ": \"torch_manual_seed\" is not a CPU generator state of this LibTorch");
-        }
+        gen.set_state(rng); // checked in phase 1
     }
     for (size_t i = 0; i < custom.size(); ++i) acc.custom_objects()[i].load(custom[i]);
     // The next automatic checkpoint follows the one loaded.

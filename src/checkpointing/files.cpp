@@ -215,6 +215,8 @@ void remove_all(const std::string &path)
 
 void remove_checkpoint_folder(const std::string &path)
 {
+    // Already gone (removed by hand, or by another node sharing the folder): nothing to do, as remove_all.
+    if (!exists(path)) return;
     std::vector<std::function<void()>> jobs;
     for (const auto &name : list_dir(path)) {
         struct stat st {};

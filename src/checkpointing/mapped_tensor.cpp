@@ -56,6 +56,15 @@ void CopyBatch::add(const at::Tensor &dst, const at::Tensor &src)
         c.file = r->file.get();
         c.offset = r->offset + static_cast<size_t>(src.storage_offset()) * src.element_size();
     }
+    // Tied parameters appear under several names and share memory: the last copy into the same bytes
+    // wins, as it did when the copies ran one after the other (run() runs them concurrently).
+    if (dst.numel() > 0) {
+        auto [it, inserted] = by_destination_.emplace(Range{dst.data_ptr(), dst.nbytes()}, copies_.size());
+        if (!inserted) {
+            copies_[it->second] = std::move(c);
+            return;
+        }
+    }
     copies_.push_back(std::move(c));
 }
 
@@ -86,6 +95,7 @@ void CopyBatch::run()
         for (const Copy &c : copies_)
             if (c.file != nullptr) c.dst.unsafeGetTensorImpl()->bump_version();
         copies_.clear();
+        by_destination_.clear();
     };
     try {
         run_jobs(jobs, bytes >= kParallelMin ? io_threads() : 1);

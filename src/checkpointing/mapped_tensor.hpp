@@ -8,7 +8,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace accel::ckpt {
@@ -36,7 +38,9 @@ private:
         const MappedFile *file = nullptr; // non-null: read bytes [offset, offset + nbytes) with pread
         size_t offset = 0;
     };
+    using Range = std::pair<const void *, size_t>; // a destination's first byte and length
     std::vector<Copy> copies_;
+    std::map<Range, size_t> by_destination_; // index into copies_
 };
 
 } // namespace accel::ckpt

@@ -178,8 +178,8 @@ struct Reader {
 
 // The optimizer updates its state in place, so each state tensor needs memory of its own: copy into the
 // tensor the optimizer already has when it fits (no allocation, no page faults), else into new memory.
-// With a batch, the copy is only scheduled (it runs with the model's, in CopyBatch::run).
-at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, CopyBatch *batch)
+// The copy is only scheduled (it runs with the model's, in CopyBatch::run).
+at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, CopyBatch &batch)
 {
     if (!loaded.defined()) return loaded;
     at::Tensor dst;
@@ -189,18 +189,13 @@ at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, CopyBatch 
         dst = current;
     else
         dst = at::empty(loaded.sizes(), loaded.options().memory_format(at::MemoryFormat::Contiguous));
-    if (batch != nullptr) {
-        batch->add(dst, loaded);
-    } else {
-        at::NoGradGuard no_grad;
-        dst.copy_(loaded);
-    }
+    batch.add(dst, loaded);
     return dst;
 }
 
 // Gives every tensor of `fresh` its own memory, reusing those of `old` (same optimizer type) when they fit.
 #define ACCEL_ADOPT(field) n->field(adopt(o != nullptr ? o->field() : at::Tensor(), n->field(), batch))
-void adopt_state(optim::OptimizerParamState *old, optim::OptimizerParamState &fresh, CopyBatch *batch)
+void adopt_state(optim::OptimizerParamState *old, optim::OptimizerParamState &fresh, CopyBatch &batch)
 {
     if (auto *n = dynamic_cast<optim::AdamWParamState *>(&fresh)) {
         auto *o = dynamic_cast<optim::AdamWParamState *>(old);
@@ -256,8 +251,8 @@ PyRef optimizer_state_dict(const AcceleratedOptimizer &optimizer)
     return out;
 }
 
-void load_optimizer_state_dict(AcceleratedOptimizer &optimizer, const PyObj &sd, const std::string &what,
-                               CopyBatch *batch)
+std::function<void()> load_optimizer_state_dict(AcceleratedOptimizer &optimizer, const PyObj &sd,
+                                                const std::string &what, CopyBatch &batch)
 {
     Reader r{what};
     if (!sd.is_dict()) r.bad("not a dict");
@@ -362,9 +357,12 @@ void load_optimizer_state_dict(AcceleratedOptimizer &optimizer, const PyObj &sd,
         auto it = o.state().find(k);
         adopt_state(it != o.state().end() ? it->second.get() : nullptr, *v, batch);
     }
-    for (auto &f : apply_options) f();
-    o.state().clear();
-    for (auto &[k, v] : new_state) o.state()[k] = std::move(v);
+    auto shared_state = std::make_shared<decltype(new_state)>(std::move(new_state));
+    return [&o, shared_state, apply_options = std::move(apply_options)] {
+        for (auto &f : apply_options) f();
+        o.state().clear();
+        for (auto &[k, v] : *shared_state) o.state()[k] = std::move(v);
+    };
 }
 
 } // namespace accel::ckpt

@@ -5,6 +5,7 @@
 #include "checkpointing/mapped_tensor.hpp"
 #include "checkpointing/pickle.hpp"
 
+#include <functional>
 #include <string>
 
 namespace accel {
@@ -14,11 +15,12 @@ class AcceleratedOptimizer;
 namespace accel::ckpt {
 
 PyRef optimizer_state_dict(const AcceleratedOptimizer &optimizer);
-// Restores state and hyperparameters; everything is checked before anything changes. `what` names the
-// file in messages (DATA_LOSS for malformed content, INVALID_ARGUMENT when it does not fit this optimizer).
-// With `batch`, the state tensors are in place when it returns but their values are copied in only by
-// batch->run(), which the caller must call before the optimizer is used.
-void load_optimizer_state_dict(AcceleratedOptimizer &optimizer, const PyObj &state_dict, const std::string &what,
-                               CopyBatch *batch = nullptr);
+// Checks a saved optimizer state dict against `optimizer` and schedules the copies of its state tensors
+// into `batch` (into the optimizer's own state tensors where they fit); nothing of the optimizer changes
+// yet. `what` names the file in messages (DATA_LOSS for malformed content, INVALID_ARGUMENT when it does
+// not fit this optimizer). After batch.run(), the returned function installs the state and the
+// hyperparameters.
+std::function<void()> load_optimizer_state_dict(AcceleratedOptimizer &optimizer, const PyObj &state_dict,
+                                                const std::string &what, CopyBatch &batch);
 
 } // namespace accel::ckpt

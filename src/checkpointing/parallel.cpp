@@ -1,5 +1,7 @@
 #include "checkpointing/parallel.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -8,17 +10,29 @@
 
 namespace accel::ckpt {
 
+namespace {
+// Set on run_jobs' worker threads: a job that runs jobs of its own (a file's pieces inside a save's
+// files) runs them on its own thread instead of multiplying the threads.
+thread_local bool t_in_job = false;
+} // namespace
+
 size_t io_threads()
 {
-    const unsigned n = std::thread::hardware_concurrency();
-    return std::clamp<size_t>(n, 1, 4);
+    // The CPUs this process may run on (affinity, e.g. one core per rank under mpirun), not the machine's.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return std::clamp<size_t>(static_cast<size_t>(n), 1, 4);
 }
 
 void run_jobs(const std::vector<std::function<void()>> &jobs, size_t threads)
 {
+    if (t_in_job) threads = 1;
     std::vector<std::exception_ptr> errors(jobs.size());
     std::atomic<size_t> next{0};
     auto worker = [&] {
+        const bool was_in_job = t_in_job;
+        t_in_job = true;
         for (size_t i = next++; i < jobs.size(); i = next++) {
             try {
                 jobs[i]();
@@ -26,6 +40,7 @@ void run_jobs(const std::vector<std::function<void()>> &jobs, size_t threads)
                 errors[i] = std::current_exception();
             }
         }
+        t_in_job = was_in_job;
     };
     const size_t extra = std::min(threads, jobs.size()) > 0 ? std::min(threads, jobs.size()) - 1 : 0;
     std::vector<std::thread> pool;

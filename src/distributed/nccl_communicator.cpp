@@ -55,6 +55,13 @@ struct Shared {
     std::string poison; // first failure
     int64_t groups = 0; // new_group calls so far (same order on every rank)
     std::vector<std::pair<void *, size_t>> pinned; // free pinned host buffers, reused
+    const NcclApi *api = nullptr;
+
+    // Every communicator (and so every lent buffer) is gone when the last reference to this goes.
+    ~Shared()
+    {
+        for (auto &b : pinned) api->cudaFreeHost(b.first);
+    }
 };
 
 class NcclCommunicator;
@@ -151,8 +158,13 @@ public:
     {
         // A poisoned communicator may have work that never ends: abort instead of destroying (which waits).
         api_.cudaSetDevice(shared_->device);
-        if (aborted_ || poisoned()) api_.ncclCommAbort(comm_);
-        else api_.ncclCommDestroy(comm_);
+        if (aborted_) {
+            // abort_comm() has already aborted and freed it.
+        } else if (poisoned()) {
+            api_.ncclCommAbort(comm_);
+        } else {
+            api_.ncclCommDestroy(comm_);
+        }
         api_.cudaStreamDestroy(stream_);
     }
 
@@ -445,7 +457,10 @@ private:
         {
             std::lock_guard<std::mutex> l(shared_->m);
             auto &pool = shared_->pinned;
-            auto it = std::find_if(pool.begin(), pool.end(), [&](const auto &b) { return b.second >= bytes; });
+            // Best fit: a big buffer is not lent to a small collective while a smaller one fits.
+            auto it = pool.end();
+            for (auto b = pool.begin(); b != pool.end(); ++b)
+                if (b->second >= bytes && (it == pool.end() || b->second < it->second)) it = b;
             if (it != pool.end()) {
                 lent_.push_back(*it);
                 void *p = it->first;
@@ -606,6 +621,7 @@ std::shared_ptr<Communicator> make_nccl_communicator(const config::AcceleratorCo
                                         (e != cudaSuccess ? cuda_error_text(api, e) : std::string("0 devices")) +
                                         " on rank " + std::to_string(t.rank) + "; use \"gloo\" on machines without GPUs");
     auto shared = std::make_shared<Shared>();
+    shared->api = &api;
     shared->device = t.local_rank % count; // one GPU per local process, as torchrun assigns them
     shared->timeout = std::chrono::milliseconds(static_cast<int64_t>(c.init_process_group.timeout * 1000.0));
     shared->store = open_store(rendezvous_of(c), c, "nccl");

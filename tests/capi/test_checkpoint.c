@@ -541,6 +541,79 @@ static void test_errors_and_corruption(void)
     rig_free(&r);
 }
 
+/* The bytes of a file (malloc'ed; NULL if it cannot be read). */
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    long size;
+    *len = 0;
+    if (f == NULL) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)size + 1)) != NULL && fread(buf, 1, (size_t)size, f) == (size_t)size)
+        *len = (size_t)size;
+    fclose(f);
+    return buf;
+}
+
+static int same_file(const char *dir_a, const char *dir_b, const char *name)
+{
+    char a[700], b[700];
+    size_t la, lb;
+    snprintf(a, sizeof a, "%s/%s", dir_a, name);
+    snprintf(b, sizeof b, "%s/%s", dir_b, name);
+    uint8_t *da = slurp(a, &la), *db = slurp(b, &lb);
+    int same = da != NULL && db != NULL && la == lb && memcmp(da, db, la) == 0;
+    free(da);
+    free(db);
+    return same;
+}
+
+/* A checkpoint whose second optimizer file parses but does not fit that optimizer: the load fails after
+ * the first optimizer's state was checked, and nothing at all changes (weights, both optimizers'
+ * state and step counts, scheduler). */
+static void test_failed_load_changes_nothing(void)
+{
+    Rig r;
+    accel_model_t *m2 = NULL;
+    accel_optimizer_t *o2 = NULL;
+    char dir[600], ref[600], after[600], from[700], to[700];
+    uint8_t *bytes;
+    size_t len;
+    FILE *f;
+    path_of(dir, sizeof dir, "partial");
+    path_of(ref, sizeof ref, "partial_ref");
+    path_of(after, sizeof after, "partial_after");
+    rig_make(&r, NULL, 5, RESUME_WIDTHS);
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [6, 5, 3]}", &m2));
+    CHECK_OK(accel_optimizer_create(m2, "{\"type\": \"adamw\", \"lr\": 0.01}", &o2));
+    CHECK_OK(accel_accelerator_prepare(r.acc, m2, o2, NULL, NULL));
+    rig_train(&r, 2);
+    CHECK_OK(accel_accelerator_save_state(r.acc, dir));
+    rig_train(&r, 3);
+    CHECK_OK(accel_accelerator_save_state(r.acc, ref));
+    /* optimizer_1.bin := optimizer.bin (6 parameters; the second optimizer has 4) */
+    snprintf(from, sizeof from, "%s/optimizer.bin", dir);
+    snprintf(to, sizeof to, "%s/optimizer_1.bin", dir);
+    bytes = slurp(from, &len);
+    CHECK(bytes != NULL);
+    f = fopen(to, "wb");
+    CHECK(f != NULL);
+    if (f != NULL && bytes != NULL) CHECK(fwrite(bytes, 1, len, f) == len);
+    if (f != NULL) fclose(f);
+    free(bytes);
+    CHECK_FAILS(accel_accelerator_load_state(r.acc, dir), ACCEL_ERR_INVALID_ARGUMENT, "optimizer_1.bin");
+    CHECK_OK(accel_accelerator_save_state(r.acc, after));
+    CHECK(same_file(ref, after, "optimizer.bin"));
+    CHECK(same_file(ref, after, "optimizer_1.bin"));
+    CHECK(same_file(ref, after, "model.safetensors"));
+    CHECK(same_file(ref, after, "scheduler.bin"));
+    CHECK(same_file(ref, after, "dl_state_dict.bin"));
+    accel_optimizer_free(o2);
+    accel_model_free(m2);
+    rig_free(&r);
+}
+
 /* ---- Python interop -------------------------------------------------------------------------- */
 
 static void test_python_interop(void)
@@ -579,6 +652,7 @@ int main(int argc, char **argv)
     test_rotation();
     test_save_model_shards();
     test_errors_and_corruption();
+    test_failed_load_changes_nothing();
     test_resume_bitwise_in_new_process();
     test_crash_safety();
     test_python_interop();

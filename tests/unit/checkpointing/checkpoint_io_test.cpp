@@ -142,6 +142,25 @@ TEST(CheckpointIo, OutFileAndRemoveCheckpointFolder)
     ASSERT_EQ(::symlink("/nonexistent", join(dir, "link").c_str()), 0);
     remove_checkpoint_folder(dir);
     EXPECT_FALSE(exists(dir));
+    remove_checkpoint_folder(dir); // already gone (rotation after someone else removed it): nothing to do
+}
+
+TEST(CheckpointIo, CopyBatchTiedDestinationsLastCopyWins)
+{
+    // Tied parameters: two names, one memory. Copies into it must not race; the last one wins, as when
+    // the copies ran one after the other.
+    const std::string path = temp_path("accel_copybatch_tied.safetensors");
+    at::Tensor a = at::full({5 * 1024 * 1024}, 1.0f), b = at::full({5 * 1024 * 1024}, 2.0f);
+    save_safetensors(path, {{"a", a}, {"b", b}}, nullptr);
+    auto loaded = load_safetensors(path);
+    at::Tensor dst = at::zeros_like(a);
+    at::Tensor alias = dst.view({5, 1024 * 1024}).view({-1});
+    CopyBatch batch;
+    batch.add(dst, loaded.tensors[0].second);
+    batch.add(alias, loaded.tensors[1].second);
+    EXPECT_EQ(batch.size(), 1u);
+    batch.run();
+    EXPECT_TRUE(dst.equal(b));
 }
 
 TEST(CheckpointIo, LargeTorchArchiveIsWrittenInPiecesWithValidRecords)
