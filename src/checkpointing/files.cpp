@@ -69,7 +69,7 @@ void OutFile::write(const void *data, size_t len)
     }
 }
 
-void OutFile::write_at(const void *data, size_t len, uint64_t offset) const
+void OutFile::write_at(const void *data, uint64_t offset, size_t len) const
 {
     const char *p = static_cast<const char *>(data);
     const uint64_t start = offset;

@@ -22,9 +22,11 @@ public:
     OutFile(const OutFile &) = delete;
     OutFile &operator=(const OutFile &) = delete;
     void write(const void *data, size_t len);
-    // pwrite at `offset`; may be called from several threads at once for disjoint ranges (not mixed with
-    // write()). Starts writeback of the range once written.
-    void write_at(const void *data, size_t len, uint64_t offset) const;
+    // pwrite at `offset` (same argument order as MappedFile::read_at); may be called from several threads
+    // at once for disjoint ranges (not mixed with write()). Starts writeback of the range once written
+    // (each call's range: the callers write pieces of at most kIoPiece).
+    void write_at(const void *data, uint64_t offset, size_t len) const;
+    // Bytes written with write() (write_at() does not count: its ranges may come in any order).
     uint64_t size() const { return written_; }
     void close(); // fsync + close; errors are reported here
     const std::string &path() const { return path_; }

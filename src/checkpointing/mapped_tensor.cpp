@@ -29,10 +29,6 @@ const MappedRegion *region_of(const at::Tensor &t)
     return static_cast<const MappedRegion *>(dp.get_context());
 }
 
-// Pieces of a large copy, so that one big tensor still keeps every thread busy.
-constexpr size_t kPiece = size_t(32) << 20;
-// Below this, starting threads costs more than it saves.
-constexpr size_t kParallelMin = size_t(16) << 20;
 
 } // namespace
 
@@ -83,11 +79,7 @@ void CopyBatch::run()
             continue;
         }
         char *dst = static_cast<char *>(c.dst.data_ptr());
-        const size_t n = c.dst.nbytes();
-        for (size_t at = 0; at < n; at += kPiece) {
-            const size_t len = std::min(kPiece, n - at);
-            jobs.emplace_back([&c, dst, at, len] { c.file->read_at(dst + at, c.offset + at, len); });
-        }
+        add_piece_jobs(jobs, c.dst.nbytes(), [&c, dst](size_t at, size_t len) { c.file->read_at(dst + at, c.offset + at, len); });
     }
     // pread writes behind autograd's back: mark the tensors changed, as copy_ would have (also when a
     // read failed, as some may then hold new values).
@@ -98,7 +90,7 @@ void CopyBatch::run()
         by_destination_.clear();
     };
     try {
-        run_jobs(jobs, bytes >= kParallelMin ? io_threads() : 1);
+        run_jobs(jobs, io_threads_for(bytes));
     } catch (...) {
         bump();
         throw;

@@ -25,6 +25,17 @@ size_t io_threads()
     return std::clamp<size_t>(static_cast<size_t>(n), 1, 4);
 }
 
+void add_piece_jobs(std::vector<std::function<void()>> &jobs, size_t total,
+                    const std::function<void(size_t at, size_t len)> &fn)
+{
+    for (size_t at = 0; at < total; at += kIoPiece) {
+        const size_t len = std::min(kIoPiece, total - at);
+        jobs.emplace_back([fn, at, len] { fn(at, len); });
+    }
+}
+
+size_t io_threads_for(size_t bytes) { return bytes >= (size_t(16) << 20) ? io_threads() : 1; }
+
 void run_jobs(const std::vector<std::function<void()>> &jobs, size_t threads)
 {
     if (t_in_job) threads = 1;

@@ -18,9 +18,6 @@ namespace accel::ckpt {
 namespace {
 // Chunks written by pass 1's callback that are at least this long and lie in a storage are borrowed.
 constexpr size_t kBorrowMin = 4096;
-// Pieces per write job, and the size below which one thread writes everything.
-constexpr size_t kPiece = size_t(32) << 20;
-constexpr uint64_t kParallelMin = uint64_t(16) << 20;
 } // namespace
 
 void save_torch_file(const std::string &path, const PyObj &obj)
@@ -94,12 +91,10 @@ void save_torch_file(const std::string &path, const PyObj &obj)
     std::vector<std::function<void()>> jobs;
     for (const Piece &piece : pieces) {
         const char *base = piece.borrowed != nullptr ? piece.borrowed : owned[piece.owned_index].data();
-        for (size_t at = 0; at < piece.len; at += kPiece) {
-            const size_t len = std::min(kPiece, piece.len - at);
-            jobs.emplace_back([&f, base, at, len, off = piece.offset] { f.write_at(base + at, len, off + at); });
-        }
+        add_piece_jobs(jobs, piece.len,
+                       [&f, base, off = piece.offset](size_t at, size_t len) { f.write_at(base + at, off + at, len); });
     }
-    run_jobs(jobs, pos >= kParallelMin ? io_threads() : 1);
+    run_jobs(jobs, io_threads_for(pos));
     f.close();
 }
 

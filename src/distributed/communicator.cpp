@@ -13,6 +13,11 @@ double now_seconds()
     return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
+std::chrono::milliseconds init_timeout(const config::AcceleratorConfig &c)
+{
+    return std::chrono::milliseconds(static_cast<int64_t>(c.init_process_group.timeout * 1000.0));
+}
+
 const char *reduce_op_name(ReduceOp op)
 {
     switch (op) {

@@ -58,6 +58,9 @@ public:
 // Steady-clock seconds (for Work::completed_at and statistics).
 double now_seconds();
 
+// kwargs_handlers.init_process_group.timeout (seconds) as the duration every backend waits at most.
+std::chrono::milliseconds init_timeout(const config::AcceleratorConfig &c);
+
 // The communicator of this process: created by the first accelerator from its configuration
 // (kwargs_handlers.init_process_group and the launcher's environment), kept until the process exits.
 // Later calls must describe the same distributed configuration, else ACCEL_ERR_FAILED_PRECONDITION.

@@ -419,7 +419,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(const config::AcceleratorCo
 {
     const auto &t = c.topology;
     Rendezvous r = rendezvous_of(c);
-    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.init_process_group.timeout * 1000.0));
+    auto timeout = init_timeout(c);
     auto shared = std::make_shared<Shared>();
     shared->timeout = timeout;
     shared->store = open_store(r, c, "gloo");

@@ -391,7 +391,7 @@ private:
 
 std::shared_ptr<Communicator> make_mpi_communicator(const config::AcceleratorConfig &c)
 {
-    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.init_process_group.timeout * 1000.0));
+    auto timeout = init_timeout(c);
     if (g_worker == nullptr) {
         g_worker = new MpiWorker();
         std::atexit(shutdown_at_exit);

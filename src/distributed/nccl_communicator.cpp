@@ -316,9 +316,8 @@ public:
         } catch (const Error &) {
             throw;
         } catch (const std::exception &e) {
-            std::string msg = first_line(e.what());
-            bool to = msg.find("imed out") != std::string::npos || msg.find("timeout") != std::string::npos;
-            fail(to ? ACCEL_ERR_DEADLINE_EXCEEDED : ACCEL_ERR_UNAVAILABLE,
+            const std::string msg = first_line(e.what());
+            fail(store_failure_status(msg),
                  where + ": exchanging the ncclUniqueId through the rendezvous store failed: " + msg);
         }
         cuda_check(api, api.cudaSetDevice(shared->device), where, "cudaSetDevice");
@@ -623,7 +622,7 @@ std::shared_ptr<Communicator> make_nccl_communicator(const config::AcceleratorCo
     auto shared = std::make_shared<Shared>();
     shared->api = &api;
     shared->device = t.local_rank % count; // one GPU per local process, as torchrun assigns them
-    shared->timeout = std::chrono::milliseconds(static_cast<int64_t>(c.init_process_group.timeout * 1000.0));
+    shared->timeout = init_timeout(c);
     shared->store = open_store(rendezvous_of(c), c, "nccl");
     std::vector<int32_t> ranks;
     for (int32_t i = 0; i < t.world_size; ++i) ranks.push_back(i);

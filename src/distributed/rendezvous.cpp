@@ -55,10 +55,16 @@ c10::intrusive_ptr<c10d::Store> connect_tcp(const Rendezvous &r, bool server, c1
     return c10::make_intrusive<c10d::TCPStore>(r.host, o);
 }
 
+accel_status_t store_failure_status(const std::string &message)
+{
+    const bool timed_out = message.find("imed out") != std::string::npos || message.find("timeout") != std::string::npos;
+    return timed_out ? ACCEL_ERR_DEADLINE_EXCEEDED : ACCEL_ERR_UNAVAILABLE;
+}
+
 c10::intrusive_ptr<c10d::Store> open_store(const Rendezvous &r, const config::AcceleratorConfig &c, const char *backend)
 {
     const auto &t = c.topology;
-    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(c.init_process_group.timeout * 1000.0));
+    const auto timeout = init_timeout(c);
     try {
         if (r.kind == Rendezvous::File) {
             c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::FileStore>(r.path, t.world_size);
@@ -67,9 +73,8 @@ c10::intrusive_ptr<c10d::Store> open_store(const Rendezvous &r, const config::Ac
         }
         return connect_tcp(r, t.rank == 0, static_cast<size_t>(t.world_size), timeout);
     } catch (const std::exception &e) {
-        std::string msg = first_line(e.what());
-        bool to = msg.find("imed out") != std::string::npos || msg.find("timeout") != std::string::npos;
-        fail(to ? ACCEL_ERR_DEADLINE_EXCEEDED : ACCEL_ERR_UNAVAILABLE,
+        const std::string msg = first_line(e.what());
+        fail(store_failure_status(msg),
              std::string(backend) + " rendezvous at " + r.describe() + " failed on rank " + std::to_string(t.rank) +
                  " of " + std::to_string(t.world_size) + " (timeout " + std::to_string(c.init_process_group.timeout) +
                  " s; are all " + std::to_string(t.world_size) + " processes started, with the same MASTER_ADDR and "

@@ -4,6 +4,9 @@
 #pragma once
 
 #include "config/accelerator_config.hpp"
+#include "distributed/communicator.hpp"
+
+#include <accel/status.h>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -33,5 +36,9 @@ c10::intrusive_ptr<c10d::Store> open_store(const Rendezvous &r, const config::Ac
 
 // A c10d exception's message without the C++ stack trace LibTorch appends.
 std::string first_line(const std::string &s);
+
+// The status of a failed store operation: DEADLINE_EXCEEDED when its message says it timed out, else
+// UNAVAILABLE (the store's host went away).
+accel_status_t store_failure_status(const std::string &message);
 
 } // namespace accel::distributed

@@ -68,12 +68,14 @@ void Model::load_state_dict(const NamedTensors &entries, bool strict, const Copy
                                                  (unknown.empty() ? "" : "; unexpected keys: " + unknown) +
                                                  (missing.empty() ? "" : "; missing keys: " + missing));
     }
-    if (copy) {
-        for (auto &[dst, src] : plan) copy(*dst, *src);
-        return;
+    for (auto &[dst, src] : plan) {
+        if (copy) {
+            copy(*dst, *src);
+        } else {
+            at::NoGradGuard no_grad;
+            const_cast<at::Tensor *>(dst)->copy_(*src);
+        }
     }
-    at::NoGradGuard no_grad;
-    for (auto &[dst, src] : plan) const_cast<at::Tensor *>(dst)->copy_(*src);
 }
 
 } // namespace accel
