@@ -45,12 +45,14 @@ at::Tensor mapped_tensor(const std::shared_ptr<MappedFile> &file, size_t offset,
 
 void CopyBatch::add(const at::Tensor &dst, const at::Tensor &src)
 {
-    Copy c{dst, src, nullptr, 0};
-    const MappedRegion *r = region_of(src);
-    if (r != nullptr && dst.device().is_cpu() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type() &&
-        dst.sizes() == src.sizes() && !dst.is_same(src)) {
+    Copy c{dst, src, nullptr, 0, false};
+    if (const MappedRegion *r = region_of(src); r != nullptr && !dst.is_same(src)) {
         c.file = r->file.get();
         c.offset = r->offset + static_cast<size_t>(src.storage_offset()) * src.element_size();
+        // Straight into the destination when its bytes are the file's; else (dtype conversion, a strided
+        // destination) into a temporary first. Either way the bytes come with pread, never through the map,
+        // so a file cut short meanwhile is an error, not SIGBUS.
+        c.via_temporary = !(dst.device().is_cpu() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type());
     }
     // Tied parameters appear under several names and share memory: the last copy into the same bytes
     // wins, as it did when the copies ran one after the other (run() runs them concurrently).
@@ -78,6 +80,15 @@ void CopyBatch::run()
             });
             continue;
         }
+        if (c.via_temporary) {
+            jobs.emplace_back([&c] {
+                at::Tensor tmp = at::empty(c.src.sizes(), c.src.options());
+                c.file->read_at(tmp.data_ptr(), c.offset, tmp.nbytes());
+                at::NoGradGuard no_grad;
+                c.dst.copy_(tmp);
+            });
+            continue;
+        }
         char *dst = static_cast<char *>(c.dst.data_ptr());
         add_piece_jobs(jobs, c.dst.nbytes(), [&c, dst](size_t at, size_t len) { c.file->read_at(dst + at, c.offset + at, len); });
     }
@@ -85,7 +96,7 @@ void CopyBatch::run()
     // read failed, as some may then hold new values).
     auto bump = [this] {
         for (const Copy &c : copies_)
-            if (c.file != nullptr) c.dst.unsafeGetTensorImpl()->bump_version();
+            if (c.file != nullptr && !c.via_temporary) c.dst.unsafeGetTensorImpl()->bump_version();
         copies_.clear();
         by_destination_.clear();
     };

@@ -1,7 +1,7 @@
 // Tensors over a mapped checkpoint file that remember where their bytes lie in the file, and the batch
 // of copies that load_state runs at the end: a destination whose source is still such a tensor is filled
-// with pread from the file (one copy, no page-table work for the map, several threads), anything else
-// with copy_.
+// with pread from the file (one copy, no page-table work for the map, several threads; through a
+// temporary when the dtype differs or the destination is strided), anything else with copy_.
 #pragma once
 
 #include "checkpointing/files.hpp"
@@ -37,6 +37,7 @@ private:
         at::Tensor dst, src;
         const MappedFile *file = nullptr; // non-null: read bytes [offset, offset + nbytes) with pread
         size_t offset = 0;
+        bool via_temporary = false;       // pread into a temporary, then copy_ (conversion, strided dst)
     };
     using Range = std::pair<const void *, size_t>; // a destination's first byte and length
     std::vector<Copy> copies_;
