@@ -10,7 +10,6 @@
 using accel::fail;
 using namespace accel::capi;
 
-
 extern "C" {
 
 ACCEL_API accel_status_t accel_accelerator_create(const char *config_json, accel_accelerator_t **out) noexcept
