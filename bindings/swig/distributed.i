@@ -87,7 +87,7 @@
         ACCEL_CHECK(accel_accelerator_is_last_process(ACCEL_H($self, "Accelerator"), &v));
         return v;
     }
-    /** The communication backend: "single", "gloo" or "mpi". */
+    /** The communication backend: "single", "gloo", "mpi" or "nccl". */
     std::string distributed_backend() const
     {
         const char *s = NULL;

@@ -314,7 +314,7 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_num_local_process
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_is_last_process(const accel_accelerator_t *accelerator,
                                                                            bool *out) ACCEL_NOEXCEPT;
 /**
- * The communication backend in use: "single" (one process), "gloo" or "mpi". *out is a static string:
+ * The communication backend in use: "single" (one process), "gloo", "mpi" or "nccl". *out is a static string:
  * never free it.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_distributed_backend(

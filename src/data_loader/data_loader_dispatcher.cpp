@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <utility>
 
 namespace accel {
 
@@ -58,7 +60,14 @@ void DataLoaderDispatcher::begin(const IndexBatches &inner, int64_t skip_steps)
     steps_.clear();
     next_ = 0;
     if (spec_.process_index != 0) return;
-    steps_ = dispatch_steps(inner, spec_);
+    failure_ = nullptr;
+    try {
+        steps_ = dispatch_steps(inner, spec_);
+    } catch (...) {
+        // Reported by next(), after telling the other ranks, which are already waiting for a step.
+        steps_.clear();
+        failure_ = std::current_exception();
+    }
     // Skipped steps are not broadcast (Accelerate broadcasts and drops them): every rank knows the
     // count, and the padding source (the first step) is already folded into the last step.
     next_ = static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(skip_steps, 0), static_cast<int64_t>(steps_.size())));
@@ -86,25 +95,36 @@ std::optional<Batch> DataLoaderDispatcher::next(const TensorDataset &data, DataL
     const bool root = spec_.process_index == 0;
     at::Tensor head = at::zeros({kFields}, at::kLong);
     at::Tensor idx, features, labels;
-    if (root && next_ < steps_.size()) {
-        const DispatchStep &s = steps_[next_];
-        idx = at::empty({static_cast<int64_t>(s.indices.size())}, at::kLong);
-        std::memcpy(idx.data_ptr<int64_t>(), s.indices.data(), s.indices.size() * sizeof(int64_t));
-        features = data.features.index_select(0, idx).contiguous();
-        if (data.labels.defined()) labels = data.labels.index_select(0, idx).contiguous();
-        int64_t *h = head.data_ptr<int64_t>();
-        h[kHasBatch] = 1;
-        h[kObserved] = s.observed;
-        h[kSize] = idx.numel();
-        h[kIsLast] = next_ + 1 == steps_.size();
-        h[kFeatDtype] = static_cast<int64_t>(features.scalar_type());
-        h[kFeatDim] = features.dim();
-        h[kLabelDtype] = labels.defined() ? static_cast<int64_t>(labels.scalar_type()) : -1;
-        h[kLabelDim] = labels.defined() ? labels.dim() : 0;
-        ++next_;
+    if (root && failure_ == nullptr && next_ < steps_.size()) {
+        try {
+            const DispatchStep &s = steps_[next_];
+            idx = at::empty({static_cast<int64_t>(s.indices.size())}, at::kLong);
+            std::memcpy(idx.data_ptr<int64_t>(), s.indices.data(), s.indices.size() * sizeof(int64_t));
+            features = data.features.index_select(0, idx).contiguous();
+            if (data.labels.defined()) labels = data.labels.index_select(0, idx).contiguous();
+            int64_t *h = head.data_ptr<int64_t>();
+            h[kHasBatch] = 1;
+            h[kObserved] = s.observed;
+            h[kSize] = idx.numel();
+            h[kIsLast] = next_ + 1 == steps_.size();
+            h[kFeatDtype] = static_cast<int64_t>(features.scalar_type());
+            h[kFeatDim] = features.dim();
+            h[kLabelDtype] = labels.defined() ? static_cast<int64_t>(labels.scalar_type()) : -1;
+            h[kLabelDim] = labels.defined() ? labels.dim() : 0;
+            ++next_;
+        } catch (...) {
+            failure_ = std::current_exception();
+        }
     }
+    if (root && failure_ != nullptr) head.data_ptr<int64_t>()[kHasBatch] = -1;
     comm_->broadcast(head, 0);
     const int64_t *h = head.data_ptr<int64_t>();
+    if (h[kHasBatch] < 0) { // rank 0 could not read the step: everyone stops instead of waiting for it
+        done_ = true;
+        if (root) std::rethrow_exception(std::exchange(failure_, nullptr));
+        fail(ACCEL_ERR_ABORTED, "dataloader: rank 0 failed to read the batch to dispatch (dispatch_batches); "
+                                "its error is reported on rank 0");
+    }
     if (h[kHasBatch] == 0) { // rank 0 had nothing left (an empty pass, or everything skipped)
         done_ = true;
         return std::nullopt;

@@ -1,7 +1,8 @@
 // DataLoaderDispatcher: Accelerate's dispatch_batches (spec/data-and-collectives.md §6). Only rank 0
 // reads the data: per step it takes one inner batch (split_batches) or P consecutive ones concatenated,
-// broadcasts it, and every rank keeps its slice [r*b, (r+1)*b) with b = size // P. The pure rules
-// (steps, slice, length) are free functions so they can be tested without processes.
+// broadcasts it, and every rank keeps its slice [r*b, (r+1)*b) with b = observed // P (plus one when the
+// last step was padded). The pure rules (steps, slice, length) are free functions so they can be tested
+// without processes.
 #pragma once
 
 #include "data_loader/batch_sampler_shard.hpp"
@@ -10,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -64,7 +66,6 @@ public:
     // remainder = the observed size, so gather_for_metrics drops the padding.
     std::optional<Batch> next(const TensorDataset &data, DataLoaderProgress &progress);
 
-    const std::shared_ptr<distributed::Communicator> &communicator() const { return comm_; }
     const DispatchSpec &spec() const { return spec_; }
 
 private:
@@ -73,6 +74,7 @@ private:
     std::vector<DispatchStep> steps_; // rank 0 only
     size_t next_ = 0;                 // rank 0 only
     bool done_ = true;                // every rank: the last step (or the stop flag) was seen
+    std::exception_ptr failure_;      // rank 0: preparing a step failed; next() tells everyone, then throws
 };
 
 } // namespace accel

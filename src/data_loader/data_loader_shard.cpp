@@ -59,8 +59,8 @@ void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
     ShardSpec s;
     s.num_processes = state->num_processes();
     s.split_batches = state->config.dataloader.split_batches;
-    // BatchSamplerShard's check (also for 1). Accelerate lets batch_size 1 through when dispatching, where
-    // it yields empty or duplicated slices; accel keeps one rule for both modes.
+    // BatchSamplerShard's check (also for 1). Accelerate skips it when dispatching, where a batch_size that
+    // is not a multiple of P yields empty or duplicated slices; accel keeps one rule for both modes.
     if (s.split_batches && options_.batch_size % s.num_processes != 0)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "dataloader: batch_size " + std::to_string(options_.batch_size) +
                                              " is not a multiple of the number of processes (" +

@@ -393,3 +393,29 @@ TEST(DataLoaderDispatcher, NeedsACommunicatorAndOnlyAppliesToSeveralProcesses)
     off.prepare(make_state(2, 0, false, log, false));
     EXPECT_FALSE(off.dispatches());
 }
+
+// Rank 0 failing to read a step (here: labels it does not have) must not leave the other ranks waiting
+// for that step's broadcasts until the collective timeout: they get ABORTED at once.
+TEST(DataLoaderDispatcher, RankZeroFailureStopsEveryRank)
+{
+    auto log = std::make_shared<Broadcasts>();
+    auto bad = std::make_shared<TensorDataset>(*dataset(8));
+    bad->labels = bad->labels.narrow(0, 0, 5); // samples 5..7 have no label on rank 0
+    {
+        DataLoaderShard loader(bad, options(2));
+        loader.prepare(make_state(2, 0, false, log));
+        EXPECT_TRUE(loader.next().has_value()); // samples 0..3
+        EXPECT_ANY_THROW(loader.next());        // 4..7
+    }
+    DataLoaderShard loader(dataset(8), options(2));
+    loader.prepare(make_state(2, 1, false, log));
+    EXPECT_TRUE(loader.next().has_value());
+    try {
+        loader.next();
+        ADD_FAILURE() << "expected ACCEL_ERR_ABORTED";
+    } catch (const accel::Error &e) {
+        EXPECT_EQ(e.code(), ACCEL_ERR_ABORTED);
+        EXPECT_NE(std::string(e.what()).find("rank 0 failed to read the batch"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(log->to_rank[1].empty());
+}

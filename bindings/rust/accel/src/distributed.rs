@@ -128,7 +128,7 @@ impl Accelerator {
         Ok(v)
     }
 
-    /// "single", "gloo" or "mpi".
+    /// "single", "gloo", "mpi" or "nccl".
     pub fn distributed_backend(&self) -> Result<&'static str> {
         let mut s: *const c_char = ptr::null();
         check(unsafe { sys::accel_accelerator_get_distributed_backend(self.raw, &mut s) })?;
