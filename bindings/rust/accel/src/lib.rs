@@ -27,7 +27,6 @@
 use accel_sys as sys;
 use std::ffi::{CStr, CString};
 use std::fmt;
-use std::marker::PhantomData;
 use std::os::raw::c_char;
 use std::ptr;
 
@@ -531,31 +530,9 @@ impl Batch {
     }
 }
 
-/// The `accelerator.accumulate(model)` context: ends when dropped. Borrows the accelerator mutably, so
-/// contexts cannot overlap; use [`Accumulate::accelerator`] inside it.
-pub struct Accumulate<'a> {
-    acc: &'a mut Accelerator,
-    _not_send: PhantomData<*const ()>,
-}
-
-impl<'a> Accumulate<'a> {
-    pub fn accelerator(&mut self) -> &mut Accelerator {
-        self.acc
-    }
-
-    /// Ends the context now and reports a failure of accumulate_end (Drop ignores it).
-    pub fn end(self) -> Result<()> {
-        let raw = self.acc.raw;
-        std::mem::forget(self);
-        check(unsafe { sys::accel_accelerator_accumulate_end(raw) })
-    }
-}
-
-impl Drop for Accumulate<'_> {
-    fn drop(&mut self) {
-        let _ = unsafe { sys::accel_accelerator_accumulate_end(self.acc.raw) };
-    }
-}
+/// The `accelerator.accumulate(model)` context: a [`Scope`] that ends accumulate() when dropped. Borrows
+/// the accelerator mutably, so contexts cannot overlap; use [`Scope::accelerator`] inside it.
+pub type Accumulate<'a> = Scope<'a>;
 
 impl Accelerator {
     /// An accelerator from Accelerate's `Accelerator(...)` arguments as JSON (None: defaults). Invalid
@@ -602,7 +579,7 @@ impl Accelerator {
     /// Enter `accumulate(model)`; the context ends when the guard is dropped.
     pub fn accumulate(&mut self, model: &mut Model) -> Result<Accumulate<'_>> {
         check(unsafe { sys::accel_accelerator_accumulate_begin(self.raw, model.raw) })?;
-        Ok(Accumulate { acc: self, _not_send: PhantomData })
+        Ok(Scope::new(self, sys::accel_accelerator_accumulate_end))
     }
 
     /// One micro-step: enters accumulate(model) itself (do not call it inside an [`Accumulate`] guard), then
