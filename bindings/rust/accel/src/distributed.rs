@@ -99,33 +99,23 @@ impl Accelerator {
     }
 
     pub fn process_index(&self) -> Result<i32> {
-        let mut v = 0;
-        check(unsafe { sys::accel_accelerator_get_process_index(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_process_index)
     }
 
     pub fn local_process_index(&self) -> Result<i32> {
-        let mut v = 0;
-        check(unsafe { sys::accel_accelerator_get_local_process_index(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_local_process_index)
     }
 
     pub fn is_local_main_process(&self) -> Result<bool> {
-        let mut v = false;
-        check(unsafe { sys::accel_accelerator_is_local_main_process(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_is_local_main_process)
     }
 
     pub fn num_local_processes(&self) -> Result<i32> {
-        let mut v = 0;
-        check(unsafe { sys::accel_accelerator_get_num_local_processes(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_num_local_processes)
     }
 
     pub fn is_last_process(&self) -> Result<bool> {
-        let mut v = false;
-        check(unsafe { sys::accel_accelerator_is_last_process(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_is_last_process)
     }
 
     /// "single", "gloo", "mpi" or "nccl".
@@ -145,9 +135,7 @@ impl Accelerator {
 
     /// Clean optimizer steps since the gradient scaler last changed its scale (0 without a scaler).
     pub fn grad_scaler_growth_tracker(&self) -> Result<i64> {
-        let mut v = 0;
-        check(unsafe { sys::accel_accelerator_get_grad_scaler_growth_tracker(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_grad_scaler_growth_tracker)
     }
 }
 

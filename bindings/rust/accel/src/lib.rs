@@ -576,6 +576,16 @@ impl Accelerator {
         check(unsafe { sys::accel_accelerator_backward(self.raw, loss.raw) })
     }
 
+    /// A read-only property through the C API's `get_`/`is_`/`has_` shape: the value the call writes.
+    pub(crate) fn query<T: Default>(
+        &self,
+        get: unsafe extern "C" fn(*const sys::accel_accelerator_t, *mut T) -> sys::accel_status_t,
+    ) -> Result<T> {
+        let mut v = T::default();
+        check(unsafe { get(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
     /// Enter `accumulate(model)`; the context ends when the guard is dropped.
     pub fn accumulate(&mut self, model: &mut Model) -> Result<Accumulate<'_>> {
         check(unsafe { sys::accel_accelerator_accumulate_begin(self.raw, model.raw) })?;
@@ -609,21 +619,15 @@ impl Accelerator {
     }
 
     pub fn sync_gradients(&self) -> Result<bool> {
-        let mut v = false;
-        check(unsafe { sys::accel_accelerator_get_sync_gradients(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_sync_gradients)
     }
 
     pub fn step(&self) -> Result<i64> {
-        let mut v = 0;
-        check(unsafe { sys::accel_accelerator_get_step(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_step)
     }
 
     pub fn gradient_accumulation_steps(&self) -> Result<i64> {
-        let mut v = 0;
-        check(unsafe { sys::accel_accelerator_get_gradient_accumulation_steps(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_gradient_accumulation_steps)
     }
 
     /// Clip gradients to a total norm; returns the norm before clipping.
@@ -652,14 +656,10 @@ impl Accelerator {
     }
 
     pub fn is_main_process(&self) -> Result<bool> {
-        let mut v = false;
-        check(unsafe { sys::accel_accelerator_is_main_process(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_is_main_process)
     }
 
     pub fn num_processes(&self) -> Result<i32> {
-        let mut v = 0;
-        check(unsafe { sys::accel_accelerator_get_num_processes(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_num_processes)
     }
 }

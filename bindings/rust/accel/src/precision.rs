@@ -14,29 +14,21 @@ impl Accelerator {
 
     /// The mixed-precision mode (`ACCEL_MIXED_PRECISION_*`: 0 no, 1 fp16, 2 bf16, 3 fp8).
     pub fn mixed_precision(&self) -> Result<i32> {
-        let mut v = 0;
-        check(unsafe { sys::accel_accelerator_get_mixed_precision(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_mixed_precision)
     }
 
     pub fn has_grad_scaler(&self) -> Result<bool> {
-        let mut v = false;
-        check(unsafe { sys::accel_accelerator_has_grad_scaler(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_has_grad_scaler)
     }
 
     /// The gradient scaler's current loss scale (1.0 without a scaler).
     pub fn grad_scale(&self) -> Result<f64> {
-        let mut v = 0.0;
-        check(unsafe { sys::accel_accelerator_get_grad_scale(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_grad_scale)
     }
 
     /// Whether the last optimizer step was skipped (non-finite gradients under the scaler).
     pub fn optimizer_step_was_skipped(&self) -> Result<bool> {
-        let mut v = false;
-        check(unsafe { sys::accel_accelerator_optimizer_step_was_skipped(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_optimizer_step_was_skipped)
     }
 
     /// Unscale the gradients of `optimizer` (None: every prepared optimizer) before clipping by hand.
@@ -52,8 +44,6 @@ impl Accelerator {
 
     /// Whether the current batch is the last of a prepared loader's pass.
     pub fn end_of_dataloader(&self) -> Result<bool> {
-        let mut v = false;
-        check(unsafe { sys::accel_accelerator_get_end_of_dataloader(self.raw, &mut v) })?;
-        Ok(v)
+        self.query(sys::accel_accelerator_get_end_of_dataloader)
     }
 }
