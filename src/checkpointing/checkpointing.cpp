@@ -7,6 +7,7 @@
 #include "checkpointing/merge_weights.hpp"
 #include "checkpointing/optimizer_state.hpp"
 #include "checkpointing/parallel.hpp"
+#include "checkpointing/temp_folder.hpp"
 #include "checkpointing/torch_archive.hpp"
 #include "common/error.hpp"
 #include "data_loader/data_loader_shard.hpp"
@@ -25,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 namespace accel::ckpt {
@@ -261,6 +263,25 @@ std::string index_json(uint64_t total_size, const std::vector<std::pair<std::str
 
 // ---- save_state ------------------------------------------------------------------------------------
 
+namespace {
+
+// Rotation (total_limit): the old folder is first renamed to a locked temp name, so that a save killed while
+// removing it leaves a stale temp folder (removed by the next save) rather than a half-deleted checkpoint
+// that still looks complete.
+void retire_checkpoint_folder(const std::string &dir)
+{
+    const std::string tmp = temp_sibling(dir);
+    TempFolderLock lock(tmp);
+    if (exists(tmp)) remove_all(tmp);
+    if (::rename(dir.c_str(), tmp.c_str()) != 0) {
+        if (errno == ENOENT) return; // already gone (removed by hand, or by another node sharing the folder)
+        fail_errno(errno, "cannot move aside (to remove it) the old checkpoint", dir);
+    }
+    remove_checkpoint_folder(tmp);
+}
+
+} // namespace
+
 std::string save_state(Accelerator &acc, const char *output_dir, const config::SaveStateOptions &options)
 {
     AcceleratorState &state = *acc.state();
@@ -294,8 +315,14 @@ std::string save_state(Accelerator &acc, const char *output_dir, const config::S
     const bool main = writes_main_files(state);
     // The main process prepares the temporary folder, every process writes its files into it, and the
     // main process publishes it once all are done (barriers between the phases; no-ops for one process).
+    // The lock on the temp folder is held until the folder is published and rotation is done (temp_folder.hpp).
+    std::optional<TempFolderLock> lock;
     if (main) {
-        if (exists(tmp)) remove_all(tmp); // left behind by a save that never finished
+        // Saves killed midway left their temp folders here (this name's included): remove those whose writer
+        // is dead before adding another.
+        remove_stale_temp_folders(parent_of(target));
+        lock.emplace(tmp);
+        if (exists(tmp)) remove_all(tmp); // ours by the lock: left by a save that never finished
         make_dirs(tmp);
     }
     acc.wait_for_everyone();
@@ -363,8 +390,9 @@ std::string save_state(Accelerator &acc, const char *output_dir, const config::S
     }
     // Rotation only once the new checkpoint is complete.
     if (main) {
-        for (const auto &old : to_delete) remove_checkpoint_folder(old);
+        for (const auto &old : to_delete) retire_checkpoint_folder(old);
         if (!to_delete.empty()) fsync_dir(parent_of(target));
+        lock.reset();
     }
     acc.wait_for_everyone();
     acc.project_iteration() += 1;
@@ -387,6 +415,8 @@ std::string load_state(Accelerator &acc, const char *input_dir, const config::Lo
             fail(ACCEL_ERR_INVALID_ARGUMENT, "input_dir: must not be NULL unless "
                                              "project_config.automatic_checkpoint_naming is true");
         const std::string base = join(normalize_path(*project.project_dir), "checkpoints");
+        // Saves killed midway left temp folders here; the main process removes those whose writer is dead.
+        if (writes_main_files(state)) remove_stale_temp_folders(base);
         auto names = sorted_checkpoints(base);
         if (names.empty()) fail(ACCEL_ERR_NOT_FOUND, "load_state: no checkpoint in \"" + base + "\"");
         dir = join(base, names.back());
