@@ -1,7 +1,7 @@
 #include "checkpointing/temp_folder.hpp"
 
-#include "checkpointing/files.hpp"
 #include "common/error.hpp"
+#include "common/files.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>

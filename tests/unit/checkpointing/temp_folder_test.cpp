@@ -1,8 +1,8 @@
 // checkpointing/temp_folder: stale temp folders (their writer's lock held by nobody) are removed, live ones
 // and folders accel did not make are left alone, and a second writer of the same temp folder is refused.
-#include "checkpointing/files.hpp"
 #include "checkpointing/temp_folder.hpp"
 #include "common/error.hpp"
+#include "common/files.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+using namespace accel;
 using namespace accel::ckpt;
 
 namespace {
