@@ -6,6 +6,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     using namespace accel;
+    fuzz::text_of(data, size);
     fuzz::accepts([&] {
         ckpt::LoadedSafetensors st = ckpt::parse_safetensors(data, size, "fuzz.safetensors");
         // Every tensor of an accepted file is readable in full.

@@ -7,6 +7,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    accel::fuzz::text_of(data, size);
     std::string zip;
     {
         caffe2::serialize::PyTorchStreamWriter writer([&](const void *p, size_t n) -> size_t {

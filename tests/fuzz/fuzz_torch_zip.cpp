@@ -4,6 +4,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    accel::fuzz::text_of(data, size);
     accel::fuzz::write_scratch(data, size);
     accel::fuzz::load_scratch();
     return 0;

@@ -46,10 +46,10 @@ inline void touch(const at::Tensor &t)
 }
 
 // Touches every tensor of an accepted object (they may be views over the mapped file).
-inline void walk(const ckpt::PyObj &o, int depth = 0)
+inline void walk(const PyObj &o, int depth = 0)
 {
     if (depth > 64) return;
-    if (o.kind == ckpt::PyObj::Kind::Tensor || o.kind == ckpt::PyObj::Kind::Storage) {
+    if (o.kind == PyObj::Kind::Tensor || o.kind == PyObj::Kind::Storage) {
         if (o.tensor.defined()) touch(o.tensor);
     }
     for (const auto &i : o.items)
@@ -63,7 +63,7 @@ inline void walk(const ckpt::PyObj &o, int depth = 0)
 inline void load_scratch()
 {
     accepts([] {
-        ckpt::PyRef obj = ckpt::load_torch_file(scratch_path());
+        PyRef obj = ckpt::load_torch_file(scratch_path());
         if (obj) walk(*obj);
     });
     unlink(scratch_path().c_str());
