@@ -24,7 +24,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$out/corpus/$t"
   log=$out/fuzz_$t.log
   result=clean
-  if ! OMP_NUM_THREADS=1 "$out/fuzz_$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+  if ! OMP_NUM_THREADS=1 "$out/fuzz_$t" -max_total_time="$secs" -timeout=120 -rss_limit_mb=4096 -print_final_stats=1 \
       -dict="tests/fuzz/$t.dict" -artifact_prefix="$out/findings/$t-" "$out/corpus/$t" "tests/fuzz/corpus/$t" \
       >"$log" 2>&1; then
     result="FINDING (see $log)"
