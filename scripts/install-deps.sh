@@ -10,6 +10,8 @@ packages=(
   python3
   python3-torch                          # checkpoint interop test: Python's torch.load reads accel's files
   swig python3-dev python3-pytest python3-numpy openjdk-17-jdk-headless junit5 mono-devel nunit-console
+  libyaml-cpp-dev python3-yaml            # Accelerate's config files (src/config/config_file.cpp); round-trip test
+  libprotobuf-dev protobuf-compiler python3-protobuf   # TensorBoard event files (src/tracking); Python read-back test
   bindgen                                 # bindings (bindings/): SWIG, Python, Java, C# (Mono), Rust's accel-sys check
 )
 # Rust: a rustup toolchain when there is one, else Debian's cargo.

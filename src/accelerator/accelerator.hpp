@@ -32,6 +32,9 @@ struct CheckpointObject {
 namespace parallel {
 class DistributedDataParallel;
 }
+namespace tracking {
+class Trackers;
+}
 
 class Accelerator {
 public:
@@ -82,6 +85,9 @@ public:
     // DDP statistics of every prepared model, as JSON (benchmarks, diagnostics).
     std::string ddp_stats_json() const;
 
+    // Experiment trackers (log_with, callback trackers): init_trackers / log / end_training / get_tracker.
+    tracking::Trackers &trackers();
+
 private:
     parallel::DistributedDataParallel *ddp_of(const Model &model) const;
     std::vector<std::pair<const Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
@@ -94,6 +100,7 @@ private:
     std::vector<std::shared_ptr<DataLoaderShard>> dataloaders_;
     std::vector<CheckpointObject> custom_objects_;
     int64_t project_iteration_ = 0;
+    std::unique_ptr<tracking::Trackers> trackers_;
 };
 
 } // namespace accel
