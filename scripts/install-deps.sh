@@ -13,6 +13,7 @@ packages=(
   libyaml-cpp-dev python3-yaml            # Accelerate's config files (src/config/config_file.cpp); round-trip test
   libprotobuf-dev protobuf-compiler python3-protobuf   # TensorBoard event files (src/tracking); Python read-back test
   bindgen                                 # bindings (bindings/): SWIG, Python, Java, C# (Mono), Rust's accel-sys check
+  clang-14 libclang-rt-14-dev llvm-14 lld-14  # scripts/test-sanitizers.sh: clang build, ASan/UBSan, libFuzzer
 )
 # Rust: a rustup toolchain when there is one, else Debian's cargo.
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || packages+=(cargo)

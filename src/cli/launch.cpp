@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "config/config_file.hpp"
+#include "cli/launch_config.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -71,12 +72,11 @@ struct Options {
 
 int to_int(const std::string &flag, const std::string &v, int min, int max)
 {
-    char *end = nullptr;
-    long x = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || x < min || x > max)
+    std::optional<int> x = parse_int_in(v, min, max);
+    if (!x)
         usage_error(flag + ": expected an integer in " + std::to_string(min) + ".." + std::to_string(max) + ", got \"" +
                     v + "\"");
-    return static_cast<int>(x);
+    return *x;
 }
 
 Options parse(int argc, char **argv)
