@@ -50,14 +50,19 @@ std::string info_field(const std::string &json, const std::string &key)
     if (b == std::string::npos) return "?";
     if (json[b] == '"') return json.substr(b + 1, json.find('"', b + 1) - b - 1);
     size_t e = json[b] == '[' ? json.find(']', b) + 1 : json.find_first_of(",}\n", b);
-    std::string v = json.substr(b, e - b);
-    std::string out;
-    for (char c : v)
-        if (c != '"' && c != '[' && c != ']' && c != '\n' && c != '\t') out += c;
-    std::string squeezed;
-    for (char c : out)
-        if (!(c == ' ' && !squeezed.empty() && squeezed.back() == ' ')) squeezed += c;
-    return squeezed;
+    std::string v = json.substr(b, e - b), out, item;
+    // ["a", "b"] -> "a, b"
+    for (char c : v + ",") {
+        if (c == ',') {
+            item.erase(0, item.find_first_not_of(" \n\t"));
+            item.erase(item.find_last_not_of(" \n\t") + 1);
+            if (!item.empty()) out += (out.empty() ? "" : ", ") + item;
+            item.clear();
+        } else if (c != '"' && c != '[' && c != ']') {
+            item += c;
+        }
+    }
+    return out;
 }
 
 } // namespace

@@ -273,8 +273,9 @@ int launch_main(int argc, char **argv)
             usage_error(*cfg_path + ": num_processes: not set (-1) for distributed_type " + cfg.distributed_type +
                         "; pass -n or set it in the file");
         }
-        if (!o.num_machines) o.num_machines = cfg.num_machines;
-        if (!o.machine_rank) o.machine_rank = cfg.machine_rank;
+        // At their defaults (1 machine, rank 0) the file's values leave room for Slurm's below.
+        if (!o.num_machines && cfg.num_machines != 1) o.num_machines = cfg.num_machines;
+        if (!o.machine_rank && cfg.machine_rank != 0) o.machine_rank = cfg.machine_rank;
         if (!o.main_process_ip && cfg.main_process_ip) o.main_process_ip = cfg.main_process_ip;
         if (!o.main_process_port && cfg.main_process_port) o.main_process_port = cfg.main_process_port;
         if (!o.mixed_precision) o.mixed_precision = cfg.mixed_precision;

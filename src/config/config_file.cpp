@@ -60,6 +60,14 @@ bool needs_quotes(const std::string &s)
            s.find(" #") != std::string::npos || s.back() == ' ' || s.back() == ':';
 }
 
+std::vector<std::string> sorted_keys(const YAML::Node &map)
+{
+    std::vector<std::string> keys;
+    for (const auto &x : map) keys.push_back(x.first.Scalar());
+    std::sort(keys.begin(), keys.end());
+    return keys;
+}
+
 void emit(YAML::Emitter &e, const YAML::Node &n)
 {
     switch (n.Type()) {
@@ -77,13 +85,12 @@ void emit(YAML::Emitter &e, const YAML::Node &n)
         e << YAML::EndSeq;
         break;
     case YAML::NodeType::Map: {
-        std::vector<std::pair<std::string, YAML::Node>> kv;
-        for (const auto &x : n) kv.emplace_back(x.first.Scalar(), x.second);
-        std::sort(kv.begin(), kv.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+        // Keys are sorted as strings and values looked up again: assigning a YAML::Node (as std::sort
+        // would) overwrites the node it refers to.
         e << YAML::BeginMap;
-        for (const auto &[k, v] : kv) {
+        for (const auto &k : sorted_keys(n)) {
             e << YAML::Key << k << YAML::Value;
-            emit(e, v);
+            emit(e, n[k]);
         }
         e << YAML::EndMap;
         break;
@@ -548,15 +555,13 @@ void json_of(const YAML::Node &n, int indent, std::string &o)
 {
     const std::string pad(static_cast<size_t>(indent + 2), ' '), close(static_cast<size_t>(indent), ' ');
     if (n.IsMap()) {
-        std::vector<std::pair<std::string, YAML::Node>> kv;
-        for (const auto &x : n) kv.emplace_back(x.first.Scalar(), x.second);
-        std::sort(kv.begin(), kv.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
-        if (kv.empty()) { o += "{}"; return; }
+        const std::vector<std::string> keys = sorted_keys(n);
+        if (keys.empty()) { o += "{}"; return; }
         o += "{\n";
-        for (size_t i = 0; i < kv.size(); ++i) {
-            o += pad + json_quote(kv[i].first) + ": ";
-            json_of(kv[i].second, indent + 2, o);
-            o += i + 1 < kv.size() ? ",\n" : "\n";
+        for (size_t i = 0; i < keys.size(); ++i) {
+            o += pad + json_quote(keys[i]) + ": ";
+            json_of(n[keys[i]], indent + 2, o);
+            o += i + 1 < keys.size() ? ",\n" : "\n";
         }
         o += close + "}";
     } else if (n.IsSequence()) {
