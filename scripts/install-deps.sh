@@ -10,6 +10,8 @@ packages=(
   python3
   python3-torch                          # checkpoint interop test: Python's torch.load reads accel's files
   swig python3-dev python3-pytest python3-numpy openjdk-17-jdk-headless junit5 mono-devel nunit-console
+  libyaml-cpp-dev python3-yaml            # Accelerate's config files (src/config/config_file.cpp); round-trip test
+  libprotobuf-dev protobuf-compiler python3-protobuf   # TensorBoard event files (src/tracking); Python read-back test
   bindgen                                 # bindings (bindings/): SWIG, Python, Java, C# (Mono), Rust's accel-sys check
   clang-14 libclang-rt-14-dev llvm-14 lld-14  # scripts/test-sanitizers.sh: clang build, ASan/UBSan, libFuzzer
 )

@@ -14,5 +14,6 @@
 #include <accel/loss.h>
 #include <accel/accelerator.h>
 #include <accel/checkpoint.h>
+#include <accel/tracking.h>
 
 #endif /* ACCEL_ACCEL_H */

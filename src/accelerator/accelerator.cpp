@@ -1,4 +1,5 @@
 #include "accelerator/accelerator.hpp"
+#include "tracking/tracking.hpp"
 
 #include "common/allocator.hpp"
 #include "common/error.hpp"
@@ -42,6 +43,14 @@ Accelerator::Accelerator(const char *config_json)
 Accelerator::~Accelerator()
 {
     while (!autocast_scopes_.empty()) autocast_scopes_.pop_back();
+}
+
+tracking::Trackers &Accelerator::trackers()
+{
+    if (!trackers_)
+        trackers_ = std::make_unique<tracking::Trackers>(state_->config.log_with, state_->config.project.logging_dir,
+                                                         state_->process_index() == 0);
+    return *trackers_;
 }
 
 void Accelerator::check_owner(const std::shared_ptr<AcceleratorState> &owner, const char *what) const

@@ -33,6 +33,9 @@ struct CheckpointObject {
 namespace parallel {
 class DistributedDataParallel;
 }
+namespace tracking {
+class Trackers;
+}
 
 class Accelerator {
 public:
@@ -93,6 +96,9 @@ public:
     // DDP statistics of every prepared model, as JSON (benchmarks, diagnostics).
     std::string ddp_stats_json() const;
 
+    // Experiment trackers (log_with, callback trackers): init_trackers / log / end_training / get_tracker.
+    tracking::Trackers &trackers();
+
 private:
     bool writes_main_files() const;
     parallel::DistributedDataParallel *ddp_of(const Model &model) const;
@@ -106,6 +112,7 @@ private:
     std::vector<std::shared_ptr<DataLoaderShard>> dataloaders_;
     std::vector<CheckpointObject> custom_objects_;
     int64_t project_iteration_ = 0;
+    std::unique_ptr<tracking::Trackers> trackers_;
 };
 
 // Accelerate's load_checkpoint_in_model: weights from a .safetensors or torch file, or a folder (sharded

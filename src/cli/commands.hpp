@@ -7,5 +7,7 @@ namespace accel::cli {
 
 int launch_main(int argc, char **argv);
 int merge_weights_main(int argc, char **argv); // merge_weights.cpp
+int config_main(int argc, char **argv);        // config_command.cpp
+int env_main(int argc, char **argv);           // env_command.cpp
 
 } // namespace accel::cli

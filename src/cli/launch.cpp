@@ -6,6 +6,8 @@
 // Slurm's variables (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST) give defaults for
 // --num_machines, --machine_rank and --main_process_ip when present.
 #include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "config/config_file.hpp"
 #include "cli/launch_config.hpp"
 
 #include <arpa/inet.h>
@@ -47,8 +49,9 @@ const char *kUsage =
     "      --mixed_precision MODE     no, fp16, bf16 or fp8 (ACCELERATE_MIXED_PRECISION)\n"
     "      --gradient_accumulation_steps N   (ACCELERATE_GRADIENT_ACCUMULATION_STEPS)\n"
     "      --num_cpu_threads_per_process N   OMP_NUM_THREADS (default: OMP_NUM_THREADS, else cores / processes)\n"
-    "      --config_file PATH         accelerate config file (YAML or JSON; default\n"
-    "                                 $HF_HOME/accelerate/default_config.yaml when it exists and --cpu is not given)\n"
+    "      --config_file PATH         accelerate config file (YAML, or JSON when named *.json; default\n"
+    "                                 ACCELERATE_CONFIG_FILE, else $HF_HOME/accelerate/default_config.yaml when it\n"
+    "                                 exists and --cpu is not given); flags override its values\n"
     "      --cpu                      train on the CPU (ACCELERATE_USE_CPU=True)\n"
     "      --debug                    ACCELERATE_DEBUG_MODE=true\n"
     "  -q, --quiet                    no launcher messages\n"
@@ -136,14 +139,6 @@ Options parse(int argc, char **argv)
     for (; i < argc; ++i) o.command.emplace_back(argv[i]);
     if (o.command.empty()) usage_error("missing the command to run");
     return o;
-}
-
-// The accelerate config file (launch_config.cpp holds the parser, which tests/fuzz runs on its own).
-std::map<std::string, std::string> read_config(const std::string &path)
-{
-    std::ifstream in(path);
-    if (!in) usage_error("--config_file: cannot read \"" + path + "\"");
-    return parse_launch_config(in);
 }
 
 std::optional<std::string> env(const char *name)
@@ -249,44 +244,46 @@ int launch_main(int argc, char **argv)
 {
     Options o = parse(argc, argv);
 
-    // Config file: explicit, else the default one when it exists and --cpu is not given.
-    std::map<std::string, std::string> cfg;
-    std::string cfg_path;
-    if (o.config_file) {
-        cfg_path = *o.config_file;
-    } else if (!o.cpu) {
-        std::string home = env("HF_HOME").value_or(env("XDG_CACHE_HOME").value_or(env("HOME").value_or("") + "/.cache") +
-                                                   "/huggingface");
-        std::string def = home + "/accelerate/default_config.yaml";
-        if (access(def.c_str(), R_OK) == 0) cfg_path = def;
-    }
-    if (!cfg_path.empty()) {
-        cfg = read_config(cfg_path);
-        auto get = [&](const char *k) -> std::optional<std::string> {
-            auto it = cfg.find(k);
-            if (it == cfg.end() || it->second == "null" || it->second.empty()) return std::nullopt;
-            return it->second;
-        };
-        if (!o.num_processes) {
-            if (auto v = get("num_processes")) {
-                if (*v == "-1") usage_error(cfg_path + ": num_processes -1 is not a process count");
-                o.num_processes = to_int("num_processes (config file)", *v, 1, 4096);
-            }
+    // Config file: --config_file, else ACCELERATE_CONFIG_FILE, else the default one when it exists (and
+    // --cpu is not given, as Accelerate). Command-line flags win over the file's values.
+    std::map<std::string, std::string> extra_env; // from the file: fp8 settings, gpu ids
+    std::optional<std::string> cfg_path = o.config_file;
+    if (!cfg_path && !o.cpu) cfg_path = config::resolve_config_file(std::nullopt);
+    if (cfg_path) {
+        config::ClusterConfig cfg;
+        try {
+            cfg = config::load_cluster_config(*cfg_path);
+        } catch (const accel::Error &e) {
+            std::fprintf(stderr, "accel launch: %s\n", e.what());
+            std::exit(e.code() == ACCEL_ERR_NOT_FOUND ? 2 : 1);
         }
-        if (!o.num_machines)
-            if (auto v = get("num_machines")) o.num_machines = to_int("num_machines (config file)", *v, 1, 4096);
-        if (!o.machine_rank)
-            if (auto v = get("machine_rank")) o.machine_rank = to_int("machine_rank (config file)", *v, 0, 4095);
-        if (!o.main_process_ip)
-            if (auto v = get("main_process_ip")) o.main_process_ip = *v;
-        if (!o.main_process_port)
-            if (auto v = get("main_process_port")) o.main_process_port = to_int("main_process_port (config file)", *v, 0, 65535);
-        if (!o.mixed_precision)
-            if (auto v = get("mixed_precision")) o.mixed_precision = *v;
-        if (!o.cpu)
-            if (auto v = get("use_cpu")) o.cpu = *v == "true" || *v == "True";
-        if (!o.grad_accum)
-            if (auto v = get("gradient_accumulation_steps")) o.grad_accum = to_int("gradient_accumulation_steps", *v, 1, 1 << 30);
+        if (!o.quiet)
+            for (const auto &w : cfg.warnings) std::fprintf(stderr, "accel launch: warning: %s: %s\n", cfg_path->c_str(), w.c_str());
+        if (!o.num_processes && cfg.num_processes > 0) {
+            // distributed_type NO is one process in Accelerate, whatever num_processes says.
+            if (cfg.distributed_type == "NO") {
+                if (cfg.num_processes > 1 && !o.quiet)
+                    std::fprintf(stderr, "accel launch: warning: %s: num_processes: %d ignored: distributed_type is NO "
+                                         "(one process); pass -n to override\n",
+                                 cfg_path->c_str(), cfg.num_processes);
+            } else {
+                o.num_processes = cfg.num_processes;
+            }
+        } else if (!o.num_processes && cfg.num_processes == -1 && cfg.distributed_type != "NO") {
+            usage_error(*cfg_path + ": num_processes: not set (-1) for distributed_type " + cfg.distributed_type +
+                        "; pass -n or set it in the file");
+        }
+        // At their defaults (1 machine, rank 0) the file's values leave room for Slurm's below.
+        if (!o.num_machines && cfg.num_machines != 1) o.num_machines = cfg.num_machines;
+        if (!o.machine_rank && cfg.machine_rank != 0) o.machine_rank = cfg.machine_rank;
+        if (!o.main_process_ip && cfg.main_process_ip) o.main_process_ip = cfg.main_process_ip;
+        if (!o.main_process_port && cfg.main_process_port) o.main_process_port = cfg.main_process_port;
+        if (!o.mixed_precision) o.mixed_precision = cfg.mixed_precision;
+        if (!o.cpu) o.cpu = cfg.use_cpu;
+        if (!o.debug) o.debug = cfg.debug;
+        if (!o.grad_accum && cfg.gradient_accumulation_steps) o.grad_accum = cfg.gradient_accumulation_steps;
+        if (o.mixed_precision == "fp8") extra_env = cfg.fp8_env;
+        if (cfg.gpu_ids && *cfg.gpu_ids != "all") extra_env["CUDA_VISIBLE_DEVICES"] = *cfg.gpu_ids;
     }
 
     // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
@@ -367,6 +364,7 @@ int launch_main(int argc, char **argv)
             set("ACCELERATE_MIXED_PRECISION", o.mixed_precision.value_or("no"));
             if (o.grad_accum) set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", std::to_string(*o.grad_accum));
             if (o.debug) set("ACCELERATE_DEBUG_MODE", "true");
+            for (const auto &[k, v] : extra_env) set(k.c_str(), v);
             std::vector<char *> args;
             for (auto &s : o.command) args.push_back(const_cast<char *>(s.c_str()));
             args.push_back(nullptr);

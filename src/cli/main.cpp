@@ -15,6 +15,8 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"config", accel::cli::config_main, "write Accelerate's config file (questionnaire, `default`, `update`)"},
+    {"env", accel::cli::env_main, "versions, backends, CPU, memory and the config file, for a bug report"},
     {"launch", accel::cli::launch_main, "start a program as several processes (data-parallel training)"},
     {"merge-weights", accel::cli::merge_weights_main, "join sharded safetensors weights into one model.safetensors"},
 };

@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "config/env.hpp"
+#include "config/tracking_config.hpp"
 #include "config/json.hpp"
 
 #include <cjson/cJSON.h>
@@ -337,10 +338,12 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     auto dynamo = root.get_optional_string("dynamo_backend");
     if (dynamo && *dynamo != "no" && *dynamo != "NO")
         fail(ACCEL_ERR_UNIMPLEMENTED, "dynamo_backend: torch.compile has no LibTorch counterpart; only \"no\" is accepted");
-    if (root.has("log_with")) {
-        auto v = root.get_string_array("log_with", {});
-        if (!v.empty()) fail(ACCEL_ERR_UNIMPLEMENTED, "log_with: experiment trackers are " + std::string(kNotYet));
-    }
+    c.log_with = checked_log_with(root.get_string_or_array("log_with", {}), "log_with");
+    // Accelerate refuses file trackers without a logging_dir (TensorBoard's "requires a logging_dir").
+    if (!c.log_with.empty() && !c.project.logging_dir)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "log_with: \"" + c.log_with.front() +
+                                             "\" writes files under project_config.logging_dir (or project_dir), "
+                                             "which is not set");
     root.finish();
 
     // Multi-process topologies are checked when the communicator is created (src/distributed).
@@ -422,6 +425,7 @@ std::string to_json(const AcceleratorConfig &c)
     if (c.project.total_limit) w.add("total_limit", *c.project.total_limit);
     else w.add_null("total_limit");
     w.add("iteration", c.project.iteration).add("save_on_each_node", c.project.save_on_each_node).end_object();
+    w.add("log_with", c.log_with);
     w.add_null("deepspeed_plugin").add_null("fsdp_plugin");
     w.begin_object("process")
         .add("rank", static_cast<int64_t>(c.topology.rank))

@@ -110,6 +110,8 @@ struct AcceleratorConfig {
     InitProcessGroupKwargs init_process_group;
     ProcessTopology topology;
     ProjectConfiguration project;
+    // log_with: built-in trackers ("jsonl", "csv", "tensorboard"; "all" expanded), src/tracking/.
+    std::vector<std::string> log_with;
     bool malloc_tuning = true; // ACCEL_MALLOC_TUNING (environment only: a process-wide setting)
 };
 

@@ -212,6 +212,15 @@ std::vector<std::string> JsonObject::get_string_array(const char *key, const std
     return out;
 }
 
+std::vector<std::string> JsonObject::get_string_or_array(const char *key, const std::vector<std::string> &def)
+{
+    const cJSON *v = item(key);
+    if (v == nullptr) return def;
+    if (cJSON_IsString(v)) return {v->valuestring};
+    if (!cJSON_IsArray(v)) type_error(path_of(key), "a string or an array of strings", v);
+    return get_string_array(key, def);
+}
+
 std::vector<bool> JsonObject::get_bool_array(const char *key, const std::vector<bool> &def, size_t size)
 {
     const cJSON *v = item(key);

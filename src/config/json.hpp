@@ -47,6 +47,8 @@ public:
     std::vector<int64_t> get_int_array(const char *key, int64_t min, int64_t max);
     std::vector<double> get_double_array(const char *key, double min, double max);
     std::vector<std::string> get_string_array(const char *key, const std::vector<std::string> &def);
+    // One string or an array of strings (Accelerate's `str | list[str]` arguments, e.g. log_with).
+    std::vector<std::string> get_string_or_array(const char *key, const std::vector<std::string> &def);
     // An array of exactly `size` booleans; `def` when absent or null.
     std::vector<bool> get_bool_array(const char *key, const std::vector<bool> &def, size_t size);
     // The object under `key`, or nullopt when absent or null.

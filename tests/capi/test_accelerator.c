@@ -191,7 +191,8 @@ static void test_bad_configs(void)
     BAD("{\"project_config\": {\"total_limit\": -1}}", "project_config.total_limit");
     BAD("{\"project_config\": {\"dir\": \"runs\"}}", "project_config.dir: unknown key");
     UNIMPL("{\"dynamo_backend\": \"inductor\"}", "dynamo_backend");
-    UNIMPL("{\"log_with\": [\"tensorboard\"]}", "log_with");
+    UNIMPL("{\"log_with\": [\"wandb\"]}", "log_with");
+    BAD("{\"log_with\": [\"tensorboard\"]}", "log_with: \"tensorboard\" writes files under project_config.logging_dir");
 }
 
 static void test_getters_null(void)

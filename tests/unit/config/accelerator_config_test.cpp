@@ -540,7 +540,13 @@ TEST_F(AcceleratorConfigTest, UnsupportedSectionsNamePath)
     EXPECT_PARSE_ERROR_STARTS("{\"dynamo_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED, "dynamo_plugin: ");
     EXPECT_PARSE_ERROR_STARTS("{\"dynamo_backend\": \"inductor\"}", ACCEL_ERR_UNIMPLEMENTED, "dynamo_backend: ");
     EXPECT_NO_THROW(parse_accelerator_config("{\"dynamo_backend\": \"no\", \"log_with\": []}"));
-    EXPECT_PARSE_ERROR_STARTS("{\"log_with\": [\"tensorboard\"]}", ACCEL_ERR_UNIMPLEMENTED, "log_with: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"log_with\": [\"wandb\"]}", ACCEL_ERR_UNIMPLEMENTED, "log_with: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"log_with\": \"tensorboard\"}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "log_with: \"tensorboard\" writes files under project_config.logging_dir");
+    EXPECT_PARSE_ERROR_STARTS("{\"log_with\": [\"jsonl\", \"bogus\"], \"project_dir\": \"p\"}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "log_with[1]: expected one of");
+    EXPECT_EQ(parse_accelerator_config("{\"log_with\": \"all\", \"project_dir\": \"p\"}").log_with,
+              (std::vector<std::string>{"jsonl", "csv", "tensorboard"}));
     EXPECT_PARSE_ERROR_STARTS("{\"dataloader_config\": {\"use_stateful_dataloader\": true}}", ACCEL_ERR_UNIMPLEMENTED,
                               "dataloader_config.use_stateful_dataloader: ");
     // Null means "not given" everywhere.

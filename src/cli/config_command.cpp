@@ -1,0 +1,351 @@
+// `accel config` (the questionnaire), `accel config default` (Accelerate's write_basic_config) and
+// `accel config update`: write Accelerate's config file, in Accelerate's key layout, so that Python's
+// accelerate reads what accel writes and the reverse. Answers are read line by line from stdin, so the
+// questionnaire also runs with its answers piped in (tests do that).
+#include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "config/config_file.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace accel::cli {
+
+namespace {
+
+const char *kConfigUsage =
+    "usage: accel config [--config_file PATH]\n"
+    "       accel config default [--config_file PATH] [--mixed_precision {no,fp16,bf16,fp8}]\n"
+    "       accel config update [--config_file PATH]\n"
+    "\n"
+    "Writes Accelerate's config file (default: $HF_HOME/accelerate/default_config.yaml, HF_HOME defaulting\n"
+    "to ~/.cache/huggingface), which `accel launch`, `accel env` and `accel test` read (and Python's\n"
+    "accelerate too). A name ending in .json is written as JSON, any other as YAML.\n"
+    "\n"
+    "  accel config          asks questions (answers are read from stdin, one per line; an empty line takes\n"
+    "                        the default shown in brackets) and writes the file\n"
+    "  accel config default  writes a basic config (one process, the CPU) unless the file already exists\n"
+    "  accel config update   rewrites an existing file with every key at its current default\n"
+    "\n"
+    "  --config_file PATH    the file to write (update: to read and rewrite)\n"
+    "  --mixed_precision M   (default) no, fp16, bf16 or fp8 (default no)\n"
+    "\n"
+    "Exit status: 0 written (or, for default, already there), 1 a bad file or answer, 2 bad arguments.\n";
+
+[[noreturn]] void config_usage_error(const std::string &msg)
+{
+    std::fprintf(stderr, "accel config: %s\n\n%s", msg.c_str(), kConfigUsage);
+    std::exit(2);
+}
+
+bool ends_with(const std::string &s, const char *suffix)
+{
+    size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// mkdir -p of the file's folder.
+void make_parent(const std::string &path)
+{
+    for (size_t i = 1; i < path.size(); ++i)
+        if (path[i] == '/') {
+            std::string d = path.substr(0, i);
+            if (mkdir(d.c_str(), 0777) != 0 && errno != EEXIST)
+                fail(ACCEL_ERR_PERMISSION_DENIED, d + ": cannot create the folder: " + std::strerror(errno));
+        }
+}
+
+// Writes YAML text to `path`, as JSON when the name ends in .json; re-reads it with the same reader
+// `launch` uses first, so a file accel writes is always one accel reads.
+void write_config(const std::string &path, const std::string &yaml)
+{
+    const std::string text = ends_with(path, ".json") ? config::yaml_to_json(yaml) : yaml;
+    config::parse_cluster_config(text, path);
+    make_parent(path);
+    const std::string tmp = path + ".accel-tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) fail(ACCEL_ERR_PERMISSION_DENIED, path + ": cannot write: " + std::strerror(errno));
+        f << text;
+        f.close();
+        if (!f) fail(ACCEL_ERR_PERMISSION_DENIED, path + ": cannot write: " + std::strerror(errno));
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        int e = errno;
+        std::remove(tmp.c_str());
+        fail(ACCEL_ERR_PERMISSION_DENIED, path + ": cannot write: " + std::strerror(e));
+    }
+}
+
+struct Args {
+    std::optional<std::string> config_file;
+    std::string mixed_precision = "no";
+};
+
+Args parse_args(int argc, char **argv, int first, bool allow_mp)
+{
+    Args a;
+    for (int i = first; i < argc; ++i) {
+        std::string s = argv[i], flag = s, value;
+        bool inline_value = false;
+        if (auto eq = s.find('='); eq != std::string::npos && s.rfind("--", 0) == 0) {
+            flag = s.substr(0, eq);
+            value = s.substr(eq + 1);
+            inline_value = true;
+        }
+        auto next = [&]() -> std::string {
+            if (inline_value) return value;
+            if (i + 1 >= argc) config_usage_error(flag + ": missing value");
+            return argv[++i];
+        };
+        if (flag == "-h" || flag == "--help") {
+            std::fputs(kConfigUsage, stdout);
+            std::exit(0);
+        } else if (flag == "--config_file") {
+            a.config_file = next();
+            if (a.config_file->empty()) config_usage_error("--config_file: empty path");
+        } else if (flag == "--mixed_precision" && allow_mp) {
+            std::string v = next();
+            std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+            if (v != "no" && v != "fp16" && v != "bf16" && v != "fp8")
+                config_usage_error("--mixed_precision: expected no, fp16, bf16 or fp8, got \"" + v + "\"");
+            a.mixed_precision = v;
+        } else {
+            config_usage_error("unknown argument \"" + s + "\"");
+        }
+    }
+    return a;
+}
+
+// accelerate config default: write_basic_config. accel's LibTorch here is the CPU one, so the file is
+// Accelerate's CPU-only answer: one process, use_cpu true, distributed_type NO.
+int config_default(const Args &a)
+{
+    const std::string path = a.config_file.value_or(config::default_config_file());
+    if (access(path.c_str(), F_OK) == 0) {
+        std::printf("Configuration already exists at %s, will not override. Run `accel config` manually or pass a "
+                    "different `--config_file`.\n",
+                    path.c_str());
+        return 0;
+    }
+    std::string yaml = config::emit_yaml({{"compute_environment", "LOCAL_MACHINE"},
+                                          {"mixed_precision", "'" + a.mixed_precision + "'"},
+                                          {"use_cpu", "true"},
+                                          {"num_processes", "1"},
+                                          {"distributed_type", "'NO'"},
+                                          {"debug", "false"},
+                                          {"enable_cpu_affinity", "false"}});
+    // Through the reader, which fills in the rest of ClusterConfig's defaults as to_dict() does.
+    config::ClusterConfig c = config::parse_cluster_config(yaml, "(default config)");
+    // Accelerate writes this file as JSON (2-space indents, sorted keys) whatever its name; JSON is YAML.
+    const std::string json = config::yaml_to_json(c.yaml);
+    config::parse_cluster_config(json, path + ".json");
+    make_parent(path);
+    {
+        std::ofstream f(path, std::ios::binary | std::ios::trunc);
+        if (!f) fail(ACCEL_ERR_PERMISSION_DENIED, path + ": cannot write: " + std::strerror(errno));
+        f << json;
+        if (!f) fail(ACCEL_ERR_PERMISSION_DENIED, path + ": cannot write: " + std::strerror(errno));
+    }
+    std::printf("accelerate configuration saved at %s\n", path.c_str());
+    return 0;
+}
+
+int config_update(const Args &a)
+{
+    std::string path;
+    if (a.config_file) path = *a.config_file;
+    else path = config::default_config_file();
+    if (access(path.c_str(), F_OK) != 0)
+        fail(ACCEL_ERR_NOT_FOUND, "The config file at " + path + " doesn't exist (run `accel config` first).");
+    config::ClusterConfig c = config::load_cluster_config(path);
+    for (const auto &w : c.warnings) std::fprintf(stderr, "accel config update: warning: %s: %s\n", path.c_str(), w.c_str());
+    write_config(path, c.yaml);
+    std::printf("Successfully updated the configuration file at %s.\n", path.c_str());
+    return 0;
+}
+
+// ---- the questionnaire ---------------------------------------------------------------------------
+
+class Asker {
+public:
+    std::string line(const std::string &question)
+    {
+        std::printf("%s", question.c_str());
+        std::fflush(stdout);
+        std::string answer;
+        if (!std::getline(std::cin, answer)) {
+            std::printf("\n");
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "no answer (stdin ended) to: " + question);
+        }
+        if (!isatty(STDIN_FILENO)) std::printf("%s\n", answer.c_str()); // a transcript when answers are piped
+        answer.erase(0, answer.find_first_not_of(" \t\r"));
+        answer.erase(answer.find_last_not_of(" \t\r") + 1);
+        return answer;
+    }
+
+    // Re-asks until `convert` accepts the answer (an empty answer is `def`); gives up after 10 tries.
+    template <class T>
+    T ask(const std::string &question, const std::string &def, const std::function<std::optional<T>(const std::string &)> &convert,
+          const std::string &expected)
+    {
+        for (int tries = 0; tries < 10; ++tries) {
+            std::string a = line(question);
+            if (a.empty()) a = def;
+            if (auto v = convert(a)) return *v;
+            std::printf("Please enter %s.\n", expected.c_str());
+        }
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "no valid answer after 10 tries to: " + question);
+    }
+
+    int integer(const std::string &q, const std::string &def, long min, long max)
+    {
+        return ask<int>(q, def,
+                        [&](const std::string &s) -> std::optional<int> {
+                            char *end = nullptr;
+                            long v = std::strtol(s.c_str(), &end, 10);
+                            if (s.empty() || *end != '\0' || v < min || v > max) return std::nullopt;
+                            return static_cast<int>(v);
+                        },
+                        "an integer in " + std::to_string(min) + ".." + std::to_string(max));
+    }
+
+    bool yes_no(const std::string &q, bool def)
+    {
+        return ask<bool>(q, def ? "yes" : "no",
+                         [](const std::string &s) -> std::optional<bool> {
+                             std::string l = s;
+                             std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+                             if (l == "y" || l == "yes" || l == "true" || l == "1") return true;
+                             if (l == "n" || l == "no" || l == "false" || l == "0") return false;
+                             return std::nullopt;
+                         },
+                         "yes or no");
+    }
+
+    // "([0] a, [1] b)": the index or the option's text.
+    int choice(const std::string &q, const std::vector<std::string> &options, int def)
+    {
+        std::string text = q + " (";
+        for (size_t i = 0; i < options.size(); ++i) text += (i ? ", [" : "[") + std::to_string(i) + "] " + options[i];
+        text += ") [" + std::to_string(def) + "]: ";
+        return ask<int>(text, std::to_string(def),
+                        [&](const std::string &s) -> std::optional<int> {
+                            for (size_t i = 0; i < options.size(); ++i)
+                                if (s == std::to_string(i) || s == options[i]) return static_cast<int>(i);
+                            return std::nullopt;
+                        },
+                        "the number of one option");
+    }
+};
+
+std::string quoted(const std::string &s)
+{
+    std::string o = "'";
+    for (char c : s) o += c == '\'' ? std::string("''") : std::string(1, c);
+    return o + "'";
+}
+
+int config_questionnaire(const Args &a)
+{
+    Asker q;
+    std::vector<std::pair<std::string, std::string>> e = {{"compute_environment", "LOCAL_MACHINE"}};
+    // accel's LibTorch is the CPU one: no GPU types to offer; DeepSpeed/FSDP are offered once accel has them.
+    int machine = q.choice("Which type of machine are you using?", {"No distributed training", "multi-CPU", "multi-GPU"}, 0);
+    bool use_cpu = false, debug = false;
+    int processes = 1;
+    if (machine == 0) {
+        e.emplace_back("distributed_type", "'NO'");
+        use_cpu = q.yes_no("Do you want to run your training on CPU only (even if a GPU is available)? [yes/NO]: ", false);
+    } else {
+        e.emplace_back("distributed_type", machine == 1 ? "MULTI_CPU" : "MULTI_GPU");
+        use_cpu = machine == 1;
+        int machines = q.integer("How many different machines will you use (use more than 1 for multi-node training)? [1]: ",
+                                 "1", 1, 4096);
+        e.emplace_back("num_machines", std::to_string(machines));
+        if (machines > 1) {
+            int rank = q.integer("What is the rank of this machine? [0]: ", "0", 0, machines - 1);
+            e.emplace_back("machine_rank", std::to_string(rank));
+            std::string ip;
+            while (ip.empty()) ip = q.line("What is the IP address of the machine that will host the main process? ");
+            e.emplace_back("main_process_ip", quoted(ip));
+            int port = q.integer("What is the port you will use to communicate with the main process? [29500]: ", "29500", 1, 65535);
+            e.emplace_back("main_process_port", std::to_string(port));
+            bool same = q.yes_no("Are all the machines on the same local network? Answer `no` if nodes are on the cloud "
+                                 "and/or on different network hosts [YES/no]: ",
+                                 true);
+            e.emplace_back("same_network", same ? "true" : "false");
+        }
+        debug = q.yes_no("Should distributed operations be checked while running for errors? This can avoid timeout "
+                         "issues but will be slower. [yes/NO]: ",
+                         false);
+        processes = q.integer(std::string("How many ") + (machine == 1 ? "CPU processes" : "GPU(s)") +
+                                  " should be used for distributed training (over all machines)? [" +
+                                  std::to_string(machines) + "]: ",
+                              std::to_string(machines), machines, 4096);
+        if (processes % machines != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "num_processes " + std::to_string(processes) +
+                                                 " is not a multiple of num_machines " + std::to_string(machines));
+        if (machine == 2) {
+            std::string ids = q.line("What GPU(s) (by id) should be used for training on this machine as a "
+                                     "comma-separated list? [all]: ");
+            e.emplace_back("gpu_ids", ids.empty() ? "all" : quoted(ids));
+        }
+    }
+    e.emplace_back("use_cpu", use_cpu ? "true" : "false");
+    e.emplace_back("debug", debug ? "true" : "false");
+    e.emplace_back("num_processes", std::to_string(processes));
+    const std::vector<std::string> precisions = {"no", "fp16", "bf16", "fp8"};
+    int mp = q.choice("Do you wish to use mixed precision?", precisions, 0);
+    e.emplace_back("mixed_precision", quoted(precisions[static_cast<size_t>(mp)]));
+    if (mp == 3) {
+        // accel emulates TransformerEngine's delayed scaling (the only FP8 backend it has).
+        std::string fp8 = "{backend: TE";
+        int fmt = q.choice("Which FP8 format should be used?", {"HYBRID", "E4M3"}, 0);
+        fp8 += std::string(", fp8_format: ") + (fmt == 0 ? "HYBRID" : "E4M3");
+        bool eval = q.yes_no("Do you want to use FP8 autocast during eval mode? [yes/NO]: ", false);
+        fp8 += std::string(", use_autocast_during_eval: ") + (eval ? "true" : "false");
+        fp8 += ", margin: " + std::to_string(q.integer("What margin should be used for gradient scaling? [0]: ", "0", 0, 127));
+        fp8 += ", interval: " + std::to_string(q.integer("What interval should be used for for how often the scaling "
+                                                         "factor is recomputed? [1]: ",
+                                                         "1", 1, 1 << 30));
+        fp8 += ", amax_history_length: " + std::to_string(q.integer("What length of history should be used for the amax "
+                                                                    "scaling factor computation? [1024]: ",
+                                                                    "1024", 1, 1 << 20));
+        int algo = q.choice("Which algorithm should be used for the amax scaling factor computation?", {"max", "most_recent"}, 1);
+        fp8 += std::string(", amax_compute_algorithm: ") + (algo == 0 ? "max" : "most_recent") + "}";
+        e.emplace_back("fp8_config", fp8);
+    }
+    std::string path = a.config_file.value_or(config::default_config_file());
+    // Through the reader: Accelerate's defaults for every other key, and the same checks launch makes.
+    config::ClusterConfig c = config::parse_cluster_config(config::emit_yaml(e), path);
+    write_config(path, c.yaml);
+    std::printf("accelerate configuration saved at %s\n", path.c_str());
+    return 0;
+}
+
+} // namespace
+
+int config_main(int argc, char **argv)
+{
+    try {
+        if (argc >= 2 && std::strcmp(argv[1], "default") == 0) return config_default(parse_args(argc, argv, 2, true));
+        if (argc >= 2 && std::strcmp(argv[1], "update") == 0) return config_update(parse_args(argc, argv, 2, false));
+        return config_questionnaire(parse_args(argc, argv, 1, false));
+    } catch (const accel::Error &e) {
+        std::fprintf(stderr, "accel config: %s\n", e.what());
+        return 1;
+    }
+}
+
+} // namespace accel::cli

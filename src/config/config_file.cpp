@@ -1,0 +1,602 @@
+// Accelerate's config file, read with yaml-cpp (see config_file.hpp for what takes effect).
+#include "config/config_file.hpp"
+
+#include "common/error.hpp"
+#include "config/env.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+namespace accel::config {
+
+namespace {
+
+// A config file is a few hundred bytes; anything this large is not one (and bounds what a bad file costs).
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
+const char *const kDistributedTypes[] = {"NO",        "MULTI_CPU", "MULTI_GPU",  "MULTI_NPU",    "MULTI_XPU",
+                                         "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU",   "MULTI_NEURON",
+                                         "DEEPSPEED", "FSDP",      "XLA",        "MEGATRON_LM", "TP"};
+
+// Strings are tagged "!" in the normalized tree so that emit() quotes them where YAML would read them
+// as something else ('no', '1', 'null', ...); untagged scalars (numbers, booleans) are written plain.
+YAML::Node str_node(const std::string &s)
+{
+    YAML::Node n(s);
+    n.SetTag("!");
+    return n;
+}
+
+bool is_quoted(const YAML::Node &n) { return n.Tag() == "!"; }
+
+// Would a YAML 1.1 reader (PyYAML's safe_load, which Accelerate uses) take this plain text for a
+// non-string? Then it must be quoted.
+bool needs_quotes(const std::string &s)
+{
+    if (s.empty()) return true;
+    std::string l = s;
+    std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    static const std::set<std::string> words = {"y",   "n",     "yes", "no",   "on",   "off",  "true",
+                                                "false", "null", "~",   ".inf", "-.inf", ".nan", "+.inf"};
+    if (words.count(l)) return true;
+    // numbers (ints, floats, 0x.., 1_000, 1e5, ports, versions like 1.2 are floats too)
+    bool numeric = true, digit = false;
+    for (char c : s) {
+        if (std::isdigit(static_cast<unsigned char>(c))) digit = true;
+        else if (!std::strchr("+-._eExXoOabcdefABCDEF:", c)) numeric = false;
+    }
+    if (numeric && digit && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '+' || s[0] == '.'))
+        return true;
+    return std::strchr("!&*-?{}[],#|>@`\"'%: ", s[0]) != nullptr || s.find(": ") != std::string::npos ||
+           s.find(" #") != std::string::npos || s.back() == ' ' || s.back() == ':';
+}
+
+std::vector<std::string> sorted_keys(const YAML::Node &map)
+{
+    std::vector<std::string> keys;
+    for (const auto &x : map) keys.push_back(x.first.Scalar());
+    std::sort(keys.begin(), keys.end());
+    return keys;
+}
+
+void emit(YAML::Emitter &e, const YAML::Node &n)
+{
+    switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: e << YAML::Null; break;
+    case YAML::NodeType::Scalar: {
+        const std::string &s = n.Scalar();
+        if (is_quoted(n) && needs_quotes(s)) e << YAML::SingleQuoted << s;
+        else e << s;
+        break;
+    }
+    case YAML::NodeType::Sequence:
+        e << YAML::BeginSeq;
+        for (const auto &x : n) emit(e, x);
+        e << YAML::EndSeq;
+        break;
+    case YAML::NodeType::Map: {
+        // Keys are sorted as strings and values looked up again: assigning a YAML::Node (as std::sort
+        // would) overwrites the node it refers to.
+        e << YAML::BeginMap;
+        for (const auto &k : sorted_keys(n)) {
+            e << YAML::Key << k << YAML::Value;
+            emit(e, n[k]);
+        }
+        e << YAML::EndMap;
+        break;
+    }
+    }
+}
+
+std::string flow_text(const YAML::Node &n)
+{
+    YAML::Emitter e;
+    e << YAML::Flow;
+    emit(e, n);
+    return e.c_str();
+}
+
+bool is_null(const YAML::Node &n)
+{
+    return !n.IsDefined() || n.IsNull() || (n.IsScalar() && !is_quoted(n) && (n.Scalar() == "null" || n.Scalar() == "~"));
+}
+
+// Reads one file's values with their YAML types checked, naming "file: key" in every message.
+class Reader {
+public:
+    Reader(std::string file) : file_(std::move(file)) {}
+
+    std::string where(const std::string &key) const { return file_ + ": " + key; }
+
+    [[noreturn]] void bad(const std::string &key, const std::string &expected, const YAML::Node &got) const
+    {
+        fail(ACCEL_ERR_INVALID_ARGUMENT,
+             where(key) + ": expected " + expected + ", got " + (is_null(got) ? std::string("null") : flow_text(got)));
+    }
+
+    bool get_bool(const std::string &key, const YAML::Node &n) const
+    {
+        bool b = false;
+        if (!n.IsScalar() || is_quoted(n) || !YAML::convert<bool>::decode(n, b)) bad(key, "true or false", n);
+        return b;
+    }
+
+    long long get_int(const std::string &key, const YAML::Node &n, long long min, long long max) const
+    {
+        long long v = 0;
+        // Quoted numbers are accepted: Accelerate's questionnaire writes ports and ids as the user typed them.
+        if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v) || v < min || v > max)
+            bad(key, "an integer in " + std::to_string(min) + ".." + std::to_string(max), n);
+        return v;
+    }
+
+    std::string get_string(const std::string &key, const YAML::Node &n) const
+    {
+        if (!n.IsScalar()) bad(key, "a string", n);
+        return n.Scalar();
+    }
+
+    std::string get_enum(const std::string &key, const YAML::Node &n, const std::vector<std::string> &allowed) const
+    {
+        std::string v = n.IsScalar() ? n.Scalar() : "";
+        for (const auto &a : allowed)
+            if (v == a) return v;
+        std::string list;
+        for (const auto &a : allowed) list += (list.empty() ? "" : ", ") + a;
+        bad(key, "one of " + list, n);
+    }
+
+private:
+    std::string file_;
+};
+
+std::string upper(std::string s)
+{
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    return s;
+}
+
+std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+// Sections that steer an engine accel does not have yet: ignored (with a warning) unless distributed_type
+// asks for that engine, which is an error.
+struct EngineSection {
+    const char *key;
+    const char *engine_type; // distributed_type that uses it
+};
+const EngineSection kEngineSections[] = {{"deepspeed_config", "DEEPSPEED"},
+                                         {"fsdp_config", "FSDP"},
+                                         {"megatron_lm_config", "MEGATRON_LM"},
+                                         {"parallelism_config", "FSDP"}};
+
+} // namespace
+
+ClusterConfig parse_cluster_config(const std::string &text, const std::string &file_name)
+{
+    ClusterConfig c;
+    c.source = file_name;
+    Reader r(file_name);
+    if (text.size() > kMaxConfigBytes)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, file_name + ": " + std::to_string(text.size()) +
+                                             " bytes is too large for a config file (limit " +
+                                             std::to_string(kMaxConfigBytes) + ")");
+    if (text.find('\0') != std::string::npos)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, file_name + ": contains a NUL byte; not a YAML or JSON text file");
+    const bool json = file_name.size() >= 5 && file_name.compare(file_name.size() - 5, 5, ".json") == 0;
+
+    YAML::Node doc;
+    try {
+        doc = YAML::Load(text);
+    } catch (const YAML::Exception &e) {
+        fail(ACCEL_ERR_INVALID_ARGUMENT, file_name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                             std::to_string(e.mark.column + 1) + ": not valid " +
+                                             (json ? "JSON" : "YAML") + ": " + e.msg);
+    }
+    if (!doc.IsMap())
+        fail(ACCEL_ERR_INVALID_ARGUMENT,
+             file_name + ": expected a mapping of keys (an accelerate config file), got " +
+                 (is_null(doc) ? std::string("an empty document") : flow_text(doc)));
+
+    // Legacy keys Accelerate still converts on load: `fp16: true` and a top-level `dynamo_backend`.
+    YAML::Node in(YAML::NodeType::Map);
+    const YAML::Node &cin = in; // const lookups never insert keys
+    for (const auto &kv : doc) {
+        if (!kv.first.IsScalar()) fail(ACCEL_ERR_INVALID_ARGUMENT, file_name + ": a key is not a string");
+        const std::string k = kv.first.Scalar();
+        if (cin[k].IsDefined())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(k) + ": the key appears twice");
+        in[k] = kv.second;
+    }
+    if (cin["fp16"].IsDefined()) {
+        bool fp16 = r.get_bool("fp16", cin["fp16"]);
+        if (!cin["mixed_precision"].IsDefined()) in["mixed_precision"] = str_node(fp16 ? "fp16" : "no");
+        in.remove("fp16");
+    }
+    if (cin["dynamo_backend"].IsDefined()) {
+        YAML::Node d(YAML::NodeType::Map);
+        d["dynamo_backend"] = cin["dynamo_backend"];
+        if (!cin["dynamo_config"].IsDefined()) in["dynamo_config"] = d;
+        in.remove("dynamo_backend");
+    }
+
+    // Accelerate's ClusterConfig defaults (what to_dict() writes; None values and empty dicts are left out).
+    YAML::Node out(YAML::NodeType::Map);
+    out["compute_environment"] = str_node("LOCAL_MACHINE");
+    out["debug"] = false;
+    out["downcast_bf16"] = false;
+    out["enable_cpu_affinity"] = false;
+    out["machine_rank"] = 0;
+    out["main_training_function"] = str_node("main");
+    out["mixed_precision"] = str_node("no");
+    out["num_machines"] = 1;
+    out["num_processes"] = -1;
+    out["rdzv_backend"] = str_node("static");
+    out["same_network"] = false;
+    out["tpu_use_cluster"] = false;
+    out["tpu_use_sudo"] = false;
+    out["use_cpu"] = false;
+
+    std::set<std::string> handled;
+    auto take = [&](const char *key) -> std::optional<YAML::Node> {
+        handled.insert(key);
+        YAML::Node n = cin[key];
+        if (is_null(n)) return std::nullopt;
+        return n;
+    };
+    auto warn = [&](const std::string &key, const std::string &why) { c.warnings.push_back(key + ": " + why); };
+
+    // distributed_type (required) and the engines accel has not built yet.
+    std::optional<YAML::Node> dt = take("distributed_type");
+    if (!dt) fail(ACCEL_ERR_INVALID_ARGUMENT, r.where("distributed_type") + ": missing (required; e.g. NO or MULTI_CPU)");
+    c.distributed_type = r.get_enum("distributed_type", *dt,
+                                    std::vector<std::string>(std::begin(kDistributedTypes), std::end(kDistributedTypes)));
+    out["distributed_type"] = str_node(c.distributed_type);
+    if (c.distributed_type != "NO" && c.distributed_type != "MULTI_CPU" && c.distributed_type != "MULTI_GPU")
+        fail(ACCEL_ERR_UNIMPLEMENTED,
+             r.where("distributed_type") + ": " + c.distributed_type +
+                 " is not yet supported by accel (NO, MULTI_CPU and MULTI_GPU are); training would not be what "
+                 "the file asks for");
+
+    if (auto opt = take("compute_environment")) {
+        const YAML::Node n = *opt;
+        c.compute_environment = r.get_enum("compute_environment", n, {"LOCAL_MACHINE", "AMAZON_SAGEMAKER"});
+        if (c.compute_environment != "LOCAL_MACHINE")
+            fail(ACCEL_ERR_UNIMPLEMENTED, r.where("compute_environment") + ": AMAZON_SAGEMAKER is not supported by accel");
+    }
+    if (auto opt = take("mixed_precision")) {
+        const YAML::Node n = *opt;
+        // PyYAML reads an unquoted `no` as false, which Accelerate turns into "no".
+        if (n.IsScalar() && !is_quoted(n) && (n.Scalar() == "false" || n.Scalar() == "False")) c.mixed_precision = "no";
+        else c.mixed_precision = r.get_enum("mixed_precision", n, {"no", "fp16", "bf16", "fp8"});
+        out["mixed_precision"] = str_node(c.mixed_precision);
+    }
+    if (auto n = take("use_cpu")) out["use_cpu"] = c.use_cpu = r.get_bool("use_cpu", *n);
+    if (auto n = take("debug")) out["debug"] = c.debug = r.get_bool("debug", *n);
+    if (auto opt = take("num_processes")) {
+        const YAML::Node n = *opt;
+        c.num_processes = static_cast<int>(r.get_int("num_processes", n, -1, 4096));
+        if (c.num_processes == 0) r.bad("num_processes", "-1 (not set) or an integer in 1..4096", n);
+        out["num_processes"] = c.num_processes;
+    }
+    if (auto n = take("machine_rank")) out["machine_rank"] = c.machine_rank = static_cast<int>(r.get_int("machine_rank", *n, 0, 4095));
+    if (auto n = take("num_machines")) out["num_machines"] = c.num_machines = static_cast<int>(r.get_int("num_machines", *n, 1, 4096));
+    if (c.machine_rank >= c.num_machines)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, r.where("machine_rank") + ": " + std::to_string(c.machine_rank) +
+                                             " is not below num_machines " + std::to_string(c.num_machines));
+    if (auto opt = take("gpu_ids")) {
+        const YAML::Node n = *opt;
+        c.gpu_ids = r.get_string("gpu_ids", n);
+        out["gpu_ids"] = str_node(*c.gpu_ids);
+    }
+    if (auto opt = take("main_process_ip")) {
+        const YAML::Node n = *opt;
+        c.main_process_ip = r.get_string("main_process_ip", n);
+        out["main_process_ip"] = str_node(*c.main_process_ip);
+    }
+    if (auto n = take("main_process_port")) {
+        c.main_process_port = static_cast<int>(r.get_int("main_process_port", *n, 0, 65535));
+        out["main_process_port"] = *c.main_process_port;
+    }
+    if (auto opt = take("gradient_accumulation_steps")) {
+        const YAML::Node n = *opt;
+        c.gradient_accumulation_steps = static_cast<int>(r.get_int("gradient_accumulation_steps", n, 1, 1 << 30));
+        out["gradient_accumulation_steps"] = *c.gradient_accumulation_steps;
+        warn("gradient_accumulation_steps", "accel's own top-level key (Accelerate keeps it under deepspeed_config; "
+                                            "Python's accelerate would refuse this file)");
+    }
+
+    // Launch-only keys that do not apply to accel's launcher: kept, reported when not at their default.
+    if (auto opt = take("rdzv_backend")) {
+        const YAML::Node n = *opt;
+        std::string v = r.get_string("rdzv_backend", n);
+        out["rdzv_backend"] = str_node(v);
+        if (v != "static") warn("rdzv_backend", "\"" + v + "\" does not apply: accel launch always uses a static rendezvous");
+    }
+    if (auto opt = take("same_network")) {
+        const YAML::Node n = *opt;
+        out["same_network"] = r.get_bool("same_network", n);
+        // accel launch always connects to main_process_ip:main_process_port, torchrun's same_network case.
+    }
+    if (auto opt = take("main_training_function")) {
+        const YAML::Node n = *opt;
+        std::string v = r.get_string("main_training_function", n);
+        out["main_training_function"] = str_node(v);
+        if (v != "main") warn("main_training_function", "only used by Accelerate's notebook launcher; ignored");
+    }
+    if (auto opt = take("enable_cpu_affinity")) {
+        const YAML::Node n = *opt;
+        bool v = r.get_bool("enable_cpu_affinity", n);
+        out["enable_cpu_affinity"] = v;
+        if (v) warn("enable_cpu_affinity", "not applied by accel launch (processes are not pinned)");
+    }
+    if (auto opt = take("downcast_bf16")) {
+        const YAML::Node n = *opt;
+        bool v = r.get_bool("downcast_bf16", n);
+        out["downcast_bf16"] = v;
+        if (v) warn("downcast_bf16", "TPU only; ignored");
+    }
+    for (const char *k : {"tpu_use_cluster", "tpu_use_sudo"})
+        if (auto opt = take(k)) {
+            const YAML::Node n = *opt;
+            bool v = r.get_bool(k, n);
+            out[k] = v;
+            if (v) warn(k, "TPU only; ignored");
+        }
+    for (const char *k : {"tpu_name", "tpu_zone", "command_file", "tpu_vm", "tpu_env", "commands"})
+        if (auto opt = take(k)) {
+            const YAML::Node n = *opt;
+            out[k] = n;
+            warn(k, "TPU only; ignored");
+        }
+
+    // Dictionaries.
+    auto section = [&](const char *key) -> std::optional<YAML::Node> {
+        auto n = take(key);
+        if (!n) return n;
+        if (!n->IsMap()) r.bad(key, "a mapping", *n);
+        if (n->size() == 0) return std::nullopt;
+        return n;
+    };
+    for (const auto &s : kEngineSections) {
+        auto n = section(s.key);
+        if (!n) continue;
+        out[s.key] = *n;
+        warn(s.key, std::string("ignored: distributed_type is ") + c.distributed_type + ", not " + s.engine_type);
+    }
+    if (auto sec = section("dynamo_config")) {
+        const YAML::Node n = *sec;
+        out["dynamo_config"] = n;
+        for (const auto &kv : n) {
+            std::string k = kv.first.Scalar(), where = std::string("dynamo_config.") + k;
+            if (k == "dynamo_backend") {
+                std::string v = is_null(kv.second) ? "NO" : upper(r.get_string(where, kv.second));
+                if (v != "NO") warn(where, "\"" + v + "\": torch.compile does not exist in LibTorch's C++ API; the model runs uncompiled");
+            } else if (k == "dynamo_mode" || k == "dynamo_use_fullgraph" || k == "dynamo_use_dynamic" ||
+                       k == "dynamo_use_regional_compilation") {
+                // only meaningful with a backend
+            } else {
+                fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key");
+            }
+        }
+    }
+    if (auto sec = section("mpirun_config")) {
+        const YAML::Node n = *sec;
+        out["mpirun_config"] = n;
+        for (const auto &kv : n) {
+            std::string k = kv.first.Scalar(), where = "mpirun_config." + k;
+            if (k != "mpirun_hostfile" && k != "mpirun_ccl") fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key");
+            if (k == "mpirun_hostfile" && !is_null(kv.second))
+                fail(ACCEL_ERR_UNIMPLEMENTED, r.where(where) +
+                                                  ": accel launch does not start mpirun; run `mpirun --hostfile FILE "
+                                                  "-np N PROGRAM` yourself (accel programs read MPI's ranks)");
+        }
+    }
+    if (auto sec = section("fp8_config")) {
+        const YAML::Node n = *sec;
+        out["fp8_config"] = n;
+        const bool applies = c.mixed_precision == "fp8";
+        if (!applies) warn("fp8_config", "ignored: mixed_precision is " + c.mixed_precision + ", not fp8");
+        for (const auto &kv : n) {
+            std::string k = kv.first.Scalar(), where = "fp8_config." + k;
+            const YAML::Node &v = kv.second;
+            if (is_null(v)) continue;
+            auto set = [&](const char *var, const std::string &value) {
+                if (applies) c.fp8_env[var] = value;
+            };
+            if (k == "backend") {
+                std::string b = upper(r.get_string(where, v));
+                if (b != "TE" && applies)
+                    fail(ACCEL_ERR_UNIMPLEMENTED, r.where(where) + ": \"" + r.get_string(where, v) +
+                                                      "\": accel emulates TransformerEngine (TE) only");
+                set("ACCELERATE_FP8_BACKEND", b);
+            } else if (k == "fp8_format") {
+                set("ACCELERATE_FP8_FORMAT", upper(r.get_enum(where, v, {"HYBRID", "E4M3", "E5M2", "hybrid", "e4m3", "e5m2"})));
+            } else if (k == "margin") {
+                set("ACCELERATE_FP8_MARGIN", std::to_string(r.get_int(where, v, 0, 127)));
+            } else if (k == "interval") {
+                set("ACCELERATE_FP8_INTERVAL", std::to_string(r.get_int(where, v, 1, 1LL << 31)));
+            } else if (k == "amax_history_len" || k == "amax_history_length") {
+                // The questionnaire writes amax_history_length, launch flags say amax_history_len; both mean it.
+                set("ACCELERATE_FP8_AMAX_HISTORY_LEN", std::to_string(r.get_int(where, v, 1, 1 << 20)));
+            } else if (k == "amax_compute_algo" || k == "amax_compute_algorithm") {
+                set("ACCELERATE_FP8_AMAX_COMPUTE_ALGO", r.get_enum(where, v, {"max", "most_recent"}));
+            } else if (k == "use_autocast_during_eval") {
+                set("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", bool_text(r.get_bool(where, v)));
+            } else if (k == "override_linear_precision") {
+                // [fprop, dgrad, wgrad] as a list, or the launch flag's "false,false,false" text
+                std::vector<bool> b;
+                if (v.IsSequence()) {
+                    for (size_t i = 0; i < v.size(); ++i) b.push_back(r.get_bool(where + "[" + std::to_string(i) + "]", v[i]));
+                } else {
+                    std::stringstream ss(r.get_string(where, v));
+                    for (std::string part; std::getline(ss, part, ',');) {
+                        part.erase(0, part.find_first_not_of(" ("));
+                        part.erase(part.find_last_not_of(" )") + 1);
+                        bool x = false;
+                        if (!YAML::convert<bool>::decode(YAML::Node(part), x)) r.bad(where, "three booleans", v);
+                        b.push_back(x);
+                    }
+                }
+                if (b.size() != 3) r.bad(where, "three booleans (fprop, dgrad, wgrad)", v);
+                set("ACCELERATE_FP8_OVERRIDE_FPROP", bool_text(b[0]));
+                set("ACCELERATE_FP8_OVERRIDE_DGRAD", bool_text(b[1]));
+                set("ACCELERATE_FP8_OVERRIDE_WGRAD", bool_text(b[2]));
+            } else if (k == "optimization_level" || k == "opt_level") {
+                if (applies) warn(where, "MS-AMP only; ignored with the TE backend");
+            } else if (k == "enable_fsdp_float8_all_gather" || k == "pad_inner_dim") {
+                if (applies) warn(where, "torchao only; ignored with the TE backend");
+            } else {
+                fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key");
+            }
+        }
+    }
+
+    for (const auto &kv : in) {
+        std::string k = kv.first.Scalar();
+        if (!handled.count(k))
+            fail(ACCEL_ERR_INVALID_ARGUMENT,
+                 r.where(k) + ": unknown key (not one of Accelerate's config keys: compute_environment, distributed_type, "
+                              "mixed_precision, use_cpu, debug, num_processes, machine_rank, num_machines, gpu_ids, "
+                              "main_process_ip, main_process_port, rdzv_backend, same_network, main_training_function, "
+                              "enable_cpu_affinity, downcast_bf16, fp8_config, deepspeed_config, fsdp_config, "
+                              "parallelism_config, megatron_lm_config, mpirun_config, dynamo_config, tpu_*)");
+    }
+
+    // The normalized document.
+    std::vector<std::string> keys;
+    for (const auto &kv : out) keys.push_back(kv.first.Scalar());
+    std::sort(keys.begin(), keys.end());
+    for (const auto &k : keys) c.entries.emplace_back(k, flow_text(out[k]));
+    YAML::Emitter e;
+    emit(e, out);
+    c.yaml = std::string(e.c_str()) + "\n";
+    return c;
+}
+
+ClusterConfig load_cluster_config(const std::string &path)
+{
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail(ACCEL_ERR_NOT_FOUND, path + ": cannot read the config file: " + std::strerror(errno));
+    std::string text;
+    char buf[65536];
+    while (f.read(buf, sizeof buf) || f.gcount() > 0) {
+        text.append(buf, static_cast<size_t>(f.gcount()));
+        if (text.size() > kMaxConfigBytes) break;
+    }
+    if (f.bad()) fail(ACCEL_ERR_NOT_FOUND, path + ": cannot read the config file");
+    return parse_cluster_config(text, path);
+}
+
+std::string default_config_file()
+{
+    std::string hf;
+    if (auto v = env_string("HF_HOME")) hf = *v;
+    else if (auto x = env_string("XDG_CACHE_HOME")) hf = *x + "/huggingface";
+    else hf = env_string("HOME").value_or("") + "/.cache/huggingface";
+    if (hf.rfind("~/", 0) == 0) hf = env_string("HOME").value_or("") + hf.substr(1); // expanduser
+    return hf + "/accelerate/default_config.yaml";
+}
+
+std::optional<std::string> resolve_config_file(const std::optional<std::string> &flag)
+{
+    if (flag) return flag;
+    if (auto v = env_string("ACCELERATE_CONFIG_FILE")) return v;
+    std::string def = default_config_file();
+    std::ifstream f(def);
+    if (f) return def;
+    return std::nullopt;
+}
+
+std::string emit_yaml(const std::vector<std::pair<std::string, std::string>> &entries)
+{
+    YAML::Node out(YAML::NodeType::Map);
+    for (const auto &[k, v] : entries) out[k] = YAML::Load(v);
+    YAML::Emitter e;
+    emit(e, out);
+    return std::string(e.c_str()) + "\n";
+}
+
+namespace {
+
+std::string json_quote(const std::string &s)
+{
+    std::string o = "\"";
+    for (unsigned char ch : s) {
+        switch (ch) {
+        case '"': o += "\\\""; break;
+        case '\\': o += "\\\\"; break;
+        case '\n': o += "\\n"; break;
+        case '\t': o += "\\t"; break;
+        case '\r': o += "\\r"; break;
+        default:
+            if (ch < 0x20) {
+                char b[8];
+                std::snprintf(b, sizeof b, "\\u%04x", ch);
+                o += b;
+            } else {
+                o += static_cast<char>(ch);
+            }
+        }
+    }
+    return o + "\"";
+}
+
+void json_of(const YAML::Node &n, int indent, std::string &o)
+{
+    const std::string pad(static_cast<size_t>(indent + 2), ' '), close(static_cast<size_t>(indent), ' ');
+    if (n.IsMap()) {
+        const std::vector<std::string> keys = sorted_keys(n);
+        if (keys.empty()) { o += "{}"; return; }
+        o += "{\n";
+        for (size_t i = 0; i < keys.size(); ++i) {
+            o += pad + json_quote(keys[i]) + ": ";
+            json_of(n[keys[i]], indent + 2, o);
+            o += i + 1 < keys.size() ? ",\n" : "\n";
+        }
+        o += close + "}";
+    } else if (n.IsSequence()) {
+        if (n.size() == 0) { o += "[]"; return; }
+        o += "[\n";
+        for (size_t i = 0; i < n.size(); ++i) {
+            o += pad;
+            json_of(n[i], indent + 2, o);
+            o += i + 1 < n.size() ? ",\n" : "\n";
+        }
+        o += close + "]";
+    } else if (is_null(n)) {
+        o += "null";
+    } else if (is_quoted(n)) {
+        o += json_quote(n.Scalar());
+    } else {
+        const std::string &s = n.Scalar();
+        bool b = false;
+        long long i = 0;
+        double d = 0;
+        if (s == "true" || s == "false") o += s;
+        else if (YAML::convert<bool>::decode(n, b)) o += b ? "true" : "false";
+        else if (YAML::convert<long long>::decode(n, i)) o += std::to_string(i);
+        else if (YAML::convert<double>::decode(n, d) && std::isfinite(d)) o += s;
+        else o += json_quote(s);
+    }
+}
+
+} // namespace
+
+std::string yaml_to_json(const std::string &yaml_text)
+{
+    std::string o;
+    json_of(YAML::Load(yaml_text), 0, o);
+    return o + "\n";
+}
+
+} // namespace accel::config

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The `accel` command from a user's point of view: `config` (questionnaire with answers on stdin,
+`default`, `update`), `env`, and `launch` reading the files they write. Config files round-trip with
+Python's yaml (python3-yaml) in Accelerate's key layout. Usage: test_cli.py BUILD_DIR"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+BUILD = sys.argv[1]
+ACCEL = os.path.join(BUILD, "bin", "accel")
+failures = []
+
+
+def run(args, env=None, stdin=None, code=None):
+    e = dict(os.environ)
+    for k in ("ACCELERATE_CONFIG_FILE", "HF_HOME", "XDG_CACHE_HOME"):
+        e.pop(k, None)
+    e.update(env or {})
+    p = subprocess.run([ACCEL] + args, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, env=e, timeout=120)
+    if code is not None and p.returncode != code:
+        failures.append("accel %s: exit %d, expected %d\nstdout: %s\nstderr: %s"
+                        % (" ".join(args), p.returncode, code, p.stdout, p.stderr))
+    return p
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+tmp = tempfile.mkdtemp(prefix="accel_cli_")
+home = os.path.join(tmp, "hf")  # HF_HOME for every run that must not touch the user's files
+HF = {"HF_HOME": home}
+
+# ---- the program and its help -------------------------------------------------------------------
+p = run([], code=1)
+check("config" in p.stderr and "env" in p.stderr, "usage lists config and env: " + p.stderr)
+for cmd in (["config"], ["config", "default"], ["config", "update"], ["env"], ["launch"]):
+    p = run(cmd + ["--help"], code=0)
+    check(p.stdout.startswith("usage: accel " + cmd[0]), "%s --help: %s" % (cmd, p.stdout))
+run(["config", "default", "--bogus"], code=2)
+run(["config", "default", "--mixed_precision", "fp32"], code=2)
+
+# ---- config default ------------------------------------------------------------------------------
+path = os.path.join(tmp, "sub", "default_config.yaml")
+p = run(["config", "default", "--config_file", path, "--mixed_precision", "bf16"], code=0)
+check("saved at " + path in p.stdout, "config default says where: " + p.stdout)
+text = open(path).read()
+expected = {"compute_environment": "LOCAL_MACHINE", "debug": False, "distributed_type": "NO", "downcast_bf16": False,
+            "enable_cpu_affinity": False, "machine_rank": 0, "main_training_function": "main",
+            "mixed_precision": "bf16", "num_machines": 1, "num_processes": 1, "rdzv_backend": "static",
+            "same_network": False, "tpu_use_cluster": False, "tpu_use_sudo": False, "use_cpu": True}
+check(json.loads(text) == expected, "config default writes Accelerate's basic config as JSON: " + text)
+check(text == json.dumps(expected, indent=2, sort_keys=True) + "\n", "2-space indents, sorted keys: " + text)
+check(yaml.safe_load(text) == expected, "and YAML reads it")
+p = run(["config", "default", "--config_file", path], code=0)
+check("already exists" in p.stdout and open(path).read() == text, "config default never overwrites")
+# the default location: HF_HOME, else XDG_CACHE_HOME/huggingface
+run(["config", "default"], env=HF, code=0)
+check(os.path.exists(os.path.join(home, "accelerate", "default_config.yaml")), "HF_HOME/accelerate/default_config.yaml")
+xdg = os.path.join(tmp, "xdg")
+run(["config", "default"], env={"XDG_CACHE_HOME": xdg}, code=0)
+check(os.path.exists(os.path.join(xdg, "huggingface", "accelerate", "default_config.yaml")), "XDG_CACHE_HOME")
+
+# ---- the questionnaire, answers on stdin ---------------------------------------------------------
+qpath = os.path.join(tmp, "q.yaml")
+# multi-CPU, 1 machine, no debug checks, 2 processes, bf16
+p = run(["config", "--config_file", qpath], stdin="1\n\nno\n2\n2\n", code=0)
+q = yaml.safe_load(open(qpath))
+check(q["distributed_type"] == "MULTI_CPU" and q["num_processes"] == 2 and q["mixed_precision"] == "bf16" and
+      q["use_cpu"] is True and q["num_machines"] == 1 and q["debug"] is False, "questionnaire answers: %s" % q)
+check(set(expected) <= set(q), "questionnaire writes every ClusterConfig key: %s" % sorted(q))
+check("Which type of machine" in p.stdout and "mixed precision" in p.stdout, "questions shown: " + p.stdout)
+# a wrong answer is asked again; stdin ending is an error naming the question
+p = run(["config", "--config_file", os.path.join(tmp, "q2.yaml")], stdin="7\n0\nyes\n", code=1)
+check("Please enter" in p.stdout and "no answer (stdin ended)" in p.stderr and "mixed precision" in p.stderr,
+      "re-ask and EOF: %s / %s" % (p.stdout, p.stderr))
+# fp8: the TE questions, written in Accelerate's fp8_config layout
+fpath = os.path.join(tmp, "fp8.yaml")
+run(["config", "--config_file", fpath], stdin="0\nyes\n3\n1\nno\n1\n2\n16\n0\n", code=0)
+f = yaml.safe_load(open(fpath))
+check(f["mixed_precision"] == "fp8" and f["fp8_config"] == {
+    "backend": "TE", "fp8_format": "E4M3", "use_autocast_during_eval": False, "margin": 1, "interval": 2,
+    "amax_history_length": 16, "amax_compute_algorithm": "max"}, "fp8_config: %s" % f)
+
+# ---- launch reads what config wrote --------------------------------------------------------------
+show = 'echo "ENV $WORLD_SIZE $ACCELERATE_MIXED_PRECISION $ACCELERATE_USE_CPU $ACCELERATE_FP8_FORMAT $ACCELERATE_FP8_AMAX_HISTORY_LEN"'
+p = run(["launch", "--config_file", qpath, "--main_process_port", "0", "sh", "-c", show], code=0)
+check(p.stdout.count("ENV 2 bf16 True") == 2, "launch from the questionnaire's file: " + p.stdout + p.stderr)
+p = run(["launch", "--config_file", fpath, "sh", "-c", show], code=0)
+check("ENV 1 fp8 True E4M3 16" in p.stdout, "fp8_config exported as ACCELERATE_FP8_*: " + p.stdout + p.stderr)
+# precedence: --config_file > ACCELERATE_CONFIG_FILE > HF_HOME default; flags beat the file
+p = run(["launch", "sh", "-c", show], env=dict(HF, ACCELERATE_CONFIG_FILE=qpath), code=0)
+check(p.stdout.count("ENV 2 bf16") == 2, "ACCELERATE_CONFIG_FILE: " + p.stdout + p.stderr)
+p = run(["launch", "--config_file", path, "sh", "-c", show], env=dict(ACCELERATE_CONFIG_FILE=qpath), code=0)
+check("ENV 1 bf16 True" in p.stdout, "--config_file wins over ACCELERATE_CONFIG_FILE: " + p.stdout)
+p = run(["launch", "sh", "-c", show], env=HF, code=0)
+check("ENV 1 no True" in p.stdout, "the HF_HOME default file: " + p.stdout + p.stderr)
+p = run(["launch", "--mixed_precision", "no", "--config_file", qpath, "--main_process_port", "0", "sh", "-c", show], code=0)
+check(p.stdout.count("ENV 2 no") == 2, "a flag beats the file: " + p.stdout)
+
+# ---- update: a file as Python's accelerate writes it ---------------------------------------------
+upath = os.path.join(tmp, "from_python.yaml")
+accelerate_file = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_CPU", "mixed_precision": "no",
+                   "num_processes": 3, "use_cpu": True, "rdzv_backend": "c10d",
+                   "fsdp_config": {"fsdp_sharding_strategy": "FULL_SHARD", "fsdp_offload_params": False}}
+with open(upath, "w") as fh:
+    yaml.safe_dump(accelerate_file, fh)
+p = run(["config", "update", "--config_file", upath], code=0)
+check("Successfully updated" in p.stdout, "update: " + p.stdout)
+check("rdzv_backend" in p.stderr and "fsdp_config" in p.stderr, "keys that do not apply are named: " + p.stderr)
+u = yaml.safe_load(open(upath))
+check(all(u[k] == v for k, v in accelerate_file.items()), "update keeps every value: %s" % u)
+check(u["main_training_function"] == "main" and u["tpu_use_sudo"] is False and u["debug"] is False,
+      "update fills in the defaults: %s" % u)
+keys = [l.split(":")[0] for l in open(upath) if l and not l.startswith(" ")]
+check(keys == sorted(keys), "sorted keys: %s" % keys)
+check("mixed_precision: 'no'" in open(upath).read(), "'no' quoted so that YAML 1.1 reads a string")
+jpath = os.path.join(tmp, "c.json")
+with open(jpath, "w") as fh:
+    json.dump({"distributed_type": "NO", "mixed_precision": "fp16"}, fh)
+run(["config", "update", "--config_file", jpath], code=0)
+check(json.load(open(jpath))["tpu_use_cluster"] is False, "a .json file stays JSON")
+p = run(["config", "update", "--config_file", os.path.join(tmp, "missing.yaml")], code=1)
+check("missing.yaml" in p.stderr and "doesn't exist" in p.stderr, "update of a missing file: " + p.stderr)
+
+# ---- bad files: the file and the key are named, nothing launches ---------------------------------
+bad = os.path.join(tmp, "bad.yaml")
+for content, fragment in (("distributed_type: MULTI_CPU\nnum_procesess: 2\n", "bad.yaml: num_procesess: unknown key"),
+                          ("distributed_type: MULTI_CPU\nnum_processes: two\n", "bad.yaml: num_processes: expected an integer"),
+                          ("debug: true\n", "bad.yaml: distributed_type: missing"),
+                          ("distributed_type: FSDP\n", "bad.yaml: distributed_type: FSDP is not yet supported"),
+                          ("distributed_type: [\n", "bad.yaml:"),
+                          ("distributed_type: NO\nuse_cpu: maybe\n", "bad.yaml: use_cpu: expected true or false")):
+    with open(bad, "w") as fh:
+        fh.write(content)
+    p = run(["launch", "--config_file", bad, "sh", "-c", "echo RAN"], code=1)
+    check(fragment in p.stderr and "RAN" not in p.stdout, "launch with %r: %s" % (content, p.stderr))
+    p = run(["env", "--config_file", bad], code=1)
+    check(fragment in p.stderr, "env with %r: %s" % (content, p.stderr))
+    run(["config", "update", "--config_file", bad], code=1)
+p = run(["launch", "--config_file", os.path.join(tmp, "nope.yaml"), "true"], code=2)
+check("nope.yaml" in p.stderr, "a missing --config_file is named: " + p.stderr)
+
+# ---- env -----------------------------------------------------------------------------------------
+p = run(["env", "--config_file", qpath], code=0)
+for fragment in ("Copy-and-paste the text below in your GitHub issue", "- `accel` version: ", "- LibTorch version: 1.",
+                 "- Communication backends compiled: single, gloo", "- System RAM: ", "- CPU count: ",
+                 "- `accel` config passed: " + qpath, "\t- distributed_type: MULTI_CPU", "\t- num_processes: 2"):
+    check(fragment in p.stdout, "env shows %r:\n%s" % (fragment, p.stdout))
+p = run(["env"], env={"HF_HOME": os.path.join(tmp, "empty")}, code=0)
+check("default config:\n\tNot found" in p.stdout, "env without a config file: " + p.stdout)
+p = run(["env"], env=HF, code=0)
+check("\t- mixed_precision: 'no'" in p.stdout and "\t- use_cpu: true" in p.stdout, "env shows the default file: " + p.stdout)
+
+subprocess.run(["rm", "-rf", tmp])
+if failures:
+    print("\n\n".join(failures))
+    print("test_cli: %d failed" % len(failures))
+    sys.exit(1)
+print("test_cli: all checks passed")

@@ -1,0 +1,173 @@
+// config/config_file: Accelerate's config files (YAML and JSON) read with yaml-cpp: defaults, types,
+// keys that take effect, warnings for keys that do not apply, errors naming file and key.
+#include "common/error.hpp"
+#include "config/config_file.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using accel::Error;
+using accel::config::ClusterConfig;
+using accel::config::parse_cluster_config;
+
+namespace {
+
+// The message of the error parsing `text` raises, or "" when it parses.
+std::string error_of(const std::string &text, const std::string &name = "cfg.yaml", accel_status_t *code = nullptr)
+{
+    try {
+        parse_cluster_config(text, name);
+    } catch (const Error &e) {
+        if (code) *code = e.code();
+        return e.what();
+    }
+    return "";
+}
+
+bool has_warning(const ClusterConfig &c, const std::string &key)
+{
+    for (const auto &w : c.warnings)
+        if (w.rfind(key + ":", 0) == 0) return true;
+    return false;
+}
+
+} // namespace
+
+TEST(ConfigFile, ReadsAccelerateYamlAndFillsDefaults)
+{
+    // As `accelerate config` writes it (mixed_precision quoted: PyYAML would read a bare no as false).
+    ClusterConfig c = parse_cluster_config("compute_environment: LOCAL_MACHINE\n"
+                                           "debug: false\n"
+                                           "distributed_type: MULTI_CPU\n"
+                                           "machine_rank: 0\n"
+                                           "main_process_ip: 10.0.0.1\n"
+                                           "main_process_port: 29501\n"
+                                           "mixed_precision: 'bf16'\n"
+                                           "num_machines: 2\n"
+                                           "num_processes: 4\n"
+                                           "rdzv_backend: static\n"
+                                           "same_network: true\n"
+                                           "use_cpu: true\n",
+                                           "a.yaml");
+    EXPECT_EQ(c.distributed_type, "MULTI_CPU");
+    EXPECT_EQ(c.mixed_precision, "bf16");
+    EXPECT_EQ(c.num_processes, 4);
+    EXPECT_EQ(c.num_machines, 2);
+    EXPECT_EQ(*c.main_process_ip, "10.0.0.1");
+    EXPECT_EQ(*c.main_process_port, 29501);
+    EXPECT_TRUE(c.use_cpu);
+    EXPECT_TRUE(c.warnings.empty());
+    // ClusterConfig's defaults are filled in, keys sorted, strings that YAML 1.1 would misread quoted.
+    EXPECT_NE(c.yaml.find("main_training_function: main\n"), std::string::npos) << c.yaml;
+    EXPECT_NE(c.yaml.find("tpu_use_sudo: false\n"), std::string::npos) << c.yaml;
+    EXPECT_NE(c.yaml.find("mixed_precision: bf16\n"), std::string::npos) << c.yaml;
+    EXPECT_LT(c.yaml.find("compute_environment"), c.yaml.find("debug"));
+    ClusterConfig no = parse_cluster_config("distributed_type: 'NO'\nmixed_precision: 'no'\n", "b.yaml");
+    EXPECT_NE(no.yaml.find("distributed_type: 'NO'\n"), std::string::npos) << no.yaml;
+    EXPECT_NE(no.yaml.find("mixed_precision: 'no'\n"), std::string::npos) << no.yaml;
+    EXPECT_EQ(no.num_processes, -1);
+    // A bare `no` (PyYAML: false) means "no", as Accelerate converts it.
+    EXPECT_EQ(parse_cluster_config("distributed_type: 'NO'\nmixed_precision: false\n", "c.yaml").mixed_precision, "no");
+}
+
+TEST(ConfigFile, ReadsJsonAsAccelerateWritesIt)
+{
+    ClusterConfig c = parse_cluster_config("{\n  \"compute_environment\": \"LOCAL_MACHINE\",\n  \"debug\": false,\n"
+                                           "  \"distributed_type\": \"NO\",\n  \"mixed_precision\": \"fp16\",\n"
+                                           "  \"num_processes\": 1,\n  \"use_cpu\": true\n}\n",
+                                           "default_config.json");
+    EXPECT_EQ(c.distributed_type, "NO");
+    EXPECT_EQ(c.mixed_precision, "fp16");
+    EXPECT_EQ(c.num_processes, 1);
+    // and writes it back as JSON with 2-space indents and sorted keys
+    std::string json = accel::config::yaml_to_json(c.yaml);
+    EXPECT_EQ(json.rfind("{\n  \"compute_environment\": \"LOCAL_MACHINE\",\n  \"debug\": false,\n", 0), 0u) << json;
+    EXPECT_NE(json.find("\"num_processes\": 1,"), std::string::npos) << json;
+    EXPECT_EQ(parse_cluster_config(json, "again.json").yaml, c.yaml);
+}
+
+TEST(ConfigFile, ErrorsNameTheFileAndTheKey)
+{
+    accel_status_t code = ACCEL_OK;
+    EXPECT_NE(error_of("debug: false\n", "x.yaml", &code).find("x.yaml: distributed_type: missing"), std::string::npos);
+    EXPECT_EQ(code, ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(error_of("distributed_type: NO\nnum_processes: two\n").find("cfg.yaml: num_processes: expected an integer"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: MULTI_CPU\nuse_cpu: 'yes'\n").find("cfg.yaml: use_cpu: expected true or false"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: MULTI_CPU\nmixed_precision: fp32\n").find("mixed_precision: expected one of no, fp16"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: MULTI_CPU\nnum_procesess: 2\n").find("cfg.yaml: num_procesess: unknown key"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: MULTI_CPU\nfp8_config:\n  margn: 1\n").find("fp8_config.margn: unknown key"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: [1\n").find("not valid YAML"), std::string::npos);
+    EXPECT_NE(error_of("{\"distributed_type\": \"NO\"", "c.json").find("not valid JSON"), std::string::npos);
+    EXPECT_NE(error_of("- a\n- b\n").find("expected a mapping"), std::string::npos);
+    EXPECT_NE(error_of("").find("an empty document"), std::string::npos);
+    EXPECT_NE(error_of("distributed_type: NO\nnum_machines: 2\nmachine_rank: 2\n").find("machine_rank: 2 is not below"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: NO\ndebug: true\ndebug: false\n").find("debug: the key appears twice"),
+              std::string::npos);
+    EXPECT_NE(error_of(std::string("distributed_type: NO\n\0", 22)).find("NUL"), std::string::npos);
+    // Settings that would silently change training are errors, not warnings.
+    code = ACCEL_OK;
+    EXPECT_NE(error_of("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n", "f.yaml", &code)
+                  .find("f.yaml: distributed_type: FSDP is not yet supported"),
+              std::string::npos);
+    EXPECT_EQ(code, ACCEL_ERR_UNIMPLEMENTED);
+    EXPECT_NE(error_of("distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: /h\n").find("mpirun_config.mpirun_hostfile"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: NO\nmixed_precision: fp8\nfp8_config:\n  backend: MSAMP\n").find("fp8_config.backend"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: NO\ncompute_environment: AMAZON_SAGEMAKER\n").find("AMAZON_SAGEMAKER"),
+              std::string::npos);
+}
+
+TEST(ConfigFile, KeysThatDoNotApplyAreWarnings)
+{
+    ClusterConfig c = parse_cluster_config("distributed_type: MULTI_CPU\nrdzv_backend: c10d\nenable_cpu_affinity: true\n"
+                                           "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n"
+                                           "dynamo_config:\n  dynamo_backend: INDUCTOR\ntpu_name: t\n"
+                                           "main_training_function: train\n",
+                                           "w.yaml");
+    for (const char *k : {"rdzv_backend", "enable_cpu_affinity", "fsdp_config", "dynamo_config.dynamo_backend", "tpu_name",
+                          "main_training_function"})
+        EXPECT_TRUE(has_warning(c, k)) << k;
+    // kept in the normalized file (update keeps them)
+    EXPECT_NE(c.yaml.find("fsdp_sharding_strategy: FULL_SHARD"), std::string::npos) << c.yaml;
+    // defaults are not reported
+    EXPECT_TRUE(parse_cluster_config("distributed_type: NO\nrdzv_backend: static\ndynamo_config:\n  dynamo_backend: 'NO'\n",
+                                     "d.yaml")
+                    .warnings.empty());
+}
+
+TEST(ConfigFile, Fp8SectionBecomesAccelerateFp8Variables)
+{
+    ClusterConfig c = parse_cluster_config("distributed_type: NO\nmixed_precision: fp8\nfp8_config:\n  backend: TE\n"
+                                           "  fp8_format: E4M3\n  margin: 2\n  interval: 3\n  amax_history_length: 16\n"
+                                           "  amax_compute_algorithm: max\n  use_autocast_during_eval: true\n"
+                                           "  override_linear_precision: [false, true, false]\n",
+                                           "fp8.yaml");
+    EXPECT_EQ(c.fp8_env.at("ACCELERATE_FP8_FORMAT"), "E4M3");
+    EXPECT_EQ(c.fp8_env.at("ACCELERATE_FP8_MARGIN"), "2");
+    EXPECT_EQ(c.fp8_env.at("ACCELERATE_FP8_INTERVAL"), "3");
+    EXPECT_EQ(c.fp8_env.at("ACCELERATE_FP8_AMAX_HISTORY_LEN"), "16");
+    EXPECT_EQ(c.fp8_env.at("ACCELERATE_FP8_AMAX_COMPUTE_ALGO"), "max");
+    EXPECT_EQ(c.fp8_env.at("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL"), "true");
+    EXPECT_EQ(c.fp8_env.at("ACCELERATE_FP8_OVERRIDE_DGRAD"), "true");
+    EXPECT_EQ(c.fp8_env.at("ACCELERATE_FP8_OVERRIDE_FPROP"), "false");
+    // without fp8 the section is reported and exports nothing
+    ClusterConfig off = parse_cluster_config("distributed_type: NO\nfp8_config:\n  margin: 2\n", "fp8.yaml");
+    EXPECT_TRUE(off.fp8_env.empty());
+    EXPECT_TRUE(has_warning(off, "fp8_config"));
+}
+
+TEST(ConfigFile, LegacyKeysAreConverted)
+{
+    ClusterConfig c = parse_cluster_config("distributed_type: NO\nfp16: true\ndynamo_backend: 'NO'\n", "old.yaml");
+    EXPECT_EQ(c.mixed_precision, "fp16");
+    EXPECT_NE(c.yaml.find("dynamo_config:\n  dynamo_backend: 'NO'"), std::string::npos) << c.yaml;
+    EXPECT_EQ(c.yaml.find("fp16:"), std::string::npos) << c.yaml;
+}
