@@ -23,6 +23,25 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_tensors(co
                                                                               const char *config_json,
                                                                               accel_dataloader_t **out) ACCEL_NOEXCEPT;
 
+/**
+ * A loader over one token stream for language-model training: sample i is the window of
+ * block_size + 1 tokens starting at i * stride; its inputs are the first block_size tokens and its
+ * labels the next token at each position (inputs shifted by one), both int64 [block_size], so a batch
+ * is inputs [B, block_size] and labels [B, block_size] for the "causal_lm" loss.
+ *   {"block_size": <required, >= 1>, "stride": block_size, "batch_size": 1, "shuffle": false,
+ *    "seed": <uint64>, "drop_last": false}
+ * The other keys behave as in accel_dataloader_create_from_tensors (shuffling, sharding across
+ * processes, save_state positions). Windows that would run past the end are not made: there are
+ * (n - block_size - 1) / stride + 1 samples for n tokens.
+ * @param tokens A 1-d tensor of any integer dtype (int64 is used as it is, others are copied to int64).
+ * @return ACCEL_ERR_INVALID_ARGUMENT naming "tokens" (not 1-d, not integer, shorter than
+ *         block_size + 1) or the JSON key.
+ * Ownership: an int64 stream is shared (no copy); the caller may free its handle.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_tokens(const accel_tensor_t *tokens,
+                                                                             const char *config_json,
+                                                                             accel_dataloader_t **out) ACCEL_NOEXCEPT;
+
 /** Frees the handle. NULL is fine. */
 ACCEL_API void accel_dataloader_free(accel_dataloader_t *dataloader) ACCEL_NOEXCEPT;
 

@@ -15,6 +15,13 @@ ACCEL_BEGIN_DECLS
  *   "nll"             outputs [N, C] log-probabilities, targets [N] int64
  *   "mse", "l1", "smooth_l1"  targets of the outputs' shape (floating)
  *   "bce_with_logits" targets of the outputs' shape (floating, 0..1)
+ *   "causal_lm"       outputs [..., V] logits (a gpt model's [B, T, V]), targets [...] int64 next-token
+ *                     ids (accel_dataloader_create_from_tokens's labels: already shifted, unlike
+ *                     Hugging Face's labels = input_ids); cross entropy averaged over the positions
+ *                     whose label is not ignore_index
+ * @p name may also be a JSON object {"type": <a name above>, "ignore_index": -100} (ignore_index for
+ * "cross_entropy", "nll" and "causal_lm" only; default -100, as PyTorch's). When every label is
+ * ignored the mean is NaN, as in PyTorch.
  * Wrong dtypes or shapes are ACCEL_ERR_INVALID_ARGUMENT naming the argument.
  * Ownership: borrows the inputs; free *out with accel_tensor_free().
  */

@@ -9,7 +9,7 @@
 ACCEL_BEGIN_DECLS
 
 /**
- * Build a model from a JSON spec. Two forms:
+ * Build a model from a JSON spec. Three forms:
  *   {"type": "mlp", "widths": [in, h1, ..., out], "activation": "relu"|"gelu"|"tanh"|"sigmoid",
  *    "dropout": 0.0, "bias": true}
  *   {"type": "sequential", "layers": [{"type": "linear", "in_features": 4, "out_features": 8}, ...]}
@@ -18,7 +18,28 @@ ACCEL_BEGIN_DECLS
  * (post-norm) with {"d_model" (required), "nhead" (required, divides d_model), "dim_feedforward": 2048,
  * "dropout": 0.1, "activation": "relu"|"gelu", "batch_first": false}; its input is (seq, batch, d_model),
  * or (batch, seq, d_model) with batch_first. Parameters are initialised from LibTorch's default
- * generator, so accel_random_set_seed() first makes them reproducible. Models prepared with
+ * generator, so accel_random_set_seed() first makes them reproducible.
+ *
+ *   {"type": "gpt", ...}: a GPT-2 decoder as Hugging Face's GPT2LMHeadModel, with its config keys and
+ *   defaults: "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12
+ *   (divides n_embd), "n_inner": null (4 * n_embd), "activation_function": "gelu_new" ("gelu_new" and
+ *   "gelu_pytorch_tanh" are GELU's tanh approximation; "gelu", "relu", "silu"), "resid_pdrop": 0.1,
+ *   "embd_pdrop": 0.1, "attn_pdrop": 0.1, "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
+ *   "scale_attn_weights": true, "scale_attn_by_inverse_layer_idx": false, "tie_word_embeddings": true;
+ *   and accel's "activation_checkpointing": false (true: each block's activations are recomputed in
+ *   backward, with the same dropout masks, instead of being kept). Input: token ids [B, T] (or [T]),
+ *   int64 or int32, T <= n_positions; output: logits [B, T, vocab_size]. Parameters are named and shaped
+ *   as HF's (transformer.wte.weight, transformer.h.0.attn.c_attn.weight [n_embd, 3 n_embd] - GPT-2's
+ *   Conv1D weights are [in, out] - ..., transformer.ln_f.bias) and initialised as HF initialises them
+ *   (N(0, initializer_range), c_proj weights N(0, initializer_range / sqrt(2 n_layer)), biases 0,
+ *   layer norms 1/0). With tie_word_embeddings the head is transformer.wte.weight: one parameter,
+ *   which the state-dict key "lm_head.weight" also names when loading or reading; untied, lm_head.weight
+ *   is a parameter of its own. accel_model_load_checkpoint reads GPT-2 files as HF writes them: with
+ *   or without the "transformer." prefix, with or without lm_head.weight, and skipping the attention
+ *   mask buffers (h.N.attn.bias, h.N.attn.masked_bias) older transformers versions stored. Each block
+ *   transformer.h.N is a unit of type "gpt_block" for wrap policies. mixed_precision "fp8" is not
+ *   supported for gpt models (ACCEL_ERR_UNIMPLEMENTED at prepare time).
+ * Models prepared with
  * mixed_precision "fp8" run their linear layers through accel's emulated FP8 path (only models from
  * this function; a TorchScript model is ACCEL_ERR_UNIMPLEMENTED at prepare time).
  * Errors name the JSON path, e.g. `layers[2].out_features: expected an integer >= 1, got -3`.
@@ -95,6 +116,30 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_state_dict_key(const ac
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_state_dict(accel_model_t *model, const char *const *keys,
                                                                      const accel_tensor_t *const *tensors,
                                                                      size_t count, bool strict) ACCEL_NOEXCEPT;
+
+/**
+ * Generate tokens with a model of type "gpt" (Hugging Face's model.generate for a decoder-only model):
+ * each step appends one token per row, chosen from the last position's logits greedily or by sampling,
+ * using a KV cache so a step runs the new token only.
+ * @param input_ids Prompt token ids, int64 [B, T] or [T] (T >= 1).
+ * @param options_json NULL or {"max_new_tokens": 20, "do_sample": false, "temperature": 1.0 (> 0),
+ *        "top_k": 50 (0: the whole vocabulary), "seed": <uint64>, "eos_token_id": null, "use_cache": true}.
+ *        Greedy (do_sample false) takes the argmax; sampling divides the logits by temperature, keeps the
+ *        top_k scores and draws from their softmax with a generator of its own seeded with "seed" (without
+ *        "seed", one is drawn from LibTorch's default generator), so the same seed gives the same text and
+ *        the process's random state is not consumed. A row that produced eos_token_id repeats it; the
+ *        call stops early when every row has. T + max_new_tokens must not exceed n_positions.
+ * @param out Receives int64 [B, T + n] (or [T + n]): the prompt followed by n <= max_new_tokens tokens.
+ * Runs without gradients and without dropout (the model's train/eval mode is left as it was); a prepared
+ * model runs under its accelerator's autocast.
+ * @return ACCEL_ERR_UNIMPLEMENTED for models that are not "gpt"; ACCEL_ERR_INVALID_ARGUMENT naming the
+ *         argument or JSON key; ACCEL_ERR_OUT_OF_RANGE for token ids outside [0, vocab_size).
+ * Ownership: borrows @p model and @p input_ids; free *out with accel_tensor_free().
+ * Threads: not while the model is used elsewhere.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_generate(accel_model_t *model, const accel_tensor_t *input_ids,
+                                                              const char *options_json,
+                                                              accel_tensor_t **out) ACCEL_NOEXCEPT;
 
 ACCEL_END_DECLS
 

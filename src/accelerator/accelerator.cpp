@@ -296,7 +296,7 @@ bool Accelerator::optimizer_step_was_skipped() const
 }
 
 double Accelerator::train_step(Model &model, AcceleratedOptimizer &optimizer, AcceleratedScheduler *scheduler,
-                               const Batch &batch, LossKind loss)
+                               const Batch &batch, const Loss &loss)
 {
     if (model.prepared_by != state_) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: not prepared by this accelerator");
     if (optimizer.prepared_by != state_)

@@ -87,7 +87,7 @@ public:
 
     // forward, loss, backward, optimizer/scheduler step and zero_grad inside accumulate(); returns the loss.
     double train_step(Model &model, AcceleratedOptimizer &optimizer, AcceleratedScheduler *scheduler,
-                      const Batch &batch, LossKind loss);
+                      const Batch &batch, const Loss &loss);
 
     // Distributed (src/distributed, src/parallel/ddp, src/ops/collectives).
     void wait_for_everyone();

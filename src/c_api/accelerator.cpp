@@ -212,7 +212,7 @@ ACCEL_API accel_status_t accel_accelerator_train_step(accel_accelerator_t *accel
         auto &m = checked(model, "model");
         auto &o = checked(optimizer, "optimizer");
         auto &b = checked(batch, "batch");
-        accel::LossKind kind = accel::parse_loss_name(loss_name);
+        accel::Loss kind = accel::parse_loss(loss_name);
         if (m.unwrapped) fail(ACCEL_ERR_INVALID_ARGUMENT, "model: pass the prepared model, not an unwrapped one");
         double loss = a.train_step(*m.impl, *o.impl, scheduler ? scheduler->impl.get() : nullptr, b.batch, kind);
         if (out_loss != nullptr) *out_loss = loss;

@@ -31,6 +31,33 @@ ACCEL_API accel_status_t accel_dataloader_create_from_tensors(const accel_tensor
     });
 }
 
+ACCEL_API accel_status_t accel_dataloader_create_from_tokens(const accel_tensor_t *tokens, const char *config_json,
+                                                             accel_dataloader_t **out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        const at::Tensor &t = checked(tokens, "tokens").tensor;
+        if (t.dim() != 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "tokens: expected a 1-d token stream, got shape " + c10::str(t.sizes()));
+        if (!at::isIntegralType(t.scalar_type(), false))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("tokens: expected an integer dtype, got ") +
+                                                 c10::toString(t.scalar_type()));
+        auto options = accel::config::parse_token_dataloader_options(config_json);
+        const int64_t window = options.block_size + 1;
+        if (t.numel() < window)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "tokens: " + std::to_string(t.numel()) +
+                                                 " tokens do not make one sequence of block_size + 1 = " +
+                                                 std::to_string(window));
+        // Windows of block_size + 1 tokens, `stride` apart: inputs are their first block_size tokens,
+        // labels the next token of each (views of one int64 stream, no copy per window).
+        at::Tensor stream = t.scalar_type() == at::kLong ? t.detach() : t.detach().to(at::kLong);
+        at::Tensor windows = stream.unfold(0, window, options.stride);
+        auto data = std::make_shared<accel::TensorDataset>();
+        data->features = windows.narrow(1, 0, options.block_size);
+        data->labels = windows.narrow(1, 1, options.block_size);
+        emit(out, std::make_shared<accel::DataLoaderShard>(std::move(data), options.loader));
+    });
+}
+
 ACCEL_API void accel_dataloader_free(accel_dataloader_t *dataloader) noexcept { delete dataloader; }
 
 ACCEL_API accel_status_t accel_dataloader_next(accel_dataloader_t *dataloader, accel_batch_t **out) noexcept

@@ -11,7 +11,7 @@ extern "C" ACCEL_API accel_status_t accel_loss_compute(const char *name, const a
 {
     return guarded([&] {
         out_param(out);
-        accel::LossKind kind = accel::parse_loss_name(name);
+        accel::Loss kind = accel::parse_loss(name);
         auto &o = checked(outputs, "outputs");
         auto &t = checked(targets, "targets");
         *out = new_tensor(accel::compute_loss(kind, o.tensor, t.tensor));

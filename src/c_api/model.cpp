@@ -2,6 +2,8 @@
 
 #include "c_api/guard.hpp"
 #include "c_api/handles.hpp"
+#include "config/generation_config.hpp"
+#include "model/generation.hpp"
 #include "precision/autocast.hpp"
 
 using accel::fail;
@@ -176,6 +178,18 @@ ACCEL_API accel_status_t accel_model_load_state_dict(accel_model_t *model, const
             entries.emplace_back(keys[i], tensors[i]->tensor);
         }
         m.impl->load_state_dict(entries, strict);
+    });
+}
+
+ACCEL_API accel_status_t accel_model_generate(accel_model_t *model, const accel_tensor_t *input_ids,
+                                              const char *options_json, accel_tensor_t **out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        auto &m = checked(model, "model");
+        auto &ids = checked(input_ids, "input_ids");
+        auto options = accel::config::parse_generation_config(options_json);
+        *out = new_tensor(accel::generate(*m.impl, ids.tensor, options, !m.unwrapped));
     });
 }
 

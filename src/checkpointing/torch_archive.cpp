@@ -54,7 +54,9 @@ void save_torch_file(const std::string &path, const PyObj &obj)
         auto it = ranges.upper_bound(p);
         if (it == ranges.begin()) return false;
         --it;
-        return p >= it->first && n <= static_cast<size_t>(it->second - p);
+        // p must lie inside that storage: a chunk past its end (LibTorch's central directory, over 4 KiB from
+        // about 64 records on) is the writer's own memory, freed before pass 2.
+        return p >= it->first && p < it->second && n <= static_cast<size_t>(it->second - p);
     };
     struct Piece {
         uint64_t offset;

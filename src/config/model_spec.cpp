@@ -154,8 +154,23 @@ ModelSpec parse_model_spec(const char *json)
     JsonDocument doc(json, "spec_json");
     JsonObject root(doc.root(), "");
     ModelSpec spec;
-    std::string type = root.get_enum("type", "", {"mlp", "sequential"});
-    if (type.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\" or \"sequential\")");
+    std::string type = root.get_enum("type", "", {"mlp", "sequential", "gpt"});
+    if (type.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\", \"sequential\" or \"gpt\")");
+    if (type == "gpt") {
+        const GptConfig c = parse_gpt_config(root);
+        // transformer.wte, .wpe; per block c_attn + attn.c_proj (4 C^2), c_fc + mlp.c_proj (2 C inner), biases
+        // and layer norms (9 C + inner); ln_f; an untied lm_head.
+        LayerSpec all;
+        ByteCount b("vocab_size, n_positions, n_embd, n_layer, n_inner");
+        b.add({c.vocab_size, c.n_embd}).add({c.n_positions, c.n_embd});
+        b.add({c.n_layer, c.n_embd, 4 * c.n_embd}).add({c.n_layer, c.n_embd, 2 * c.inner()});
+        b.add({c.n_layer, 9 * c.n_embd + c.inner()}).add({2 * c.n_embd});
+        if (!c.tie_word_embeddings) b.add({c.vocab_size, c.n_embd});
+        b.store(all);
+        spec.bytes = all.bytes;
+        spec.gpt = c;
+        return spec;
+    }
     if (type == "mlp") {
         if (!root.has("widths")) fail(ACCEL_ERR_INVALID_ARGUMENT, "widths: required for an mlp");
         auto widths = root.get_int_array("widths", 1, kMaxDim);

@@ -1,7 +1,10 @@
-// Typed form of a model's JSON spec ({"type": "mlp"} or {"type": "sequential", "layers": [...]}).
+// Typed form of a model's JSON spec ({"type": "mlp"}, {"type": "sequential", "layers": [...]} or {"type": "gpt"}).
 #pragma once
 
+#include "config/gpt_config.hpp"
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +46,8 @@ struct LayerSpec {
 
 struct ModelSpec {
     std::vector<LayerSpec> layers; // an mlp spec is expanded into linear/activation/dropout layers
-    uint64_t bytes = 0;            // sum of the layers' bytes (at most INT64_MAX)
+    uint64_t bytes = 0;            // sum of the layers' bytes (at most INT64_MAX); a gpt model's parameter bytes
+    std::optional<GptConfig> gpt;  // {"type": "gpt"}: a GPT-2 decoder (src/model/gpt_model.cpp), no layers
 };
 
 // Parses a spec. Sizes whose byte count overflows are ACCEL_ERR_INVALID_ARGUMENT naming their keys.

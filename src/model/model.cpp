@@ -16,16 +16,32 @@ std::vector<at::Tensor> Model::parameters() const
 
 const at::Tensor *Model::find_tensor(const std::string &key) const
 {
+    if (const at::Tensor *t = find_own(key)) return t;
+    const std::string other = canonical_key(key);
+    if (other.empty() || other == key) return nullptr;
     for (const auto *list : {&parameters_, &buffers_})
         for (const auto &e : *list)
-            if (e.first == key) return &e.second;
+            if (e.first == other) return &e.second;
     return nullptr;
+}
+
+void Model::set_activation_checkpointing(bool)
+{
+    fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: only models of type \"gpt\" can recompute their blocks");
 }
 
 void Model::enable_fp8(const config::FP8RecipeKwargs &)
 {
     fail(ACCEL_ERR_UNIMPLEMENTED, "model: mixed_precision \"fp8\" needs a model built from a JSON spec (its linear "
                                   "layers run through accel's FP8 emulation); this model type does not support it");
+}
+
+const at::Tensor *Model::find_own(const std::string &key) const
+{
+    for (const auto *list : {&parameters_, &buffers_})
+        for (const auto &e : *list)
+            if (e.first == key) return &e.second;
+    return nullptr;
 }
 
 void Model::set_tensors(NamedTensors parameters, NamedTensors buffers)
@@ -54,12 +70,23 @@ NamedTensors Model::state_dict(bool dedupe_shared) const
 void Model::load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy)
 {
     std::vector<std::pair<const at::Tensor *, const at::Tensor *>> plan;
-    std::set<std::string> given;
+    std::set<std::string> given, raw;
+    for (const auto &e : entries) {
+        if (!raw.insert(e.first).second) fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: \"" + e.first + "\" is given twice");
+    }
     std::string unknown;
     for (const auto &e : entries) {
-        if (!given.insert(e.first).second)
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: \"" + e.first + "\" is given twice");
-        const at::Tensor *dst = find_tensor(e.first);
+        // A key that is not the model's own may be another name of one of its tensors (canonical_key):
+        // it is skipped when the file also holds the tensor under its own name (a tied weight saved
+        // twice loads from the model's own entry, or from the first alias), and an entry the model does not
+        // need is skipped.
+        std::string key = e.first;
+        if (find_own(key) == nullptr) {
+            key = canonical_key(e.first);
+            if (key.empty() || (key != e.first && (raw.count(key) != 0 || given.count(key) != 0))) continue;
+        }
+        given.insert(key);
+        const at::Tensor *dst = find_own(key);
         if (dst == nullptr) {
             if (strict) unknown += (unknown.empty() ? "" : ", ") + e.first;
             continue;

@@ -17,6 +17,14 @@ struct AcceleratorState;
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// A named sub-module: what a wrap policy (FSDP's TRANSFORMER_BASED_WRAP / SIZE_BASED_WRAP, tensor or
+// pipeline parallel plans) looks at. GPT models list "transformer.h.<i>" as type "gpt_block".
+struct ModuleUnit {
+    std::string name;                         // module path, e.g. "transformer.h.3" ("" for none)
+    std::string type;                         // layer-type name: "gpt_block", "embedding", "linear", ...
+    std::vector<std::string> parameter_names; // full names, as in named_parameters(), in that order
+};
+
 class Model {
 public:
     virtual ~Model() = default;
@@ -43,14 +51,28 @@ public:
     // prepared with mixed_precision "fp8". Idempotent. Models that cannot run it fail with UNIMPLEMENTED.
     virtual void enable_fp8(const config::FP8RecipeKwargs &recipe);
 
+    // The model's sub-modules in forward order, each parameter in at most one of them (tied weights
+    // under their first owner). Empty for models without a known structure (TorchScript).
+    virtual std::vector<ModuleUnit> units() const { return {}; }
+    // Recompute each block's activations in backward instead of keeping them (GPT models).
+    // Others fail with UNIMPLEMENTED.
+    virtual void set_activation_checkpointing(bool on);
+    virtual bool activation_checkpointing() const { return false; }
+
     // The accelerator this model was prepared by (null when not prepared).
     std::shared_ptr<AcceleratorState> prepared_by;
 
 protected:
+    // Maps a state-dict key from a file onto one of this model's keys: another spelling of a tensor
+    // (a tied weight's second name, a checkpoint saved without the base-model prefix), or "" for an
+    // entry the model does not need (a buffer the format stores but the model recomputes). Used by
+    // find_tensor and load_state_dict for keys that are not the model's own.
+    virtual std::string canonical_key(const std::string &key) const { return key; }
     // Subclasses call this once their module exists.
     void set_tensors(NamedTensors parameters, NamedTensors buffers);
 
 private:
+    const at::Tensor *find_own(const std::string &key) const;
     NamedTensors parameters_;
     NamedTensors buffers_;
 };

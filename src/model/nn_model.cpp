@@ -3,6 +3,7 @@
 
 #include "common/error.hpp"
 #include "config/model_spec.hpp"
+#include "model/gpt_model.hpp"
 #include "precision/fp8.hpp"
 
 #include <torch/nn/modules/activation.h>
@@ -30,8 +31,8 @@ NamedTensors to_named(const torch::OrderedDict<std::string, at::Tensor> &dict)
 
 class NnModel final : public Model {
 public:
-    NnModel(torch::nn::Sequential seq, std::vector<bool> batch_first)
-        : seq_(std::move(seq)), batch_first_(std::move(batch_first))
+    NnModel(torch::nn::Sequential seq, std::vector<bool> batch_first, std::vector<std::string> types)
+        : seq_(std::move(seq)), batch_first_(std::move(batch_first)), types_(std::move(types))
     {
         set_tensors(to_named(seq_->named_parameters(true)), to_named(seq_->named_buffers(true)));
         for (const auto &m : *seq_) linear_.push_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m.ptr()));
@@ -53,6 +54,19 @@ public:
         }
         return x;
     }
+    // One unit per layer ("0", "1", ...), typed by its spec name ("linear", "transformer_encoder_layer").
+    std::vector<ModuleUnit> units() const override
+    {
+        std::vector<ModuleUnit> out;
+        size_t i = 0;
+        for (const auto &m : *seq_) {
+            ModuleUnit u{std::to_string(i), types_[i], {}};
+            for (const auto &p : m.ptr()->named_parameters(true)) u.parameter_names.push_back(u.name + "." + p.key());
+            out.push_back(std::move(u));
+            ++i;
+        }
+        return out;
+    }
     void train(bool on) override { seq_->train(on); }
     bool is_training() const override { return seq_->is_training(); }
     void enable_fp8(const config::FP8RecipeKwargs &recipe) override
@@ -64,6 +78,7 @@ public:
 private:
     torch::nn::Sequential seq_;
     std::vector<bool> batch_first_;                               // per layer
+    std::vector<std::string> types_;                              // per layer: its spec type
     std::vector<std::shared_ptr<torch::nn::LinearImpl>> linear_;  // per layer; null if not a linear layer
     std::vector<c10::intrusive_ptr<fp8::LinearState>> fp8_;       // per layer; set by enable_fp8
 };
@@ -133,6 +148,10 @@ void check_fits(const config::ModelSpec &spec)
 {
     const uint64_t ceiling = memory_ceiling();
     if (spec.bytes <= ceiling) return;
+    if (spec.gpt)
+        fail(ACCEL_ERR_RESOURCE_EXHAUSTED, "vocab_size, n_positions, n_embd, n_layer, n_inner: the model's parameters "
+                                           "need " + std::to_string(spec.bytes) + " bytes, more than this machine's "
+                                           "memory and swap (" + std::to_string(ceiling) + " bytes)");
     const config::LayerSpec *largest = &spec.layers.front();
     for (const auto &l : spec.layers)
         if (l.bytes > largest->bytes) largest = &l;
@@ -148,13 +167,16 @@ std::shared_ptr<Model> make_model_from_json(const char *spec_json)
 {
     config::ModelSpec spec = config::parse_model_spec(spec_json);
     check_fits(spec);
+    if (spec.gpt) return std::make_shared<GptModel>(*spec.gpt);
     torch::nn::Sequential seq;
     std::vector<bool> batch_first;
+    std::vector<std::string> types;
     for (const auto &l : spec.layers) {
         add_layer(seq, l);
         batch_first.push_back(l.type == "transformer_encoder_layer" && l.batch_first);
+        types.push_back(l.type);
     }
-    return std::make_shared<NnModel>(std::move(seq), std::move(batch_first));
+    return std::make_shared<NnModel>(std::move(seq), std::move(batch_first), std::move(types));
 }
 
 } // namespace accel

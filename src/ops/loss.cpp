@@ -1,6 +1,7 @@
 #include "ops/loss.hpp"
 
 #include "common/error.hpp"
+#include "config/loss_config.hpp"
 
 #include <ATen/core/Reduction.h>
 
@@ -17,6 +18,7 @@ const char *kind_name(LossKind k)
     case LossKind::Mse: return "mse";
     case LossKind::L1: return "l1";
     case LossKind::SmoothL1: return "smooth_l1";
+    case LossKind::CausalLm: return "causal_lm";
     default: return "bce_with_logits";
     }
 }
@@ -28,28 +30,53 @@ LossKind parse_loss_name(const char *name)
 {
     if (name == nullptr) fail(ACCEL_ERR_INVALID_ARGUMENT, "loss_name: must not be NULL");
     for (LossKind k : {LossKind::CrossEntropy, LossKind::Nll, LossKind::Mse, LossKind::L1, LossKind::SmoothL1,
-                       LossKind::BceWithLogits})
+                       LossKind::BceWithLogits, LossKind::CausalLm})
         if (std::strcmp(name, kind_name(k)) == 0) return k;
     fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("loss_name: expected one of \"cross_entropy\", \"nll\", \"mse\", \"l1\", "
-                                                 "\"smooth_l1\", \"bce_with_logits\", got \"") + name + "\"");
+                                                 "\"smooth_l1\", \"bce_with_logits\", \"causal_lm\" or a JSON "
+                                                 "object {\"type\": ..., \"ignore_index\": ...}, got \"") +
+                                         name + "\"");
 }
 
-at::Tensor compute_loss(LossKind kind, const at::Tensor &outputs, const at::Tensor &targets)
+Loss parse_loss(const char *name)
 {
+    if (name == nullptr || name[0] != '{') return parse_loss_name(name);
+    config::LossConfig c = config::parse_loss_config(name);
+    Loss l = parse_loss_name(c.type.c_str());
+    if (c.ignore_index) l.ignore_index = *c.ignore_index;
+    return l;
+}
+
+at::Tensor compute_loss(const Loss &spec, const at::Tensor &outputs, const at::Tensor &targets)
+{
+    const LossKind kind = spec.kind;
     const std::string loss = kind_name(kind);
     if (!outputs.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "outputs: missing");
     if (!targets.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: missing (the batch has no labels)");
     if (!outputs.is_floating_point())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "outputs: " + loss + " needs floating outputs, got " + dtype_name(outputs));
     const int64_t mean = at::Reduction::Mean;
+    if (kind == LossKind::CausalLm) {
+        // Logits [..., V] against next-token labels [...] (the token data loader's labels are already
+        // shifted; HF's GPT2LMHeadModel shifts labels = input_ids itself). Positions labelled
+        // ignore_index do not count in the mean.
+        if (targets.scalar_type() != at::kLong)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: causal_lm needs int64 token ids, got " + dtype_name(targets));
+        if (outputs.dim() < 2 || targets.sizes() != outputs.sizes().slice(0, outputs.dim() - 1))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: causal_lm needs outputs [..., V] and targets [...] of the "
+                                             "outputs' leading shape, got outputs " + c10::str(outputs.sizes()) +
+                                                 " and targets " + c10::str(targets.sizes()));
+        return at::cross_entropy_loss(outputs.reshape({-1, outputs.size(-1)}), targets.reshape({-1}), {}, mean,
+                                      spec.ignore_index, 0.0);
+    }
     if (kind == LossKind::CrossEntropy || kind == LossKind::Nll) {
         if (targets.scalar_type() != at::kLong)
             fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: " + loss + " needs int64 class indices, got " + dtype_name(targets));
         if (outputs.dim() != 2 || targets.dim() != 1 || outputs.size(0) != targets.size(0))
             fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: " + loss + " needs outputs [N, C] and targets [N], got outputs " +
                                                  c10::str(outputs.sizes()) + " and targets " + c10::str(targets.sizes()));
-        return kind == LossKind::CrossEntropy ? at::cross_entropy_loss(outputs, targets, {}, mean, -100, 0.0)
-                                              : at::nll_loss(outputs, targets, {}, mean, -100);
+        return kind == LossKind::CrossEntropy ? at::cross_entropy_loss(outputs, targets, {}, mean, spec.ignore_index, 0.0)
+                                              : at::nll_loss(outputs, targets, {}, mean, spec.ignore_index);
     }
     if (!targets.is_floating_point())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: " + loss + " needs floating targets, got " + dtype_name(targets));

@@ -5,7 +5,9 @@
  * clipping gradients to a large norm each sync step. Rank 0 writes the final parameters (float32,
  * parameter order) followed by every total gradient norm (float64) to OUT_FILE. Started as P processes
  * with batch B it must produce the weights of one process with batch P*B.
- * The model widths come from ACCEL_TEST_WIDTHS ("8,32,32,4" by default).
+ * The model widths come from ACCEL_TEST_WIDTHS ("8,32,32,4" by default). With ACCEL_TEST_GPT set, the model is
+ * instead a tiny "gpt" (spec below; ACCEL_TEST_GPT=checkpointing adds activation checkpointing) trained with
+ * "causal_lm" on 96 windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
  * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare; with
  * ACCEL_TEST_SAVE_AT=K and ACCEL_TEST_SAVE_DIR=DIR it calls save_state(DIR) after optimizer step K and stops.
  */
@@ -42,8 +44,21 @@ int main(int argc, char **argv)
     accel_tensor_t *features = NULL, *labels = NULL;
     const int64_t xs[2] = {N, F}, ys[1] = {N};
     char spec[256], dl_config[128];
+    const char *gpt = getenv("ACCEL_TEST_GPT");
+    static int64_t tokens[N * 8 + 1];
+    const int64_t token_count = N * 8 + 1;
     snprintf(spec, sizeof spec, "{\"type\": \"mlp\", \"widths\": [%s], \"activation\": \"tanh\"}", widths);
     snprintf(dl_config, sizeof dl_config, "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 7}", batch);
+    if (gpt != NULL) {
+        /* The tied head shares transformer.wte.weight: DDP must keep one tensor, reduced once. */
+        snprintf(spec, sizeof spec,
+                 "{\"type\": \"gpt\", \"vocab_size\": 11, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 2,"
+                 " \"n_head\": 2, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0,"
+                 " \"activation_checkpointing\": %s}", strcmp(gpt, "checkpointing") == 0 ? "true" : "false");
+        snprintf(dl_config, sizeof dl_config, "{\"block_size\": 8, \"batch_size\": %d, \"shuffle\": true, \"seed\": 7}",
+                 batch);
+        for (int64_t i = 0; i < token_count; ++i) tokens[i] = (i * 7 + i / 5) % 11;
+    }
 
     /* Different seeds on every rank: DDP must broadcast rank 0's initial weights. */
     int32_t rank = 0;
@@ -54,7 +69,14 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &labels));
     DIST_CHECK(accel_model_create_from_json(spec, &model));
     DIST_CHECK(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}", &opt));
-    DIST_CHECK(accel_dataloader_create_from_tensors(features, labels, dl_config, &dl));
+    if (gpt != NULL) {
+        accel_tensor_t *stream = NULL;
+        DIST_CHECK(accel_tensor_create(tokens, sizeof tokens, ACCEL_DTYPE_INT64, &token_count, 1, &stream));
+        DIST_CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
+        accel_tensor_free(stream);
+    } else {
+        DIST_CHECK(accel_dataloader_create_from_tensors(features, labels, dl_config, &dl));
+    }
     DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
     const char *load_dir = getenv("ACCEL_TEST_LOAD"), *save_dir = getenv("ACCEL_TEST_SAVE_DIR");
     const int save_at = getenv("ACCEL_TEST_SAVE_AT") ? atoi(getenv("ACCEL_TEST_SAVE_AT")) : -1;
@@ -73,7 +95,7 @@ int main(int argc, char **argv)
         DIST_CHECK(accel_batch_get_inputs(b, &in));
         DIST_CHECK(accel_batch_get_labels(b, &lab));
         DIST_CHECK(accel_model_forward(model, in, &out));
-        DIST_CHECK(accel_loss_compute("cross_entropy", out, lab, &loss));
+        DIST_CHECK(accel_loss_compute(gpt != NULL ? "causal_lm" : "cross_entropy", out, lab, &loss));
         DIST_CHECK(accel_accelerator_backward(acc, loss));
         DIST_CHECK(accel_accelerator_get_sync_gradients(acc, &sync));
         if (sync) {
@@ -113,6 +135,17 @@ int main(int argc, char **argv)
             fwrite(buf, sizeof(float), (size_t)n, f);
             free(buf);
             accel_tensor_free(p);
+        }
+        if (gpt != NULL) { /* still one tensor under two names */
+            accel_tensor_t *head = NULL, *wte = NULL;
+            static float a[11 * 8], b[11 * 8];
+            DIST_CHECK(accel_model_get_tensor(model, "lm_head.weight", &head));
+            DIST_CHECK(accel_model_get_tensor(model, "transformer.wte.weight", &wte));
+            DIST_CHECK(accel_tensor_copy_to_buffer(head, a, sizeof a));
+            DIST_CHECK(accel_tensor_copy_to_buffer(wte, b, sizeof b));
+            DIST_EXPECT(memcmp(a, b, sizeof a) == 0, "lm_head.weight differs from transformer.wte.weight");
+            accel_tensor_free(head);
+            accel_tensor_free(wte);
         }
         fwrite(norms, sizeof(double), (size_t)num_norms, f);
         fclose(f);

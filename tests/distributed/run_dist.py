@@ -85,6 +85,12 @@ def widths_numel(widths):
     return sum(w[i] * w[i + 1] + w[i + 1] for i in range(len(w) - 1))
 
 
+def gpt_numel(vocab=11, positions=8, e=8, layers=2):
+    """Parameters of dist_train's gpt spec (the head is tied: no lm_head.weight)."""
+    block = 2 * e + (e * 3 * e + 3 * e) + (e * e + e) + 2 * e + (e * 4 * e + 4 * e) + (4 * e * e + e)
+    return vocab * e + positions * e + layers * block + 2 * e
+
+
 def scenario_equivalence(a):
     """P processes with batch B must give the weights of 1 process with batch P*B."""
     prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
@@ -92,6 +98,8 @@ def scenario_equivalence(a):
     widths = a.widths
     e = env_base()
     e["ACCEL_TEST_WIDTHS"] = widths
+    if a.gpt:
+        e["ACCEL_TEST_GPT"] = a.gpt
     ref = os.path.join(tmp, "ref.bin")
     got = os.path.join(tmp, "got.bin")
     ref_config = a.ref_config or a.config
@@ -99,7 +107,8 @@ def scenario_equivalence(a):
     if a.launcher == "launch":
         cmd = launch_cmd(a, a.np) + [prog, got, str(a.batch), str(a.steps), a.config]
     elif a.launcher == "mpirun":
-        cmd = mpirun_cmd(a.np) + ["-x", "ACCEL_TEST_WIDTHS=" + widths, prog, got, str(a.batch), str(a.steps), a.config]
+        cmd = mpirun_cmd(a.np) + ["-x", "ACCEL_TEST_WIDTHS=" + widths] + \
+            (["-x", "ACCEL_TEST_GPT=" + a.gpt] if a.gpt else []) + [prog, got, str(a.batch), str(a.steps), a.config]
     else:
         sys.exit("unknown launcher " + a.launcher)
     p = run(cmd, env=e, timeout=a.timeout)
@@ -109,7 +118,7 @@ def scenario_equivalence(a):
         m = re.search(r'"num_buckets": (\d+)', p.stdout)
         if not m or int(m.group(1)) < a.min_buckets:
             sys.exit("expected at least %d DDP buckets" % a.min_buckets)
-    n = widths_numel(widths)
+    n = gpt_numel() if a.gpt else widths_numel(widths)
     rp, rn = split_result(ref, n)
     gp, gn = split_result(got, n)
     if len(rn) != len(gn):
@@ -505,6 +514,7 @@ def main():
     ap.add_argument("--config", default="{}")
     ap.add_argument("--ref-config", default=None)
     ap.add_argument("--widths", default="8,32,32,4")
+    ap.add_argument("--gpt", default=None, help="train dist_train's gpt model: plain or checkpointing")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--expect-backend", default=None)

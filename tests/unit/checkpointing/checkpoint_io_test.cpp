@@ -164,6 +164,22 @@ TEST(CheckpointIo, CopyBatchTiedDestinationsLastCopyWins)
     EXPECT_TRUE(dst.equal(b));
 }
 
+TEST(CheckpointIo, ArchiveWithManyRecordsHasItsCentralDirectory)
+{
+    // 200 storages: LibTorch's writer hands over a central directory of more than 4 KiB, which lies in no
+    // storage and must be copied, not borrowed (it was once written from freed memory).
+    const std::string path = temp_path("accel_many_records.bin");
+    auto root = py_dict();
+    std::vector<at::Tensor> ts;
+    for (int i = 0; i < 200; ++i) {
+        ts.push_back(at::full({3}, static_cast<float>(i)));
+        py_set(*root, "t" + std::to_string(i), py_tensor(ts.back()));
+    }
+    save_torch_file(path, *root);
+    PyRef back = load_torch_file(path);
+    for (int i = 0; i < 200; ++i) EXPECT_TRUE(back->get("t" + std::to_string(i))->tensor.equal(ts[i])) << i;
+}
+
 TEST(CheckpointIo, LargeTorchArchiveIsWrittenInPiecesWithValidRecords)
 {
     // Over the size where save_torch_file writes its pieces on several threads: LibTorch's reader must

@@ -84,7 +84,7 @@ TEST(ModelSpec, ErrorsNameTheLayerPath)
 
 TEST(ModelSpec, TopLevelErrors)
 {
-    EXPECT_SPEC_ERROR("{}", "type: required (\"mlp\" or \"sequential\")");
+    EXPECT_SPEC_ERROR("{}", "type: required (\"mlp\", \"sequential\" or \"gpt\")");
     EXPECT_SPEC_ERROR("{\"type\": \"mlp\"}", "widths: required for an mlp");
     EXPECT_SPEC_ERROR("{\"type\": \"mlp\", \"widths\": [4]}",
                       "widths: expected at least 2 sizes (inputs and outputs), got 1");

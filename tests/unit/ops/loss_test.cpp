@@ -67,15 +67,31 @@ TEST(LossName, AllNames)
     EXPECT_EQ(parse_loss_name("l1"), LossKind::L1);
     EXPECT_EQ(parse_loss_name("smooth_l1"), LossKind::SmoothL1);
     EXPECT_EQ(parse_loss_name("bce_with_logits"), LossKind::BceWithLogits);
+    EXPECT_EQ(parse_loss_name("causal_lm"), LossKind::CausalLm);
+    EXPECT_EQ(accel::parse_loss("causal_lm").ignore_index, -100);
+    accel::Loss l = accel::parse_loss(R"({"type": "causal_lm", "ignore_index": 0})");
+    EXPECT_EQ(l.kind, LossKind::CausalLm);
+    EXPECT_EQ(l.ignore_index, 0);
 }
 
 TEST(LossName, Errors)
 {
+    const std::pair<const char *, const char *> unknown[] = {
+        {R"({"type": "causal_lm", "ignore": 0})", "loss_name.ignore: unknown key"},
+        {R"({"type": "mse", "ignore_index": 0})", "loss_name.ignore_index: unknown key"}};
+    for (const auto &[json, msg] : unknown) {
+        accel::Error e = catch_error([&] { accel::parse_loss(json); });
+        EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+        EXPECT_EQ(std::string(e.what()).rfind(msg, 0), 0u) << e.what();
+    }
+    EXPECT_LOSS_ERROR(accel::parse_loss(R"({"ignore_index": 0})"), "loss_name.type: required");
     EXPECT_LOSS_ERROR(parse_loss_name(nullptr), "loss_name: must not be NULL");
     EXPECT_LOSS_ERROR(parse_loss_name("MSE"), "loss_name: expected one of \"cross_entropy\", \"nll\", \"mse\", \"l1\", "
-                                              "\"smooth_l1\", \"bce_with_logits\", got \"MSE\"");
+                                              "\"smooth_l1\", \"bce_with_logits\", \"causal_lm\" or a JSON object {\"type\": ..., "
+                                              "\"ignore_index\": ...}, got \"MSE\"");
     EXPECT_LOSS_ERROR(parse_loss_name(""), "loss_name: expected one of \"cross_entropy\", \"nll\", \"mse\", \"l1\", "
-                                           "\"smooth_l1\", \"bce_with_logits\", got \"\"");
+                                           "\"smooth_l1\", \"bce_with_logits\", \"causal_lm\" or a JSON object {\"type\": ..., "
+                                              "\"ignore_index\": ...}, got \"\"");
 }
 
 TEST_F(LossTest, CrossEntropy)
@@ -191,4 +207,37 @@ TEST_F(LossTest, RegressionTargetValidation)
     // No broadcasting (F.mse_loss would only warn).
     EXPECT_LOSS_ERROR(compute_loss(LossKind::SmoothL1, outputs, at::zeros({1, 3})),
                       "targets: smooth_l1 needs targets of the outputs' shape [6, 3], got [1, 3]");
+}
+
+TEST(CausalLmLoss, IsCrossEntropyOverEveryPositionWithIgnoreIndex)
+{
+    at::manual_seed(0);
+    at::Tensor logits = at::randn({2, 5, 7});
+    at::Tensor labels = at::randint(0, 7, {2, 5}, at::kLong);
+    labels[0][1] = -100;
+    labels[1][4] = -100;
+    at::Tensor got = compute_loss(LossKind::CausalLm, logits, labels);
+    // By hand: mean over the 8 counted positions of -log softmax(logits)[label].
+    at::Tensor logp = at::log_softmax(logits, -1);
+    double sum = 0;
+    int n = 0;
+    for (int b = 0; b < 2; ++b)
+        for (int t = 0; t < 5; ++t) {
+            int64_t y = labels[b][t].item<int64_t>();
+            if (y == -100) continue;
+            sum -= logp[b][t][y].item<double>();
+            ++n;
+        }
+    EXPECT_EQ(n, 8);
+    EXPECT_NEAR(got.item<double>(), sum / n, 1e-6);
+    accel::Loss other = LossKind::CausalLm;
+    other.ignore_index = 7; // not a class: only the positions set to it are ignored
+    at::Tensor l2 = labels.clone();
+    l2.masked_fill_(l2.eq(-100), 7);
+    EXPECT_NEAR(compute_loss(other, logits, l2).item<double>(), sum / n, 1e-6);
+    EXPECT_LOSS_ERROR(compute_loss(LossKind::CausalLm, logits, labels.view({10})),
+                      "targets: causal_lm needs outputs [..., V] and targets [...] of the outputs' leading shape, got "
+                      "outputs [2, 5, 7] and targets [10]");
+    EXPECT_LOSS_ERROR(compute_loss(LossKind::CausalLm, logits, labels.to(at::kInt)),
+                      "targets: causal_lm needs int64 token ids, got Int");
 }

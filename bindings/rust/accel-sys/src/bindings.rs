@@ -261,6 +261,14 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_model_generate(
+        model: *mut accel_model_t,
+        input_ids: *const accel_tensor_t,
+        options_json: *const core::ffi::c_char,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_optimizer_create(
         model: *mut accel_model_t,
         config_json: *const core::ffi::c_char,
@@ -320,6 +328,13 @@ extern "C" {
     pub fn accel_dataloader_create_from_tensors(
         features: *const accel_tensor_t,
         labels: *const accel_tensor_t,
+        config_json: *const core::ffi::c_char,
+        out: *mut *mut accel_dataloader_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_dataloader_create_from_tokens(
+        tokens: *const accel_tensor_t,
         config_json: *const core::ffi::c_char,
         out: *mut *mut accel_dataloader_t,
     ) -> accel_status_t;

@@ -1,0 +1,52 @@
+// A GPT-2 decoder ({"type": "gpt"}), computed as Hugging Face's GPT2LMHeadModel computes it, with its
+// parameter names and shapes (Conv1D weights stored [in, out], lm_head tied to transformer.wte).
+#pragma once
+
+#include "config/gpt_config.hpp"
+#include "model/model.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace accel {
+
+struct GptBlock;
+
+// Keys and values of the positions seen so far, one [B, n_head, T, head_dim] pair per block.
+struct GptKvCache {
+    std::vector<at::Tensor> keys, values;
+    int64_t length() const { return keys.empty() ? 0 : keys.front().size(2); }
+};
+
+class GptModel final : public Model {
+public:
+    explicit GptModel(const config::GptConfig &config);
+    ~GptModel() override;
+
+    // input_ids [B, T] (or [T]) int64 -> logits [B, T, vocab_size] (or [T, vocab_size]).
+    at::Tensor forward(const at::Tensor &input) override;
+    // Incremental decoding: `input` [B, T] holds the tokens after the cached ones; the cache grows by T.
+    // Runs without dropout and without checkpointing (generation).
+    at::Tensor forward_cached(const at::Tensor &input, GptKvCache &cache);
+
+    void train(bool on) override { training_ = on; }
+    bool is_training() const override { return training_; }
+    std::vector<ModuleUnit> units() const override;
+    void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
+    bool activation_checkpointing() const override { return checkpointing_; }
+    const config::GptConfig &config() const { return config_; }
+
+protected:
+    std::string canonical_key(const std::string &key) const override;
+
+private:
+    at::Tensor run(const at::Tensor &input, GptKvCache *cache);
+    config::GptConfig config_;
+    std::shared_ptr<const config::GptConfig> shared_config_; // held by pending recomputations
+    at::Tensor wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_; // lm_head_ is wte_ when tied
+    std::vector<std::shared_ptr<GptBlock>> blocks_;
+    bool training_ = true;
+    bool checkpointing_ = false;
+};
+
+} // namespace accel
