@@ -13,6 +13,10 @@
 
 namespace accel::config {
 
+// sharding_config.cpp
+void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c);
+void write_sharding(JsonWriter &w, const ShardingConfig &s);
+
 namespace {
 
 constexpr const char *kNotYet = "not yet supported by accel";
@@ -329,8 +333,7 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP8) fp8_recipe_from_env(c.fp8_recipe);
     parse_kwargs_handlers(root, c);
     parse_project_config(root, c.project);
-    root.require_absent("deepspeed_plugin", "DeepSpeed (ZeRO sharding) is " + std::string(kNotYet));
-    root.require_absent("fsdp_plugin", "FSDP sharding is " + std::string(kNotYet));
+    parse_sharding_plugins(root, c);
     root.require_absent("megatron_lm_plugin", "Megatron-LM parallelism is " + std::string(kNotYet));
     root.require_absent("parallelism_config", "ParallelismConfig (tensor/context parallel) is " + std::string(kNotYet));
     root.require_absent("dynamo_plugin", "torch.compile (dynamo) has no LibTorch counterpart; it is " + std::string(kNotYet));
@@ -422,7 +425,7 @@ std::string to_json(const AcceleratorConfig &c)
     if (c.project.total_limit) w.add("total_limit", *c.project.total_limit);
     else w.add_null("total_limit");
     w.add("iteration", c.project.iteration).add("save_on_each_node", c.project.save_on_each_node).end_object();
-    w.add_null("deepspeed_plugin").add_null("fsdp_plugin");
+    write_sharding(w, c.sharding);
     w.begin_object("process")
         .add("rank", static_cast<int64_t>(c.topology.rank))
         .add("world_size", static_cast<int64_t>(c.topology.world_size))

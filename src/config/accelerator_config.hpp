@@ -1,6 +1,8 @@
 // Typed form of the accelerator's JSON config (Accelerator(...) arguments and plugins).
 #pragma once
 
+#include "config/sharding_config.hpp"
+
 #include <accel/types.h>
 
 #include <cstdint>
@@ -110,6 +112,7 @@ struct AcceleratorConfig {
     InitProcessGroupKwargs init_process_group;
     ProcessTopology topology;
     ProjectConfiguration project;
+    ShardingConfig sharding; // fsdp_plugin / deepspeed_plugin (src/parallel/fsdp)
     bool malloc_tuning = true; // ACCEL_MALLOC_TUNING (environment only: a process-wide setting)
 };
 
