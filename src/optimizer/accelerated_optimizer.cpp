@@ -54,7 +54,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Te
 } // namespace
 
 AcceleratedOptimizer::AcceleratedOptimizer(std::shared_ptr<Model> model, const config::OptimizerConfig &config)
-    : model_(std::move(model)), config_(config)
+    : config_(config), model_(std::move(model))
 {
     std::vector<at::Tensor> params;
     for (const auto &p : model_->parameters())
