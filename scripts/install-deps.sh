@@ -11,6 +11,7 @@ packages=(
   python3-torch                          # checkpoint interop test: Python's torch.load reads accel's files
   swig python3-dev python3-pytest python3-numpy openjdk-17-jdk-headless junit5 mono-devel nunit-console
   bindgen                                 # bindings (bindings/): SWIG, Python, Java, C# (Mono), Rust's accel-sys check
+  clang-14 libclang-rt-14-dev llvm-14 lld-14  # scripts/test-sanitizers.sh: clang build, ASan/UBSan, libFuzzer
 )
 # Rust: a rustup toolchain when there is one, else Debian's cargo.
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || packages+=(cargo)

@@ -11,14 +11,16 @@ namespace accel::capi {
 namespace {
 thread_local std::string last_error;
 
-// LibTorch messages end with a C++ backtrace; the first lines are what a user needs.
-std::string first_lines(const char *what)
+// A LibTorch error's what() carries a C++ backtrace ("Exception raised from ...", "frame #0: ..."); a user needs
+// its first line. what_without_backtrace() drops most of it, but allocator errors put frames in the message
+// itself, so the first line is kept whatever follows.
+std::string first_line(const c10::Error &e)
 {
-    std::string s(what ? what : "");
-    auto pos = s.find("\nException raised from");
-    if (pos != std::string::npos)
-        s.resize(pos);
-    return s;
+    const std::string s(e.what_without_backtrace());
+    const size_t begin = s.find_first_not_of('\n');
+    if (begin == std::string::npos)
+        return "";
+    return s.substr(begin, s.find('\n', begin) - begin); // npos - begin: to the end
 }
 } // namespace
 
@@ -43,19 +45,19 @@ accel_status_t status_from_current_exception() noexcept
         set_last_error(e.what());
         return e.code();
     } catch (const c10::NotImplementedError &e) {
-        set_last_error(first_lines(e.what()));
+        set_last_error(first_line(e));
         return ACCEL_ERR_UNIMPLEMENTED;
     } catch (const c10::IndexError &e) {
-        set_last_error(first_lines(e.what()));
+        set_last_error(first_line(e));
         return ACCEL_ERR_OUT_OF_RANGE;
     } catch (const c10::ValueError &e) {
-        set_last_error(first_lines(e.what()));
+        set_last_error(first_line(e));
         return ACCEL_ERR_INVALID_ARGUMENT;
     } catch (const c10::TypeError &e) {
-        set_last_error(first_lines(e.what()));
+        set_last_error(first_line(e));
         return ACCEL_ERR_INVALID_ARGUMENT;
     } catch (const c10::Error &e) {
-        std::string msg = first_lines(e.what());
+        std::string msg = first_line(e);
         // LibTorch signals allocation failure as a plain c10::Error.
         if (msg.find("DefaultCPUAllocator: can't allocate memory") != std::string::npos ||
             msg.find("out of memory") != std::string::npos) {

@@ -105,7 +105,9 @@ StHeader parse_st_header(const uint8_t *file, uint64_t file_len, const std::stri
             }
             continue;
         }
-        auto tbad = [&](const std::string &msg) { bad("tensor \"" + name + "\": " + msg); };
+        // A named copy: C++17 forbids capturing a structured binding (clang < 16 rejects it).
+        const std::string &tensor_name = name;
+        auto tbad = [&](const std::string &msg) { bad("tensor \"" + tensor_name + "\": " + msg); };
         if (v.kind != JsonValue::Kind::Object) tbad("entry is not an object");
         const JsonValue *dt = v.find("dtype");
         const JsonValue *shape = v.find("shape");

@@ -6,6 +6,7 @@
 // Slurm's variables (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST) give defaults for
 // --num_machines, --machine_rank and --main_process_ip when present.
 #include "cli/commands.hpp"
+#include "cli/launch_config.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -68,12 +69,11 @@ struct Options {
 
 int to_int(const std::string &flag, const std::string &v, int min, int max)
 {
-    char *end = nullptr;
-    long x = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || x < min || x > max)
+    std::optional<int> x = parse_int_in(v, min, max);
+    if (!x)
         usage_error(flag + ": expected an integer in " + std::to_string(min) + ".." + std::to_string(max) + ", got \"" +
                     v + "\"");
-    return static_cast<int>(x);
+    return *x;
 }
 
 Options parse(int argc, char **argv)
@@ -138,45 +138,12 @@ Options parse(int argc, char **argv)
     return o;
 }
 
-std::string trim(const std::string &s)
-{
-    size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n,");
-    if (b == std::string::npos) return "";
-    std::string t = s.substr(b, e - b + 1);
-    if (t.size() >= 2 && (t.front() == '"' || t.front() == '\'') && t.back() == t.front()) t = t.substr(1, t.size() - 2);
-    return t;
-}
-
-// Top-level scalar keys of an accelerate config file: YAML `key: value` or JSON `"key": value,`, one per
-// line, as `accelerate config` writes them. Nested sections (fsdp_config, ...) are not read.
+// The accelerate config file (launch_config.cpp holds the parser, which tests/fuzz runs on its own).
 std::map<std::string, std::string> read_config(const std::string &path)
 {
     std::ifstream in(path);
     if (!in) usage_error("--config_file: cannot read \"" + path + "\"");
-    std::map<std::string, std::string> out;
-    std::string line;
-    int depth = 0;
-    while (std::getline(in, line)) {
-        std::string t = trim(line);
-        if (t.empty() || t[0] == '#') continue;
-        if (t == "{" || t == "}") continue;
-        size_t indent = line.find_first_not_of(" \t");
-        bool json = t[0] == '"';
-        if (!json && indent > 0) continue; // nested YAML
-        if (json && depth > 0) {
-            if (t.find('}') != std::string::npos) --depth;
-            continue;
-        }
-        auto colon = t.find(':');
-        if (colon == std::string::npos) continue;
-        std::string key = trim(t.substr(0, colon)), value = trim(t.substr(colon + 1));
-        if (json && value.rfind("{", 0) == 0 && value.find('}') == std::string::npos) {
-            ++depth;
-            continue;
-        }
-        out[key] = value;
-    }
-    return out;
+    return parse_launch_config(in);
 }
 
 std::optional<std::string> env(const char *name)

@@ -11,6 +11,75 @@ namespace {
 
 constexpr int64_t kMaxDim = int64_t(1) << 31;
 
+// Byte counts of fp32 parameters, checked: each dimension is at most 2^31, so products of two or more can
+// overflow 64 bits, and LibTorch would then fail with "Storage size calculation overflowed" (an internal
+// error) or try to allocate a nonsense size. A count above INT64_MAX bytes is an argument error naming the keys.
+class ByteCount {
+public:
+    explicit ByteCount(std::string keys) : keys_(std::move(keys)) {}
+    // Adds the product of `dims` elements of 4 bytes.
+    ByteCount &add(std::initializer_list<int64_t> dims)
+    {
+        uint64_t n = sizeof(float);
+        for (int64_t d : dims)
+            if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) overflow();
+        if (__builtin_add_overflow(bytes_, n, &bytes_) || bytes_ > static_cast<uint64_t>(INT64_MAX)) overflow();
+        return *this;
+    }
+    ByteCount &add_product(const std::vector<int64_t> &dims, int64_t times)
+    {
+        uint64_t n = static_cast<uint64_t>(times);
+        for (int64_t d : dims)
+            if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) overflow();
+        if (n > static_cast<uint64_t>(INT64_MAX)) overflow();
+        return add({static_cast<int64_t>(n)});
+    }
+    void store(LayerSpec &l) const
+    {
+        l.bytes = bytes_;
+        l.size_keys = keys_;
+    }
+
+private:
+    [[noreturn]] void overflow() const
+    {
+        fail(ACCEL_ERR_INVALID_ARGUMENT, keys_ + ": these sizes need more than " + std::to_string(INT64_MAX) +
+                                             " bytes of parameters (the byte count overflows)");
+    }
+    std::string keys_;
+    uint64_t bytes_ = 0;
+};
+
+void count_bytes(LayerSpec &l, const JsonObject &o)
+{
+    auto keys = [&](std::initializer_list<const char *> names) {
+        std::string s;
+        for (const char *n : names) s += (s.empty() ? "" : ", ") + o.path_of(n);
+        return s;
+    };
+    if (l.type == "linear") {
+        ByteCount c(keys({"in_features", "out_features"}));
+        c.add({l.in_features, l.out_features}).add({l.bias ? l.out_features : 0}).store(l);
+    } else if (l.type == "conv2d") {
+        ByteCount c(keys({"in_channels", "out_channels", "kernel_size"}));
+        c.add({l.out_channels, l.in_channels, l.kernel_size, l.kernel_size}).add({l.bias ? l.out_channels : 0}).store(l);
+    } else if (l.type == "layer_norm") {
+        ByteCount c(keys({"normalized_shape"}));
+        c.add_product(l.normalized_shape, l.elementwise_affine ? 2 : 0).store(l);
+    } else if (l.type == "batch_norm") {
+        ByteCount c(keys({"num_features"}));
+        c.add({l.num_features, 4}).store(l); // weight, bias, running mean and variance (at most)
+    } else if (l.type == "embedding") {
+        ByteCount c(keys({"num_embeddings", "embedding_dim"}));
+        c.add({l.num_embeddings, l.embedding_dim}).store(l);
+    } else if (l.type == "transformer_encoder_layer") {
+        // in_proj (3 d x d), out_proj (d x d), linear1 (ff x d), linear2 (d x ff), their biases, two layer norms
+        ByteCount c(keys({"d_model", "dim_feedforward"}));
+        c.add({4, l.d_model, l.d_model}).add({2, l.d_model, l.dim_feedforward}).add({9, l.d_model}).add({l.dim_feedforward});
+        c.store(l);
+    }
+}
+
 LayerSpec parse_layer(JsonObject &o)
 {
     LayerSpec l;
@@ -67,6 +136,7 @@ LayerSpec parse_layer(JsonObject &o)
         l.batch_first = o.get_bool("batch_first", false);
     }
     o.finish();
+    count_bytes(l, o);
     return l;
 }
 
@@ -101,6 +171,8 @@ ModelSpec parse_model_spec(const char *json)
             lin.in_features = widths[i];
             lin.out_features = widths[i + 1];
             lin.bias = bias;
+            const std::string keys = "widths[" + std::to_string(i) + "], widths[" + std::to_string(i + 1) + "]";
+            ByteCount(keys).add({lin.in_features, lin.out_features}).add({bias ? lin.out_features : 0}).store(lin);
             spec.layers.push_back(lin);
             if (i + 2 < widths.size()) { // no activation after the output layer
                 spec.layers.push_back(activation_layer(act));
@@ -117,6 +189,10 @@ ModelSpec parse_model_spec(const char *json)
         if (spec.layers.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "layers: expected at least one layer");
     }
     root.finish();
+    for (const LayerSpec &l : spec.layers)
+        if (__builtin_add_overflow(spec.bytes, l.bytes, &spec.bytes) || spec.bytes > static_cast<uint64_t>(INT64_MAX))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, l.size_keys + ": the model's parameters need more than " +
+                                                 std::to_string(INT64_MAX) + " bytes (the byte count overflows)");
     return spec;
 }
 

@@ -34,11 +34,20 @@ struct LayerSpec {
     double dropout = 0.1;
     std::string activation = "relu";
     bool batch_first = false;
+
+    // fp32 bytes of the layer's parameters and buffers, and the JSON keys whose sizes make them up (for
+    // messages): computed while parsing so that impossible sizes are rejected before LibTorch is asked.
+    uint64_t bytes = 0;
+    std::string size_keys;
 };
 
 struct ModelSpec {
     std::vector<LayerSpec> layers; // an mlp spec is expanded into linear/activation/dropout layers
+    uint64_t bytes = 0;            // sum of the layers' bytes (at most INT64_MAX)
 };
+
+// Parses a spec. Sizes whose byte count overflows are ACCEL_ERR_INVALID_ARGUMENT naming their keys.
+
 
 ModelSpec parse_model_spec(const char *json);
 

@@ -101,7 +101,8 @@ IndexBatches DataLoaderShard::inner_batches(int64_t epoch) const
         // SeedableRandomSampler: randperm on a CPU generator seeded with seed + epoch, as Python does.
         at::Generator gen = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch));
         at::Tensor perm = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
-        std::memcpy(order.data(), perm.data_ptr<int64_t>(), order.size() * sizeof(int64_t));
+        // An empty data set has no buffer on either side: memcpy with null pointers is undefined even for 0 bytes.
+        if (n > 0) std::memcpy(order.data(), perm.data_ptr<int64_t>(), order.size() * sizeof(int64_t));
     } else {
         std::iota(order.begin(), order.end(), 0);
     }

@@ -15,6 +15,8 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/modules/transformerlayer.h>
 
+#include <sys/sysinfo.h>
+
 namespace accel {
 
 namespace {
@@ -122,11 +124,35 @@ void add_layer(torch::nn::Sequential &seq, const config::LayerSpec &l)
     }
 }
 
+// Bytes this process could ever hold: physical memory plus swap. A model larger than that cannot be
+// allocated (and Linux's default overcommit heuristic refuses such an allocation anyway); saying so before
+// LibTorch tries gives RESOURCE_EXHAUSTED naming the sizes instead of an allocator error.
+uint64_t memory_ceiling()
+{
+    struct sysinfo si {};
+    if (sysinfo(&si) != 0) return UINT64_MAX;
+    return (static_cast<uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
+}
+
+void check_fits(const config::ModelSpec &spec)
+{
+    const uint64_t ceiling = memory_ceiling();
+    if (spec.bytes <= ceiling) return;
+    const config::LayerSpec *largest = &spec.layers.front();
+    for (const auto &l : spec.layers)
+        if (l.bytes > largest->bytes) largest = &l;
+    fail(ACCEL_ERR_RESOURCE_EXHAUSTED, largest->size_keys + ": the model's parameters need " +
+                                           std::to_string(spec.bytes) + " bytes (this layer " +
+                                           std::to_string(largest->bytes) + "), more than this machine's memory and swap (" +
+                                           std::to_string(ceiling) + " bytes)");
+}
+
 } // namespace
 
 std::shared_ptr<Model> make_model_from_json(const char *spec_json)
 {
     config::ModelSpec spec = config::parse_model_spec(spec_json);
+    check_fits(spec);
     torch::nn::Sequential seq;
     std::vector<bool> batch_first;
     std::vector<std::string> types;

@@ -693,6 +693,46 @@ static void test_bad_specs(void)
     BAD_SPEC("{\"type\": \"mlp\", \"widths\": [2, 2], \"activation\": \"swish\"}", "activation");
 }
 
+/* Sizes whose byte count overflows are argument errors naming the keys; sizes larger than the machine's memory
+ * and swap are RESOURCE_EXHAUSTED naming them; both before LibTorch is asked, and no backtrace in the message. */
+static void test_impossible_sizes(void)
+{
+    static const struct {
+        const char *json;
+        accel_status_t status;
+        const char *fragment;
+    } cases[] = {
+        {"{\"type\":\"mlp\",\"widths\":[2147483648,2147483648]}", ACCEL_ERR_INVALID_ARGUMENT, "widths[0], widths[1]"},
+        {"{\"type\":\"mlp\",\"widths\":[4,8,2147483648,2147483648]}", ACCEL_ERR_INVALID_ARGUMENT, "widths[2], widths[3]"},
+        {"{\"type\":\"sequential\",\"layers\":[{\"type\":\"embedding\",\"num_embeddings\":2147483648,"
+         "\"embedding_dim\":2147483648}]}",
+         ACCEL_ERR_INVALID_ARGUMENT, "layers[0].num_embeddings, layers[0].embedding_dim"},
+        {"{\"type\":\"sequential\",\"layers\":[{\"type\":\"conv2d\",\"in_channels\":65536,\"out_channels\":65536,"
+         "\"kernel_size\":65536}]}",
+         ACCEL_ERR_INVALID_ARGUMENT, "layers[0].in_channels, layers[0].out_channels, layers[0].kernel_size"},
+        {"{\"type\":\"sequential\",\"layers\":[{\"type\":\"relu\"},{\"type\":\"layer_norm\","
+         "\"normalized_shape\":[2147483648,2147483648,4]}]}",
+         ACCEL_ERR_INVALID_ARGUMENT, "layers[1].normalized_shape"},
+        {"{\"type\":\"sequential\",\"layers\":[{\"type\":\"transformer_encoder_layer\",\"d_model\":2147483648,"
+         "\"nhead\":1}]}",
+         ACCEL_ERR_INVALID_ARGUMENT, "layers[0].d_model"},
+        /* 2^31 x 2^20 fp32 weights: 8 PiB, no overflow, more than any machine's memory. */
+        {"{\"type\":\"mlp\",\"widths\":[2147483648,1048576]}", ACCEL_ERR_RESOURCE_EXHAUSTED, "widths[0], widths[1]"},
+        {"{\"type\":\"sequential\",\"layers\":[{\"type\":\"embedding\",\"num_embeddings\":2147483648,"
+         "\"embedding_dim\":1048576}]}",
+         ACCEL_ERR_RESOURCE_EXHAUSTED, "layers[0].num_embeddings"},
+        {"{\"type\":\"sequential\",\"layers\":[{\"type\":\"layer_norm\",\"normalized_shape\":[1048576,1048576,1024]}]}",
+         ACCEL_ERR_RESOURCE_EXHAUSTED, "layers[0].normalized_shape"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        accel_model_t *m = NULL;
+        CHECK_FAILS(accel_model_create_from_json(cases[i].json, &m), cases[i].status, cases[i].fragment);
+        CHECK(m == NULL);
+        CHECK(strstr(accel_last_error_message(), "frame #") == NULL);
+        CHECK(strstr(accel_last_error_message(), "Exception raised from") == NULL);
+    }
+}
+
 int main(void)
 {
     test_mlp();
@@ -704,5 +744,6 @@ int main(void)
     test_state_dict();
     test_torchscript();
     test_bad_specs();
+    test_impossible_sizes();
     return capi_report("test_model");
 }

@@ -254,7 +254,9 @@ TEST(Fp8Linear, ForwardAndBackwardMatchHandComputation)
         SCOPED_TRACE("step " + std::to_string(step));
         at::Tensor x = x0.clone().set_requires_grad(true);
         const float sx = state->input.scale(), sw = state->weight.scale(), sg = state->grad_output.scale();
-        if (step == 0) EXPECT_EQ(sx, 1.0f);
+        if (step == 0) {
+            EXPECT_EQ(sx, 1.0f);
+        }
         at::Tensor y = fp8::linear(x, w, b, state);
         ASSERT_EQ(y.sizes(), at::IntArrayRef({2, 3, 5}));
         at::Tensor xq = fp8::quantize_dequantize(x0.reshape({6, 7}), sx, Format::E4M3);

@@ -155,7 +155,9 @@ TEST(GradScaler, ScriptedSequence)
         EXPECT_EQ(f.step(), r.stepped);
         EXPECT_EQ(s.get_scale(), r.scale_after);
         EXPECT_EQ(s.get_growth_tracker(), r.tracker_after);
-        if (r.stepped) EXPECT_TRUE(at::equal(f.param.grad(), at::full({3}, r.grad))); // unscaled exactly
+        if (r.stepped) {
+            EXPECT_TRUE(at::equal(f.param.grad(), at::full({3}, r.grad))); // unscaled exactly
+        }
     }
 }
 

@@ -1,0 +1,54 @@
+// c_api/guard: LibTorch errors become statuses whose messages are the error's first line, never its backtrace.
+#include "c_api/guard.hpp"
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h> // CAFFE_ENFORCE_EQ
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace {
+
+std::string message_of(accel_status_t (*call)(), accel_status_t expected)
+{
+    EXPECT_EQ(call(), expected);
+    return accel_last_error_message();
+}
+
+void expect_no_backtrace(const std::string &msg)
+{
+    EXPECT_EQ(msg.find("frame #"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("Exception raised from"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
+} // namespace
+
+// CAFFE_ENFORCE is how LibTorch's CPU allocator reports a failed allocation: its what() ends with "frame #0: ...".
+TEST(Guard, AllocatorErrorIsResourceExhaustedWithoutBacktrace)
+{
+    std::string msg = message_of(
+        [] {
+            return accel::capi::guarded([] {
+                CAFFE_ENFORCE_EQ(12, 0, "DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes.");
+            });
+        },
+        ACCEL_ERR_RESOURCE_EXHAUSTED);
+    EXPECT_NE(msg.find("can't allocate memory: you tried to allocate 1 bytes"), std::string::npos) << msg;
+    expect_no_backtrace(msg);
+}
+
+TEST(Guard, TorchCheckKeepsFirstLine)
+{
+    std::string msg = message_of(
+        [] { return accel::capi::guarded([] { TORCH_CHECK(false, "first line\nsecond line"); }); },
+        ACCEL_ERR_INTERNAL);
+    EXPECT_EQ(msg, "LibTorch error: first line");
+    msg = message_of([] { return accel::capi::guarded([] { TORCH_CHECK_INDEX(false, "index 7 out of range"); }); },
+                     ACCEL_ERR_OUT_OF_RANGE);
+    EXPECT_EQ(msg, "index 7 out of range");
+    msg = message_of([] { return accel::capi::guarded([] { TORCH_CHECK_VALUE(false, "\n\nafter blank lines"); }); },
+                     ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(msg, "after blank lines");
+    expect_no_backtrace(msg);
+}
