@@ -2,6 +2,7 @@
 // Accelerate's training loop (accelerator.py). It owns little logic of its own.
 #pragma once
 
+#include "config/checkpoint_options.hpp"
 #include "ops/loss.hpp"
 #include "state/accelerator_state.hpp"
 
@@ -47,7 +48,7 @@ public:
     void prepare_dataloader(DataLoaderShard &loader);
     void prepare_scheduler(AcceleratedScheduler &scheduler);
     // The same, also remembering the object (Accelerate's _models, _dataloaders, _schedulers lists),
-    // which save_state/load_state walk in preparation order (src/checkpointing/).
+    // which save_state/load_state walk in preparation order.
     void prepare_model(const std::shared_ptr<Model> &model);
     void prepare_dataloader(const std::shared_ptr<DataLoaderShard> &loader);
     void prepare_scheduler(const std::shared_ptr<AcceleratedScheduler> &scheduler);
@@ -55,9 +56,19 @@ public:
     const std::vector<std::shared_ptr<AcceleratedOptimizer>> &optimizers() const { return optimizers_; }
     const std::vector<std::shared_ptr<AcceleratedScheduler>> &schedulers() const { return schedulers_; }
     const std::vector<std::shared_ptr<DataLoaderShard>> &dataloaders() const { return dataloaders_; }
-    std::vector<CheckpointObject> &custom_objects() { return custom_objects_; }
+    const std::vector<CheckpointObject> &custom_objects() const { return custom_objects_; }
     // ProjectConfiguration.iteration: the next automatic checkpoint number, +1 after every save_state.
-    int64_t &project_iteration() { return project_iteration_; }
+    int64_t project_iteration() const { return project_iteration_; }
+
+    // Checkpoints (src/accelerator/checkpoint.cpp), as Accelerate's save_state / load_state / save_model:
+    // the Accelerator collects each prepared part's state_dict() and hands the files to
+    // src/checkpointing/, which owns the folder layout and the formats. Returns the folder written/read;
+    // `output_dir` / `input_dir` may be null with automatic checkpoint naming.
+    std::string save_state(const char *output_dir, const config::SaveStateOptions &options);
+    std::string load_state(const char *input_dir, const config::LoadStateOptions &options);
+    void save_model(const Model &model, const std::string &save_directory, const config::SaveModelOptions &options);
+    // Saved as custom_checkpoint_{index}.pkl; returns the index.
+    size_t register_for_checkpointing(CheckpointObject object);
 
     void backward(const at::Tensor &loss);
     void accumulate_begin();
@@ -92,6 +103,7 @@ public:
     parallel::ShardedDataParallel *sharded_of(const Model &model) const;
 
 private:
+    bool writes_main_files() const;
     parallel::DistributedDataParallel *ddp_of(const Model &model) const;
     std::vector<std::pair<const Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
     std::vector<std::pair<const Model *, std::shared_ptr<parallel::ShardedDataParallel>>> sharded_;
@@ -106,5 +118,9 @@ private:
     std::vector<CheckpointObject> custom_objects_;
     int64_t project_iteration_ = 0;
 };
+
+// Accelerate's load_checkpoint_in_model: weights from a .safetensors or torch file, or a folder (sharded
+// with an index, or a single weights file), into `model`.
+void load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options);
 
 } // namespace accel

@@ -2,7 +2,7 @@
 
 #include "c_api/guard.hpp"
 #include "c_api/handles.hpp"
-#include "checkpointing/checkpointing.hpp"
+#include "accelerator/accelerator.hpp"
 #include "config/checkpoint_options.hpp"
 
 using accel::fail;
@@ -33,7 +33,7 @@ ACCEL_API accel_status_t accel_accelerator_save_state(accel_accelerator_t *accel
     return guarded([&] {
         auto &a = acc_of(accelerator);
         a.check_checkpointable("save_state");
-        accel::ckpt::save_state(a, optional_path(output_dir, "output_dir"), {});
+        a.save_state(optional_path(output_dir, "output_dir"), {});
     });
 }
 
@@ -42,7 +42,7 @@ ACCEL_API accel_status_t accel_accelerator_load_state(accel_accelerator_t *accel
     return guarded([&] {
         auto &a = acc_of(accelerator);
         a.check_checkpointable("load_state");
-        accel::ckpt::load_state(a, optional_path(input_dir, "input_dir"), {});
+        a.load_state(optional_path(input_dir, "input_dir"), {});
     });
 }
 
@@ -55,7 +55,7 @@ ACCEL_API accel_status_t accel_accelerator_save_state_with_options(accel_acceler
         auto &a = acc_of(accelerator);
         a.check_checkpointable("save_state");
         auto opts = accel::config::parse_save_state_options(options_json, "options_json");
-        std::string dir = accel::ckpt::save_state(a, optional_path(output_dir, "output_dir"), opts);
+        std::string dir = a.save_state(optional_path(output_dir, "output_dir"), opts);
         if (out_dir != nullptr) *out_dir = owned_string(dir);
     });
 }
@@ -69,7 +69,7 @@ ACCEL_API accel_status_t accel_accelerator_load_state_with_options(accel_acceler
         auto &a = acc_of(accelerator);
         a.check_checkpointable("load_state");
         auto opts = accel::config::parse_load_state_options(options_json, "options_json");
-        std::string dir = accel::ckpt::load_state(a, optional_path(input_dir, "input_dir"), opts);
+        std::string dir = a.load_state(optional_path(input_dir, "input_dir"), opts);
         if (out_dir != nullptr) *out_dir = owned_string(dir);
     });
 }
@@ -85,7 +85,7 @@ ACCEL_API accel_status_t accel_accelerator_save_model(accel_accelerator_t *accel
         check_model_owner(a, m);
         m.impl->check_tensor_access("save_model");
         auto opts = accel::config::parse_save_model_options(options_json, "options_json");
-        accel::ckpt::save_model(a, *m.impl, dir, opts);
+        a.save_model(*m.impl, dir, opts);
     });
 }
 
@@ -98,7 +98,7 @@ ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model_t *model, const
         if (p[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "path: must not be empty");
         auto opts = accel::config::parse_load_checkpoint_options(options_json, "options_json");
         m.impl->check_tensor_access("load_checkpoint");
-        accel::ckpt::load_checkpoint_in_model(*m.impl, p, opts);
+        accel::load_checkpoint_in_model(*m.impl, p, opts);
     });
 }
 
@@ -133,8 +133,7 @@ ACCEL_API accel_status_t accel_accelerator_register_for_checkpointing(accel_acce
                 fail(st, "load_state: the load callback of custom object " + std::to_string(index) + " returned " +
                              status_text(st));
         };
-        a.custom_objects().push_back(std::move(obj));
-        *out_index = static_cast<int32_t>(index);
+        *out_index = static_cast<int32_t>(a.register_for_checkpointing(std::move(obj)));
     });
 }
 
@@ -151,8 +150,7 @@ ACCEL_API accel_status_t accel_accelerator_register_bytes_for_checkpointing(acce
         obj.blob = blob;
         obj.save = [blob]() { return *blob; };
         obj.load = [blob](const std::string &bytes) { *blob = bytes; };
-        a.custom_objects().push_back(std::move(obj));
-        *out_index = static_cast<int32_t>(a.custom_objects().size() - 1);
+        *out_index = static_cast<int32_t>(a.register_for_checkpointing(std::move(obj)));
     });
 }
 

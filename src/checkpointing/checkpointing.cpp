@@ -1,50 +1,26 @@
 #include "checkpointing/checkpointing.hpp"
 
-#include "accelerator/accelerator.hpp"
-#include "checkpointing/files.hpp"
-#include "checkpointing/json_reader.hpp"
-#include "checkpointing/mapped_tensor.hpp"
 #include "checkpointing/merge_weights.hpp"
-#include "checkpointing/optimizer_state.hpp"
-#include "checkpointing/parallel.hpp"
 #include "checkpointing/torch_archive.hpp"
 #include "common/error.hpp"
-#include "data_loader/data_loader_shard.hpp"
-#include "model/model.hpp"
-#include "optimizer/accelerated_optimizer.hpp"
-#include "precision/grad_scaler.hpp"
-#include "scheduler/accelerated_scheduler.hpp"
+#include "common/files.hpp"
+#include "common/job_pool.hpp"
+#include "common/json_reader.hpp"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
-#include <functional>
 #include <map>
-#include <mutex>
-#include <set>
 
 namespace accel::ckpt {
 
 namespace {
 
-// Accelerate's suffix rule: i = 0 no suffix, else "_{i}" before the extension.
-std::string indexed(const std::string &stem, const std::string &ext, size_t i)
-{
-    return i == 0 ? stem + ext : stem + "_" + std::to_string(i) + ext;
-}
-
 const char *kSafeWeights = "model";
 const char *kPickleWeights = "pytorch_model";
-
-bool writes_main_files(const AcceleratorState &s)
-{
-    // Rank 0 writes the "main-process" files; with save_on_each_node every node's local rank 0 does.
-    return s.config.project.save_on_each_node ? s.config.topology.local_rank == 0 : s.process_index() == 0;
-}
 
 PyRef tensors_to_ordered_dict(const TensorList &tensors)
 {
@@ -67,80 +43,23 @@ TensorList tensors_from_pickle(const PyObj &obj, const std::string &what)
     return out;
 }
 
-PyRef scheduler_state_dict(const AcceleratedScheduler &s)
-{
-    auto lrs = [](const std::vector<double> &v) {
-        auto l = py_list();
-        for (double x : v) l->items.push_back(py_float(x));
-        return l;
-    };
-    auto d = py_dict();
-    py_set(*d, "base_lrs", lrs(s.base_lrs()));
-    py_set(*d, "last_epoch", py_int(s.step_count()));
-    py_set(*d, "verbose", py_bool(false));
-    py_set(*d, "_step_count", py_int(s.step_count() + 1));
-    py_set(*d, "_get_lr_called_within_step", py_bool(false));
-    py_set(*d, "_last_lr", lrs(s.last_lrs()));
-    auto lambdas = py_list();
-    for (size_t i = 0; i < s.base_lrs().size(); ++i) lambdas->items.push_back(py_none());
-    py_set(*d, "lr_lambdas", lambdas);
-    return d;
-}
-
-std::vector<double> float_list(const PyObj *v, const std::string &what, const char *key, size_t n)
-{
-    if (v == nullptr || v->kind != PyObj::Kind::List)
-        fail(ACCEL_ERR_DATA_LOSS, what + ": \"" + key + "\" is missing or not a list");
-    std::vector<double> out;
-    for (const auto &x : v->items) {
-        if (x->kind == PyObj::Kind::Float) out.push_back(x->f);
-        else if (x->kind == PyObj::Kind::Int) out.push_back(static_cast<double>(x->i));
-        else fail(ACCEL_ERR_DATA_LOSS, what + ": \"" + key + "\" holds a non-number");
-    }
-    if (out.size() != n)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": \"" + key + "\" has " + std::to_string(out.size()) +
-                                             " entries, the scheduler's optimizer has " + std::to_string(n) + " groups");
-    return out;
-}
-
-int64_t int_field(const PyObj &d, const char *key, const std::string &what)
-{
-    const PyObj *v = d.get(key);
-    if (v == nullptr || v->kind != PyObj::Kind::Int)
-        fail(ACCEL_ERR_DATA_LOSS, what + ": \"" + key + "\" is missing or not an integer");
-    return v->i;
-}
-
-double float_field(const PyObj &d, const char *key, const std::string &what)
-{
-    const PyObj *v = d.get(key);
-    if (v != nullptr && v->kind == PyObj::Kind::Float) return v->f;
-    if (v != nullptr && v->kind == PyObj::Kind::Int) return static_cast<double>(v->i);
-    fail(ACCEL_ERR_DATA_LOSS, what + ": \"" + key + "\" is missing or not a number");
-}
-
-PyRef dataloader_state(const DataLoaderShard &dl)
-{
-    // Named after torchdata's StatefulDataLoader state where a key exists there (_num_yielded); read by accel.
-    auto p = dl.position();
-    auto d = py_dict();
-    py_set(*d, "_num_yielded", py_int(p.batches_yielded));
-    py_set(*d, "_iteration", py_int(p.epoch));
-    py_set(*d, "_sampler_seed", py_int(static_cast<int64_t>(p.seed)));
-    py_set(*d, "_accel_format", py_int(1));
-    return d;
-}
-
-at::Tensor rng_state()
-{
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    return gen.get_state();
-}
-
 std::string checkpoint_name(int64_t iteration) { return "checkpoint_" + std::to_string(iteration); }
 
 } // namespace
+
+std::string indexed(const std::string &stem, const std::string &ext, size_t i)
+{
+    return i == 0 ? stem + ext : stem + "_" + std::to_string(i) + ext;
+}
+
+std::string weights_name(size_t i, bool safetensors)
+{
+    return safetensors ? indexed(kSafeWeights, ".safetensors", i) : indexed(kPickleWeights, ".bin", i);
+}
+
+std::string random_states_name(int64_t process_index) { return "random_states_" + std::to_string(process_index) + ".pkl"; }
+
+std::string custom_checkpoint_name(size_t i) { return "custom_checkpoint_" + std::to_string(i) + ".pkl"; }
 
 std::optional<int64_t> first_number(const std::string &name)
 {
@@ -169,23 +88,6 @@ std::vector<std::string> sorted_checkpoints(const std::string &base)
                      [](const auto &a, const auto &b) { return a.first != b.first ? a.first < b.first : a.second < b.second; });
     std::vector<std::string> out;
     for (auto &f : found) out.push_back(std::move(f.second));
-    return out;
-}
-
-TensorList model_state_dict(const Model &model, bool dedupe_shared)
-{
-    TensorList out;
-    std::set<std::pair<const void *, size_t>> seen;
-    for (const auto *list : {&model.named_parameters(), &model.named_buffers()}) {
-        for (const auto &[name, t] : *list) {
-            if (!t.defined()) continue;
-            if (dedupe_shared && t.numel() > 0) {
-                auto key = std::make_pair(t.storage().data(), t.storage().nbytes());
-                if (!seen.insert(key).second) continue; // tied weights are saved once, under the first name
-            }
-            out.emplace_back(name, t.detach());
-        }
-    }
     return out;
 }
 
@@ -259,14 +161,11 @@ std::string index_json(uint64_t total_size, const std::vector<std::pair<std::str
     return s;
 }
 
-// ---- save_state ------------------------------------------------------------------------------------
+// ---- folders ---------------------------------------------------------------------------------------
 
-std::string save_state(Accelerator &acc, const char *output_dir, const config::SaveStateOptions &options)
+SaveTarget save_target(const config::ProjectConfiguration &project, const char *output_dir, int64_t iteration)
 {
-    AcceleratorState &state = *acc.state();
-    const auto &project = state.config.project;
-    std::string target;
-    std::vector<std::string> to_delete;
+    SaveTarget t;
     if (project.automatic_checkpoint_naming) {
         // output_dir is ignored, as in Accelerate.
         const std::string base = join(normalize_path(*project.project_dir), "checkpoints");
@@ -274,86 +173,70 @@ std::string save_state(Accelerator &acc, const char *output_dir, const config::S
         std::vector<std::string> entries = sorted_checkpoints(base);
         if (project.total_limit && static_cast<int64_t>(entries.size()) + 1 > *project.total_limit) {
             size_t n = entries.size() + 1 - static_cast<size_t>(*project.total_limit);
-            for (size_t i = 0; i < n && i < entries.size(); ++i) to_delete.push_back(join(base, entries[i]));
+            for (size_t i = 0; i < n && i < entries.size(); ++i) t.rotate_out.push_back(join(base, entries[i]));
         }
-        target = join(base, checkpoint_name(acc.project_iteration()));
-        if (exists(target))
-            fail(ACCEL_ERR_ALREADY_EXISTS, "save_state: checkpoint folder \"" + target +
+        t.dir = join(base, checkpoint_name(iteration));
+        if (exists(t.dir))
+            fail(ACCEL_ERR_ALREADY_EXISTS, "save_state: checkpoint folder \"" + t.dir +
                                                "\" already exists; set project_config.iteration past it");
     } else {
         if (output_dir == nullptr)
             fail(ACCEL_ERR_INVALID_ARGUMENT, "output_dir: must not be NULL unless "
                                              "project_config.automatic_checkpoint_naming is true");
         if (output_dir[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "output_dir: must not be empty");
-        target = normalize_path(output_dir);
-        if (exists(target) && !is_dir(target))
-            fail(ACCEL_ERR_ALREADY_EXISTS, "output_dir: \"" + target + "\" exists and is not a folder");
-        make_dirs(parent_of(target));
+        t.dir = normalize_path(output_dir);
+        if (exists(t.dir) && !is_dir(t.dir))
+            fail(ACCEL_ERR_ALREADY_EXISTS, "output_dir: \"" + t.dir + "\" exists and is not a folder");
+        make_dirs(parent_of(t.dir));
     }
-    const std::string tmp = temp_sibling(target);
-    const bool main = writes_main_files(state);
+    return t;
+}
+
+std::string load_source(const config::ProjectConfiguration &project, const char *input_dir)
+{
+    if (input_dir != nullptr) {
+        if (input_dir[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "input_dir: must not be empty");
+        std::string dir = normalize_path(input_dir);
+        if (!is_dir(dir)) fail(ACCEL_ERR_NOT_FOUND, "input_dir: \"" + dir + "\" is not a folder");
+        return dir;
+    }
+    if (!project.automatic_checkpoint_naming)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input_dir: must not be NULL unless "
+                                         "project_config.automatic_checkpoint_naming is true");
+    const std::string base = join(normalize_path(*project.project_dir), "checkpoints");
+    auto names = sorted_checkpoints(base);
+    if (names.empty()) fail(ACCEL_ERR_NOT_FOUND, "load_state: no checkpoint in \"" + base + "\"");
+    return join(base, names.back());
+}
+
+void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile> &files, bool main,
+                      const std::function<void()> &barrier)
+{
+    const std::string tmp = temp_sibling(target.dir);
     // The main process prepares the temporary folder, every process writes its files into it, and the
     // main process publishes it once all are done (barriers between the phases; no-ops for one process).
     if (main) {
         if (exists(tmp)) remove_all(tmp); // left behind by a save that never finished
         make_dirs(tmp);
     }
-    acc.wait_for_everyone();
+    barrier();
     try {
-        auto path = [&](const std::string &name) { return join(tmp, name); };
-        // Every file is one job: the state to write is gathered here, on the calling thread (optimizer
-        // state, user callbacks), and the jobs then serialize and fsync their files concurrently.
+        // Every file is one job: the jobs serialize and fsync their files concurrently.
         std::vector<std::function<void()>> jobs;
-        auto torch_file = [&](const std::string &name, PyRef obj) {
-            jobs.emplace_back([p = path(name), obj] { save_torch_file(p, *obj); });
-        };
-        // 1. model weights, 2. optimizers, 3. schedulers (main process).
-        if (main) {
-            for (size_t i = 0; i < acc.models().size(); ++i) {
-                const Model &m = *acc.models()[i];
-                if (options.safe_serialization) {
-                    auto sd = std::make_shared<TensorList>(model_state_dict(m, true));
-                    jobs.emplace_back([p = path(indexed(kSafeWeights, ".safetensors", i)), sd] {
-                        StringMap meta{{"format", "pt"}};
-                        save_safetensors(p, *sd, &meta);
-                    });
-                } else {
-                    torch_file(indexed(kPickleWeights, ".bin", i), tensors_to_ordered_dict(model_state_dict(m, false)));
-                }
+        for (const auto &f : files) {
+            const std::string p = join(tmp, f.name);
+            if (f.tensors) {
+                jobs.emplace_back([p, t = f.tensors] {
+                    StringMap meta{{"format", "pt"}};
+                    save_safetensors(p, *t, &meta);
+                });
+            } else {
+                jobs.emplace_back([p, obj = f.object] { save_torch_file(p, *obj); });
             }
-            for (size_t i = 0; i < acc.optimizers().size(); ++i)
-                torch_file(indexed("optimizer", ".bin", i), optimizer_state_dict(*acc.optimizers()[i]));
-            for (size_t i = 0; i < acc.schedulers().size(); ++i)
-                torch_file(indexed("scheduler", ".bin", i), scheduler_state_dict(*acc.schedulers()[i]));
-        }
-        // 4. data-loader positions, 5. scaler, 6. RNG states (every process).
-        for (size_t i = 0; i < acc.dataloaders().size(); ++i)
-            torch_file(indexed("dl_state_dict", ".bin", i), dataloader_state(*acc.dataloaders()[i]));
-        if (GradScaler *scaler = acc.scaler()) {
-            auto d = py_dict();
-            if (auto s = scaler->state_dict()) {
-                py_set(*d, "scale", py_float(s->scale));
-                py_set(*d, "growth_factor", py_float(s->growth_factor));
-                py_set(*d, "backoff_factor", py_float(s->backoff_factor));
-                py_set(*d, "growth_interval", py_int(s->growth_interval));
-                py_set(*d, "_growth_tracker", py_int(s->growth_tracker));
-            }
-            torch_file("scaler.pt", d);
-        }
-        {
-            auto d = py_dict();
-            py_set(*d, "step", py_int(state.step));
-            py_set(*d, "torch_manual_seed", py_tensor(rng_state()));
-            torch_file("random_states_" + std::to_string(state.process_index()) + ".pkl", d);
-        }
-        // 7. registered custom objects (main process).
-        if (main) {
-            for (size_t i = 0; i < acc.custom_objects().size(); ++i)
-                torch_file("custom_checkpoint_" + std::to_string(i) + ".pkl", py_bytes(acc.custom_objects()[i].save()));
         }
         run_jobs(jobs, io_threads());
-        acc.wait_for_everyone();
-        if (main) publish_dir(tmp, target);
+        barrier();
+        if (main) publish_dir(tmp, target.dir);
     } catch (...) {
         try {
             if (main) remove_all(tmp);
@@ -363,173 +246,43 @@ std::string save_state(Accelerator &acc, const char *output_dir, const config::S
     }
     // Rotation only once the new checkpoint is complete.
     if (main) {
-        for (const auto &old : to_delete) remove_checkpoint_folder(old);
-        if (!to_delete.empty()) fsync_dir(parent_of(target));
+        for (const auto &old : target.rotate_out) remove_checkpoint_folder(old);
+        if (!target.rotate_out.empty()) fsync_dir(parent_of(target.dir));
     }
-    acc.wait_for_everyone();
-    acc.project_iteration() += 1;
-    return target;
+    barrier();
 }
 
-// ---- load_state ------------------------------------------------------------------------------------
-
-std::string load_state(Accelerator &acc, const char *input_dir, const config::LoadStateOptions &options)
+TensorList read_weights(const std::string &dir, size_t i)
 {
-    AcceleratorState &state = *acc.state();
-    const auto &project = state.config.project;
-    std::string dir;
-    if (input_dir != nullptr) {
-        if (input_dir[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "input_dir: must not be empty");
-        dir = normalize_path(input_dir);
-        if (!is_dir(dir)) fail(ACCEL_ERR_NOT_FOUND, "input_dir: \"" + dir + "\" is not a folder");
-    } else {
-        if (!project.automatic_checkpoint_naming)
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "input_dir: must not be NULL unless "
-                                             "project_config.automatic_checkpoint_naming is true");
-        const std::string base = join(normalize_path(*project.project_dir), "checkpoints");
-        auto names = sorted_checkpoints(base);
-        if (names.empty()) fail(ACCEL_ERR_NOT_FOUND, "load_state: no checkpoint in \"" + base + "\"");
-        dir = join(base, names.back());
-    }
-    auto file = [&](const std::string &name) { return join(dir, name); };
+    const std::string st = join(dir, weights_name(i, true));
+    const std::string bin = join(dir, weights_name(i, false));
+    if (exists(st)) return load_safetensors(st).tensors;
+    if (exists(bin)) return tensors_from_pickle(*load_torch_file(bin), bin);
+    fail(ACCEL_ERR_NOT_FOUND, "load_state: \"" + dir + "\" has neither " + basename_of(st) + " nor " + basename_of(bin));
+}
 
-    // Phase 1: read and validate every file, so that a damaged checkpoint changes nothing.
-    std::vector<TensorList> weights;
-    for (size_t i = 0; i < acc.models().size(); ++i) {
-        const std::string st = file(indexed(kSafeWeights, ".safetensors", i));
-        const std::string bin = file(indexed(kPickleWeights, ".bin", i));
-        if (exists(st)) weights.push_back(load_safetensors(st).tensors);
-        else if (exists(bin)) weights.push_back(tensors_from_pickle(*load_torch_file(bin), bin));
-        else fail(ACCEL_ERR_NOT_FOUND, "load_state: \"" + dir + "\" has neither " + basename_of(st) + " nor " +
-                                           basename_of(bin));
+PyRef read_object(const std::string &dir, const std::string &name, bool required)
+{
+    const std::string p = join(dir, name);
+    if (!exists(p)) {
+        if (required) fail(ACCEL_ERR_NOT_FOUND, "load_state: \"" + p + "\" does not exist");
+        return nullptr;
     }
-    std::vector<PyRef> optimizers;
-    for (size_t i = 0; i < acc.optimizers().size(); ++i)
-        optimizers.push_back(load_torch_file(file(indexed("optimizer", ".bin", i))));
-    struct SchedulerState {
-        std::vector<double> base_lrs, last_lrs;
-        int64_t last_epoch = 0;
-    };
-    std::vector<SchedulerState> schedulers;
-    for (size_t i = 0; i < acc.schedulers().size(); ++i) {
-        const std::string what = file(indexed("scheduler", ".bin", i));
-        PyRef d = load_torch_file(what);
-        if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, what + ": not a dict");
-        const size_t groups = acc.schedulers()[i]->base_lrs().size();
-        schedulers.push_back({float_list(d->get("base_lrs"), what, "base_lrs", groups),
-                              float_list(d->get("_last_lr"), what, "_last_lr", groups), int_field(*d, "last_epoch", what)});
-    }
-    std::vector<std::optional<DataLoaderShard::Position>> positions;
-    for (size_t i = 0; i < acc.dataloaders().size(); ++i) {
-        const std::string p = file(indexed("dl_state_dict", ".bin", i));
-        if (!exists(p)) {
-            positions.emplace_back();
-            continue;
-        }
-        PyRef d = load_torch_file(p);
-        DataLoaderShard::Position pos;
-        pos.batches_yielded = int_field(*d, "_num_yielded", p);
-        pos.epoch = int_field(*d, "_iteration", p);
-        pos.seed = static_cast<uint64_t>(int_field(*d, "_sampler_seed", p));
-        if (pos.batches_yielded < 0 || pos.epoch < 0) fail(ACCEL_ERR_DATA_LOSS, p + ": negative position");
-        positions.emplace_back(pos);
-    }
-    std::optional<GradScalerState> scaler_state;
-    bool has_scaler_file = false;
-    if (GradScaler *scaler = acc.scaler(); scaler != nullptr && exists(file("scaler.pt"))) {
-        has_scaler_file = true;
-        PyRef d = load_torch_file(file("scaler.pt"));
-        if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, file("scaler.pt") + ": not a dict");
-        if (!d->map.empty()) {
-            GradScalerState s;
-            s.scale = float_field(*d, "scale", file("scaler.pt"));
-            s.growth_factor = float_field(*d, "growth_factor", file("scaler.pt"));
-            s.backoff_factor = float_field(*d, "backoff_factor", file("scaler.pt"));
-            s.growth_interval = int_field(*d, "growth_interval", file("scaler.pt"));
-            s.growth_tracker = int_field(*d, "_growth_tracker", file("scaler.pt"));
-            scaler_state = s;
-        }
-        if (!scaler_state && scaler->is_enabled())
-            fail(ACCEL_ERR_DATA_LOSS, file("scaler.pt") + ": empty scaler state for an enabled gradient scaler");
-    }
-    std::optional<int64_t> step;
-    at::Tensor rng;
-    {
-        const std::string p = file("random_states_" + std::to_string(state.process_index()) + ".pkl");
-        if (exists(p)) {
-            PyRef d = load_torch_file(p);
-            if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, p + ": not a dict");
-            step = int_field(*d, "step", p);
-            const PyObj *seed = d->get("torch_manual_seed");
-            if (seed != nullptr) {
-                if (seed->kind != PyObj::Kind::Tensor || seed->tensor.scalar_type() != at::kByte)
-                    fail(ACCEL_ERR_DATA_LOSS, p + ": \"torch_manual_seed\" is not a uint8 tensor");
-                rng = seed->tensor.contiguous();
-                try { // on a generator of its own, so that a bad state changes nothing
-                    at::make_generator<at::CPUGeneratorImpl>().set_state(rng);
-                } catch (const c10::Error &) {
-                    fail(ACCEL_ERR_DATA_LOSS, p + ": \"torch_manual_seed\" is not a CPU generator state of this LibTorch");
-                }
-            }
-        }
-    }
-    std::vector<std::string> custom;
-    {
-        size_t count = 0;
-        for (const auto &name : list_dir(dir)) {
-            const std::string prefix = "custom_checkpoint_";
-            if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + 4 &&
-                name.compare(name.size() - 4, 4, ".pkl") == 0) {
-                std::string mid = name.substr(prefix.size(), name.size() - prefix.size() - 4);
-                if (!mid.empty() && mid.find_first_not_of("0123456789") == std::string::npos) ++count;
-            }
-        }
-        if (count != acc.custom_objects().size())
-            fail(ACCEL_ERR_FAILED_PRECONDITION, "load_state: \"" + dir + "\" holds " + std::to_string(count) +
-                                                    " custom checkpoint files but " +
-                                                    std::to_string(acc.custom_objects().size()) +
-                                                    " objects are registered for checkpointing");
-        for (size_t i = 0; i < count; ++i) {
-            const std::string p = file("custom_checkpoint_" + std::to_string(i) + ".pkl");
-            PyRef v = load_torch_file(p);
-            if (v->kind != PyObj::Kind::Bytes) fail(ACCEL_ERR_DATA_LOSS, p + ": not a bytes object");
-            custom.push_back(v->s);
-        }
-    }
+    return load_torch_file(p);
+}
 
-    // Phase 2: apply, in Accelerate's order. The weights and optimizer state (nearly all the bytes) are
-    // checked and put in place first, then copied in together: straight from the files into the tensors,
-    // on several threads (CopyBatch).
-    // The models' and optimizers' checks (names, shapes, hyperparameters) run while their copies are
-    // scheduled; nothing changes until every one has passed.
-    CopyBatch batch;
-    auto schedule = [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); };
-    for (size_t i = 0; i < weights.size(); ++i) acc.models()[i]->load_state_dict(weights[i], options.strict, schedule);
-    std::vector<std::function<void()>> install_optimizer_state;
-    for (size_t i = 0; i < optimizers.size(); ++i)
-        install_optimizer_state.push_back(load_optimizer_state_dict(*acc.optimizers()[i], *optimizers[i],
-                                                                    file(indexed("optimizer", ".bin", i)), batch));
-    batch.run();
-    for (auto &install : install_optimizer_state) install();
-    for (size_t i = 0; i < schedulers.size(); ++i) {
-        auto &s = schedulers[i];
-        acc.schedulers()[i]->restore(std::move(s.base_lrs), s.last_epoch, std::move(s.last_lrs));
+size_t count_custom_checkpoints(const std::string &dir)
+{
+    size_t count = 0;
+    const std::string prefix = "custom_checkpoint_";
+    for (const auto &name : list_dir(dir)) {
+        if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + 4 &&
+            name.compare(name.size() - 4, 4, ".pkl") == 0) {
+            std::string mid = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+            if (!mid.empty() && mid.find_first_not_of("0123456789") == std::string::npos) ++count;
+        }
     }
-    for (size_t i = 0; i < positions.size(); ++i)
-        if (positions[i]) acc.dataloaders()[i]->restore_position(*positions[i]);
-    if (has_scaler_file) acc.scaler()->load_state_dict(scaler_state);
-    if (step) state.step = *step;
-    if (rng.defined()) {
-        auto gen = at::detail::getDefaultCPUGenerator();
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(rng); // checked in phase 1
-    }
-    for (size_t i = 0; i < custom.size(); ++i) acc.custom_objects()[i].load(custom[i]);
-    // The next automatic checkpoint follows the one loaded.
-    if (project.automatic_checkpoint_naming && input_dir == nullptr) {
-        if (auto n = first_number(basename_of(dir))) acc.project_iteration() = std::max(acc.project_iteration(), *n + 1);
-    }
-    return dir;
+    return count;
 }
 
 // ---- save_model / load_checkpoint_in_model ---------------------------------------------------------
@@ -571,17 +324,10 @@ std::string five(size_t v)
 }
 } // namespace
 
-void save_model(Accelerator &acc, const Model &model, const std::string &save_directory,
-                const config::SaveModelOptions &options)
+void write_model_weights(const std::string &dir, const TensorList &sd, bool safe, uint64_t max_shard_size)
 {
-    const std::string dir = normalize_path(save_directory);
-    if (exists(dir) && !is_dir(dir))
-        fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");
-    if (!writes_main_files(*acc.state())) return;
     make_dirs(dir);
-    const bool safe = options.safe_serialization;
-    TensorList sd = model_state_dict(model, safe);
-    ShardPlan plan = plan_shards(sd, options.max_shard_size);
+    ShardPlan plan = plan_shards(sd, max_shard_size);
     const std::string stem = safe ? "model" : "pytorch_model";
     const std::string ext = safe ? ".safetensors" : ".bin";
     const size_t k = plan.shards.size();
@@ -618,7 +364,7 @@ void save_model(Accelerator &acc, const Model &model, const std::string &save_di
     fsync_dir(dir);
 }
 
-void load_checkpoint_in_model(Model &model, const std::string &path_in, const config::LoadCheckpointOptions &options)
+TensorList read_model_weights(const std::string &path_in)
 {
     const std::string path = normalize_path(path_in);
     std::vector<std::string> files;
@@ -645,17 +391,7 @@ void load_checkpoint_in_model(Model &model, const std::string &path_in, const co
         TensorList part = st ? load_safetensors(f).tensors : tensors_from_pickle(*load_torch_file(f), f);
         for (auto &e : part) all.push_back(std::move(e));
     }
-    if (options.dtype) {
-        at::ScalarType to = *options.dtype == ACCEL_DTYPE_FLOAT64   ? at::kDouble
-                            : *options.dtype == ACCEL_DTYPE_FLOAT16 ? at::kHalf
-                            : *options.dtype == ACCEL_DTYPE_BFLOAT16 ? at::kBFloat16
-                                                                      : at::kFloat;
-        for (auto &e : all)
-            if (at::isFloatingType(e.second.scalar_type())) e.second = e.second.to(to);
-    }
-    CopyBatch batch;
-    model.load_state_dict(all, options.strict, [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); });
-    batch.run();
+    return all;
 }
 
 } // namespace accel::ckpt

@@ -1,33 +1,76 @@
-// save_state / load_state in Accelerate's folder layout, save_model with shards, loading weights back
-// into a model (shared/spec/checkpoint-format.md §1-5, §8). Crash safety: every save_state writes into
-// "<parent>/.<name>.accel-tmp", fsyncs each file and the folder, and renames it into place; temporary
-// folders are never taken for checkpoints, and rotation deletes old checkpoints only afterwards.
+// Checkpoint folders in Accelerate's layout (shared/spec/checkpoint-format.md §1-5, §8): file names,
+// automatic naming and rotation, and writing/reading the files of plain lists: torch pickles of state
+// dicts (torch_archive.hpp) and safetensors weights. It knows no optimizer, model or Accelerator: the
+// Accelerator collects each part's state_dict() and hands the files here (src/accelerator/checkpoint.cpp).
+//
+// Crash safety: every checkpoint is written into "<parent>/.<name>.accel-tmp", each file and the folder
+// fsynced, and renamed into place; temporary folders are never taken for checkpoints, and rotation
+// deletes old checkpoints only afterwards.
 #pragma once
 
+#include "checkpointing/pickle.hpp"
 #include "checkpointing/safetensors.hpp"
-#include "config/checkpoint_options.hpp"
+#include "config/accelerator_config.hpp"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace accel {
-class Accelerator;
-class Model;
-} // namespace accel
-
 namespace accel::ckpt {
 
-// Returns the folder written. `output_dir` may be null with automatic checkpoint naming.
-std::string save_state(Accelerator &acc, const char *output_dir, const config::SaveStateOptions &options);
-// Returns the folder loaded. `input_dir` null: the newest automatic checkpoint.
-std::string load_state(Accelerator &acc, const char *input_dir, const config::LoadStateOptions &options);
+// ---- names (spec §1) -------------------------------------------------------------------------------
 
-void save_model(Accelerator &acc, const Model &model, const std::string &save_directory,
-                const config::SaveModelOptions &options);
+// Accelerate's suffix rule: i = 0 no suffix, else "_{i}" before the extension ("optimizer_1.bin").
+std::string indexed(const std::string &stem, const std::string &ext, size_t i);
+// model{_i}.safetensors or pytorch_model{_i}.bin.
+std::string weights_name(size_t i, bool safetensors);
+std::string random_states_name(int64_t process_index);
+std::string custom_checkpoint_name(size_t i);
+
+// ---- folders ---------------------------------------------------------------------------------------
+
+// Where save_state writes, and the older automatic checkpoints that rotation removes once it is written.
+struct SaveTarget {
+    std::string dir;
+    std::vector<std::string> rotate_out;
+};
+// `output_dir` may be null with automatic checkpoint naming (then it is ignored, as in Accelerate).
+// Creates the parent folders. ALREADY_EXISTS for an automatic checkpoint that exists or a path that is a file.
+SaveTarget save_target(const config::ProjectConfiguration &project, const char *output_dir, int64_t iteration);
+// The folder load_state reads: `input_dir`, or (null, automatic naming) the newest automatic checkpoint.
+std::string load_source(const config::ProjectConfiguration &project, const char *input_dir);
+
+// One file of a checkpoint: a torch pickle of `object`, or (tensors non-null) safetensors weights with
+// metadata {"format": "pt"}.
+struct CheckpointFile {
+    std::string name;
+    PyRef object;
+    std::shared_ptr<const TensorList> tensors;
+};
+// Writes `files` (this process's share) into the temporary folder of `target` on several threads, then
+// publishes the folder and rotates old checkpoints out. `main`: this process prepares and publishes
+// the folder; `barrier` waits for every process (between preparing, writing and publishing).
+void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile> &files, bool main,
+                      const std::function<void()> &barrier);
+
+// model{_i}.safetensors if present, else pytorch_model{_i}.bin (NOT_FOUND naming both).
+TensorList read_weights(const std::string &dir, size_t i);
+// A torch pickle of `dir`, or null when the file does not exist (`required`: NOT_FOUND instead).
+PyRef read_object(const std::string &dir, const std::string &name, bool required);
+// How many files match ^custom_checkpoint_\d+\.pkl$ in `dir`.
+size_t count_custom_checkpoints(const std::string &dir);
+
+// ---- save_model / load_checkpoint_in_model (spec §8) -----------------------------------------------
+
+// Writes a model's state dict into `dir`: one file, or shards with an index past `max_shard_size`;
+// stale .bin shards of an earlier save are removed (huggingface's rule).
+void write_model_weights(const std::string &dir, const TensorList &state_dict, bool safetensors,
+                         uint64_t max_shard_size);
 // A .safetensors or torch file, or a folder (sharded with an index, or a single weights file).
-void load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options);
+TensorList read_model_weights(const std::string &path);
 
 // ---- pieces exposed for tests ----------------------------------------------------------------------
 
@@ -36,9 +79,6 @@ std::optional<int64_t> first_number(const std::string &name);
 // Checkpoint folder names in `base`, oldest number first (temporary folders and names without digits
 // are ignored).
 std::vector<std::string> sorted_checkpoints(const std::string &base);
-
-// A model's state dict (parameters, then buffers), with shared storages listed once (first name kept).
-TensorList model_state_dict(const Model &model, bool dedupe_shared);
 
 // huggingface_hub's split_torch_state_dict_into_shards: groups of indices into `tensors`.
 struct ShardPlan {

@@ -1,6 +1,6 @@
 #include "checkpointing/mapped_tensor.hpp"
 
-#include "checkpointing/parallel.hpp"
+#include "common/job_pool.hpp"
 #include "common/error.hpp"
 
 #include <ATen/ATen.h>

@@ -4,7 +4,7 @@
 // temporary when the dtype differs or the destination is strided), anything else with copy_.
 #pragma once
 
-#include "checkpointing/files.hpp"
+#include "common/files.hpp"
 
 #include <ATen/core/Tensor.h>
 

@@ -1,7 +1,7 @@
 #include "checkpointing/merge_weights.hpp"
 
-#include "checkpointing/files.hpp"
-#include "checkpointing/json_reader.hpp"
+#include "common/files.hpp"
+#include "common/json_reader.hpp"
 #include "checkpointing/safetensors_format.hpp"
 #include "common/error.hpp"
 

@@ -10,22 +10,6 @@
 
 namespace accel::ckpt {
 
-const PyObj *PyObj::get(const std::string &key) const
-{
-    if (!is_dict()) return nullptr;
-    for (const auto &[k, v] : map)
-        if (k->kind == Kind::Str && k->s == key) return v.get();
-    return nullptr;
-}
-
-const PyObj *PyObj::get_int_key(int64_t key) const
-{
-    if (!is_dict()) return nullptr;
-    for (const auto &[k, v] : map)
-        if (k->kind == Kind::Int && k->i == key) return v.get();
-    return nullptr;
-}
-
 namespace {
 PyRef make(PyObj::Kind k)
 {
@@ -33,27 +17,7 @@ PyRef make(PyObj::Kind k)
     p->kind = k;
     return p;
 }
-} // namespace
 
-PyRef py_none() { return make(PyObj::Kind::None); }
-PyRef py_bool(bool v) { auto p = make(PyObj::Kind::Bool); p->b = v; return p; }
-PyRef py_int(int64_t v) { auto p = make(PyObj::Kind::Int); p->i = v; return p; }
-PyRef py_float(double v) { auto p = make(PyObj::Kind::Float); p->f = v; return p; }
-PyRef py_str(std::string v) { auto p = make(PyObj::Kind::Str); p->s = std::move(v); return p; }
-PyRef py_bytes(std::string v) { auto p = make(PyObj::Kind::Bytes); p->s = std::move(v); return p; }
-PyRef py_list(std::vector<PyRef> items) { auto p = make(PyObj::Kind::List); p->items = std::move(items); return p; }
-PyRef py_tuple(std::vector<PyRef> items) { auto p = make(PyObj::Kind::Tuple); p->items = std::move(items); return p; }
-PyRef py_dict(std::vector<std::pair<PyRef, PyRef>> items) { auto p = make(PyObj::Kind::Dict); p->map = std::move(items); return p; }
-PyRef py_ordered_dict(std::vector<std::pair<PyRef, PyRef>> items)
-{
-    auto p = make(PyObj::Kind::OrderedDict);
-    p->map = std::move(items);
-    return p;
-}
-PyRef py_tensor(at::Tensor t) { auto p = make(PyObj::Kind::Tensor); p->tensor = std::move(t); return p; }
-void py_set(PyObj &dict, const std::string &key, PyRef value) { dict.map.emplace_back(py_str(key), std::move(value)); }
-
-namespace {
 struct StorageName {
     at::ScalarType type;
     const char *name;

@@ -1,6 +1,6 @@
 #include "checkpointing/safetensors.hpp"
 
-#include "checkpointing/files.hpp"
+#include "common/files.hpp"
 #include "checkpointing/mapped_tensor.hpp"
 #include "common/error.hpp"
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "checkpointing/safetensors_format.hpp"
+#include "state/state_dict.hpp" // TensorList
 
 #include <ATen/core/Tensor.h>
 
@@ -14,7 +15,6 @@
 
 namespace accel::ckpt {
 
-using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
 std::optional<StDtype> st_dtype_of(at::ScalarType t);
 std::optional<at::ScalarType> scalar_type_of(StDtype d);

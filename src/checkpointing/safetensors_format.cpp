@@ -1,6 +1,6 @@
 #include "checkpointing/safetensors_format.hpp"
 
-#include "checkpointing/json_reader.hpp"
+#include "common/json_reader.hpp"
 #include "common/error.hpp"
 
 #include <algorithm>

@@ -1,8 +1,8 @@
 #include "checkpointing/torch_archive.hpp"
 
-#include "checkpointing/files.hpp"
+#include "common/files.hpp"
 #include "checkpointing/mapped_tensor.hpp"
-#include "checkpointing/parallel.hpp"
+#include "common/job_pool.hpp"
 #include "common/error.hpp"
 
 #include <ATen/ATen.h>

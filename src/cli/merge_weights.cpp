@@ -2,7 +2,7 @@
 // (model-0000i-of-0000N.safetensors + model.safetensors.index.json) into one model.safetensors, as
 // `accelerate merge-weights` does for sharded checkpoints. OUTPUT_PATH is a folder (model.safetensors is
 // written into it) or a file name ending in .safetensors. Works on bytes: every dtype passes through.
-#include "checkpointing/files.hpp"
+#include "common/files.hpp"
 #include "checkpointing/merge_weights.hpp"
 #include "cli/commands.hpp"
 #include "common/error.hpp"
@@ -53,15 +53,15 @@ int merge_weights_main(int argc, char **argv)
         return 2;
     }
     try {
-        std::string input = ckpt::normalize_path(positional[0]);
-        std::string output = ckpt::normalize_path(positional[1]);
+        std::string input = accel::normalize_path(positional[0]);
+        std::string output = accel::normalize_path(positional[1]);
         const bool to_file = output.size() > 12 && output.compare(output.size() - 12, 12, ".safetensors") == 0;
         if (!to_file) {
-            ckpt::make_dirs(output);
-            output = ckpt::join(output, "model.safetensors");
+            accel::make_dirs(output);
+            output = accel::join(output, "model.safetensors");
         }
         size_t n = ckpt::merge_safetensors_shards(input, output);
-        if (remove_input) ckpt::remove_all(input);
+        if (remove_input) accel::remove_all(input);
         std::printf("accel merge-weights: wrote %zu tensors to %s\n", n, output.c_str());
         return 0;
     } catch (const Error &e) {

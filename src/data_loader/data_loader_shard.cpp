@@ -219,4 +219,26 @@ std::shared_ptr<DataLoaderShard> DataLoaderShard::skip_first_batches(int64_t num
     return out;
 }
 
+PyRef DataLoaderShard::state_dict() const
+{
+    auto p = position();
+    auto d = py_dict();
+    py_set(*d, "_num_yielded", py_int(p.batches_yielded));
+    py_set(*d, "_iteration", py_int(p.epoch));
+    py_set(*d, "_sampler_seed", py_int(static_cast<int64_t>(p.seed)));
+    py_set(*d, "_accel_format", py_int(1));
+    return d;
+}
+
+ApplyState DataLoaderShard::load_state_dict(const PyObj &d, const std::string &what)
+{
+    if (!d.is_dict()) fail(ACCEL_ERR_DATA_LOSS, what + ": not a dict");
+    Position pos;
+    pos.batches_yielded = sd_int(d, "_num_yielded", what);
+    pos.epoch = sd_int(d, "_iteration", what);
+    pos.seed = static_cast<uint64_t>(sd_int(d, "_sampler_seed", what));
+    if (pos.batches_yielded < 0 || pos.epoch < 0) fail(ACCEL_ERR_DATA_LOSS, what + ": negative position");
+    return [this, pos] { restore_position(pos); };
+}
+
 } // namespace accel

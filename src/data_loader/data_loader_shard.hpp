@@ -9,6 +9,7 @@
 #include "data_loader/batch_sampler_shard.hpp"
 #include "data_loader/data_loader_dispatcher.hpp"
 #include "state/gradient_state.hpp"
+#include "state/state_dict.hpp"
 
 #include <ATen/ATen.h>
 
@@ -73,6 +74,12 @@ public:
         skip_batches_ = p.batches_yielded;
     }
     const std::shared_ptr<AcceleratorState> &prepared_by() const { return state_; }
+
+    // dl_state_dict.bin: the position as a dict named after torchdata's StatefulDataLoader state where a
+    // key exists there (_num_yielded, _iteration), plus the sampler seed.
+    PyRef state_dict() const;
+    // Checks such a dict (DATA_LOSS naming `what`) and returns the function that restores the position.
+    ApplyState load_state_dict(const PyObj &state_dict, const std::string &what);
 
 private:
     void begin_pass();

@@ -50,6 +50,23 @@ void Model::set_tensors(NamedTensors parameters, NamedTensors buffers)
     buffers_ = std::move(buffers);
 }
 
+NamedTensors Model::state_dict(bool dedupe_shared) const
+{
+    NamedTensors out;
+    std::set<std::pair<const void *, size_t>> seen;
+    for (const auto *list : {&parameters_, &buffers_}) {
+        for (const auto &[name, t] : *list) {
+            if (!t.defined()) continue;
+            if (dedupe_shared && t.numel() > 0) {
+                auto key = std::make_pair(t.storage().data(), t.storage().nbytes());
+                if (!seen.insert(key).second) continue; // tied weights are saved once, under the first name
+            }
+            out.emplace_back(name, t.detach());
+        }
+    }
+    return out;
+}
+
 void Model::load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy)
 {
     std::vector<std::pair<const at::Tensor *, const at::Tensor *>> plan;

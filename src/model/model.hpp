@@ -49,6 +49,9 @@ public:
     // Copies values in (dtype converted; shapes checked). All entries are checked before any is written.
     // `copy` (optional) does each copy instead of dst.copy_(src), e.g. to batch them (checkpoint loading).
     using CopyFn = std::function<void(const at::Tensor &dst, const at::Tensor &src)>;
+    // The state dict (parameters, then buffers; detached). `dedupe_shared`: tensors sharing a storage are
+    // listed once, under the first name (what safetensors needs).
+    NamedTensors state_dict(bool dedupe_shared) const;
     void load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy = {});
 
     // Prepares the Linear layers for emulated FP8 training (src/precision/fp8); called when a model is

@@ -3,11 +3,13 @@
 #pragma once
 
 #include "config/optimizer_config.hpp"
+#include "state/state_dict.hpp"
 
 #include <ATen/core/Tensor.h>
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace torch::optim {
@@ -33,8 +35,15 @@ public:
     // Every parameter the optimizer updates (all groups), as the gradient scaler unscales them.
     std::vector<at::Tensor> params() const;
     const std::shared_ptr<Model> &model() const { return model_; }
-    // The wrapped LibTorch optimizer (checkpointing reads and restores its state_dict).
     torch::optim::Optimizer &torch_optimizer() const { return *optimizer_; }
+
+    // Python's Optimizer.state_dict() (PyTorch 1.13 keys; src/optimizer/optimizer_state.cpp).
+    PyRef state_dict() const;
+    // Checks `state_dict` against this optimizer (types, group and parameter counts, shapes) and schedules
+    // the copies of its state tensors through `copy` (into the optimizer's own state tensors where they
+    // fit); nothing changes until the returned function runs, after the copies ran. `what` names the
+    // file in messages.
+    ApplyState load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
 
     std::shared_ptr<AcceleratorState> prepared_by;
 

@@ -179,7 +179,7 @@ bool GradScaler::found_inf(const void *optimizer) const
     return it != per_optimizer_.end() && it->second.found_inf.defined() && it->second.found_inf.item<float>() != 0.0f;
 }
 
-std::optional<GradScalerState> GradScaler::state_dict() const
+std::optional<GradScalerState> GradScaler::state() const
 {
     if (!enabled_) return std::nullopt;
     GradScalerState s;
@@ -191,7 +191,7 @@ std::optional<GradScalerState> GradScaler::state_dict() const
     return s;
 }
 
-void GradScaler::load_state_dict(const std::optional<GradScalerState> &state)
+void GradScaler::load_state(const std::optional<GradScalerState> &state)
 {
     if (!enabled_) return;
     if (!state)
@@ -204,6 +204,36 @@ void GradScaler::load_state_dict(const std::optional<GradScalerState> &state)
     growth_interval_ = state->growth_interval;
     init_growth_tracker_ = state->growth_tracker;
     if (growth_tracker_.defined()) growth_tracker_.fill_(state->growth_tracker);
+}
+
+PyRef GradScaler::state_dict() const
+{
+    auto d = py_dict();
+    if (auto s = state()) {
+        py_set(*d, "scale", py_float(s->scale));
+        py_set(*d, "growth_factor", py_float(s->growth_factor));
+        py_set(*d, "backoff_factor", py_float(s->backoff_factor));
+        py_set(*d, "growth_interval", py_int(s->growth_interval));
+        py_set(*d, "_growth_tracker", py_int(s->growth_tracker));
+    }
+    return d;
+}
+
+ApplyState GradScaler::load_state_dict(const PyObj &d, const std::string &what)
+{
+    if (!d.is_dict()) fail(ACCEL_ERR_DATA_LOSS, what + ": not a dict");
+    std::optional<GradScalerState> loaded;
+    if (!d.map.empty()) {
+        GradScalerState s;
+        s.scale = sd_number(d, "scale", what);
+        s.growth_factor = sd_number(d, "growth_factor", what);
+        s.backoff_factor = sd_number(d, "backoff_factor", what);
+        s.growth_interval = sd_int(d, "growth_interval", what);
+        s.growth_tracker = sd_int(d, "_growth_tracker", what);
+        loaded = s;
+    }
+    if (!loaded && enabled_) fail(ACCEL_ERR_DATA_LOSS, what + ": empty scaler state for an enabled gradient scaler");
+    return [this, loaded] { load_state(loaded); };
 }
 
 } // namespace accel

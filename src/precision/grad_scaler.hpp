@@ -7,6 +7,7 @@
 #pragma once
 
 #include "config/accelerator_config.hpp"
+#include "state/state_dict.hpp"
 
 #include <ATen/ATen.h>
 
@@ -59,9 +60,14 @@ public:
     bool found_inf(const void *optimizer) const;
 
     // std::nullopt for a disabled scaler (PyTorch returns {}).
-    std::optional<GradScalerState> state_dict() const;
+    std::optional<GradScalerState> state() const;
     // An empty state (nullopt) is an error, as in PyTorch; a disabled scaler ignores the call.
-    void load_state_dict(const std::optional<GradScalerState> &state);
+    void load_state(const std::optional<GradScalerState> &state);
+    // The same as Python's dict (scaler.pt): {} when disabled, else the five entries.
+    PyRef state_dict() const;
+    // Checks a scaler.pt dict (DATA_LOSS naming `what`; an empty dict for an enabled scaler is DATA_LOSS
+    // too) and returns the function that loads it.
+    ApplyState load_state_dict(const PyObj &state_dict, const std::string &what);
 
     // How found_inf is combined across ranks. With one process the local flag is the global one. A
     // distributed backend installs an all-reduce (MAX) here; with DDP gradients are already all-reduced

@@ -48,4 +48,38 @@ void AcceleratedScheduler::step()
     for (int32_t i = 0; i < times; ++i) advance();
 }
 
+PyRef AcceleratedScheduler::state_dict() const
+{
+    auto lrs = [](const std::vector<double> &v) {
+        auto l = py_list();
+        for (double x : v) l->items.push_back(py_float(x));
+        return l;
+    };
+    auto d = py_dict();
+    py_set(*d, "base_lrs", lrs(base_lrs_));
+    py_set(*d, "last_epoch", py_int(last_epoch_));
+    py_set(*d, "verbose", py_bool(false));
+    py_set(*d, "_step_count", py_int(last_epoch_ + 1));
+    py_set(*d, "_get_lr_called_within_step", py_bool(false));
+    py_set(*d, "_last_lr", lrs(last_lrs_));
+    auto lambdas = py_list();
+    for (size_t i = 0; i < base_lrs_.size(); ++i) lambdas->items.push_back(py_none());
+    py_set(*d, "lr_lambdas", lambdas);
+    return d;
+}
+
+ApplyState AcceleratedScheduler::load_state_dict(const PyObj &d, const std::string &what)
+{
+    if (!d.is_dict()) fail(ACCEL_ERR_DATA_LOSS, what + ": not a dict");
+    const size_t groups = base_lrs_.size();
+    auto base = sd_numbers(d, "base_lrs", what, groups);
+    auto last = sd_numbers(d, "_last_lr", what, groups);
+    int64_t epoch = sd_int(d, "last_epoch", what);
+    return [this, base = std::move(base), last = std::move(last), epoch] {
+        base_lrs_ = base;
+        last_lrs_ = last;
+        last_epoch_ = epoch;
+    };
+}
+
 } // namespace accel

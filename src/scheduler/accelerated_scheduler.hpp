@@ -4,9 +4,11 @@
 #pragma once
 
 #include "config/scheduler_config.hpp"
+#include "state/state_dict.hpp"
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace accel {
@@ -22,16 +24,14 @@ public:
     double last_lr() const { return last_lrs_.at(0); }
     int64_t step_count() const { return last_epoch_; }
     const std::shared_ptr<AcceleratedOptimizer> &optimizer() const { return optimizer_; }
-    // LambdaLR.state_dict() pieces, for checkpointing (src/checkpointing/).
     const std::vector<double> &base_lrs() const { return base_lrs_; }
     const std::vector<double> &last_lrs() const { return last_lrs_; }
-    // LambdaLR.load_state_dict(): the optimizer's lr is left as the optimizer's own state restored it.
-    void restore(std::vector<double> base_lrs, int64_t last_epoch, std::vector<double> last_lrs)
-    {
-        base_lrs_ = std::move(base_lrs);
-        last_epoch_ = last_epoch;
-        last_lrs_ = std::move(last_lrs);
-    }
+    // LambdaLR.state_dict() as PyTorch 1.13 writes it (lr_lambdas: None per group).
+    PyRef state_dict() const;
+    // LambdaLR.load_state_dict(): checks base_lrs, _last_lr (one per optimizer group) and last_epoch and
+    // returns the function that installs them; the optimizer's lr is left as the optimizer's own state
+    // restored it.
+    ApplyState load_state_dict(const PyObj &state_dict, const std::string &what);
 
     std::shared_ptr<AcceleratorState> prepared_by;
 

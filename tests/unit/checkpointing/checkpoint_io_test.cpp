@@ -1,8 +1,8 @@
 // The fast checkpoint I/O paths: file-backed tensors read with pread into their destination (CopyBatch),
 // concurrent jobs, concurrent removal of a checkpoint folder, and early writeback in OutFile.
-#include "checkpointing/files.hpp"
+#include "common/files.hpp"
 #include "checkpointing/mapped_tensor.hpp"
-#include "checkpointing/parallel.hpp"
+#include "common/job_pool.hpp"
 #include "checkpointing/safetensors.hpp"
 #include "checkpointing/torch_archive.hpp"
 #include "common/error.hpp"
@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <unistd.h>
 
+using namespace accel;
 using namespace accel::ckpt;
 
 namespace {

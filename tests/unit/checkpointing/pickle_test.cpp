@@ -1,6 +1,6 @@
 // torch.save archives written and read by accel (pickle structure + storage records).
 #include "checkpointing/checkpointing.hpp"
-#include "checkpointing/files.hpp"
+#include "common/files.hpp"
 #include "checkpointing/torch_archive.hpp"
 #include "common/error.hpp"
 
@@ -9,6 +9,7 @@
 
 #include <fstream>
 
+using namespace accel;
 using namespace accel::ckpt;
 
 TEST(TorchArchive, RoundTripsNestedStructures)

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+using namespace accel;
 using namespace accel::ckpt;
 
 namespace {

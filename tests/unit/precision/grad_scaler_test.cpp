@@ -72,7 +72,7 @@ TEST(GradScaler, Defaults)
     EXPECT_TRUE(s.is_enabled());
     EXPECT_EQ(s.get_scale(), 65536.0); // init_scale before the first scale()
     EXPECT_EQ(s.get_growth_tracker(), 0);
-    auto st = s.state_dict();
+    auto st = s.state();
     ASSERT_TRUE(st.has_value());
     EXPECT_EQ(st->scale, 65536.0);
     EXPECT_EQ(st->growth_factor, 2.0);
@@ -333,12 +333,12 @@ TEST(GradScaler, Disabled)
     at::Tensor loss = at::full({}, 3.0);
     EXPECT_TRUE(s.scale(loss).is_same(loss));
     EXPECT_EQ(s.get_scale(), 1.0);
-    EXPECT_FALSE(s.state_dict().has_value());
+    EXPECT_FALSE(s.state().has_value());
     bool ran = false;
     EXPECT_TRUE(s.step(nullptr, {}, [&] { ran = true; }));
     EXPECT_TRUE(ran);
     EXPECT_NO_THROW(s.update());
-    EXPECT_NO_THROW(s.load_state_dict(std::nullopt)); // ignored, as in PyTorch
+    EXPECT_NO_THROW(s.load_state(std::nullopt)); // ignored, as in PyTorch
 }
 
 TEST(GradScaler, StateDictRoundTrip)
@@ -349,7 +349,7 @@ TEST(GradScaler, StateDictRoundTrip)
         f.set_grad(g);
         f.step();
     }
-    auto st = s.state_dict();
+    auto st = s.state();
     ASSERT_TRUE(st.has_value());
     EXPECT_EQ(st->scale, 64.0);
     EXPECT_EQ(st->growth_tracker, 2);
@@ -358,7 +358,7 @@ TEST(GradScaler, StateDictRoundTrip)
     EXPECT_EQ(st->growth_interval, 4);
 
     GradScaler fresh{GradScalerKwargs{}};
-    fresh.load_state_dict(st);
+    fresh.load_state(st);
     EXPECT_EQ(fresh.get_scale(), 64.0); // loaded before the scale tensor exists: becomes init_scale
     EXPECT_EQ(fresh.get_growth_tracker(), 2);
     Fixture g(fresh);
@@ -368,7 +368,7 @@ TEST(GradScaler, StateDictRoundTrip)
         g.step();
     }
     EXPECT_EQ(fresh.get_scale(), 192.0); // growth_factor 3 after interval 4 (2 loaded + 2 clean)
-    auto e = catch_error([&] { fresh.load_state_dict(std::nullopt); });
+    auto e = catch_error([&] { fresh.load_state(std::nullopt); });
     EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos);
 }

@@ -1,6 +1,6 @@
-#include "checkpointing/files.hpp"
+#include "common/files.hpp"
 
-#include "checkpointing/parallel.hpp"
+#include "common/job_pool.hpp"
 
 #include "common/error.hpp"
 
@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace accel::ckpt {
+namespace accel {
 
 namespace fs = std::filesystem;
 
@@ -300,4 +300,4 @@ void publish_dir(const std::string &tmp, const std::string &target)
     fsync_dir(parent);
 }
 
-} // namespace accel::ckpt
+} // namespace accel

@@ -1,5 +1,5 @@
-// Durable file and folder operations for checkpoints (no LibTorch): whole writes with fsync, read-only
-// memory maps, the temporary-sibling-folder protocol of save_state, and recursive removal.
+// Durable file and folder operations (no LibTorch): whole writes with fsync, read-only memory maps, the
+// temporary-sibling-folder protocol of save_state (atomic folders), and recursive removal.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace accel::ckpt {
+namespace accel {
 
 // An open file descriptor for writing a new file; close() fsyncs before closing. While writing, it asks
 // the kernel to start writeback of every completed 64 MiB (sync_file_range, SYNC_FILE_RANGE_WRITE, which
@@ -91,4 +91,4 @@ void publish_dir(const std::string &tmp, const std::string &target);
 // Errors from errno as accel::Error with a message naming `what` and `path`.
 [[noreturn]] void fail_errno(int err, const std::string &what, const std::string &path);
 
-} // namespace accel::ckpt
+} // namespace accel

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace accel::ckpt {
+namespace accel {
 
 struct JsonValue {
     enum class Kind { Null, Bool, Number, String, Array, Object };
@@ -32,4 +32,4 @@ JsonValue parse_json(const char *text, size_t len, const std::string &what);
 // Quotes and escapes `s` as a JSON string (UTF-8 passes through; control characters are \u escaped).
 std::string json_quote(const std::string &s);
 
-} // namespace accel::ckpt
+} // namespace accel

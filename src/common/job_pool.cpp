@@ -1,4 +1,4 @@
-#include "checkpointing/parallel.hpp"
+#include "common/job_pool.hpp"
 
 #include <sched.h>
 
@@ -8,7 +8,7 @@
 #include <system_error>
 #include <thread>
 
-namespace accel::ckpt {
+namespace accel {
 
 namespace {
 // Set on run_jobs' worker threads: a job that runs jobs of its own (a file's pieces inside a save's
@@ -67,4 +67,4 @@ void run_jobs(const std::vector<std::function<void()>> &jobs, size_t threads)
         if (e) std::rethrow_exception(e);
 }
 
-} // namespace accel::ckpt
+} // namespace accel

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-namespace accel::ckpt {
+namespace accel {
 
 // The number of threads for checkpoint I/O: the CPUs this process may use, at most 4 (beyond that, memory
 // bandwidth and the disk are the limit), at least 1.
@@ -28,4 +28,4 @@ size_t io_threads_for(size_t bytes);
 // done, so no job is left running against memory the caller is about to free.
 void run_jobs(const std::vector<std::function<void()>> &jobs, size_t threads);
 
-} // namespace accel::ckpt
+} // namespace accel

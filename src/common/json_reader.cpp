@@ -1,11 +1,11 @@
-#include "checkpointing/json_reader.hpp"
+#include "common/json_reader.hpp"
 
 #include "common/error.hpp"
 
 #include <cstdio>
 #include <set>
 
-namespace accel::ckpt {
+namespace accel {
 
 const JsonValue *JsonValue::find(const std::string &key) const
 {
@@ -276,4 +276,4 @@ std::string json_quote(const std::string &s)
     return out;
 }
 
-} // namespace accel::ckpt
+} // namespace accel

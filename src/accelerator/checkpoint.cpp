@@ -1,0 +1,181 @@
+// Accelerator::save_state / load_state / save_model / register_for_checkpointing, as accelerator.py does
+// them: collect the state dict of every prepared part, in Accelerate's order, and hand the files to
+// src/checkpointing/ (layout, naming, formats). Loading reads and checks every file and every part's
+// state first, then installs them all, so a damaged or mismatched checkpoint changes nothing.
+#include "accelerator/accelerator.hpp"
+
+#include "checkpointing/checkpointing.hpp"
+#include "checkpointing/mapped_tensor.hpp"
+#include "common/error.hpp"
+#include "common/files.hpp"
+#include "data_loader/data_loader_shard.hpp"
+#include "model/model.hpp"
+#include "optimizer/accelerated_optimizer.hpp"
+#include "precision/grad_scaler.hpp"
+#include "random/random.hpp"
+#include "scheduler/accelerated_scheduler.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace accel {
+
+using ckpt::indexed;
+
+bool Accelerator::writes_main_files() const
+{
+    // Rank 0 writes the "main-process" files; with save_on_each_node every node's local rank 0 does.
+    const auto &c = state_->config;
+    return c.project.save_on_each_node ? c.topology.local_rank == 0 : state_->process_index() == 0;
+}
+
+size_t Accelerator::register_for_checkpointing(CheckpointObject object)
+{
+    custom_objects_.push_back(std::move(object));
+    return custom_objects_.size() - 1;
+}
+
+std::string Accelerator::save_state(const char *output_dir, const config::SaveStateOptions &options)
+{
+    const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
+    const bool main = writes_main_files();
+    // The state is gathered here, on the calling thread (optimizer state, user callbacks); the files are
+    // serialized afterwards, concurrently. Tensors are referenced, not copied.
+    std::vector<ckpt::CheckpointFile> files;
+    auto object = [&files](std::string name, PyRef obj) { files.push_back({std::move(name), std::move(obj), nullptr}); };
+    // 1. model weights, 2. optimizers, 3. schedulers (main process).
+    if (main) {
+        for (size_t i = 0; i < models_.size(); ++i) {
+            const bool safe = options.safe_serialization;
+            auto sd = std::make_shared<TensorList>(models_[i]->state_dict(/*dedupe_shared=*/safe));
+            if (safe) {
+                files.push_back({ckpt::weights_name(i, true), nullptr, sd});
+            } else {
+                auto d = py_ordered_dict();
+                for (const auto &[k, t] : *sd) py_set(*d, k, py_tensor(t));
+                object(ckpt::weights_name(i, false), d);
+            }
+        }
+        for (size_t i = 0; i < optimizers_.size(); ++i) object(indexed("optimizer", ".bin", i), optimizers_[i]->state_dict());
+        for (size_t i = 0; i < schedulers_.size(); ++i) object(indexed("scheduler", ".bin", i), schedulers_[i]->state_dict());
+    }
+    // 4. data-loader positions, 5. scaler, 6. RNG states (every process).
+    for (size_t i = 0; i < dataloaders_.size(); ++i) object(indexed("dl_state_dict", ".bin", i), dataloaders_[i]->state_dict());
+    if (GradScaler *s = scaler()) object("scaler.pt", s->state_dict());
+    {
+        auto d = py_dict();
+        py_set(*d, "step", py_int(state_->step));
+        const PyRef rng = rng_state_dict();
+        for (const auto &kv : rng->map) d->map.push_back(kv);
+        object(ckpt::random_states_name(state_->process_index()), d);
+    }
+    // 7. registered custom objects (main process).
+    if (main)
+        for (size_t i = 0; i < custom_objects_.size(); ++i)
+            object(ckpt::custom_checkpoint_name(i), py_bytes(custom_objects_[i].save()));
+
+    ckpt::write_checkpoint(target, files, main, [this] { wait_for_everyone(); });
+    project_iteration_ += 1;
+    return target.dir;
+}
+
+std::string Accelerator::load_state(const char *input_dir, const config::LoadStateOptions &options)
+{
+    const auto &project = state_->config.project;
+    const std::string dir = ckpt::load_source(project, input_dir);
+    auto path = [&dir](const std::string &name) { return join(dir, name); };
+
+    // Phase 1: read every file and check it against its part; nothing changes yet. The weights and
+    // optimizer state (nearly all the bytes) are only scheduled into `batch`: straight from the files
+    // into the tensors, on several threads, once everything has passed.
+    std::vector<TensorList> weights;
+    for (size_t i = 0; i < models_.size(); ++i) weights.push_back(ckpt::read_weights(dir, i));
+    std::vector<PyRef> optimizer_files;
+    for (size_t i = 0; i < optimizers_.size(); ++i)
+        optimizer_files.push_back(ckpt::read_object(dir, indexed("optimizer", ".bin", i), true));
+    std::vector<ApplyState> apply;
+    for (size_t i = 0; i < schedulers_.size(); ++i) {
+        const std::string name = indexed("scheduler", ".bin", i);
+        apply.push_back(schedulers_[i]->load_state_dict(*ckpt::read_object(dir, name, true), path(name)));
+    }
+    for (size_t i = 0; i < dataloaders_.size(); ++i) {
+        const std::string name = indexed("dl_state_dict", ".bin", i);
+        if (PyRef d = ckpt::read_object(dir, name, false)) apply.push_back(dataloaders_[i]->load_state_dict(*d, path(name)));
+    }
+    if (GradScaler *s = scaler())
+        if (PyRef d = ckpt::read_object(dir, "scaler.pt", false)) apply.push_back(s->load_state_dict(*d, path("scaler.pt")));
+    {
+        const std::string name = ckpt::random_states_name(state_->process_index());
+        if (PyRef d = ckpt::read_object(dir, name, false)) {
+            if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, path(name) + ": not a dict");
+            const int64_t step = sd_int(*d, "step", path(name));
+            apply.push_back(load_rng_state_dict(*d, path(name)));
+            apply.push_back([this, step] { state_->step = step; });
+        }
+    }
+    std::vector<std::string> custom;
+    {
+        const size_t count = ckpt::count_custom_checkpoints(dir);
+        if (count != custom_objects_.size())
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "load_state: \"" + dir + "\" holds " + std::to_string(count) +
+                                                    " custom checkpoint files but " +
+                                                    std::to_string(custom_objects_.size()) +
+                                                    " objects are registered for checkpointing");
+        for (size_t i = 0; i < count; ++i) {
+            const std::string name = ckpt::custom_checkpoint_name(i);
+            PyRef v = ckpt::read_object(dir, name, true);
+            if (v->kind != PyObj::Kind::Bytes) fail(ACCEL_ERR_DATA_LOSS, path(name) + ": not a bytes object");
+            custom.push_back(v->s);
+        }
+    }
+    // The models' and optimizers' checks (names, shapes, hyperparameters) run while their copies are
+    // scheduled; nothing changes until every one has passed.
+    ckpt::CopyBatch batch;
+    CopyFn schedule = [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); };
+    for (size_t i = 0; i < weights.size(); ++i) models_[i]->load_state_dict(weights[i], options.strict, schedule);
+    std::vector<ApplyState> install_optimizers;
+    for (size_t i = 0; i < optimizers_.size(); ++i)
+        install_optimizers.push_back(
+            optimizers_[i]->load_state_dict(*optimizer_files[i], path(indexed("optimizer", ".bin", i)), schedule));
+
+    // Phase 2: apply, in Accelerate's order.
+    batch.run();
+    for (auto &f : install_optimizers) f();
+    for (auto &f : apply) f();
+    for (size_t i = 0; i < custom.size(); ++i) custom_objects_[i].load(custom[i]);
+    // The next automatic checkpoint follows the one loaded.
+    if (project.automatic_checkpoint_naming && input_dir == nullptr) {
+        if (auto n = ckpt::first_number(basename_of(dir))) project_iteration_ = std::max(project_iteration_, *n + 1);
+    }
+    return dir;
+}
+
+void Accelerator::save_model(const Model &model, const std::string &save_directory,
+                             const config::SaveModelOptions &options)
+{
+    const std::string dir = normalize_path(save_directory);
+    if (exists(dir) && !is_dir(dir))
+        fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");
+    if (!writes_main_files()) return;
+    ckpt::write_model_weights(dir, model.state_dict(options.safe_serialization), options.safe_serialization,
+                              options.max_shard_size);
+}
+
+void load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options)
+{
+    TensorList all = ckpt::read_model_weights(normalize_path(path));
+    if (options.dtype) {
+        at::ScalarType to = *options.dtype == ACCEL_DTYPE_FLOAT64    ? at::kDouble
+                            : *options.dtype == ACCEL_DTYPE_FLOAT16  ? at::kHalf
+                            : *options.dtype == ACCEL_DTYPE_BFLOAT16 ? at::kBFloat16
+                                                                       : at::kFloat;
+        for (auto &e : all)
+            if (at::isFloatingType(e.second.scalar_type())) e.second = e.second.to(to);
+    }
+    ckpt::CopyBatch batch;
+    model.load_state_dict(all, options.strict, [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); });
+    batch.run();
+}
+
+} // namespace accel

@@ -1,0 +1,354 @@
+// AcceleratedOptimizer::state_dict / load_state_dict: Python's Optimizer.state_dict() form,
+// {"state": {index: {...}}, "param_groups": [{hyperparameters..., "params": [indices]}]}, in PyTorch 1.13's
+// key names and order (which PyTorch 2.x also loads). Every optimizer type is described once, in kTypes:
+// its group hyperparameters and its per-parameter state; reading, writing and reusing state memory are
+// written once over that table.
+#include "optimizer/accelerated_optimizer.hpp"
+
+#include "common/error.hpp"
+
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include <array>
+#include <functional>
+#include <typeinfo>
+
+namespace accel {
+
+namespace {
+
+namespace optim = torch::optim;
+using Opts = optim::OptimizerOptions;
+using ParamState = optim::OptimizerParamState;
+using Pair = std::array<double, 2>; // a number (first), a flag (first != 0) or betas (both)
+
+// One hyperparameter of a parameter group.
+struct Option {
+    enum class Kind { Number, Flag, Pair, None, False };
+    const char *key;
+    Kind kind;
+    std::function<Pair(const Opts &)> get; // null for the constant kinds (None, False)
+    std::function<void(Opts &, Pair)> set;
+};
+
+// One tensor of a parameter's state; when the optimizer has none (undefined), it is left out of the
+// state dict, or written as None where PyTorch does so.
+enum class Absent { Error, Omit, None };
+struct StateTensor {
+    const char *key;
+    Absent absent; // how a missing tensor is read (Error) and written (Omit / None)
+    std::function<at::Tensor(const ParamState &)> get;
+    std::function<void(ParamState &, at::Tensor)> set;
+};
+
+struct OptimizerType {
+    const std::type_info &options_type;
+    std::vector<Option> options;                            // in PyTorch 1.13's key order
+    std::function<int64_t(const ParamState &)> get_step;    // null: no "step" (SGD)
+    std::function<void(ParamState &, int64_t)> set_step;
+    std::vector<StateTensor> tensors;
+    std::function<std::unique_ptr<ParamState>()> make_state;
+};
+
+#define ACCEL_NUM(O, f) \
+    Option{#f, Option::Kind::Number, [](const Opts &o) { return Pair{static_cast<const O &>(o).f(), 0}; }, \
+           [](Opts &o, Pair v) { static_cast<O &>(o).f(v[0]); }}
+#define ACCEL_FLAG(O, f) \
+    Option{#f, Option::Kind::Flag, [](const Opts &o) { return Pair{static_cast<const O &>(o).f() ? 1.0 : 0.0, 0}; }, \
+           [](Opts &o, Pair v) { static_cast<O &>(o).f(v[0] != 0); }}
+#define ACCEL_PAIR(O, f) \
+    Option{#f, Option::Kind::Pair, \
+           [](const Opts &o) { auto b = static_cast<const O &>(o).f(); return Pair{std::get<0>(b), std::get<1>(b)}; }, \
+           [](Opts &o, Pair v) { static_cast<O &>(o).f(std::make_tuple(v[0], v[1])); }}
+#define ACCEL_NONE(k) Option{k, Option::Kind::None, nullptr, nullptr}
+#define ACCEL_FALSE(k) Option{k, Option::Kind::False, nullptr, nullptr}
+#define ACCEL_TENSOR(S, f, absent) \
+    StateTensor{#f, Absent::absent, [](const ParamState &s) { return static_cast<const S &>(s).f(); }, \
+                [](ParamState &s, at::Tensor t) { static_cast<S &>(s).f(std::move(t)); }}
+#define ACCEL_STEP(S) \
+    [](const ParamState &s) { return static_cast<const S &>(s).step(); }, \
+        [](ParamState &s, int64_t v) { static_cast<S &>(s).step(v); }
+#define ACCEL_MAKE(S) [] { return std::unique_ptr<ParamState>(std::make_unique<S>()); }
+
+const std::vector<OptimizerType> &types()
+{
+    static const std::vector<OptimizerType> kTypes = [] {
+        using AdamWO = optim::AdamWOptions;
+        using AdamO = optim::AdamOptions;
+        using SgdO = optim::SGDOptions;
+        using AdagradO = optim::AdagradOptions;
+        using RmsO = optim::RMSpropOptions;
+        std::vector<OptimizerType> t;
+        t.push_back({typeid(AdamWO),
+                     {ACCEL_NUM(AdamWO, lr), ACCEL_PAIR(AdamWO, betas), ACCEL_NUM(AdamWO, eps),
+                      ACCEL_NUM(AdamWO, weight_decay), ACCEL_FLAG(AdamWO, amsgrad), ACCEL_NONE("foreach"),
+                      ACCEL_FALSE("maximize"), ACCEL_FALSE("capturable")},
+                     ACCEL_STEP(optim::AdamWParamState),
+                     {ACCEL_TENSOR(optim::AdamWParamState, exp_avg, Error),
+                      ACCEL_TENSOR(optim::AdamWParamState, exp_avg_sq, Error),
+                      ACCEL_TENSOR(optim::AdamWParamState, max_exp_avg_sq, Omit)},
+                     ACCEL_MAKE(optim::AdamWParamState)});
+        t.push_back({typeid(AdamO),
+                     {ACCEL_NUM(AdamO, lr), ACCEL_PAIR(AdamO, betas), ACCEL_NUM(AdamO, eps),
+                      ACCEL_NUM(AdamO, weight_decay), ACCEL_FLAG(AdamO, amsgrad), ACCEL_NONE("foreach"),
+                      ACCEL_FALSE("maximize"), ACCEL_FALSE("capturable"), ACCEL_FALSE("differentiable"),
+                      ACCEL_FALSE("fused")},
+                     ACCEL_STEP(optim::AdamParamState),
+                     {ACCEL_TENSOR(optim::AdamParamState, exp_avg, Error),
+                      ACCEL_TENSOR(optim::AdamParamState, exp_avg_sq, Error),
+                      ACCEL_TENSOR(optim::AdamParamState, max_exp_avg_sq, Omit)},
+                     ACCEL_MAKE(optim::AdamParamState)});
+        t.push_back({typeid(SgdO),
+                     {ACCEL_NUM(SgdO, lr), ACCEL_NUM(SgdO, momentum), ACCEL_NUM(SgdO, dampening),
+                      ACCEL_NUM(SgdO, weight_decay), ACCEL_FLAG(SgdO, nesterov), ACCEL_FALSE("maximize"),
+                      ACCEL_NONE("foreach"), ACCEL_FALSE("differentiable")},
+                     nullptr,
+                     nullptr,
+                     {ACCEL_TENSOR(optim::SGDParamState, momentum_buffer, None)},
+                     ACCEL_MAKE(optim::SGDParamState)});
+        t.push_back({typeid(AdagradO),
+                     {ACCEL_NUM(AdagradO, lr), ACCEL_NUM(AdagradO, lr_decay), ACCEL_NUM(AdagradO, eps),
+                      ACCEL_NUM(AdagradO, weight_decay), ACCEL_NUM(AdagradO, initial_accumulator_value),
+                      ACCEL_NONE("foreach"), ACCEL_FALSE("maximize"), ACCEL_FALSE("differentiable")},
+                     ACCEL_STEP(optim::AdagradParamState),
+                     {ACCEL_TENSOR(optim::AdagradParamState, sum, Error)},
+                     ACCEL_MAKE(optim::AdagradParamState)});
+        t.push_back({typeid(RmsO),
+                     {ACCEL_NUM(RmsO, lr), ACCEL_NUM(RmsO, momentum), ACCEL_NUM(RmsO, alpha), ACCEL_NUM(RmsO, eps),
+                      ACCEL_FLAG(RmsO, centered), ACCEL_NUM(RmsO, weight_decay), ACCEL_NONE("foreach"),
+                      ACCEL_FALSE("maximize"), ACCEL_FALSE("differentiable")},
+                     ACCEL_STEP(optim::RMSpropParamState),
+                     {ACCEL_TENSOR(optim::RMSpropParamState, square_avg, Error),
+                      ACCEL_TENSOR(optim::RMSpropParamState, momentum_buffer, Omit),
+                      ACCEL_TENSOR(optim::RMSpropParamState, grad_avg, Omit)},
+                     ACCEL_MAKE(optim::RMSpropParamState)});
+        return t;
+    }();
+    return kTypes;
+}
+#undef ACCEL_NUM
+#undef ACCEL_FLAG
+#undef ACCEL_PAIR
+#undef ACCEL_NONE
+#undef ACCEL_FALSE
+#undef ACCEL_TENSOR
+#undef ACCEL_STEP
+#undef ACCEL_MAKE
+
+const OptimizerType &type_of(const Opts &o)
+{
+    for (const auto &t : types())
+        if (typeid(o) == t.options_type) return t;
+    fail(ACCEL_ERR_INTERNAL, "optimizer: unknown LibTorch optimizer options type");
+}
+
+std::string key_of(const at::Tensor &p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+// ---- reading ---------------------------------------------------------------------------------------
+
+struct Reader {
+    const std::string &what;
+
+    [[noreturn]] void bad(const std::string &msg) const { fail(ACCEL_ERR_DATA_LOSS, what + ": " + msg); }
+
+    double num(const PyObj &x, const std::string &where) const
+    {
+        if (x.kind == PyObj::Kind::Float) return x.f;
+        if (x.kind == PyObj::Kind::Int) return static_cast<double>(x.i);
+        bad(where + " is not a number");
+    }
+    // The group's value of `opt`, or the optimizer's current one when the key is absent (or None for a flag).
+    Pair option(const PyObj &g, const Option &opt, const Opts &current, size_t gi) const
+    {
+        const std::string where = "param_groups[" + std::to_string(gi) + "][\"" + opt.key + "\"]";
+        const PyObj *v = g.get(opt.key);
+        switch (opt.kind) {
+        case Option::Kind::Number:
+            return v == nullptr ? opt.get(current) : Pair{num(*v, where), 0};
+        case Option::Kind::Flag:
+            if (v == nullptr || v->kind == PyObj::Kind::None) return opt.get(current);
+            if (v->kind != PyObj::Kind::Bool) bad(where + " is not a boolean");
+            return {v->b ? 1.0 : 0.0, 0};
+        case Option::Kind::Pair:
+            if (v == nullptr) return opt.get(current);
+            if ((v->kind != PyObj::Kind::Tuple && v->kind != PyObj::Kind::List) || v->items.size() != 2)
+                bad(where + " is not a pair");
+            return {num(*v->items[0], where), num(*v->items[1], where)};
+        case Option::Kind::False:
+            // maximize=True would change the update rule, which LibTorch's optimizers do not have.
+            if (std::string(opt.key) == "maximize" && v != nullptr && v->kind == PyObj::Kind::Bool && v->b)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": " + where + " is True; LibTorch's optimizers cannot maximize");
+            return {};
+        case Option::Kind::None:
+            return {}; // performance switches (foreach, fused, ...): any value gives the same result
+        }
+        return {};
+    }
+    int64_t step(const PyObj &st, int64_t index) const
+    {
+        const PyObj *v = st.get("step");
+        if (v == nullptr) return 0;
+        if (v->kind == PyObj::Kind::Int) return v->i;
+        if (v->kind == PyObj::Kind::Float) return static_cast<int64_t>(v->f);
+        if (v->kind == PyObj::Kind::Tensor && v->tensor.numel() == 1)
+            return static_cast<int64_t>(v->tensor.to(at::kDouble).item<double>());
+        bad("state[" + std::to_string(index) + "][\"step\"] is not a number");
+    }
+    at::Tensor tensor(const PyObj &st, const StateTensor &f, const at::Tensor &param, int64_t index) const
+    {
+        const PyObj *v = st.get(f.key);
+        if (v == nullptr || v->kind == PyObj::Kind::None) {
+            if (f.absent == Absent::Error) bad("state[" + std::to_string(index) + "] has no \"" + f.key + "\"");
+            return {};
+        }
+        if (v->kind != PyObj::Kind::Tensor) bad("state[" + std::to_string(index) + "][\"" + f.key + "\"] is not a tensor");
+        at::Tensor t = v->tensor;
+        if (t.sizes() != param.sizes())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": state[" + std::to_string(index) + "][\"" + f.key + "\"] has shape " +
+                                                 c10::str(t.sizes()) + ", its parameter has " + c10::str(param.sizes()));
+        // Still the loaded (possibly file-mapped) tensor; adopt() below gives it memory of its own.
+        return t.scalar_type() != param.scalar_type() ? t.to(param.scalar_type()) : t;
+    }
+};
+
+// The optimizer updates its state in place, so each state tensor needs memory of its own: copy into the
+// tensor the optimizer already has when it fits (no allocation, no page faults), else into new memory.
+// The copy is only scheduled (it runs with the model's, when the caller runs its copies).
+at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, const CopyFn &copy)
+{
+    if (!loaded.defined()) return loaded;
+    at::Tensor dst;
+    if (current.defined() && current.sizes() == loaded.sizes() && current.scalar_type() == loaded.scalar_type() &&
+        current.is_contiguous() && current.storage().nbytes() == current.nbytes() && current.storage_offset() == 0 &&
+        !current.is_same(loaded))
+        dst = current;
+    else
+        dst = at::empty(loaded.sizes(), loaded.options().memory_format(at::MemoryFormat::Contiguous));
+    copy(dst, loaded);
+    return dst;
+}
+
+} // namespace
+
+PyRef AcceleratedOptimizer::state_dict() const
+{
+    optim::Optimizer &o = *optimizer_;
+    auto state = py_dict();
+    auto groups = py_list();
+    int64_t index = 0;
+    for (auto &group : o.param_groups()) {
+        const OptimizerType &type = type_of(group.options());
+        auto g = py_dict();
+        for (const auto &opt : type.options) {
+            switch (opt.kind) {
+            case Option::Kind::Number: py_set(*g, opt.key, py_float(opt.get(group.options())[0])); break;
+            case Option::Kind::Flag: py_set(*g, opt.key, py_bool(opt.get(group.options())[0] != 0)); break;
+            case Option::Kind::Pair: {
+                Pair b = opt.get(group.options());
+                py_set(*g, opt.key, py_tuple({py_float(b[0]), py_float(b[1])}));
+                break;
+            }
+            case Option::Kind::None: py_set(*g, opt.key, py_none()); break;
+            case Option::Kind::False: py_set(*g, opt.key, py_bool(false)); break;
+            }
+        }
+        auto params = py_list();
+        for (const auto &p : group.params()) {
+            auto it = o.state().find(key_of(p));
+            if (it != o.state().end() && it->second) {
+                const ParamState &st = *it->second;
+                auto d = py_dict();
+                // PyTorch 1.13 keeps "step" as a float32 scalar tensor.
+                if (type.get_step) py_set(*d, "step", py_tensor(at::scalar_tensor(static_cast<double>(type.get_step(st)), at::kFloat)));
+                for (const auto &f : type.tensors) {
+                    at::Tensor t = f.get(st);
+                    if (t.defined()) py_set(*d, f.key, py_tensor(t));
+                    else if (f.absent == Absent::None) py_set(*d, f.key, py_none());
+                }
+                state->map.emplace_back(py_int(index), d);
+            }
+            params->items.push_back(py_int(index));
+            ++index;
+        }
+        py_set(*g, "params", params);
+        groups->items.push_back(g);
+    }
+    auto out = py_dict();
+    py_set(*out, "state", state);
+    py_set(*out, "param_groups", groups);
+    return out;
+}
+
+ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)
+{
+    Reader r{what};
+    if (!sd.is_dict()) r.bad("not a dict");
+    const PyObj *state = sd.get("state");
+    const PyObj *groups = sd.get("param_groups");
+    if (state == nullptr || !state->is_dict()) r.bad("no \"state\" dict");
+    if (groups == nullptr || groups->kind != PyObj::Kind::List) r.bad("no \"param_groups\" list");
+    optim::Optimizer &o = *optimizer_;
+    auto &my_groups = o.param_groups();
+    if (groups->items.size() != my_groups.size())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": " + std::to_string(groups->items.size()) +
+                                             " parameter groups, the optimizer has " + std::to_string(my_groups.size()));
+    // Check everything and build the new state first; then swap it in.
+    struct NewState {
+        std::string key;
+        std::unique_ptr<ParamState> state;
+        const OptimizerType *type;
+    };
+    std::vector<NewState> new_state;
+    std::vector<std::function<void()>> apply_options;
+    int64_t index = 0;
+    for (size_t gi = 0; gi < my_groups.size(); ++gi) {
+        const PyObj &g = *groups->items[gi];
+        if (!g.is_dict()) r.bad("param_groups[" + std::to_string(gi) + "] is not a dict");
+        const PyObj *params = g.get("params");
+        if (params == nullptr || params->kind != PyObj::Kind::List)
+            r.bad("param_groups[" + std::to_string(gi) + "] has no params list");
+        auto &group = my_groups[gi];
+        if (params->items.size() != group.params().size())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": param_groups[" + std::to_string(gi) + "] has " +
+                                                 std::to_string(params->items.size()) + " parameters, the optimizer has " +
+                                                 std::to_string(group.params().size()));
+        Opts &opts = group.options();
+        const OptimizerType &type = type_of(opts);
+        for (const auto &opt : type.options) {
+            Pair v = r.option(g, opt, opts, gi);
+            if (opt.set) apply_options.push_back([&opts, set = opt.set, v] { set(opts, v); });
+        }
+        for (size_t pi = 0; pi < group.params().size(); ++pi, ++index) {
+            const PyObj &id = *params->items[pi];
+            if (id.kind != PyObj::Kind::Int) r.bad("param_groups[" + std::to_string(gi) + "].params holds a non-integer");
+            const PyObj *st = state->get_int_key(id.i);
+            if (st == nullptr) continue;
+            if (!st->is_dict()) r.bad("state[" + std::to_string(id.i) + "] is not a dict");
+            const at::Tensor &p = group.params()[pi];
+            std::unique_ptr<ParamState> ps = type.make_state();
+            if (type.set_step) type.set_step(*ps, r.step(*st, id.i));
+            for (const auto &f : type.tensors) f.set(*ps, r.tensor(*st, f, p, id.i));
+            new_state.push_back({key_of(p), std::move(ps), &type});
+        }
+    }
+    // Every check passed: give each state tensor memory of its own (reusing the current state's).
+    for (auto &n : new_state) {
+        auto it = o.state().find(n.key);
+        const ParamState *old = it != o.state().end() ? it->second.get() : nullptr;
+        if (old != nullptr && typeid(*old) != typeid(*n.state)) old = nullptr;
+        for (const auto &f : n.type->tensors)
+            f.set(*n.state, adopt(old != nullptr ? f.get(*old) : at::Tensor(), f.get(*n.state), copy));
+    }
+    auto shared_state = std::make_shared<decltype(new_state)>(std::move(new_state));
+    return [&o, shared_state, apply_options = std::move(apply_options)] {
+        for (auto &f : apply_options) f();
+        o.state().clear();
+        for (auto &n : *shared_state) o.state()[n.key] = std::move(n.state);
+    };
+}
+
+} // namespace accel
