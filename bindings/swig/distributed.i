@@ -101,6 +101,22 @@
         ACCEL_CHECK(accel_accelerator_get_ddp_stats_json(ACCEL_H($self, "Accelerator"), &s));
         return accel_swig::owned_string(s);
     }
+    /** Per-rank bytes of parameters, gradients, optimizer state and gathered buffers, and peak RSS, as JSON. */
+    std::string memory_stats_json() const
+    {
+        char *s = NULL;
+        ACCEL_CHECK(accel_accelerator_get_memory_stats_json(ACCEL_H($self, "Accelerator"), &s));
+        return accel_swig::owned_string(s);
+    }
+    /** Sharded models: gather every parameter (collective); _end writes them back to the shards. */
+    void summon_full_params_begin(Model *model)
+    {
+        ACCEL_CHECK(accel_accelerator_summon_full_params_begin(ACCEL_H($self, "Accelerator"), ACCEL_H(model, "Model")));
+    }
+    void summon_full_params_end(Model *model)
+    {
+        ACCEL_CHECK(accel_accelerator_summon_full_params_end(ACCEL_H($self, "Accelerator"), ACCEL_H(model, "Model")));
+    }
     /** Clean optimizer steps since the gradient scaler last changed its scale (0 without a scaler). */
     int64_t grad_scaler_growth_tracker() const
     {

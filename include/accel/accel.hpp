@@ -456,6 +456,16 @@ public:
         check(accel_accelerator_accumulate_begin(get(), model.get()));
         return Scope(get(), accel_accelerator_accumulate_end);
     }
+    /** Per-rank bytes of parameters, gradients, optimizer state and gathered buffers, and peak RSS, as JSON. */
+    std::string memory_stats_json() const
+    {
+        char *s = nullptr;
+        check(accel_accelerator_get_memory_stats_json(get(), &s));
+        return detail::owned_string(s);
+    }
+    /** Sharded models: gather every parameter (collective); _end writes them back to the shards. */
+    void summon_full_params_begin(Model &model) { check(accel_accelerator_summon_full_params_begin(get(), model.get())); }
+    void summon_full_params_end(Model &model) { check(accel_accelerator_summon_full_params_end(get(), model.get())); }
     /** `with accelerator.autocast():` */
     [[nodiscard]] Scope autocast()
     {

@@ -329,6 +329,31 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_distributed_backe
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(const accel_accelerator_t *accelerator,
                                                                               char **out) ACCEL_NOEXCEPT;
 
+/* ---- Sharded training (fsdp_plugin / deepspeed_plugin; see README "Sharded training") ---- */
+
+/**
+ * Memory accounting of this process, as JSON: {"rank", "num_processes", "strategy" ("NONE", "DDP", an FSDP
+ * strategy or "ZERO_<stage>"), "models": [{"parameter_bytes" (persistent parameter storage: shards under
+ * ZeRO-3/FULL_SHARD/SHARD_GRAD_OP), "gradient_bytes" (gradient storage now allocated), "optimizer_state_bytes", "model_state_bytes" (the sum of the three), "gathered_bytes" (full
+ * buffers of sharded units now allocated), "peak_gathered_bytes", "peak_parameter_gradient_gathered_bytes",
+ * "ddp_bucket_bytes" (DDP's flat gradient copies, not in model_state_bytes), "offloaded_bytes" (always 0: offload is not yet supported), "num_units"}], "peak_rss_bytes"}. One entry per
+ * prepared model, in preparation order. Ownership: free *out with accel_string_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_memory_stats_json(
+    const accel_accelerator_t *accelerator, char **out) ACCEL_NOEXCEPT;
+/**
+ * FSDP's summon_full_params for a sharded @p model: gathers every parameter so that it can be read
+ * (accel_model_get_tensor) or written (accel_model_load_state_dict) on this process. Collective: every
+ * process calls it. _end writes the (possibly changed) values back to the shards and frees the full
+ * buffers. Between them no forward or backward may run.
+ * @return ACCEL_ERR_FAILED_PRECONDITION when the model is not sharded, not prepared by @p accelerator, or
+ *         begin/end do not pair.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_summon_full_params_begin(accel_accelerator_t *accelerator,
+                                                                                   accel_model_t *model) ACCEL_NOEXCEPT;
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_summon_full_params_end(accel_accelerator_t *accelerator,
+                                                                                 accel_model_t *model) ACCEL_NOEXCEPT;
+
 /** Rank of this process on its machine from the launcher's environment (0 when not launched). */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_get_local_index(int32_t *out) ACCEL_NOEXCEPT;
 /** Number of processes on this machine from the launcher's environment (1 when not launched). */

@@ -6,11 +6,20 @@
 #include "data_loader/data_loader_shard.hpp"
 #include "distributed/communicator.hpp"
 #include "parallel/ddp.hpp"
+#include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "precision/autocast.hpp"
 #include "precision/grad_scaler.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
+
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -64,6 +73,29 @@ void Accelerator::prepare_model(Model &model)
     check_owner(model.prepared_by, "model");
     // FP8: Linear layers run through the emulated delayed-scaling path (fails for TorchScript models).
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) model.enable_fp8(state_->config.fp8_recipe);
+    // fsdp_plugin / deepspeed_plugin: the sharding engine (also with one process), instead of DDP.
+    if (state_->config.sharding.enabled()) {
+        if (sharded_of(model) == nullptr) {
+            if (model.prepared_by != nullptr)
+                fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already prepared");
+            auto engine = std::make_shared<parallel::ShardedDataParallel>(model, state_->comm, state_->config.sharding);
+            engine->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
+            sharded_.emplace_back(&model, engine);
+            if (state_->scaler && state_->comm->size() > 1) {
+                // Each rank unscales only its shards: an inf anywhere skips the step everywhere.
+                auto comm = state_->comm;
+                state_->scaler->set_found_inf_reducer([comm](at::Tensor &found) {
+                    at::Tensor t = found.reshape({1}).clone();
+                    comm->allreduce(t, distributed::ReduceOp::Max);
+                    found.copy_(t.reshape(found.sizes()));
+                });
+            }
+            for (const auto &o : optimizers_)
+                if (o->model().get() == &model) shard_optimizer(o);
+        }
+        model.prepared_by = state_;
+        return;
+    }
     // Several processes: DistributedDataParallel (weights from rank 0, bucketed gradient all-reduce).
     if (state_->comm && state_->comm->size() > 1 && ddp_of(model) == nullptr) {
         ddp_.emplace_back(&model, std::make_shared<parallel::DistributedDataParallel>(
@@ -78,6 +110,129 @@ parallel::DistributedDataParallel *Accelerator::ddp_of(const Model &model) const
     for (const auto &d : ddp_)
         if (d.first == &model) return d.second.get();
     return nullptr;
+}
+
+parallel::ShardedDataParallel *Accelerator::sharded_of(const Model &model) const
+{
+    for (const auto &d : sharded_)
+        if (d.first == &model) return d.second.get();
+    return nullptr;
+}
+
+void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer)
+{
+    parallel::ShardedDataParallel *engine = sharded_of(*optimizer->model());
+    if (engine == nullptr || optimizer->is_sharded()) return;
+    std::weak_ptr<parallel::ShardedDataParallel> weak;
+    for (const auto &d : sharded_)
+        if (d.second.get() == engine) weak = d.second;
+    const double clip = state_->config.sharding.frontend == "deepspeed" ? state_->config.sharding.gradient_clipping : 0.0;
+    if (clip > 0.0 && state_->scaler)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.gradient_clipping: clipping inside the step together with "
+                                      "fp16's loss scaler is not yet supported by accel");
+    auto before = [weak, clip] {
+        // DeepSpeed clips inside its step (gradient_clipping); the inner step runs right after.
+        if (auto e = weak.lock())
+            if (clip > 0.0) e->clip_grad_norm(clip, 2.0, true);
+    };
+    // The clipping hook runs first, then the engine gathers what the step changed.
+    optimizer->shard_over(
+        engine->optimizer_params(), [weak] {
+            if (auto e = weak.lock()) e->after_optimizer_step();
+        },
+        [weak] {
+            if (auto e = weak.lock()) e->zero_grad();
+        },
+        before);
+}
+
+void Accelerator::summon_full_params(Model &model, bool on)
+{
+    if (model.prepared_by != state_) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: not prepared by this accelerator");
+    parallel::ShardedDataParallel *e = sharded_of(model);
+    if (e == nullptr)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "model: is not sharded (no fsdp_plugin or deepspeed_plugin); its "
+                                            "parameters are always whole");
+    e->summon_full_params(on);
+}
+
+void Accelerator::check_checkpointable(const char *what) const
+{
+    if (!sharded_.empty())
+        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": checkpoints of sharded training (" +
+                                          (state_->config.sharding.frontend == "deepspeed" ? "deepspeed_plugin"
+                                                                                           : "fsdp_plugin") +
+                                          ") are not yet supported by accel; read the weights with "
+                                          "accel_accelerator_summon_full_params_begin");
+}
+
+namespace {
+// Bytes of the optimizer's state tensors (exp_avg, momentum buffers, ...).
+int64_t optimizer_state_bytes(torch::optim::Optimizer &o)
+{
+    int64_t n = 0;
+    auto add = [&n](const at::Tensor &t) {
+        if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
+    };
+    for (const auto &kv : o.state()) {
+        auto *st = kv.second.get();
+        if (auto *a = dynamic_cast<torch::optim::AdamParamState *>(st)) {
+            add(a->exp_avg()), add(a->exp_avg_sq()), add(a->max_exp_avg_sq());
+        } else if (auto *w = dynamic_cast<torch::optim::AdamWParamState *>(st)) {
+            add(w->exp_avg()), add(w->exp_avg_sq()), add(w->max_exp_avg_sq());
+        } else if (auto *g = dynamic_cast<torch::optim::SGDParamState *>(st)) {
+            add(g->momentum_buffer());
+        } else if (auto *d = dynamic_cast<torch::optim::AdagradParamState *>(st)) {
+            add(d->sum());
+        } else if (auto *r = dynamic_cast<torch::optim::RMSpropParamState *>(st)) {
+            add(r->square_avg()), add(r->momentum_buffer()), add(r->grad_avg());
+        }
+    }
+    return n;
+}
+} // namespace
+
+std::string Accelerator::memory_stats_json() const
+{
+    const auto &sc = state_->config.sharding;
+    std::string strategy = sc.enabled() ? sc.strategy : (state_->comm->size() > 1 ? "DDP" : "NONE");
+    std::string out = "{\"rank\": " + std::to_string(state_->comm->rank()) +
+                      ", \"num_processes\": " + std::to_string(state_->comm->size()) + ", \"strategy\": \"" + strategy +
+                      "\", \"models\": [";
+    for (size_t i = 0; i < models_.size(); ++i) {
+        const Model &m = *models_[i];
+        int64_t params = 0, grads = 0, gathered = 0, peak_gathered = 0, units = 0, peak_state = 0, buckets = 0;
+        if (auto *e = sharded_of(m)) {
+            auto mem = e->memory();
+            params = mem.parameter_bytes;
+            grads = mem.gradient_bytes;
+            gathered = mem.gathered_bytes;
+            peak_gathered = mem.peak_gathered_bytes;
+            peak_state = mem.peak_model_state_bytes;
+            units = mem.num_units;
+        } else {
+            for (const auto &p : m.named_parameters()) {
+                params += p.second.numel() * static_cast<int64_t>(p.second.element_size());
+                if (p.second.grad().defined())
+                    grads += p.second.grad().numel() * static_cast<int64_t>(p.second.grad().element_size());
+            }
+            // DDP keeps a flat copy of every gradient in its buckets (reported apart from model state).
+            if (auto *d = ddp_of(m)) buckets = d->stats().bucket_bytes;
+        }
+        int64_t opt = 0;
+        for (const auto &o : optimizers_)
+            if (o->model().get() == &m) opt += optimizer_state_bytes(o->torch_optimizer());
+        const int64_t state = params + grads + opt;
+        out += std::string(i ? ", " : "") + "{\"parameter_bytes\": " + std::to_string(params) +
+               ", \"gradient_bytes\": " + std::to_string(grads) + ", \"optimizer_state_bytes\": " + std::to_string(opt) +
+               ", \"model_state_bytes\": " + std::to_string(state) + ", \"gathered_bytes\": " + std::to_string(gathered) +
+               ", \"peak_gathered_bytes\": " + std::to_string(peak_gathered) +
+               ", \"peak_parameter_gradient_gathered_bytes\": " + std::to_string(std::max(peak_state, params + grads + gathered)) +
+               ", \"ddp_bucket_bytes\": " + std::to_string(buckets) + ", \"offloaded_bytes\": 0, \"num_units\": " + std::to_string(units) + "}";
+    }
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    return out + "], \"peak_rss_bytes\": " + std::to_string(static_cast<int64_t>(ru.ru_maxrss) * 1024) + "}";
 }
 
 void Accelerator::wait_for_everyone() { state_->comm->barrier(); }
@@ -124,6 +279,7 @@ void Accelerator::prepare_optimizer(const std::shared_ptr<AcceleratedOptimizer> 
     if (optimizer->prepared_by == state_) return;
     optimizer->prepared_by = state_;
     optimizers_.push_back(optimizer);
+    shard_optimizer(optimizer); // over the engine's shards when its model is sharded
 }
 
 void Accelerator::prepare_dataloader(DataLoaderShard &loader)
@@ -183,6 +339,7 @@ void Accelerator::backward(const at::Tensor &loss)
         scaled.backward();
     } catch (const c10::Error &e) {
         for (auto &d : ddp_) d.second->abort_backward(); // leave no bucket half-done
+        for (auto &d : sharded_) d.second->abort_backward();
         // A second backward through the same graph is a call-order mistake, not an internal error.
         std::string msg = e.what_without_backtrace();
         if (msg.find("backward through the graph a second time") == std::string::npos) throw;
@@ -191,6 +348,7 @@ void Accelerator::backward(const at::Tensor &loss)
     }
     // DDP: wait for the buckets launched during backward and write the averaged gradients.
     for (auto &d : ddp_) d.second->finish_backward();
+    for (auto &d : sharded_) d.second->finish_backward();
 }
 
 void Accelerator::accumulate_begin()
@@ -209,6 +367,7 @@ void Accelerator::accumulate_begin()
     // DDP communicates only when sync_gradients, or on every batch with sync_each_batch (no_sync otherwise).
     const bool sync = s.gradient.sync_gradients() || (s.num_processes() > 1 && plugin.sync_each_batch);
     for (auto &d : ddp_) d.second->set_require_sync(sync);
+    for (auto &d : sharded_) d.second->set_require_sync(sync);
     s.in_accumulate = true;
 }
 
@@ -217,6 +376,7 @@ void Accelerator::accumulate_end()
     if (!state_->in_accumulate) fail(ACCEL_ERR_FAILED_PRECONDITION, "accumulate_end: no matching accumulate_begin");
     state_->in_accumulate = false;
     for (auto &d : ddp_) d.second->set_require_sync(true); // leaving no_sync
+    for (auto &d : sharded_) d.second->set_require_sync(true);
 }
 
 double Accelerator::clip_grad_norm(Model &model, double max_norm, double norm_type)
@@ -226,6 +386,10 @@ double Accelerator::clip_grad_norm(Model &model, double max_norm, double norm_ty
     if (!(norm_type > 0.0))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "norm_type: expected a number > 0 or INFINITY, got " + std::to_string(norm_type));
     unscale_gradients(nullptr); // the norm is that of the true (unscaled) gradients
+    // Sharded: the global norm from every rank's shards. Under DeepSpeed the step clips
+    // (gradient_clipping), so this only measures (Accelerate returns None there).
+    if (auto *e = sharded_of(model))
+        return e->clip_grad_norm(max_norm, norm_type, state_->config.sharding.frontend != "deepspeed");
     std::vector<at::Tensor> grads;
     for (const auto &p : model.parameters())
         if (p.grad().defined()) grads.push_back(p.grad());
@@ -252,6 +416,7 @@ void Accelerator::clip_grad_value(Model &model, double clip_value)
     if (!(clip_value >= 0.0) || std::isinf(clip_value))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "clip_value: expected a finite number >= 0, got " + std::to_string(clip_value));
     unscale_gradients(nullptr);
+    if (auto *e = sharded_of(model)) return e->clip_grad_value(clip_value);
     at::NoGradGuard no_grad;
     for (const auto &p : model.parameters())
         if (p.grad().defined()) p.grad().clamp_(-clip_value, clip_value);

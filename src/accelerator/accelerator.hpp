@@ -32,6 +32,7 @@ struct CheckpointObject {
 };
 namespace parallel {
 class DistributedDataParallel;
+class ShardedDataParallel;
 }
 namespace tracking {
 class Trackers;
@@ -95,6 +96,14 @@ public:
     void main_process_first_end();
     // DDP statistics of every prepared model, as JSON (benchmarks, diagnostics).
     std::string ddp_stats_json() const;
+    // Per-rank bytes of parameters, gradients, optimizer state and gathered buffers of every prepared
+    // model, and the process's peak RSS, as JSON (accel_accelerator_get_memory_stats_json).
+    std::string memory_stats_json() const;
+    // Sharded models (fsdp_plugin / deepspeed_plugin): gather every parameter / write back and free.
+    void summon_full_params(Model &model, bool on);
+    // Fails with ACCEL_ERR_UNIMPLEMENTED when a sharded model's state cannot be checkpointed yet.
+    void check_checkpointable(const char *what) const;
+    parallel::ShardedDataParallel *sharded_of(const Model &model) const;
 
     // Experiment trackers (log_with, callback trackers): init_trackers / log / end_training / get_tracker.
     tracking::Trackers &trackers();
@@ -103,6 +112,8 @@ private:
     bool writes_main_files() const;
     parallel::DistributedDataParallel *ddp_of(const Model &model) const;
     std::vector<std::pair<const Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
+    std::vector<std::pair<const Model *, std::shared_ptr<parallel::ShardedDataParallel>>> sharded_;
+    void shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer);
     void check_owner(const std::shared_ptr<AcceleratorState> &owner, const char *what) const;
     std::shared_ptr<AcceleratorState> state_;
     std::vector<std::shared_ptr<AcceleratedOptimizer>> optimizers_;

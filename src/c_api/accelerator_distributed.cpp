@@ -138,6 +138,36 @@ ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(const accel_accele
     });
 }
 
+ACCEL_API accel_status_t accel_accelerator_get_memory_stats_json(const accel_accelerator_t *accelerator,
+                                                                 char **out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        auto &a = acc_of(accelerator);
+        *out = owned_string(a.memory_stats_json());
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_summon_full_params_begin(accel_accelerator_t *accelerator,
+                                                                    accel_model_t *model) noexcept
+{
+    return guarded([&] {
+        auto &a = acc_of(accelerator);
+        auto &m = checked(model, "model");
+        a.summon_full_params(*m.impl, true);
+    });
+}
+
+ACCEL_API accel_status_t accel_accelerator_summon_full_params_end(accel_accelerator_t *accelerator,
+                                                                  accel_model_t *model) noexcept
+{
+    return guarded([&] {
+        auto &a = acc_of(accelerator);
+        auto &m = checked(model, "model");
+        a.summon_full_params(*m.impl, false);
+    });
+}
+
 ACCEL_API accel_status_t accel_process_get_local_index(int32_t *out) noexcept
 {
     return guarded([&] {

@@ -118,6 +118,7 @@ ACCEL_API accel_status_t accel_model_get_tensor(const accel_model_t *model, cons
         const char *key = checked_string(name, "name");
         const at::Tensor *t = m.impl->find_tensor(key);
         if (t == nullptr) fail(ACCEL_ERR_NOT_FOUND, std::string("name: the model has no tensor \"") + key + "\"");
+        m.impl->check_tensor_access("model");
         *out = new_tensor(t->detach().clone());
     });
 }
@@ -177,6 +178,7 @@ ACCEL_API accel_status_t accel_model_load_state_dict(accel_model_t *model, const
                 fail(ACCEL_ERR_INVALID_ARGUMENT, "tensors[" + std::to_string(i) + "]: must not be NULL");
             entries.emplace_back(keys[i], tensors[i]->tensor);
         }
+        m.impl->check_tensor_access("model");
         m.impl->load_state_dict(entries, strict);
     });
 }

@@ -14,6 +14,10 @@
 
 namespace accel::config {
 
+// sharding_config.cpp
+void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c);
+void write_sharding(JsonWriter &w, const ShardingConfig &s);
+
 namespace {
 
 constexpr const char *kNotYet = "not yet supported by accel";
@@ -330,8 +334,7 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP8) fp8_recipe_from_env(c.fp8_recipe);
     parse_kwargs_handlers(root, c);
     parse_project_config(root, c.project);
-    root.require_absent("deepspeed_plugin", "DeepSpeed (ZeRO sharding) is " + std::string(kNotYet));
-    root.require_absent("fsdp_plugin", "FSDP sharding is " + std::string(kNotYet));
+    parse_sharding_plugins(root, c);
     root.require_absent("megatron_lm_plugin", "Megatron-LM parallelism is " + std::string(kNotYet));
     root.require_absent("parallelism_config", "ParallelismConfig (tensor/context parallel) is " + std::string(kNotYet));
     root.require_absent("dynamo_plugin", "torch.compile (dynamo) has no LibTorch counterpart; it is " + std::string(kNotYet));
@@ -426,7 +429,7 @@ std::string to_json(const AcceleratorConfig &c)
     else w.add_null("total_limit");
     w.add("iteration", c.project.iteration).add("save_on_each_node", c.project.save_on_each_node).end_object();
     w.add("log_with", c.log_with);
-    w.add_null("deepspeed_plugin").add_null("fsdp_plugin");
+    write_sharding(w, c.sharding);
     w.begin_object("process")
         .add("rank", static_cast<int64_t>(c.topology.rank))
         .add("world_size", static_cast<int64_t>(c.topology.world_size))

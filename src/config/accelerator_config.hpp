@@ -1,6 +1,8 @@
 // Typed form of the accelerator's JSON config (Accelerator(...) arguments and plugins).
 #pragma once
 
+#include "config/sharding_config.hpp"
+
 #include <accel/types.h>
 
 #include <cstdint>
@@ -112,6 +114,7 @@ struct AcceleratorConfig {
     ProjectConfiguration project;
     // log_with: built-in trackers ("jsonl", "csv", "tensorboard"; "all" expanded), src/tracking/.
     std::vector<std::string> log_with;
+    ShardingConfig sharding; // fsdp_plugin / deepspeed_plugin (src/parallel/fsdp)
     bool malloc_tuning = true; // ACCEL_MALLOC_TUNING (environment only: a process-wide setting)
 };
 

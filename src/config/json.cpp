@@ -88,6 +88,11 @@ JsonObject::JsonObject(const cJSON *node, std::string path) : node_(node), path_
 
 std::string JsonObject::path_of(const char *key) const { return path_.empty() ? key : path_ + "." + key; }
 
+bool JsonObject::is_string(const char *key) const
+{
+    return cJSON_IsString(cJSON_GetObjectItemCaseSensitive(node_, key));
+}
+
 bool JsonObject::has(const char *key) const
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(node_, key);

@@ -35,6 +35,8 @@ public:
     const std::string &path() const { return path_; }
     std::string path_of(const char *key) const;
     bool has(const char *key) const; // present and not null
+    bool is_string(const char *key) const; // present and a string (values that may be "auto" or a number)
+    const cJSON *node() const { return node_; }
 
     bool get_bool(const char *key, bool def);
     int64_t get_int(const char *key, int64_t def, int64_t min, int64_t max);

@@ -30,6 +30,22 @@ void Model::set_activation_checkpointing(bool)
     fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: only models of type \"gpt\" can recompute their blocks");
 }
 
+// Default: parameters named "<layer index>.<name>" (torch::nn::Sequential's naming).
+std::vector<size_t> Model::parameter_layers() const
+{
+    std::vector<size_t> out;
+    if (layer_types().empty()) return out;
+    for (const auto &p : parameters_) {
+        size_t dot = p.first.find('.');
+        try {
+            out.push_back(static_cast<size_t>(std::stoul(p.first.substr(0, dot))));
+        } catch (const std::exception &) {
+            fail(ACCEL_ERR_INTERNAL, "model: parameter " + p.first + " does not name its layer");
+        }
+    }
+    return out;
+}
+
 void Model::enable_fp8(const config::FP8RecipeKwargs &)
 {
     fail(ACCEL_ERR_UNIMPLEMENTED, "model: mixed_precision \"fp8\" needs a model built from a JSON spec (its linear "

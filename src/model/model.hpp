@@ -25,6 +25,21 @@ struct ModuleUnit {
     std::vector<std::string> parameter_names; // full names, as in named_parameters(), in that order
 };
 
+// What a sharding engine (src/parallel/fsdp) does around a forward: gather a unit's parameters just
+// before its layers compute and free them after. accel::forward() calls before/after_forward; models
+// with layers (layer_types() not empty) call before/after_layer around each top-level layer.
+class ForwardHooks {
+public:
+    virtual ~ForwardHooks() = default;
+    virtual void before_forward() = 0;
+    virtual void before_layer(size_t layer) = 0;
+    virtual at::Tensor after_layer(size_t layer, const at::Tensor &out) = 0;
+    virtual at::Tensor after_forward(const at::Tensor &out) = 0;
+    // Fails with ACCEL_ERR_FAILED_PRECONDITION when the parameters cannot be read or written now
+    // (their storage is sharded across processes). `what` names the caller.
+    virtual void check_access(const char *what) const = 0;
+};
+
 class Model {
 public:
     virtual ~Model() = default;
@@ -58,6 +73,19 @@ public:
     // Others fail with UNIMPLEMENTED.
     virtual void set_activation_checkpointing(bool on);
     virtual bool activation_checkpointing() const { return false; }
+    // The types of the top-level layers in forward order ("linear", "transformer_encoder_layer", ...), and
+    // for each parameter (named_parameters() order) the layer it belongs to. Empty for models without
+    // a layer structure (TorchScript), which shard as one unit.
+    virtual std::vector<std::string> layer_types() const { return {}; }
+    virtual std::vector<size_t> parameter_layers() const;
+
+    // Set by a sharding engine when the model is prepared (null otherwise).
+    std::shared_ptr<ForwardHooks> forward_hooks;
+    // Fails when forward_hooks say the parameters cannot be touched now; `what` names the caller.
+    void check_tensor_access(const char *what) const
+    {
+        if (forward_hooks) forward_hooks->check_access(what);
+    }
 
     // The accelerator this model was prepared by (null when not prepared).
     std::shared_ptr<AcceleratorState> prepared_by;

@@ -46,10 +46,13 @@ public:
         const bool fp8_on = fp8::enabled();
         at::Tensor x = input;
         size_t i = 0;
+        ForwardHooks *hooks = forward_hooks.get();
         for (auto &m : *seq_) {
+            if (hooks) hooks->before_layer(i);
             if (fp8_on && fp8_[i]) x = fp8::linear(x, linear_[i]->weight, linear_[i]->bias, fp8_[i]);
             else if (batch_first_[i]) x = m.forward(x.transpose(0, 1)).transpose(0, 1);
             else x = m.forward(x);
+            if (hooks) x = hooks->after_layer(i, x);
             ++i;
         }
         return x;
@@ -69,6 +72,7 @@ public:
     }
     void train(bool on) override { seq_->train(on); }
     bool is_training() const override { return seq_->is_training(); }
+    std::vector<std::string> layer_types() const override { return types_; }
     void enable_fp8(const config::FP8RecipeKwargs &recipe) override
     {
         for (size_t i = 0; i < linear_.size(); ++i)
@@ -78,7 +82,7 @@ public:
 private:
     torch::nn::Sequential seq_;
     std::vector<bool> batch_first_;                               // per layer
-    std::vector<std::string> types_;                              // per layer: its spec type
+    std::vector<std::string> types_;                              // per layer: the spec's type name
     std::vector<std::shared_ptr<torch::nn::LinearImpl>> linear_;  // per layer; null if not a linear layer
     std::vector<c10::intrusive_ptr<fp8::LinearState>> fp8_;       // per layer; set by enable_fp8
 };
@@ -173,6 +177,7 @@ std::shared_ptr<Model> make_model_from_json(const char *spec_json)
     std::vector<std::string> types;
     for (const auto &l : spec.layers) {
         add_layer(seq, l);
+        types.push_back(l.type);
         batch_first.push_back(l.type == "transformer_encoder_layer" && l.batch_first);
         types.push_back(l.type);
     }

@@ -54,7 +54,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Te
 } // namespace
 
 AcceleratedOptimizer::AcceleratedOptimizer(std::shared_ptr<Model> model, const config::OptimizerConfig &config)
-    : model_(std::move(model))
+    : config_(config), model_(std::move(model))
 {
     std::vector<at::Tensor> params;
     for (const auto &p : model_->parameters())
@@ -70,15 +70,20 @@ bool AcceleratedOptimizer::may_act() const { return prepared_by == nullptr || pr
 void AcceleratedOptimizer::step()
 {
     if (!may_act()) return;
+    if (before_step_) before_step_();
     GradScaler *scaler = prepared_by ? prepared_by->scaler.get() : nullptr;
     if (scaler == nullptr || !scaler->is_enabled()) {
         step_was_skipped_ = false;
         optimizer_->step();
+        if (after_step_) after_step_();
         return;
     }
     // Accelerate: scaler.step(optimizer) (unscales unless clipping already did, skips the step on
     // inf/NaN), then scaler.update(); the step was skipped if the inner step never ran.
-    const bool stepped = scaler->step(this, params(), [this] { optimizer_->step(); });
+    const bool stepped = scaler->step(this, params(), [this] {
+        optimizer_->step();
+        if (after_step_) after_step_();
+    });
     scaler->update();
     step_was_skipped_ = !stepped;
 }
@@ -97,6 +102,21 @@ void AcceleratedOptimizer::zero_grad()
     // set_to_none=True, Accelerate's default: the next backward writes fresh gradients.
     for (auto &group : optimizer_->param_groups())
         for (auto &p : group.params()) p.mutable_grad().reset();
+    if (after_zero_grad_) after_zero_grad_();
+}
+
+void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, std::function<void()> after_step,
+                                      std::function<void()> after_zero_grad, std::function<void()> before_step)
+{
+    if (optimizer_->param_groups().size() != 1)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "optimizer: sharding supports one parameter group");
+    auto options = optimizer_->param_groups()[0].options().clone();
+    auto rebuilt = make_optimizer(shards, config_);
+    rebuilt->param_groups()[0].set_options(std::move(options)); // the current learning rate and the rest
+    optimizer_ = std::move(rebuilt);
+    after_step_ = std::move(after_step);
+    after_zero_grad_ = std::move(after_zero_grad);
+    before_step_ = std::move(before_step);
 }
 
 size_t AcceleratedOptimizer::num_param_groups() const { return optimizer_->param_groups().size(); }

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,7 +47,16 @@ public:
 
     std::shared_ptr<AcceleratorState> prepared_by;
 
+    // Sharded training (src/parallel/fsdp): the optimizer is rebuilt over the engine's flat shards (same
+    // type, options and current learning rate); after_step runs after every inner step that ran,
+    // after_zero_grad after every zero_grad that acted.
+    void shard_over(const std::vector<at::Tensor> &shards, std::function<void()> after_step,
+                    std::function<void()> after_zero_grad, std::function<void()> before_step);
+    bool is_sharded() const { return static_cast<bool>(after_step_); }
+
 private:
+    config::OptimizerConfig config_;
+    std::function<void()> after_step_, after_zero_grad_, before_step_;
     bool may_act() const; // false while accumulating gradients
     std::shared_ptr<Model> model_;
     std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -116,7 +116,8 @@ bool fp16_autocast_available(at::DeviceType device, std::string *why)
     return it->second.first;
 }
 
-at::Tensor forward(Model &model, const at::Tensor &input, bool wrapped)
+namespace {
+at::Tensor forward_unhooked(Model &model, const at::Tensor &input, bool wrapped)
 {
     const AcceleratorState *s = model.prepared_by.get();
     if (!wrapped || s == nullptr) return model.forward(input);
@@ -135,6 +136,17 @@ at::Tensor forward(Model &model, const at::Tensor &input, bool wrapped)
     return out.is_floating_point() && out.scalar_type() != at::kFloat && out.scalar_type() != at::kDouble
                ? out.to(at::kFloat)
                : out;
+}
+
+} // namespace
+
+// A sharded model gathers its parameters around the forward, wrapped or not (they exist nowhere else).
+at::Tensor forward(Model &model, const at::Tensor &input, bool wrapped)
+{
+    std::shared_ptr<ForwardHooks> hooks = model.forward_hooks;
+    if (!hooks) return forward_unhooked(model, input, wrapped);
+    hooks->before_forward();
+    return hooks->after_forward(forward_unhooked(model, input, wrapped));
 }
 
 } // namespace accel

@@ -10,6 +10,10 @@
  * "causal_lm" on 96 windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
  * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare; with
  * ACCEL_TEST_SAVE_AT=K and ACCEL_TEST_SAVE_DIR=DIR it calls save_state(DIR) after optimizer step K and stops.
+ * Sharding tests: ACCEL_TEST_OPTIMIZER (optimizer JSON), ACCEL_TEST_CLIP (max norm, default 1000),
+ * ACCEL_TEST_SCHEDULER (scheduler JSON, prepared and stepped every step). A sharded model's weights are
+ * read between summon_full_params_begin/end (on every rank); every rank prints its memory statistics
+ * taken after the last optimizer step ("memory stats: {...}").
  */
 #include "dist_common.h"
 
@@ -41,6 +45,12 @@ int main(int argc, char **argv)
     accel_model_t *model = NULL;
     accel_optimizer_t *opt = NULL;
     accel_dataloader_t *dl = NULL;
+    accel_scheduler_t *sched = NULL;
+    const char *opt_config = getenv("ACCEL_TEST_OPTIMIZER") ? getenv("ACCEL_TEST_OPTIMIZER")
+                                                            : "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}";
+    const char *sched_config = getenv("ACCEL_TEST_SCHEDULER");
+    const double clip = getenv("ACCEL_TEST_CLIP") ? atof(getenv("ACCEL_TEST_CLIP")) : 1000.0;
+    char *memory = NULL;
     accel_tensor_t *features = NULL, *labels = NULL;
     const int64_t xs[2] = {N, F}, ys[1] = {N};
     char spec[256], dl_config[128];
@@ -68,7 +78,8 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_tensor_create(x, sizeof x, ACCEL_DTYPE_FLOAT32, xs, 2, &features));
     DIST_CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &labels));
     DIST_CHECK(accel_model_create_from_json(spec, &model));
-    DIST_CHECK(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}", &opt));
+    DIST_CHECK(accel_optimizer_create(model, opt_config, &opt));
+    if (sched_config != NULL) DIST_CHECK(accel_scheduler_create(opt, sched_config, &sched));
     if (gpt != NULL) {
         accel_tensor_t *stream = NULL;
         DIST_CHECK(accel_tensor_create(tokens, sizeof tokens, ACCEL_DTYPE_INT64, &token_count, 1, &stream));
@@ -77,7 +88,7 @@ int main(int argc, char **argv)
     } else {
         DIST_CHECK(accel_dataloader_create_from_tensors(features, labels, dl_config, &dl));
     }
-    DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+    DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, sched));
     const char *load_dir = getenv("ACCEL_TEST_LOAD"), *save_dir = getenv("ACCEL_TEST_SAVE_DIR");
     const int save_at = getenv("ACCEL_TEST_SAVE_AT") ? atoi(getenv("ACCEL_TEST_SAVE_AT")) : -1;
     if (load_dir != NULL) DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
@@ -100,11 +111,13 @@ int main(int argc, char **argv)
         DIST_CHECK(accel_accelerator_get_sync_gradients(acc, &sync));
         if (sync) {
             double norm = 0.0;
-            DIST_CHECK(accel_accelerator_clip_grad_norm(acc, model, 1000.0, 2.0, &norm));
+            DIST_CHECK(accel_accelerator_clip_grad_norm(acc, model, clip, 2.0, &norm));
             if (num_norms < 1024) norms[num_norms++] = norm;
             ++done;
         }
         DIST_CHECK(accel_optimizer_step(opt));
+        if (sched != NULL) DIST_CHECK(accel_scheduler_step(sched));
+        if (sync && done == steps) DIST_CHECK(accel_accelerator_get_memory_stats_json(acc, &memory));
         DIST_CHECK(accel_optimizer_zero_grad(opt));
         DIST_CHECK(accel_accelerator_accumulate_end(acc));
         accel_tensor_free(in);
@@ -119,6 +132,14 @@ int main(int argc, char **argv)
         }
     }
 
+    /* A sharded model's parameters are whole only between summon_full_params_begin and _end. */
+    accel_status_t summon = accel_accelerator_summon_full_params_begin(acc, model);
+    DIST_EXPECT(summon == ACCEL_OK || summon == ACCEL_ERR_FAILED_PRECONDITION, "summon_full_params_begin: %s",
+                accel_last_error_message());
+    if (memory != NULL) {
+        printf("memory stats: %s\n", memory);
+        accel_string_free(memory);
+    }
     if (rank == 0) {
         FILE *f = fopen(out_path, "wb");
         DIST_EXPECT(f != NULL, "cannot write %s", out_path);
@@ -154,6 +175,8 @@ int main(int argc, char **argv)
         printf("ddp stats: %s\n", stats);
         accel_string_free(stats);
     }
+    if (summon == ACCEL_OK) DIST_CHECK(accel_accelerator_summon_full_params_end(acc, model));
+    accel_scheduler_free(sched);
     accel_dataloader_free(dl);
     accel_optimizer_free(opt);
     accel_model_free(model);

@@ -91,8 +91,20 @@ def gpt_numel(vocab=11, positions=8, e=8, layers=2):
     return vocab * e + positions * e + layers * block + 2 * e
 
 
+def memory_stats(out):
+    """model_state_bytes (and the rest) of every rank's "memory stats: {...}" line."""
+    import json
+    stats = []
+    for line in out.splitlines():
+        i = line.find("memory stats: ")
+        if i >= 0:
+            stats.append(json.loads(line[i + len("memory stats: "):]))
+    return stats
+
+
 def scenario_equivalence(a):
-    """P processes with batch B must give the weights of 1 process with batch P*B."""
+    """P processes with batch B must give the weights of 1 process with batch P*B (or, with --ref-np P,
+    of P processes under --ref-config, e.g. DDP against a sharded run)."""
     prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
     tmp = tempfile.mkdtemp(prefix="accel_eq_")
     widths = a.widths
@@ -100,18 +112,27 @@ def scenario_equivalence(a):
     e["ACCEL_TEST_WIDTHS"] = widths
     if a.gpt:
         e["ACCEL_TEST_GPT"] = a.gpt
+    extra_env = dict(kv.split("=", 1) for kv in (a.env or []))
+    e.update(extra_env)
     ref = os.path.join(tmp, "ref.bin")
     got = os.path.join(tmp, "got.bin")
     ref_config = a.ref_config or a.config
-    run([prog, ref, str(a.batch * a.np), str(a.steps), ref_config], env=e)
-    if a.launcher == "launch":
-        cmd = launch_cmd(a, a.np) + [prog, got, str(a.batch), str(a.steps), a.config]
-    elif a.launcher == "mpirun":
-        cmd = mpirun_cmd(a.np) + ["-x", "ACCEL_TEST_WIDTHS=" + widths] + \
-            (["-x", "ACCEL_TEST_GPT=" + a.gpt] if a.gpt else []) + [prog, got, str(a.batch), str(a.steps), a.config]
-    else:
+
+    def cmd_for(np_, out, batch, config):
+        if a.launcher == "launch":
+            return launch_cmd(a, np_) + [prog, out, str(batch), str(a.steps), config]
+        if a.launcher == "mpirun":
+            xs = []
+            for k in ["ACCEL_TEST_WIDTHS"] + (["ACCEL_TEST_GPT"] if a.gpt else []) + list(extra_env):
+                xs += ["-x", k]
+            return mpirun_cmd(np_) + xs + [prog, out, str(batch), str(a.steps), config]
         sys.exit("unknown launcher " + a.launcher)
-    p = run(cmd, env=e, timeout=a.timeout)
+
+    if a.ref_np > 1:
+        ref_out = run(cmd_for(a.ref_np, ref, a.batch * a.np // a.ref_np, ref_config), env=e, timeout=a.timeout).stdout
+    else:
+        ref_out = run([prog, ref, str(a.batch * a.np), str(a.steps), ref_config], env=e).stdout
+    p = run(cmd_for(a.np, got, a.batch, a.config), env=e, timeout=a.timeout)
     if a.expect_backend and ('"backend": "%s"' % a.expect_backend) not in p.stdout:
         sys.exit("expected the %s backend in the DDP statistics" % a.expect_backend)
     if a.min_buckets:
@@ -127,6 +148,19 @@ def scenario_equivalence(a):
     check_close(rn, gn, a.tol, "clip_grad_norm total norms")
     if rp == gp:
         log("(bitwise identical)")
+    if a.memory_ratio:
+        rs, gs = memory_stats(ref_out), memory_stats(p.stdout)
+        if not rs or not gs:
+            sys.exit("no memory statistics printed")
+        ref_state = max(s["models"][0]["model_state_bytes"] for s in rs)
+        for s in gs:
+            m = s["models"][0]
+            ratio = m["model_state_bytes"] / ref_state
+            log("rank %d %s: model state %d bytes (params %d, grads %d, optimizer %d) = %.4f x reference %d bytes; "
+                "peak RSS %d" % (s["rank"], s["strategy"], m["model_state_bytes"], m["parameter_bytes"],
+                                 m["gradient_bytes"], m["optimizer_state_bytes"], ratio, ref_state, s["peak_rss_bytes"]))
+            if ratio > a.memory_ratio:
+                sys.exit("model state per rank is %.4f x the reference, above %.4f" % (ratio, a.memory_ratio))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -519,6 +553,10 @@ def main():
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--expect-backend", default=None)
     ap.add_argument("--min-buckets", type=int, default=0)
+    ap.add_argument("--ref-np", type=int, default=1, help="processes of the reference run (1: batch np*B alone)")
+    ap.add_argument("--env", action="append", help="KEY=VALUE for the test programs (repeatable)")
+    ap.add_argument("--memory-ratio", type=float, default=0.0,
+                    help="fail when a rank's model state exceeds this multiple of the reference's")
     a = ap.parse_args()
     fn = globals().get("scenario_" + a.scenario)
     if fn is None:

@@ -211,6 +211,7 @@ def test_collectives_single_process():
     assert acc.num_local_processes() == 1 and acc.is_last_process()
     assert acc.distributed_backend() == "single"
     assert '"models"' in acc.ddp_stats_json()
+    assert '"peak_rss_bytes"' in acc.memory_stats_json()
     assert acc.grad_scaler_growth_tracker() == 0
     assert (accel.process_local_index(), accel.process_local_count(), accel.process_is_local_main()) == (0, 1, True)
     features, labels = make_data(10)

@@ -530,11 +530,6 @@ TEST_F(AcceleratorConfigTest, UnsupportedSectionsNamePath)
 {
     EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"profile\": {}}}", ACCEL_ERR_UNIMPLEMENTED,
                               "kwargs_handlers.profile: ProfileKwargs is not yet supported by accel");
-    EXPECT_PARSE_ERROR("{\"deepspeed_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED,
-                       "deepspeed_plugin: DeepSpeed (ZeRO sharding) is not yet supported by accel (got {}; only null "
-                       "is accepted)");
-    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"sharding_strategy\": \"FULL_SHARD\"}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "fsdp_plugin: ");
     EXPECT_PARSE_ERROR_STARTS("{\"megatron_lm_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin: ");
     EXPECT_PARSE_ERROR_STARTS("{\"parallelism_config\": {}}", ACCEL_ERR_UNIMPLEMENTED, "parallelism_config: ");
     EXPECT_PARSE_ERROR_STARTS("{\"dynamo_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED, "dynamo_plugin: ");
@@ -650,3 +645,153 @@ TEST(MixedPrecisionName, Values)
     EXPECT_STREQ(accel::config::mixed_precision_name(ACCEL_MIXED_PRECISION_BF16), "bf16");
     EXPECT_STREQ(accel::config::mixed_precision_name(ACCEL_MIXED_PRECISION_FP8), "fp8");
 }
+
+// fsdp_plugin / deepspeed_plugin (sharding-and-parallelism.md §2-3): what each strategy shards, and every
+// bad or not-yet-supported setting named by its key.
+TEST_F(AcceleratorConfigTest, ShardingPlugins)
+{
+    auto c = parse_accelerator_config("{\"fsdp_plugin\": {}}");
+    EXPECT_EQ(c.sharding.frontend, "fsdp");
+    EXPECT_EQ(c.sharding.strategy, "FULL_SHARD"); // Accelerate's default
+    EXPECT_TRUE(c.sharding.shard_parameters && c.sharding.reshard_after_forward && c.sharding.shard_gradients);
+    EXPECT_FALSE(c.sharding.sync_module_states);
+    c = parse_accelerator_config("{\"fsdp_plugin\": {\"sharding_strategy\": 2, \"sync_module_states\": true}}");
+    EXPECT_EQ(c.sharding.strategy, "SHARD_GRAD_OP");
+    EXPECT_TRUE(c.sharding.shard_parameters && !c.sharding.reshard_after_forward && c.sharding.sync_module_states);
+    c = parse_accelerator_config("{\"fsdp_plugin\": {\"sharding_strategy\": \"no_shard\"}}");
+    EXPECT_FALSE(c.sharding.shard_optimizer || c.sharding.shard_gradients || c.sharding.shard_parameters);
+    c = parse_accelerator_config("{\"fsdp_plugin\": {\"fsdp_version\": 2, \"reshard_after_forward\": false}}");
+    EXPECT_EQ(c.sharding.strategy, "SHARD_GRAD_OP");
+    c = parse_accelerator_config("{\"fsdp_plugin\": {\"auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\", "
+                                 "\"transformer_cls_names_to_wrap\": [\"transformer_encoder_layer\"]}}");
+    EXPECT_EQ(c.sharding.auto_wrap_policy, "TRANSFORMER_BASED_WRAP");
+    c = parse_accelerator_config("{\"fsdp_plugin\": {\"auto_wrap_policy\": \"SIZE_BASED_WRAP\", \"min_num_params\": 0}}");
+    EXPECT_EQ(c.sharding.auto_wrap_policy, "NO_WRAP"); // 0 disables the size policy
+    for (int stage = 0; stage <= 3; ++stage) {
+        c = parse_accelerator_config(("{\"deepspeed_plugin\": {\"zero_stage\": " + std::to_string(stage) + "}}").c_str());
+        EXPECT_EQ(c.sharding.shard_optimizer, stage >= 1);
+        EXPECT_EQ(c.sharding.shard_gradients, stage >= 2);
+        EXPECT_EQ(c.sharding.shard_parameters, stage >= 3);
+        EXPECT_TRUE(c.sharding.sync_module_states);
+    }
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {}}");
+    EXPECT_EQ(c.sharding.zero_stage, 2); // Accelerate's default
+    c = parse_accelerator_config("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"gradient_accumulation_steps\": 4, "
+                                 "\"gradient_clipping\": 1.5}}");
+    EXPECT_EQ(c.gradient_accumulation.num_steps, 4); // DeepSpeed's value wins
+    EXPECT_DOUBLE_EQ(c.sharding.gradient_clipping, 1.5);
+    c = parse_accelerator_config("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"gradient_accumulation_steps\": \"auto\", "
+                                 "\"gradient_clipping\": \"auto\"}}");
+    EXPECT_EQ(c.gradient_accumulation.num_steps, 2);
+    EXPECT_DOUBLE_EQ(c.sharding.gradient_clipping, 0.0);
+    EXPECT_NE(to_json(c).find("\"zero_stage\":2"), std::string::npos);
+
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 5}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "deepspeed_plugin.zero_stage: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"sharding_strategy\": \"QUARTER_SHARD\"}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "fsdp_plugin.sharding_strategy: expected one of");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"sharding_strategy\": \"HYBRID_SHARD\"}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "fsdp_plugin.sharding_strategy: HYBRID_SHARD shards inside a node and replicates across "
+                              "nodes, and this run has one node");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"cpu_offload\": true}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "fsdp_plugin.cpu_offload: offloading is not yet supported by accel (it comes with issue 16");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_optimizer_device\": \"cpu\"}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "deepspeed_plugin.offload_optimizer_device: \"cpu\": offloading is not yet supported");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_param_device\": \"nvme\"}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "deepspeed_plugin.offload_param_device: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_param_device\": \"disk\"}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "deepspeed_plugin.offload_param_device: ");
+    // hf_ds_config: DeepSpeed's own JSON (here inline; a string is a file path).
+    c = parse_accelerator_config("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 1, \"hf_ds_config\": "
+                                 "{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\", "
+                                 "\"gradient_accumulation_steps\": 4, \"gradient_clipping\": 1.0, \"zero_optimization\": "
+                                 "{\"stage\": 3, \"offload_optimizer\": {\"device\": \"none\"}, \"reduce_bucket_size\": \"auto\", "
+                                 "\"stage3_gather_16bit_weights_on_model_save\": true}, \"bf16\": {\"enabled\": \"auto\"}}}}");
+    EXPECT_EQ(c.sharding.zero_stage, 3); // the file wins over the plugin
+    EXPECT_TRUE(c.sharding.shard_parameters);
+    EXPECT_EQ(c.gradient_accumulation.num_steps, 4);
+    EXPECT_DOUBLE_EQ(c.sharding.gradient_clipping, 1.0);
+    EXPECT_TRUE(c.sharding.zero3_save_16bit_model);
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"train_batch_size\": 16, "
+                                 "\"train_micro_batch_size_per_gpu\": 4, \"zero_optimization\": {\"stage\": 2}}}}");
+    EXPECT_EQ(c.gradient_accumulation.num_steps, 4); // 16 / (4 x 1 process)
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"train_batch_size\": 32, "
+                              "\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2, "
+                              "\"zero_optimization\": {\"stage\": 2}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT,
+                              "deepspeed_plugin.hf_ds_config.train_batch_size: 32 is not train_micro_batch_size_per_gpu (4) x "
+                              "gradient_accumulation_steps (2) x 1 process(es)");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"train_batch_size\": 8}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config: a DeepSpeed config must have a "
+                              "zero_optimization section");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 4}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.stage: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
+                              "\"optimizer\": {\"type\": \"AdamW\"}}}}",
+                              ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.hf_ds_config.optimizer: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2, "
+                              "\"offload_param\": {\"device\": \"cpu\"}}}}}",
+                              ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.hf_ds_config.zero_optimization.offload_param.device: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
+                              "\"fp16\": {\"enabled\": true}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.fp16.enabled: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
+                              "\"bogus\": 1}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.bogus: unknown key");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": \"/nonexistent/ds.json\"}}", ACCEL_ERR_NOT_FOUND,
+                              "deepspeed_plugin.hf_ds_config: cannot read");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero3_init_flag\": true}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "deepspeed_plugin.zero3_init_flag: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"stage\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "deepspeed_plugin.stage: unknown key");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {}, \"deepspeed_plugin\": {}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "fsdp_plugin: cannot be combined with deepspeed_plugin");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\"}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.transformer_cls_names_to_wrap: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"min_num_params\": 10}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "fsdp_plugin.min_num_params: needs auto_wrap_policy");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"state_dict_type\": \"SHARDED_STATE_DICT\"}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "fsdp_plugin.state_dict_type: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"backward_prefetch\": \"BACKWARD_PRE\"}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "fsdp_plugin.backward_prefetch: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"forward_prefetch\": true}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "fsdp_plugin.forward_prefetch: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"activation_checkpointing\": true}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "fsdp_plugin.activation_checkpointing: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"mixed_precision_policy\": {\"param_dtype\": \"bfloat16\"}}}",
+                              ACCEL_ERR_UNIMPLEMENTED, "fsdp_plugin.mixed_precision_policy.param_dtype: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"reshard_after_forward\": true}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "fsdp_plugin.reshard_after_forward: is an fsdp_version 2 key");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"fsdp_version\": 2, \"sharding_strategy\": \"FULL_SHARD\"}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.sharding_strategy: fsdp_version 2");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"shard\": 1}}", ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.shard: unknown key");
+}
+
+// accel launch --use_fsdp / --use_deepspeed export Accelerate's variables; the JSON config wins.
+TEST_F(AcceleratorConfigTest, ShardingFromEnvironment)
+{
+    setenv("ACCELERATE_USE_FSDP", "true", 1);
+    setenv("FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP", 1);
+    setenv("FSDP_SYNC_MODULE_STATES", "true", 1);
+    auto c = parse_accelerator_config("{}");
+    EXPECT_EQ(c.sharding.strategy, "SHARD_GRAD_OP");
+    EXPECT_TRUE(c.sharding.sync_module_states);
+    setenv("FSDP_SHARDING_STRATEGY", "7", 1);
+    EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_INVALID_ARGUMENT, "FSDP_* environment variables: fsdp_plugin.sharding_strategy: ");
+    unsetenv("FSDP_SHARDING_STRATEGY");
+    unsetenv("FSDP_SYNC_MODULE_STATES");
+    unsetenv("ACCELERATE_USE_FSDP");
+    setenv("ACCELERATE_USE_DEEPSPEED", "true", 1);
+    setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3", 1);
+    c = parse_accelerator_config("{}");
+    EXPECT_EQ(c.sharding.frontend, "deepspeed");
+    EXPECT_EQ(c.sharding.zero_stage, 3);
+    setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu", 1);
+    EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_UNIMPLEMENTED,
+                              "ACCELERATE_DEEPSPEED_* environment variables: deepspeed_plugin.offload_optimizer_device: ");
+    unsetenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE");
+    unsetenv("ACCELERATE_DEEPSPEED_ZERO_STAGE");
+    unsetenv("ACCELERATE_USE_DEEPSPEED");
+    EXPECT_FALSE(parse_accelerator_config("{}").sharding.enabled());
+}
+

@@ -721,6 +721,24 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_get_memory_stats_json(
+        accelerator: *const accel_accelerator_t,
+        out: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_summon_full_params_begin(
+        accelerator: *mut accel_accelerator_t,
+        model: *mut accel_model_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_summon_full_params_end(
+        accelerator: *mut accel_accelerator_t,
+        model: *mut accel_model_t,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_process_get_local_index(out: *mut i32) -> accel_status_t;
 }
 extern "C" {

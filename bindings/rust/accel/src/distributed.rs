@@ -1,7 +1,7 @@
 //! Collectives and process facts (Accelerate's gather, reduce, broadcast, pad_across_processes,
 //! split_between_processes, wait_for_everyone, main_process_first). Collectives must be called in the
 //! same order on every process.
-use crate::{check, cstring, sys, Accelerator, Batch, Result, Tensor};
+use crate::{check, cstring, sys, Accelerator, Batch, Model, Result, Tensor};
 use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::os::raw::c_char;
@@ -131,6 +131,23 @@ impl Accelerator {
         let mut s: *mut c_char = ptr::null_mut();
         check(unsafe { sys::accel_accelerator_get_ddp_stats_json(self.raw, &mut s) })?;
         Ok(unsafe { crate::owned_string(s) })
+    }
+
+    /// Per-rank bytes of parameters, gradients, optimizer state and gathered buffers, and peak RSS, as JSON.
+    pub fn memory_stats_json(&self) -> Result<String> {
+        let mut s: *mut c_char = ptr::null_mut();
+        check(unsafe { sys::accel_accelerator_get_memory_stats_json(self.raw, &mut s) })?;
+        Ok(unsafe { crate::owned_string(s) })
+    }
+
+    /// Sharded models: gather every parameter (collective); `summon_full_params_end` writes them back.
+    pub fn summon_full_params_begin(&mut self, model: &mut Model) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_summon_full_params_begin(self.raw, model.raw) })
+    }
+
+    /// Writes the summoned parameters back to their shards and frees the full buffers (collective).
+    pub fn summon_full_params_end(&mut self, model: &mut Model) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_summon_full_params_end(self.raw, model.raw) })
     }
 
     /// Clean optimizer steps since the gradient scaler last changed its scale (0 without a scaler).

@@ -174,6 +174,7 @@ fn collectives_single_process() -> accel::Result<()> {
     assert!(acc.is_last_process()?);
     assert_eq!(acc.distributed_backend()?, "single");
     assert!(acc.ddp_stats_json()?.contains("\"models\""));
+    assert!(acc.memory_stats_json()?.contains("\"peak_rss_bytes\""));
     assert_eq!(acc.grad_scaler_growth_tracker()?, 0);
     assert_eq!((accel::process_local_index()?, accel::process_local_count()?, accel::process_is_local_main()?), (0, 1, true));
     let (x, y) = data(10);

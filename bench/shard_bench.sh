@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sharded training against DDP, 2 processes, in one run: per-rank model-state bytes (parameters + gradients +
+# optimizer state, from accel_accelerator_get_memory_stats_json after the last optimizer step), peak RSS and
+# median step time of DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP FULL_SHARD, for the medium MLP and an 8-block
+# transformer, each with its ratio to DDP's. Usage: bash bench/shard_bench.sh [BUILD_DIR] [STEPS] [WARMUP]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+steps=${2:-10}
+warmup=${3:-2}
+python3 - "$build" "$steps" "$warmup" <<'PY'
+import json, os, re, subprocess, sys
+build, steps, warmup = sys.argv[1:]
+env = dict(os.environ, OMP_NUM_THREADS="1")
+for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    env.pop(k, None)
+for model in ("mlp", "transformer"):
+    wrap = ('"auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": '
+            '["transformer_encoder_layer"]') if model == "transformer" else '"auto_wrap_policy": "NO_WRAP"'
+    configs = [("DDP", "{}"),
+               ("ZeRO-1", '{"deepspeed_plugin": {"zero_stage": 1}}'),
+               ("ZeRO-2", '{"deepspeed_plugin": {"zero_stage": 2}}'),
+               ("ZeRO-3", '{"deepspeed_plugin": {"zero_stage": 3}}'),
+               ("FULL_SHARD", '{"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "sync_module_states": true, %s}}' % wrap)]
+    rows = []
+    for name, cfg in configs:
+        cmd = [os.path.join(build, "bin", "accel"), "launch", "-q", "-n", "2", "--main_process_port", "0",
+               "--num_cpu_threads_per_process", "1", os.path.join(build, "bench", "bench_shard_step"),
+               model, steps, warmup, cfg]
+        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if out.returncode != 0:
+            sys.exit("%s failed:\n%s" % (" ".join(cmd), out.stdout))
+        ranks = []
+        for line in out.stdout.splitlines():
+            m = re.search(r"shard_step rank (\d+) median_step_ms ([\d.]+) memory (\{.*\})", line)
+            if m:
+                ranks.append((float(m.group(2)), json.loads(m.group(3))))
+        if len(ranks) != 2:
+            sys.exit("expected 2 result lines from %s:\n%s" % (name, out.stdout))
+        ms = max(r[0] for r in ranks)
+        state = max(r[1]["models"][0]["model_state_bytes"] for r in ranks)
+        rss = max(r[1]["peak_rss_bytes"] for r in ranks)
+        gathered = max(r[1]["models"][0]["peak_gathered_bytes"] for r in ranks)
+        rows.append((name, state, rss, ms, gathered))
+    base = rows[0]
+    print("%s (2 processes, %s steps after %s warm-up; per rank, the larger of the two)" % (model, steps, warmup))
+    print("| strategy | model state MiB | x DDP | peak gathered MiB | peak RSS MiB | x DDP | step ms | x DDP |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, state, rss, ms, gathered in rows:
+        print("| %s | %.1f | %.3f | %.1f | %.0f | %.3f | %.1f | %.2f |" % (
+            name, state / 2**20, state / base[1], gathered / 2**20, rss / 2**20, rss / base[2], ms, ms / base[3]))
+    print()
+PY

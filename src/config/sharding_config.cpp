@@ -1,0 +1,491 @@
+// fsdp_plugin and deepspeed_plugin (FullyShardedDataParallelPlugin / DeepSpeedPlugin fields, with
+// Accelerate's names and defaults; sharding-and-parallelism.md §2-3), from the JSON config or, when the
+// config has none, from what `accel launch --use_fsdp / --use_deepspeed` exports. Every key either
+// changes what the engine does or is rejected by name.
+#include "config/accelerator_config.hpp"
+
+#include "common/error.hpp"
+#include "config/env.hpp"
+#include "config/json.hpp"
+
+#include <cjson/cJSON.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+namespace accel::config {
+
+namespace {
+
+constexpr const char *kOffloadIssue = "offloading is not yet supported by accel (it comes with issue 16, sharded "
+                                      "checkpoints and offload)";
+
+std::string upper(std::string s)
+{
+    for (char &ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return s;
+}
+
+bool env_truthy(const char *name)
+{
+    auto v = env_string(name);
+    if (!v) return false;
+    std::string s = upper(*v);
+    if (s == "1" || s == "TRUE" || s == "YES") return true;
+    if (s == "0" || s == "FALSE" || s == "NO") return false;
+    fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected true or false, got \"" +
+                                         *v + "\"");
+}
+
+// An environment variable as a JSON value of the kind `kind` ("bool", "int", "number", "string", "list").
+cJSON *env_value(const char *name, const std::string &v, const char *kind)
+{
+    std::string k = kind;
+    if (k == "bool") {
+        std::string s = upper(v);
+        if (s == "1" || s == "TRUE" || s == "YES") return cJSON_CreateTrue();
+        if (s == "0" || s == "FALSE" || s == "NO") return cJSON_CreateFalse();
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected true or false, got \"" +
+                                             v + "\"");
+    }
+    if (k == "int" || k == "number") {
+        char *end = nullptr;
+        double d = std::strtod(v.c_str(), &end);
+        if (end == v.c_str() || *end != '\0')
+            fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected a number, got \"" +
+                                                 v + "\"");
+        return cJSON_CreateNumber(d);
+    }
+    if (k == "list") {
+        cJSON *arr = cJSON_CreateArray();
+        size_t start = 0;
+        while (start <= v.size()) {
+            size_t comma = v.find(',', start);
+            std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+            while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(0, 1);
+            while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.pop_back();
+            if (!item.empty()) cJSON_AddItemToArray(arr, cJSON_CreateString(item.c_str()));
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+        }
+        return arr;
+    }
+    return cJSON_CreateString(v.c_str());
+}
+
+struct EnvKey {
+    const char *env;
+    const char *key;
+    const char *kind;
+};
+
+// A plugin object built from environment variables (only those set), owned by the caller.
+std::unique_ptr<cJSON, void (*)(cJSON *)> object_from_env(std::initializer_list<EnvKey> keys)
+{
+    std::unique_ptr<cJSON, void (*)(cJSON *)> obj(cJSON_CreateObject(), cJSON_Delete);
+    for (const auto &k : keys)
+        if (auto v = env_string(k.env)) {
+            // FSDP_SHARDING_STRATEGY may be a number (1-5) or a name; keep it a string, parsed below.
+            cJSON_AddItemToObject(obj.get(), k.key, env_value(k.env, *v, k.kind));
+        }
+    return obj;
+}
+
+void parse_fsdp(JsonObject &o, AcceleratorConfig &c)
+{
+    ShardingConfig &s = c.sharding;
+    s.frontend = "fsdp";
+    s.fsdp_version = o.get_int("fsdp_version", 1, 1, 2);
+    const bool v2 = s.fsdp_version == 2;
+
+    // Strategy (v1) or reshard_after_forward (v2).
+    std::string strategy = "FULL_SHARD";
+    if (o.has("sharding_strategy")) {
+        if (v2)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("sharding_strategy") + ": fsdp_version 2 has no sharding "
+                                                                              "strategy; use reshard_after_forward");
+        static const char *names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
+        if (o.is_string("sharding_strategy")) {
+            std::string v = upper(o.get_string("sharding_strategy", ""));
+            if (v == "_HYBRID_SHARD_ZERO2") v = "HYBRID_SHARD_ZERO2";
+            if (v.size() == 1 && v[0] >= '1' && v[0] <= '5') v = names[v[0] - '1'];
+            bool known = false;
+            for (const char *n : names) known = known || v == n;
+            if (!known)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("sharding_strategy") + ": expected one of \"FULL_SHARD\", "
+                                                 "\"SHARD_GRAD_OP\", \"NO_SHARD\", \"HYBRID_SHARD\", "
+                                                 "\"HYBRID_SHARD_ZERO2\" (or 1-5), got \"" + o.get_string("sharding_strategy", "") + "\"");
+            strategy = v;
+        } else {
+            strategy = names[o.get_int("sharding_strategy", 1, 1, 5) - 1];
+        }
+    }
+    if (o.has("reshard_after_forward")) {
+        if (!v2)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("reshard_after_forward") + ": is an fsdp_version 2 key; with "
+                                             "version 1 sharding_strategy decides (FULL_SHARD reshards after forward, "
+                                             "SHARD_GRAD_OP does not)");
+    }
+    if (v2) strategy = o.get_bool("reshard_after_forward", true) ? "FULL_SHARD" : "SHARD_GRAD_OP";
+    if (strategy == "HYBRID_SHARD" || strategy == "HYBRID_SHARD_ZERO2") {
+        const auto &t = c.topology;
+        if (t.local_world_size >= t.world_size)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("sharding_strategy") + ": " + strategy + " shards inside a node "
+                                             "and replicates across nodes, and this run has one node (" +
+                                             std::to_string(t.world_size) + " processes, " +
+                                             std::to_string(t.local_world_size) + " per node); use FULL_SHARD");
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("sharding_strategy") + ": " + strategy + " (sharding inside a node, "
+                                      "replication across nodes) is not yet supported by accel");
+    }
+    s.strategy = strategy;
+    if (strategy == "FULL_SHARD") {
+        s.shard_optimizer = s.shard_gradients = s.shard_parameters = s.reshard_after_forward = true;
+    } else if (strategy == "SHARD_GRAD_OP") {
+        s.shard_optimizer = s.shard_gradients = s.shard_parameters = true;
+    }
+
+    // Wrap policy.
+    std::string policy = upper(o.get_string("auto_wrap_policy", "NO_WRAP"));
+    if (policy != "NO_WRAP" && policy != "TRANSFORMER_BASED_WRAP" && policy != "SIZE_BASED_WRAP")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("auto_wrap_policy") + ": expected \"NO_WRAP\", "
+                                         "\"TRANSFORMER_BASED_WRAP\" or \"SIZE_BASED_WRAP\", got \"" +
+                                         o.get_string("auto_wrap_policy", "") + "\"");
+    s.wrap_classes = o.get_string_array("transformer_cls_names_to_wrap", {});
+    s.min_num_params = o.get_int("min_num_params", 0, 0, INT64_MAX / 2);
+    if (!s.wrap_classes.empty() && policy != "TRANSFORMER_BASED_WRAP")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("transformer_cls_names_to_wrap") + ": needs auto_wrap_policy "
+                                         "\"TRANSFORMER_BASED_WRAP\" (got \"" + policy + "\")");
+    if (policy == "TRANSFORMER_BASED_WRAP" && s.wrap_classes.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("transformer_cls_names_to_wrap") + ": TRANSFORMER_BASED_WRAP needs "
+                                         "the layer types to wrap (accel's models have no _no_split_modules to "
+                                         "default to), e.g. [\"transformer_encoder_layer\"]");
+    if (o.has("min_num_params") && policy != "SIZE_BASED_WRAP")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("min_num_params") + ": needs auto_wrap_policy \"SIZE_BASED_WRAP\" "
+                                         "(got \"" + policy + "\")");
+    // Accelerate: min_num_params 0 disables the size policy.
+    s.auto_wrap_policy = (policy == "SIZE_BASED_WRAP" && s.min_num_params == 0) ? "NO_WRAP" : policy;
+
+    if (o.get_bool("cpu_offload", false))
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("cpu_offload") + ": " + kOffloadIssue);
+    s.state_dict_type = upper(o.get_string("state_dict_type", v2 ? "SHARDED_STATE_DICT" : "FULL_STATE_DICT"));
+    if (s.state_dict_type != "FULL_STATE_DICT" && s.state_dict_type != "SHARDED_STATE_DICT" &&
+        s.state_dict_type != "LOCAL_STATE_DICT")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("state_dict_type") + ": expected \"FULL_STATE_DICT\", "
+                                         "\"SHARDED_STATE_DICT\" or \"LOCAL_STATE_DICT\", got \"" + s.state_dict_type + "\"");
+    if (o.has("state_dict_type") && s.state_dict_type != "FULL_STATE_DICT")
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("state_dict_type") + ": " + s.state_dict_type + " (per-rank shard "
+                                      "files) is not yet supported by accel (it comes with issue 16); use "
+                                      "\"FULL_STATE_DICT\"");
+    if (o.get_bool("forward_prefetch", false))
+        fail(v2 ? ACCEL_ERR_INVALID_ARGUMENT : ACCEL_ERR_UNIMPLEMENTED,
+             o.path_of("forward_prefetch") + (v2 ? ": does not exist with fsdp_version 2"
+                                                 : ": prefetching the next unit's parameters is not yet supported by "
+                                                   "accel (all-gathers run when a unit starts); use false"));
+    if (o.has("backward_prefetch")) {
+        std::string bp = o.is_string("backward_prefetch") ? upper(o.get_string("backward_prefetch", ""))
+                                                          : std::to_string(o.get_int("backward_prefetch", 0, 1, 2));
+        if (bp != "NO_PREFETCH" && bp != "BACKWARD_PRE" && bp != "BACKWARD_POST" && bp != "1" && bp != "2")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("backward_prefetch") + ": expected \"BACKWARD_PRE\", "
+                                             "\"BACKWARD_POST\" or \"NO_PREFETCH\", got \"" + bp + "\"");
+        if (bp != "NO_PREFETCH")
+            fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("backward_prefetch") + ": prefetching is not yet supported by "
+                                          "accel (a unit's all-gather runs when its backward starts); use "
+                                          "\"NO_PREFETCH\" or null");
+    }
+    s.limit_all_gathers = o.get_bool("limit_all_gathers", true);
+    s.use_orig_params = o.get_bool("use_orig_params", false);
+    s.sync_module_states = o.get_bool("sync_module_states", false);
+    if (o.get_bool("cpu_ram_efficient_loading", false)) s.sync_module_states = true; // Accelerate forces it
+    if (o.get_bool("activation_checkpointing", false))
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("activation_checkpointing") + ": activation checkpointing is not yet "
+                                      "supported by accel");
+    if (o.has("ignored_modules"))
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("ignored_modules") + ": ignoring modules is not yet supported by accel");
+    if (auto mp = o.get_object("mixed_precision_policy")) {
+        for (const char *key : {"param_dtype", "reduce_dtype", "buffer_dtype"}) {
+            std::string d = mp->get_enum(key, "float32", {"float32", "fp32", "bfloat16", "bf16", "float16", "fp16"});
+            if (d != "float32" && d != "fp32")
+                fail(ACCEL_ERR_UNIMPLEMENTED, mp->path_of(key) + ": 16-bit parameters and communication inside "
+                                              "sharding are not yet supported by accel (mixed_precision \"bf16\" "
+                                              "autocast works with sharding); use \"float32\"");
+        }
+        mp->finish();
+    }
+    o.finish();
+}
+
+// A number, or "auto" (nullopt): DeepSpeed config values Accelerate fills in.
+std::optional<double> number_or_auto(JsonObject &o, const char *key, double min)
+{
+    if (o.is_string(key)) {
+        if (o.get_string(key, "auto") != "auto")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": expected a number or \"auto\"");
+        return std::nullopt;
+    }
+    if (!o.has(key)) {
+        o.get_optional_string(key); // null: as absent
+        return std::nullopt;
+    }
+    return o.get_double(key, 0.0, min, 1e300);
+}
+
+// deepspeed_plugin.hf_ds_config: a DeepSpeed JSON config (object or file), with DeepSpeed's key names. Its
+// values win over the plugin's, which only fill "auto" (Accelerate's rule); the batch-size triangle
+// train_batch_size = micro × gradient_accumulation_steps × processes is checked when it is fully given.
+void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
+{
+    ShardingConfig &s = c.sharding;
+    std::string where = plugin.path_of("hf_ds_config");
+    std::unique_ptr<JsonDocument> doc;
+    const cJSON *node = nullptr;
+    if (plugin.is_string("hf_ds_config")) {
+        std::string path = plugin.get_string("hf_ds_config", "");
+        std::ifstream in(path, std::ios::binary);
+        if (!in) fail(ACCEL_ERR_NOT_FOUND, where + ": cannot read the DeepSpeed config file \"" + path + "\"");
+        std::ostringstream ss;
+        ss << in.rdbuf();
+        where += " (" + path + ")";
+        doc = std::make_unique<JsonDocument>(ss.str().c_str(), where);
+        node = doc->root();
+    } else {
+        node = plugin.get_object("hf_ds_config")->node();
+    }
+    JsonObject ds(node, where);
+    auto zero = ds.get_object("zero_optimization");
+    if (!zero) fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": a DeepSpeed config must have a zero_optimization section");
+    if (zero->is_string("stage")) number_or_auto(*zero, "stage", 0); // "auto": the plugin's zero_stage
+    else s.zero_stage = zero->get_int("stage", 0, 0, 3);              // DeepSpeed's default is 0
+    for (const char *key : {"offload_optimizer", "offload_param"})
+        if (auto off = zero->get_object(key)) {
+            std::string d = off->get_enum("device", "none", {"none", "cpu", "nvme"});
+            if (d != "none") fail(ACCEL_ERR_UNIMPLEMENTED, off->path_of("device") + ": \"" + d + "\": " + kOffloadIssue);
+            off->get_bool("pin_memory", false); // meaningful only with an offload device
+            off->get_optional_string("nvme_path");
+            off->finish();
+        }
+    // Tuning knobs of DeepSpeed's own bucketing/prefetching have no counterpart in accel's per-unit engine:
+    // only their defaults or "auto" are accepted.
+    for (const char *key : {"reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                            "stage3_param_persistence_threshold", "stage3_max_live_parameters",
+                            "stage3_max_reuse_distance", "sub_group_size"})
+        if (zero->has(key) && !zero->is_string(key))
+            fail(ACCEL_ERR_UNIMPLEMENTED, zero->path_of(key) + ": DeepSpeed's bucket and prefetch sizes are not "
+                                          "used by accel's engine (one collective per unit); use \"auto\" or leave it out");
+        else
+            number_or_auto(*zero, key, 0);
+    for (const char *key : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "allgather_partitions"}) {
+        const bool def = std::string(key) != "overlap_comm" || s.zero_stage == 3;
+        if (zero->get_bool(key, def) != def)
+            fail(ACCEL_ERR_UNIMPLEMENTED, zero->path_of(key) + ": only DeepSpeed's default (" + (def ? "true" : "false") +
+                                          ") is supported by accel");
+    }
+    if (zero->is_string("stage3_gather_16bit_weights_on_model_save")) number_or_auto(*zero, "stage3_gather_16bit_weights_on_model_save", 0);
+    else s.zero3_save_16bit_model = zero->get_bool("stage3_gather_16bit_weights_on_model_save", s.zero3_save_16bit_model);
+    zero->finish();
+
+    const int64_t world = c.topology.world_size;
+    auto train = number_or_auto(ds, "train_batch_size", 1);
+    auto micro = number_or_auto(ds, "train_micro_batch_size_per_gpu", 1);
+    auto ga = number_or_auto(ds, "gradient_accumulation_steps", 1);
+    if (ga) {
+        if (*ga != static_cast<double>(static_cast<int64_t>(*ga)))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, ds.path_of("gradient_accumulation_steps") + ": expected an integer");
+        c.gradient_accumulation.num_steps = static_cast<int64_t>(*ga); // DeepSpeed's value wins
+    }
+    if (train && micro && ga && *train != *micro * *ga * static_cast<double>(world))
+        fail(ACCEL_ERR_INVALID_ARGUMENT,
+             ds.path_of("train_batch_size") + ": " + std::to_string(static_cast<int64_t>(*train)) +
+                 " is not train_micro_batch_size_per_gpu (" + std::to_string(static_cast<int64_t>(*micro)) +
+                 ") x gradient_accumulation_steps (" + std::to_string(static_cast<int64_t>(*ga)) + ") x " +
+                 std::to_string(world) + " process(es)");
+    if (train && micro && !ga && std::fmod(*train, *micro * static_cast<double>(world)) != 0.0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, ds.path_of("train_batch_size") + ": " + std::to_string(static_cast<int64_t>(*train)) +
+                                         " is not divisible by train_micro_batch_size_per_gpu x " +
+                                         std::to_string(world) + " process(es)");
+    if (train && micro && !ga)
+        c.gradient_accumulation.num_steps = static_cast<int64_t>(*train / (*micro * static_cast<double>(world)));
+    if (auto clip = number_or_auto(ds, "gradient_clipping", 0)) s.gradient_clipping = *clip;
+    number_or_auto(ds, "steps_per_print", 0); // Accelerate overwrites it: DeepSpeed's logging is silent
+    if (!ds.get_bool("zero_allow_untested_optimizer", true))
+        fail(ACCEL_ERR_UNIMPLEMENTED, ds.path_of("zero_allow_untested_optimizer") + ": accel always steps LibTorch's "
+                                      "optimizers (Accelerate sets true); false is not supported");
+    if (ds.get_bool("wall_clock_breakdown", false))
+        fail(ACCEL_ERR_UNIMPLEMENTED, ds.path_of("wall_clock_breakdown") + ": DeepSpeed's timers are not supported by accel");
+    for (const char *key : {"fp16", "bf16"})
+        if (auto mp = ds.get_object(key)) {
+            bool on = false;
+            if (mp->is_string("enabled")) number_or_auto(*mp, "enabled", 0); // "auto": the Accelerator's choice
+            else on = mp->get_bool("enabled", false);
+            const bool fp16 = std::string(key) == "fp16";
+            const auto want = fp16 ? ACCEL_MIXED_PRECISION_FP16 : ACCEL_MIXED_PRECISION_BF16;
+            if (on && c.mixed_precision != want)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, mp->path_of("enabled") + ": the DeepSpeed config enables " + key +
+                                                 " but mixed_precision is \"" + mixed_precision_name(c.mixed_precision) +
+                                                 "\"; make them agree");
+            if (fp16)
+                for (const char *k : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                                      "consecutive_hysteresis", "min_loss_scale", "auto_cast"})
+                    if (mp->has(k))
+                        fail(ACCEL_ERR_UNIMPLEMENTED, mp->path_of(k) + ": DeepSpeed's own fp16 loss scaler is not yet "
+                                                      "supported by accel (mixed_precision \"fp16\" uses PyTorch's "
+                                                      "GradScaler, kwargs_handlers.grad_scaler)");
+            mp->finish();
+        }
+    ds.require_absent("optimizer", "DeepSpeed's optimizer block is not yet supported by accel; create the optimizer "
+                                   "with accel_optimizer_create");
+    ds.require_absent("scheduler", "DeepSpeed's scheduler block is not yet supported by accel; create the scheduler "
+                                   "with accel_scheduler_create");
+    ds.finish();
+}
+
+void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
+{
+    ShardingConfig &s = c.sharding;
+    s.frontend = "deepspeed";
+    int64_t def_stage = 2;
+    if (auto v = env_string("ACCELERATE_DEEPSPEED_ZERO_STAGE")) {
+        char *end = nullptr;
+        long x = std::strtol(v->c_str(), &end, 10);
+        if (end == v->c_str() || *end != '\0' || x < 0 || x > 3)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable ACCELERATE_DEEPSPEED_ZERO_STAGE: expected 0, 1, 2 "
+                                             "or 3, got \"" + *v + "\"");
+        def_stage = x;
+    }
+    s.zero_stage = o.get_int("zero_stage", def_stage, 0, 3);
+    s.sync_module_states = true; // DeepSpeed's engine broadcasts the model when it is built
+
+    // gradient_accumulation_steps: "auto" = the Accelerator's; a number wins over it (DeepSpeed's value wins).
+    if (o.is_string("gradient_accumulation_steps")) {
+        if (o.get_string("gradient_accumulation_steps", "auto") != "auto")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("gradient_accumulation_steps") + ": expected an integer >= 1 "
+                                             "or \"auto\"");
+    } else if (o.has("gradient_accumulation_steps")) {
+        // On a mismatch with the Accelerator's value DeepSpeed's wins (Accelerate's rule).
+        int64_t ga = o.get_int("gradient_accumulation_steps", 1, 1, INT32_MAX);
+        c.gradient_accumulation.num_steps = ga;
+    }
+    // gradient_clipping: DeepSpeed clips inside its step; "auto" (the default) = no clipping.
+    if (o.is_string("gradient_clipping")) {
+        if (o.get_string("gradient_clipping", "auto") != "auto")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("gradient_clipping") + ": expected a number >= 0 or \"auto\"");
+    } else {
+        double def = 0.0;
+        if (auto v = env_string("ACCELERATE_GRADIENT_CLIPPING")) {
+            char *end = nullptr;
+            def = std::strtod(v->c_str(), &end);
+            if (end == v->c_str() || *end != '\0' || !(def >= 0.0))
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable ACCELERATE_GRADIENT_CLIPPING: expected a number "
+                                                 ">= 0, got \"" + *v + "\"");
+        }
+        s.gradient_clipping = o.get_double("gradient_clipping", def, 0.0, 1e300);
+    }
+    for (const char *key : {"offload_optimizer_device", "offload_param_device"}) {
+        std::string d = o.get_enum(key, "none", {"none", "cpu", "nvme"});
+        if (d != "none") fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of(key) + ": \"" + d + "\": " + kOffloadIssue);
+    }
+    for (const char *key : {"offload_optimizer_nvme_path", "offload_param_nvme_path"}) {
+        std::string p = o.get_string(key, "none");
+        if (p != "none")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": a path is only used with the \"nvme\" offload device, "
+                                             "which is not yet supported (issue 16)");
+    }
+    if (o.has("zero3_init_flag") && o.get_bool("zero3_init_flag", false))
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("zero3_init_flag") + ": building the model already partitioned "
+                                      "(deepspeed.zero.Init) is not yet supported by accel; every process builds the "
+                                      "whole model and prepare() partitions it. Use false");
+    s.zero3_save_16bit_model = o.get_bool("zero3_save_16bit_model", false);
+    if (o.has("hf_ds_config")) parse_ds_json(o, c);
+    s.strategy = "ZERO_" + std::to_string(s.zero_stage);
+    s.shard_optimizer = s.zero_stage >= 1;
+    s.shard_gradients = s.zero_stage >= 2;
+    s.shard_parameters = s.reshard_after_forward = s.zero_stage >= 3;
+    o.finish();
+}
+
+} // namespace
+
+// Called by parse_accelerator_config after gradient accumulation is known.
+void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c)
+{
+    const bool fsdp_json = root.has("fsdp_plugin"), ds_json = root.has("deepspeed_plugin");
+    root.get_object("fsdp_plugin"); // mark null values as seen
+    root.get_object("deepspeed_plugin");
+    const bool fsdp_env = !fsdp_json && !ds_json && env_truthy("ACCELERATE_USE_FSDP");
+    const bool ds_env = !fsdp_json && !ds_json && env_truthy("ACCELERATE_USE_DEEPSPEED");
+    if ((fsdp_json && ds_json) || (fsdp_env && ds_env))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin: cannot be combined with deepspeed_plugin; choose one");
+    if (fsdp_json) {
+        auto o = root.get_object("fsdp_plugin");
+        parse_fsdp(*o, c);
+    } else if (ds_json) {
+        auto o = root.get_object("deepspeed_plugin");
+        parse_deepspeed(*o, c);
+    } else if (fsdp_env) {
+        auto obj = object_from_env({{"FSDP_VERSION", "fsdp_version", "int"},
+                                    {"FSDP_SHARDING_STRATEGY", "sharding_strategy", "string"},
+                                    {"FSDP_RESHARD_AFTER_FORWARD", "reshard_after_forward", "bool"},
+                                    {"FSDP_OFFLOAD_PARAMS", "cpu_offload", "bool"},
+                                    {"FSDP_MIN_NUM_PARAMS", "min_num_params", "int"},
+                                    {"FSDP_AUTO_WRAP_POLICY", "auto_wrap_policy", "string"},
+                                    {"FSDP_TRANSFORMER_CLS_TO_WRAP", "transformer_cls_names_to_wrap", "list"},
+                                    {"FSDP_BACKWARD_PREFETCH", "backward_prefetch", "string"},
+                                    {"FSDP_STATE_DICT_TYPE", "state_dict_type", "string"},
+                                    {"FSDP_FORWARD_PREFETCH", "forward_prefetch", "bool"},
+                                    {"FSDP_USE_ORIG_PARAMS", "use_orig_params", "bool"},
+                                    {"FSDP_CPU_RAM_EFFICIENT_LOADING", "cpu_ram_efficient_loading", "bool"},
+                                    {"FSDP_SYNC_MODULE_STATES", "sync_module_states", "bool"},
+                                    {"FSDP_ACTIVATION_CHECKPOINTING", "activation_checkpointing", "bool"},
+                                    {"FSDP_IGNORED_MODULES", "ignored_modules", "string"}});
+        // With a size policy from the launcher but no minimum, the launcher's default (1e8) applies.
+        JsonObject o(obj.get(), "FSDP_* environment variables: fsdp_plugin");
+        parse_fsdp(o, c);
+    } else if (ds_env) {
+        auto obj = object_from_env({{"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "offload_optimizer_device", "string"},
+                                    {"ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "offload_param_device", "string"},
+                                    {"ACCELERATE_DEEPSPEED_ZERO3_INIT", "zero3_init_flag", "bool"},
+                                    {"ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "zero3_save_16bit_model", "bool"},
+                                    {"ACCELERATE_DEEPSPEED_CONFIG_FILE", "hf_ds_config", "string"}});
+        JsonObject o(obj.get(), "ACCELERATE_DEEPSPEED_* environment variables: deepspeed_plugin");
+        parse_deepspeed(o, c);
+    }
+}
+
+void write_sharding(JsonWriter &w, const ShardingConfig &s)
+{
+    if (s.frontend != "fsdp") w.add_null("fsdp_plugin");
+    if (s.frontend != "deepspeed") w.add_null("deepspeed_plugin");
+    if (s.frontend == "fsdp") {
+        // Written so that it parses back to the same configuration.
+        w.begin_object("fsdp_plugin").add("fsdp_version", s.fsdp_version);
+        if (s.fsdp_version == 2) w.add("reshard_after_forward", s.reshard_after_forward);
+        else w.add("sharding_strategy", s.strategy);
+        w.add("auto_wrap_policy", s.auto_wrap_policy);
+        if (s.auto_wrap_policy == "TRANSFORMER_BASED_WRAP") w.add("transformer_cls_names_to_wrap", s.wrap_classes);
+        if (s.auto_wrap_policy == "SIZE_BASED_WRAP") w.add("min_num_params", s.min_num_params);
+        if (s.state_dict_type == "FULL_STATE_DICT") w.add("state_dict_type", s.state_dict_type);
+        w.add("cpu_offload", false)
+            .add("forward_prefetch", false)
+            .add_null("backward_prefetch")
+            .add("limit_all_gathers", s.limit_all_gathers)
+            .add("sync_module_states", s.sync_module_states)
+            .add("use_orig_params", s.use_orig_params)
+            .add("activation_checkpointing", false)
+            .end_object();
+    } else if (s.frontend == "deepspeed") {
+        w.begin_object("deepspeed_plugin")
+            .add("zero_stage", s.zero_stage)
+            .add("gradient_clipping", s.gradient_clipping)
+            .add("offload_optimizer_device", "none")
+            .add("offload_param_device", "none")
+            .add("zero3_init_flag", false)
+            .add("zero3_save_16bit_model", s.zero3_save_16bit_model)
+            .end_object();
+    }
+}
+
+} // namespace accel::config

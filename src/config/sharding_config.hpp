@@ -1,0 +1,41 @@
+// Typed form of fsdp_plugin / deepspeed_plugin (and the launcher's FSDP_* / ACCELERATE_DEEPSPEED_*
+// variables): which sharding the engine in src/parallel/fsdp runs. Both front ends map onto the same
+// three switches (what is partitioned) plus when parameters are freed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accel::config {
+
+struct ShardingConfig {
+    // "" (plain DDP), "fsdp" or "deepspeed".
+    std::string frontend;
+    // The name the user chose: FSDP's strategy ("FULL_SHARD", ...) or "ZERO_<stage>".
+    std::string strategy;
+    bool shard_optimizer = false;       // ZeRO-1 and up: each rank steps only its slice of the flat parameters
+    bool shard_gradients = false;       // ZeRO-2 and up: gradients reduce-scattered, a rank keeps its slice
+    bool shard_parameters = false;      // ZeRO-3 / FSDP SHARD_GRAD_OP, FULL_SHARD: full parameters exist only
+                                        // while a unit computes
+    bool reshard_after_forward = false; // FULL_SHARD / ZeRO-3: freed after a unit's forward, gathered again
+                                        // before its backward (else kept until the end of backward)
+    // Wrap policy: "NO_WRAP" (one unit), "TRANSFORMER_BASED_WRAP" (every layer whose type is in
+    // wrap_classes is a unit), "SIZE_BASED_WRAP" (every layer with >= min_num_params parameters).
+    std::string auto_wrap_policy = "NO_WRAP";
+    std::vector<std::string> wrap_classes;
+    int64_t min_num_params = 0;
+    bool sync_module_states = true;  // broadcast rank 0's parameters and buffers when prepared
+    bool limit_all_gathers = true;   // at most one all-gather in flight (always the case here)
+    bool use_orig_params = false;
+    int64_t fsdp_version = 1;
+    std::string state_dict_type = "FULL_STATE_DICT";
+    // DeepSpeed: zero_stage, and gradient_clipping (clip inside the optimizer step; 0 = none).
+    int64_t zero_stage = -1;
+    double gradient_clipping = 0.0;
+    bool zero3_save_16bit_model = false;
+
+    bool enabled() const { return !frontend.empty(); }
+};
+
+} // namespace accel::config

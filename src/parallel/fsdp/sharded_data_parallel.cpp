@@ -1,0 +1,529 @@
+#include "parallel/fsdp/sharded_data_parallel.hpp"
+
+#include "common/error.hpp"
+#include "distributed/communicator.hpp"
+#include "model/model.hpp"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <ATen/core/grad_mode.h>
+#include <c10/core/StorageImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace accel::parallel {
+
+namespace {
+
+// A full buffer's storage is given back (size 0) while the unit is sharded and allocated again when it
+// is gathered. Parameters and the tensors autograd saved from them share this StorageImpl, so they see
+// the gathered values again before backward without any graph surgery (what FSDP does with
+// storage().resize_()).
+void release_storage(const at::Tensor &full)
+{
+    c10::StorageImpl *st = full.storage().unsafeGetStorageImpl();
+    st->set_data_ptr_noswap(at::DataPtr(nullptr, full.device()));
+    st->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor &full, int64_t nbytes)
+{
+    c10::StorageImpl *st = full.storage().unsafeGetStorageImpl();
+    st->set_data_ptr_noswap(st->allocator()->allocate(static_cast<size_t>(nbytes)));
+    st->set_nbytes(static_cast<size_t>(nbytes));
+}
+
+int64_t bytes_of(const at::Tensor &t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+} // namespace
+
+struct ShardedDataParallel::Impl {
+    struct Param {
+        std::string name;
+        at::Tensor tensor;
+        size_t unit = 0;
+        int64_t offset = 0; // in the unit's flat buffer
+        int64_t numel = 0;
+    };
+    struct Unit {
+        std::vector<size_t> params;
+        size_t first_layer = 0, last_layer = 0; // non-root units: the layers they cover
+        bool root = false;
+        int64_t numel = 0, padded = 0, shard_numel = 0;
+        at::Tensor full;       // padded flat buffer; the parameters are views of it
+        at::Tensor shard;      // this rank's slice (a view of `full` unless parameters are sharded)
+        at::Tensor grad_full;  // ZeRO-0/1: the all-reduced flat gradients of the last sync
+        at::Tensor grad_shard; // ZeRO-2/3: this rank's reduced gradient slice, accumulated over syncs
+        bool gathered = true;
+        size_t pending = 0;
+        bool done = false; // its gradients were handled in this backward
+    };
+
+    config::ShardingConfig cfg;
+    std::shared_ptr<distributed::Communicator> comm;
+    int32_t world = 1, rank = 0;
+    std::vector<Param> params;
+    std::vector<Unit> units;
+    std::vector<int> unit_of_layer; // layer -> non-root unit starting or covering it (-1: root)
+    std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+    bool require_sync = true;
+    bool active = false;
+    bool summoned = false;
+    ShardedMemory mem;
+
+    bool params_sharded() const { return cfg.shard_parameters; }
+    // NO_SHARD / ZeRO-0: one "shard" is the whole buffer.
+    int32_t shard_world() const { return cfg.shard_optimizer ? world : 1; }
+
+    void note_peak()
+    {
+        int64_t gathered = 0;
+        for (const auto &u : units)
+            if (params_sharded() && u.gathered) gathered += bytes_of(u.full);
+        mem.gathered_bytes = gathered;
+        mem.peak_gathered_bytes = std::max(mem.peak_gathered_bytes, gathered);
+        int64_t grads = gradient_bytes();
+        mem.peak_model_state_bytes = std::max(mem.peak_model_state_bytes, parameter_bytes() + grads + gathered);
+    }
+
+    int64_t parameter_bytes() const
+    {
+        int64_t n = 0;
+        for (const auto &u : units) n += params_sharded() ? bytes_of(u.shard) : bytes_of(u.full);
+        return n;
+    }
+
+    int64_t gradient_bytes() const
+    {
+        int64_t n = 0;
+        for (const auto &u : units) {
+            n += bytes_of(u.grad_full) + bytes_of(u.grad_shard);
+            for (size_t i : u.params) {
+                const at::Tensor &g = params[i].tensor.grad();
+                // ZeRO-0/1 gradients are views of grad_full: counted there.
+                if (g.defined() && !(u.grad_full.defined() && g.storage().is_alias_of(u.grad_full.storage())))
+                    n += bytes_of(g);
+            }
+        }
+        return n;
+    }
+
+    void gather(Unit &u)
+    {
+        if (u.gathered) return;
+        at::NoGradGuard no_grad;
+        allocate_storage(u.full, bytes_of(u.full));
+        std::vector<at::Tensor> parts = comm->allgather(u.shard);
+        for (int32_t r = 0; r < world; ++r) u.full.narrow(0, r * u.shard_numel, u.shard_numel).copy_(parts[r]);
+        u.gathered = true;
+        note_peak();
+    }
+
+    void reshard(Unit &u)
+    {
+        if (!params_sharded() || !u.gathered || summoned) return;
+        note_peak();
+        release_storage(u.full);
+        u.gathered = false;
+    }
+
+    void reset_backward()
+    {
+        for (auto &u : units) {
+            u.pending = u.params.size();
+            u.done = false;
+        }
+        active = true;
+    }
+
+    // Every gradient of unit u is final for this backward.
+    void unit_ready(Unit &u)
+    {
+        if (u.done) return;
+        u.done = true;
+        at::NoGradGuard no_grad;
+        if (require_sync) reduce(u);
+        reshard(u);
+    }
+
+    void reduce(Unit &u)
+    {
+        at::Tensor wire = at::zeros({u.padded}, u.full.options());
+        for (size_t i : u.params) {
+            const Param &p = params[i];
+            const at::Tensor &g = p.tensor.grad();
+            if (g.defined()) wire.narrow(0, p.offset, p.numel).copy_(g.reshape({-1}));
+        }
+        wire.div_(world); // averaged, as DDP: divide, then sum
+        if (cfg.shard_gradients) {
+            at::Tensor g = comm->reduce_scatter(wire, distributed::ReduceOp::Sum);
+            wire = at::Tensor();
+            for (size_t i : u.params) params[i].tensor.mutable_grad().reset();
+            if (u.grad_shard.defined()) u.grad_shard.add_(g);
+            else u.grad_shard = g;
+            u.shard.mutable_grad() = u.grad_shard;
+        } else {
+            comm->allreduce(wire, distributed::ReduceOp::Sum);
+            // As DDP's gradient_as_bucket_view: the parameters' gradients are views of the reduced buffer.
+            for (size_t i : u.params) {
+                Param &p = params[i];
+                p.tensor.mutable_grad() = wire.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
+            }
+            u.grad_full = wire;
+            u.shard.mutable_grad() = wire.narrow(0, rank_in_shard() * u.shard_numel, u.shard_numel);
+        }
+        note_peak();
+    }
+
+    int32_t rank_in_shard() const { return shard_world() == 1 ? 0 : rank; }
+
+    void finish()
+    {
+        if (!active) return;
+        at::NoGradGuard no_grad;
+        for (auto &u : units) unit_ready(u); // parameters unused in this backward: zero gradients
+        active = false;
+        note_peak();
+    }
+};
+
+namespace {
+
+// The forward hooks installed on the model: gather before a unit computes, free after.
+class Hooks final : public ForwardHooks {
+public:
+    explicit Hooks(std::weak_ptr<ShardedDataParallel::Impl> impl) : impl_(std::move(impl)) {}
+
+    void before_forward() override
+    {
+        auto s = lock();
+        for (auto &u : s->units)
+            if (u.root) s->gather(u);
+    }
+    void before_layer(size_t layer) override
+    {
+        auto s = lock();
+        if (layer < s->unit_of_layer.size() && s->unit_of_layer[layer] >= 0) {
+            auto &u = s->units[static_cast<size_t>(s->unit_of_layer[layer])];
+            if (u.first_layer == layer) s->gather(u);
+        }
+    }
+    at::Tensor after_layer(size_t layer, const at::Tensor &out) override
+    {
+        auto s = lock();
+        if (layer >= s->unit_of_layer.size() || s->unit_of_layer[layer] < 0) return out;
+        const size_t ui = static_cast<size_t>(s->unit_of_layer[layer]);
+        auto &u = s->units[ui];
+        if (u.last_layer != layer || !s->params_sharded()) return out;
+        const bool backward_follows = out.requires_grad();
+        if (!backward_follows) {
+            s->reshard(u);
+        } else if (s->cfg.reshard_after_forward) {
+            // Gather again when the gradient of this unit's output arrives, i.e. just before its backward.
+            std::weak_ptr<ShardedDataParallel::Impl> weak = impl_;
+            out.register_hook([weak, ui](const at::Tensor &) {
+                if (auto impl = weak.lock()) impl->gather(impl->units[ui]);
+            });
+            s->reshard(u);
+        }
+        return out;
+    }
+    at::Tensor after_forward(const at::Tensor &out) override
+    {
+        auto s = lock();
+        if (!out.requires_grad())
+            for (auto &u : s->units) s->reshard(u); // no backward follows: back to shards
+        return out;
+    }
+    void check_access(const char *what) const override
+    {
+        auto s = impl_.lock();
+        if (!s || !s->params_sharded()) return;
+        for (const auto &u : s->units)
+            if (!u.gathered)
+                fail(ACCEL_ERR_FAILED_PRECONDITION,
+                     std::string(what) + ": the model's parameters are sharded across processes (" + s->cfg.strategy +
+                         "); call accel_accelerator_summon_full_params_begin (on every process) to read or write them");
+    }
+
+private:
+    std::shared_ptr<ShardedDataParallel::Impl> lock() const
+    {
+        auto s = impl_.lock();
+        if (!s) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: its sharding engine is gone (the accelerator was freed)");
+        return s;
+    }
+    std::weak_ptr<ShardedDataParallel::Impl> impl_;
+};
+
+const char *frontend_key(const config::ShardingConfig &c)
+{
+    return c.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin";
+}
+
+} // namespace
+
+ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distributed::Communicator> comm,
+                                         const config::ShardingConfig &config)
+    : impl_(std::make_shared<Impl>())
+{
+    Impl &s = *impl_;
+    s.cfg = config;
+    s.comm = std::move(comm);
+    s.world = s.comm->size();
+    s.rank = s.comm->rank();
+    const std::string key = frontend_key(config);
+    at::NoGradGuard no_grad;
+
+    const auto &named = model.named_parameters();
+    std::vector<size_t> layer_of = model.parameter_layers();
+    const std::vector<std::string> types = model.layer_types();
+    for (size_t i = 0; i < named.size(); ++i) {
+        const at::Tensor &t = named[i].second;
+        if (!t.requires_grad()) continue;
+        if (t.scalar_type() != at::kFloat)
+            fail(ACCEL_ERR_UNIMPLEMENTED, key + ": sharding needs float32 parameters; " + named[i].first + " is " +
+                                              c10::toString(t.scalar_type()));
+        if (!t.is_leaf()) fail(ACCEL_ERR_INVALID_ARGUMENT, key + ": parameter " + named[i].first + " is not a leaf tensor");
+        Impl::Param p;
+        p.name = named[i].first;
+        p.tensor = t;
+        p.numel = t.numel();
+        s.params.push_back(std::move(p));
+    }
+    if (s.params.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "model: has no trainable parameters to shard");
+
+    // Units from the wrap policy. Layers are top-level layers of the model spec.
+    std::vector<size_t> param_layer;
+    {
+        size_t k = 0;
+        for (size_t i = 0; i < named.size(); ++i)
+            if (named[i].second.requires_grad()) param_layer.push_back(layer_of.empty() ? 0 : layer_of[i]), ++k;
+    }
+    const std::string &policy = config.auto_wrap_policy;
+    std::vector<bool> wrapped(types.size(), false);
+    if (policy != "NO_WRAP") {
+        if (types.empty())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, key + ".auto_wrap_policy: \"" + policy + "\" needs a model built from a "
+                                             "JSON spec (its layers are the units); this model has no layer structure, "
+                                             "use \"NO_WRAP\"");
+        std::vector<int64_t> layer_numel(types.size(), 0);
+        for (size_t k = 0; k < s.params.size(); ++k) layer_numel[param_layer[k]] += s.params[k].numel;
+        if (policy == "TRANSFORMER_BASED_WRAP") {
+            std::set<std::string> have(types.begin(), types.end());
+            for (const auto &c : config.wrap_classes)
+                if (have.count(c) == 0) {
+                    std::string list;
+                    for (const auto &t : have) list += (list.empty() ? "" : ", ") + t;
+                    fail(ACCEL_ERR_INVALID_ARGUMENT, key + ".transformer_cls_names_to_wrap: the model has no layer of "
+                                                     "type \"" + c + "\" (its layer types: " + list + ")");
+                }
+            for (size_t l = 0; l < types.size(); ++l)
+                wrapped[l] = std::find(config.wrap_classes.begin(), config.wrap_classes.end(), types[l]) !=
+                                 config.wrap_classes.end() && layer_numel[l] > 0;
+        } else { // SIZE_BASED_WRAP: a layer becomes a unit once it has min_num_params parameters
+            for (size_t l = 0; l < types.size(); ++l)
+                wrapped[l] = layer_numel[l] > 0 && layer_numel[l] >= config.min_num_params;
+        }
+    }
+    s.unit_of_layer.assign(types.size(), -1);
+    {
+        Impl::Unit root;
+        root.root = true;
+        for (size_t k = 0; k < s.params.size(); ++k)
+            if (types.empty() || !wrapped[param_layer[k]]) root.params.push_back(k);
+        if (!root.params.empty()) s.units.push_back(std::move(root));
+        for (size_t l = 0; l < types.size(); ++l) {
+            if (!wrapped[l]) continue;
+            Impl::Unit u;
+            u.first_layer = u.last_layer = l;
+            for (size_t k = 0; k < s.params.size(); ++k)
+                if (param_layer[k] == l) u.params.push_back(k);
+            s.unit_of_layer[l] = static_cast<int>(s.units.size());
+            s.units.push_back(std::move(u));
+        }
+    }
+
+    // Flat buffers: copy the parameters in, broadcast rank 0's (sync_module_states), make the
+    // parameters views of their buffer, cut this rank's shard.
+    const int32_t sw = s.shard_world();
+    for (size_t ui = 0; ui < s.units.size(); ++ui) {
+        Impl::Unit &u = s.units[ui];
+        for (size_t k : u.params) {
+            s.params[k].unit = ui;
+            s.params[k].offset = u.numel;
+            u.numel += s.params[k].numel;
+        }
+        u.padded = (u.numel + sw - 1) / sw * sw;
+        u.shard_numel = u.padded / sw;
+        s.mem.padding_elements += u.padded - u.numel;
+        u.full = at::zeros({u.padded}, s.params[u.params[0]].tensor.options().requires_grad(false));
+        for (size_t k : u.params) {
+            auto &p = s.params[k];
+            u.full.narrow(0, p.offset, p.numel).copy_(p.tensor.detach().reshape({-1}));
+        }
+        if (config.sync_module_states && s.world > 1) s.comm->broadcast(u.full, 0);
+        for (size_t k : u.params) {
+            auto &p = s.params[k];
+            p.tensor.set_data(u.full.narrow(0, p.offset, p.numel).view(p.tensor.sizes()));
+        }
+        at::Tensor slice = u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel);
+        u.shard = config.shard_parameters ? slice.clone() : slice;
+        u.shard.requires_grad_(true);
+        if (config.shard_parameters) {
+            release_storage(u.full);
+            u.gathered = false;
+        }
+    }
+    if (config.sync_module_states && s.world > 1)
+        for (const auto &b : model.named_buffers()) {
+            if (!b.second.defined()) continue;
+            at::Tensor t = b.second.contiguous();
+            s.comm->broadcast(t, 0);
+            if (t.data_ptr() != b.second.data_ptr()) b.second.copy_(t);
+        }
+    s.mem.num_units = static_cast<int64_t>(s.units.size());
+
+    // One post hook per gradient accumulator: when a unit's last gradient is in, reduce and free it.
+    std::weak_ptr<Impl> weak = impl_;
+    for (size_t i = 0; i < s.params.size(); ++i) {
+        auto acc = torch::autograd::impl::grad_accumulator(s.params[i].tensor);
+        if (!acc) fail(ACCEL_ERR_INTERNAL, key + ": parameter " + s.params[i].name + " has no gradient accumulator");
+        acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [weak, i](const torch::autograd::variable_list &outputs, const torch::autograd::variable_list &) {
+                if (auto impl = weak.lock()) {
+                    if (!impl->active) impl->reset_backward();
+                    auto &u = impl->units[impl->params[i].unit];
+                    if (u.pending > 0 && --u.pending == 0) impl->unit_ready(u);
+                }
+                return outputs;
+            }));
+        s.accumulators.push_back(std::move(acc));
+    }
+    model.forward_hooks = std::make_shared<Hooks>(impl_);
+    s.note_peak();
+}
+
+ShardedDataParallel::~ShardedDataParallel() = default;
+
+void ShardedDataParallel::set_require_sync(bool on) { impl_->require_sync = on; }
+
+void ShardedDataParallel::finish_backward() { impl_->finish(); }
+
+void ShardedDataParallel::abort_backward()
+{
+    // The collectives of a failed backward cannot be matched any more; forget it. Units stay as they are
+    // (gathered ones are freed on the next reshard).
+    impl_->active = false;
+}
+
+std::vector<at::Tensor> ShardedDataParallel::optimizer_params() const
+{
+    std::vector<at::Tensor> out;
+    for (const auto &u : impl_->units) out.push_back(u.shard);
+    return out;
+}
+
+void ShardedDataParallel::after_optimizer_step()
+{
+    Impl &s = *impl_;
+    if (!s.cfg.shard_optimizer || s.params_sharded()) return; // ZeRO-0: whole buffer; ZeRO-3: next forward gathers
+    at::NoGradGuard no_grad;
+    for (auto &u : s.units) {
+        std::vector<at::Tensor> parts = s.comm->allgather(u.shard);
+        for (int32_t r = 0; r < s.world; ++r)
+            if (r != s.rank) u.full.narrow(0, r * u.shard_numel, u.shard_numel).copy_(parts[r]);
+    }
+}
+
+void ShardedDataParallel::zero_grad()
+{
+    for (auto &u : impl_->units) {
+        for (size_t i : u.params) impl_->params[i].tensor.mutable_grad().reset();
+        u.shard.mutable_grad().reset();
+        u.grad_full = at::Tensor();
+        u.grad_shard = at::Tensor();
+    }
+}
+
+double ShardedDataParallel::clip_grad_norm(double max_norm, double norm_type, bool clip)
+{
+    Impl &s = *impl_;
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> grads;
+    for (auto &u : s.units)
+        if (u.shard.grad().defined()) grads.push_back(u.shard.grad());
+    const bool across = s.shard_world() > 1;
+    at::Tensor total;
+    if (std::isinf(norm_type)) {
+        total = at::zeros({}, at::kFloat);
+        for (const auto &g : grads) total = at::maximum(total, g.abs().max());
+        if (across) {
+            at::Tensor t = total.reshape({1}).clone();
+            s.comm->allreduce(t, distributed::ReduceOp::Max);
+            total = t.reshape({});
+        }
+    } else {
+        // sum over shards of |g|^p, all-reduced, then the p-th root: the norm of the whole gradient.
+        at::Tensor acc = at::zeros({1}, at::kDouble);
+        for (const auto &g : grads) acc += at::norm(g, norm_type).to(at::kDouble).pow(norm_type);
+        if (across) s.comm->allreduce(acc, distributed::ReduceOp::Sum);
+        total = acc.pow(1.0 / norm_type).to(at::kFloat).reshape({});
+    }
+    if (clip) {
+        at::Tensor coef = at::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+        for (auto &u : s.units) {
+            if (u.grad_full.defined()) u.grad_full.mul_(coef); // ZeRO-0/1: every rank's full copy
+            else if (u.grad_shard.defined()) u.grad_shard.mul_(coef);
+        }
+    }
+    return total.item<double>();
+}
+
+void ShardedDataParallel::clip_grad_value(double clip_value)
+{
+    at::NoGradGuard no_grad;
+    for (auto &u : impl_->units) {
+        if (u.grad_full.defined()) u.grad_full.clamp_(-clip_value, clip_value);
+        else if (u.grad_shard.defined()) u.grad_shard.clamp_(-clip_value, clip_value);
+    }
+}
+
+void ShardedDataParallel::summon_full_params(bool on)
+{
+    Impl &s = *impl_;
+    if (on == s.summoned)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, on ? "summon_full_params_begin: the parameters are already summoned"
+                                               : "summon_full_params_end: no matching summon_full_params_begin");
+    at::NoGradGuard no_grad;
+    if (on) {
+        for (auto &u : s.units) s.gather(u);
+        s.summoned = true;
+        return;
+    }
+    s.summoned = false;
+    if (!s.params_sharded()) return;
+    for (auto &u : s.units) { // writes made while summoned reach the shards (FSDP's writeback=True)
+        u.shard.detach().copy_(u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel));
+        s.reshard(u);
+    }
+}
+
+bool ShardedDataParallel::summoned() const { return impl_->summoned; }
+
+ShardedMemory ShardedDataParallel::memory() const
+{
+    impl_->note_peak();
+    ShardedMemory m = impl_->mem;
+    m.parameter_bytes = impl_->parameter_bytes();
+    m.gradient_bytes = impl_->gradient_bytes();
+    return m;
+}
+
+const config::ShardingConfig &ShardedDataParallel::config() const { return impl_->cfg; }
+
+} // namespace accel::parallel

@@ -1,0 +1,78 @@
+// ShardedDataParallel: the one engine behind fsdp_plugin and deepspeed_plugin (ZeRO 0-3, FSDP
+// NO_SHARD / SHARD_GRAD_OP / FULL_SHARD). The prepared model's trainable parameters are packed into one
+// flat fp32 buffer per unit (a unit = a layer chosen by the wrap policy; the root unit takes the rest),
+// padded to a multiple of the process count, and each parameter becomes a view of its unit's buffer.
+// Rank r owns slice r of every buffer: the optimizer is rebuilt over these slices ("shards").
+//   - shard_optimizer (ZeRO-1): gradients all-reduced as DDP does; each rank steps its shard, then the
+//     buffers are all-gathered.
+//   - shard_gradients (ZeRO-2): a unit's gradients are reduce-scattered as soon as backward has produced
+//     all of them; a rank keeps only its gradient shard.
+//   - shard_parameters (ZeRO-3, SHARD_GRAD_OP, FULL_SHARD): a unit's buffer exists only while it computes:
+//     all-gathered before its forward (and, with reshard_after_forward, again before its backward), its
+//     storage released after. At rest a rank holds only its shards.
+// Gradient accumulation outside sync steps keeps the unsharded gradients locally (FSDP's no_sync).
+#pragma once
+
+#include "config/sharding_config.hpp"
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accel {
+class Model;
+}
+namespace accel::distributed {
+class Communicator;
+}
+
+namespace accel::parallel {
+
+struct ShardedMemory {
+    int64_t parameter_bytes = 0;     // persistent parameter storage on this rank (shards, or full buffers)
+    int64_t gradient_bytes = 0;      // gradient storage now allocated (shards, reduced buffers, local grads)
+    int64_t gathered_bytes = 0;      // full buffers of sharded units now allocated (transient)
+    int64_t peak_gathered_bytes = 0; // the most gathered_bytes seen
+    int64_t peak_model_state_bytes = 0; // the most parameter + gradient + gathered bytes seen at a check point
+    int64_t num_units = 0;
+    int64_t padding_elements = 0;
+};
+
+class ShardedDataParallel {
+public:
+    ShardedDataParallel(Model &model, std::shared_ptr<distributed::Communicator> comm,
+                        const config::ShardingConfig &config);
+    ~ShardedDataParallel();
+    ShardedDataParallel(const ShardedDataParallel &) = delete;
+    ShardedDataParallel &operator=(const ShardedDataParallel &) = delete;
+
+    // Whether the next backward reduces gradients (false inside no_sync).
+    void set_require_sync(bool on);
+    // After loss.backward(): reduces what the hooks have not (unused parameters) and frees buffers.
+    void finish_backward();
+    void abort_backward();
+    // The tensors the optimizer steps (one shard per unit, gradients attached on sync steps).
+    std::vector<at::Tensor> optimizer_params() const;
+    // After the optimizer stepped the shards: all-gather them into the full buffers (when those persist).
+    void after_optimizer_step();
+    // Drops every gradient (shards, reduced buffers, local gradients): optimizer.zero_grad(set_to_none).
+    void zero_grad();
+    // Global gradient norm from the shards (all-reduced), clipping the gradients when `clip`.
+    double clip_grad_norm(double max_norm, double norm_type, bool clip);
+    void clip_grad_value(double clip_value);
+    // summon_full_params: gather every unit (true) / write the full values back to the shards and free
+    // them (false). Collective.
+    void summon_full_params(bool on);
+    bool summoned() const;
+    ShardedMemory memory() const;
+    const config::ShardingConfig &config() const;
+
+    struct Impl;
+
+private:
+    std::shared_ptr<Impl> impl_;
+};
+
+} // namespace accel::parallel

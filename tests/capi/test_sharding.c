@@ -1,0 +1,191 @@
+/* Sharded training through the C API in one process (the multi-process equivalence with DDP is in
+ * tests/distributed): every strategy trains to the weights of plain training, sharded parameters are
+ * readable only between summon_full_params_begin/end, memory statistics, and bad configurations named. */
+#include "capi_helpers.h"
+
+#include <string.h>
+
+#define N 64
+#define NIN 6
+#define NOUT 3
+#define NPARAMS (NIN * 16 + 16 + 16 * 16 + 16 + 16 * NOUT + NOUT)
+
+static const char *kSpec = "{\"type\": \"mlp\", \"widths\": [6, 16, 16, 3], \"activation\": \"tanh\"}";
+
+/* Trains 6 optimizer steps (accumulation 2, batch 8, AdamW, clipping at 0.5) under `config`; writes the
+ * final weights (parameter order) to `w`. Returns the accelerator's status of the first failure. */
+static void train(const char *config, float *w)
+{
+    float x[N * NIN], y[N * NOUT];
+    int i;
+    for (i = 0; i < N * NIN; ++i) x[i] = (float)sin(0.37 * (double)i);
+    for (i = 0; i < N * NOUT; ++i) y[i] = (float)cos(0.21 * (double)i);
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_dataloader_t *dl = NULL;
+    accel_tensor_t *tx = matrix_f32(x, N, NIN), *ty = matrix_f32(y, N, NOUT);
+    CHECK_OK(accel_random_set_seed(3, false, false));
+    CHECK_OK(accel_accelerator_create(config, &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
+    CHECK_OK(accel_dataloader_create_from_tensors(tx, ty, "{\"batch_size\": 8, \"shuffle\": false}", &dl));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, dl, NULL));
+    int steps = 0;
+    while (steps < 6) {
+        accel_batch_t *b = NULL;
+        CHECK_OK(accel_dataloader_next(dl, &b));
+        if (b == NULL) continue;
+        accel_tensor_t *in = NULL, *lab = NULL, *out = NULL, *loss = NULL;
+        bool sync = false;
+        CHECK_OK(accel_accelerator_accumulate_begin(acc, m));
+        CHECK_OK(accel_batch_get_inputs(b, &in));
+        CHECK_OK(accel_batch_get_labels(b, &lab));
+        CHECK_OK(accel_model_forward(m, in, &out));
+        CHECK_OK(accel_loss_compute("mse", out, lab, &loss));
+        CHECK_OK(accel_accelerator_backward(acc, loss));
+        CHECK_OK(accel_accelerator_get_sync_gradients(acc, &sync));
+        if (sync) {
+            double norm = 0.0;
+            CHECK_OK(accel_accelerator_clip_grad_norm(acc, m, 0.5, 2.0, &norm));
+            CHECK(norm > 0.0);
+            ++steps;
+        }
+        CHECK_OK(accel_optimizer_step(opt));
+        CHECK_OK(accel_optimizer_zero_grad(opt));
+        CHECK_OK(accel_accelerator_accumulate_end(acc));
+        accel_tensor_free(in);
+        accel_tensor_free(lab);
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+        accel_batch_free(b);
+    }
+    const int sharded = strstr(config, "_plugin") != NULL;
+    if (sharded) CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
+    size_t count = 0, k, off = 0;
+    CHECK_OK(accel_model_get_num_parameters(m, &count));
+    for (k = 0; k < count; ++k) {
+        const char *name = NULL;
+        accel_tensor_t *p = NULL;
+        CHECK_OK(accel_model_get_parameter_name(m, k, &name));
+        CHECK_OK(accel_model_get_tensor(m, name, &p));
+        int64_t n = numel_of(p);
+        if (off + (size_t)n <= NPARAMS) read_f32(p, w + off, (size_t)n);
+        off += (size_t)n;
+        accel_tensor_free(p);
+    }
+    CHECK(off == NPARAMS);
+    if (sharded) CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
+    accel_dataloader_free(dl);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_tensor_free(tx);
+    accel_tensor_free(ty);
+    accel_accelerator_free(acc);
+}
+
+static void test_strategies_match_plain_training(void)
+{
+    static const char *configs[] = {
+        "{\"gradient_accumulation_steps\": 2, \"fsdp_plugin\": {}}",
+        "{\"gradient_accumulation_steps\": 2, \"fsdp_plugin\": {\"sharding_strategy\": \"SHARD_GRAD_OP\"}}",
+        "{\"gradient_accumulation_steps\": 2, \"fsdp_plugin\": {\"sharding_strategy\": \"NO_SHARD\"}}",
+        "{\"gradient_accumulation_steps\": 2, \"fsdp_plugin\": {\"auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\", "
+        "\"transformer_cls_names_to_wrap\": [\"linear\"]}}",
+        "{\"gradient_accumulation_steps\": 2, \"fsdp_plugin\": {\"fsdp_version\": 2, \"auto_wrap_policy\": "
+        "\"SIZE_BASED_WRAP\", \"min_num_params\": 100}}",
+        "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 0, \"gradient_clipping\": 0.5}}",
+        "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 1, \"gradient_clipping\": 0.5}}",
+        "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 2, \"gradient_clipping\": 0.5}}",
+        "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, \"gradient_clipping\": 0.5}}",
+    };
+    float ref[NPARAMS], got[NPARAMS];
+    size_t c;
+    int i;
+    train("{\"gradient_accumulation_steps\": 2}", ref);
+    for (c = 0; c < sizeof configs / sizeof configs[0]; ++c) {
+        memset(got, 0, sizeof got);
+        train(configs[c], got);
+        double worst = 0.0;
+        for (i = 0; i < NPARAMS; ++i) {
+            double d = fabs((double)ref[i] - (double)got[i]) / fmax(1.0, fabs((double)ref[i]));
+            if (d > worst) worst = d;
+        }
+        if (worst > 1e-6) fprintf(stderr, "%s: worst relative difference %g\n", configs[c], worst);
+        CHECK(worst <= 1e-6);
+    }
+}
+
+static void test_summon_memory_and_errors(void)
+{
+    accel_accelerator_t *acc = NULL, *plain = NULL;
+    accel_model_t *m = NULL, *m2 = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_tensor_t *t = NULL;
+    char *json = NULL;
+    CHECK_OK(accel_accelerator_create("{\"deepspeed_plugin\": {\"zero_stage\": 3}}", &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adam\", \"lr\": 0.01}", &opt));
+    CHECK_FAILS(accel_accelerator_summon_full_params_begin(acc, m), ACCEL_ERR_FAILED_PRECONDITION, "not prepared");
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+    /* At rest a ZeRO-3 model holds only shards: reading or writing it needs summon_full_params. */
+    CHECK_FAILS(accel_model_get_tensor(m, "0.weight", &t), ACCEL_ERR_FAILED_PRECONDITION, "summon_full_params");
+    CHECK_FAILS(accel_accelerator_summon_full_params_end(acc, m), ACCEL_ERR_FAILED_PRECONDITION, "no matching");
+    CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
+    CHECK_FAILS(accel_accelerator_summon_full_params_begin(acc, m), ACCEL_ERR_FAILED_PRECONDITION, "already");
+    CHECK_OK(accel_model_get_tensor(m, "0.weight", &t));
+    accel_tensor_free(t);
+    t = NULL;
+    CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
+    CHECK_FAILS(accel_accelerator_summon_full_params_begin(NULL, m), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
+    CHECK_FAILS(accel_accelerator_summon_full_params_begin(acc, NULL), ACCEL_ERR_INVALID_ARGUMENT, "model");
+    /* Checkpoints of sharded training are not there yet, and say so. */
+    CHECK_FAILS(accel_accelerator_save_state(acc, "sharded_ckpt"), ACCEL_ERR_UNIMPLEMENTED, "sharded training");
+
+    CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &json));
+    CHECK(strstr(json, "\"strategy\": \"ZERO_3\"") != NULL);
+    CHECK(strstr(json, "\"parameter_bytes\": ") != NULL);
+    CHECK(strstr(json, "\"optimizer_state_bytes\": 0") != NULL); /* no step yet */
+    CHECK(strstr(json, "\"peak_rss_bytes\": ") != NULL);
+    accel_string_free(json);
+    json = NULL;
+    CHECK_FAILS(accel_accelerator_get_memory_stats_json(acc, NULL), ACCEL_ERR_INVALID_ARGUMENT, "out");
+    CHECK_FAILS(accel_accelerator_get_memory_stats_json(NULL, &json), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
+
+    /* Not sharded: summon is refused, memory statistics still work. */
+    CHECK_OK(accel_accelerator_create(NULL, &plain));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m2));
+    CHECK_OK(accel_accelerator_prepare_model(plain, m2));
+    CHECK_FAILS(accel_accelerator_summon_full_params_begin(plain, m2), ACCEL_ERR_FAILED_PRECONDITION, "not sharded");
+    CHECK_OK(accel_accelerator_get_memory_stats_json(plain, &json));
+    CHECK(strstr(json, "\"strategy\": \"NONE\"") != NULL);
+    CHECK(strstr(json, "\"parameter_bytes\": 1740") != NULL); /* (96+16+256+16+48+3) floats */
+    accel_string_free(json);
+    accel_model_free(m2);
+    accel_accelerator_free(plain);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+}
+
+static void test_bad_wrap_class(void)
+{
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    CHECK_OK(accel_accelerator_create("{\"fsdp_plugin\": {\"auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\", "
+                                      "\"transformer_cls_names_to_wrap\": [\"gpt_block\"]}}",
+                                      &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_FAILS(accel_accelerator_prepare(acc, m, NULL, NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT,
+                "fsdp_plugin.transformer_cls_names_to_wrap: the model has no layer of type \"gpt_block\"");
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+}
+
+int main(void)
+{
+    test_strategies_match_plain_training();
+    test_summon_memory_and_errors();
+    test_bad_wrap_class();
+    return capi_report("test_sharding");
+}
