@@ -835,3 +835,49 @@ extern "C" {
         out: *mut i64,
     ) -> accel_status_t;
 }
+pub type accel_tracker_event_t = i32;
+pub const accel_tracker_event_enum_ACCEL_TRACKER_EVENT_INIT: accel_tracker_event_enum = 0;
+pub const accel_tracker_event_enum_ACCEL_TRACKER_EVENT_LOG: accel_tracker_event_enum = 1;
+pub const accel_tracker_event_enum_ACCEL_TRACKER_EVENT_FINISH: accel_tracker_event_enum = 2;
+pub type accel_tracker_event_enum = core::ffi::c_uint;
+pub type accel_tracker_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut core::ffi::c_void,
+        event: accel_tracker_event_t,
+        json: *const core::ffi::c_char,
+        step: i64,
+    ) -> accel_status_t,
+>;
+extern "C" {
+    pub fn accel_accelerator_add_tracker(
+        accelerator: *mut accel_accelerator_t,
+        name: *const core::ffi::c_char,
+        fn_: accel_tracker_fn_t,
+        user_data: *mut core::ffi::c_void,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_init_trackers(
+        accelerator: *mut accel_accelerator_t,
+        project_name: *const core::ffi::c_char,
+        config_json: *const core::ffi::c_char,
+        init_kwargs_json: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_log(
+        accelerator: *mut accel_accelerator_t,
+        values_json: *const core::ffi::c_char,
+        step: i64,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_end_training(accelerator: *mut accel_accelerator_t) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_tracker_json(
+        accelerator: *mut accel_accelerator_t,
+        name: *const core::ffi::c_char,
+        out: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
