@@ -84,7 +84,9 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_backward(accel_accele
  * Enter `accelerator.accumulate(model)`: advances the micro-step counter and decides sync_gradients
  * (every gradient_accumulation_steps micro-steps, and always on the last batch of a prepared data
  * loader when sync_with_dataloader). Must be paired with accel_accelerator_accumulate_end(); nesting
- * is ACCEL_ERR_FAILED_PRECONDITION.
+ * is ACCEL_ERR_FAILED_PRECONDITION. As Accelerate's accumulate(*models), only `model` skips gradient
+ * communication (no_sync) on non-sync micro-steps; NULL names no model, so every prepared model keeps
+ * all-reducing each micro-step (the optimizer still steps only when sync_gradients).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_accumulate_begin(accel_accelerator_t *accelerator,
                                                                             accel_model_t *model) ACCEL_NOEXCEPT;

@@ -351,7 +351,7 @@ void Accelerator::backward(const at::Tensor &loss)
     for (auto &d : sharded_) d.second->finish_backward();
 }
 
-void Accelerator::accumulate_begin()
+void Accelerator::accumulate_begin(const Model *model)
 {
     AcceleratorState &s = *state_;
     if (s.in_accumulate) fail(ACCEL_ERR_FAILED_PRECONDITION, "accumulate_begin: already inside accumulate(); call "
@@ -364,10 +364,13 @@ void Accelerator::accumulate_begin()
         s.step += 1;
         s.gradient.set_sync_gradients(s.step % plugin.num_steps == 0);
     }
-    // DDP communicates only when sync_gradients, or on every batch with sync_each_batch (no_sync otherwise).
+    // The model passed communicates only when sync_gradients, or on every batch with sync_each_batch
+    // (no_sync otherwise). As Accelerate's accumulate(*models), other models keep syncing every batch.
     const bool sync = s.gradient.sync_gradients() || (s.num_processes() > 1 && plugin.sync_each_batch);
-    for (auto &d : ddp_) d.second->set_require_sync(sync);
-    for (auto &d : sharded_) d.second->set_require_sync(sync);
+    for (auto &d : ddp_)
+        if (d.first == model) d.second->set_require_sync(sync);
+    for (auto &d : sharded_)
+        if (d.first == model) d.second->set_require_sync(sync);
     s.in_accumulate = true;
 }
 
@@ -472,7 +475,7 @@ double Accelerator::train_step(Model &model, AcceleratedOptimizer &optimizer, Ac
         fail(ACCEL_ERR_INVALID_ARGUMENT, "optimizer: was created over a different model");
     if (scheduler != nullptr && scheduler->optimizer().get() != &optimizer)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "scheduler: was created over a different optimizer");
-    accumulate_begin();
+    accumulate_begin(&model);
     try {
         at::Tensor out;
         try {

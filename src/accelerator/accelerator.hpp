@@ -74,7 +74,8 @@ public:
     size_t register_for_checkpointing(CheckpointObject object);
 
     void backward(const at::Tensor &loss);
-    void accumulate_begin();
+    // accumulate(model): no_sync applies to `model` only (nullptr: to none, as accumulate() with no models).
+    void accumulate_begin(const Model *model = nullptr);
     void accumulate_end();
     double clip_grad_norm(Model &model, double max_norm, double norm_type);
     void clip_grad_value(Model &model, double clip_value);

@@ -108,7 +108,7 @@ ACCEL_API accel_status_t accel_accelerator_accumulate_begin(accel_accelerator_t 
         auto &a = acc_of(accelerator);
         if (model != nullptr && model->impl->prepared_by != a.state())
             fail(ACCEL_ERR_FAILED_PRECONDITION, "model: not prepared by this accelerator");
-        a.accumulate_begin();
+        a.accumulate_begin(model != nullptr ? model->impl.get() : nullptr);
     });
 }
 

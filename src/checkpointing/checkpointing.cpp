@@ -167,6 +167,25 @@ std::string index_json(uint64_t total_size, const std::vector<std::pair<std::str
 
 namespace {
 
+// The names a save_state writes (any number of models, optimizers, ... and processes): in a folder that
+// save_state(output_dir) replaces, these are the previous checkpoint's and go; every other entry is the
+// user's and stays.
+bool is_checkpoint_file(const std::string &name)
+{
+    auto numbered = [&](const std::string &stem, const std::string &ext, bool bare_allowed) {
+        if (name.size() < stem.size() + ext.size() || name.compare(0, stem.size(), stem) != 0 ||
+            name.compare(name.size() - ext.size(), ext.size(), ext) != 0)
+            return false;
+        std::string mid = name.substr(stem.size(), name.size() - stem.size() - ext.size());
+        if (mid.empty()) return bare_allowed;
+        return mid.size() > 1 && mid[0] == '_' && mid.find_first_not_of("0123456789", 1) == std::string::npos;
+    };
+    return numbered(kSafeWeights, ".safetensors", true) || numbered(kPickleWeights, ".bin", true) ||
+           numbered("optimizer", ".bin", true) || numbered("scheduler", ".bin", true) ||
+           numbered("sampler", ".bin", true) || numbered("dl_state_dict", ".bin", true) || name == "scaler.pt" ||
+           numbered("random_states", ".pkl", false) || numbered("custom_checkpoint", ".pkl", false);
+}
+
 // Rotation (total_limit): the old folder is first renamed to a locked temp name, so that a save killed while
 // removing it leaves a stale temp folder (removed by the next save) rather than a half-deleted checkpoint
 // that still looks complete.
@@ -266,7 +285,7 @@ void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile
         }
         run_jobs(jobs, io_threads());
         barrier();
-        if (main) publish_dir(tmp, target.dir);
+        if (main) publish_dir(tmp, target.dir, is_checkpoint_file);
     } catch (...) {
         try {
             if (main) remove_all(tmp);

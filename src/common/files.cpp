@@ -283,19 +283,53 @@ bool is_temp_name(const std::string &name)
            name.compare(name.size() - 10, 10, ".accel-tmp") == 0;
 }
 
-void publish_dir(const std::string &tmp, const std::string &target)
+namespace {
+
+// Recreates `src` at `dst` with hard links (no bytes copied): folders are made, files linked, symbolic
+// links re-created. Anything else (a socket, a device) is refused rather than dropped.
+void link_tree(const std::string &src, const std::string &dst)
 {
-    fsync_dir(tmp);
+    struct stat st {};
+    if (::lstat(src.c_str(), &st) != 0) fail_errno(errno, "cannot read", src);
+    if (S_ISDIR(st.st_mode)) {
+        if (::mkdir(dst.c_str(), st.st_mode & 07777) != 0) fail_errno(errno, "cannot create folder", dst);
+        for (const auto &name : list_dir(src)) link_tree(join(src, name), join(dst, name));
+    } else if (S_ISREG(st.st_mode)) {
+        if (::link(src.c_str(), dst.c_str()) != 0)
+            fail_errno(errno, "cannot keep (hard-link into the new checkpoint folder) the file", src);
+    } else if (S_ISLNK(st.st_mode)) {
+        std::string to(static_cast<size_t>(st.st_size) + 1, '\0');
+        ssize_t n = ::readlink(src.c_str(), to.data(), to.size());
+        if (n < 0) fail_errno(errno, "cannot read the link", src);
+        to.resize(static_cast<size_t>(n));
+        if (::symlink(to.c_str(), dst.c_str()) != 0) fail_errno(errno, "cannot re-create the link", dst);
+    } else {
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "save_state: \"" + src +
+                                                "\" is neither a file, a folder nor a link; accel will not "
+                                                "replace a folder holding it (move it, or save elsewhere)");
+    }
+}
+
+} // namespace
+
+void publish_dir(const std::string &tmp, const std::string &target,
+                 const std::function<bool(const std::string &name)> &replaced)
+{
     const std::string parent = parent_of(target);
     if (!exists(target)) {
+        fsync_dir(tmp);
         if (::rename(tmp.c_str(), target.c_str()) != 0) fail_errno(errno, "cannot rename checkpoint folder to", target);
     } else {
         if (!is_dir(target)) fail(ACCEL_ERR_ALREADY_EXISTS, "\"" + target + "\" exists and is not a folder");
+        // The user's entries come along (as links: until the exchange they are still whole in `target`).
+        for (const auto &name : list_dir(target))
+            if (!exists(join(tmp, name)) && !replaced(name)) link_tree(join(target, name), join(tmp, name));
+        fsync_dir(tmp);
         // Swap the complete new folder with the old one in one step, then remove the old one.
         if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
             fail_errno(errno, "cannot swap checkpoint folder into place at", target);
         fsync_dir(parent);
-        remove_checkpoint_folder(tmp); // now holds the previous content
+        remove_checkpoint_folder(tmp); // now holds the previous content (the user's files live on as links)
     }
     fsync_dir(parent);
 }

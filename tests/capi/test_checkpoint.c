@@ -219,6 +219,73 @@ static void test_resume_bitwise_in_new_process(void)
     CHECK(memcmp(wf, w2, n * sizeof(float)) == 0); /* bitwise */
 }
 
+/* ---- save_state into a folder that holds other files --------------------------------------- */
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    char p[1024];
+    FILE *f;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    f = fopen(p, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static int has_text(const char *dir, const char *name, const char *text)
+{
+    char p[1024], buf[256] = {0};
+    FILE *f;
+    size_t n;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    f = fopen(p, "rb");
+    if (!f) return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    return n == strlen(text) && memcmp(buf, text, n) == 0;
+}
+
+/* Only what save_state writes is replaced (Accelerate writes into the folder and deletes nothing): the
+ * user's files, folders and links stay, a previous checkpoint's files that this save does not write go. */
+static void test_save_keeps_user_files(void)
+{
+    Rig r;
+    char dir[600], sub[700], target[64];
+    ssize_t n;
+    path_of(dir, sizeof dir, "users_folder");
+    mkdir(dir, 0755);
+    snprintf(sub, sizeof sub, "%s/logs", dir);
+    mkdir(sub, 0755);
+    write_text(dir, "notes.txt", "mine");
+    write_text(sub, "run1.txt", "log line");
+    write_text(dir, "optimizer_3.bin", "a stale optimizer of an earlier save");
+    write_text(dir, "model.safetensors", "not a checkpoint");
+    write_text(dir, "random_states_notmine.pkl", "user's");
+    {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/latest", dir);
+        CHECK(symlink("notes.txt", p) == 0);
+    }
+    rig_make(&r, NULL, 99, "[6, 8, 3]");
+    rig_train(&r, 2);
+    CHECK_OK(accel_accelerator_save_state(r.acc, dir));
+    CHECK_OK(accel_accelerator_save_state(r.acc, dir)); /* again: still there */
+    CHECK(has_text(dir, "notes.txt", "mine"));
+    CHECK(has_text(sub, "run1.txt", "log line"));
+    CHECK(has_text(dir, "random_states_notmine.pkl", "user's"));
+    {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/latest", dir);
+        n = readlink(p, target, sizeof target - 1);
+        CHECK(n == 9 && memcmp(target, "notes.txt", 9) == 0);
+    }
+    CHECK(!file_exists(dir, "optimizer_3.bin"));
+    CHECK(!has_text(dir, "model.safetensors", "not a checkpoint"));
+    CHECK_OK(accel_accelerator_load_state(r.acc, dir));
+    rig_free(&r);
+}
+
 /* ---- crash safety --------------------------------------------------------------------------- */
 
 #define CRASH_WIDTHS "[6, 256, 256, 3]"
@@ -653,6 +720,7 @@ int main(int argc, char **argv)
     test_save_model_shards();
     test_errors_and_corruption();
     test_failed_load_changes_nothing();
+    test_save_keeps_user_files();
     test_resume_bitwise_in_new_process();
     test_crash_safety();
     test_python_interop();

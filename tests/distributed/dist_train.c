@@ -11,7 +11,8 @@
  * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare; with
  * ACCEL_TEST_SAVE_AT=K and ACCEL_TEST_SAVE_DIR=DIR it calls save_state(DIR) after optimizer step K and stops.
  * Sharding tests: ACCEL_TEST_OPTIMIZER (optimizer JSON), ACCEL_TEST_CLIP (max norm, default 1000),
- * ACCEL_TEST_SCHEDULER (scheduler JSON, prepared and stepped every step). A sharded model's weights are
+ * ACCEL_TEST_SCHEDULER (scheduler JSON, prepared and stepped every step). ACCEL_TEST_ACCUMULATE_NO_MODEL=1
+ * enters accumulate with no model (Accelerate's accumulate()): gradients are then all-reduced every micro-step. A sharded model's weights are
  * read between summon_full_params_begin/end (on every rank); every rank prints its memory statistics
  * taken after the last optimizer step ("memory stats: {...}").
  */
@@ -102,7 +103,7 @@ int main(int argc, char **argv)
             continue; /* next epoch */
         accel_tensor_t *in = NULL, *lab = NULL, *out = NULL, *loss = NULL;
         bool sync = false;
-        DIST_CHECK(accel_accelerator_accumulate_begin(acc, model));
+        DIST_CHECK(accel_accelerator_accumulate_begin(acc, getenv("ACCEL_TEST_ACCUMULATE_NO_MODEL") ? NULL : model));
         DIST_CHECK(accel_batch_get_inputs(b, &in));
         DIST_CHECK(accel_batch_get_labels(b, &lab));
         DIST_CHECK(accel_model_forward(model, in, &out));

@@ -139,6 +139,10 @@ def scenario_equivalence(a):
         m = re.search(r'"num_buckets": (\d+)', p.stdout)
         if not m or int(m.group(1)) < a.min_buckets:
             sys.exit("expected at least %d DDP buckets" % a.min_buckets)
+    if a.expect_syncs:
+        m = re.search(r'"syncs": (\d+)', p.stdout)
+        if not m or int(m.group(1)) != a.expect_syncs:
+            sys.exit("expected %d synchronised backward passes, stats say %s" % (a.expect_syncs, m and m.group(1)))
     n = gpt_numel() if a.gpt else widths_numel(widths)
     rp, rn = split_result(ref, n)
     gp, gn = split_result(got, n)
@@ -553,6 +557,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--expect-backend", default=None)
     ap.add_argument("--min-buckets", type=int, default=0)
+    ap.add_argument("--expect-syncs", type=int, default=0, help="DDP's synchronised backward passes on rank 0")
     ap.add_argument("--ref-np", type=int, default=1, help="processes of the reference run (1: batch np*B alone)")
     ap.add_argument("--env", action="append", help="KEY=VALUE for the test programs (repeatable)")
     ap.add_argument("--memory-ratio", type=float, default=0.0,
