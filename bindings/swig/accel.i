@@ -241,8 +241,9 @@ ACCEL_HANDLE_CLASS(Tensor)
 }
 
 %inline %{
-/** A mean-reduced loss by name ("cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"),
- *  keeping the autograd graph for Accelerator.backward(). */
+/** A mean-reduced loss by name ("cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits",
+ *  "causal_lm") or JSON {"type": ..., "ignore_index": -100}, keeping the autograd graph for
+ *  Accelerator.backward(). */
 Tensor *compute_loss(const char *name, const Tensor *outputs, const Tensor *targets)
 {
     accel_tensor_t *t = NULL;
@@ -258,6 +259,7 @@ ACCEL_HANDLE_CLASS(Model)
 %newobject Model::forward;
 %newobject Model::get_tensor;
 %newobject Model::get_gradient;
+%newobject Model::generate;
 
 /* Keys and tensors for Model.load_state_dict(); the tensors must stay alive until the call. */
 %nodefaultctor StateDictEntries;
@@ -300,6 +302,15 @@ struct StateDictEntries {};
     {
         accel_tensor_t *t = NULL;
         ACCEL_CHECK(accel_model_forward(ACCEL_H($self, "Model"), ACCEL_H(input, "Tensor"), &t));
+        return accel_swig::wrap<Tensor>(t);
+    }
+    /** Generate tokens with a "gpt" model after the prompt @p input_ids (int64 [B, T] or [T]). Options:
+     *  {"max_new_tokens": 20, "do_sample": false, "temperature": 1.0, "top_k": 50, "seed": 42,
+     *  "eos_token_id": null, "use_cache": true}; null/None for the defaults (greedy). */
+    Tensor *generate(const Tensor *input_ids, const char *options_json = NULL)
+    {
+        accel_tensor_t *t = NULL;
+        ACCEL_CHECK(accel_model_generate(ACCEL_H($self, "Model"), ACCEL_H(input_ids, "Tensor"), options_json, &t));
         return accel_swig::wrap<Tensor>(t);
     }
     /** Training mode, as model.train(). */
@@ -480,6 +491,7 @@ ACCEL_HANDLE_CLASS(Batch)
 ACCEL_HANDLE_CLASS(DataLoader)
 %newobject DataLoader::next_batch;
 %newobject DataLoader::skip_first_batches;
+%newobject DataLoader::from_tokens;
 %extend DataLoader {
     /** A loader over (features[i], labels[i]); labels may be null/None. Config: {"batch_size": 64,
      *  "shuffle": true, "seed": 42, "drop_last": false}. The loader shares the tensors' memory. */
@@ -488,6 +500,15 @@ ACCEL_HANDLE_CLASS(DataLoader)
         accel_dataloader_t *d = NULL;
         ACCEL_CHECK(accel_dataloader_create_from_tensors(ACCEL_H(features, "Tensor"), ACCEL_OPT_H(labels, "Tensor"),
                                                          config_json, &d));
+        return accel_swig::wrap<DataLoader>(d);
+    }
+    /** A loader over one token stream (1-d integer tensor) for language models: windows of block_size + 1
+     *  tokens, inputs the first block_size and labels the next token of each. Config: {"block_size": 128
+     *  (required), "stride": block_size, "batch_size": 16, "shuffle": true, "seed": 42, "drop_last": false}. */
+    static DataLoader *from_tokens(const Tensor *tokens, const char *config_json)
+    {
+        accel_dataloader_t *d = NULL;
+        ACCEL_CHECK(accel_dataloader_create_from_tokens(ACCEL_H(tokens, "Tensor"), config_json, &d));
         return accel_swig::wrap<DataLoader>(d);
     }
     ~DataLoader() { accel_dataloader_free($self->h); delete $self; }

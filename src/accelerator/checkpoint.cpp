@@ -237,6 +237,9 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
     if (!writes_main_files()) return;
     ckpt::write_model_weights(dir, model.state_dict(options.safe_serialization), options.safe_serialization,
                               options.max_shard_size);
+    // What save_pretrained writes beside the weights, for models that have a transformers counterpart.
+    const std::string hf_config = model.hf_config_json();
+    if (!hf_config.empty()) write_file_durably(join(dir, "config.json"), hf_config.data(), hf_config.size());
 }
 
 void load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options)

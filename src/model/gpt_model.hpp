@@ -35,6 +35,7 @@ public:
     void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
     bool activation_checkpointing() const override { return checkpointing_; }
     const config::GptConfig &config() const { return config_; }
+    std::string hf_config_json() const override { return config::gpt_config_to_hf_json(config_); }
 
 protected:
     std::string canonical_key(const std::string &key) const override;

@@ -78,6 +78,9 @@ public:
     // a layer structure (TorchScript), which shard as one unit.
     virtual std::vector<std::string> layer_types() const { return {}; }
     virtual std::vector<size_t> parameter_layers() const;
+    // Hugging Face's config.json for this model ("" when it has none): save_model writes it beside the
+    // weights so that transformers' from_pretrained loads the folder as it is.
+    virtual std::string hf_config_json() const { return {}; }
 
     // Set by a sharding engine when the model is prepared (null otherwise).
     std::shared_ptr<ForwardHooks> forward_hooks;

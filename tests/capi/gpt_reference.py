@@ -7,7 +7,8 @@
                                DIR/logits.bin (float32 [2, n_positions, vocab_size], little-endian, raw)
                                computed below from the GPT-2 equations (in float64).
   gpt_reference.py check DIR   checks that DIR/model.safetensors (accel's save_model output) holds
-                               exactly the keys, shapes, dtypes and values `write` produced.
+                               exactly the keys, shapes, dtypes and values `write` produced, and that
+                               DIR/config.json is GPT2LMHeadModel's with CONFIG's values.
 
 The recipe (so the file can be rebuilt by anyone): CONFIG below; torch.manual_seed(SEED); then, in
 HF's state-dict order, each tensor is drawn with torch.randn(shape, dtype=float32) and scaled:
@@ -155,7 +156,12 @@ def main():
             assert dtype == "F32", (name, dtype)
             assert list(t.shape) == shape, (name, list(t.shape), shape)
             assert torch.equal(t, w[name]), name
-        print(f"gpt_reference: {len(want)} tensors in GPT2LMHeadModel's layout")
+        with open(f"{d}/config.json") as f:
+            config = json.load(f)
+        assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"], config
+        for k, v in CONFIG.items():
+            assert config[k] == v, (k, config[k], v)
+        print(f"gpt_reference: {len(want)} tensors in GPT2LMHeadModel's layout, config.json as transformers reads it")
     else:
         sys.exit(f"unknown mode {mode}")
 
