@@ -91,13 +91,17 @@ public:
     // A sentence naming the ranks that stopped (best effort, takes ~2 s).
     std::string diagnose()
     {
+        // The heartbeat thread's own connection, not a new one: a store client connected while rank 0 is
+        // dying can be reset before its callback thread is stopped, which aborts the process
+        // (rendezvous.cpp, stop_callback_thread).
         c10::intrusive_ptr<c10d::Store> store;
-        try {
-            store = connection(3s);
-        } catch (const std::exception &) {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            store = store_;
+        }
+        if (!store)
             return rank_ == 0 ? "the rendezvous store is gone"
                               : "rank 0 (which hosts the rendezvous store at " + r_.describe() + ") is unreachable";
-        }
         try {
             auto first = read_all(*store);
             std::this_thread::sleep_for(1600ms);
@@ -143,6 +147,10 @@ private:
         } catch (const std::exception &) {
             return;
         }
+        {
+            std::lock_guard<std::mutex> l(m_);
+            store_ = store; // TCPStore's operations take their own lock: diagnose() may use it too
+        }
         uint64_t beat = 0;
         const std::string key = "accel/heartbeat/" + std::to_string(rank_);
         std::unique_lock<std::mutex> l(m_);
@@ -161,6 +169,7 @@ private:
 
     Rendezvous r_;
     c10::intrusive_ptr<c10d::Store> shared_;
+    c10::intrusive_ptr<c10d::Store> store_; // the heartbeat connection, once made
     int rank_, world_;
     std::mutex m_;
     std::condition_variable cv_;

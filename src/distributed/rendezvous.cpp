@@ -6,8 +6,65 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <dirent.h>
+#include <fcntl.h>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unistd.h>
+#include <vector>
 
 namespace accel::distributed {
+
+namespace {
+
+// Pipe descriptors of this process: fd -> pipe inode ("pipe:[N]").
+std::map<int, std::string> pipe_fds()
+{
+    std::map<int, std::string> out;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == nullptr) return out;
+    const int own = dirfd(d);
+    while (dirent *e = readdir(d)) {
+        char *end = nullptr;
+        const long fd = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || fd == own) continue;
+        char target[64];
+        const std::string link = std::string("/proc/self/fd/") + e->d_name;
+        const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        if (std::string(target).rfind("pipe:", 0) == 0) out[static_cast<int>(fd)] = target;
+    }
+    closedir(d);
+    return out;
+}
+
+// LibTorch 1.13's TCPStore client starts a thread (TCPStoreWorkerDaemon) that serves watchKey callbacks,
+// which accel never uses. When the host of the store (rank 0) dies and the kernel resets that thread's
+// connection, it throws out of its thread function and std::terminate aborts the whole process (and
+// when the host closes it cleanly, the thread spins on it). So right after construction the thread is
+// stopped the way its owner stops it: the write end of its control pipe is closed (replaced by
+// /dev/null, so the descriptor number stays valid for the owner's own close later). The pipe is found
+// as the one pipe the constructor created; if that is ambiguous nothing is touched.
+void stop_callback_thread(const std::map<int, std::string> &before)
+{
+    std::map<std::string, std::vector<int>> created;
+    for (const auto &[fd, inode] : pipe_fds())
+        if (before.count(fd) == 0 || before.at(fd) != inode) created[inode].push_back(fd);
+    if (created.size() != 1 || created.begin()->second.size() != 2) return;
+    for (int fd : created.begin()->second) {
+        const int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || (flags & O_ACCMODE) != O_WRONLY) continue;
+        const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null_fd < 0) return;
+        dup2(null_fd, fd);
+        close(null_fd);
+    }
+}
+
+} // namespace
 
 std::string first_line(const std::string &s)
 {
@@ -52,7 +109,14 @@ c10::intrusive_ptr<c10d::Store> connect_tcp(const Rendezvous &r, bool server, c1
     o.numWorkers = workers;
     o.waitWorkers = workers.has_value();
     o.timeout = timeout;
-    return c10::make_intrusive<c10d::TCPStore>(r.host, o);
+    if (server) return c10::make_intrusive<c10d::TCPStore>(r.host, o); // its own host: no peer to lose
+    // One client construction at a time, so that the pipe it creates is the only new one of ours.
+    static std::mutex m;
+    std::lock_guard<std::mutex> lock(m);
+    const auto before = pipe_fds();
+    auto store = c10::make_intrusive<c10d::TCPStore>(r.host, o);
+    stop_callback_thread(before);
+    return store;
 }
 
 accel_status_t store_failure_status(const std::string &message)
