@@ -51,6 +51,15 @@
                                                               apply_padding, &t));
         return accel_swig::wrap<Tensor>(t);
     }
+    /** Raise this process's trigger (set_trigger). */
+    void set_trigger() { ACCEL_CHECK(accel_accelerator_set_trigger(ACCEL_H($self, "Accelerator"))); }
+    /** True on every process when any process raised its trigger since the last true (one collective). */
+    bool check_trigger()
+    {
+        bool out = false;
+        ACCEL_CHECK(accel_accelerator_check_trigger(ACCEL_H($self, "Accelerator"), &out));
+        return out;
+    }
     /** Block until every process reaches this call (a barrier). */
     void wait_for_everyone() { ACCEL_CHECK(accel_accelerator_wait_for_everyone(ACCEL_H($self, "Accelerator"))); }
     /** Enter main_process_first(); prefer the language's scoped form. */

@@ -291,6 +291,17 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_split_between_process
                                                                                    const accel_tensor_t *tensor,
                                                                                    bool apply_padding,
                                                                                    accel_tensor_t **out) ACCEL_NOEXCEPT;
+/**
+ * `set_trigger`: raise this process's trigger (local, no communication), e.g. when its loss diverged.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_set_trigger(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/**
+ * `check_trigger`: *out is true on every process when any process called set_trigger since the last
+ * check_trigger that returned true (one all-reduce: call it on every process, at the same point); the
+ * trigger is then cleared. *out is false on failure.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_check_trigger(accel_accelerator_t *accelerator,
+                                                                          bool *out) ACCEL_NOEXCEPT;
 /** Block until every process reaches this call (`wait_for_everyone`, a barrier). */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_wait_for_everyone(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 /**

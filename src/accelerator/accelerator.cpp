@@ -237,6 +237,16 @@ std::string Accelerator::memory_stats_json() const
 
 void Accelerator::wait_for_everyone() { state_->comm->barrier(); }
 
+bool Accelerator::check_trigger()
+{
+    // As Accelerate: a sum over the processes of each one's flag, and the flag is cleared once seen.
+    at::Tensor flag = at::full({1}, trigger_ ? 1.0f : 0.0f, at::kFloat);
+    if (state_->comm && state_->comm->size() > 1) state_->comm->allreduce(flag, distributed::ReduceOp::Sum);
+    if (flag.item<float>() < 1.0f) return false;
+    trigger_ = false;
+    return true;
+}
+
 // main_process_first: the others wait before the block, the main process after it (one barrier each).
 void Accelerator::main_process_first_begin(bool local)
 {

@@ -93,6 +93,9 @@ public:
 
     // Distributed (src/distributed, src/parallel/ddp, src/ops/collectives).
     void wait_for_everyone();
+    // set_trigger / check_trigger: a flag any process raises and every process sees (one all-reduce).
+    void set_trigger() { trigger_ = true; }
+    bool check_trigger();
     void main_process_first_begin(bool local);
     void main_process_first_end();
     // DDP statistics of every prepared model, as JSON (benchmarks, diagnostics).
@@ -124,6 +127,7 @@ private:
     std::vector<std::shared_ptr<DataLoaderShard>> dataloaders_;
     std::vector<CheckpointObject> custom_objects_;
     int64_t project_iteration_ = 0;
+    bool trigger_ = false; // set_trigger() since the last check_trigger() that returned true
     std::unique_ptr<tracking::Trackers> trackers_;
 };
 

@@ -85,6 +85,20 @@ ACCEL_API accel_status_t accel_accelerator_split_between_processes(accel_acceler
     });
 }
 
+ACCEL_API accel_status_t accel_accelerator_set_trigger(accel_accelerator_t *accelerator) noexcept
+{
+    return guarded([&] { acc_of(accelerator).set_trigger(); });
+}
+
+ACCEL_API accel_status_t accel_accelerator_check_trigger(accel_accelerator_t *accelerator, bool *out) noexcept
+{
+    return guarded([&] {
+        if (out == nullptr) fail(ACCEL_ERR_INVALID_ARGUMENT, "out: must not be NULL");
+        *out = false;
+        *out = acc_of(accelerator).check_trigger();
+    });
+}
+
 ACCEL_API accel_status_t accel_accelerator_wait_for_everyone(accel_accelerator_t *accelerator) noexcept
 {
     return guarded([&] { acc_of(accelerator).wait_for_everyone(); });

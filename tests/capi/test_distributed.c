@@ -123,6 +123,20 @@ int main(int argc, char **argv)
     expect_values(out, v, 3);
     accel_tensor_free(out);
     CHECK_OK(accel_accelerator_wait_for_everyone(acc));
+    {
+        bool fired = true;
+        CHECK_OK(accel_accelerator_check_trigger(acc, &fired));
+        CHECK(!fired);
+        CHECK_OK(accel_accelerator_set_trigger(acc));
+        CHECK_OK(accel_accelerator_set_trigger(acc));
+        CHECK_OK(accel_accelerator_check_trigger(acc, &fired));
+        CHECK(fired);
+        CHECK_OK(accel_accelerator_check_trigger(acc, &fired));
+        CHECK(!fired);
+        CHECK_FAILS(accel_accelerator_check_trigger(acc, NULL), ACCEL_ERR_INVALID_ARGUMENT, "out");
+        CHECK_FAILS(accel_accelerator_check_trigger(NULL, &fired), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
+        CHECK_FAILS(accel_accelerator_set_trigger(NULL), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
+    }
     CHECK_FAILS(accel_accelerator_main_process_first_end(acc), ACCEL_ERR_FAILED_PRECONDITION, "");
     CHECK_OK(accel_accelerator_main_process_first_begin(acc));
     CHECK_OK(accel_accelerator_local_main_process_first_begin(acc));

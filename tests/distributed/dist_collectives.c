@@ -175,6 +175,17 @@ int main(int argc, char **argv)
                     accel_last_error_message());
         accel_tensor_free(t);
     }
+    /* Triggers: only the last rank raises it; every rank sees it once, then it is clear. */
+    {
+        bool fired = true;
+        DIST_CHECK(accel_accelerator_check_trigger(acc, &fired));
+        DIST_EXPECT(!fired, "check_trigger with no trigger set returned true on rank %d", r);
+        if (r == p - 1) DIST_CHECK(accel_accelerator_set_trigger(acc));
+        DIST_CHECK(accel_accelerator_check_trigger(acc, &fired));
+        DIST_EXPECT(fired, "rank %d did not see rank %d's trigger", r, p - 1);
+        DIST_CHECK(accel_accelerator_check_trigger(acc, &fired));
+        DIST_EXPECT(!fired, "the trigger was not cleared on rank %d", r);
+    }
     DIST_CHECK(accel_accelerator_wait_for_everyone(acc));
     printf("collectives ok on rank %d of %d (%s)\n", r, p, backend);
     accel_accelerator_free(acc);

@@ -203,6 +203,9 @@ def test_collectives_single_process():
     assert acc.pad_across_processes(t, dim=0, pad_index=-1.0, pad_first=True).tolist() == t.tolist()
     assert acc.split_between_processes(t, apply_padding=True).tolist() == t.tolist()
     acc.wait_for_everyone()
+    assert not acc.check_trigger()
+    acc.set_trigger()
+    assert acc.check_trigger() and not acc.check_trigger()
     with acc.main_process_first():
         with acc.local_main_process_first():
             pass

@@ -672,6 +672,15 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_set_trigger(accelerator: *mut accel_accelerator_t) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_check_trigger(
+        accelerator: *mut accel_accelerator_t,
+        out: *mut bool,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_wait_for_everyone(
         accelerator: *mut accel_accelerator_t,
     ) -> accel_status_t;

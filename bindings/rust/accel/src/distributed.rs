@@ -81,6 +81,18 @@ impl Accelerator {
         tensor_out(|out| unsafe { sys::accel_accelerator_split_between_processes(self.raw, tensor.raw, apply_padding, out) })
     }
 
+    /// Raise this process's trigger (`set_trigger`).
+    pub fn set_trigger(&mut self) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_set_trigger(self.raw) })
+    }
+
+    /// True on every process when any process raised its trigger since the last `true` (one collective).
+    pub fn check_trigger(&mut self) -> Result<bool> {
+        let mut out = false;
+        check(unsafe { sys::accel_accelerator_check_trigger(self.raw, &mut out) })?;
+        Ok(out)
+    }
+
     /// Block until every process reaches this call.
     pub fn wait_for_everyone(&mut self) -> Result<()> {
         check(unsafe { sys::accel_accelerator_wait_for_everyone(self.raw) })

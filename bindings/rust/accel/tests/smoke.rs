@@ -159,6 +159,10 @@ fn collectives_single_process() -> accel::Result<()> {
     assert_eq!(t.to_vec::<f32>()?, v);
     assert_eq!(acc.broadcast(&mut t, 1).unwrap_err().status(), Status::OutOfRange);
     acc.wait_for_everyone()?;
+    assert!(!acc.check_trigger()?);
+    acc.set_trigger()?;
+    assert!(acc.check_trigger()?);
+    assert!(!acc.check_trigger()?);
     {
         let mut outer = acc.main_process_first()?;
         let inner = outer.accelerator().local_main_process_first()?;
