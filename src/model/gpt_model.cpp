@@ -317,10 +317,13 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         cache->values.resize(blocks_.size());
     }
     const bool train = training_ && cache == nullptr;
+    ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
+    if (hooks) hooks->before_layer(0);
     at::Tensor pos = at::arange(past, past + T, ids.options().dtype(at::kLong));
     at::Tensor h = maybe_dropout(at::embedding(wte_, ids) + at::embedding(wpe_, pos), c.embd_pdrop, train);
     const bool checkpoint = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
     for (size_t i = 0; i < blocks_.size(); ++i) {
+        if (hooks) hooks->before_layer(i + 1);
         if (checkpoint) {
             auto r = c10::make_intrusive<Recompute>();
             r->block = blocks_[i];
@@ -336,9 +339,11 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         } else {
             h = block_forward(*blocks_[i], c, h, train, nullptr);
         }
+        if (hooks) h = hooks->after_layer(i + 1, h);
     }
     h = at::layer_norm(h, {c.n_embd}, ln_f_w_, ln_f_b_, c.layer_norm_epsilon);
     at::Tensor logits = at::linear(h, lm_head_);
+    if (hooks) logits = hooks->after_layer(0, logits);
     return unbatched ? logits.squeeze(0) : logits;
 }
 
@@ -356,6 +361,26 @@ std::vector<ModuleUnit> GptModel::units() const
     // Tied: the head's weight belongs to transformer.wte (listed there).
     out.push_back({"lm_head", "linear", config_.tie_word_embeddings ? std::vector<std::string>{}
                                                                      : std::vector<std::string>{"lm_head.weight"}});
+    return out;
+}
+
+std::vector<std::string> GptModel::layer_types() const
+{
+    std::vector<std::string> out{"gpt_embeddings_and_head"};
+    out.insert(out.end(), blocks_.size(), "gpt_block");
+    return out;
+}
+
+std::vector<size_t> GptModel::parameter_layers() const
+{
+    static const std::string prefix = "transformer.h.";
+    std::vector<size_t> out;
+    for (const auto &p : named_parameters()) {
+        size_t layer = 0;
+        if (p.first.compare(0, prefix.size(), prefix) == 0)
+            layer = 1 + static_cast<size_t>(std::stoul(p.first.substr(prefix.size())));
+        out.push_back(layer);
+    }
     return out;
 }
 

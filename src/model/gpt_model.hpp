@@ -32,6 +32,11 @@ public:
     void train(bool on) override { training_ = on; }
     bool is_training() const override { return training_; }
     std::vector<ModuleUnit> units() const override;
+    // For a sharding engine's wrap policies: layer 0 is everything outside the blocks (embeddings, final
+    // norm, head; it spans the whole forward, as the tied head reuses the token embedding at the end),
+    // layers 1..n_layer are the blocks ("gpt_block").
+    std::vector<std::string> layer_types() const override;
+    std::vector<size_t> parameter_layers() const override;
     void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
     bool activation_checkpointing() const override { return checkpointing_; }
     const config::GptConfig &config() const { return config_; }
