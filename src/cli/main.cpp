@@ -17,6 +17,7 @@ struct Command {
 const Command kCommands[] = {
     {"config", accel::cli::config_main, "write Accelerate's config file (questionnaire, `default`, `update`)"},
     {"env", accel::cli::env_main, "versions, backends, CPU, memory and the config file, for a bug report"},
+    {"estimate-memory", accel::cli::estimate_memory_main, "memory to load and train a model (JSON spec, TorchScript, safetensors)"},
     {"launch", accel::cli::launch_main, "start a program as several processes (data-parallel training)"},
     {"merge-weights", accel::cli::merge_weights_main, "join sharded safetensors weights into one model.safetensors"},
 };
@@ -24,7 +25,7 @@ const Command kCommands[] = {
 void usage(FILE *to)
 {
     std::fprintf(to, "usage: accel <command> [<args>]\n\ncommands:\n");
-    for (const auto &c : kCommands) std::fprintf(to, "  %-14s %s\n", c.name, c.help);
+    for (const auto &c : kCommands) std::fprintf(to, "  %-16s %s\n", c.name, c.help);
     std::fprintf(to, "\n`accel <command> --help` describes a command.\n");
 }
 

@@ -158,6 +158,63 @@ check("default config:\n\tNot found" in p.stdout, "env without a config file: " 
 p = run(["env"], env=HF, code=0)
 check("\t- mixed_precision: 'no'" in p.stdout and "\t- use_cpu: true" in p.stdout, "env shows the default file: " + p.stdout)
 
+# ---- estimate-memory ------------------------------------------------------------------------------
+# GPT-2 small (124,439,808 parameters; the token embedding is the largest layer): Accelerate's figures.
+p = run(["estimate-memory", '{"type": "gpt"}'], code=0)
+rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]] for line in p.stdout.splitlines()
+        if line.startswith("│") and line.count("│") == 5}
+check(rows.get("float32") == ["147.24 MB", "474.7 MB", "1.85 GB"], "gpt-2 float32 row: %s" % p.stdout)
+check(rows.get("float16") == ["73.62 MB", "237.35 MB", "949.4 MB"], "gpt-2 float16 row: %s" % p.stdout)
+check(rows.get("int4") == ["18.4 MB", "59.34 MB", "N/A"], "gpt-2 int4 row: %s" % p.stdout)
+check("Memory Usage for loading" in p.stdout and "┌" in p.stdout and "┘" in p.stdout, "table: " + p.stdout)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype, shape); zero data (only the header is read)."""
+    import json
+    import struct
+    size = {"F32": 4, "BF16": 2}
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        n = size[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header).encode()
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(text)) + text + bytes(offset))
+
+
+# A sharded folder (index + two files): sizes count elements at float32 whatever the stored dtype, and a
+# GPT-2 block (h.<i>) is one layer: h.0 = 2 x 256 x 256 elements beats the 100 x 256 embedding.
+shards = os.path.join(tmp, "sharded")
+os.makedirs(shards)
+write_safetensors(os.path.join(shards, "model-00001-of-00002.safetensors"),
+                  {"wte.weight": ("BF16", [100, 256]), "h.0.attn.c_attn.weight": ("F32", [256, 256])})
+write_safetensors(os.path.join(shards, "model-00002-of-00002.safetensors"), {"h.0.mlp.c_fc.weight": ("BF16", [256, 256])})
+with open(os.path.join(shards, "model.safetensors.index.json"), "w") as fh:
+    fh.write('{"metadata": {}, "weight_map": {"wte.weight": "model-00001-of-00002.safetensors", '
+             '"h.0.attn.c_attn.weight": "model-00001-of-00002.safetensors", '
+             '"h.0.mlp.c_fc.weight": "model-00002-of-00002.safetensors"}}')
+p = run(["estimate-memory", shards, "--dtypes", "float32", "bfloat16"], code=0)
+rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]] for line in p.stdout.splitlines()
+        if line.startswith("│") and line.count("│") == 5}
+check(rows.get("float32") == ["512.0 KB", "612.0 KB", "2.39 MB"], "sharded safetensors, float32: " + p.stdout)
+check(rows.get("bfloat16") == ["256.0 KB", "306.0 KB", "1.2 MB"], "sharded safetensors, bfloat16: " + p.stdout)
+p = run(["estimate-memory", os.path.join(tmp, "missing.safetensors")], code=1)
+check("does not exist" in p.stderr, "missing file named: " + p.stderr)
+with open(os.path.join(tmp, "cut.safetensors"), "wb") as fh:
+    fh.write(b"\xff\xff\xff\xff\x00\x00\x00\x00{")
+p = run(["estimate-memory", os.path.join(tmp, "cut.safetensors")], code=1)
+check("ACCEL_ERR_DATA_LOSS" in p.stderr and "cut.safetensors" in p.stderr, "damaged file named: " + p.stderr)
+p = run(["estimate-memory", '{"type": "gpt", "n_layr": 2}'], code=1)
+check("n_layr" in p.stderr, "bad spec key named: " + p.stderr)
+p = run(["estimate-memory", '{"type": "mlp", "widths": [4, 8]}', "--dtypes", "float64"], code=2)
+check("float64" in p.stderr, "bad dtype named: " + p.stderr)
+p = run(["estimate-memory", "--help"], code=0)
+check("usage: accel estimate-memory MODEL" in p.stdout, "help: " + p.stdout)
+
 subprocess.run(["rm", "-rf", tmp])
 if failures:
     print("\n\n".join(failures))
