@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <unistd.h>
 #include <vector>
