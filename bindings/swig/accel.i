@@ -732,3 +732,4 @@ ACCEL_HANDLE_CLASS(Accelerator)
 /* ---- collectives and checkpoints (accel/accelerator.h's distributed part, accel/checkpoint.h) ------ */
 %include "distributed.i"
 %include "checkpoint.i"
+%include "tracking.i"

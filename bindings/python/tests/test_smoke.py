@@ -223,6 +223,24 @@ def test_collectives_single_process():
     acc.close()
 
 
+def test_trackers():
+    import json
+    with tempfile.TemporaryDirectory() as d:
+        acc = accel.Accelerator('{"log_with": ["jsonl", "tensorboard"], "project_config": {"logging_dir": "%s"}}' % d)
+        acc.init_trackers("exp", '{"lr": 0.1}', '{"tensorboard": {"flush_secs": 1}}')
+        acc.log('{"loss": 0.5}', 3)
+        acc.log('{"loss": 0.25}')
+        info = json.loads(acc.get_tracker_json("tensorboard"))
+        assert info["main_process"] and info["files"], info
+        acc.end_training()
+        with open(os.path.join(d, "exp", "metrics.jsonl")) as fh:
+            lines = [json.loads(line) for line in fh]
+        assert lines[0]["config"] == {"lr": 0.1}, lines
+        assert [(l["step"], l["values"]["loss"]) for l in lines[1:]] == [(3, 0.5), (None, 0.25)], lines
+        with pytest.raises(accel.InvalidArgumentError):
+            acc.log("[1]", 0)
+
+
 def test_checkpoint_options_blobs_and_save_model():
     with tempfile.TemporaryDirectory() as d:
         project = os.path.join(d, "proj")

@@ -33,6 +33,7 @@ use std::ptr;
 mod checkpoint;
 mod distributed;
 mod precision;
+mod tracking;
 pub use distributed::{process_is_local_main, process_local_count, process_local_index, Scope};
 
 /// The ABI version these declarations were generated for; checked against the loaded library by

@@ -189,6 +189,23 @@ fn collectives_single_process() -> accel::Result<()> {
 }
 
 #[test]
+fn trackers() -> accel::Result<()> {
+    let dir = std::env::temp_dir().join(format!("accel-rust-trackers-{}", std::process::id()));
+    let config = format!(r#"{{"log_with": "jsonl", "project_config": {{"logging_dir": "{}"}}}}"#, dir.display());
+    let mut acc = Accelerator::new(Some(&config))?;
+    acc.init_trackers("exp", Some(r#"{"lr": 0.1}"#), None)?;
+    acc.log(r#"{"loss": 0.5}"#, Some(3))?;
+    assert!(acc.tracker_json("jsonl")?.contains("metrics.jsonl"));
+    acc.end_training()?;
+    let text = std::fs::read_to_string(dir.join("exp").join("metrics.jsonl")).expect("metrics.jsonl");
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(text.lines().nth(1).unwrap().starts_with(r#"{"step":3,"#), "{text}");
+    assert!(acc.log("[1]", None).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[test]
 fn checkpoint_options_blobs_and_save_model() -> accel::Result<()> {
     let dir = std::env::temp_dir().join(format!("accel-rust-ckpt-{}", std::process::id()));
     let project = dir.join("proj");
