@@ -339,7 +339,8 @@ ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::str
     for (auto &n : new_state) {
         auto it = o.state().find(n.key);
         const ParamState *old = it != o.state().end() ? it->second.get() : nullptr;
-        if (old != nullptr && typeid(*old) != typeid(*n.state)) old = nullptr;
+        const ParamState &loaded = *n.state; // (typeid of a plain reference: clang warns on `*n.state`)
+        if (old != nullptr && typeid(*old) != typeid(loaded)) old = nullptr;
         for (const auto &f : n.type->tensors)
             f.set(*n.state, adopt(old != nullptr ? f.get(*old) : at::Tensor(), f.get(*n.state), copy));
     }
