@@ -120,7 +120,8 @@ TEST(GptModel, InitialisationIsHfs)
         R"({"type": "gpt", "vocab_size": 512, "n_positions": 64, "n_embd": 64, "n_layer": 8, "n_head": 4,
             "initializer_range": 0.05})");
     for (const auto &[name, t] : m->named_parameters()) {
-        auto ends = [&](const std::string &s) { return name.size() >= s.size() && name.substr(name.size() - s.size()) == s; };
+        const std::string &n = name; // C++17 lambdas cannot capture a structured binding (clang refuses)
+        auto ends = [&n](const std::string &s) { return n.size() >= s.size() && n.substr(n.size() - s.size()) == s; };
         if (ends(".bias")) {
             EXPECT_EQ(t.abs().max().item<float>(), 0.0f) << name;
         } else if (name.find("ln_") != std::string::npos) {

@@ -80,7 +80,8 @@ TEST(LossName, Errors)
         {R"({"type": "causal_lm", "ignore": 0})", "loss_name.ignore: unknown key"},
         {R"({"type": "mse", "ignore_index": 0})", "loss_name.ignore_index: unknown key"}};
     for (const auto &[json, msg] : unknown) {
-        accel::Error e = catch_error([&] { accel::parse_loss(json); });
+        const auto &spec = json; // C++17 lambdas cannot capture a structured binding (clang refuses)
+        accel::Error e = catch_error([&spec] { accel::parse_loss(spec); });
         EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
         EXPECT_EQ(std::string(e.what()).rfind(msg, 0), 0u) << e.what();
     }
