@@ -322,8 +322,13 @@ void publish_dir(const std::string &tmp, const std::string &target,
     } else {
         if (!is_dir(target)) fail(ACCEL_ERR_ALREADY_EXISTS, "\"" + target + "\" exists and is not a folder");
         // The user's entries come along (as links: until the exchange they are still whole in `target`).
-        for (const auto &name : list_dir(target))
-            if (!exists(join(tmp, name)) && !replaced(name)) link_tree(join(target, name), join(tmp, name));
+        // Only plain files can be a previous checkpoint's; a folder or link with such a name is the user's.
+        for (const auto &name : list_dir(target)) {
+            const std::string p = join(target, name);
+            struct stat st {};
+            const bool plain_file = ::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+            if (!exists(join(tmp, name)) && !(plain_file && replaced(name))) link_tree(p, join(tmp, name));
+        }
         fsync_dir(tmp);
         // Swap the complete new folder with the old one in one step, then remove the old one.
         if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)

@@ -86,7 +86,7 @@ std::string temp_sibling(const std::string &target);
 bool is_temp_name(const std::string &name);
 // Makes `tmp` (complete, fsynced) appear as `target` in one step: rename when `target` does not exist,
 // else an atomic exchange (renameat2 RENAME_EXCHANGE) followed by removal of the old folder. Entries of
-// an existing `target` that `tmp` lacks and `replaced(name)` does not claim are the user's: they are
+// an existing `target` that `tmp` lacks and that are not plain files `replaced(name)` claims are the user's: they are
 // hard-linked into `tmp` before the exchange (files, and folders recursively), so they survive it and a
 // crash at any point leaves them in `target`. The parent folder is fsynced afterwards.
 void publish_dir(const std::string &tmp, const std::string &target,

@@ -264,6 +264,12 @@ static void test_save_keeps_user_files(void)
     write_text(dir, "random_states_notmine.pkl", "user's");
     {
         char p[1024];
+        snprintf(p, sizeof p, "%s/optimizer_7.bin", dir); /* a folder with a checkpoint file's name: the user's */
+        mkdir(p, 0755);
+        write_text(p, "inside.txt", "kept");
+    }
+    {
+        char p[1024];
         snprintf(p, sizeof p, "%s/latest", dir);
         CHECK(symlink("notes.txt", p) == 0);
     }
@@ -281,6 +287,11 @@ static void test_save_keeps_user_files(void)
         CHECK(n == 9 && memcmp(target, "notes.txt", 9) == 0);
     }
     CHECK(!file_exists(dir, "optimizer_3.bin"));
+    {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/optimizer_7.bin", dir);
+        CHECK(has_text(p, "inside.txt", "kept"));
+    }
     CHECK(!has_text(dir, "model.safetensors", "not a checkpoint"));
     CHECK_OK(accel_accelerator_load_state(r.acc, dir));
     rig_free(&r);
