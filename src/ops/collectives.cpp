@@ -4,6 +4,7 @@
 #include "distributed/communicator.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace accel::ops {
 
@@ -45,7 +46,14 @@ at::Tensor gather(distributed::Communicator &comm, const at::Tensor &t)
     at::Tensor x = t.dim() == 0 ? t.reshape({1}) : t;
     x = x.contiguous();
     check_same_shapes(comm, x, "gather");
-    return at::cat(comm.allgather(x), 0);
+    // Sent as bytes: the backends do not all move every dtype (Gloo has no bool), and a gather needs no arithmetic.
+    at::Tensor bytes = at::from_blob(x.data_ptr(), {static_cast<int64_t>(x.nbytes())}, at::kByte);
+    at::Tensor joined = at::cat(comm.allgather(bytes), 0);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] *= comm.size();
+    at::Tensor out = at::empty(shape, x.options());
+    if (joined.numel() > 0) std::memcpy(out.data_ptr(), joined.data_ptr(), static_cast<size_t>(joined.numel()));
+    return out;
 }
 
 at::Tensor gather_for_metrics(distributed::Communicator &comm, const GradientState &gs, const at::Tensor &t)

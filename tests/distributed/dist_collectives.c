@@ -164,6 +164,38 @@ int main(int argc, char **argv)
         accel_tensor_free(g);
         accel_tensor_free(t);
     }
+    /* gather_for_metrics of every dtype: the bytes come back as they were sent, rank by rank (metrics may be
+     * labels in int64, masks in bool, logits in bfloat16). */
+    for (int d = ACCEL_DTYPE_FLOAT32; d <= ACCEL_DTYPE_BOOL; ++d) {
+        size_t es = 0;
+        DIST_CHECK(accel_dtype_get_size((accel_dtype_t)d, &es));
+        unsigned char mine[6 * 8], all[64 * 6 * 8];
+        for (size_t i = 0; i < 6 * es; ++i)
+            mine[i] = d == ACCEL_DTYPE_BOOL ? (unsigned char)((r + i) & 1) : (unsigned char)(r * 37 + i * 5 + d + 1);
+        const int64_t shape[2] = {2, 3};
+        accel_tensor_t *t = NULL, *g = NULL;
+        DIST_CHECK(accel_tensor_create(mine, 6 * es, (accel_dtype_t)d, shape, 2, &t));
+        DIST_CHECK(accel_accelerator_gather_for_metrics(acc, t, &g));
+        accel_dtype_t gd = ACCEL_DTYPE_FLOAT32;
+        int64_t gshape[4] = {0, 0, 0, 0};
+        size_t gdims = 0;
+        DIST_CHECK(accel_tensor_get_dtype(g, &gd));
+        DIST_CHECK(accel_tensor_get_ndim(g, &gdims));
+        DIST_CHECK(accel_tensor_get_shape(g, gshape, 4));
+        DIST_EXPECT(gd == (accel_dtype_t)d && gdims == 2 && gshape[0] == 2 * p && gshape[1] == 3,
+                    "gather_for_metrics of dtype %d: got dtype %d, %zu dims [%lld, %lld]", d, (int)gd, gdims,
+                    (long long)gshape[0], (long long)gshape[1]);
+        DIST_CHECK(accel_tensor_copy_to_buffer(g, all, (size_t)p * 6 * es));
+        for (int q = 0; q < p; ++q)
+            for (size_t i = 0; i < 6 * es; ++i) {
+                unsigned char want =
+                    d == ACCEL_DTYPE_BOOL ? (unsigned char)((q + i) & 1) : (unsigned char)(q * 37 + i * 5 + d + 1);
+                DIST_EXPECT(all[(size_t)q * 6 * es + i] == want, "gather_for_metrics dtype %d: rank %d byte %zu is %u, "
+                            "expected %u", d, q, i, all[(size_t)q * 6 * es + i], want);
+            }
+        accel_tensor_free(g);
+        accel_tensor_free(t);
+    }
     /* mismatched shapes are an error on every rank, not a hang */
     {
         float mine[4] = {0, 0, 0, 0};
