@@ -137,7 +137,7 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
     };
     // The clipping hook runs first, then the engine gathers what the step changed.
     optimizer->shard_over(
-        engine->optimizer_params(), [weak] {
+        engine->optimizer_params(), engine->layout(), [weak] {
             if (auto e = weak.lock()) e->after_optimizer_step();
         },
         [weak] {
@@ -154,16 +154,6 @@ void Accelerator::summon_full_params(Model &model, bool on)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "model: is not sharded (no fsdp_plugin or deepspeed_plugin); its "
                                             "parameters are always whole");
     e->summon_full_params(on);
-}
-
-void Accelerator::check_checkpointable(const char *what) const
-{
-    if (!sharded_.empty())
-        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": checkpoints of sharded training (" +
-                                          (state_->config.sharding.frontend == "deepspeed" ? "deepspeed_plugin"
-                                                                                           : "fsdp_plugin") +
-                                          ") are not yet supported by accel; read the weights with "
-                                          "accel_accelerator_summon_full_params_begin");
 }
 
 namespace {

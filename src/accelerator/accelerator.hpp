@@ -105,9 +105,8 @@ public:
     std::string memory_stats_json() const;
     // Sharded models (fsdp_plugin / deepspeed_plugin): gather every parameter / write back and free.
     void summon_full_params(Model &model, bool on);
-    // Fails with ACCEL_ERR_UNIMPLEMENTED when a sharded model's state cannot be checkpointed yet.
-    void check_checkpointable(const char *what) const;
     parallel::ShardedDataParallel *sharded_of(const Model &model) const;
+    std::vector<parallel::ShardedDataParallel *> sharded_engines() const;
 
     // Experiment trackers (log_with, callback trackers): init_trackers / log / end_training / get_tracker.
     tracking::Trackers &trackers();

@@ -12,6 +12,7 @@
 #include "data_loader/data_loader_shard.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
+#include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
@@ -90,7 +91,49 @@ void plain_to_json(const PyObj &v, std::string &out, const std::string &what)
     }
 }
 
+// Sharded models hold only their shards at rest: gathered whole for the duration of a save or a load
+// (collective: every rank), then written back to the shards and freed. Those the user has summoned stay so.
+class SummonWhole {
+public:
+    explicit SummonWhole(const std::vector<parallel::ShardedDataParallel *> &engines)
+    {
+        try {
+            for (auto *e : engines)
+                if (!e->summoned()) {
+                    e->summon_full_params(true);
+                    summoned_.push_back(e);
+                }
+        } catch (...) {
+            release();
+            throw;
+        }
+    }
+    ~SummonWhole() { release(); }
+    SummonWhole(const SummonWhole &) = delete;
+    SummonWhole &operator=(const SummonWhole &) = delete;
+
+private:
+    void release() noexcept
+    {
+        for (auto *e : summoned_) {
+            try {
+                e->summon_full_params(false); // local: copies the shard back, frees the whole buffers
+            } catch (...) {
+            }
+        }
+        summoned_.clear();
+    }
+    std::vector<parallel::ShardedDataParallel *> summoned_;
+};
+
 } // namespace
+
+std::vector<parallel::ShardedDataParallel *> Accelerator::sharded_engines() const
+{
+    std::vector<parallel::ShardedDataParallel *> out;
+    for (const auto &d : sharded_) out.push_back(d.second.get());
+    return out;
+}
 
 bool Accelerator::writes_main_files() const
 {
@@ -113,6 +156,12 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     // serialized afterwards, concurrently. Tensors are referenced, not copied.
     std::vector<ckpt::CheckpointFile> files;
     auto object = [&files](std::string name, PyRef obj) { files.push_back({std::move(name), std::move(obj), nullptr}); };
+    // Sharded training saves the FULL state dict, in the layout DDP writes: the weights whole (every rank
+    // gathers them until the files are written), the optimizer state joined from every rank's shard.
+    SummonWhole whole(sharded_engines());
+    std::vector<PyRef> optimizer_states(optimizers_.size());
+    for (size_t i = 0; i < optimizers_.size(); ++i)
+        if (main || optimizers_[i]->is_sharded()) optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
     // 1. model weights, 2. optimizers, 3. schedulers (main process).
     if (main) {
         for (size_t i = 0; i < models_.size(); ++i) {
@@ -129,7 +178,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
                 object(ckpt::weights_name(i, false), d);
             }
         }
-        for (size_t i = 0; i < optimizers_.size(); ++i) object(indexed("optimizer", ".bin", i), optimizers_[i]->state_dict());
+        for (size_t i = 0; i < optimizers_.size(); ++i) object(indexed("optimizer", ".bin", i), optimizer_states[i]);
         for (size_t i = 0; i < schedulers_.size(); ++i) object(indexed("scheduler", ".bin", i), schedulers_[i]->state_dict());
     }
     // 4. data-loader positions, 5. scaler, 6. RNG states (every process).
@@ -210,6 +259,7 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     // scheduled; nothing changes until every one has passed.
     ckpt::CopyBatch batch;
     CopyFn schedule = [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); };
+    SummonWhole whole(sharded_engines()); // sharded weights load whole, then each rank keeps its shard
     for (size_t i = 0; i < weights.size(); ++i) models_[i]->load_state_dict(weights[i], options.strict, schedule);
     std::vector<ApplyState> install_optimizers;
     for (size_t i = 0; i < optimizers_.size(); ++i)
@@ -234,6 +284,9 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
     const std::string dir = normalize_path(save_directory);
     if (exists(dir) && !is_dir(dir))
         fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");
+    // A sharded model's weights are gathered whole first (every rank calls save_model, as in Accelerate).
+    std::unique_ptr<SummonWhole> whole;
+    if (auto *e = sharded_of(model)) whole = std::make_unique<SummonWhole>(std::vector<parallel::ShardedDataParallel *>{e});
     if (!writes_main_files()) return;
     ckpt::write_model_weights(dir, model.state_dict(options.safe_serialization), options.safe_serialization,
                               options.max_shard_size);

@@ -32,7 +32,6 @@ ACCEL_API accel_status_t accel_accelerator_save_state(accel_accelerator_t *accel
 {
     return guarded([&] {
         auto &a = acc_of(accelerator);
-        a.check_checkpointable("save_state");
         a.save_state(optional_path(output_dir, "output_dir"), {});
     });
 }
@@ -41,7 +40,6 @@ ACCEL_API accel_status_t accel_accelerator_load_state(accel_accelerator_t *accel
 {
     return guarded([&] {
         auto &a = acc_of(accelerator);
-        a.check_checkpointable("load_state");
         a.load_state(optional_path(input_dir, "input_dir"), {});
     });
 }
@@ -53,7 +51,6 @@ ACCEL_API accel_status_t accel_accelerator_save_state_with_options(accel_acceler
     return guarded([&] {
         if (out_dir != nullptr) *out_dir = nullptr;
         auto &a = acc_of(accelerator);
-        a.check_checkpointable("save_state");
         auto opts = accel::config::parse_save_state_options(options_json, "options_json");
         std::string dir = a.save_state(optional_path(output_dir, "output_dir"), opts);
         if (out_dir != nullptr) *out_dir = owned_string(dir);
@@ -67,7 +64,6 @@ ACCEL_API accel_status_t accel_accelerator_load_state_with_options(accel_acceler
     return guarded([&] {
         if (out_dir != nullptr) *out_dir = nullptr;
         auto &a = acc_of(accelerator);
-        a.check_checkpointable("load_state");
         auto opts = accel::config::parse_load_state_options(options_json, "options_json");
         std::string dir = a.load_state(optional_path(input_dir, "input_dir"), opts);
         if (out_dir != nullptr) *out_dir = owned_string(dir);
@@ -83,7 +79,6 @@ ACCEL_API accel_status_t accel_accelerator_save_model(accel_accelerator_t *accel
         const char *dir = checked_string(save_directory, "save_directory");
         if (dir[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "save_directory: must not be empty");
         check_model_owner(a, m);
-        m.impl->check_tensor_access("save_model");
         auto opts = accel::config::parse_save_model_options(options_json, "options_json");
         a.save_model(*m.impl, dir, opts);
     });

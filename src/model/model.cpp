@@ -74,7 +74,8 @@ NamedTensors Model::state_dict(bool dedupe_shared) const
         for (const auto &[name, t] : *list) {
             if (!t.defined()) continue;
             if (dedupe_shared && t.numel() > 0) {
-                auto key = std::make_pair(t.storage().data(), t.storage().nbytes());
+                // The same memory, not the same storage: sharded parameters are views of one flat buffer.
+                auto key = std::make_pair(static_cast<const void *>(t.data_ptr()), t.nbytes());
                 if (!seen.insert(key).second) continue; // tied weights are saved once, under the first name
             }
             out.emplace_back(name, t.detach());

@@ -105,7 +105,8 @@ void AcceleratedOptimizer::zero_grad()
     if (after_zero_grad_) after_zero_grad_();
 }
 
-void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, std::function<void()> after_step,
+void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, parallel::ShardLayout layout,
+                                      std::function<void()> after_step,
                                       std::function<void()> after_zero_grad, std::function<void()> before_step)
 {
     if (optimizer_->param_groups().size() != 1)
@@ -117,6 +118,7 @@ void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, std
     after_step_ = std::move(after_step);
     after_zero_grad_ = std::move(after_zero_grad);
     before_step_ = std::move(before_step);
+    layout_ = std::make_shared<const parallel::ShardLayout>(std::move(layout));
 }
 
 size_t AcceleratedOptimizer::num_param_groups() const { return optimizer_->param_groups().size(); }

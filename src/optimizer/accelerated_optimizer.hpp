@@ -3,6 +3,7 @@
 #pragma once
 
 #include "config/optimizer_config.hpp"
+#include "parallel/fsdp/shard_layout.hpp"
 #include "state/state_dict.hpp"
 
 #include <ATen/core/Tensor.h>
@@ -37,26 +38,31 @@ public:
     const std::shared_ptr<Model> &model() const { return model_; }
     torch::optim::Optimizer &torch_optimizer() const { return *optimizer_; }
 
-    // Python's Optimizer.state_dict() (PyTorch 1.13 keys; src/optimizer/optimizer_state.cpp).
+    // Python's Optimizer.state_dict() (PyTorch 1.13 keys; src/optimizer/optimizer_state.cpp). Sharded, it
+    // is still one entry per model parameter (gathered from every rank: collective, call it on all).
     PyRef state_dict() const;
     // Checks `state_dict` against this optimizer (types, group and parameter counts, shapes) and schedules
     // the copies of its state tensors through `copy` (into the optimizer's own state tensors where they
     // fit); nothing changes until the returned function runs, after the copies ran. `what` names the
-    // file in messages.
+    // file in messages. Sharded, it takes the unsharded form and keeps this rank's shard (no communication).
     ApplyState load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
 
     std::shared_ptr<AcceleratorState> prepared_by;
 
     // Sharded training (src/parallel/fsdp): the optimizer is rebuilt over the engine's flat shards (same
     // type, options and current learning rate); after_step runs after every inner step that ran,
-    // after_zero_grad after every zero_grad that acted.
-    void shard_over(const std::vector<at::Tensor> &shards, std::function<void()> after_step,
+    // after_zero_grad after every zero_grad that acted; `layout` maps the shards onto the parameters.
+    void shard_over(const std::vector<at::Tensor> &shards, parallel::ShardLayout layout, std::function<void()> after_step,
                     std::function<void()> after_zero_grad, std::function<void()> before_step);
     bool is_sharded() const { return static_cast<bool>(after_step_); }
 
 private:
     config::OptimizerConfig config_;
     std::function<void()> after_step_, after_zero_grad_, before_step_;
+    std::shared_ptr<const parallel::ShardLayout> layout_; // set while sharded
+    // Optimizer.state_dict() / load_state_dict of the LibTorch optimizer as it is (over the shards when sharded).
+    PyRef inner_state_dict() const;
+    ApplyState inner_load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
     bool may_act() const; // false while accumulating gradients
     std::shared_ptr<Model> model_;
     std::unique_ptr<torch::optim::Optimizer> optimizer_;

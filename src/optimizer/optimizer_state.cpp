@@ -234,7 +234,7 @@ at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, const Copy
 
 } // namespace
 
-PyRef AcceleratedOptimizer::state_dict() const
+PyRef AcceleratedOptimizer::inner_state_dict() const
 {
     optim::Optimizer &o = *optimizer_;
     auto state = py_dict();
@@ -283,7 +283,7 @@ PyRef AcceleratedOptimizer::state_dict() const
     return out;
 }
 
-ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)
+ApplyState AcceleratedOptimizer::inner_load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)
 {
     Reader r{what};
     if (!sd.is_dict()) r.bad("not a dict");
@@ -350,6 +350,147 @@ ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::str
         o.state().clear();
         for (auto &n : *shared_state) o.state()[n.key] = std::move(n.state);
     };
+}
+
+// ---- sharded training: the unsharded layout -----------------------------------------------------------
+// The optimizer over the engine's shards has one state entry per unit; files hold one per parameter.
+// Per-element tensors (exp_avg, ...) are joined from every rank and cut at the parameters; values shared
+// by a unit ("step", None) are repeated for each of its parameters.
+
+namespace {
+
+bool per_element(const std::string &key, const PyObj &v) { return key != "step" && v.kind == PyObj::Kind::Tensor; }
+
+double number_of(const PyObj &v)
+{
+    if (v.kind == PyObj::Kind::Int) return static_cast<double>(v.i);
+    if (v.kind == PyObj::Kind::Float) return v.f;
+    if (v.kind == PyObj::Kind::Tensor && v.tensor.numel() == 1) return v.tensor.to(at::kDouble).item<double>();
+    return 0.0;
+}
+
+} // namespace
+
+PyRef AcceleratedOptimizer::state_dict() const
+{
+    PyRef inner = inner_state_dict();
+    if (!layout_) return inner;
+    const parallel::ShardLayout &l = *layout_;
+    const PyObj *state = inner->get("state");
+    std::vector<PyRef> per_param(l.params.size());
+    for (size_t u = 0; u < l.unit_params.size(); ++u) {
+        const PyObj *st = state->get_int_key(static_cast<int64_t>(u));
+        if (st == nullptr) continue; // the same on every rank: they all stepped (or not)
+        std::vector<PyRef> outs;
+        for (size_t k = 0; k < l.unit_params[u].size(); ++k) outs.push_back(py_dict());
+        for (const auto &[key, value] : st->map) {
+            const std::string &name = key->s;
+            if (!per_element(name, *value)) {
+                for (auto &o : outs) py_set(*o, name, value);
+                continue;
+            }
+            at::Tensor whole = l.gather(u, value->tensor);
+            int64_t offset = 0;
+            for (size_t k = 0; k < l.unit_params[u].size(); ++k) {
+                const at::Tensor &p = l.params[l.unit_params[u][k]];
+                py_set(*outs[k], name, py_tensor(whole.narrow(0, offset, p.numel()).view(p.sizes())));
+                offset += p.numel();
+            }
+        }
+        for (size_t k = 0; k < l.unit_params[u].size(); ++k) per_param[l.unit_params[u][k]] = outs[k];
+    }
+    auto new_state = py_dict();
+    auto ids = py_list();
+    for (size_t i = 0; i < per_param.size(); ++i) {
+        if (per_param[i]) new_state->map.emplace_back(py_int(static_cast<int64_t>(i)), per_param[i]);
+        ids->items.push_back(py_int(static_cast<int64_t>(i)));
+    }
+    // One group (shard_over refuses more): its hyperparameters as they are, its parameters the model's.
+    PyRef group = py_dict();
+    for (const auto &kv : inner->get("param_groups")->items[0]->map)
+        py_set(*group, kv.first->s, kv.first->s == "params" ? ids : kv.second);
+    auto out = py_dict();
+    py_set(*out, "state", new_state);
+    py_set(*out, "param_groups", py_list({group}));
+    return out;
+}
+
+ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)
+{
+    if (!layout_) return inner_load_state_dict(sd, what, copy);
+    const parallel::ShardLayout &l = *layout_;
+    Reader r{what};
+    if (!sd.is_dict()) r.bad("not a dict");
+    const PyObj *state = sd.get("state");
+    const PyObj *groups = sd.get("param_groups");
+    if (state == nullptr || !state->is_dict()) r.bad("no \"state\" dict");
+    if (groups == nullptr || groups->kind != PyObj::Kind::List) r.bad("no \"param_groups\" list");
+    if (groups->items.size() != 1)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": " + std::to_string(groups->items.size()) +
+                                             " parameter groups, the optimizer has 1");
+    const PyObj &g = *groups->items[0];
+    if (!g.is_dict()) r.bad("param_groups[0] is not a dict");
+    const PyObj *ids = g.get("params");
+    if (ids == nullptr || ids->kind != PyObj::Kind::List) r.bad("param_groups[0] has no params list");
+    if (ids->items.size() != l.params.size())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": param_groups[0] has " + std::to_string(ids->items.size()) +
+                                             " parameters, the model has " + std::to_string(l.params.size()));
+    // The shard form: state[u] for unit u, this rank's piece of its parameters' joined tensors.
+    auto new_state = py_dict();
+    for (size_t u = 0; u < l.unit_params.size(); ++u) {
+        std::vector<std::pair<const PyObj *, int64_t>> entries; // (state entry or null, its id)
+        const PyObj *first = nullptr;
+        for (size_t k : l.unit_params[u]) {
+            const PyObj &id = *ids->items[k];
+            if (id.kind != PyObj::Kind::Int) r.bad("param_groups[0].params holds a non-integer");
+            const PyObj *st = state->get_int_key(id.i);
+            if (st != nullptr && !st->is_dict()) r.bad("state[" + std::to_string(id.i) + "] is not a dict");
+            entries.emplace_back(st, id.i);
+            if (first == nullptr) first = st;
+        }
+        if (first == nullptr) continue; // none of the unit's parameters has state yet
+        auto out = py_dict();
+        for (const auto &[key, value] : first->map) {
+            const std::string &name = key->s;
+            if (!per_element(name, *value)) {
+                // Shared by the unit: "step" is the largest (a parameter without gradients steps less under DDP).
+                PyRef v = value;
+                if (name == "step")
+                    for (const auto &e : entries)
+                        if (e.first != nullptr)
+                            if (const PyObj *s = e.first->get("step"); s != nullptr && number_of(*s) > number_of(*v))
+                                v = std::make_shared<PyObj>(*s);
+                py_set(*out, name, v);
+                continue;
+            }
+            std::vector<at::Tensor> pieces;
+            for (size_t k = 0; k < entries.size(); ++k) {
+                const at::Tensor &p = l.params[l.unit_params[u][k]];
+                const PyObj *v = entries[k].first != nullptr ? entries[k].first->get(name) : nullptr;
+                if (v == nullptr) { // a parameter that had no gradient yet: fresh state
+                    pieces.push_back(at::zeros({p.numel()}, p.options().requires_grad(false)));
+                    continue;
+                }
+                const std::string where = "state[" + std::to_string(entries[k].second) + "][\"" + name + "\"]";
+                if (v->kind != PyObj::Kind::Tensor) r.bad(where + " is not a tensor");
+                if (v->tensor.sizes() != p.sizes())
+                    fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": " + where + " has shape " + c10::str(v->tensor.sizes()) +
+                                                         ", its parameter has " + c10::str(p.sizes()));
+                pieces.push_back(v->tensor.reshape({-1}).to(p.scalar_type()));
+            }
+            py_set(*out, name, py_tensor(l.slice(u, at::cat(pieces))));
+        }
+        new_state->map.emplace_back(py_int(static_cast<int64_t>(u)), out);
+    }
+    auto shard_ids = py_list();
+    for (size_t u = 0; u < l.unit_params.size(); ++u) shard_ids->items.push_back(py_int(static_cast<int64_t>(u)));
+    PyRef group = py_dict();
+    for (const auto &kv : g.map) py_set(*group, kv.first->s, kv.first->s == "params" ? shard_ids : kv.second);
+    PyObj shard_form;
+    shard_form.kind = PyObj::Kind::Dict;
+    py_set(shard_form, "state", new_state);
+    py_set(shard_form, "param_groups", py_list({group}));
+    return inner_load_state_dict(shard_form, what, copy);
 }
 
 } // namespace accel

@@ -139,8 +139,34 @@ static void test_summon_memory_and_errors(void)
     CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
     CHECK_FAILS(accel_accelerator_summon_full_params_begin(NULL, m), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
     CHECK_FAILS(accel_accelerator_summon_full_params_begin(acc, NULL), ACCEL_ERR_INVALID_ARGUMENT, "model");
-    /* Checkpoints of sharded training are not there yet, and say so. */
-    CHECK_FAILS(accel_accelerator_save_state(acc, "sharded_ckpt"), ACCEL_ERR_UNIMPLEMENTED, "sharded training");
+    /* Checkpoints gather the whole weights for the save and shard them again after: the files hold every
+     * weight (the one read back equals the summoned one), and the model is sharded again. */
+    {
+        accel_model_t *copy = NULL;
+        accel_tensor_t *a = NULL, *b = NULL;
+        float va[96], vb[96];
+        CHECK_OK(accel_accelerator_save_state(acc, "sharded_ckpt"));
+        CHECK_FAILS(accel_model_get_tensor(m, "0.weight", &t), ACCEL_ERR_FAILED_PRECONDITION, "summon_full_params");
+        CHECK_OK(accel_accelerator_save_model(acc, m, "sharded_model", NULL));
+        CHECK_FAILS(accel_model_get_tensor(m, "0.weight", &t), ACCEL_ERR_FAILED_PRECONDITION, "summon_full_params");
+        CHECK_OK(accel_model_create_from_json(kSpec, &copy));
+        CHECK_OK(accel_model_load_checkpoint(copy, "sharded_model", NULL));
+        CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
+        CHECK_OK(accel_model_get_tensor(m, "0.weight", &a));
+        CHECK_OK(accel_model_get_tensor(copy, "0.weight", &b));
+        CHECK_OK(accel_tensor_copy_to_buffer(a, va, sizeof va));
+        CHECK_OK(accel_tensor_copy_to_buffer(b, vb, sizeof vb));
+        CHECK(memcmp(va, vb, sizeof va) == 0);
+        /* Summoned by the user: a save leaves it summoned. */
+        CHECK_OK(accel_accelerator_save_state(acc, "sharded_ckpt"));
+        CHECK_FAILS(accel_accelerator_summon_full_params_begin(acc, m), ACCEL_ERR_FAILED_PRECONDITION, "already");
+        CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
+        CHECK_OK(accel_accelerator_load_state(acc, "sharded_ckpt"));
+        CHECK_FAILS(accel_model_get_tensor(m, "0.weight", &t), ACCEL_ERR_FAILED_PRECONDITION, "summon_full_params");
+        accel_tensor_free(a);
+        accel_tensor_free(b);
+        accel_model_free(copy);
+    }
 
     CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &json));
     CHECK(strstr(json, "\"strategy\": \"ZERO_3\"") != NULL);

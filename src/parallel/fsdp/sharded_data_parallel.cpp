@@ -428,6 +428,32 @@ std::vector<at::Tensor> ShardedDataParallel::optimizer_params() const
     return out;
 }
 
+ShardLayout ShardedDataParallel::layout() const
+{
+    ShardLayout l;
+    for (const auto &p : impl_->params) l.params.push_back(p.tensor);
+    for (const auto &u : impl_->units) l.unit_params.push_back(u.params);
+    std::weak_ptr<Impl> weak = impl_;
+    auto lock = [weak] {
+        auto s = weak.lock();
+        if (!s) fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: its model's sharding engine is gone (the accelerator was freed)");
+        return s;
+    };
+    l.gather = [lock](size_t unit, const at::Tensor &shard) {
+        auto s = lock();
+        const Impl::Unit &u = s->units.at(unit);
+        if (s->shard_world() == 1) return shard.narrow(0, 0, u.numel);
+        return at::cat(s->comm->allgather(shard.contiguous()), 0).narrow(0, 0, u.numel);
+    };
+    l.slice = [lock](size_t unit, const at::Tensor &flat) {
+        auto s = lock();
+        const Impl::Unit &u = s->units.at(unit);
+        at::Tensor padded = at::constant_pad_nd(flat.reshape({-1}), {0, u.padded - u.numel}, 0);
+        return padded.narrow(0, s->rank_in_shard() * u.shard_numel, u.shard_numel).clone();
+    };
+    return l;
+}
+
 void ShardedDataParallel::after_optimizer_step()
 {
     Impl &s = *impl_;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "config/sharding_config.hpp"
+#include "parallel/fsdp/shard_layout.hpp"
 
 #include <ATen/ATen.h>
 
@@ -53,8 +54,10 @@ public:
     // After loss.backward(): reduces what the hooks have not (unused parameters) and frees buffers.
     void finish_backward();
     void abort_backward();
-    // The tensors the optimizer steps (one shard per unit, gradients attached on sync steps).
+    // The tensors the optimizer steps (one shard per unit, gradients attached on sync steps), and how they
+    // map onto the model's parameters (for state dicts in the unsharded layout).
     std::vector<at::Tensor> optimizer_params() const;
+    ShardLayout layout() const;
     // After the optimizer stepped the shards: all-gather them into the full buffers (when those persist).
     void after_optimizer_step();
     // Drops every gradient (shards, reduced buffers, local gradients): optimizer.zero_grad(set_to_none).
