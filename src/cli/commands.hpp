@@ -10,5 +10,6 @@ int merge_weights_main(int argc, char **argv); // merge_weights.cpp
 int config_main(int argc, char **argv);        // config_command.cpp
 int env_main(int argc, char **argv);           // env_command.cpp
 int estimate_memory_main(int argc, char **argv); // estimate_memory.cpp
+int test_main(int argc, char **argv);            // test_command.cpp
 
 } // namespace accel::cli

@@ -206,17 +206,33 @@ struct Child {
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
+// Writes the complete lines in `buf` with `prefix` (all of it with flush_all). A progress bar redraws its
+// line after '\r': a line keeps only what follows its last '\r'; on a terminal the unfinished line is
+// drawn as it goes, prefix included, and the part already drawn is dropped.
 void emit_lines(std::string &buf, const std::string &prefix, FILE *to, bool flush_all)
 {
+    auto last_segment = [](const std::string &line) {
+        const size_t cr = line.rfind('\r');
+        return cr == std::string::npos ? line : line.substr(cr + 1);
+    };
+    const bool tty = isatty(fileno(to)) != 0;
     size_t start = 0, nl;
     while ((nl = buf.find('\n', start)) != std::string::npos) {
-        std::fprintf(to, "%s%.*s\n", prefix.c_str(), static_cast<int>(nl - start), buf.data() + start);
+        const std::string line = buf.substr(start, nl - start);
+        std::fprintf(to, "%s%s%s%s\n", tty && line.find('\r') != std::string::npos ? "\r" : "", prefix.c_str(),
+                     last_segment(line).c_str(), tty ? "\033[K" : "");
         start = nl + 1;
     }
     buf.erase(0, start);
     if (flush_all && !buf.empty()) {
-        std::fprintf(to, "%s%s\n", prefix.c_str(), buf.c_str());
+        std::fprintf(to, "%s%s\n", prefix.c_str(), last_segment(buf).c_str());
         buf.clear();
+    }
+    const size_t cr = buf.rfind('\r');
+    if (tty && cr != std::string::npos) {
+        const std::string shown = buf.substr(cr + 1);
+        std::fprintf(to, "\r%s%s\033[K", prefix.c_str(), shown.c_str());
+        buf.erase(0, cr); // keep the '\r': the finished line redraws from the start
     }
     std::fflush(to);
 }
@@ -324,6 +340,7 @@ int launch_main(int argc, char **argv)
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     signal(SIGPIPE, SIG_IGN);
+    const bool stdout_tty = isatty(STDOUT_FILENO) != 0;
 
     for (int i = 0; i < local; ++i) {
         Child &c = children[static_cast<size_t>(i)];
@@ -364,6 +381,8 @@ int launch_main(int argc, char **argv)
             set("ACCELERATE_MIXED_PRECISION", o.mixed_precision.value_or("no"));
             if (o.grad_accum) set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", std::to_string(*o.grad_accum));
             if (o.debug) set("ACCELERATE_DEBUG_MODE", "true");
+            // The children write into pipes; tell them whether their lines end on a terminal (progress bars).
+            if (stdout_tty) set("ACCEL_PROGRESS_TTY", "1");
             for (const auto &[k, v] : extra_env) set(k.c_str(), v);
             std::vector<char *> args;
             for (auto &s : o.command) args.push_back(const_cast<char *>(s.c_str()));

@@ -20,6 +20,7 @@ const Command kCommands[] = {
     {"estimate-memory", accel::cli::estimate_memory_main, "memory to load and train a model (JSON spec, TorchScript, safetensors)"},
     {"launch", accel::cli::launch_main, "start a program as several processes (data-parallel training)"},
     {"merge-weights", accel::cli::merge_weights_main, "join sharded safetensors weights into one model.safetensors"},
+    {"test", accel::cli::test_main, "check that this machine and config can train (a short run under launch)"},
 };
 
 void usage(FILE *to)

@@ -96,9 +96,7 @@ void Trackers::init(const char *project_name, const char *config_json, const cha
     // Every rank checks its arguments, so a bad call fails everywhere, not only on the main process.
     config::TrackerInit init = config::parse_tracker_init(config_json, init_kwargs_json, names());
     if (initialized_) fail(ACCEL_ERR_FAILED_PRECONDITION, "init_trackers: already called (call end_training first)");
-    if (names().empty())
-        fail(ACCEL_ERR_FAILED_PRECONDITION, "init_trackers: no trackers: set log_with (\"jsonl\", \"csv\", \"tensorboard\", "
-                                            "\"all\") or add a callback tracker first");
+    // No trackers configured: nothing to start, as Accelerate (a program logs the same with or without log_with).
     std::vector<std::unique_ptr<GeneralTracker>> made;
     if (main_) {
         const std::string dir = logging_dir_.value_or(".") + "/" + project;

@@ -79,10 +79,14 @@ static void test_errors_and_callbacks(const char *dir)
     char *out = (char *)1;
     char path[1024];
 
-    /* No trackers configured: log does nothing (Accelerate), init has nothing to start. */
+    /* No trackers configured: init has nothing to start and log does nothing (Accelerate); arguments are
+     * still checked. */
     CHECK_OK(accel_accelerator_create(NULL, &plain));
     CHECK_OK(accel_accelerator_log(plain, "{\"loss\": 1}", 0));
-    CHECK_FAILS(accel_accelerator_init_trackers(plain, "p", NULL, NULL), ACCEL_ERR_FAILED_PRECONDITION, "no trackers");
+    CHECK_FAILS(accel_accelerator_init_trackers(plain, "a/b", NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT, "project_name");
+    CHECK_OK(accel_accelerator_init_trackers(plain, "p", "{\"lr\": 0.1}", NULL));
+    CHECK_OK(accel_accelerator_log(plain, "{\"loss\": 1}", 0));
+    CHECK_FAILS(accel_accelerator_log(plain, "[1]", 0), ACCEL_ERR_INVALID_ARGUMENT, "");
     CHECK_OK(accel_accelerator_end_training(plain));
     accel_accelerator_free(plain);
 

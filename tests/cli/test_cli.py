@@ -215,6 +215,30 @@ check("float64" in p.stderr, "bad dtype named: " + p.stderr)
 p = run(["estimate-memory", "--help"], code=0)
 check("usage: accel estimate-memory MODEL" in p.stdout, "help: " + p.stdout)
 
+# ---- test -----------------------------------------------------------------------------------------
+p = run(["test", "-n", "2", "--main_process_port", "0"], env=HF, code=0)
+check("Test is a success!" in p.stdout and "collectives ok" in p.stdout and "training ok" in p.stdout
+      and "equal to one process" in p.stdout, "accel test -n 2: " + p.stdout + p.stderr)
+# The config file launch would read: written by `accel config default`, 3 processes, bf16.
+cfg3 = os.path.join(tmp, "three.yaml")
+run(["config", "default", "--config_file", cfg3, "--mixed_precision", "bf16"], env=HF, code=0)
+with open(cfg3) as fh:
+    y3 = yaml.safe_load(fh)
+y3.update({"num_processes": 3, "distributed_type": "MULTI_CPU"})
+with open(cfg3, "w") as fh:
+    yaml.safe_dump(y3, fh)
+p = run(["test", "--config_file", cfg3, "--main_process_port", "0"], env=HF, code=0)
+check("3 process(es)" in p.stdout and "mixed precision bf16" in p.stdout and "Test is a success!" in p.stdout,
+      "accel test with a config file: " + p.stdout + p.stderr)
+# A config that cannot train here says why, and fails.
+p = run(["test", "--mixed_precision", "fp16", "--main_process_port", "0"], env=HF, code=1)
+check("FAILED" in p.stderr and "fp16" in p.stderr and "Test is a success" not in p.stdout,
+      "accel test with fp16 on this CPU: " + p.stdout + p.stderr)
+p = run(["test", "--config_file", os.path.join(tmp, "missing.yaml")], env=HF, code=2)  # as launch: bad options
+check("missing.yaml" in p.stderr, "accel test with a missing config file: " + p.stderr)
+p = run(["test", "--help"], code=0)
+check("usage: accel test" in p.stdout, "help: " + p.stdout)
+
 subprocess.run(["rm", "-rf", tmp])
 if failures:
     print("\n\n".join(failures))
