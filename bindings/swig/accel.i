@@ -591,6 +591,10 @@ ACCEL_HANDLE_CLASS(Accelerator)
     {
         ACCEL_CHECK(accel_accelerator_prepare_scheduler(ACCEL_H($self, "Accelerator"), ACCEL_H(scheduler, "Scheduler")));
     }
+    /** Accelerate's free_memory(): forgets every prepared object (they can be prepared again); step = 0. */
+    void free_memory() { ACCEL_CHECK(accel_accelerator_free_memory(ACCEL_H($self, "Accelerator"))); }
+    /** The same as free_memory() (Accelerate's alias). */
+    void clear() { ACCEL_CHECK(accel_accelerator_clear(ACCEL_H($self, "Accelerator"))); }
     /** The model without the accelerator's wrappers (same parameters). */
     Model *unwrap_model(const Model *model)
     {

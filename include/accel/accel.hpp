@@ -449,6 +449,9 @@ public:
                                         dataloader ? dataloader->get() : nullptr,
                                         scheduler ? scheduler->get() : nullptr));
     }
+    /** free_memory() / clear(): forgets every prepared object (they can be prepared again); step = 0. */
+    void free_memory() { check(accel_accelerator_free_memory(get())); }
+    void clear() { check(accel_accelerator_clear(get())); }
     void backward(Tensor &loss) { check(accel_accelerator_backward(get(), loss.get())); }
     /** `with accelerator.accumulate(model):` - the context ends when the Scope is destroyed. */
     [[nodiscard]] Scope accumulate(Model &model)

@@ -64,6 +64,17 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_prepare_dataloader(ac
 /** The scheduler's optimizer must have been prepared first (ACCEL_ERR_FAILED_PRECONDITION otherwise). */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_prepare_scheduler(accel_accelerator_t *accelerator,
                                                                              accel_scheduler_t *scheduler) ACCEL_NOEXCEPT;
+/**
+ * Accelerate's free_memory() / clear(): the accelerator forgets every object it prepared (models,
+ * optimizers, schedulers, data loaders), which become unprepared objects again (a sharded model whole, with
+ * its optimizer's state joined from every process; DDP's hooks removed; data loaders keep yielding this
+ * process's batches), and step is reset to 0. Call it between two trainings with other objects; they may be
+ * prepared again (by this or another accelerator). Collective when a model is sharded. Fails with
+ * ACCEL_ERR_FAILED_PRECONDITION inside accumulate/autocast or while parameters are summoned.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_free_memory(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/** The same as accel_accelerator_free_memory() (Accelerate's alias). */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_clear(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
 /**
  * A handle to the model without the accelerator's wrappers (autocast, fp32 output conversion): the same

@@ -146,6 +146,37 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
         before);
 }
 
+void Accelerator::free_memory()
+{
+    if (state_->in_accumulate)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: inside accumulate(); call accumulate_end first");
+    if (!autocast_scopes_.empty())
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: inside autocast(); call autocast_end first");
+    for (const auto &d : sharded_)
+        if (d.second->summoned())
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: a model's parameters are summoned; call "
+                                                "accel_accelerator_summon_full_params_end first");
+    // Optimizers first: their state is joined through the engines, which the models' release ends.
+    for (const auto &o : optimizers_) {
+        o->unshard();
+        o->prepared_by = nullptr;
+    }
+    for (auto &d : sharded_) {
+        d.second->release(*d.first);
+        d.first->prepared_by = nullptr;
+    }
+    for (auto &d : ddp_) d.first->prepared_by = nullptr;
+    for (const auto &m : models_) m->prepared_by = nullptr;
+    for (const auto &s : schedulers_) s->prepared_by = nullptr;
+    sharded_.clear();
+    ddp_.clear();
+    models_.clear();
+    optimizers_.clear();
+    schedulers_.clear();
+    dataloaders_.clear(); // they stay prepared (this process's batches), as Accelerate's
+    state_->step = 0;
+}
+
 void Accelerator::summon_full_params(Model &model, bool on)
 {
     if (model.prepared_by != state_) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: not prepared by this accelerator");

@@ -108,14 +108,19 @@ public:
     parallel::ShardedDataParallel *sharded_of(const Model &model) const;
     std::vector<parallel::ShardedDataParallel *> sharded_engines() const;
 
+    // free_memory / clear: forgets every prepared model, optimizer, scheduler and data loader (they become
+    // unprepared objects again: sharded ones whole, DDP's hooks gone) and resets step to 0, so the next
+    // training can prepare other objects. Collective when a model is sharded.
+    void free_memory();
+
     // Experiment trackers (log_with, callback trackers): init_trackers / log / end_training / get_tracker.
     tracking::Trackers &trackers();
 
 private:
     bool writes_main_files() const;
     parallel::DistributedDataParallel *ddp_of(const Model &model) const;
-    std::vector<std::pair<const Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
-    std::vector<std::pair<const Model *, std::shared_ptr<parallel::ShardedDataParallel>>> sharded_;
+    std::vector<std::pair<Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
+    std::vector<std::pair<Model *, std::shared_ptr<parallel::ShardedDataParallel>>> sharded_;
     void shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer);
     void check_owner(const std::shared_ptr<AcceleratorState> &owner, const char *what) const;
     std::shared_ptr<AcceleratorState> state_;

@@ -83,6 +83,16 @@ ACCEL_API accel_status_t accel_accelerator_prepare_scheduler(accel_accelerator_t
     return guarded([&] { acc_of(accelerator).prepare_scheduler(checked(scheduler, "scheduler").impl); });
 }
 
+ACCEL_API accel_status_t accel_accelerator_free_memory(accel_accelerator_t *accelerator) noexcept
+{
+    return guarded([&] { acc_of(accelerator).free_memory(); });
+}
+
+ACCEL_API accel_status_t accel_accelerator_clear(accel_accelerator_t *accelerator) noexcept
+{
+    return accel_accelerator_free_memory(accelerator);
+}
+
 ACCEL_API accel_status_t accel_accelerator_unwrap_model(accel_accelerator_t *accelerator, const accel_model_t *model,
                                                         accel_model_t **out) noexcept
 {

@@ -105,12 +105,18 @@ void AcceleratedOptimizer::zero_grad()
     if (after_zero_grad_) after_zero_grad_();
 }
 
+namespace {
+void copy_now(const at::Tensor &dst, const at::Tensor &src) { dst.copy_(src); }
+} // namespace
+
 void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, parallel::ShardLayout layout,
                                       std::function<void()> after_step,
                                       std::function<void()> after_zero_grad, std::function<void()> before_step)
 {
     if (optimizer_->param_groups().size() != 1)
         fail(ACCEL_ERR_UNIMPLEMENTED, "optimizer: sharding supports one parameter group");
+    // State it already has (steps taken before prepare, or before a free_memory) moves into the shards.
+    PyRef state = inner_state_dict();
     auto options = optimizer_->param_groups()[0].options().clone();
     auto rebuilt = make_optimizer(shards, config_);
     rebuilt->param_groups()[0].set_options(std::move(options)); // the current learning rate and the rest
@@ -119,6 +125,23 @@ void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, par
     after_zero_grad_ = std::move(after_zero_grad);
     before_step_ = std::move(before_step);
     layout_ = std::make_shared<const parallel::ShardLayout>(std::move(layout));
+    if (!state->get("state")->map.empty()) load_state_dict(*state, "optimizer", copy_now)();
+}
+
+void AcceleratedOptimizer::unshard()
+{
+    if (!layout_) return;
+    PyRef state = state_dict(); // collective: one entry per parameter
+    std::vector<at::Tensor> params;
+    for (const auto &p : model_->parameters())
+        if (p.requires_grad()) params.push_back(p);
+    auto options = optimizer_->param_groups()[0].options().clone();
+    auto rebuilt = make_optimizer(params, config_);
+    rebuilt->param_groups()[0].set_options(std::move(options));
+    optimizer_ = std::move(rebuilt);
+    layout_.reset();
+    after_step_ = after_zero_grad_ = before_step_ = nullptr;
+    inner_load_state_dict(*state, "optimizer", copy_now)();
 }
 
 size_t AcceleratedOptimizer::num_param_groups() const { return optimizer_->param_groups().size(); }

@@ -54,7 +54,10 @@ public:
     // after_zero_grad after every zero_grad that acted; `layout` maps the shards onto the parameters.
     void shard_over(const std::vector<at::Tensor> &shards, parallel::ShardLayout layout, std::function<void()> after_step,
                     std::function<void()> after_zero_grad, std::function<void()> before_step);
-    bool is_sharded() const { return static_cast<bool>(after_step_); }
+    bool is_sharded() const { return static_cast<bool>(layout_); }
+    // free_memory: back to one LibTorch optimizer over the model's parameters, its state joined from every
+    // rank's shard (collective). Nothing when not sharded.
+    void unshard();
 
 private:
     config::OptimizerConfig config_;

@@ -13,8 +13,9 @@
 static const char *kSpec = "{\"type\": \"mlp\", \"widths\": [6, 16, 16, 3], \"activation\": \"tanh\"}";
 
 /* Trains 6 optimizer steps (accumulation 2, batch 8, AdamW, clipping at 0.5) under `config`; writes the
- * final weights (parameter order) to `w`. Returns the accelerator's status of the first failure. */
-static void train(const char *config, float *w)
+ * final weights (parameter order) to `w`. With free_at > 0, after that many steps free_memory() releases
+ * everything and the same objects are prepared again (the optimizer keeps its state). */
+static void train_freeing(const char *config, float *w, int free_at)
 {
     float x[N * NIN], y[N * NOUT];
     int i;
@@ -59,6 +60,16 @@ static void train(const char *config, float *w)
         accel_tensor_free(out);
         accel_tensor_free(loss);
         accel_batch_free(b);
+        if (sync && steps == free_at) {
+            int64_t step = -1;
+            CHECK_OK(accel_accelerator_free_memory(acc));
+            CHECK_OK(accel_accelerator_get_step(acc, &step));
+            CHECK(step == 0);
+            CHECK_OK(accel_model_get_tensor(m, "0.weight", &out)); /* whole again, without summon */
+            accel_tensor_free(out);
+            CHECK_OK(accel_accelerator_clear(acc)); /* nothing left to release */
+            CHECK_OK(accel_accelerator_prepare(acc, m, opt, dl, NULL));
+        }
     }
     const int sharded = strstr(config, "_plugin") != NULL;
     if (sharded) CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
@@ -82,6 +93,49 @@ static void train(const char *config, float *w)
     accel_tensor_free(tx);
     accel_tensor_free(ty);
     accel_accelerator_free(acc);
+}
+
+static void train(const char *config, float *w) { train_freeing(config, w, 0); }
+
+/* free_memory after 3 of 6 steps, then the same objects prepared again: the same weights, bit for bit (the
+ * optimizer's state goes through the unsharded layout and back into the shards). */
+static void test_free_memory_and_prepare_again(void)
+{
+    const char *configs[] = {
+        "{\"gradient_accumulation_steps\": 2}",
+        "{\"gradient_accumulation_steps\": 2, \"fsdp_plugin\": {}}",
+        "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 1}}",
+        "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, \"gradient_clipping\": 0.5}}",
+    };
+    float ref[NPARAMS], got[NPARAMS];
+    size_t c;
+    for (c = 0; c < sizeof configs / sizeof configs[0]; ++c) {
+        train(configs[c], ref);
+        train_freeing(configs[c], got, 3);
+        if (memcmp(ref, got, sizeof ref) != 0) fprintf(stderr, "free_memory changed training under %s\n", configs[c]);
+        CHECK(memcmp(ref, got, sizeof ref) == 0);
+    }
+    /* Released objects can go to another accelerator; before, they cannot. */
+    accel_accelerator_t *a = NULL, *b = NULL;
+    accel_model_t *m = NULL;
+    CHECK_OK(accel_accelerator_create("{\"deepspeed_plugin\": {\"zero_stage\": 3}}", &a));
+    CHECK_OK(accel_accelerator_create(NULL, &b));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_accelerator_prepare_model(a, m));
+    CHECK_FAILS(accel_accelerator_prepare_model(b, m), ACCEL_ERR_FAILED_PRECONDITION, "another accelerator");
+    CHECK_OK(accel_accelerator_summon_full_params_begin(a, m));
+    CHECK_FAILS(accel_accelerator_free_memory(a), ACCEL_ERR_FAILED_PRECONDITION, "summon");
+    CHECK_OK(accel_accelerator_summon_full_params_end(a, m));
+    CHECK_OK(accel_accelerator_autocast_begin(a));
+    CHECK_FAILS(accel_accelerator_free_memory(a), ACCEL_ERR_FAILED_PRECONDITION, "autocast");
+    CHECK_OK(accel_accelerator_autocast_end(a));
+    CHECK_OK(accel_accelerator_free_memory(a));
+    CHECK_OK(accel_accelerator_prepare_model(b, m));
+    CHECK_FAILS(accel_accelerator_free_memory(NULL), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
+    CHECK_FAILS(accel_accelerator_clear(NULL), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
+    accel_model_free(m);
+    accel_accelerator_free(a);
+    accel_accelerator_free(b);
 }
 
 static void test_strategies_match_plain_training(void)
@@ -211,6 +265,7 @@ static void test_bad_wrap_class(void)
 int main(void)
 {
     test_strategies_match_plain_training();
+    test_free_memory_and_prepare_again();
     test_summon_memory_and_errors();
     test_bad_wrap_class();
     return capi_report("test_sharding");

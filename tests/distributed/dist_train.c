@@ -10,6 +10,7 @@
  * "causal_lm" on 96 windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
  * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare; with
  * ACCEL_TEST_SAVE_AT=K and ACCEL_TEST_SAVE_DIR=DIR it calls save_state(DIR) after optimizer step K and stops.
+ * With ACCEL_TEST_FREE_AT=K it calls free_memory after step K and prepares the same objects again.
  * Sharding tests: ACCEL_TEST_OPTIMIZER (optimizer JSON), ACCEL_TEST_CLIP (max norm, default 1000),
  * ACCEL_TEST_SCHEDULER (scheduler JSON, prepared and stepped every step). ACCEL_TEST_ACCUMULATE_NO_MODEL=1
  * enters accumulate with no model (Accelerate's accumulate()): gradients are then all-reduced every micro-step. A sharded model's weights are
@@ -92,6 +93,7 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, sched));
     const char *load_dir = getenv("ACCEL_TEST_LOAD"), *save_dir = getenv("ACCEL_TEST_SAVE_DIR");
     const int save_at = getenv("ACCEL_TEST_SAVE_AT") ? atoi(getenv("ACCEL_TEST_SAVE_AT")) : -1;
+    const int free_at = getenv("ACCEL_TEST_FREE_AT") ? atoi(getenv("ACCEL_TEST_FREE_AT")) : -1;
     if (load_dir != NULL) DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
 
     double norms[1024];
@@ -126,6 +128,10 @@ int main(int argc, char **argv)
         accel_tensor_free(out);
         accel_tensor_free(loss);
         accel_batch_free(b);
+        if (sync && done == free_at) { /* Accelerate's free_memory between trainings, then the same objects again */
+            DIST_CHECK(accel_accelerator_free_memory(acc));
+            DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, sched));
+        }
         if (sync && done == save_at) {
             DIST_EXPECT(save_dir != NULL, "ACCEL_TEST_SAVE_AT needs ACCEL_TEST_SAVE_DIR");
             DIST_CHECK(accel_accelerator_save_state(acc, save_dir));

@@ -84,6 +84,15 @@ def test_smoke_scenario():
     assert info.value.status == accel._core.ACCEL_ERR_INVALID_ARGUMENT
     assert info.value.status_name == "ACCEL_ERR_INVALID_ARGUMENT"
 
+    # free_memory(): the accelerator forgets its objects (step back to 0); they can be prepared again.
+    acc.free_memory()
+    assert acc.step() == 0
+    with tempfile.TemporaryDirectory() as d:
+        acc.save_state(os.path.join(d, "empty"))
+        assert not os.path.exists(os.path.join(d, "empty", "model.safetensors"))
+    acc.clear()
+    acc.prepare(model, opt, dl, sched)
+
     # Free the accelerator before its children: they stay usable.
     acc.close()
     del acc

@@ -541,6 +541,24 @@ void ShardedDataParallel::summon_full_params(bool on)
 
 bool ShardedDataParallel::summoned() const { return impl_->summoned; }
 
+void ShardedDataParallel::release(Model &model)
+{
+    Impl &s = *impl_;
+    at::NoGradGuard no_grad;
+    for (auto &u : s.units) s.gather(u);
+    for (auto &p : s.params) {
+        p.tensor.mutable_grad().reset(); // views of flat gradient buffers that go away
+        p.tensor.set_data(p.tensor.detach().clone());
+    }
+    for (auto &u : s.units) {
+        u.shard.mutable_grad().reset();
+        u.grad_full = at::Tensor();
+        u.grad_shard = at::Tensor();
+    }
+    model.forward_hooks.reset();
+    s.active = false; // the gradient hooks hold the engine weakly: once it is freed they do nothing
+}
+
 ShardedMemory ShardedDataParallel::memory() const
 {
     impl_->note_peak();

@@ -69,6 +69,9 @@ public:
     // them (false). Collective.
     void summon_full_params(bool on);
     bool summoned() const;
+    // free_memory (collective): every parameter gets whole memory of its own again and the model's forward
+    // hooks are removed, so the model is as it was before prepare; the engine does nothing afterwards.
+    void release(Model &model);
     ShardedMemory memory() const;
     const config::ShardingConfig &config() const;
 

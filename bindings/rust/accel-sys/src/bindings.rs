@@ -454,6 +454,12 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_free_memory(accelerator: *mut accel_accelerator_t) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_clear(accelerator: *mut accel_accelerator_t) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_unwrap_model(
         accelerator: *mut accel_accelerator_t,
         model: *const accel_model_t,

@@ -572,6 +572,18 @@ impl Accelerator {
         })
     }
 
+    /// Accelerate's `free_memory()`: the accelerator forgets every object it prepared (they become
+    /// unprepared objects again and may be prepared again) and `step` goes back to 0. Collective when a
+    /// model is sharded.
+    pub fn free_memory(&mut self) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_free_memory(self.raw) })
+    }
+
+    /// The same as [`Accelerator::free_memory`] (Accelerate's alias).
+    pub fn clear(&mut self) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_clear(self.raw) })
+    }
+
     /// Backpropagate `loss` divided by gradient_accumulation_steps.
     pub fn backward(&mut self, loss: &mut Tensor) -> Result<()> {
         check(unsafe { sys::accel_accelerator_backward(self.raw, loss.raw) })

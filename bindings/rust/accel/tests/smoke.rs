@@ -163,6 +163,8 @@ fn collectives_single_process() -> accel::Result<()> {
     acc.set_trigger()?;
     assert!(acc.check_trigger()?);
     assert!(!acc.check_trigger()?);
+    acc.free_memory()?; // nothing prepared: nothing to release
+    acc.clear()?;
     {
         let mut outer = acc.main_process_first()?;
         let inner = outer.accelerator().local_main_process_first()?;
