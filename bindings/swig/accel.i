@@ -15,11 +15,11 @@
  */
 
 #if defined(SWIGPYTHON)
-%module(package="accel") core
+%module(package="accel", directors="1") core
 #elif defined(SWIGJAVA)
-%module Accel
+%module(directors="1") Accel
 #elif defined(SWIGCSHARP)
-%module Library
+%module(directors="1") Library
 #else
 #error "accel.i targets Python, Java and C#"
 #endif
@@ -27,6 +27,12 @@
 %{
 #include <accel/accel.h>
 #include <vector>
+/* tracking.i: a tracker written in the target language, and the C callback that calls it (declared here:
+ * the Accelerator's methods are emitted before tracking.i's code). */
+class TrackerCallback;
+namespace accel_swig {
+accel_status_t tracker_trampoline(void *user_data, accel_tracker_event_t event, const char *json, int64_t step);
+}
 %}
 
 %include <stdint.i>

@@ -4,8 +4,11 @@
     python3 examples/python/train_mlp.py ['<accelerator config JSON>']
 
 The same program as examples/c/train_mlp.c: the same data generator and seed, so it prints the same
-losses. Exits non-zero if training accuracy stays below 95 %.
+losses; like it, it logs every step's loss and learning rate to the trackers of the config's "log_with"
+and draws a progress bar on a terminal (main process only). Exits non-zero if training accuracy stays
+below 95 %.
 """
+import os
 
 import array
 import math
@@ -73,19 +76,35 @@ def main(argv):
             opt, '{"type": "cosine", "num_warmup_steps": 10, "num_training_steps": %d}' % steps_total)
         acc.prepare(model, opt, dl, sched)
 
+        acc.init_trackers("train_mlp", '{"lr": 0.003, "batch_size": 64, "epochs": %d}' % EPOCHS)
+        # `accel launch` sets ACCEL_PROGRESS_TTY when its own output is a terminal.
+        show_bar = acc.is_main_process() and (sys.stdout.isatty() or os.environ.get("ACCEL_PROGRESS_TTY") == "1")
         acc_value = final_loss = 0.0
+        global_step = 0
         for epoch in range(1, EPOCHS + 1):
-            start = time.process_time()
+            start, wall = time.process_time(), time.monotonic()
             loss_sum, steps = 0.0, 0
             for batch in dl:
                 with batch:
-                    loss_sum += acc.train_step(model, opt, sched, batch, "cross_entropy")
+                    loss = acc.train_step(model, opt, sched, batch, "cross_entropy")
+                acc.log('{"loss": %.9g, "lr": %.9g}' % (loss, sched.get_last_lr()), global_step)
+                global_step += 1
+                loss_sum += loss
                 steps += 1
+                if show_bar:
+                    done = int(20 * steps / len(dl))
+                    print("\repoch %d/%d [%s%s] %d/%d  %.0f samples/s  loss %.4f" % (
+                        epoch, EPOCHS, "#" * done, "." * (20 - done), steps, len(dl),
+                        steps * 64 * acc.num_processes() / (time.monotonic() - wall), loss_sum / steps),
+                        end="", flush=True)
+            if show_bar:
+                print("\r\033[K", end="")
             acc_value = accuracy(model, features, y)
             final_loss = loss_sum / steps
             acc.print("epoch %d/%d  loss %.4f  train accuracy %5.1f%%  lr %.5f  (%.2f s)" % (
                 epoch, EPOCHS, final_loss, 100.0 * acc_value, sched.get_last_lr(), time.process_time() - start))
         acc.print("final loss %.8f" % final_loss)
+        acc.end_training()
     if acc_value < 0.95:
         print("train_mlp.py: training accuracy %.1f%% is below 95%%" % (100.0 * acc_value), file=sys.stderr)
         return 1

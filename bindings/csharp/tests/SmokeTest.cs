@@ -283,6 +283,34 @@ namespace Accel.Tests
             Assert.IsTrue(sd[0].Value.ToFloatArray().SequenceEqual(m2.GetTensor(sd[0].Key).ToFloatArray()), "state dict");
         }
 
+        sealed class Recorder : TrackerCallback
+        {
+            public readonly List<string> Seen = new List<string>();
+            public override int OnEvent(int evt, string json, long step)
+            {
+                Seen.Add(evt + " " + step + " " + json);
+                return evt == Library.ACCEL_TRACKER_EVENT_LOG && json.Contains("refuse") ? Library.ACCEL_ERR_UNAVAILABLE : 0;
+            }
+        }
+
+        [Test]
+        public void TrackerCallbacks()
+        {
+            var recorder = new Recorder();
+            using (var acc = new Accelerator()) {
+                acc.AddTracker("recorder", recorder);
+                acc.InitTrackers("run", "{\"lr\": 0.1}", null);
+                acc.Log("{\"loss\": 0.5}", 3);
+                var e = Assert.Throws<UnavailableError>(() => acc.Log("{\"refuse\": 1}", 4));
+                Assert.IsTrue(e.Message.Contains("recorder"), e.Message);
+                acc.EndTraining();
+            }
+            Assert.AreEqual(4, recorder.Seen.Count);
+            Assert.IsTrue(recorder.Seen[0].StartsWith(Library.ACCEL_TRACKER_EVENT_INIT + " -1 ") && recorder.Seen[0].Contains("lr"), recorder.Seen[0]);
+            Assert.IsTrue(recorder.Seen[1].StartsWith(Library.ACCEL_TRACKER_EVENT_LOG + " 3 ") && recorder.Seen[1].Contains("loss"), recorder.Seen[1]);
+            Assert.IsTrue(recorder.Seen[3].StartsWith(Library.ACCEL_TRACKER_EVENT_FINISH + " -1 "), recorder.Seen[3]);
+        }
+
 #if !NUNIT
         public static int Main()
         {

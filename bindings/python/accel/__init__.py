@@ -30,7 +30,7 @@ if _core.abi_version() != _core.BUILT_ABI_VERSION:
         % (_core.abi_version(), _core.BUILT_ABI_VERSION, _core.BUILT_ABI_VERSION))
 
 from .core import (  # noqa: E402
-    Accelerator, Batch, DataLoader, Model, Optimizer, Scheduler, StateDictEntries, Tensor,
+    Accelerator, Batch, DataLoader, Model, Optimizer, Scheduler, StateDictEntries, Tensor, TrackerCallback,
     abi_version, build_info_json, compute_loss, dtype_size, process_count, process_index,
     process_is_local_main, process_is_main, process_local_count, process_local_index, set_seed, status_name,
     version_number, version_string,
@@ -40,6 +40,8 @@ from .core import (  # noqa: E402
     ACCEL_DTYPE_BFLOAT16 as BFLOAT16, ACCEL_DTYPE_INT8 as INT8, ACCEL_DTYPE_UINT8 as UINT8,
     ACCEL_DTYPE_INT16 as INT16, ACCEL_DTYPE_INT32 as INT32, ACCEL_DTYPE_INT64 as INT64,
     ACCEL_DTYPE_BOOL as BOOL,
+    ACCEL_TRACKER_EVENT_INIT as TRACKER_EVENT_INIT, ACCEL_TRACKER_EVENT_LOG as TRACKER_EVENT_LOG,
+    ACCEL_TRACKER_EVENT_FINISH as TRACKER_EVENT_FINISH,
 )
 from ._tensor import install as _install_tensor_helpers, tensor  # noqa: E402
 
@@ -47,10 +49,11 @@ _install_tensor_helpers(Tensor, Model)
 
 __version__ = version_string()
 __all__ = [
-    "Accelerator", "Batch", "DataLoader", "Model", "Optimizer", "Scheduler", "Tensor", "tensor",
+    "Accelerator", "Batch", "DataLoader", "Model", "Optimizer", "Scheduler", "Tensor", "TrackerCallback", "tensor",
     "abi_version", "build_info_json", "compute_loss", "dtype_size", "process_count", "process_index",
     "process_is_local_main", "process_is_main", "process_local_count", "process_local_index", "set_seed",
     "status_name", "version_number", "version_string",
     "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL",
+    "TRACKER_EVENT_INIT", "TRACKER_EVENT_LOG", "TRACKER_EVENT_FINISH",
     "AccelError", "error_class",
 ] + [n for n in dir() if n.endswith("Error") and n != "AccelError"]

@@ -2,6 +2,7 @@
 
 import array
 import gc
+import json
 import os
 import tempfile
 import threading
@@ -287,3 +288,47 @@ def test_checkpoint_options_blobs_and_save_model():
         with pytest.raises(accel.NotFoundError):
             other.load_checkpoint(os.path.join(d, "missing"))
         acc.close()
+
+
+def test_tracker_callback():
+    """A tracker written in Python (Accelerate's GeneralTracker): told init, log and finish; an exception
+    in it fails the accel call with its text; a returned status fails it naming the tracker."""
+    events = []
+
+    class Recorder(accel.TrackerCallback):
+        def on_event(self, event, json_text, step):
+            events.append((event, json.loads(json_text), step))
+            return 0
+
+    acc = accel.Accelerator()
+    acc.add_tracker("recorder", Recorder())  # the test keeps no reference: the accelerator does
+    gc.collect()
+    acc.init_trackers("run", '{"lr": 0.1}')
+    acc.log('{"loss": 0.5}', 3)
+    acc.end_training()
+    assert events == [
+        (accel.TRACKER_EVENT_INIT, {"project_name": "run", "config": {"lr": 0.1}, "init_kwargs": {}}, -1),
+        (accel.TRACKER_EVENT_LOG, {"loss": 0.5}, 3),
+        (accel.TRACKER_EVENT_FINISH, {}, -1),
+    ]
+
+    class Failing(accel.TrackerCallback):
+        def on_event(self, event, json_text, step):
+            if event == accel.TRACKER_EVENT_LOG:
+                raise RuntimeError("the metrics service is down")
+            return 0
+
+    class Refusing(accel.TrackerCallback):
+        def on_event(self, event, json_text, step):
+            return accel._core.ACCEL_ERR_UNAVAILABLE if event == accel.TRACKER_EVENT_LOG else 0
+
+    for tracker, error, text in ((Failing(), accel.AccelError, "the metrics service is down"),
+                                 (Refusing(), accel.UnavailableError, "refusing")):
+        acc = accel.Accelerator()
+        acc.add_tracker("refusing" if isinstance(tracker, Refusing) else "failing", tracker)
+        acc.init_trackers("run")
+        with pytest.raises(error, match=text):
+            acc.log('{"x": 1}', 0)
+        acc.end_training()
+    with pytest.raises(accel.InvalidArgumentError, match="callback"):
+        accel.Accelerator().add_tracker("none", None)

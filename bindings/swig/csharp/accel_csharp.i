@@ -132,7 +132,12 @@ static void accel_swig_throw_csharp()
   public byte[] ToBytes() { var a = new byte[Nbytes()]; CopyToBytes(a, (ulong)a.Length); return a; }
 %}
 
+/* The accelerator keeps the C# tracker objects alive (the library only borrows them). */
+%typemap(csin, pre="    trackerCallbacks.Add($csinput);") TrackerCallback *callback "TrackerCallback.getCPtr($csinput)"
 %typemap(cscode) Accelerator %{
+  private readonly global::System.Collections.Generic.List<TrackerCallback> trackerCallbacks =
+      new global::System.Collections.Generic.List<TrackerCallback>();
+
   sealed class Scope : global::System.IDisposable {
     global::System.Action end;
     internal Scope(global::System.Action end) { this.end = end; }

@@ -128,7 +128,11 @@ ACCEL_JAVA_CLOSABLE(Tensor)
   }
 %}
 
+/* The accelerator keeps the Java tracker objects alive (the library only borrows them). */
+%typemap(javain, pre="    trackerCallbacks.add($javainput);") TrackerCallback *callback "TrackerCallback.getCPtr($javainput)"
 %typemap(javacode) Accelerator %{
+  private final java.util.List<TrackerCallback> trackerCallbacks = new java.util.ArrayList<>();
+
   @Override
   public void close() {
     delete();

@@ -1,8 +1,8 @@
 /* python/accel_python.i - Python specifics: exceptions, GIL, DLPack, context managers, iteration.
  *
  * The module is built with threads="1": every wrapped call releases the GIL around the C call (the
- * argument conversions and the exception below run with it held). No accel call invokes Python code,
- * so no call needs to keep the GIL. */
+ * argument conversions and the exception below run with it held). The only Python code accel calls is a
+ * TrackerCallback's on_event (init_trackers / log / end_training), whose director takes the GIL back. */
 
 %{
 /* Raises accel.errors.<Class>(message, status) for the pending status (RuntimeError if accel.errors
@@ -202,4 +202,9 @@ ACCEL_PY_CLOSABLE(Tensor)
 
 %pythonbegin %{
 import contextlib as _contextlib
+%}
+
+/* The accelerator keeps the Python tracker objects alive (the library only borrows them). */
+%pythonappend Accelerator::add_tracker %{
+    self.__dict__.setdefault("_accel_tracker_callbacks", []).append(callback)
 %}

@@ -34,6 +34,7 @@ mod checkpoint;
 mod distributed;
 mod precision;
 mod tracking;
+pub use tracking::{TrackerEvent, TrackerFn};
 pub use distributed::{process_is_local_main, process_local_count, process_local_index, Scope};
 
 /// The ABI version these declarations were generated for; checked against the loaded library by
@@ -232,7 +233,32 @@ macro_rules! handle {
     };
 }
 
-handle!(Accelerator, sys::accel_accelerator_t, sys::accel_accelerator_free, "Accelerate's `Accelerator`.");
+/// Accelerate's `Accelerator`.
+///
+/// Freed on drop (then the tracker closures it holds). May be moved to another thread, but not shared
+/// between threads.
+pub struct Accelerator {
+    raw: *mut sys::accel_accelerator_t,
+    // Closures added with add_tracker: the library borrows them (the address of each inner box, which
+    // the outer box keeps in place) until the accelerator is freed.
+    #[allow(clippy::vec_box)]
+    trackers: Vec<Box<Box<tracking::TrackerFn>>>,
+}
+
+impl Accelerator {
+    /// The C handle, for calls through `accel_sys`. Stays owned by `self`.
+    pub fn as_ptr(&self) -> *mut sys::accel_accelerator_t {
+        self.raw
+    }
+}
+
+impl Drop for Accelerator {
+    fn drop(&mut self) {
+        unsafe { sys::accel_accelerator_free(self.raw) }
+    }
+}
+
+unsafe impl Send for Accelerator {}
 handle!(Model, sys::accel_model_t, sys::accel_model_free, "A model from a JSON spec or TorchScript.");
 handle!(Optimizer, sys::accel_optimizer_t, sys::accel_optimizer_free, "An optimizer over a model's parameters.");
 handle!(Scheduler, sys::accel_scheduler_t, sys::accel_scheduler_free, "A learning-rate scheduler.");
@@ -543,7 +569,7 @@ impl Accelerator {
         let config = opt_cstring("config_json", config)?;
         let mut raw = ptr::null_mut();
         check(unsafe { sys::accel_accelerator_create(opt_ptr(&config), &mut raw) })?;
-        Ok(Accelerator { raw })
+        Ok(Accelerator { raw, trackers: Vec::new() })
     }
 
     /// The effective configuration as JSON.

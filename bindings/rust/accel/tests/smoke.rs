@@ -163,6 +163,30 @@ fn collectives_single_process() -> accel::Result<()> {
     acc.set_trigger()?;
     assert!(acc.check_trigger()?);
     assert!(!acc.check_trigger()?);
+    // A tracker written in Rust: told init, log and finish; Err(status) fails the call with it.
+    {
+        use std::sync::{Arc, Mutex};
+        let seen: Arc<Mutex<Vec<(accel::TrackerEvent, String, i64)>>> = Arc::new(Mutex::new(Vec::new()));
+        let mut tracked = Accelerator::new(None)?;
+        let record = Arc::clone(&seen);
+        tracked.add_tracker("recorder", move |event, json, step| {
+            record.lock().unwrap().push((event, json.to_string(), step));
+            if json.contains("refuse") { Err(Status::Unavailable) } else { Ok(()) }
+        })?;
+        tracked.init_trackers("run", Some(r#"{"lr": 0.1}"#), None)?;
+        tracked.log(r#"{"loss": 0.5}"#, Some(3))?;
+        let err = tracked.log(r#"{"refuse": 1}"#, Some(4)).unwrap_err();
+        assert_eq!(err.status(), Status::Unavailable);
+        assert!(err.message().contains("recorder"), "{err}");
+        tracked.end_training()?;
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 4);
+        assert_eq!((seen[0].0, seen[0].2), (accel::TrackerEvent::Init, -1));
+        assert!(seen[0].1.contains("lr"));
+        assert_eq!((seen[1].0, seen[1].2), (accel::TrackerEvent::Log, 3));
+        assert!(seen[1].1.contains("loss"));
+        assert_eq!((seen[3].0, seen[3].2), (accel::TrackerEvent::Finish, -1));
+    }
     acc.free_memory()?; // nothing prepared: nothing to release
     acc.clear()?;
     {

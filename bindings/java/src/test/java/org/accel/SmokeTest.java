@@ -247,6 +247,54 @@ class SmokeTest {
   }
 
   @Test
+  void trackerCallbacks() {
+    List<String> seen = new ArrayList<>();
+    try (Accelerator acc = new Accelerator()) {
+      acc.addTracker("recorder", new TrackerCallback() {
+        @Override
+        public int onEvent(int event, String json, long step) {
+          seen.add(event + " " + step + " " + json);
+          return 0;
+        }
+      });
+      System.gc(); // the accelerator keeps the tracker alive
+      acc.initTrackers("run", "{\"lr\": 0.1}", null);
+      acc.log("{\"loss\": 0.5}", 3);
+      acc.endTraining();
+    }
+    assertEquals(3, seen.size(), seen.toString());
+    assertTrue(seen.get(0).startsWith(AccelConstants.ACCEL_TRACKER_EVENT_INIT + " -1 ") && seen.get(0).contains("\"lr\""),
+        seen.get(0));
+    assertTrue(seen.get(1).startsWith(AccelConstants.ACCEL_TRACKER_EVENT_LOG + " 3 ") && seen.get(1).contains("loss"),
+        seen.get(1));
+    assertTrue(seen.get(2).startsWith(AccelConstants.ACCEL_TRACKER_EVENT_FINISH + " -1 "), seen.get(2));
+    // A Java exception in the tracker fails the call with its text; a returned status fails it with that status.
+    try (Accelerator acc = new Accelerator()) {
+      acc.addTracker("failing", new TrackerCallback() {
+        @Override
+        public int onEvent(int event, String json, long step) {
+          if (event == AccelConstants.ACCEL_TRACKER_EVENT_LOG) throw new IllegalStateException("the metrics service is down");
+          return 0;
+        }
+      });
+      acc.initTrackers("run", null, null);
+      AccelError e = assertThrows(AccelError.class, () -> acc.log("{\"x\": 1}", 0));
+      assertTrue(e.getMessage().contains("the metrics service is down"), e.getMessage());
+    }
+    try (Accelerator acc = new Accelerator()) {
+      acc.addTracker("refusing", new TrackerCallback() {
+        @Override
+        public int onEvent(int event, String json, long step) {
+          return event == AccelConstants.ACCEL_TRACKER_EVENT_LOG ? AccelConstants.ACCEL_ERR_UNAVAILABLE : 0;
+        }
+      });
+      acc.initTrackers("run", null, null);
+      UnavailableError e = assertThrows(UnavailableError.class, () -> acc.log("{\"x\": 1}", 0));
+      assertTrue(e.getMessage().contains("refusing"), e.getMessage());
+    }
+  }
+
+  @Test
   void checkpointOptionsBlobsAndSaveModel() throws Exception {
     Path dir = Files.createTempDirectory("accel-java-ckpt");
     Path project = dir.resolve("proj");
