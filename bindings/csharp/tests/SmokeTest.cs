@@ -170,6 +170,12 @@ namespace Accel.Tests
                 Assert.Throws<FailedPreconditionError>(() => acc.MainProcessFirstEnd());
                 Assert.AreEqual(1, acc.NumLocalProcesses());
                 Assert.IsTrue(acc.IsLastProcess(), "last process");
+                var ran = new List<string>();
+                acc.OnMainProcess(() => ran.Add("main"));
+                acc.OnLocalMainProcess(() => ran.Add("local"));
+                acc.OnLastProcess(() => ran.Add("last"));
+                acc.OnProcess(1, () => ran.Add("one"));
+                Assert.IsTrue(ran.SequenceEqual(new[] { "main", "local", "last" }), string.Join(",", ran));
                 Assert.AreEqual("single", acc.DistributedBackend());
                 Assert.IsTrue(acc.DdpStatsJson().Contains("\"models\""), "ddp stats");
                 Assert.AreEqual(0L, acc.GradScalerGrowthTracker());

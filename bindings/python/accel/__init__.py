@@ -46,6 +46,9 @@ from .core import (  # noqa: E402
 from ._tensor import install as _install_tensor_helpers, tensor  # noqa: E402
 
 _install_tensor_helpers(Tensor, Model)
+from ._process import install as _install_process_decorators  # noqa: E402
+
+_install_process_decorators(Accelerator)
 
 __version__ = version_string()
 __all__ = [

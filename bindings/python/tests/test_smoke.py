@@ -222,6 +222,26 @@ def test_collectives_single_process():
     with pytest.raises(accel.FailedPreconditionError):
         acc.main_process_first_end()
     assert acc.num_local_processes() == 1 and acc.is_last_process()
+
+    # Accelerate's process decorators: one process is main, local main, last and process 0.
+    calls = []
+
+    @acc.on_main_process
+    def on_main(x):
+        calls.append(("main", x))
+        return x
+
+    @acc.on_process(process_index=1)
+    def on_one():
+        calls.append("one")
+
+    assert on_main(3) == 3 and on_one() is None and on_main.__name__ == "on_main"
+    acc.on_local_main_process(lambda: calls.append("local"))()
+    acc.on_last_process(lambda: calls.append("last"))()
+    acc.on_local_process(lambda: calls.append("local0"), local_process_index=0)()
+    assert calls == [("main", 3), "local", "last", "local0"]
+    with pytest.raises(ValueError, match="process_index"):
+        acc.on_process(lambda: None)
     assert acc.distributed_backend() == "single"
     assert '"models"' in acc.ddp_stats_json()
     assert '"peak_rss_bytes"' in acc.memory_stats_json()

@@ -138,6 +138,13 @@ static void accel_swig_throw_csharp()
   private readonly global::System.Collections.Generic.List<TrackerCallback> trackerCallbacks =
       new global::System.Collections.Generic.List<TrackerCallback>();
 
+  /// <summary>Accelerate's on_main_process / on_local_main_process / on_last_process / on_process: runs
+  /// <paramref name="action"/> on the chosen process only.</summary>
+  public void OnMainProcess(global::System.Action action) { if (IsMainProcess()) action(); }
+  public void OnLocalMainProcess(global::System.Action action) { if (IsLocalMainProcess()) action(); }
+  public void OnLastProcess(global::System.Action action) { if (IsLastProcess()) action(); }
+  public void OnProcess(int index, global::System.Action action) { if (ProcessIndex() == index) action(); }
+
   sealed class Scope : global::System.IDisposable {
     global::System.Action end;
     internal Scope(global::System.Action end) { this.end = end; }

@@ -133,6 +133,13 @@ ACCEL_JAVA_CLOSABLE(Tensor)
 %typemap(javacode) Accelerator %{
   private final java.util.List<TrackerCallback> trackerCallbacks = new java.util.ArrayList<>();
 
+  /** Accelerate's on_main_process / on_local_main_process / on_last_process / on_process: runs
+   *  {@code action} on the chosen process only. */
+  public void onMainProcess(Runnable action) { if (isMainProcess()) action.run(); }
+  public void onLocalMainProcess(Runnable action) { if (isLocalMainProcess()) action.run(); }
+  public void onLastProcess(Runnable action) { if (isLastProcess()) action.run(); }
+  public void onProcess(int index, Runnable action) { if (processIndex() == index) action.run(); }
+
   @Override
   public void close() {
     delete();

@@ -110,6 +110,26 @@ impl Accelerator {
         Ok(Scope::new(self, sys::accel_accelerator_local_main_process_first_end))
     }
 
+    /// Accelerate's `on_main_process`: runs `f` on the main process only (`Ok(None)` elsewhere).
+    pub fn on_main_process<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
+        Ok(if self.is_main_process()? { Some(f()) } else { None })
+    }
+
+    /// Accelerate's `on_local_main_process`.
+    pub fn on_local_main_process<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
+        Ok(if self.is_local_main_process()? { Some(f()) } else { None })
+    }
+
+    /// Accelerate's `on_last_process`.
+    pub fn on_last_process<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
+        Ok(if self.is_last_process()? { Some(f()) } else { None })
+    }
+
+    /// Accelerate's `on_process(process_index=index)`.
+    pub fn on_process<R>(&self, index: i32, f: impl FnOnce() -> R) -> Result<Option<R>> {
+        Ok(if self.process_index()? == index { Some(f()) } else { None })
+    }
+
     pub fn process_index(&self) -> Result<i32> {
         self.query(sys::accel_accelerator_get_process_index)
     }

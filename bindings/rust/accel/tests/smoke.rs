@@ -187,6 +187,10 @@ fn collectives_single_process() -> accel::Result<()> {
         assert!(seen[1].1.contains("loss"));
         assert_eq!((seen[3].0, seen[3].2), (accel::TrackerEvent::Finish, -1));
     }
+    assert_eq!(acc.on_main_process(|| 7)?, Some(7));
+    assert_eq!(acc.on_process(1, || 7)?, None);
+    assert_eq!(acc.on_last_process(|| "last")?, Some("last"));
+    assert_eq!(acc.on_local_main_process(|| ())?, Some(()));
     acc.free_memory()?; // nothing prepared: nothing to release
     acc.clear()?;
     {

@@ -227,6 +227,12 @@ class SmokeTest {
       assertThrows(FailedPreconditionError.class, acc::mainProcessFirstEnd);
       assertEquals(1, acc.numLocalProcesses());
       assertTrue(acc.isLastProcess());
+      List<String> ran = new ArrayList<>();
+      acc.onMainProcess(() -> ran.add("main"));
+      acc.onLocalMainProcess(() -> ran.add("local"));
+      acc.onLastProcess(() -> ran.add("last"));
+      acc.onProcess(1, () -> ran.add("one"));
+      assertEquals(List.of("main", "local", "last"), ran);
       assertEquals("single", acc.distributedBackend());
       assertTrue(acc.ddpStatsJson().contains("\"models\""));
       assertEquals(0, acc.gradScalerGrowthTracker());
