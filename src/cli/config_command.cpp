@@ -33,7 +33,8 @@ const char *kConfigUsage =
     "accelerate too). A name ending in .json is written as JSON, any other as YAML.\n"
     "\n"
     "  accel config          asks questions (answers are read from stdin, one per line; an empty line takes\n"
-    "                        the default shown in brackets) and writes the file\n"
+    "                        the default shown in brackets; multi-CPU/GPU machines are also asked about\n"
+    "                        DeepSpeed and FSDP) and writes the file\n"
     "  accel config default  writes a basic config (one process, the CPU) unless the file already exists\n"
     "  accel config update   rewrites an existing file with every key at its current default\n"
     "\n"
@@ -256,11 +257,67 @@ std::string quoted(const std::string &s)
     return o + "'";
 }
 
+// DeepSpeed (ZeRO) or FSDP, as Accelerate asks them, with what accel implements: they set distributed_type
+// and write deepspeed_config / fsdp_config in Accelerate's layout.
+void sharding_questions(Asker &q, std::vector<std::pair<std::string, std::string>> &e)
+{
+    auto set_type = [&e](const std::string &type) {
+        for (auto &kv : e)
+            if (kv.first == "distributed_type") kv.second = type;
+    };
+    if (q.yes_no("Do you want to use DeepSpeed (ZeRO sharding)? [yes/NO]: ", false)) {
+        set_type("DEEPSPEED");
+        int stage = q.choice("What should be your DeepSpeed's ZeRO optimization stage?", {"0", "1", "2", "3"}, 2);
+        int accum = q.integer("How many gradient accumulation step(s) are you passing in your script? [1]: ", "1", 1,
+                              1 << 30);
+        bool clip = q.yes_no("Do you want to use gradient clipping? [yes/NO]: ", false);
+        std::string ds = "{zero_stage: " + std::to_string(stage) + ", gradient_accumulation_steps: " +
+                         std::to_string(accum) + ", offload_optimizer_device: none, offload_param_device: none";
+        if (clip) {
+            std::string v = q.line("What is the gradient clipping value? [1.0]: ");
+            char *end = nullptr;
+            double d = v.empty() ? 1.0 : std::strtod(v.c_str(), &end);
+            if (!v.empty() && (end == v.c_str() || *end != '\0' || !(d > 0.0)))
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "gradient clipping: expected a positive number, got \"" + v + "\"");
+            ds += ", gradient_clipping: " + (v.empty() ? std::string("1.0") : v);
+        }
+        if (stage == 3) ds += ", zero3_init_flag: false, zero3_save_16bit_model: false";
+        e.emplace_back("deepspeed_config", ds + "}");
+        return;
+    }
+    if (!q.yes_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", false)) return;
+    set_type("FSDP");
+    const std::vector<std::string> strategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+    const std::vector<std::string> policies = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
+    int strategy = q.choice("What should be your sharding strategy?", strategies, 0);
+    int policy = q.choice("What should be your auto wrap policy?", policies, 0);
+    std::string fsdp = "{fsdp_version: 1, fsdp_sharding_strategy: " + strategies[static_cast<size_t>(strategy)] +
+                       ", fsdp_auto_wrap_policy: " + policies[static_cast<size_t>(policy)];
+    if (policy == 0) {
+        std::string cls;
+        while (cls.empty())
+            cls = q.line("Specify the comma-separated list of layer types to wrap (the model spec's layer types, "
+                         "e.g. `gpt_block`, `transformer_encoder_layer`, `linear`): ");
+        fsdp += ", fsdp_transformer_layer_cls_to_wrap: " + quoted(cls);
+    } else if (policy == 1) {
+        fsdp += ", fsdp_min_num_params: " +
+                std::to_string(q.integer("What should be your FSDP's minimum number of parameters for the size-based "
+                                         "auto wrap policy? [100000000]: ",
+                                         "100000000", 1, 2147483647));
+    }
+    bool sync = q.yes_no("Do you want each process to start from the main process's weights "
+                         "(fsdp_sync_module_states)? [YES/no]: ",
+                         true);
+    fsdp += std::string(", fsdp_sync_module_states: ") + (sync ? "true" : "false") +
+            ", fsdp_offload_params: false, fsdp_state_dict_type: FULL_STATE_DICT}";
+    e.emplace_back("fsdp_config", fsdp);
+}
+
 int config_questionnaire(const Args &a)
 {
     Asker q;
     std::vector<std::pair<std::string, std::string>> e = {{"compute_environment", "LOCAL_MACHINE"}};
-    // accel's LibTorch is the CPU one: no GPU types to offer; DeepSpeed/FSDP are offered once accel has them.
+    // accel's LibTorch is the CPU one; multi-CPU and multi-GPU machines are also asked about DeepSpeed / FSDP.
     int machine = q.choice("Which type of machine are you using?", {"No distributed training", "multi-CPU", "multi-GPU"}, 0);
     bool use_cpu = false, debug = false;
     int processes = 1;
@@ -326,6 +383,7 @@ int config_questionnaire(const Args &a)
         fp8 += std::string(", amax_compute_algorithm: ") + (algo == 0 ? "max" : "most_recent") + "}";
         e.emplace_back("fp8_config", fp8);
     }
+    if (machine != 0) sharding_questions(q, e);
     std::string path = a.config_file.value_or(config::default_config_file());
     // Through the reader: Accelerate's defaults for every other key, and the same checks launch makes.
     config::ClusterConfig c = config::parse_cluster_config(config::emit_yaml(e), path);

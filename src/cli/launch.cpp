@@ -53,6 +53,19 @@ const char *kUsage =
     "                                 ACCELERATE_CONFIG_FILE, else $HF_HOME/accelerate/default_config.yaml when it\n"
     "                                 exists and --cpu is not given); flags override its values\n"
     "      --cpu                      train on the CPU (ACCELERATE_USE_CPU=True)\n"
+    "      --use_fsdp                 sharded training, FSDP (ACCELERATE_USE_FSDP=true) with --fsdp_version,\n"
+    "                                 --fsdp_sharding_strategy, --fsdp_reshard_after_forward, --fsdp_offload_params,\n"
+    "                                 --fsdp_min_num_params, --fsdp_auto_wrap_policy,\n"
+    "                                 --fsdp_transformer_layer_cls_to_wrap, --fsdp_backward_prefetch,\n"
+    "                                 --fsdp_state_dict_type, --fsdp_forward_prefetch, --fsdp_use_orig_params,\n"
+    "                                 --fsdp_cpu_ram_efficient_loading, --fsdp_sync_module_states,\n"
+    "                                 --fsdp_activation_checkpointing VALUE (each exported as FSDP_*)\n"
+    "      --use_deepspeed            sharded training, ZeRO (ACCELERATE_USE_DEEPSPEED=true) with --zero_stage,\n"
+    "                                 --gradient_clipping, --offload_optimizer_device, --offload_param_device,\n"
+    "                                 --zero3_init_flag, --zero3_save_16bit_model, --deepspeed_config_file VALUE\n"
+    "                                 (exported as ACCELERATE_DEEPSPEED_* / ACCELERATE_GRADIENT_CLIPPING)\n"
+    "                                 (distributed_type FSDP / DEEPSPEED with fsdp_config / deepspeed_config in the\n"
+    "                                 config file do the same; the library checks the values)\n"
     "      --debug                    ACCELERATE_DEBUG_MODE=true\n"
     "  -q, --quiet                    no launcher messages\n"
     "      --                         end of flags\n";
@@ -60,7 +73,8 @@ const char *kUsage =
 struct Options {
     std::optional<int> num_processes, num_machines, machine_rank, main_process_port, grad_accum, threads;
     std::optional<std::string> main_process_ip, mixed_precision, config_file;
-    bool cpu = false, debug = false, quiet = false;
+    bool cpu = false, debug = false, quiet = false, use_fsdp = false, use_deepspeed = false;
+    std::map<std::string, std::string> sharding_flags; // flag name (fsdp_version, zero_stage, ...) -> value
     std::vector<std::string> command;
 };
 
@@ -132,12 +146,19 @@ Options parse(int argc, char **argv)
             o.debug = true;
         } else if (flag == "-q" || flag == "--quiet") {
             o.quiet = true;
+        } else if (flag == "--use_fsdp") {
+            o.use_fsdp = true;
+        } else if (flag == "--use_deepspeed") {
+            o.use_deepspeed = true;
+        } else if (flag.rfind("--", 0) == 0 && config::find_sharding_setting(flag.substr(2)) != nullptr) {
+            o.sharding_flags[flag.substr(2)] = value(flag, inline_value, has_inline);
         } else {
             usage_error("unknown flag \"" + a + "\"");
         }
     }
     for (; i < argc; ++i) o.command.emplace_back(argv[i]);
     if (o.command.empty()) usage_error("missing the command to run");
+    if (o.use_fsdp && o.use_deepspeed) usage_error("--use_fsdp and --use_deepspeed exclude each other");
     return o;
 }
 
@@ -300,7 +321,27 @@ int launch_main(int argc, char **argv)
         if (!o.grad_accum && cfg.gradient_accumulation_steps) o.grad_accum = cfg.gradient_accumulation_steps;
         if (o.mixed_precision == "fp8") extra_env = cfg.fp8_env;
         if (cfg.gpu_ids && *cfg.gpu_ids != "all") extra_env["CUDA_VISIBLE_DEVICES"] = *cfg.gpu_ids;
+        // The file's engine unless a paradigm flag chose one; its settings unless a flag gives them.
+        if (!o.use_fsdp && !o.use_deepspeed) {
+            o.use_fsdp = cfg.sharding == "fsdp";
+            o.use_deepspeed = cfg.sharding == "deepspeed";
+            for (const auto &[k, v] : cfg.sharding_env) extra_env[k] = v;
+        }
     }
+    // Sharding flags: exported only with their engine chosen, as `accelerate launch`.
+    for (const auto &[name, v] : o.sharding_flags) {
+        const config::ShardingSetting *s = config::find_sharding_setting(name);
+        if (s->fsdp ? !o.use_fsdp : !o.use_deepspeed)
+            usage_error("--" + name + " needs " + (s->fsdp ? "--use_fsdp" : "--use_deepspeed") +
+                        " (or distributed_type " + (s->fsdp ? "FSDP" : "DEEPSPEED") + " in the config file)");
+        if (s->env != nullptr) extra_env[s->env] = v;
+        else if (!o.quiet)
+            std::fprintf(stderr, "accel launch: warning: --%s does not apply (accel launch starts the processes "
+                                 "itself; offload is not yet supported)\n", name.c_str());
+    }
+    if (o.grad_accum) extra_env.erase("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"); // the flag (or top-level key) wins
+    if (o.use_fsdp) extra_env["ACCELERATE_USE_FSDP"] = "true";
+    if (o.use_deepspeed) extra_env["ACCELERATE_USE_DEEPSPEED"] = "true";
 
     // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
     if (!o.num_machines)

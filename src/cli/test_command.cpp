@@ -217,6 +217,15 @@ int worker(const std::string &dir, bool reference)
         }
         // 2. Data-parallel training; every process holds the same weights. 3. A checkpoint round trip.
         std::vector<float> w = train(acc, processes, kBatch, dir + "/checkpoint");
+        std::string strategy = "?";
+        {
+            char *stats = nullptr;
+            check(accel_accelerator_get_memory_stats_json(acc, &stats), "memory stats");
+            const std::string text = stats;
+            accel_string_free(stats);
+            const size_t at = text.find("\"strategy\": \"");
+            if (at != std::string::npos) strategy = text.substr(at + 13, text.find('"', at + 13) - at - 13);
+        }
         {
             accel_tensor_t *t = nullptr, *g = nullptr;
             const int64_t n = static_cast<int64_t>(w.size());
@@ -231,8 +240,8 @@ int worker(const std::string &dir, bool reference)
                 expect(std::memcmp(all.data(), all.data() + static_cast<size_t>(r) * w.size(), w.size() * 4) == 0,
                        "process " + std::to_string(r) + " ended with other weights than process 0");
             if (main)
-                std::printf("accel test: training ok (%d steps, the same weights on every process; save_state / "
-                            "load_state restore them)\n", kStepsPerRank);
+                std::printf("accel test: training ok (%s, %d steps, the same weights on every process; save_state / "
+                            "load_state restore them)\n", strategy.c_str(), kStepsPerRank);
         }
         if (main) {
             write_floats(dir + "/distributed.bin", w);

@@ -174,12 +174,69 @@ struct EngineSection {
     const char *key;
     const char *engine_type; // distributed_type that uses it
 };
-const EngineSection kEngineSections[] = {{"deepspeed_config", "DEEPSPEED"},
-                                         {"fsdp_config", "FSDP"},
-                                         {"megatron_lm_config", "MEGATRON_LM"},
-                                         {"parallelism_config", "FSDP"}};
+const EngineSection kEngineSections[] = {{"megatron_lm_config", "MEGATRON_LM"}, {"parallelism_config", "FSDP"}};
+
+// A YAML scalar or list as the text of an environment variable (lists comma-joined, as the launcher's flags).
+std::string env_text(const Reader &r, const std::string &where, const YAML::Node &n)
+{
+    if (n.IsScalar()) return n.Scalar();
+    if (n.IsSequence()) {
+        std::string out;
+        for (const auto &item : n) {
+            if (!item.IsScalar()) r.bad(where, "a string or a list of strings", n);
+            out += (out.empty() ? "" : ",") + item.Scalar();
+        }
+        return out;
+    }
+    r.bad(where, "a value or a list of strings", n);
+}
 
 } // namespace
+
+const std::vector<ShardingSetting> &sharding_settings()
+{
+    static const std::vector<ShardingSetting> kSettings = {
+        {"fsdp_version", "FSDP_VERSION", true},
+        {"fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY", true},
+        {"fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", true},
+        {"fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", true},
+        {"fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", true},
+        {"fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", true},
+        {"fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", true},
+        {"fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH", true},
+        {"fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE", true},
+        {"fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", true},
+        {"fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", true},
+        {"fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", true},
+        {"fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", true},
+        {"fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", true},
+        {"zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", false},
+        {"offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", false},
+        {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", false},
+        {"gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", false},
+        {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", false},
+        {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", false},
+        {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", false},
+        {"gradient_accumulation_steps", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", false},
+        // Accelerate's launcher does not export these; with an offload device other than "none" (which the
+        // library refuses until offload lands) they would matter.
+        {"offload_optimizer_nvme_path", nullptr, false},
+        {"offload_param_nvme_path", nullptr, false},
+        // The DeepSpeed launcher's own settings (multi-node ssh/pdsh starts): accel launch starts processes itself.
+        {"deepspeed_hostfile", nullptr, false},
+        {"deepspeed_exclusion_filter", nullptr, false},
+        {"deepspeed_inclusion_filter", nullptr, false},
+        {"deepspeed_multinode_launcher", nullptr, false},
+    };
+    return kSettings;
+}
+
+const ShardingSetting *find_sharding_setting(const std::string &name)
+{
+    for (const auto &s : sharding_settings())
+        if (name == s.name) return &s;
+    return nullptr;
+}
 
 ClusterConfig parse_cluster_config(const std::string &text, const std::string &file_name)
 {
@@ -261,11 +318,14 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
     c.distributed_type = r.get_enum("distributed_type", *dt,
                                     std::vector<std::string>(std::begin(kDistributedTypes), std::end(kDistributedTypes)));
     out["distributed_type"] = str_node(c.distributed_type);
-    if (c.distributed_type != "NO" && c.distributed_type != "MULTI_CPU" && c.distributed_type != "MULTI_GPU")
+    if (c.distributed_type == "FSDP") c.sharding = "fsdp";
+    if (c.distributed_type == "DEEPSPEED") c.sharding = "deepspeed";
+    if (c.distributed_type != "NO" && c.distributed_type != "MULTI_CPU" && c.distributed_type != "MULTI_GPU" &&
+        c.sharding.empty())
         fail(ACCEL_ERR_UNIMPLEMENTED,
              r.where("distributed_type") + ": " + c.distributed_type +
-                 " is not yet supported by accel (NO, MULTI_CPU and MULTI_GPU are); training would not be what "
-                 "the file asks for");
+                 " is not yet supported by accel (NO, MULTI_CPU, MULTI_GPU, FSDP and DEEPSPEED are); training would "
+                 "not be what the file asks for");
 
     if (auto opt = take("compute_environment")) {
         const YAML::Node n = *opt;
@@ -367,10 +427,44 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         if (n->size() == 0) return std::nullopt;
         return n;
     };
+    // fsdp_config / deepspeed_config: exported as the launcher exports them when distributed_type asks for
+    // that engine; otherwise ignored with a warning.
+    for (const bool fsdp : {true, false}) {
+        const char *key = fsdp ? "fsdp_config" : "deepspeed_config";
+        auto n = section(key);
+        if (!n) continue;
+        out[key] = *n;
+        const bool applies = c.sharding == (fsdp ? "fsdp" : "deepspeed");
+        if (!applies) {
+            warn(key, std::string("ignored: distributed_type is ") + c.distributed_type + ", not " +
+                          (fsdp ? "FSDP" : "DEEPSPEED"));
+            continue;
+        }
+        for (const auto &kv : *n) {
+            const std::string k = kv.first.Scalar(), where = std::string(key) + "." + k;
+            const ShardingSetting *setting = find_sharding_setting(k);
+            if (setting == nullptr || setting->fsdp != fsdp) {
+                if (k == "deepspeed_moe_layer_cls_names")
+                    fail(ACCEL_ERR_UNIMPLEMENTED, r.where(where) + ": mixture-of-experts layers are not supported by accel");
+                fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key");
+            }
+            if (is_null(kv.second)) continue;
+            const std::string value = env_text(r, where, kv.second);
+            if (setting->env != nullptr) c.sharding_env[setting->env] = value;
+            else if (value != "none" && !value.empty())
+                warn(where, "does not apply to accel launch (it starts the processes itself; offload is not yet supported)");
+        }
+    }
     for (const auto &s : kEngineSections) {
         auto n = section(s.key);
         if (!n) continue;
         out[s.key] = *n;
+        if (c.distributed_type == s.engine_type)
+            fail(ACCEL_ERR_UNIMPLEMENTED, r.where(s.key) + ": " +
+                                              (std::string(s.key) == "parallelism_config"
+                                                   ? "tensor, context and sequence parallelism are"
+                                                   : "Megatron-LM is") +
+                                              " not yet supported by accel");
         warn(s.key, std::string("ignored: distributed_type is ") + c.distributed_type + ", not " + s.engine_type);
     }
     if (auto sec = section("dynamo_config")) {

@@ -34,6 +34,11 @@ struct ClusterConfig {
     // ACCELERATE_FP8_* variables from fp8_config (only with mixed_precision fp8), as `accelerate launch`
     // exports them from the --fp8_* flags.
     std::map<std::string, std::string> fp8_env;
+    // distributed_type FSDP / DEEPSPEED: "fsdp" / "deepspeed" ("" otherwise), and the variables `accelerate
+    // launch` exports from fsdp_config / deepspeed_config (FSDP_*, ACCELERATE_DEEPSPEED_*, ...; the library
+    // reads and checks them when the accelerator is created).
+    std::string sharding;
+    std::map<std::string, std::string> sharding_env;
     // Keys read but without effect here, each "key: why" (printed as warnings by the commands).
     std::vector<std::string> warnings;
     // Every top-level key with Accelerate's defaults filled in, values as YAML flow text, sorted by key
@@ -42,6 +47,16 @@ struct ClusterConfig {
     // The whole configuration as YAML in Accelerate's layout (sorted keys, empty sections left out).
     std::string yaml;
 };
+
+// The sharding settings of `accelerate launch`: a flag --NAME (also the key NAME of fsdp_config /
+// deepspeed_config) and the environment variable it becomes. Launch-only DeepSpeed keys have env null.
+struct ShardingSetting {
+    const char *name;
+    const char *env;
+    bool fsdp; // else DeepSpeed
+};
+const std::vector<ShardingSetting> &sharding_settings();
+const ShardingSetting *find_sharding_setting(const std::string &name);
 
 // Parses a config file's text. `file_name` picks the syntax (".json": JSON, otherwise YAML; JSON is
 // read by the same YAML parser, of which it is a subset) and names the file in messages. Throws

@@ -69,13 +69,29 @@ check(os.path.exists(os.path.join(xdg, "huggingface", "accelerate", "default_con
 
 # ---- the questionnaire, answers on stdin ---------------------------------------------------------
 qpath = os.path.join(tmp, "q.yaml")
-# multi-CPU, 1 machine, no debug checks, 2 processes, bf16
-p = run(["config", "--config_file", qpath], stdin="1\n\nno\n2\n2\n", code=0)
+# multi-CPU, 1 machine, no debug checks, 2 processes, bf16, no DeepSpeed, no FSDP
+p = run(["config", "--config_file", qpath], stdin="1\n\nno\n2\n2\nno\n\n", code=0)
 q = yaml.safe_load(open(qpath))
 check(q["distributed_type"] == "MULTI_CPU" and q["num_processes"] == 2 and q["mixed_precision"] == "bf16" and
       q["use_cpu"] is True and q["num_machines"] == 1 and q["debug"] is False, "questionnaire answers: %s" % q)
 check(set(expected) <= set(q), "questionnaire writes every ClusterConfig key: %s" % sorted(q))
 check("Which type of machine" in p.stdout and "mixed precision" in p.stdout, "questions shown: " + p.stdout)
+# DeepSpeed and FSDP answers: Accelerate's deepspeed_config / fsdp_config, which launch and `accel test` use
+dpath, spath2 = os.path.join(tmp, "ds.yaml"), os.path.join(tmp, "fsdp.yaml")
+run(["config", "--config_file", dpath], stdin="1\n\nno\n2\n0\nyes\n3\n2\nyes\n0.5\n", code=0)
+d = yaml.safe_load(open(dpath))
+check(d["distributed_type"] == "DEEPSPEED" and d["deepspeed_config"] == {
+    "zero_stage": 3, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5, "offload_optimizer_device": "none",
+    "offload_param_device": "none", "zero3_init_flag": False, "zero3_save_16bit_model": False}, "DeepSpeed: %s" % d)
+run(["config", "--config_file", spath2], stdin="1\n\nno\n2\n0\nno\nyes\n1\n0\nlinear\n\n", code=0)
+f2 = yaml.safe_load(open(spath2))
+check(f2["distributed_type"] == "FSDP" and f2["fsdp_config"] == {
+    "fsdp_version": 1, "fsdp_sharding_strategy": "SHARD_GRAD_OP", "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+    "fsdp_transformer_layer_cls_to_wrap": "linear", "fsdp_sync_module_states": True, "fsdp_offload_params": False,
+    "fsdp_state_dict_type": "FULL_STATE_DICT"}, "FSDP: %s" % f2)
+p = run(["launch", "--config_file", spath2, "--main_process_port", "0", "sh", "-c",
+         "echo ENV $ACCELERATE_USE_FSDP $FSDP_SHARDING_STRATEGY $FSDP_TRANSFORMER_CLS_TO_WRAP"], code=0)
+check(p.stdout.count("ENV true SHARD_GRAD_OP linear") == 2, "the FSDP file exported by launch: " + p.stdout + p.stderr)
 # a wrong answer is asked again; stdin ending is an error naming the question
 p = run(["config", "--config_file", os.path.join(tmp, "q2.yaml")], stdin="7\n0\nyes\n", code=1)
 check("Please enter" in p.stdout and "no answer (stdin ended)" in p.stderr and "mixed precision" in p.stderr,
@@ -134,7 +150,9 @@ bad = os.path.join(tmp, "bad.yaml")
 for content, fragment in (("distributed_type: MULTI_CPU\nnum_procesess: 2\n", "bad.yaml: num_procesess: unknown key"),
                           ("distributed_type: MULTI_CPU\nnum_processes: two\n", "bad.yaml: num_processes: expected an integer"),
                           ("debug: true\n", "bad.yaml: distributed_type: missing"),
-                          ("distributed_type: FSDP\n", "bad.yaml: distributed_type: FSDP is not yet supported"),
+                          ("distributed_type: XLA\n", "bad.yaml: distributed_type: XLA is not yet supported"),
+                          ("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_sharding: FULL_SHARD\n",
+                           "bad.yaml: fsdp_config.fsdp_sharding: unknown key"),
                           ("distributed_type: [\n", "bad.yaml:"),
                           ("distributed_type: NO\nuse_cpu: maybe\n", "bad.yaml: use_cpu: expected true or false")):
     with open(bad, "w") as fh:
@@ -236,6 +254,28 @@ check("FAILED" in p.stderr and "fp16" in p.stderr and "Test is a success" not in
       "accel test with fp16 on this CPU: " + p.stdout + p.stderr)
 p = run(["test", "--config_file", os.path.join(tmp, "missing.yaml")], env=HF, code=2)  # as launch: bad options
 check("missing.yaml" in p.stderr, "accel test with a missing config file: " + p.stderr)
+# Sharded training from a config file (distributed_type FSDP / DEEPSPEED) and from launch's flags.
+for doc, expect_strategy in (({"fsdp_config": {"fsdp_sharding_strategy": "SHARD_GRAD_OP", "fsdp_auto_wrap_policy":
+                                               "SIZE_BASED_WRAP", "fsdp_min_num_params": 10}, "distributed_type": "FSDP"},
+                              "SHARD_GRAD_OP"),
+                             ({"deepspeed_config": {"zero_stage": 3, "gradient_clipping": 1.0},
+                               "distributed_type": "DEEPSPEED"}, "ZERO_3")):
+    spath = os.path.join(tmp, "sharded.yaml")
+    with open(spath, "w") as fh:
+        yaml.safe_dump(dict(doc, num_processes=2, mixed_precision="no", use_cpu=True), fh)
+    p = run(["test", "--config_file", spath, "--main_process_port", "0"], env=HF, code=0)
+    check("training ok (%s," % expect_strategy in p.stdout and "Test is a success!" in p.stdout,
+          "accel test with %s: %s%s" % (doc["distributed_type"], p.stdout, p.stderr))
+p = run(["test", "-n", "2", "--use_fsdp", "--fsdp_sharding_strategy", "NO_SHARD", "--main_process_port", "0"],
+        env=HF, code=0)
+check("training ok (NO_SHARD," in p.stdout, "accel test --use_fsdp: " + p.stdout + p.stderr)
+p = run(["launch", "-n", "1", "--zero_stage", "3", "sh", "-c", "echo RAN"], env=HF, code=2)
+check("--zero_stage needs --use_deepspeed" in p.stderr and "RAN" not in p.stdout, "a DeepSpeed flag alone: " + p.stderr)
+p = run(["launch", "-n", "1", "--use_fsdp", "--use_deepspeed", "true"], env=HF, code=2)
+check("exclude each other" in p.stderr, "two engines: " + p.stderr)
+p = run(["launch", "-n", "1", "--use_deepspeed", "--zero_stage", "2", "--gradient_clipping", "0.5", "sh", "-c",
+         "echo ENV $ACCELERATE_USE_DEEPSPEED $ACCELERATE_DEEPSPEED_ZERO_STAGE $ACCELERATE_GRADIENT_CLIPPING"], env=HF, code=0)
+check("ENV true 2 0.5" in p.stdout, "DeepSpeed flags exported: " + p.stdout)
 p = run(["test", "--help"], code=0)
 check("usage: accel test" in p.stdout, "help: " + p.stdout)
 

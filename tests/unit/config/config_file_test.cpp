@@ -113,10 +113,20 @@ TEST(ConfigFile, ErrorsNameTheFileAndTheKey)
     EXPECT_NE(error_of(std::string("distributed_type: NO\n\0", 22)).find("NUL"), std::string::npos);
     // Settings that would silently change training are errors, not warnings.
     code = ACCEL_OK;
-    EXPECT_NE(error_of("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n", "f.yaml", &code)
-                  .find("f.yaml: distributed_type: FSDP is not yet supported"),
+    EXPECT_NE(error_of("distributed_type: XLA\n", "f.yaml", &code).find("f.yaml: distributed_type: XLA is not yet supported"),
               std::string::npos);
     EXPECT_EQ(code, ACCEL_ERR_UNIMPLEMENTED);
+    EXPECT_NE(error_of("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_stratgy: FULL_SHARD\n")
+                  .find("fsdp_config.fsdp_sharding_stratgy: unknown key"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: FSDP\nfsdp_config:\n  zero_stage: 3\n").find("fsdp_config.zero_stage: unknown key"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_moe_layer_cls_names: Expert\n")
+                  .find("mixture-of-experts"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_tp_size: 2\n")
+                  .find("parallelism_config: tensor, context and sequence parallelism are not yet supported"),
+              std::string::npos);
     EXPECT_NE(error_of("distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: /h\n").find("mpirun_config.mpirun_hostfile"),
               std::string::npos);
     EXPECT_NE(error_of("distributed_type: NO\nmixed_precision: fp8\nfp8_config:\n  backend: MSAMP\n").find("fp8_config.backend"),
@@ -170,4 +180,35 @@ TEST(ConfigFile, LegacyKeysAreConverted)
     EXPECT_EQ(c.mixed_precision, "fp16");
     EXPECT_NE(c.yaml.find("dynamo_config:\n  dynamo_backend: 'NO'"), std::string::npos) << c.yaml;
     EXPECT_EQ(c.yaml.find("fp16:"), std::string::npos) << c.yaml;
+}
+
+// distributed_type FSDP / DEEPSPEED: the engine section becomes the launcher's variables (lists comma-joined);
+// the other engine's section is ignored with a warning; launch-only DeepSpeed keys are warnings.
+TEST(ConfigFile, ShardingSectionsBecomeTheLaunchersVariables)
+{
+    ClusterConfig c = parse_cluster_config(
+        "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n"
+        "  fsdp_transformer_layer_cls_to_wrap: [linear, gpt_block]\n  fsdp_sync_module_states: true\n"
+        "  fsdp_min_num_params: 100\ndeepspeed_config:\n  zero_stage: 3\n",
+        "f.yaml");
+    EXPECT_EQ(c.sharding, "fsdp");
+    EXPECT_EQ(c.sharding_env.at("FSDP_SHARDING_STRATEGY"), "SHARD_GRAD_OP");
+    EXPECT_EQ(c.sharding_env.at("FSDP_TRANSFORMER_CLS_TO_WRAP"), "linear,gpt_block");
+    EXPECT_EQ(c.sharding_env.at("FSDP_SYNC_MODULE_STATES"), "true");
+    EXPECT_EQ(c.sharding_env.at("FSDP_MIN_NUM_PARAMS"), "100");
+    EXPECT_EQ(c.sharding_env.count("ACCELERATE_DEEPSPEED_ZERO_STAGE"), 0u);
+    ASSERT_EQ(c.warnings.size(), 1u);
+    EXPECT_EQ(c.warnings[0], "deepspeed_config: ignored: distributed_type is FSDP, not DEEPSPEED");
+
+    ClusterConfig d = parse_cluster_config(
+        "distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 2\n  gradient_clipping: 1.0\n"
+        "  gradient_accumulation_steps: 4\n  offload_optimizer_device: none\n  deepspeed_hostfile: /etc/hosts\n",
+        "d.yaml");
+    EXPECT_EQ(d.sharding, "deepspeed");
+    EXPECT_EQ(d.sharding_env.at("ACCELERATE_DEEPSPEED_ZERO_STAGE"), "2");
+    EXPECT_EQ(d.sharding_env.at("ACCELERATE_GRADIENT_CLIPPING"), "1.0");
+    EXPECT_EQ(d.sharding_env.at("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"), "4");
+    EXPECT_EQ(d.sharding_env.at("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"), "none");
+    ASSERT_EQ(d.warnings.size(), 1u);
+    EXPECT_NE(d.warnings[0].find("deepspeed_config.deepspeed_hostfile: does not apply"), std::string::npos);
 }
