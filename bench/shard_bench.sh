@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sharded training against DDP, 2 processes, in one run: per-rank model-state bytes (parameters + gradients +
 # optimizer state, from accel_accelerator_get_memory_stats_json after the last optimizer step), peak RSS and
-# median step time of DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP FULL_SHARD, for the medium MLP and an 8-block
-# transformer, each with its ratio to DDP's. Usage: bash bench/shard_bench.sh [BUILD_DIR] [STEPS] [WARMUP]
+# median step time of DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP FULL_SHARD, for the medium MLP, an 8-block
+# transformer and an 8-block GPT, each with its ratio to DDP's. Usage: bash bench/shard_bench.sh [BUILD_DIR] [STEPS] [WARMUP]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -14,9 +14,10 @@ build, steps, warmup = sys.argv[1:]
 env = dict(os.environ, OMP_NUM_THREADS="1")
 for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
     env.pop(k, None)
-for model in ("mlp", "transformer"):
-    wrap = ('"auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": '
-            '["transformer_encoder_layer"]') if model == "transformer" else '"auto_wrap_policy": "NO_WRAP"'
+for model in ("mlp", "transformer", "gpt"):
+    block = {"transformer": "transformer_encoder_layer", "gpt": "gpt_block"}.get(model)
+    wrap = ('"auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": ["%s"]' % block
+            if block else '"auto_wrap_policy": "NO_WRAP"')
     configs = [("DDP", "{}"),
                ("ZeRO-1", '{"deepspeed_plugin": {"zero_stage": 1}}'),
                ("ZeRO-2", '{"deepspeed_plugin": {"zero_stage": 2}}'),

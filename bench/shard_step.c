@@ -6,7 +6,8 @@
  *
  * MODEL "mlp": the medium MLP (widths 1024,1024,1024,10, batch 64 per process); "transformer": 8
  * transformer_encoder_layer blocks (d_model 256, 4 heads, feed-forward 1024, sequences of 16, batch 16
- * per process), flattened into a linear classifier. AdamW. Each step is forward, loss, backward, optimizer
+ * per process), flattened into a linear classifier; "gpt": a GPT-2 decoder of 8 blocks (n_embd 256, 4 heads,
+ * vocabulary 2048, sequences of 32 tokens, batch 8 per process, loss causal_lm, tied head). AdamW. Each step is forward, loss, backward, optimizer
  * step, zero_grad, timed on every rank. Every rank prints one line:
  *   shard_step rank R median_step_ms T memory {accel_accelerator_get_memory_stats_json after the last step,
  *   before zero_grad}
@@ -43,18 +44,23 @@ static int cmp(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: shard_step mlp|transformer STEPS WARMUP CONFIG\n");
+        fprintf(stderr, "usage: shard_step mlp|transformer|gpt STEPS WARMUP CONFIG\n");
         return 2;
     }
-    const int transformer = strcmp(argv[1], "transformer") == 0;
+    const int transformer = strcmp(argv[1], "transformer") == 0, gpt = strcmp(argv[1], "gpt") == 0;
     const int steps = atoi(argv[2]), warmup = atoi(argv[3]);
     const char *config = argv[4];
-    enum { SEQ = 16, D = 256, CLASSES = 10 };
-    const int batch = transformer ? 16 : 64;
-    const int64_t features = transformer ? (int64_t)SEQ * D : 1024;
+    enum { SEQ = 16, D = 256, CLASSES = 10, GPT_SEQ = 32, VOCAB = 2048 };
+    const int batch = gpt ? 8 : transformer ? 16 : 64;
+    const int64_t features = gpt ? GPT_SEQ : transformer ? (int64_t)SEQ * D : 1024;
 
     char spec[4096];
-    if (transformer) {
+    if (gpt) {
+        snprintf(spec, sizeof spec,
+                 "{\"type\": \"gpt\", \"vocab_size\": %d, \"n_positions\": %d, \"n_embd\": %d, \"n_layer\": 8, "
+                 "\"n_head\": 4, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}",
+                 VOCAB, GPT_SEQ, D);
+    } else if (transformer) {
         int n = snprintf(spec, sizeof spec, "{\"type\": \"sequential\", \"layers\": [");
         for (int i = 0; i < 8; ++i)
             n += snprintf(spec + n, sizeof spec - (size_t)n,
@@ -80,14 +86,20 @@ int main(int argc, char **argv)
     CHECK(accel_accelerator_prepare(acc, model, opt, NULL, NULL));
 
     float *x = malloc((size_t)batch * (size_t)features * sizeof(float));
-    int64_t y[64];
+    int64_t y[64], tokens[8 * GPT_SEQ];
     for (int64_t i = 0; i < batch * features; ++i) x[i] = (float)(((i + rank) * 7919 % 1000) / 1000.0 - 0.5);
     for (int i = 0; i < batch; ++i) y[i] = i % CLASSES;
-    int64_t xs3[3] = {batch, SEQ, D}, xs2[2] = {batch, 1024}, ys[1] = {batch};
+    for (int i = 0; i < 8 * GPT_SEQ; ++i) tokens[i] = (i * 7919 + rank * 13) % VOCAB;
+    int64_t xs3[3] = {batch, SEQ, D}, xs2[2] = {batch, 1024}, ys[1] = {batch}, ts[2] = {batch, GPT_SEQ};
     accel_tensor_t *in = NULL, *lab = NULL;
-    CHECK(accel_tensor_create(x, (size_t)batch * (size_t)features * sizeof(float), ACCEL_DTYPE_FLOAT32,
-                              transformer ? xs3 : xs2, transformer ? 3 : 2, &in));
-    CHECK(accel_tensor_create(y, (size_t)batch * sizeof(int64_t), ACCEL_DTYPE_INT64, ys, 1, &lab));
+    if (gpt) { /* causal_lm: the labels are the tokens (shifted inside the loss) */
+        CHECK(accel_tensor_create(tokens, sizeof tokens, ACCEL_DTYPE_INT64, ts, 2, &in));
+        CHECK(accel_tensor_create(tokens, sizeof tokens, ACCEL_DTYPE_INT64, ts, 2, &lab));
+    } else {
+        CHECK(accel_tensor_create(x, (size_t)batch * (size_t)features * sizeof(float), ACCEL_DTYPE_FLOAT32,
+                                  transformer ? xs3 : xs2, transformer ? 3 : 2, &in));
+        CHECK(accel_tensor_create(y, (size_t)batch * sizeof(int64_t), ACCEL_DTYPE_INT64, ys, 1, &lab));
+    }
 
     double *times = malloc((size_t)steps * sizeof(double));
     char *memory = NULL;
@@ -95,7 +107,7 @@ int main(int argc, char **argv)
         accel_tensor_t *out = NULL, *loss = NULL;
         double t0 = now();
         CHECK(accel_model_forward(model, in, &out));
-        CHECK(accel_loss_compute("cross_entropy", out, lab, &loss));
+        CHECK(accel_loss_compute(gpt ? "causal_lm" : "cross_entropy", out, lab, &loss));
         CHECK(accel_accelerator_backward(acc, loss));
         CHECK(accel_optimizer_step(opt));
         if (i == steps + warmup - 1) CHECK(accel_accelerator_get_memory_stats_json(acc, &memory));

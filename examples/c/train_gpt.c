@@ -4,6 +4,8 @@
  *
  *   ./train_gpt [--steps N] [--eval-every N] [--max-val-loss X] [--save DIR] [--save-every N]
  *               [--stop-at N] [--resume DIR] [--text-dir DIR] [--config '<accelerator config JSON>']
+ *   (--config '{"log_with": "tensorboard", "project_config": {"logging_dir": "runs"}}' logs every step's loss
+ *   and learning rate to runs/train_gpt/; on a terminal the main process draws a progress bar)
  *
  * The text is every regular file of --text-dir (symbolic links skipped, names sorted), bytes as
  * characters; the last 10 % is the validation split. The model is a 4-layer GPT-2 ({"type": "gpt"},
@@ -22,6 +24,8 @@
  * (data-parallel, per-process batch 16) with no change to this program.
  */
 #include <accel/accel.h>
+
+#include "progress.h"
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -269,6 +273,14 @@ int main(int argc, char **argv)
     if (failed(accel_accelerator_print(acc, line), "print"))
         goto done;
 
+    /* Trackers of the config's "log_with" get every step's loss and learning rate (nothing without log_with). */
+    snprintf(json, sizeof json, "{\"steps\": %lld, \"block_size\": %d, \"batch_size\": %d}", (long long)steps, BLOCK, BATCH);
+    int32_t processes = 1;
+    if (failed(accel_accelerator_init_trackers(acc, "train_gpt", json, NULL), "init_trackers") ||
+        failed(accel_accelerator_get_num_processes(acc, &processes), "num_processes"))
+        goto done;
+    const int show_bar = progress_enabled(acc);
+    double interval_start = progress_now();
     started = clock();
     while (step < (stop_at > 0 && stop_at < steps ? stop_at : steps)) {
         if (failed(accel_dataloader_next(train, &b), "next batch"))
@@ -283,7 +295,27 @@ int main(int argc, char **argv)
         ++step;
         loss_sum += loss;
         ++loss_count;
+        {
+            double lr = 0.0;
+            char values[96];
+            if (failed(accel_scheduler_get_last_lr(sched, &lr), "lr"))
+                goto done;
+            snprintf(values, sizeof values, "{\"loss\": %.9g, \"lr\": %.9g}", loss, lr);
+            if (failed(accel_accelerator_log(acc, values, step), "log"))
+                goto done;
+        }
+        if (show_bar) { /* up to the next evaluation line */
+            char label[48];
+            const int64_t in_interval = (step - 1) % eval_every + 1;
+            snprintf(label, sizeof label, "step %lld/%lld", (long long)step, (long long)steps);
+            progress_draw(label, in_interval, eval_every,
+                          (double)(in_interval * BATCH * BLOCK * processes) / (progress_now() - interval_start),
+                          "tokens", loss_sum / (double)loss_count);
+        }
         if (step % eval_every == 0 || step == steps) {
+            if (show_bar)
+                progress_clear();
+            interval_start = progress_now();
             if (evaluate(model, val_tokens, &val_loss))
                 goto done;
             snprintf(line, sizeof line, "step %5lld  train loss %.4f  val loss %.4f  (%.0f s CPU)", (long long)step,
@@ -299,6 +331,10 @@ int main(int argc, char **argv)
                 goto done;
         }
     }
+    if (show_bar && step % eval_every != 0)
+        progress_clear();
+    if (failed(accel_accelerator_end_training(acc), "end_training"))
+        goto done;
     if (step < steps) {
         if (save_dir != NULL)
             snprintf(line, sizeof line, "stopped at step %lld of %lld; continue with --resume %s", (long long)step,

@@ -11,13 +11,12 @@
  */
 #include <accel/accel.h>
 
+#include "progress.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 enum { NUM_SAMPLES = 2048, NUM_FEATURES = 16, NUM_CLASSES = 4, EPOCHS = 8 };
 
@@ -50,25 +49,6 @@ static void make_dataset(float *x, int64_t *y)
         for (int f = 0; f < NUM_FEATURES; ++f)
             x[i * NUM_FEATURES + f] = (float)(centers[c][f] + gaussian());
     }
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* The bar redraws one line with '\r'; `accel launch` sets ACCEL_PROGRESS_TTY when its own output is a terminal. */
-static void progress_bar(int epoch, int64_t done, int64_t total, double samples_per_s, double loss)
-{
-    char bar[21];
-    for (int i = 0; i < 20; ++i)
-        bar[i] = i < (int)(20 * done / total) ? '#' : '.';
-    bar[20] = '\0';
-    printf("\repoch %d/%d [%s] %lld/%lld  %.0f samples/s  loss %.4f", epoch, EPOCHS, bar, (long long)done,
-           (long long)total, samples_per_s, loss);
-    fflush(stdout);
 }
 
 /* Fraction of samples whose arg-max logit is the label, with the model in eval mode. */
@@ -134,21 +114,18 @@ int main(int argc, char **argv)
         failed(accel_accelerator_prepare(acc, model, opt, dl, sched), "prepare"))
         goto done;
 
-    bool is_main = false;
     int32_t processes = 1;
     char run_config[128];
     snprintf(run_config, sizeof run_config, "{\"lr\": 0.003, \"batch_size\": 64, \"epochs\": %d}", EPOCHS);
-    if (failed(accel_accelerator_is_main_process(acc, &is_main), "is_main_process") ||
-        failed(accel_accelerator_get_num_processes(acc, &processes), "num_processes") ||
+    if (failed(accel_accelerator_get_num_processes(acc, &processes), "num_processes") ||
         failed(accel_accelerator_init_trackers(acc, "train_mlp", run_config, NULL), "init_trackers"))
         goto done;
-    const char *tty_env = getenv("ACCEL_PROGRESS_TTY");
-    const int show_bar = is_main && (isatty(STDOUT_FILENO) || (tty_env != NULL && strcmp(tty_env, "1") == 0));
+    const int show_bar = progress_enabled(acc);
     int64_t global_step = 0, batches_per_process = 0; /* after prepare: this process's share */
     if (failed(accel_dataloader_get_length(dl, &batches_per_process), "length"))
         goto done;
     for (int epoch = 1; epoch <= EPOCHS; ++epoch) {
-        double start = now(), loss_sum = 0.0, lr = 0.0;
+        double start = progress_now(), loss_sum = 0.0, lr = 0.0;
         int64_t steps = 0;
         accel_batch_t *batch = NULL;
         while (!failed(accel_dataloader_next(dl, &batch), "next batch") && batch != NULL) {
@@ -163,18 +140,22 @@ int main(int argc, char **argv)
                 goto done;
             loss_sum += loss;
             ++steps;
-            if (show_bar)
-                progress_bar(epoch, steps, batches_per_process, (double)(steps * 64 * processes) / (now() - start),
-                             loss_sum / (double)steps);
+            if (show_bar) {
+                char label[32];
+                snprintf(label, sizeof label, "epoch %d/%d", epoch, EPOCHS);
+                progress_draw(label, steps, batches_per_process,
+                              (double)(steps * 64 * processes) / (progress_now() - start), "samples",
+                              loss_sum / (double)steps);
+            }
         }
         if (show_bar)
-            printf("\r\033[K"); /* the epoch's line replaces the bar */
+            progress_clear(); /* the epoch's line replaces the bar */
         if (steps == 0 || failed(accel_scheduler_get_last_lr(sched, &lr), "lr") ||
             accuracy(model, features, y, &acc_value))
             goto done;
         char line[160];
         snprintf(line, sizeof line, "epoch %d/%d  loss %.4f  train accuracy %5.1f%%  lr %.5f  (%.2f s)", epoch, EPOCHS,
-                 loss_sum / (double)steps, 100.0 * acc_value, lr, now() - start);
+                 loss_sum / (double)steps, 100.0 * acc_value, lr, progress_now() - start);
         if (failed(accel_accelerator_print(acc, line), "print"))
             goto done;
         final_loss = loss_sum / (double)steps;

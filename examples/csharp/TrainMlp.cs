@@ -82,21 +82,40 @@ static class TrainMlp
                        "{{\"type\": \"cosine\", \"num_warmup_steps\": 10, \"num_training_steps\": {0}}}",
                        Epochs * dl.Length() / acc.GradientAccumulationSteps()))) {
                 acc.Prepare(model, opt, dl, sched);
+                // Every step's loss and learning rate go to the trackers of the config's "log_with" (none: nothing).
+                acc.InitTrackers("train_mlp", "{\"lr\": 0.003, \"batch_size\": 64, \"epochs\": " + Epochs + "}", null);
+                // A progress bar on the main process when the output is a terminal (accel launch: ACCEL_PROGRESS_TTY).
+                bool bar = acc.IsMainProcess() &&
+                           (!Console.IsOutputRedirected || Environment.GetEnvironmentVariable("ACCEL_PROGRESS_TTY") == "1");
+                long batches = dl.Length(), globalStep = 0;
+                var inv = System.Globalization.CultureInfo.InvariantCulture;
                 for (int epoch = 1; epoch <= Epochs; ++epoch) {
                     var watch = Stopwatch.StartNew();
                     double lossSum = 0.0;
                     long steps = 0;
                     foreach (var batch in dl) {
+                        double loss;
                         using (batch)
-                            lossSum += acc.TrainStep(model, opt, sched, batch, "cross_entropy");
+                            loss = acc.TrainStep(model, opt, sched, batch, "cross_entropy");
+                        acc.Log("{\"loss\": " + loss.ToString("R", inv) + ", \"lr\": " + sched.GetLastLr().ToString("R", inv) + "}",
+                                globalStep++);
+                        lossSum += loss;
                         ++steps;
+                        if (bar) {
+                            int filled = (int)(20 * steps / batches);
+                            Console.Write(string.Format(inv, "\repoch {0}/{1} [{2}{3}] {4}/{5}  {6:F0} samples/s  loss {7:F4}",
+                                epoch, Epochs, new string('#', filled), new string('.', 20 - filled), steps, batches,
+                                steps * 64.0 * acc.NumProcesses() / watch.Elapsed.TotalSeconds, lossSum / steps));
+                        }
                     }
+                    if (bar) Console.Write("\r\u001b[K");
                     accValue = Accuracy(model, features, y);
                     finalLoss = lossSum / steps;
                     acc.Print(string.Format("epoch {0}/{1}  loss {2:F4}  train accuracy {3,5:F1}%  lr {4:F5}  ({5:F2} s)",
                         epoch, Epochs, finalLoss, 100.0 * accValue, sched.GetLastLr(), watch.Elapsed.TotalSeconds));
                 }
                 acc.Print(string.Format("final loss {0:F8}", finalLoss));
+                acc.EndTraining();
             }
         } catch (AccelError e) {
             Console.Error.WriteLine("TrainMlp: " + e.StatusName + ": " + e.Message);

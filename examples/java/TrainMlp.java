@@ -82,22 +82,41 @@ public final class TrainMlp {
                "{\"type\": \"cosine\", \"num_warmup_steps\": 10, \"num_training_steps\": %d}",
                EPOCHS * dl.length() / acc.gradientAccumulationSteps()))) {
         acc.prepare(model, opt, dl, sched);
+        // Every step's loss and learning rate go to the trackers of the config's "log_with" (none: nothing).
+        acc.initTrackers("train_mlp", "{\"lr\": 0.003, \"batch_size\": 64, \"epochs\": " + EPOCHS + "}", null);
+        // A progress bar on the main process when the output is a terminal (accel launch: ACCEL_PROGRESS_TTY).
+        boolean bar = acc.isMainProcess()
+            && (System.console() != null || "1".equals(System.getenv("ACCEL_PROGRESS_TTY")));
+        long batches = dl.length(), globalStep = 0;
         for (int epoch = 1; epoch <= EPOCHS; ++epoch) {
           long start = System.nanoTime();
           double lossSum = 0.0;
           long steps = 0;
           for (Batch batch : dl) {
+            double loss;
             try (batch) {
-              lossSum += acc.trainStep(model, opt, sched, batch, "cross_entropy");
+              loss = acc.trainStep(model, opt, sched, batch, "cross_entropy");
             }
+            acc.log(String.format(java.util.Locale.ROOT, "{\"loss\": %.9g, \"lr\": %.9g}", loss, sched.getLastLr()),
+                globalStep++);
+            lossSum += loss;
             ++steps;
+            if (bar) {
+              int filled = (int) (20 * steps / batches);
+              System.out.print(String.format(java.util.Locale.ROOT, "\repoch %d/%d [%s%s] %d/%d  %.0f samples/s  loss %.4f",
+                  epoch, EPOCHS, "#".repeat(filled), ".".repeat(20 - filled), steps, batches,
+                  steps * 64.0 * acc.numProcesses() / ((System.nanoTime() - start) / 1e9), lossSum / steps));
+              System.out.flush();
+            }
           }
+          if (bar) System.out.print("\r\033[K");
           accValue = accuracy(model, features, y);
           finalLoss = lossSum / steps;
           acc.print(String.format(java.util.Locale.ROOT, "epoch %d/%d  loss %.4f  train accuracy %5.1f%%  lr %.5f  (%.2f s)", epoch, EPOCHS,
               finalLoss, 100.0 * accValue, sched.getLastLr(), (System.nanoTime() - start) / 1e9));
         }
         acc.print(String.format(java.util.Locale.ROOT, "final loss %.8f", finalLoss));
+        acc.endTraining();
       }
     } catch (AccelError e) {
       System.err.println("TrainMlp: " + e.getStatusName() + ": " + e.getMessage());

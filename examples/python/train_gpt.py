@@ -19,6 +19,7 @@ import sys
 import time
 
 import accel
+from progress import Progress
 
 BLOCK, BATCH, EVAL_BATCH = 128, 16, 32
 
@@ -99,6 +100,9 @@ def main():
                   % (len(text), len(chars), a.steps, "resumed at" if a.resume else "from", step))
 
         stop = a.stop_at if 0 < a.stop_at < a.steps else a.steps
+        # Trackers of the config's "log_with" get every step's loss and learning rate (nothing without log_with).
+        acc.init_trackers("train_gpt", '{"steps": %d, "block_size": %d, "batch_size": %d}' % (a.steps, BLOCK, BATCH))
+        bar = Progress(acc)
         started = time.process_time()
         loss_sum, loss_count, val_loss, state_dir = 0.0, 0, None, None
         while step < stop:
@@ -110,7 +114,13 @@ def main():
             step += 1
             loss_sum += loss
             loss_count += 1
+            acc.log('{"loss": %.9g, "lr": %.9g}' % (loss, sched.get_last_lr()), step)
+            in_interval = (step - 1) % a.eval_every + 1
+            bar.draw("step %d/%d" % (step, a.steps), in_interval, a.eval_every,
+                     in_interval * BATCH * BLOCK * acc.num_processes(), "tokens", loss_sum / loss_count)
             if step % a.eval_every == 0 or step == a.steps:
+                bar.clear()
+                bar.restart()
                 val_loss = evaluate(model, val_tokens)
                 acc.print("step %5d  train loss %.4f  val loss %.4f  (%.0f s CPU)"
                           % (step, loss_sum / loss_count, val_loss, time.process_time() - started))
@@ -118,6 +128,8 @@ def main():
             if a.save and ((a.save_every > 0 and step % a.save_every == 0) or step in (a.steps, a.stop_at)):
                 state_dir = os.path.join(a.save, "step_%d" % step)
                 acc.save_state(state_dir)
+        bar.clear()
+        acc.end_training()
         if step < a.steps:
             acc.print("stopped at step %d of %d%s" % (step, a.steps,
                                                        "; continue with --resume " + state_dir if state_dir else ""))

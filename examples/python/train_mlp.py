@@ -8,7 +8,6 @@ losses; like it, it logs every step's loss and learning rate to the trackers of 
 and draws a progress bar on a terminal (main process only). Exits non-zero if training accuracy stays
 below 95 %.
 """
-import os
 
 import array
 import math
@@ -16,6 +15,7 @@ import sys
 import time
 
 import accel
+from progress import Progress
 
 NUM_SAMPLES, NUM_FEATURES, NUM_CLASSES, EPOCHS = 2048, 16, 4, 8
 
@@ -77,12 +77,12 @@ def main(argv):
         acc.prepare(model, opt, dl, sched)
 
         acc.init_trackers("train_mlp", '{"lr": 0.003, "batch_size": 64, "epochs": %d}' % EPOCHS)
-        # `accel launch` sets ACCEL_PROGRESS_TTY when its own output is a terminal.
-        show_bar = acc.is_main_process() and (sys.stdout.isatty() or os.environ.get("ACCEL_PROGRESS_TTY") == "1")
+        bar = Progress(acc)
         acc_value = final_loss = 0.0
         global_step = 0
         for epoch in range(1, EPOCHS + 1):
-            start, wall = time.process_time(), time.monotonic()
+            start = time.process_time()
+            bar.restart()
             loss_sum, steps = 0.0, 0
             for batch in dl:
                 with batch:
@@ -91,14 +91,9 @@ def main(argv):
                 global_step += 1
                 loss_sum += loss
                 steps += 1
-                if show_bar:
-                    done = int(20 * steps / len(dl))
-                    print("\repoch %d/%d [%s%s] %d/%d  %.0f samples/s  loss %.4f" % (
-                        epoch, EPOCHS, "#" * done, "." * (20 - done), steps, len(dl),
-                        steps * 64 * acc.num_processes() / (time.monotonic() - wall), loss_sum / steps),
-                        end="", flush=True)
-            if show_bar:
-                print("\r\033[K", end="")
+                bar.draw("epoch %d/%d" % (epoch, EPOCHS), steps, len(dl), steps * 64 * acc.num_processes(), "samples",
+                         loss_sum / steps)
+            bar.clear()
             acc_value = accuracy(model, features, y)
             final_loss = loss_sum / steps
             acc.print("epoch %d/%d  loss %.4f  train accuracy %5.1f%%  lr %.5f  (%.2f s)" % (

@@ -5,6 +5,7 @@
 //! The same program as examples/c/train_mlp.c: the same data generator and seed, so it prints the same
 //! losses. Exits non-zero if training accuracy stays below 95 %.
 use accel::{Accelerator, DataLoader, Model, Optimizer, Scheduler, Tensor};
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -77,13 +78,37 @@ fn run(config: Option<&str>) -> accel::Result<f64> {
     )?;
     acc.prepare(Some(&mut model), Some(&mut opt), Some(&mut dl), Some(&mut sched))?;
 
+    // Every step's loss and learning rate go to the trackers of the config's "log_with" (none: nothing).
+    acc.init_trackers("train_mlp", Some(&format!(r#"{{"lr": 0.003, "batch_size": 64, "epochs": {EPOCHS}}}"#)), None)?;
+    // A progress bar on the main process when the output is a terminal (accel launch: ACCEL_PROGRESS_TTY).
+    let bar = acc.is_main_process()?
+        && (std::io::stdout().is_terminal() || std::env::var("ACCEL_PROGRESS_TTY").as_deref() == Ok("1"));
+    let (batches, processes) = (dl.len()?, acc.num_processes()? as i64);
+    let mut global_step = 0;
     let (mut acc_value, mut final_loss) = (0.0, 0.0);
     for epoch in 1..=EPOCHS {
         let start = Instant::now();
-        let (mut loss_sum, mut steps) = (0.0, 0);
+        let (mut loss_sum, mut steps) = (0.0, 0i64);
         for batch in dl.pass() {
-            loss_sum += acc.train_step(&mut model, &mut opt, Some(&mut sched), &batch?, "cross_entropy")?;
+            let loss = acc.train_step(&mut model, &mut opt, Some(&mut sched), &batch?, "cross_entropy")?;
+            acc.log(&format!(r#"{{"loss": {loss}, "lr": {}}}"#, sched.last_lr()?), Some(global_step))?;
+            global_step += 1;
+            loss_sum += loss;
             steps += 1;
+            if bar {
+                let filled = (20 * steps / batches) as usize;
+                print!(
+                    "\repoch {epoch}/{EPOCHS} [{}{}] {steps}/{batches}  {:.0} samples/s  loss {:.4}",
+                    "#".repeat(filled),
+                    ".".repeat(20 - filled),
+                    (steps * 64 * processes) as f64 / start.elapsed().as_secs_f64(),
+                    loss_sum / steps as f64
+                );
+                std::io::stdout().flush().ok();
+            }
+        }
+        if bar {
+            print!("\r\x1b[K");
         }
         acc_value = accuracy(&mut model, &features, &y)?;
         final_loss = loss_sum / steps as f64;
@@ -95,6 +120,7 @@ fn run(config: Option<&str>) -> accel::Result<f64> {
         ))?;
     }
     acc.print(&format!("final loss {final_loss:.8}"))?;
+    acc.end_training()?;
     Ok(acc_value)
 }
 

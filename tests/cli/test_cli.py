@@ -279,6 +279,13 @@ check("ENV true 2 0.5" in p.stdout, "DeepSpeed flags exported: " + p.stdout)
 p = run(["test", "--help"], code=0)
 check("usage: accel test" in p.stdout, "help: " + p.stdout)
 
+# ---- README: every command's --help, verbatim ("Command reference") ---------------------------------
+readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")).read()
+for cmd in ("launch", "config", "env", "estimate-memory", "merge-weights", "test"):
+    p = run([cmd, "--help"], code=0)
+    check("`accel %s --help`:\n\n```\n%s```" % (cmd, p.stdout) in readme,
+          "README's Command reference does not show `accel %s --help` as printed:\n%s" % (cmd, p.stdout))
+
 subprocess.run(["rm", "-rf", tmp])
 if failures:
     print("\n\n".join(failures))
