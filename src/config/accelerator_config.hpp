@@ -35,12 +35,26 @@ struct AutocastKwargs {
 };
 
 // GradScalerKwargs: PyTorch GradScaler's constructor arguments (used with mixed_precision "fp16").
+// DeepSpeed's loss scaler (sharding-and-parallelism.md §2.1), used instead of PyTorch's rule under
+// deepspeed_plugin with mixed_precision "fp16": hysteresis before halving, doubling after loss_scale_window
+// clean steps counted from the last overflow, a floor at min_loss_scale (an overflow there stops the run).
+// loss_scale > 0: a static scale, and overflows are not detected (DeepSpeed's static scaler).
+struct DeepSpeedLossScale {
+    double loss_scale = 0.0;       // 0: dynamic
+    double initial_scale = 4294967296.0; // 2^initial_scale_power (2^32: ZeRO's default when no key is given)
+    int64_t loss_scale_window = 1000;
+    int64_t hysteresis = 1;        // 2 when the fp16 block spells the keys out (DeepSpeed's config default)
+    bool consecutive_hysteresis = false;
+    double min_loss_scale = 1.0;
+};
+
 struct GradScalerKwargs {
     double init_scale = 65536.0;
     double growth_factor = 2.0;  // > 1
     double backoff_factor = 0.5; // in (0, 1)
     int64_t growth_interval = 2000;
     bool enabled = true;
+    std::optional<DeepSpeedLossScale> deepspeed; // set by deepspeed_plugin with fp16
 };
 
 // FP8RecipeKwargs (TransformerEngine's DelayedScaling recipe), emulated by src/precision/fp8.

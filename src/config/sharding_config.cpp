@@ -237,6 +237,34 @@ std::optional<double> number_or_auto(JsonObject &o, const char *key, double min)
 // deepspeed_plugin.hf_ds_config: a DeepSpeed JSON config (object or file), with DeepSpeed's key names. Its
 // values win over the plugin's, which only fill "auto" (Accelerate's rule); the batch-size triangle
 // train_batch_size = micro × gradient_accumulation_steps × processes is checked when it is fully given.
+
+// The fp16 block's loss-scaler keys (DeepSpeed's defaults, and its quirk: when none of the dynamic keys is
+// given, the ZeRO optimizers fall back to the scaler class's defaults: 2^32, hysteresis 1).
+DeepSpeedLossScale parse_deepspeed_fp16(JsonObject &fp16)
+{
+    DeepSpeedLossScale d;
+    bool spelled = false;
+    for (const char *k : {"initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis",
+                          "consecutive_hysteresis"})
+        spelled = spelled || fp16.has(k);
+    if (spelled) {
+        d.initial_scale = 65536.0;
+        d.hysteresis = 2;
+    }
+    d.loss_scale = fp16.get_double("loss_scale", 0.0, 0.0, 1e38);
+    if (fp16.has("initial_scale_power"))
+        d.initial_scale = std::ldexp(1.0, static_cast<int>(fp16.get_int("initial_scale_power", 16, 0, 127)));
+    d.loss_scale_window = fp16.get_int("loss_scale_window", d.loss_scale_window, 1, INT32_MAX);
+    d.hysteresis = fp16.get_int("hysteresis", d.hysteresis, 1, INT32_MAX);
+    d.consecutive_hysteresis = fp16.get_bool("consecutive_hysteresis", false);
+    d.min_loss_scale = fp16.get_double("min_loss_scale", 1.0, 0.0, 1e38, true);
+    fp16.get_bool("auto_cast", false); // autocast is the Accelerator's mixed_precision either way
+    if (d.loss_scale == 0.0 && d.min_loss_scale > d.initial_scale)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, fp16.path_of("min_loss_scale") + ": " + std::to_string(d.min_loss_scale) +
+                                             " is above the initial scale " + std::to_string(d.initial_scale));
+    return d;
+}
+
 void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
 {
     ShardingConfig &s = c.sharding;
@@ -327,13 +355,7 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
                 fail(ACCEL_ERR_INVALID_ARGUMENT, mp->path_of("enabled") + ": the DeepSpeed config enables " + key +
                                                  " but mixed_precision is \"" + mixed_precision_name(c.mixed_precision) +
                                                  "\"; make them agree");
-            if (fp16)
-                for (const char *k : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-                                      "consecutive_hysteresis", "min_loss_scale", "auto_cast"})
-                    if (mp->has(k))
-                        fail(ACCEL_ERR_UNIMPLEMENTED, mp->path_of(k) + ": DeepSpeed's own fp16 loss scaler is not yet "
-                                                      "supported by accel (mixed_precision \"fp16\" uses PyTorch's "
-                                                      "GradScaler, kwargs_handlers.grad_scaler)");
+            if (fp16) c.grad_scaler.deepspeed = parse_deepspeed_fp16(*mp);
             mp->finish();
         }
     ds.require_absent("optimizer", "DeepSpeed's optimizer block is not yet supported by accel; create the optimizer "
@@ -400,6 +422,9 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
                                       "whole model and prepare() partitions it. Use false");
     s.zero3_save_16bit_model = o.get_bool("zero3_save_16bit_model", false);
     if (o.has("hf_ds_config")) parse_ds_json(o, c);
+    // fp16 without an fp16 block: Accelerate adds {"enabled": true, "auto_cast": true}, and ZeRO's scaler
+    // takes its class defaults (DeepSpeedLossScale's).
+    if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP16 && !c.grad_scaler.deepspeed) c.grad_scaler.deepspeed = DeepSpeedLossScale{};
     s.strategy = "ZERO_" + std::to_string(s.zero_stage);
     s.shard_optimizer = s.zero_stage >= 1;
     s.shard_gradients = s.zero_stage >= 2;

@@ -2,13 +2,15 @@
 
 #include "common/error.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace accel {
 
 GradScaler::GradScaler(const config::GradScalerKwargs &kwargs)
-    : enabled_(kwargs.enabled),
-      init_scale_(kwargs.init_scale),
+    : ds_(kwargs.deepspeed),
+      enabled_(kwargs.enabled),
+      init_scale_(ds_ ? (ds_->loss_scale > 0.0 ? ds_->loss_scale : ds_->initial_scale) : kwargs.init_scale),
       growth_factor_(kwargs.growth_factor),
       backoff_factor_(kwargs.backoff_factor),
       growth_interval_(kwargs.growth_interval)
@@ -24,6 +26,32 @@ GradScaler::GradScaler(const config::GradScalerKwargs &kwargs)
     if (growth_interval_ < 1 || growth_interval_ > INT32_MAX)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "growth_interval: expected an integer in 1..2147483647, got " +
                                              std::to_string(growth_interval_));
+    if (ds_) ds_hysteresis_ = ds_->hysteresis;
+}
+
+void GradScaler::update_deepspeed(bool overflow, float &scale)
+{
+    const config::DeepSpeedLossScale &d = *ds_;
+    if (d.loss_scale > 0.0) return; // static
+    if (overflow) {
+        if (d.hysteresis == 1 || ds_hysteresis_ == 1) {
+            if (static_cast<double>(scale) <= d.min_loss_scale)
+                fail(ACCEL_ERR_OUT_OF_RANGE, "gradient scaler (DeepSpeed fp16): the loss scale is already at "
+                                             "min_loss_scale (" + std::to_string(d.min_loss_scale) +
+                                             ") and the gradients overflowed again; DeepSpeed stops the run here");
+            scale = static_cast<float>(std::max(static_cast<double>(scale) / 2.0, d.min_loss_scale));
+        } else {
+            --ds_hysteresis_;
+        }
+        ds_last_overflow_iter_ = ds_iter_;
+    } else {
+        if (d.consecutive_hysteresis) ds_hysteresis_ = d.hysteresis;
+        if ((ds_iter_ - ds_last_overflow_iter_) % d.loss_scale_window == 0) {
+            if (!d.consecutive_hysteresis) ds_hysteresis_ = d.hysteresis;
+            scale = static_cast<float>(static_cast<double>(scale) * 2.0);
+        }
+    }
+    ++ds_iter_;
 }
 
 void GradScaler::check_scale_initialised(const char *funcname) const
@@ -102,7 +130,8 @@ bool GradScaler::step(const void *optimizer, const std::vector<at::Tensor> &para
         fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: no inf checks were recorded for this optimizer: none of its "
                                             "parameters has a gradient (run accel_accelerator_backward first)");
     bool stepped = false;
-    if (st.found_inf.item<float>() == 0.0f) {
+    // DeepSpeed's static scaler does not look for overflows: it always steps.
+    if (st.found_inf.item<float>() == 0.0f || (ds_ && ds_->loss_scale > 0.0)) {
         optimizer_step();
         stepped = true;
     }
@@ -127,7 +156,9 @@ void GradScaler::update()
     // product is rounded back to float32, and growth never takes the scale to inf.
     float scale = scale_.item<float>();
     int32_t tracker = growth_tracker_.item<int32_t>();
-    if (combined.item<float>() != 0.0f) {
+    if (ds_) {
+        update_deepspeed(combined.item<float>() != 0.0f, scale);
+    } else if (combined.item<float>() != 0.0f) {
         scale = static_cast<float>(static_cast<double>(scale) * backoff_factor_);
         tracker = 0;
     } else {
@@ -215,6 +246,11 @@ PyRef GradScaler::state_dict() const
         py_set(*d, "backoff_factor", py_float(s->backoff_factor));
         py_set(*d, "growth_interval", py_int(s->growth_interval));
         py_set(*d, "_growth_tracker", py_int(s->growth_tracker));
+        if (ds_) { // DeepSpeed's counters (Python's GradScaler.load_state_dict ignores extra keys)
+            py_set(*d, "cur_iter", py_int(ds_iter_));
+            py_set(*d, "last_overflow_iter", py_int(ds_last_overflow_iter_));
+            py_set(*d, "cur_hysteresis", py_int(ds_hysteresis_));
+        }
     }
     return d;
 }
@@ -233,7 +269,18 @@ ApplyState GradScaler::load_state_dict(const PyObj &d, const std::string &what)
         loaded = s;
     }
     if (!loaded && enabled_) fail(ACCEL_ERR_DATA_LOSS, what + ": empty scaler state for an enabled gradient scaler");
-    return [this, loaded] { load_state(loaded); };
+    int64_t iter = 0, last = -1, hyst = ds_ ? ds_->hysteresis : 1;
+    if (ds_ && d.get("cur_iter") != nullptr) {
+        iter = sd_int(d, "cur_iter", what);
+        last = sd_int(d, "last_overflow_iter", what);
+        hyst = sd_int(d, "cur_hysteresis", what);
+    }
+    return [this, loaded, iter, last, hyst] {
+        load_state(loaded);
+        ds_iter_ = iter;
+        ds_last_overflow_iter_ = last;
+        ds_hysteresis_ = hyst;
+    };
 }
 
 } // namespace accel

@@ -1,4 +1,5 @@
-// GradScaler: PyTorch's dynamic loss scaler (torch/amp/grad_scaler.py), step for step.
+// GradScaler: PyTorch's dynamic loss scaler (torch/amp/grad_scaler.py), step for step; with a
+// DeepSpeedLossScale in its kwargs (deepspeed_plugin + fp16), DeepSpeed's update rule instead.
 //
 // scale() multiplies the loss by the current scale; unscale_() divides an optimizer's gradients by it
 // (inv_scale computed in float64, then cast to float32) and records whether any is inf/NaN; step()
@@ -83,6 +84,13 @@ private:
     void check_scale_initialised(const char *funcname) const;
     // The single place where found_inf leaves this process (see FoundInfReducer).
     void reduce_found_inf_across_ranks(at::Tensor &found_inf) const;
+
+    // update() under DeepSpeed's rule (config::DeepSpeedLossScale): overflow with hysteresis left -> one
+    // less; else halve (floor min_loss_scale; an overflow at the floor is an error, as DeepSpeed stops);
+    // clean: double when (iter - last_overflow_iter) % window == 0. Static scale: never changes, never skips.
+    void update_deepspeed(bool overflow, float &scale);
+    std::optional<config::DeepSpeedLossScale> ds_;
+    int64_t ds_iter_ = 0, ds_last_overflow_iter_ = -1, ds_hysteresis_ = 1;
 
     bool enabled_;
     double init_scale_;

@@ -795,3 +795,30 @@ TEST_F(AcceleratorConfigTest, ShardingFromEnvironment)
     EXPECT_FALSE(parse_accelerator_config("{}").sharding.enabled());
 }
 
+
+// deepspeed_plugin with fp16: DeepSpeed's loss scaler, from the fp16 block (DeepSpeed's defaults when its keys
+// are spelled out, ZeRO's class defaults when none is).
+TEST_F(AcceleratorConfigTest, DeepSpeedFp16LossScaler)
+{
+    AcceleratorConfig c = parse_accelerator_config(
+        "{\"mixed_precision\": \"fp16\", \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
+        "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8, \"loss_scale_window\": 2, \"min_loss_scale\": 4}}}}");
+    ASSERT_TRUE(c.grad_scaler.deepspeed.has_value());
+    EXPECT_EQ(c.grad_scaler.deepspeed->initial_scale, 256.0);
+    EXPECT_EQ(c.grad_scaler.deepspeed->loss_scale_window, 2);
+    EXPECT_EQ(c.grad_scaler.deepspeed->hysteresis, 2);
+    EXPECT_EQ(c.grad_scaler.deepspeed->min_loss_scale, 4.0);
+    EXPECT_EQ(c.grad_scaler.deepspeed->loss_scale, 0.0);
+    AcceleratorConfig plain = parse_accelerator_config("{\"mixed_precision\": \"fp16\", \"deepspeed_plugin\": {}}");
+    ASSERT_TRUE(plain.grad_scaler.deepspeed.has_value());
+    EXPECT_EQ(plain.grad_scaler.deepspeed->initial_scale, 4294967296.0);
+    EXPECT_EQ(plain.grad_scaler.deepspeed->hysteresis, 1);
+    EXPECT_FALSE(parse_accelerator_config("{\"mixed_precision\": \"fp16\"}").grad_scaler.deepspeed.has_value());
+    EXPECT_FALSE(parse_accelerator_config("{\"deepspeed_plugin\": {}}").grad_scaler.deepspeed.has_value());
+    EXPECT_PARSE_ERROR_STARTS("{\"mixed_precision\": \"fp16\", \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": "
+                              "{\"stage\": 2}, \"fp16\": {\"enabled\": true, \"hysteresis\": 0}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.fp16.hysteresis: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"mixed_precision\": \"fp16\", \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": "
+                              "{\"stage\": 2}, \"fp16\": {\"enabled\": true, \"initial_scale_power\": 2, \"min_loss_scale\": 8}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.fp16.min_loss_scale: ");
+}

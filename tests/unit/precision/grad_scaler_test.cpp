@@ -380,3 +380,89 @@ TEST(GradScaler, ConstructorValidates)
     EXPECT_EQ(catch_error([] { GradScaler{kwargs(1.0, 10, 2.0, 1.0)}; }).code(), ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(catch_error([] { GradScaler{kwargs(1.0, 0)}; }).code(), ACCEL_ERR_INVALID_ARGUMENT);
 }
+
+// DeepSpeed's rule (sharding-and-parallelism.md §2.1), step by step: window 3, hysteresis 2, min 1024.
+TEST(GradScaler, DeepSpeedHysteresisWindowAndFloor)
+{
+    GradScalerKwargs k = kwargs();
+    accel::config::DeepSpeedLossScale d;
+    d.initial_scale = 1024.0;
+    d.loss_scale_window = 3;
+    d.hysteresis = 2;
+    d.min_loss_scale = 512.0;
+    k.deepspeed = d;
+    GradScaler s(k);
+    EXPECT_EQ(s.get_scale(), 1024.0);
+    Fixture f(s);
+    const float inf = std::numeric_limits<float>::infinity();
+    // (gradient, stepped, scale after update)
+    const struct {
+        float grad;
+        bool stepped;
+        double scale;
+    } table[] = {
+        {1.0f, true, 1024.0},  // iter 0: (0 - -1) % 3 = 1
+        {1.0f, true, 1024.0},  // iter 1: 2
+        {1.0f, true, 2048.0},  // iter 2: 3 % 3 = 0: doubled, hysteresis refilled
+        {inf, false, 2048.0},  // iter 3: overflow, hysteresis 2 -> 1, scale kept
+        {inf, false, 1024.0},  // iter 4: overflow with hysteresis 1: halved
+        {1.0f, true, 1024.0},  // iter 5: (5 - 4) % 3 = 1
+        {1.0f, true, 1024.0},  // iter 6
+        {1.0f, true, 2048.0},  // iter 7: doubled, hysteresis refilled to 2
+        {inf, false, 2048.0},  // iter 8: 2 -> 1
+        {1.0f, true, 2048.0},  // iter 9: clean, not consecutive: hysteresis stays 1
+        {inf, false, 1024.0},  // iter 10: halved at once
+        {inf, false, 512.0},   // iter 11: halved to the floor
+    };
+    for (const auto &row : table) {
+        f.set_grad(row.grad);
+        EXPECT_EQ(f.step(), row.stepped);
+        EXPECT_EQ(s.get_scale(), row.scale);
+    }
+    // At the floor another overflow stops the run, as DeepSpeed does.
+    f.set_grad(inf);
+    bool ran = false;
+    s.step(&f, f.params, [&] { ran = true; });
+    EXPECT_FALSE(ran);
+    accel::Error e = catch_error([&] { s.update(); });
+    EXPECT_EQ(e.code(), ACCEL_ERR_OUT_OF_RANGE);
+    EXPECT_NE(std::string(e.what()).find("min_loss_scale"), std::string::npos);
+}
+
+TEST(GradScaler, DeepSpeedConsecutiveHysteresisAndStaticScale)
+{
+    GradScalerKwargs k = kwargs();
+    accel::config::DeepSpeedLossScale d;
+    d.initial_scale = 64.0;
+    d.loss_scale_window = 100;
+    d.hysteresis = 2;
+    d.consecutive_hysteresis = true;
+    k.deepspeed = d;
+    GradScaler s(k);
+    Fixture f(s);
+    const float inf = std::numeric_limits<float>::infinity();
+    f.set_grad(inf);
+    EXPECT_FALSE(f.step());
+    EXPECT_EQ(s.get_scale(), 64.0); // hysteresis 2 -> 1
+    f.set_grad(1.0f);
+    EXPECT_TRUE(f.step());          // consecutive: a clean step refills it
+    f.set_grad(inf);
+    EXPECT_FALSE(f.step());
+    EXPECT_EQ(s.get_scale(), 64.0); // so this overflow is absorbed again
+    // The counters travel in scaler.pt.
+    accel::PyRef sd = s.state_dict();
+    EXPECT_EQ(sd->get("cur_iter")->i, 3);
+    EXPECT_EQ(sd->get("last_overflow_iter")->i, 2);
+    EXPECT_EQ(sd->get("cur_hysteresis")->i, 1);
+
+    // loss_scale > 0: static; overflows are not looked for (DeepSpeed's static scaler always steps).
+    accel::config::DeepSpeedLossScale fixed;
+    fixed.loss_scale = 128.0;
+    GradScalerKwargs ks = kwargs();
+    ks.deepspeed = fixed;
+    GradScaler st(ks);
+    Fixture g(st);
+    g.set_grad(inf);
+    EXPECT_TRUE(g.step());
+    EXPECT_EQ(st.get_scale(), 128.0);
+}
