@@ -10,6 +10,8 @@
 //   bench_gpt_train [rounds] [steps_per_round] [batch] [--memory-only]
 #include <accel/accel.h>
 
+#include "bench_common.hpp"
+
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
@@ -27,21 +29,9 @@ namespace {
 
 constexpr int64_t kVocab = 96, kBlock = 128, kEmbd = 128, kLayers = 4, kHeads = 4;
 
-void check(accel_status_t st, const char *what)
-{
-    if (st != ACCEL_OK) {
-        std::fprintf(stderr, "%s: %s: %s\n", what, accel_status_name(st), accel_last_error_message());
-        std::exit(1);
-    }
-}
-
-double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-using Clock = std::chrono::steady_clock;
+using bench::check;
+using bench::Clock;
+using bench::median;
 
 // ---- the hand-written LibTorch model: GPT-2 with torch::nn modules ------------------------------
 struct BlockImpl : torch::nn::Module {

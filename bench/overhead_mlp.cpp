@@ -4,6 +4,8 @@
 //   bench_overhead [rounds] [steps_per_round] [widths, e.g. 1024,1024,1024,10] [batch]
 #include <accel/accel.h>
 
+#include "bench_common.hpp"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -15,21 +17,9 @@
 
 namespace {
 
-void check(accel_status_t st, const char *what)
-{
-    if (st != ACCEL_OK) {
-        std::fprintf(stderr, "%s: %s: %s\n", what, accel_status_name(st), accel_last_error_message());
-        std::exit(1);
-    }
-}
-
-double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-using Clock = std::chrono::steady_clock;
+using bench::check;
+using bench::Clock;
+using bench::median;
 
 } // namespace
 

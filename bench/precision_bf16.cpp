@@ -6,6 +6,8 @@
 // --fp8 adds the emulated FP8 mode (a cost figure for the emulation, not for FP8 hardware).
 #include <accel/accel.h>
 
+#include "bench_common.hpp"
+
 #include <ATen/Parallel.h>
 #include <ATen/ATen.h>
 
@@ -19,21 +21,9 @@
 
 namespace {
 
-void check(accel_status_t st, const char *what)
-{
-    if (st != ACCEL_OK) {
-        std::fprintf(stderr, "%s: %s: %s\n", what, accel_status_name(st), accel_last_error_message());
-        std::exit(1);
-    }
-}
-
-double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-using Clock = std::chrono::steady_clock;
+using bench::check;
+using bench::Clock;
+using bench::median;
 
 // One training setup (accelerator, model, optimizer, loader) through the C API.
 struct Run {
@@ -76,7 +66,7 @@ struct Run {
     }
 };
 
-void bench(const char *title, const std::string &spec, const at::Tensor &X, const at::Tensor &Y, int64_t batch,
+void measure(const char *title, const std::string &spec, const at::Tensor &X, const at::Tensor &Y, int64_t batch,
            int rounds, int steps, bool fp8)
 {
     std::vector<int64_t> xs(X.sizes().begin(), X.sizes().end());
@@ -127,7 +117,7 @@ int main(int argc, char **argv)
         const int64_t batch = 64, n = batch * 16;
         at::manual_seed(0);
         at::Tensor X = at::randn({n, 1024}), Y = at::randint(10, {n}, at::kLong);
-        bench("Medium MLP", "{\"type\": \"mlp\", \"widths\": [1024, 1024, 1024, 10]}", X, Y, batch, rounds, steps, fp8);
+        measure("Medium MLP", "{\"type\": \"mlp\", \"widths\": [1024, 1024, 1024, 10]}", X, Y, batch, rounds, steps, fp8);
     }
     {
         // One post-norm encoder layer (PyTorch's defaults: relu, dropout 0.1) on 64 tokens of width 256,
@@ -139,7 +129,7 @@ int main(int argc, char **argv)
             "{\"type\": \"sequential\", \"layers\": [{\"type\": \"transformer_encoder_layer\", \"d_model\": 256,"
             " \"nhead\": 8, \"dim_feedforward\": 1024, \"batch_first\": true}, {\"type\": \"flatten\"},"
             " {\"type\": \"linear\", \"in_features\": " + std::to_string(seq * d) + ", \"out_features\": 10}]}";
-        bench("Transformer encoder block", spec, X, Y, batch, rounds, steps, fp8);
+        measure("Transformer encoder block", spec, X, Y, batch, rounds, steps, fp8);
     }
     return 0;
 }
