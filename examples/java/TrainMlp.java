@@ -109,7 +109,10 @@ public final class TrainMlp {
               System.out.flush();
             }
           }
-          if (bar) System.out.print("\r\033[K");
+          if (bar) {
+            System.out.print("\r\033[K"); // before the epoch line, which the library writes through C's stdout
+            System.out.flush();
+          }
           accValue = accuracy(model, features, y);
           finalLoss = lossSum / steps;
           acc.print(String.format(java.util.Locale.ROOT, "epoch %d/%d  loss %.4f  train accuracy %5.1f%%  lr %.5f  (%.2f s)", epoch, EPOCHS,

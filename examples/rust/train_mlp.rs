@@ -108,7 +108,8 @@ fn run(config: Option<&str>) -> accel::Result<f64> {
             }
         }
         if bar {
-            print!("\r\x1b[K");
+            print!("\r\x1b[K"); // before the epoch line, which the library writes through C's stdout
+            std::io::stdout().flush().ok();
         }
         acc_value = accuracy(&mut model, &features, &y)?;
         final_loss = loss_sum / steps as f64;
