@@ -32,6 +32,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Tags of reduce_scatter's ring steps, far from those a caller of send/recv would pick.
+constexpr int kReduceScatterTag = 1 << 24;
+
 c10d::ReduceOp to_c10d(ReduceOp op)
 {
     switch (op) {
@@ -269,15 +272,35 @@ public:
 
     at::Tensor reduce_scatter(const at::Tensor &input, ReduceOp op) override
     {
-        // ProcessGroupGloo (LibTorch 1.13) has no reduce_scatter: all-reduce, then keep this rank's chunk.
         if (input.dim() < 1 || input.size(0) % size() != 0)
             fail(ACCEL_ERR_INVALID_ARGUMENT, "reduce_scatter: dimension 0 (" + std::to_string(input.dim() ? input.size(0) : 0) +
                                                  ") must be a multiple of the number of processes (" +
                                                  std::to_string(size()) + ")");
-        at::Tensor all = input.clone(at::MemoryFormat::Contiguous);
-        allreduce(all, op);
-        const int64_t chunk = input.size(0) / size();
-        return all.narrow(0, chunk * rank(), chunk).clone();
+        const int32_t n = size(), r = rank();
+        const int64_t chunk = input.size(0) / n;
+        if (n == 1) return input.clone(at::MemoryFormat::Contiguous);
+        if (op != ReduceOp::Sum) { // other operations are rare here: all-reduce, then keep this rank's chunk
+            at::Tensor all = input.clone(at::MemoryFormat::Contiguous);
+            allreduce(all, op);
+            return all.narrow(0, chunk * r, chunk).clone();
+        }
+        // ProcessGroupGloo (LibTorch 1.13) has no reduce_scatter: a ring of sends and receives. At step s rank r
+        // passes its partial sum of chunk r-s-1 on to rank r+1 and adds rank r-1's partial sum of chunk r-s-2 to
+        // its own; after n-1 steps it holds chunk r summed over every rank. Half the bytes of an all-reduce.
+        return guard("reduce_scatter", [&] {
+            const at::Tensor in = input.contiguous();
+            auto index = [n](int64_t i) { return ((i % n) + n) % n; };
+            at::Tensor work = in.narrow(0, index(r - 1) * chunk, chunk);
+            at::Tensor incoming = at::empty_like(work);
+            for (int32_t step = 0; step < n - 1; ++step) {
+                std::vector<at::Tensor> out{work}, got{incoming};
+                auto sent = pg_->send(out, static_cast<int>(index(r + 1)), kReduceScatterTag + step);
+                pg_->recv(got, static_cast<int>(index(r - 1)), kReduceScatterTag + step)->wait(shared_->timeout);
+                sent->wait(shared_->timeout);
+                work = in.narrow(0, index(r - step - 2) * chunk, chunk) + incoming;
+            }
+            return work;
+        });
     }
 
     void send(const at::Tensor &tensor, int32_t dst, int32_t tag) override
