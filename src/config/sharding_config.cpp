@@ -139,13 +139,16 @@ void parse_fsdp(JsonObject &o, AcceleratorConfig &c)
                                              "and replicates across nodes, and this run has one node (" +
                                              std::to_string(t.world_size) + " processes, " +
                                              std::to_string(t.local_world_size) + " per node); use FULL_SHARD");
-        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("sharding_strategy") + ": " + strategy + " (sharding inside a node, "
-                                      "replication across nodes) is not yet supported by accel");
+        if (t.world_size % t.local_world_size != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("sharding_strategy") + ": " + strategy + " needs the same number "
+                                             "of processes on every node (" + std::to_string(t.world_size) +
+                                             " is not a multiple of " + std::to_string(t.local_world_size) + ")");
+        s.hybrid_group_size = t.local_world_size;
     }
     s.strategy = strategy;
-    if (strategy == "FULL_SHARD") {
+    if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") {
         s.shard_optimizer = s.shard_gradients = s.shard_parameters = s.reshard_after_forward = true;
-    } else if (strategy == "SHARD_GRAD_OP") {
+    } else if (strategy == "SHARD_GRAD_OP" || strategy == "HYBRID_SHARD_ZERO2") {
         s.shard_optimizer = s.shard_gradients = s.shard_parameters = true;
     }
 

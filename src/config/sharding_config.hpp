@@ -20,6 +20,9 @@ struct ShardingConfig {
                                         // while a unit computes
     bool reshard_after_forward = false; // FULL_SHARD / ZeRO-3: freed after a unit's forward, gathered again
                                         // before its backward (else kept until the end of backward)
+    // HYBRID_SHARD / HYBRID_SHARD_ZERO2: shard among the processes of a node (this many, ranks node-contiguous),
+    // replicate across nodes (gradient shards all-reduced between the nodes' same local ranks). 0: not hybrid.
+    int32_t hybrid_group_size = 0;
     // Wrap policy: "NO_WRAP" (one unit), "TRANSFORMER_BASED_WRAP" (every layer whose type is in
     // wrap_classes is a unit), "SIZE_BASED_WRAP" (every layer with >= min_num_params parameters).
     std::string auto_wrap_policy = "NO_WRAP";

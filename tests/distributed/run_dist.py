@@ -6,11 +6,13 @@ import os
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import types
 
 SKIP = 77
 
@@ -102,6 +104,28 @@ def memory_stats(out):
     return stats
 
 
+def run_machines(a, program, env):
+    """`accel launch` once per machine (--num_machines M on this one host, all started together): a multi-node
+    job's rendezvous and topology without a second host. Returns the joined output like run()'s result."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for k in range(a.machines):
+        cmd = [os.path.join(a.bin, "bin", "accel"), "launch", "-n", str(a.np), "--num_machines", str(a.machines),
+               "--machine_rank", str(k), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)] + program
+        log("$", " ".join(cmd))
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+    outs = []
+    for k, proc in enumerate(procs):
+        out, _ = proc.communicate(timeout=a.timeout)
+        log(out.rstrip())
+        outs.append(out)
+        if proc.returncode != 0:
+            sys.exit("machine %d: accel launch exited with status %d" % (k, proc.returncode))
+    return types.SimpleNamespace(stdout="".join(outs), returncode=0)
+
+
 def scenario_equivalence(a):
     """P processes with batch B must give the weights of 1 process with batch P*B (or, with --ref-np P,
     of P processes under --ref-config, e.g. DDP against a sharded run)."""
@@ -132,7 +156,10 @@ def scenario_equivalence(a):
         ref_out = run(cmd_for(a.ref_np, ref, a.batch * a.np // a.ref_np, ref_config), env=e, timeout=a.timeout).stdout
     else:
         ref_out = run([prog, ref, str(a.batch * a.np), str(a.steps), ref_config], env=e).stdout
-    p = run(cmd_for(a.np, got, a.batch, a.config), env=e, timeout=a.timeout)
+    if a.machines > 1:
+        p = run_machines(a, [prog, got, str(a.batch), str(a.steps), a.config], e)
+    else:
+        p = run(cmd_for(a.np, got, a.batch, a.config), env=e, timeout=a.timeout)
     if a.expect_backend and ('"backend": "%s"' % a.expect_backend) not in p.stdout:
         sys.exit("expected the %s backend in the DDP statistics" % a.expect_backend)
     if a.min_buckets:
@@ -569,6 +596,8 @@ def main():
     ap.add_argument("--expect-backend", default=None)
     ap.add_argument("--min-buckets", type=int, default=0)
     ap.add_argument("--expect-syncs", type=int, default=0, help="DDP's synchronised backward passes on rank 0")
+    ap.add_argument("--machines", type=int, default=1, help="equivalence: the candidate as this many launches of "
+                    "--num_machines on this host (--np processes over all of them)")
     ap.add_argument("--ref-np", type=int, default=1, help="processes of the reference run (1: batch np*B alone)")
     ap.add_argument("--env", action="append", help="KEY=VALUE for the test programs (repeatable)")
     ap.add_argument("--memory-ratio", type=float, default=0.0,

@@ -64,8 +64,10 @@ struct ShardedDataParallel::Impl {
     };
 
     config::ShardingConfig cfg;
-    std::shared_ptr<distributed::Communicator> comm;
-    int32_t world = 1, rank = 0;
+    // The processes that share the shards: everyone, or (HYBRID_SHARD) this node's; `replicas` links the
+    // nodes' same local ranks (null unless hybrid). world / rank are within `comm`.
+    std::shared_ptr<distributed::Communicator> comm, replicas;
+    int32_t world = 1, rank = 0, total_world = 1;
     std::vector<Param> params;
     std::vector<Unit> units;
     std::vector<int> unit_of_layer; // layer -> non-root unit starting or covering it (-1: root)
@@ -158,9 +160,10 @@ struct ShardedDataParallel::Impl {
             const at::Tensor &g = p.tensor.grad();
             if (g.defined()) wire.narrow(0, p.offset, p.numel).copy_(g.reshape({-1}));
         }
-        wire.div_(world); // averaged, as DDP: divide, then sum
+        wire.div_(total_world); // averaged over every process, as DDP: divide, then sum
         if (cfg.shard_gradients) {
             at::Tensor g = comm->reduce_scatter(wire, distributed::ReduceOp::Sum);
+            if (replicas) replicas->allreduce(g, distributed::ReduceOp::Sum); // the other nodes' sums of this shard
             wire = at::Tensor();
             for (size_t i : u.params) params[i].tensor.mutable_grad().reset();
             if (u.grad_shard.defined()) u.grad_shard.add_(g);
@@ -273,7 +276,22 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
 {
     Impl &s = *impl_;
     s.cfg = config;
-    s.comm = std::move(comm);
+    s.comm = comm;
+    s.total_world = comm->size();
+    if (config.hybrid_group_size > 0) {
+        // Every rank creates every group, in the same order (new_group is collective over the world).
+        const int32_t g = config.hybrid_group_size, nodes = comm->size() / g;
+        for (int32_t node = 0; node < nodes; ++node) {
+            std::vector<int32_t> ranks;
+            for (int32_t i = 0; i < g; ++i) ranks.push_back(node * g + i);
+            if (auto c = comm->new_group(ranks)) s.comm = c;
+        }
+        for (int32_t local = 0; local < g; ++local) {
+            std::vector<int32_t> ranks;
+            for (int32_t node = 0; node < nodes; ++node) ranks.push_back(node * g + local);
+            if (auto c = comm->new_group(ranks)) s.replicas = c;
+        }
+    }
     s.world = s.comm->size();
     s.rank = s.comm->rank();
     const std::string key = frontend_key(config);
@@ -366,7 +384,7 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
             auto &p = s.params[k];
             u.full.narrow(0, p.offset, p.numel).copy_(p.tensor.detach().reshape({-1}));
         }
-        if (config.sync_module_states && s.world > 1) s.comm->broadcast(u.full, 0);
+        if (config.sync_module_states && s.total_world > 1) comm->broadcast(u.full, 0);
         for (size_t k : u.params) {
             auto &p = s.params[k];
             p.tensor.set_data(u.full.narrow(0, p.offset, p.numel).view(p.tensor.sizes()));
@@ -379,11 +397,11 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
             u.gathered = false;
         }
     }
-    if (config.sync_module_states && s.world > 1)
+    if (config.sync_module_states && s.total_world > 1)
         for (const auto &b : model.named_buffers()) {
             if (!b.second.defined()) continue;
             at::Tensor t = b.second.contiguous();
-            s.comm->broadcast(t, 0);
+            comm->broadcast(t, 0);
             if (t.data_ptr() != b.second.data_ptr()) b.second.copy_(t);
         }
     s.mem.num_units = static_cast<int64_t>(s.units.size());
