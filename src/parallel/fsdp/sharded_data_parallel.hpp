@@ -11,6 +11,8 @@
 //     all-gathered before its forward (and, with reshard_after_forward, again before its backward), its
 //     storage released after. At rest a rank holds only its shards.
 // Gradient accumulation outside sync steps keeps the unsharded gradients locally (FSDP's no_sync).
+// HYBRID_SHARD(_ZERO2): all of the above among a node's processes (a sub-group); gradient shards are then
+// all-reduced between the nodes' processes of the same local rank.
 #pragma once
 
 #include "config/sharding_config.hpp"
