@@ -313,9 +313,28 @@ void Accelerator::prepare_optimizer(const std::shared_ptr<AcceleratedOptimizer> 
     shard_optimizer(optimizer); // over the engine's shards when its model is sharded
 }
 
+void Accelerator::check_dataloader(const DataLoaderShard &loader) const
+{
+    // hf_ds_config: train_micro_batch_size_per_gpu "auto" is this loader's batch per process (Accelerate's fill),
+    // and DeepSpeed's triangle must then hold.
+    const auto &c = state_->config;
+    const auto train = c.sharding.ds_train_batch_size_to_check;
+    if (!train || loader.prepared_by() == state_) return;
+    const int64_t world = state_->comm ? state_->comm->size() : 1;
+    const int64_t micro = c.dataloader.split_batches ? loader.options().batch_size / world : loader.options().batch_size;
+    const int64_t accumulation = c.gradient_accumulation.num_steps;
+    if (micro * accumulation * world != *train)
+        fail(ACCEL_ERR_INVALID_ARGUMENT,
+             "deepspeed_plugin.hf_ds_config.train_batch_size: " + std::to_string(*train) + " is not the data loader's "
+                 "batch size per process (" + std::to_string(micro) + ", train_micro_batch_size_per_gpu \"auto\") x "
+                 "gradient_accumulation_steps (" + std::to_string(accumulation) + ") x " + std::to_string(world) +
+                 " process(es)");
+}
+
 void Accelerator::prepare_dataloader(DataLoaderShard &loader)
 {
     check_owner(loader.prepared_by(), "dataloader");
+    check_dataloader(loader);
     if (loader.prepared_by() != state_) loader.prepare(state_);
 }
 

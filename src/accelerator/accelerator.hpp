@@ -49,6 +49,8 @@ public:
     void prepare_model(Model &model);
     void prepare_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer);
     void prepare_dataloader(DataLoaderShard &loader);
+    // Fails when preparing `loader` would break a setting (hf_ds_config's batch sizes); changes nothing.
+    void check_dataloader(const DataLoaderShard &loader) const;
     void prepare_scheduler(AcceleratedScheduler &scheduler);
     // The same, also remembering the object (Accelerate's _models, _dataloaders, _schedulers lists),
     // which save_state/load_state walk in preparation order.

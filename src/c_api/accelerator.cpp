@@ -44,7 +44,10 @@ ACCEL_API accel_status_t accel_accelerator_prepare(accel_accelerator_t *accelera
         };
         if (model) owner_ok(model->impl->prepared_by, "model");
         if (optimizer) owner_ok(optimizer->impl->prepared_by, "optimizer");
-        if (dataloader) owner_ok(dataloader->impl->prepared_by(), "dataloader");
+        if (dataloader) {
+            owner_ok(dataloader->impl->prepared_by(), "dataloader");
+            a.check_dataloader(*dataloader->impl);
+        }
         if (scheduler) {
             owner_ok(scheduler->impl->prepared_by, "scheduler");
             bool optimizer_in_call = optimizer != nullptr && optimizer->impl == scheduler->impl->optimizer();

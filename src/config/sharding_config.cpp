@@ -322,6 +322,7 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
     const int64_t world = c.topology.world_size;
     auto train = number_or_auto(ds, "train_batch_size", 1);
     auto micro = number_or_auto(ds, "train_micro_batch_size_per_gpu", 1);
+    if (train && !micro) s.ds_train_batch_size_to_check = static_cast<int64_t>(*train);
     auto ga = number_or_auto(ds, "gradient_accumulation_steps", 1);
     if (ga) {
         if (*ga != static_cast<double>(static_cast<int64_t>(*ga)))

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct ShardingConfig {
     int64_t zero_stage = -1;
     double gradient_clipping = 0.0;
     bool zero3_save_16bit_model = false;
+    // hf_ds_config's train_batch_size when a number while train_micro_batch_size_per_gpu is "auto" or absent:
+    // prepare fills the micro batch from the data loader, as Accelerate, and checks the product.
+    std::optional<int64_t> ds_train_batch_size_to_check;
 
     bool enabled() const { return !frontend.empty(); }
 };

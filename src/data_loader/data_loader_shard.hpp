@@ -36,6 +36,7 @@ struct Batch {
 class DataLoaderShard {
 public:
     DataLoaderShard(std::shared_ptr<const TensorDataset> data, config::DataLoaderOptions options);
+    const config::DataLoaderOptions &options() const { return options_; }
     ~DataLoaderShard();
     DataLoaderShard(const DataLoaderShard &) = delete;
     DataLoaderShard &operator=(const DataLoaderShard &) = delete;

@@ -248,6 +248,80 @@ static void test_summon_memory_and_errors(void)
     accel_accelerator_free(acc);
 }
 
+/* deepspeed_plugin + fp16: DeepSpeed's loss scaler (2^initial_scale_power, doubling every loss_scale_window
+ * clean steps), not PyTorch's (growth_interval 2000). fp32 maths on this CPU (autocast off), so no overflow. */
+static void test_deepspeed_fp16_scaler(void)
+{
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    float x[8 * NIN], y[8 * NOUT];
+    int i;
+    for (i = 0; i < 8 * NIN; ++i) x[i] = (float)sin(0.3 * (double)i);
+    for (i = 0; i < 8 * NOUT; ++i) y[i] = (float)cos(0.2 * (double)i);
+    accel_tensor_t *tx = matrix_f32(x, 8, NIN), *ty = matrix_f32(y, 8, NOUT);
+    CHECK_OK(accel_accelerator_create("{\"mixed_precision\": \"fp16\", \"kwargs_handlers\": {\"autocast\": {\"enabled\": "
+                                      "false}}, \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": "
+                                      "{\"stage\": 2}, \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8, "
+                                      "\"loss_scale_window\": 2}}}}",
+                                      &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.01}", &opt));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+    double scale = 0.0;
+    CHECK_OK(accel_accelerator_get_grad_scale(acc, &scale));
+    CHECK(scale == 256.0);
+    const double expected[4] = {256.0, 512.0, 512.0, 1024.0}; /* doubled when (iter + 1) % 2 == 0 */
+    for (i = 0; i < 4; ++i) {
+        accel_tensor_t *out = NULL, *loss = NULL;
+        CHECK_OK(accel_model_forward(m, tx, &out));
+        CHECK_OK(accel_loss_compute("mse", out, ty, &loss));
+        CHECK_OK(accel_accelerator_backward(acc, loss));
+        CHECK_OK(accel_optimizer_step(opt));
+        CHECK_OK(accel_optimizer_zero_grad(opt));
+        CHECK_OK(accel_accelerator_get_grad_scale(acc, &scale));
+        if (scale != expected[i]) fprintf(stderr, "step %d: scale %g, expected %g\n", i, scale, expected[i]);
+        CHECK(scale == expected[i]);
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+    }
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_tensor_free(tx);
+    accel_tensor_free(ty);
+    accel_accelerator_free(acc);
+}
+
+/* hf_ds_config with train_micro_batch_size_per_gpu "auto": prepare fills it from the loader (Accelerate) and
+ * DeepSpeed's triangle must hold; a loader that breaks it is refused before anything is prepared. */
+static void test_deepspeed_auto_micro_batch(void)
+{
+    const char *config = "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 1}, "
+                         "\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": \"auto\", "
+                         "\"gradient_accumulation_steps\": 2}}}";
+    float x[16 * NIN] = {0}, y[16 * NOUT] = {0};
+    accel_tensor_t *tx = matrix_f32(x, 16, NIN), *ty = matrix_f32(y, 16, NOUT);
+    accel_accelerator_t *acc = NULL, *other = NULL;
+    accel_model_t *m = NULL;
+    accel_dataloader_t *good = NULL, *bad = NULL;
+    CHECK_OK(accel_accelerator_create(config, &acc));
+    CHECK_OK(accel_accelerator_create(NULL, &other));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_dataloader_create_from_tensors(tx, ty, "{\"batch_size\": 4}", &bad));
+    CHECK_OK(accel_dataloader_create_from_tensors(tx, ty, "{\"batch_size\": 8}", &good));
+    CHECK_FAILS(accel_accelerator_prepare(acc, m, NULL, bad, NULL), ACCEL_ERR_INVALID_ARGUMENT,
+                "hf_ds_config.train_batch_size: 16 is not the data loader's batch size per process (4");
+    CHECK_OK(accel_accelerator_prepare_model(other, m)); /* the failed call prepared nothing */
+    CHECK_OK(accel_accelerator_prepare(acc, NULL, NULL, good, NULL));
+    accel_dataloader_free(good);
+    accel_dataloader_free(bad);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+    accel_accelerator_free(other);
+    accel_tensor_free(tx);
+    accel_tensor_free(ty);
+}
+
 static void test_bad_wrap_class(void)
 {
     accel_accelerator_t *acc = NULL;
@@ -268,5 +342,7 @@ int main(void)
     test_free_memory_and_prepare_again();
     test_summon_memory_and_errors();
     test_bad_wrap_class();
+    test_deepspeed_fp16_scaler();
+    test_deepspeed_auto_micro_batch();
     return capi_report("test_sharding");
 }
