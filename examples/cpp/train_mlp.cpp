@@ -6,6 +6,8 @@
 // losses. Exits non-zero if training accuracy stays below 95 %.
 #include <accel/accel.hpp>
 
+#include "../c/progress.h" // the C examples' progress bar
+
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -82,15 +84,39 @@ int main(int argc, char **argv)
         accel::Scheduler sched(opt, R"({"type": "cosine", "num_warmup_steps": 10, "num_training_steps": )" +
                                         std::to_string(kEpochs * dl.length() / acc.gradient_accumulation_steps()) + "}");
         acc.prepare(&model, &opt, &dl, &sched);
+        // Every step's loss and learning rate go to the trackers of the config's "log_with" (none: nothing);
+        // accel.hpp has no tracker methods yet, so the C API is called on the handle.
+        auto ok = [](accel_status_t st) {
+            if (st != ACCEL_OK) throw accel::Error(st, accel_last_error_message());
+        };
+        ok(accel_accelerator_init_trackers(acc.get(), "train_mlp",
+                                           ("{\"lr\": 0.003, \"batch_size\": 64, \"epochs\": " + std::to_string(kEpochs) + "}").c_str(),
+                                           nullptr));
+        const bool bar = progress_enabled(acc.get());
+        const std::int64_t batches = dl.length();
+        std::int64_t global_step = 0;
 
         for (int epoch = 1; epoch <= kEpochs; ++epoch) {
             const auto start = std::chrono::steady_clock::now();
+            const double wall = progress_now();
             double loss_sum = 0.0;
             std::int64_t steps = 0;
             while (auto batch = dl.next_batch()) {
-                loss_sum += acc.train_step(model, opt, &sched, batch, "cross_entropy");
+                const double loss = acc.train_step(model, opt, &sched, batch, "cross_entropy");
+                char values[96];
+                std::snprintf(values, sizeof values, "{\"loss\": %.9g, \"lr\": %.9g}", loss, sched.last_lr());
+                ok(accel_accelerator_log(acc.get(), values, global_step++));
+                loss_sum += loss;
                 ++steps;
+                if (bar) {
+                    char label[32];
+                    std::snprintf(label, sizeof label, "epoch %d/%d", epoch, kEpochs);
+                    progress_draw(label, steps, batches,
+                                  static_cast<double>(steps * 64 * acc.num_processes()) / (progress_now() - wall),
+                                  "samples", loss_sum / static_cast<double>(steps));
+                }
             }
+            if (bar) progress_clear();
             acc_value = accuracy(model, features, y);
             final_loss = loss_sum / static_cast<double>(steps);
             char line[160];
@@ -102,6 +128,7 @@ int main(int argc, char **argv)
         char line[64];
         std::snprintf(line, sizeof line, "final loss %.8f", final_loss);
         acc.print(line);
+        ok(accel_accelerator_end_training(acc.get()));
     } catch (const accel::Error &e) {
         std::fprintf(stderr, "train_mlp_cpp: %s: %s\n", e.status_name(), e.what());
         return 1;
