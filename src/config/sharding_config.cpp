@@ -261,7 +261,11 @@ DeepSpeedLossScale parse_deepspeed_fp16(JsonObject &fp16)
     d.hysteresis = fp16.get_int("hysteresis", d.hysteresis, 1, INT32_MAX);
     d.consecutive_hysteresis = fp16.get_bool("consecutive_hysteresis", false);
     d.min_loss_scale = fp16.get_double("min_loss_scale", 1.0, 0.0, 1e38, true);
-    fp16.get_bool("auto_cast", false); // autocast is the Accelerator's mixed_precision either way
+    // auto_cast true (what Accelerate writes) is the Accelerator's autocast; false would run fp16 weights
+    // without autocast, which accel does not do.
+    if (fp16.has("auto_cast") && !fp16.get_bool("auto_cast", true))
+        fail(ACCEL_ERR_UNIMPLEMENTED, fp16.path_of("auto_cast") + ": false (fp16 weights without autocast) is not "
+                                      "supported by accel; use true or leave it out");
     if (d.loss_scale == 0.0 && d.min_loss_scale > d.initial_scale)
         fail(ACCEL_ERR_INVALID_ARGUMENT, fp16.path_of("min_loss_scale") + ": " + std::to_string(d.min_loss_scale) +
                                              " is above the initial scale " + std::to_string(d.initial_scale));

@@ -155,6 +155,17 @@ struct Reader {
 
     [[noreturn]] void bad(const std::string &msg) const { fail(ACCEL_ERR_DATA_LOSS, what + ": " + msg); }
 
+    // The two top-level entries of Optimizer.state_dict(): {"state": dict, "param_groups": list}.
+    std::pair<const PyObj *, const PyObj *> top_level(const PyObj &sd) const
+    {
+        if (!sd.is_dict()) bad("not a dict");
+        const PyObj *state = sd.get("state");
+        const PyObj *groups = sd.get("param_groups");
+        if (state == nullptr || !state->is_dict()) bad("no \"state\" dict");
+        if (groups == nullptr || groups->kind != PyObj::Kind::List) bad("no \"param_groups\" list");
+        return {state, groups};
+    }
+
     double num(const PyObj &x, const std::string &where) const
     {
         if (x.kind == PyObj::Kind::Float) return x.f;
@@ -286,11 +297,7 @@ PyRef AcceleratedOptimizer::inner_state_dict() const
 ApplyState AcceleratedOptimizer::inner_load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)
 {
     Reader r{what};
-    if (!sd.is_dict()) r.bad("not a dict");
-    const PyObj *state = sd.get("state");
-    const PyObj *groups = sd.get("param_groups");
-    if (state == nullptr || !state->is_dict()) r.bad("no \"state\" dict");
-    if (groups == nullptr || groups->kind != PyObj::Kind::List) r.bad("no \"param_groups\" list");
+    const auto [state, groups] = r.top_level(sd);
     optim::Optimizer &o = *optimizer_;
     auto &my_groups = o.param_groups();
     if (groups->items.size() != my_groups.size())
@@ -420,11 +427,7 @@ ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::str
     if (!layout_) return inner_load_state_dict(sd, what, copy);
     const parallel::ShardLayout &l = *layout_;
     Reader r{what};
-    if (!sd.is_dict()) r.bad("not a dict");
-    const PyObj *state = sd.get("state");
-    const PyObj *groups = sd.get("param_groups");
-    if (state == nullptr || !state->is_dict()) r.bad("no \"state\" dict");
-    if (groups == nullptr || groups->kind != PyObj::Kind::List) r.bad("no \"param_groups\" list");
+    const auto [state, groups] = r.top_level(sd);
     if (groups->items.size() != 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": " + std::to_string(groups->items.size()) +
                                              " parameter groups, the optimizer has 1");

@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import check_tensorboard as tb  # noqa: E402  (records(): framing and CRCs)
+import check_tensorboard as tb  # noqa: E402  (records(): framing and CRCs; load_proto())
 
 
 def expect(cond, what):
@@ -59,12 +59,7 @@ def main():
     expect("\r" not in p.stdout and "samples/s" not in p.stdout, "a progress bar in piped output:\n" + p.stdout)
     expect(p.stdout.count("[rank0]: epoch ") == 8 and "[rank1]: epoch" not in p.stdout, "8 epoch lines, rank 0 only")
 
-    gen = os.path.join(work, "gen")
-    os.makedirs(gen)
-    proto_dir, proto_file = os.path.split(os.path.abspath(a.proto))
-    subprocess.run(["protoc", "-I" + proto_dir, "--python_out=" + gen, proto_file], check=True)
-    sys.path.insert(0, gen)
-    pb = __import__(proto_file.replace(".proto", "_pb2"))
+    pb = tb.load_proto(a.proto, work)
     events = glob.glob(os.path.join(work, "runs", "train_mlp", "events.out.tfevents.*"))
     expect(len(events) == 1, "expected one event file, found %s" % events)
     evs = []

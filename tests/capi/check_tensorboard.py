@@ -60,6 +60,16 @@ def records(path):
     return out
 
 
+def load_proto(proto, work):
+    """The Python module protoc generates from `proto` (into work/gen), imported."""
+    gen = os.path.join(work, "gen")
+    os.makedirs(gen, exist_ok=True)
+    proto_dir, proto_file = os.path.split(os.path.abspath(proto))
+    subprocess.run(["protoc", "-I" + proto_dir, "--python_out=" + gen, proto_file], check=True)
+    sys.path.insert(0, gen)
+    return __import__(proto_file.replace(".proto", "_pb2"))
+
+
 def expect(cond, what):
     if not cond:
         sys.exit("check_tensorboard: " + what)
@@ -78,12 +88,7 @@ def main():
            "CRC-32C test vectors")
 
     work = tempfile.mkdtemp(prefix="accel_tb_")
-    gen = os.path.join(work, "gen")
-    os.makedirs(gen)
-    proto_dir, proto_file = os.path.split(os.path.abspath(a.proto))
-    subprocess.run(["protoc", "-I" + proto_dir, "--python_out=" + gen, proto_file], check=True)
-    sys.path.insert(0, gen)
-    pb = __import__(proto_file.replace(".proto", "_pb2"))
+    pb = load_proto(a.proto, work)
 
     cmd = [a.writer, "write", work]
     if a.nproc > 1:

@@ -821,4 +821,7 @@ TEST_F(AcceleratorConfigTest, DeepSpeedFp16LossScaler)
     EXPECT_PARSE_ERROR_STARTS("{\"mixed_precision\": \"fp16\", \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": "
                               "{\"stage\": 2}, \"fp16\": {\"enabled\": true, \"initial_scale_power\": 2, \"min_loss_scale\": 8}}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.fp16.min_loss_scale: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"mixed_precision\": \"fp16\", \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": "
+                              "{\"stage\": 2}, \"fp16\": {\"enabled\": true, \"auto_cast\": false}}}}",
+                              ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.hf_ds_config.fp16.auto_cast: ");
 }
