@@ -109,6 +109,8 @@ public:
     void summon_full_params(Model &model, bool on);
     parallel::ShardedDataParallel *sharded_of(const Model &model) const;
     std::vector<parallel::ShardedDataParallel *> sharded_engines() const;
+    // Whether save_state writes this engine's model and optimizer as SHARDED_STATE_DICT folders.
+    static bool sharded_state_dict(const parallel::ShardedDataParallel &engine);
 
     // free_memory / clear: forgets every prepared model, optimizer, scheduler and data loader (they become
     // unprepared objects again: sharded ones whole, DDP's hooks gone) and resets step to 0, so the next

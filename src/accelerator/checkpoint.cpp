@@ -6,6 +6,7 @@
 
 #include "checkpointing/checkpointing.hpp"
 #include "checkpointing/mapped_tensor.hpp"
+#include "checkpointing/sharded_folder.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "common/json_reader.hpp"
@@ -128,6 +129,11 @@ private:
 
 } // namespace
 
+bool Accelerator::sharded_state_dict(const parallel::ShardedDataParallel &engine)
+{
+    return engine.config().state_dict_type == "SHARDED_STATE_DICT";
+}
+
 std::vector<parallel::ShardedDataParallel *> Accelerator::sharded_engines() const
 {
     std::vector<parallel::ShardedDataParallel *> out;
@@ -155,30 +161,47 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     // The state is gathered here, on the calling thread (optimizer state, user callbacks); the files are
     // serialized afterwards, concurrently. Tensors are referenced, not copied.
     std::vector<ckpt::CheckpointFile> files;
-    auto object = [&files](std::string name, PyRef obj) { files.push_back({std::move(name), std::move(obj), nullptr}); };
-    // Sharded training saves the FULL state dict, in the layout DDP writes: the weights whole (every rank
-    // gathers them until the files are written), the optimizer state joined from every rank's shard.
-    SummonWhole whole(sharded_engines());
+    auto object = [&files](std::string name, PyRef obj) { files.push_back({std::move(name), std::move(obj), nullptr, nullptr}); };
+    // Sharded training saves the FULL state dict by default, in the layout DDP writes: the weights whole
+    // (every rank gathers them until the files are written), the optimizer state joined from every rank's
+    // shard. With SHARDED_STATE_DICT every rank writes its own pieces instead: nothing is gathered.
+    std::vector<parallel::ShardedDataParallel *> gathered;
+    bool sharded_optimizers = false;
+    for (auto *e : sharded_engines()) {
+        if (sharded_state_dict(*e)) sharded_optimizers = true;
+        else gathered.push_back(e);
+    }
+    SummonWhole whole(gathered);
+    const int64_t rank = state_->process_index();
     std::vector<PyRef> optimizer_states(optimizers_.size());
-    for (size_t i = 0; i < optimizers_.size(); ++i)
-        if (main || optimizers_[i]->is_sharded()) optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+        if (sharded_optimizers && optimizers_[i]->is_sharded())
+            ckpt::add_sharded_files(files, ckpt::sharded_optimizer_folder(i), optimizers_[i]->sharded_state_dict(), rank, main);
+        else if (main || optimizers_[i]->is_sharded())
+            optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
+    }
+    for (size_t i = 0; i < models_.size(); ++i)
+        if (auto *e = sharded_of(*models_[i]); e != nullptr && sharded_state_dict(*e))
+            ckpt::add_sharded_files(files, ckpt::sharded_model_folder(i), e->sharded_state_dict(*models_[i]), rank, main);
     // 1. model weights, 2. optimizers, 3. schedulers (main process).
     if (main) {
         for (size_t i = 0; i < models_.size(); ++i) {
+            if (auto *e = sharded_of(*models_[i]); e != nullptr && sharded_state_dict(*e)) continue;
             const bool safe = options.safe_serialization;
             auto sd = std::make_shared<TensorList>(models_[i]->state_dict(/*dedupe_shared=*/safe));
             // Keys as Accelerate writes them for the same setup: "module." under DDP (several processes).
             if (ddp_of(*models_[i]) != nullptr)
                 for (auto &entry : *sd) entry.first.insert(0, kWrapped);
             if (safe) {
-                files.push_back({ckpt::weights_name(i, true), nullptr, sd});
+                files.push_back({ckpt::weights_name(i, true), nullptr, sd, nullptr});
             } else {
                 auto d = py_ordered_dict();
                 for (const auto &[k, t] : *sd) py_set(*d, k, py_tensor(t));
                 object(ckpt::weights_name(i, false), d);
             }
         }
-        for (size_t i = 0; i < optimizers_.size(); ++i) object(indexed("optimizer", ".bin", i), optimizer_states[i]);
+        for (size_t i = 0; i < optimizers_.size(); ++i)
+            if (optimizer_states[i]) object(indexed("optimizer", ".bin", i), optimizer_states[i]);
         for (size_t i = 0; i < schedulers_.size(); ++i) object(indexed("scheduler", ".bin", i), schedulers_[i]->state_dict());
     }
     // 4. data-loader positions, 5. scaler, 6. RNG states (every process).
@@ -210,11 +233,30 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     // Phase 1: read every file and check it against its part; nothing changes yet. The weights and
     // optimizer state (nearly all the bytes) are only scheduled into `batch`: straight from the files
     // into the tensors, on several threads, once everything has passed.
+    // A sharded state dict (a folder of pieces from every rank of the saving run) is read whole here,
+    // whatever the number of processes now: a sharded model keeps its shard of it.
     std::vector<TensorList> weights;
-    for (size_t i = 0; i < models_.size(); ++i) weights.push_back(match_model_keys(*models_[i], ckpt::read_weights(dir, i)));
-    std::vector<PyRef> optimizer_files;
-    for (size_t i = 0; i < optimizers_.size(); ++i)
-        optimizer_files.push_back(ckpt::read_object(dir, indexed("optimizer", ".bin", i), true));
+    for (size_t i = 0; i < models_.size(); ++i) {
+        const std::string sharded = path(ckpt::sharded_model_folder(i));
+        weights.push_back(match_model_keys(*models_[i], ckpt::is_sharded_folder(sharded) ? ckpt::read_sharded_tensors(sharded)
+                                                                                          : ckpt::read_weights(dir, i)));
+    }
+    std::vector<std::function<ApplyState(const CopyFn &)>> optimizer_loads;
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+        AcceleratedOptimizer &o = *optimizers_[i];
+        const std::string sharded = path(ckpt::sharded_optimizer_folder(i));
+        if (ckpt::is_sharded_folder(sharded)) {
+            PyRef rest = ckpt::read_sharded_rest(sharded);
+            auto tensors = std::make_shared<TensorList>(ckpt::read_sharded_tensors(sharded));
+            optimizer_loads.push_back([&o, rest, tensors, sharded](const CopyFn &copy) {
+                return o.load_sharded_state_dict(*rest, *tensors, sharded, copy);
+            });
+        } else {
+            const std::string name = path(indexed("optimizer", ".bin", i));
+            PyRef file = ckpt::read_object(dir, indexed("optimizer", ".bin", i), true);
+            optimizer_loads.push_back([&o, file, name](const CopyFn &copy) { return o.load_state_dict(*file, name, copy); });
+        }
+    }
     std::vector<ApplyState> apply;
     for (size_t i = 0; i < schedulers_.size(); ++i) {
         const std::string name = indexed("scheduler", ".bin", i);
@@ -262,9 +304,7 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     SummonWhole whole(sharded_engines()); // sharded weights load whole, then each rank keeps its shard
     for (size_t i = 0; i < weights.size(); ++i) models_[i]->load_state_dict(weights[i], options.strict, schedule);
     std::vector<ApplyState> install_optimizers;
-    for (size_t i = 0; i < optimizers_.size(); ++i)
-        install_optimizers.push_back(
-            optimizers_[i]->load_state_dict(*optimizer_files[i], path(indexed("optimizer", ".bin", i)), schedule));
+    for (auto &load : optimizer_loads) install_optimizers.push_back(load(schedule));
 
     // Phase 2: apply, in Accelerate's order.
     batch.run();

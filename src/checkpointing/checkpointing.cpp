@@ -1,6 +1,7 @@
 #include "checkpointing/checkpointing.hpp"
 
 #include "checkpointing/merge_weights.hpp"
+#include "checkpointing/sharded_folder.hpp"
 #include "checkpointing/temp_folder.hpp"
 #include "checkpointing/torch_archive.hpp"
 #include "common/error.hpp"
@@ -14,8 +15,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace accel::ckpt {
 
@@ -170,7 +173,9 @@ namespace {
 // The names a save_state writes (any number of models, optimizers, ... and processes): in a folder that
 // save_state(output_dir) replaces, these are the previous checkpoint's and go; every other entry is the
 // user's and stays.
-bool is_checkpoint_file(const std::string &name)
+// A previous checkpoint's entry of a folder saved into again: its files, and (SHARDED_STATE_DICT) its
+// pytorch_model_fsdp_{i} / optimizer_{i} folders.
+bool is_checkpoint_entry(const std::string &name, bool folder)
 {
     auto numbered = [&](const std::string &stem, const std::string &ext, bool bare_allowed) {
         if (name.size() < stem.size() + ext.size() || name.compare(0, stem.size(), stem) != 0 ||
@@ -180,6 +185,7 @@ bool is_checkpoint_file(const std::string &name)
         if (mid.empty()) return bare_allowed;
         return mid.size() > 1 && mid[0] == '_' && mid.find_first_not_of("0123456789", 1) == std::string::npos;
     };
+    if (folder) return numbered("pytorch_model_fsdp", "", false) || numbered("optimizer", "", false);
     return numbered(kSafeWeights, ".safetensors", true) || numbered(kPickleWeights, ".bin", true) ||
            numbered("optimizer", ".bin", true) || numbered("scheduler", ".bin", true) ||
            numbered("sampler", ".bin", true) || numbered("dl_state_dict", ".bin", true) || name == "scaler.pt" ||
@@ -274,7 +280,10 @@ void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile
         std::vector<std::function<void()>> jobs;
         for (const auto &f : files) {
             const std::string p = join(tmp, f.name);
-            if (f.tensors) {
+            if (f.name.find('/') != std::string::npos) make_dirs(parent_of(p)); // every writer of a sub-folder
+            if (f.bytes) {
+                jobs.emplace_back([p, b = f.bytes] { write_file_durably(p, b->data(), b->size()); });
+            } else if (f.tensors) {
                 jobs.emplace_back([p, t = f.tensors] {
                     StringMap meta{{"format", "pt"}};
                     save_safetensors(p, *t, &meta);
@@ -284,8 +293,12 @@ void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile
             }
         }
         run_jobs(jobs, io_threads());
+        std::set<std::string> subfolders; // their entries must be durable too
+        for (const auto &f : files)
+            if (f.name.find('/') != std::string::npos) subfolders.insert(parent_of(join(tmp, f.name)));
+        for (const auto &d : subfolders) fsync_dir(d);
         barrier();
-        if (main) publish_dir(tmp, target.dir, is_checkpoint_file);
+        if (main) publish_dir(tmp, target.dir, is_checkpoint_entry);
     } catch (...) {
         try {
             if (main) remove_all(tmp);
@@ -301,6 +314,57 @@ void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile
     }
     barrier();
 }
+
+void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &folder, const ShardedState &state,
+                       int64_t process_index, bool main)
+{
+    if (process_index < state.world_size) {
+        auto mine = std::make_shared<TensorList>();
+        for (const auto &t : state.tensors)
+            if (t.local.defined()) mine->emplace_back(t.name, t.local);
+        files.push_back({folder + "/" + sharded_rank_file(state.rank), nullptr, mine, nullptr});
+    }
+    if (!main) return;
+    ShardedMeta meta;
+    meta.world_size = state.world_size;
+    for (const auto &t : state.tensors) {
+        ShardedTensorMeta m;
+        m.name = t.name;
+        auto dtype = st_dtype_of(t.dtype);
+        if (!dtype) fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: tensor \"" + t.name + "\" has a dtype safetensors cannot hold");
+        m.dtype = *dtype;
+        for (int64_t d : t.shape) m.shape.push_back(static_cast<uint64_t>(d));
+        for (const auto &p : t.pieces)
+            m.pieces.push_back({p.rank, static_cast<uint64_t>(p.offset), static_cast<uint64_t>(p.numel)});
+        meta.tensors.push_back(std::move(m));
+    }
+    files.push_back({folder + "/" + kShardedMetadata, nullptr, nullptr,
+                     std::make_shared<const std::string>(sharded_metadata_json(meta))});
+    if (state.rest) files.push_back({folder + "/state.bin", state.rest, nullptr, nullptr});
+}
+
+TensorList read_sharded_tensors(const std::string &dir)
+{
+    const ShardedFolder folder(dir);
+    TensorList out;
+    const auto &tensors = folder.meta().tensors;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        const auto &m = tensors[i];
+        std::vector<int64_t> shape(m.shape.begin(), m.shape.end());
+        auto dtype = scalar_type_of(m.dtype);
+        if (!dtype) fail(ACCEL_ERR_UNIMPLEMENTED, dir + ": tensor \"" + m.name + "\" is " + st_dtype_name(m.dtype) +
+                                                      ", which LibTorch 1.13 has no dtype for");
+        at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
+        auto *dst = static_cast<uint8_t *>(t.data_ptr());
+        const uint64_t elem = static_cast<uint64_t>(t.element_size());
+        for (size_t p = 0; p < m.pieces.size(); ++p)
+            std::memcpy(dst + m.pieces[p].offset * elem, folder.piece_data(i, p), folder.piece_bytes(i, p));
+        out.emplace_back(m.name, std::move(t));
+    }
+    return out;
+}
+
+PyRef read_sharded_rest(const std::string &dir) { return read_object(dir, "state.bin", true); }
 
 TensorList read_weights(const std::string &dir, size_t i)
 {

@@ -44,17 +44,28 @@ SaveTarget save_target(const config::ProjectConfiguration &project, const char *
 std::string load_source(const config::ProjectConfiguration &project, const char *input_dir);
 
 // One file of a checkpoint: a torch pickle of `object`, or (tensors non-null) safetensors weights with
-// metadata {"format": "pt"}.
+// metadata {"format": "pt"}, or (bytes non-null) those bytes. `name` may lie in a sub-folder ("a/b").
 struct CheckpointFile {
     std::string name;
     PyRef object;
     std::shared_ptr<const TensorList> tensors;
+    std::shared_ptr<const std::string> bytes;
 };
 // Writes `files` (this process's share) into the temporary folder of `target` on several threads, then
 // publishes the folder and rotates old checkpoints out. `main`: this process prepares and publishes
 // the folder; `barrier` waits for every process (between preparing, writing and publishing).
 void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile> &files, bool main,
                       const std::function<void()> &barrier);
+
+// SHARDED_STATE_DICT (sharded_folder.hpp): adds the files of `state` in `folder` that this process writes:
+// its rank file when it is one of the state's ranks (process_index < world_size: with HYBRID_SHARD the
+// first node's), and, on the main process, metadata.json and state.bin (the rest, when there is one).
+void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &folder, const ShardedState &state,
+                       int64_t process_index, bool main);
+// Every tensor of a sharded folder, whole (assembled from its pieces), in the saved order.
+TensorList read_sharded_tensors(const std::string &dir);
+// The rest (state.bin) of a sharded folder (NOT_FOUND when missing).
+PyRef read_sharded_rest(const std::string &dir);
 
 // model{_i}.safetensors if present, else pytorch_model{_i}.bin (NOT_FOUND naming both).
 TensorList read_weights(const std::string &dir, size_t i);

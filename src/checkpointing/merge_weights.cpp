@@ -3,11 +3,14 @@
 #include "common/files.hpp"
 #include "common/json_reader.hpp"
 #include "checkpointing/safetensors_format.hpp"
+#include "checkpointing/sharded_folder.hpp"
 #include "common/error.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -34,9 +37,63 @@ std::vector<std::string> index_shard_files(const std::string &index_path)
     return {files.begin(), files.end()};
 }
 
+namespace {
+
+// Writes the entries' header and data into a temporary sibling of `output`, then renames it into place.
+void write_merged(std::vector<StWriteEntry> &entries, const std::string &output,
+                  const std::function<void(OutFile &, const StWriteEntry &)> &write_data)
+{
+    StringMap meta{{"format", "pt"}};
+    std::string header = build_st_header(entries, &meta);
+    const std::string tmp = join(parent_of(output), "." + basename_of(output) + ".accel-tmp");
+    {
+        OutFile f(tmp);
+        f.write(header.data(), header.size());
+        for (const auto &e : entries)
+            if (e.nbytes > 0) write_data(f, e);
+        f.close();
+    }
+    if (std::rename(tmp.c_str(), output.c_str()) != 0) fail_errno(errno, "cannot rename to", output);
+    fsync_dir(parent_of(output));
+}
+
+// A SHARDED_STATE_DICT folder: each tensor's pieces, in offset order, are its bytes.
+size_t merge_sharded(const std::string &dir, const std::string &output)
+{
+    const ShardedFolder folder(dir);
+    const auto &tensors = folder.meta().tensors;
+    std::vector<StWriteEntry> entries;
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        StWriteEntry e;
+        e.name = tensors[i].name;
+        e.dtype = tensors[i].dtype;
+        e.shape = tensors[i].shape;
+        for (size_t p = 0; p < tensors[i].pieces.size(); ++p) e.nbytes += folder.piece_bytes(i, p);
+        index[e.name] = i;
+        entries.push_back(std::move(e));
+    }
+    write_merged(entries, output, [&](OutFile &f, const StWriteEntry &e) {
+        const size_t i = index.at(e.name);
+        for (size_t p = 0; p < tensors[i].pieces.size(); ++p) f.write(folder.piece_data(i, p), folder.piece_bytes(i, p));
+    });
+    return entries.size();
+}
+
+} // namespace
+
 size_t merge_safetensors_shards(const std::string &input, const std::string &output)
 {
     std::string index = input;
+    // A checkpoint folder of save_state with SHARDED_STATE_DICT, or its pytorch_model_fsdp_{i} folder.
+    if (is_sharded_folder(input)) return merge_sharded(input, output);
+    if (is_sharded_folder(join(input, sharded_model_folder(0)))) {
+        if (is_dir(join(input, sharded_model_folder(1))))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "\"" + input + "\" holds the weights of several models (" +
+                                                 sharded_model_folder(0) + ", " + sharded_model_folder(1) +
+                                                 ", ...); name the folder of the one to merge");
+        return merge_sharded(join(input, sharded_model_folder(0)), output);
+    }
     if (is_dir(input)) {
         index = join(input, "model.safetensors.index.json");
         if (!exists(index)) {
@@ -45,9 +102,9 @@ size_t merge_safetensors_shards(const std::string &input, const std::string &out
                                               "merge-weights joins safetensors shards only");
             for (const auto &name : list_dir(input))
                 if (name.find("_rank") != std::string::npos && name.size() > 4 && name.substr(name.size() - 4) == ".bin")
-                    fail(ACCEL_ERR_UNIMPLEMENTED, "\"" + input + "\" holds per-rank shards (" + name +
-                                                  "), which sharded training will write; merging them is not yet "
-                                                  "supported by accel");
+                    fail(ACCEL_ERR_UNIMPLEMENTED, "\"" + input + "\" holds per-rank pickles (" + name +
+                                                  ", Accelerate's use_dcp=False layout); accel merges its own "
+                                                  "SHARDED_STATE_DICT folders and safetensors shards");
             fail(ACCEL_ERR_NOT_FOUND, "\"" + input + "\" has no model.safetensors.index.json");
         }
     }
@@ -72,18 +129,7 @@ size_t merge_safetensors_shards(const std::string &input, const std::string &out
             entries.push_back(std::move(e));
         }
     }
-    StringMap meta{{"format", "pt"}};
-    std::string header = build_st_header(entries, &meta);
-    const std::string tmp = join(parent_of(output), "." + basename_of(output) + ".accel-tmp");
-    {
-        OutFile f(tmp);
-        f.write(header.data(), header.size());
-        for (const auto &e : entries)
-            if (e.nbytes > 0) f.write(e.data, e.nbytes);
-        f.close();
-    }
-    if (std::rename(tmp.c_str(), output.c_str()) != 0) fail_errno(errno, "cannot rename to", output);
-    fsync_dir(parent_of(output));
+    write_merged(entries, output, [](OutFile &f, const StWriteEntry &e) { f.write(e.data, e.nbytes); });
     return entries.size();
 }
 

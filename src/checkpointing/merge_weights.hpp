@@ -7,7 +7,8 @@
 
 namespace accel::ckpt {
 
-// `input`: a folder holding model.safetensors.index.json (or the index file itself). Writes `output`
+// `input`: a folder holding model.safetensors.index.json (or the index file itself), a SHARDED_STATE_DICT
+// folder (sharded_folder.hpp), or a save_state folder holding pytorch_model_fsdp_0/. Writes `output`
 // (a file; written to a temporary sibling, fsynced and renamed) with metadata {"format": "pt"}.
 // Returns the number of tensors written.
 size_t merge_safetensors_shards(const std::string &input, const std::string &output);

@@ -18,8 +18,9 @@ namespace {
 void merge_usage(FILE *to)
 {
     std::fprintf(to, "usage: accel merge-weights [--remove_checkpoint_dir] CHECKPOINT_DIR OUTPUT_PATH\n\n"
-                     "Joins sharded safetensors weights (a folder with model.safetensors.index.json) into one\n"
-                     "model.safetensors. OUTPUT_PATH is a folder, or a file name ending in .safetensors.\n\n"
+                     "Joins sharded weights into one model.safetensors: a save_model folder with\n"
+                     "model.safetensors.index.json, or a save_state folder written with SHARDED_STATE_DICT (or its\n"
+                     "pytorch_model_fsdp_0/). OUTPUT_PATH is a folder, or a file name ending in .safetensors.\n\n"
                      "  --remove_checkpoint_dir  delete CHECKPOINT_DIR after a successful merge\n"
                      "  --unsafe_serialization   (pickle output) not supported: safetensors only\n");
 }

@@ -313,7 +313,7 @@ void link_tree(const std::string &src, const std::string &dst)
 } // namespace
 
 void publish_dir(const std::string &tmp, const std::string &target,
-                 const std::function<bool(const std::string &name)> &replaced)
+                 const std::function<bool(const std::string &name, bool folder)> &replaced)
 {
     const std::string parent = parent_of(target);
     if (!exists(target)) {
@@ -322,12 +322,13 @@ void publish_dir(const std::string &tmp, const std::string &target,
     } else {
         if (!is_dir(target)) fail(ACCEL_ERR_ALREADY_EXISTS, "\"" + target + "\" exists and is not a folder");
         // The user's entries come along (as links: until the exchange they are still whole in `target`).
-        // Only plain files can be a previous checkpoint's; a folder or link with such a name is the user's.
+        // Only plain files and folders (not links) can be a previous checkpoint's; `replaced` says which.
         for (const auto &name : list_dir(target)) {
             const std::string p = join(target, name);
             struct stat st {};
-            const bool plain_file = ::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-            if (!exists(join(tmp, name)) && !(plain_file && replaced(name))) link_tree(p, join(tmp, name));
+            const bool known = ::lstat(p.c_str(), &st) == 0, folder = known && S_ISDIR(st.st_mode);
+            const bool ours = known && (S_ISREG(st.st_mode) || folder) && replaced(name, folder);
+            if (!exists(join(tmp, name)) && !ours) link_tree(p, join(tmp, name));
         }
         fsync_dir(tmp);
         // Swap the complete new folder with the old one in one step, then remove the old one.

@@ -90,7 +90,7 @@ bool is_temp_name(const std::string &name);
 // hard-linked into `tmp` before the exchange (files, and folders recursively), so they survive it and a
 // crash at any point leaves them in `target`. The parent folder is fsynced afterwards.
 void publish_dir(const std::string &tmp, const std::string &target,
-                 const std::function<bool(const std::string &name)> &replaced);
+                 const std::function<bool(const std::string &name, bool folder)> &replaced);
 
 // Errors from errno as accel::Error with a message naming `what` and `path`.
 [[noreturn]] void fail_errno(int err, const std::string &what, const std::string &path);

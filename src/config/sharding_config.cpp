@@ -180,10 +180,10 @@ void parse_fsdp(JsonObject &o, AcceleratorConfig &c)
         s.state_dict_type != "LOCAL_STATE_DICT")
         fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("state_dict_type") + ": expected \"FULL_STATE_DICT\", "
                                          "\"SHARDED_STATE_DICT\" or \"LOCAL_STATE_DICT\", got \"" + s.state_dict_type + "\"");
-    if (o.has("state_dict_type") && s.state_dict_type != "FULL_STATE_DICT")
-        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("state_dict_type") + ": " + s.state_dict_type + " (per-rank shard "
-                                      "files) is not yet supported by accel (it comes with issue 16); use "
-                                      "\"FULL_STATE_DICT\"");
+    if (s.state_dict_type == "LOCAL_STATE_DICT")
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("state_dict_type") + ": LOCAL_STATE_DICT (FSDP1's flat per-rank "
+                                      "parameters) is not supported by accel; use \"SHARDED_STATE_DICT\" (per-rank "
+                                      "pieces that load on any number of processes) or \"FULL_STATE_DICT\"");
     if (o.get_bool("forward_prefetch", false))
         fail(v2 ? ACCEL_ERR_INVALID_ARGUMENT : ACCEL_ERR_UNIMPLEMENTED,
              o.path_of("forward_prefetch") + (v2 ? ": does not exist with fsdp_version 2"
@@ -500,7 +500,7 @@ void write_sharding(JsonWriter &w, const ShardingConfig &s)
         w.add("auto_wrap_policy", s.auto_wrap_policy);
         if (s.auto_wrap_policy == "TRANSFORMER_BASED_WRAP") w.add("transformer_cls_names_to_wrap", s.wrap_classes);
         if (s.auto_wrap_policy == "SIZE_BASED_WRAP") w.add("min_num_params", s.min_num_params);
-        if (s.state_dict_type == "FULL_STATE_DICT") w.add("state_dict_type", s.state_dict_type);
+        w.add("state_dict_type", s.state_dict_type);
         w.add("cpu_offload", false)
             .add("forward_prefetch", false)
             .add_null("backward_prefetch")

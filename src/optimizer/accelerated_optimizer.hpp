@@ -46,6 +46,12 @@ public:
     // fit); nothing changes until the returned function runs, after the copies ran. `what` names the
     // file in messages. Sharded, it takes the unsharded form and keeps this rank's shard (no communication).
     ApplyState load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
+    // SHARDED_STATE_DICT (sharded only): the per-parameter form with each per-element tensor replaced by
+    // this rank's piece, named "state.{parameter}.{key}"; and back, from the whole tensors of such a save
+    // (any process count, sharded or not).
+    ShardedState sharded_state_dict() const;
+    ApplyState load_sharded_state_dict(const PyObj &rest, const TensorList &tensors, const std::string &what,
+                                       const CopyFn &copy);
 
     std::shared_ptr<AcceleratorState> prepared_by;
 
@@ -65,6 +71,7 @@ private:
     std::shared_ptr<const parallel::ShardLayout> layout_; // set while sharded
     // Optimizer.state_dict() / load_state_dict of the LibTorch optimizer as it is (over the shards when sharded).
     PyRef inner_state_dict() const;
+    PyRef unsharded_form(const PyObj &inner, const std::vector<PyRef> &per_param) const;
     ApplyState inner_load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
     bool may_act() const; // false while accumulating gradients
     std::shared_ptr<Model> model_;

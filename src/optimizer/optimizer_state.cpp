@@ -14,6 +14,7 @@
 #include <torch/optim/sgd.h>
 
 #include <array>
+#include <cstdlib>
 #include <functional>
 #include <typeinfo>
 
@@ -406,20 +407,87 @@ PyRef AcceleratedOptimizer::state_dict() const
         }
         for (size_t k = 0; k < l.unit_params[u].size(); ++k) per_param[l.unit_params[u][k]] = outs[k];
     }
+    return unsharded_form(*inner, per_param);
+}
+
+// The per-parameter form's top level: state[i] for the parameters that have state, and the one group
+// (shard_over refuses more) with its hyperparameters as they are and the model's parameters.
+PyRef AcceleratedOptimizer::unsharded_form(const PyObj &inner, const std::vector<PyRef> &per_param) const
+{
     auto new_state = py_dict();
     auto ids = py_list();
     for (size_t i = 0; i < per_param.size(); ++i) {
         if (per_param[i]) new_state->map.emplace_back(py_int(static_cast<int64_t>(i)), per_param[i]);
         ids->items.push_back(py_int(static_cast<int64_t>(i)));
     }
-    // One group (shard_over refuses more): its hyperparameters as they are, its parameters the model's.
     PyRef group = py_dict();
-    for (const auto &kv : inner->get("param_groups")->items[0]->map)
+    for (const auto &kv : inner.get("param_groups")->items[0]->map)
         py_set(*group, kv.first->s, kv.first->s == "params" ? ids : kv.second);
     auto out = py_dict();
     py_set(*out, "state", new_state);
     py_set(*out, "param_groups", py_list({group}));
     return out;
+}
+
+// SHARDED_STATE_DICT: the per-parameter form without its per-element tensors, which become this rank's
+// pieces, named "state.{parameter}.{key}". No communication.
+ShardedState AcceleratedOptimizer::sharded_state_dict() const
+{
+    if (!layout_) fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: a sharded state dict needs a sharded optimizer");
+    PyRef inner = inner_state_dict();
+    const parallel::ShardLayout &l = *layout_;
+    const PyObj *state = inner->get("state");
+    ShardedState out;
+    out.world_size = l.shard_world;
+    out.rank = l.shard_rank;
+    std::vector<PyRef> per_param(l.params.size());
+    for (size_t u = 0; u < l.unit_params.size(); ++u) {
+        const PyObj *st = state->get_int_key(static_cast<int64_t>(u));
+        if (st == nullptr) continue;
+        for (size_t k : l.unit_params[u]) {
+            per_param[k] = py_dict();
+            for (const auto &[key, value] : st->map) {
+                if (!per_element(key->s, *value)) {
+                    py_set(*per_param[k], key->s, value);
+                    continue;
+                }
+                ShardedTensor t;
+                t.name = "state." + std::to_string(k) + "." + key->s;
+                t.dtype = value->tensor.scalar_type();
+                t.shape = l.params[k].sizes().vec();
+                for (int32_t r = 0; r < l.shard_world; ++r)
+                    if (TensorPiece p = l.piece(k, r); p.numel > 0) t.pieces.push_back(p);
+                t.local = l.local_piece(k, value->tensor);
+                out.tensors.push_back(std::move(t));
+            }
+        }
+    }
+    out.rest = unsharded_form(*inner, per_param);
+    return out;
+}
+
+ApplyState AcceleratedOptimizer::load_sharded_state_dict(const PyObj &rest, const TensorList &tensors,
+                                                         const std::string &what, const CopyFn &copy)
+{
+    // Back to the per-parameter form: each tensor into its parameter's entry, then as any state dict.
+    Reader r{what};
+    PyObj sd = rest; // the top level and the state entries are copied, the rest is shared
+    auto state = std::make_shared<PyObj>(*r.top_level(sd).first);
+    for (auto &kv : state->map) kv.second = std::make_shared<PyObj>(*kv.second);
+    for (const auto &[name, t] : tensors) {
+        const size_t dot = name.rfind('.');
+        char *end = nullptr;
+        const long long id = name.compare(0, 6, "state.") == 0 && dot > 6 ? std::strtoll(name.c_str() + 6, &end, 10) : -1;
+        if (id < 0 || end != name.c_str() + dot) r.bad("tensor \"" + name + "\" is not named state.{parameter}.{key}");
+        PyObj *entry = nullptr;
+        for (auto &kv : state->map)
+            if (kv.first->kind == PyObj::Kind::Int && kv.first->i == id) entry = kv.second.get();
+        if (entry == nullptr || !entry->is_dict()) r.bad("tensor \"" + name + "\" belongs to a parameter without state");
+        py_set(*entry, name.substr(dot + 1), py_tensor(t));
+    }
+    for (auto &kv : sd.map)
+        if (kv.first->kind == PyObj::Kind::Str && kv.first->s == "state") kv.second = state;
+    return load_state_dict(sd, what, copy);
 }
 
 ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)

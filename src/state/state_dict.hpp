@@ -61,6 +61,27 @@ void py_set(PyObj &dict, const std::string &key, PyRef value);
 // A model's weights by state-dict key.
 using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
+// Sharded state dicts (fsdp_plugin's SHARDED_STATE_DICT): each rank keeps its piece of every sharded
+// tensor, elements [offset, offset + numel) of the flattened tensor.
+struct TensorPiece {
+    int32_t rank = 0;
+    int64_t offset = 0;
+    int64_t numel = 0;
+};
+struct ShardedTensor {
+    std::string name;
+    at::ScalarType dtype = at::kFloat;
+    std::vector<int64_t> shape;
+    std::vector<TensorPiece> pieces; // every rank's (numel > 0 only), by offset
+    at::Tensor local;                // this rank's piece, 1-D; undefined when it holds none
+};
+struct ShardedState {
+    std::vector<ShardedTensor> tensors; // in state-dict order
+    PyRef rest;                         // the state that is not per element (null when there is none)
+    int32_t world_size = 1;             // the ranks the pieces are spread over
+    int32_t rank = 0;                   // this process's rank among them
+};
+
 // Installs a state that load_state_dict has checked (see the top of this file).
 using ApplyState = std::function<void()>;
 // Schedules dst.copy_(src) to run later, batched with the other copies of a load (checkpointing's

@@ -488,13 +488,13 @@ def scenario_resume(a):
     e.update(extra)
     full, resumed, ckpt = (os.path.join(tmp, x) for x in ("full.bin", "resumed.bin", "ckpt"))
 
-    def start(out, steps, extra_env, config):
+    def start(out, steps, extra_env, config, np_=a.np, batch=a.batch):
         env = dict(e, **extra_env)
         if a.launcher == "launch":
-            cmd = launch_cmd(a, a.np) + [prog, out, str(a.batch), str(steps), config]
+            cmd = launch_cmd(a, np_) + [prog, out, str(batch), str(steps), config]
         else:
             exports = sum((["-x", k] for k in ["ACCEL_TEST_WIDTHS", *extra, *extra_env]), [])
-            cmd = mpirun_cmd(a.np) + exports + [prog, out, str(a.batch), str(steps), config]
+            cmd = mpirun_cmd(np_) + exports + [prog, out, str(batch), str(steps), config]
         run(cmd, env=env, timeout=a.timeout)
 
     start(full, 2 * a.steps, {}, a.config)
@@ -505,12 +505,58 @@ def scenario_resume(a):
     for r in range(a.np):
         if "random_states_%d.pkl" % r not in files:
             sys.exit("random_states_%d.pkl is missing: every rank writes its own RNG file" % r)
+    if a.expect_sharded:
+        # SHARDED_STATE_DICT: Accelerate's folder names, a piece file from every rank, nothing gathered.
+        for folder in ("pytorch_model_fsdp_0", "optimizer_0"):
+            got = sorted(os.listdir(os.path.join(ckpt, folder))) if folder in files else []
+            want = sorted(["metadata.json"] + ["rank%d.safetensors" % r for r in range(a.np)] +
+                          (["state.bin"] if folder == "optimizer_0" else []))
+            if got != want:
+                sys.exit("%s/ holds %s, expected %s" % (folder, got, want))
+        for f in ("model.safetensors", "pytorch_model.bin", "optimizer.bin"):
+            if f in files:
+                sys.exit("a sharded save also wrote the gathered %s" % f)
+    if a.merge_full_config:
+        # accel merge-weights of the sharded checkpoint == the FULL save of the same state, byte for byte.
+        full_ckpt = os.path.join(tmp, "ckpt_full")
+        start(os.path.join(tmp, "first_full.bin"), 2 * a.steps,
+              {"ACCEL_TEST_SAVE_AT": str(a.steps), "ACCEL_TEST_SAVE_DIR": full_ckpt}, a.merge_full_config)
+        merged = os.path.join(tmp, "merged")
+        run([os.path.join(a.bin, "bin", "accel"), "merge-weights", ckpt, merged])
+        want = open(os.path.join(full_ckpt, "model.safetensors"), "rb").read()
+        got = open(os.path.join(merged, "model.safetensors"), "rb").read()
+        if got != want:
+            sys.exit("merge-weights of the sharded checkpoint (%d bytes) differs from the FULL save (%d bytes)"
+                     % (len(got), len(want)))
+        log("merge-weights equals the FULL save byte for byte (%d bytes)" % len(got))
     resume_config = a.resume_config or a.config
-    start(resumed, a.steps, {"ACCEL_TEST_LOAD": ckpt}, resume_config)
+    resume_np = a.resume_np or a.np
+    resume_batch = a.batch * a.np // resume_np  # the same global batch
+    if resume_batch * resume_np != a.batch * a.np:
+        sys.exit("--resume-np %d does not divide the global batch %d" % (resume_np, a.batch * a.np))
+    start(resumed, a.steps, {"ACCEL_TEST_LOAD": ckpt}, resume_config, resume_np, resume_batch)
     n = widths_numel(a.widths)
     fp, fn_ = split_result(full, n)
     rp, rn = split_result(resumed, n)
-    if resume_config != a.config:
+    if a.expect_sharded and a.launcher == "launch":
+        # A missing or truncated rank file is ACCEL_ERR_DATA_LOSS naming the file, and nothing is loaded.
+        for victim, how in (("pytorch_model_fsdp_0/rank1.safetensors", "missing"),
+                            ("optimizer_0/rank0.safetensors", "truncated")):
+            bad = os.path.join(tmp, "ckpt_bad")
+            shutil.rmtree(bad, ignore_errors=True)
+            shutil.copytree(ckpt, bad)
+            path = os.path.join(bad, victim)
+            if how == "missing":
+                os.remove(path)
+            else:
+                os.truncate(path, os.path.getsize(path) // 2)
+            p = run(launch_cmd(a, 1) + [prog, os.path.join(tmp, "bad.bin"), str(a.batch * a.np), "1", resume_config],
+                    env=dict(e, ACCEL_TEST_LOAD=bad), check=False, timeout=a.timeout)
+            if p.returncode == 0 or "DATA_LOSS" not in p.stdout or victim.split("/")[-1] not in p.stdout:
+                sys.exit("load_state of a checkpoint whose %s is %s: expected DATA_LOSS naming the file" % (victim, how))
+        log("a missing and a truncated rank file are DATA_LOSS naming the file")
+    if resume_config != a.config or resume_np != a.np:
+        log("resumed on %d processes (batch %d each) with %s" % (resume_np, resume_batch, resume_config))
         check_close(fp, rp, a.tol, "parameters after resume with %s" % resume_config)
         check_close(fn_[a.steps:], rn, a.tol, "gradient norms after resume")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -589,6 +635,11 @@ def main():
     ap.add_argument("--config", default="{}")
     ap.add_argument("--ref-config", default=None)
     ap.add_argument("--resume-config", default=None, help="resume: the config of the resumed half (default --config)")
+    ap.add_argument("--resume-np", type=int, default=0, help="resume: processes of the resumed half (the global "
+                    "batch stays the same)")
+    ap.add_argument("--expect-sharded", action="store_true", help="resume: the checkpoint is SHARDED_STATE_DICT")
+    ap.add_argument("--merge-full-config", default=None, help="resume: also save with this (FULL) config and check "
+                    "that accel merge-weights of the sharded checkpoint equals it byte for byte")
     ap.add_argument("--widths", default="8,32,32,4")
     ap.add_argument("--gpt", default=None, help="train dist_train's gpt model: plain or checkpointing")
     ap.add_argument("--tol", type=float, default=1e-5)

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 namespace accel::parallel {
@@ -450,7 +451,16 @@ ShardLayout ShardedDataParallel::layout() const
 {
     ShardLayout l;
     for (const auto &p : impl_->params) l.params.push_back(p.tensor);
-    for (const auto &u : impl_->units) l.unit_params.push_back(u.params);
+    for (const auto &p : impl_->params) {
+        l.param_unit.push_back(p.unit);
+        l.param_offset.push_back(p.offset);
+    }
+    for (const auto &u : impl_->units) {
+        l.unit_params.push_back(u.params);
+        l.shard_numel.push_back(u.shard_numel);
+    }
+    l.shard_world = impl_->shard_world();
+    l.shard_rank = impl_->rank_in_shard();
     std::weak_ptr<Impl> weak = impl_;
     auto lock = [weak] {
         auto s = weak.lock();
@@ -470,6 +480,39 @@ ShardLayout ShardedDataParallel::layout() const
         return padded.narrow(0, s->rank_in_shard() * u.shard_numel, u.shard_numel).clone();
     };
     return l;
+}
+
+ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
+{
+    const Impl &s = *impl_;
+    const ShardLayout l = layout();
+    ShardedState out;
+    out.world_size = l.shard_world;
+    out.rank = l.shard_rank;
+    std::map<const c10::TensorImpl *, size_t> trainable;
+    for (size_t k = 0; k < s.params.size(); ++k) trainable[s.params[k].tensor.unsafeGetTensorImpl()] = k;
+    std::set<const c10::TensorImpl *> seen; // a tied weight is saved once, under its first name
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()}) {
+        for (const auto &[name, t] : *list) {
+            if (!t.defined() || !seen.insert(t.unsafeGetTensorImpl()).second) continue;
+            ShardedTensor e;
+            e.name = name;
+            e.dtype = t.scalar_type();
+            e.shape = t.sizes().vec();
+            auto it = trainable.find(t.unsafeGetTensorImpl());
+            if (it != trainable.end()) {
+                const size_t k = it->second;
+                for (int32_t r = 0; r < l.shard_world; ++r)
+                    if (TensorPiece p = l.piece(k, r); p.numel > 0) e.pieces.push_back(p);
+                e.local = l.local_piece(k, s.units[s.params[k].unit].shard.detach());
+            } else if (t.numel() > 0) { // frozen parameters and buffers are whole on every rank
+                e.pieces.push_back(TensorPiece{0, 0, t.numel()});
+                if (l.shard_rank == 0) e.local = t.detach().reshape({-1});
+            }
+            out.tensors.push_back(std::move(e));
+        }
+    }
+    return out;
 }
 
 void ShardedDataParallel::after_optimizer_step()

@@ -60,6 +60,9 @@ public:
     // map onto the model's parameters (for state dicts in the unsharded layout).
     std::vector<at::Tensor> optimizer_params() const;
     ShardLayout layout() const;
+    // SHARDED_STATE_DICT: this rank's pieces of the model's state dict (the trainable parameters cut as
+    // the shards are, the rest whole on the first rank), and where every rank's lie. No communication.
+    ShardedState sharded_state_dict(const Model &model) const;
     // After the optimizer stepped the shards: all-gather them into the full buffers (when those persist).
     void after_optimizer_step();
     // Drops every gradient (shards, reduced buffers, local gradients): optimizer.zero_grad(set_to_none).

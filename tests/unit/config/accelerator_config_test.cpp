@@ -662,6 +662,9 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
     EXPECT_FALSE(c.sharding.shard_optimizer || c.sharding.shard_gradients || c.sharding.shard_parameters);
     c = parse_accelerator_config("{\"fsdp_plugin\": {\"fsdp_version\": 2, \"reshard_after_forward\": false}}");
     EXPECT_EQ(c.sharding.strategy, "SHARD_GRAD_OP");
+    EXPECT_EQ(c.sharding.state_dict_type, "SHARDED_STATE_DICT"); // Accelerate's default for FSDP2
+    c = parse_accelerator_config("{\"fsdp_plugin\": {\"state_dict_type\": \"sharded_state_dict\"}}");
+    EXPECT_EQ(c.sharding.state_dict_type, "SHARDED_STATE_DICT");
     c = parse_accelerator_config("{\"fsdp_plugin\": {\"auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\", "
                                  "\"transformer_cls_names_to_wrap\": [\"transformer_encoder_layer\"]}}");
     EXPECT_EQ(c.sharding.auto_wrap_policy, "TRANSFORMER_BASED_WRAP");
@@ -750,8 +753,10 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
                               ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.transformer_cls_names_to_wrap: ");
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"min_num_params\": 10}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "fsdp_plugin.min_num_params: needs auto_wrap_policy");
-    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"state_dict_type\": \"SHARDED_STATE_DICT\"}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "fsdp_plugin.state_dict_type: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"state_dict_type\": \"LOCAL_STATE_DICT\"}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "fsdp_plugin.state_dict_type: LOCAL_STATE_DICT");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"state_dict_type\": \"SHARDED\"}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "fsdp_plugin.state_dict_type: expected");
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"backward_prefetch\": \"BACKWARD_PRE\"}}", ACCEL_ERR_UNIMPLEMENTED,
                               "fsdp_plugin.backward_prefetch: ");
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"forward_prefetch\": true}}", ACCEL_ERR_UNIMPLEMENTED,

@@ -1,0 +1,144 @@
+#include "checkpointing/sharded_folder.hpp"
+
+#include "common/error.hpp"
+#include "common/json_reader.hpp"
+
+#include <algorithm>
+
+namespace accel::ckpt {
+
+std::string sharded_rank_file(int32_t rank) { return "rank" + std::to_string(rank) + ".safetensors"; }
+std::string sharded_model_folder(size_t i) { return "pytorch_model_fsdp_" + std::to_string(i); }
+std::string sharded_optimizer_folder(size_t i) { return "optimizer_" + std::to_string(i); }
+
+std::string sharded_metadata_json(const ShardedMeta &meta)
+{
+    std::string out = "{\n  \"format\": \"" + std::string(kShardedFormat) + "\",\n  \"version\": 1,\n  \"world_size\": " +
+                      std::to_string(meta.world_size) + ",\n  \"tensors\": [";
+    for (size_t i = 0; i < meta.tensors.size(); ++i) {
+        const auto &t = meta.tensors[i];
+        out += i ? ",\n    " : "\n    ";
+        out += "{\"name\": " + json_quote(t.name) + ", \"dtype\": \"" + st_dtype_name(t.dtype) + "\", \"shape\": [";
+        for (size_t d = 0; d < t.shape.size(); ++d) out += (d ? ", " : "") + std::to_string(t.shape[d]);
+        out += "], \"pieces\": [";
+        for (size_t p = 0; p < t.pieces.size(); ++p)
+            out += (p ? ", [" : "[") + std::to_string(t.pieces[p].rank) + ", " + std::to_string(t.pieces[p].offset) +
+                   ", " + std::to_string(t.pieces[p].numel) + "]";
+        out += "]}";
+    }
+    out += "\n  ]\n}\n";
+    return out;
+}
+
+bool is_sharded_folder(const std::string &dir) { return is_dir(dir) && exists(join(dir, kShardedMetadata)); }
+
+namespace {
+
+ShardedMeta parse_meta(const std::string &path)
+{
+    const std::string text = read_small_file(path, 1u << 30);
+    const JsonValue root = parse_json(text.data(), text.size(), path);
+    auto bad = [&path](const std::string &what) -> void { fail(ACCEL_ERR_DATA_LOSS, path + ": " + what); };
+    auto uint_of = [&](const JsonValue *v, const std::string &what) -> uint64_t {
+        if (v == nullptr || v->kind != JsonValue::Kind::Number || !v->is_uint) bad(what + " is not a non-negative integer");
+        return v->uint_value;
+    };
+    if (root.kind != JsonValue::Kind::Object) bad("not a JSON object");
+    const JsonValue *format = root.find("format");
+    if (format == nullptr || format->kind != JsonValue::Kind::String || format->text != kShardedFormat)
+        bad("\"format\" is not \"" + std::string(kShardedFormat) + "\" (not a sharded state dict written by accel)");
+    if (uint_of(root.find("version"), "\"version\"") != 1) bad("\"version\" is not 1 (written by a newer accel?)");
+    ShardedMeta m;
+    const uint64_t world = uint_of(root.find("world_size"), "\"world_size\"");
+    if (world < 1 || world > (1u << 20)) bad("\"world_size\" " + std::to_string(world) + " is out of range");
+    m.world_size = static_cast<int32_t>(world);
+    const JsonValue *tensors = root.find("tensors");
+    if (tensors == nullptr || tensors->kind != JsonValue::Kind::Array) bad("\"tensors\" is not an array");
+    for (size_t i = 0; i < tensors->items.size(); ++i) {
+        const JsonValue &e = tensors->items[i];
+        const std::string at = "tensors[" + std::to_string(i) + "]";
+        if (e.kind != JsonValue::Kind::Object) bad(at + " is not an object");
+        ShardedTensorMeta t;
+        const JsonValue *name = e.find("name"), *dtype = e.find("dtype"), *shape = e.find("shape"), *pieces = e.find("pieces");
+        if (name == nullptr || name->kind != JsonValue::Kind::String || name->text.empty()) bad(at + ".name is not a name");
+        t.name = name->text;
+        const std::string where = at + " (\"" + t.name + "\")";
+        auto dt = dtype != nullptr && dtype->kind == JsonValue::Kind::String ? st_dtype_from_name(dtype->text) : std::nullopt;
+        if (!dt) bad(where + ".dtype is not a safetensors dtype");
+        t.dtype = *dt;
+        if (shape == nullptr || shape->kind != JsonValue::Kind::Array) bad(where + ".shape is not an array");
+        for (const auto &d : shape->items) t.shape.push_back(uint_of(&d, where + ".shape"));
+        const uint64_t numel = st_numel(t.shape, path + ": " + where);
+        if (pieces == nullptr || pieces->kind != JsonValue::Kind::Array) bad(where + ".pieces is not an array");
+        for (const auto &p : pieces->items) {
+            if (p.kind != JsonValue::Kind::Array || p.items.size() != 3) bad(where + ".pieces holds other than [rank, offset, numel]");
+            ShardedPiece piece;
+            const uint64_t rank = uint_of(&p.items[0], where + " piece rank");
+            if (rank >= world) bad(where + ": a piece of rank " + std::to_string(rank) + " >= world_size " + std::to_string(world));
+            piece.rank = static_cast<int32_t>(rank);
+            piece.offset = uint_of(&p.items[1], where + " piece offset");
+            piece.numel = uint_of(&p.items[2], where + " piece numel");
+            t.pieces.push_back(piece);
+        }
+        std::sort(t.pieces.begin(), t.pieces.end(), [](const ShardedPiece &a, const ShardedPiece &b) { return a.offset < b.offset; });
+        uint64_t next = 0;
+        for (const auto &p : t.pieces) {
+            if (p.offset != next || p.numel == 0 || p.numel > numel - p.offset)
+                bad(where + ": its pieces do not cover its " + std::to_string(numel) + " elements exactly once");
+            next = p.offset + p.numel;
+        }
+        if (next != numel) bad(where + ": its pieces do not cover its " + std::to_string(numel) + " elements exactly once");
+        for (const auto &seen : m.tensors)
+            if (seen.name == t.name) bad(where + " appears twice");
+        m.tensors.push_back(std::move(t));
+    }
+    return m;
+}
+
+} // namespace
+
+ShardedFolder::ShardedFolder(const std::string &dir) : dir_(dir)
+{
+    const std::string meta_path = join(dir, kShardedMetadata);
+    if (!exists(meta_path)) fail(ACCEL_ERR_DATA_LOSS, "\"" + meta_path + "\" is missing (a sharded state dict folder must hold it)");
+    meta_ = parse_meta(meta_path);
+    std::vector<StHeader> headers;
+    for (int32_t r = 0; r < meta_.world_size; ++r) {
+        const std::string path = join(dir, sharded_rank_file(r));
+        bool used = false;
+        for (const auto &t : meta_.tensors)
+            for (const auto &p : t.pieces) used = used || p.rank == r;
+        if (!used) { // a rank that holds nothing (more ranks than elements) may not have written a file
+            files_.push_back(nullptr);
+            headers.emplace_back();
+            continue;
+        }
+        if (!is_regular_file(path))
+            fail(ACCEL_ERR_DATA_LOSS, "\"" + path + "\" is missing: rank " + std::to_string(r) + " of the " +
+                                          std::to_string(meta_.world_size) + " that wrote this sharded state dict");
+        files_.push_back(std::make_unique<MappedFile>(path));
+        headers.push_back(parse_st_header(files_.back()->data(), files_.back()->size(), path));
+    }
+    for (const auto &t : meta_.tensors) {
+        std::vector<const uint8_t *> ptrs;
+        for (const auto &p : t.pieces) {
+            const std::string path = join(dir, sharded_rank_file(p.rank));
+            const StTensorInfo *info = headers[static_cast<size_t>(p.rank)].find(t.name);
+            if (info == nullptr) fail(ACCEL_ERR_DATA_LOSS, path + ": has no piece of tensor \"" + t.name + "\"");
+            if (info->dtype != t.dtype || info->shape.size() != 1 || info->shape[0] != p.numel)
+                fail(ACCEL_ERR_DATA_LOSS, path + ": tensor \"" + t.name + "\" is not the " + std::to_string(p.numel) +
+                                              " elements of " + st_dtype_name(t.dtype) + " that " + kShardedMetadata +
+                                              " lists");
+            ptrs.push_back(files_[static_cast<size_t>(p.rank)]->data() + headers[static_cast<size_t>(p.rank)].data_start() +
+                           info->begin);
+        }
+        data_.push_back(std::move(ptrs));
+    }
+}
+
+uint64_t ShardedFolder::piece_bytes(size_t t, size_t p) const
+{
+    return meta_.tensors[t].pieces[p].numel * static_cast<uint64_t>(st_dtype_bits(meta_.tensors[t].dtype)) / 8;
+}
+
+} // namespace accel::ckpt

@@ -1,0 +1,66 @@
+// Sharded state dict folders (SHARDED_STATE_DICT; Accelerate's names pytorch_model_fsdp_{i}/ and
+// optimizer_{i}/): every rank writes its pieces of each tensor into rank{r}.safetensors (a 1-D tensor
+// per piece, under the tensor's name, so Python's safetensors reads them), and rank 0 writes
+// metadata.json with each tensor's dtype, global shape and where its pieces lie (offsets into the
+// flattened tensor). Any world size can read such a folder back. No LibTorch: merge-weights joins the
+// pieces at the byte level; the LibTorch side (tensors) is in src/accelerator/checkpoint.cpp.
+#pragma once
+
+#include "checkpointing/safetensors_format.hpp"
+#include "common/files.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accel::ckpt {
+
+constexpr const char *kShardedMetadata = "metadata.json";
+constexpr const char *kShardedFormat = "accel.sharded_state_dict";
+
+struct ShardedPiece {
+    int32_t rank = 0;
+    uint64_t offset = 0, numel = 0; // elements of the flattened tensor
+};
+struct ShardedTensorMeta {
+    std::string name;
+    StDtype dtype = StDtype::F32;
+    std::vector<uint64_t> shape;
+    std::vector<ShardedPiece> pieces; // by offset; together they cover the tensor exactly once
+};
+struct ShardedMeta {
+    int32_t world_size = 1;
+    std::vector<ShardedTensorMeta> tensors; // in state-dict order
+};
+
+// "rank{r}.safetensors"
+std::string sharded_rank_file(int32_t rank);
+std::string sharded_metadata_json(const ShardedMeta &meta);
+// Pytorch_model_fsdp_{i} / optimizer_{i}: Accelerate names the folder with its index even for i = 0.
+std::string sharded_model_folder(size_t i);
+std::string sharded_optimizer_folder(size_t i);
+
+// A sharded folder opened for reading: metadata.json parsed and checked (pieces in range and covering
+// every tensor once), every rank file mapped and each piece checked against it (dtype, numel). Any
+// problem is DATA_LOSS naming the file (a missing or truncated rank file included).
+class ShardedFolder {
+public:
+    explicit ShardedFolder(const std::string &dir);
+    const ShardedMeta &meta() const { return meta_; }
+    const std::string &dir() const { return dir_; }
+    // The bytes of piece `p` of tensor `t` (piece numel x dtype size of them).
+    const uint8_t *piece_data(size_t t, size_t p) const { return data_[t][p]; }
+    uint64_t piece_bytes(size_t t, size_t p) const;
+
+private:
+    std::string dir_;
+    ShardedMeta meta_;
+    std::vector<std::unique_ptr<MappedFile>> files_;
+    std::vector<std::vector<const uint8_t *>> data_;
+};
+
+// Is `dir` a sharded folder (holds metadata.json)?
+bool is_sharded_folder(const std::string &dir);
+
+} // namespace accel::ckpt
