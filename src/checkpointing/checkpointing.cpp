@@ -15,7 +15,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -357,8 +356,7 @@ TensorList read_sharded_tensors(const std::string &dir)
         at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
         auto *dst = static_cast<uint8_t *>(t.data_ptr());
         const uint64_t elem = static_cast<uint64_t>(t.element_size());
-        for (size_t p = 0; p < m.pieces.size(); ++p)
-            std::memcpy(dst + m.pieces[p].offset * elem, folder.piece_data(i, p), folder.piece_bytes(i, p));
+        for (size_t p = 0; p < m.pieces.size(); ++p) folder.read_piece(i, p, dst + m.pieces[p].offset * elem);
         out.emplace_back(m.name, std::move(t));
     }
     return out;

@@ -136,6 +136,12 @@ ShardedFolder::ShardedFolder(const std::string &dir) : dir_(dir)
     }
 }
 
+void ShardedFolder::read_piece(size_t t, size_t p, void *dst) const
+{
+    const MappedFile &f = *files_[static_cast<size_t>(meta_.tensors[t].pieces[p].rank)];
+    f.read_at(dst, static_cast<size_t>(data_[t][p] - f.data()), piece_bytes(t, p));
+}
+
 uint64_t ShardedFolder::piece_bytes(size_t t, size_t p) const
 {
     return meta_.tensors[t].pieces[p].numel * static_cast<uint64_t>(st_dtype_bits(meta_.tensors[t].dtype)) / 8;

@@ -534,22 +534,24 @@ ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::str
                 py_set(*out, name, v);
                 continue;
             }
-            std::vector<at::Tensor> pieces;
+            // This rank's shard of the unit's joined tensor, cut straight from each parameter's entry (zeros
+            // for padding and for a parameter that had no gradient yet: fresh state).
+            at::Tensor shard = at::zeros({l.shard_numel[u]}, l.params[l.unit_params[u][0]].options().requires_grad(false));
             for (size_t k = 0; k < entries.size(); ++k) {
-                const at::Tensor &p = l.params[l.unit_params[u][k]];
+                const size_t param = l.unit_params[u][k];
+                const at::Tensor &p = l.params[param];
                 const PyObj *v = entries[k].first != nullptr ? entries[k].first->get(name) : nullptr;
-                if (v == nullptr) { // a parameter that had no gradient yet: fresh state
-                    pieces.push_back(at::zeros({p.numel()}, p.options().requires_grad(false)));
-                    continue;
-                }
+                if (v == nullptr) continue;
                 const std::string where = "state[" + std::to_string(entries[k].second) + "][\"" + name + "\"]";
                 if (v->kind != PyObj::Kind::Tensor) r.bad(where + " is not a tensor");
                 if (v->tensor.sizes() != p.sizes())
                     fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": " + where + " has shape " + c10::str(v->tensor.sizes()) +
                                                          ", its parameter has " + c10::str(p.sizes()));
-                pieces.push_back(v->tensor.reshape({-1}).to(p.scalar_type()));
+                const TensorPiece piece = l.piece(param, l.shard_rank);
+                if (piece.numel > 0)
+                    l.local_piece(param, shard).copy_(v->tensor.reshape({-1}).narrow(0, piece.offset, piece.numel));
             }
-            py_set(*out, name, py_tensor(l.slice(u, at::cat(pieces))));
+            py_set(*out, name, py_tensor(shard));
         }
         new_state->map.emplace_back(py_int(static_cast<int64_t>(u)), out);
     }

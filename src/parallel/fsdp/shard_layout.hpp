@@ -25,8 +25,6 @@ struct ShardLayout {
     // Collective (every rank, same order): the whole flat tensor of unit `unit` from every rank's
     // shard-shaped piece, padding dropped.
     std::function<at::Tensor(size_t unit, const at::Tensor &shard)> gather;
-    // This rank's shard-shaped piece of a whole flat tensor of unit `unit` (no communication).
-    std::function<at::Tensor(size_t unit, const at::Tensor &flat)> slice;
 
     // The piece of parameter `param` that `rank` holds (numel 0 when none): shards are contiguous slices
     // of the unit's buffer, so a parameter meets each in at most one range.

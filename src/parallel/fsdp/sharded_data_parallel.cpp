@@ -473,12 +473,6 @@ ShardLayout ShardedDataParallel::layout() const
         if (s->shard_world() == 1) return shard.narrow(0, 0, u.numel);
         return at::cat(s->comm->allgather(shard.contiguous()), 0).narrow(0, 0, u.numel);
     };
-    l.slice = [lock](size_t unit, const at::Tensor &flat) {
-        auto s = lock();
-        const Impl::Unit &u = s->units.at(unit);
-        at::Tensor padded = at::constant_pad_nd(flat.reshape({-1}), {0, u.padded - u.numel}, 0);
-        return padded.narrow(0, s->rank_in_shard() * u.shard_numel, u.shard_numel).clone();
-    };
     return l;
 }
 
