@@ -106,8 +106,10 @@ ShardPlan plan_shards(const TensorList &tensors, uint64_t max_shard_size)
     std::vector<std::pair<std::pair<const void *, size_t>, size_t>> pending_current; // storages in the open shard
     for (size_t i = 0; i < tensors.size(); ++i) {
         const at::Tensor &t = tensors[i].second;
-        auto key = std::make_pair(t.numel() > 0 ? t.storage().data() : static_cast<const void *>(nullptr),
-                                  t.numel() > 0 ? t.storage().nbytes() : size_t(0));
+        // Tied tensors are the same memory, not merely the same storage: a sharded model's parameters are
+        // all views of one flat buffer and still go to shards of their own.
+        auto key = std::make_pair(t.numel() > 0 ? t.data_ptr() : static_cast<const void *>(nullptr),
+                                  t.numel() > 0 ? t.nbytes() : size_t(0));
         if (key.first != nullptr) {
             auto it = storage_shard.find(key);
             if (it != storage_shard.end()) {

@@ -211,6 +211,25 @@ static void test_summon_memory_and_errors(void)
         CHECK_OK(accel_tensor_copy_to_buffer(a, va, sizeof va));
         CHECK_OK(accel_tensor_copy_to_buffer(b, vb, sizeof vb));
         CHECK(memcmp(va, vb, sizeof va) == 0);
+        /* Past max_shard_size the gathered weights are split into shards with an index, which load back. */
+        {
+            accel_model_t *copy2 = NULL;
+            accel_tensor_t *c = NULL;
+            float vc[96];
+            FILE *index = NULL;
+            CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
+            CHECK_OK(accel_accelerator_save_model(acc, m, "sharded_model_split", "{\"max_shard_size\": 200}"));
+            CHECK((index = fopen("sharded_model_split/model.safetensors.index.json", "r")) != NULL);
+            if (index != NULL) fclose(index);
+            CHECK_OK(accel_model_create_from_json(kSpec, &copy2));
+            CHECK_OK(accel_model_load_checkpoint(copy2, "sharded_model_split", NULL));
+            CHECK_OK(accel_model_get_tensor(copy2, "0.weight", &c));
+            CHECK_OK(accel_tensor_copy_to_buffer(c, vc, sizeof vc));
+            CHECK(memcmp(va, vc, sizeof va) == 0);
+            accel_tensor_free(c);
+            accel_model_free(copy2);
+            CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
+        }
         /* Summoned by the user: a save leaves it summoned. */
         CHECK_OK(accel_accelerator_save_state(acc, "sharded_ckpt"));
         CHECK_FAILS(accel_accelerator_summon_full_params_begin(acc, m), ACCEL_ERR_FAILED_PRECONDITION, "already");
