@@ -490,6 +490,9 @@ def scenario_resume(a):
 
     def start(out, steps, extra_env, config, np_=a.np, batch=a.batch):
         env = dict(e, **extra_env)
+        if a.machines > 1 and np_ == a.np:  # the saving runs: one accel launch per "machine" on this host
+            run_machines(a, [prog, out, str(batch), str(steps), config], env)
+            return
         if a.launcher == "launch":
             cmd = launch_cmd(a, np_) + [prog, out, str(batch), str(steps), config]
         else:
@@ -509,7 +512,7 @@ def scenario_resume(a):
         # SHARDED_STATE_DICT: Accelerate's folder names, a piece file from every rank, nothing gathered.
         for folder in ("pytorch_model_fsdp_0", "optimizer_0"):
             got = sorted(os.listdir(os.path.join(ckpt, folder))) if folder in files else []
-            want = sorted(["metadata.json"] + ["rank%d.safetensors" % r for r in range(a.np)] +
+            want = sorted(["metadata.json"] + ["rank%d.safetensors" % r for r in range(a.np // a.machines)] +
                           (["state.bin"] if folder == "optimizer_0" else []))
             if got != want:
                 sys.exit("%s/ holds %s, expected %s" % (folder, got, want))
@@ -647,7 +650,7 @@ def main():
     ap.add_argument("--expect-backend", default=None)
     ap.add_argument("--min-buckets", type=int, default=0)
     ap.add_argument("--expect-syncs", type=int, default=0, help="DDP's synchronised backward passes on rank 0")
-    ap.add_argument("--machines", type=int, default=1, help="equivalence: the candidate as this many launches of "
+    ap.add_argument("--machines", type=int, default=1, help="equivalence, resume: the candidate (the saving runs) as this many launches of "
                     "--num_machines on this host (--np processes over all of them)")
     ap.add_argument("--ref-np", type=int, default=1, help="processes of the reference run (1: batch np*B alone)")
     ap.add_argument("--env", action="append", help="KEY=VALUE for the test programs (repeatable)")
