@@ -233,13 +233,35 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     // Phase 1: read every file and check it against its part; nothing changes yet. The weights and
     // optimizer state (nearly all the bytes) are only scheduled into `batch`: straight from the files
     // into the tensors, on several threads, once everything has passed.
-    // A sharded state dict (a folder of pieces from every rank of the saving run) is read whole here,
-    // whatever the number of processes now: a sharded model keeps its shard of it.
-    std::vector<TensorList> weights;
+    // A sharded state dict (a folder of pieces from every rank of the saving run) loads whatever the number
+    // of processes now. A sharded model (not summoned) reads only its rank's pieces, straight into its
+    // shards (`range_loads`, no gathering); any other model reads each tensor whole.
+    std::vector<TensorList> weights(models_.size());
+    std::vector<ApplyState> range_loads;
+    std::vector<parallel::ShardedDataParallel *> whole_engines;
+    std::vector<bool> by_range(models_.size(), false);
     for (size_t i = 0; i < models_.size(); ++i) {
         const std::string sharded = path(ckpt::sharded_model_folder(i));
-        weights.push_back(match_model_keys(*models_[i], ckpt::is_sharded_folder(sharded) ? ckpt::read_sharded_tensors(sharded)
-                                                                                          : ckpt::read_weights(dir, i)));
+        auto *e = sharded_of(*models_[i]);
+        if (ckpt::is_sharded_folder(sharded) && e != nullptr && !e->summoned()) {
+            const ShardedSource src = ckpt::sharded_source(sharded);
+            auto [apply, names] = e->load_sharded_state_dict(*models_[i], src);
+            if (options.strict)
+                for (const auto &name : src.names())
+                    if (std::find(names.begin(), names.end(), name) == names.end())
+                        fail(ACCEL_ERR_INVALID_ARGUMENT, "load_state: " + sharded + " holds tensor \"" + name +
+                                                             "\", which the model does not have (strict loading)");
+            range_loads.push_back(std::move(apply));
+            by_range[i] = true;
+            continue;
+        }
+        weights[i] = match_model_keys(*models_[i], ckpt::is_sharded_folder(sharded) ? ckpt::read_sharded_tensors(sharded)
+                                                                                     : ckpt::read_weights(dir, i));
+    }
+    for (auto *e : sharded_engines()) {
+        bool ranged = false;
+        for (size_t i = 0; i < models_.size(); ++i) ranged = ranged || (by_range[i] && sharded_of(*models_[i]) == e);
+        if (!ranged) whole_engines.push_back(e);
     }
     std::vector<std::function<ApplyState(const CopyFn &)>> optimizer_loads;
     for (size_t i = 0; i < optimizers_.size(); ++i) {
@@ -247,9 +269,9 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
         const std::string sharded = path(ckpt::sharded_optimizer_folder(i));
         if (ckpt::is_sharded_folder(sharded)) {
             PyRef rest = ckpt::read_sharded_rest(sharded);
-            auto tensors = std::make_shared<TensorList>(ckpt::read_sharded_tensors(sharded));
-            optimizer_loads.push_back([&o, rest, tensors, sharded](const CopyFn &copy) {
-                return o.load_sharded_state_dict(*rest, *tensors, sharded, copy);
+            const ShardedSource src = ckpt::sharded_source(sharded);
+            optimizer_loads.push_back([&o, rest, src, sharded](const CopyFn &copy) {
+                return o.load_sharded_state_dict(*rest, src, sharded, copy);
             });
         } else {
             const std::string name = path(indexed("optimizer", ".bin", i));
@@ -301,13 +323,15 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     // scheduled; nothing changes until every one has passed.
     ckpt::CopyBatch batch;
     CopyFn schedule = [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); };
-    SummonWhole whole(sharded_engines()); // sharded weights load whole, then each rank keeps its shard
-    for (size_t i = 0; i < weights.size(); ++i) models_[i]->load_state_dict(weights[i], options.strict, schedule);
+    SummonWhole whole(whole_engines); // sharded weights loaded whole: then each rank keeps its shard
+    for (size_t i = 0; i < weights.size(); ++i)
+        if (!by_range[i]) models_[i]->load_state_dict(weights[i], options.strict, schedule);
     std::vector<ApplyState> install_optimizers;
     for (auto &load : optimizer_loads) install_optimizers.push_back(load(schedule));
 
     // Phase 2: apply, in Accelerate's order.
     batch.run();
+    for (auto &f : range_loads) f();
     for (auto &f : install_optimizers) f();
     for (auto &f : apply) f();
     for (size_t i = 0; i < custom.size(); ++i) custom_objects_[i].load(custom[i]);

@@ -366,6 +366,50 @@ TensorList read_sharded_tensors(const std::string &dir)
 
 PyRef read_sharded_rest(const std::string &dir) { return read_object(dir, "state.bin", true); }
 
+ShardedSource sharded_source(const std::string &dir)
+{
+    auto folder = std::make_shared<const ShardedFolder>(dir);
+    auto index = [folder, dir](const std::string &name) {
+        const int64_t i = folder->find(name);
+        if (i < 0) fail(ACCEL_ERR_INVALID_ARGUMENT, dir + ": has no tensor \"" + name + "\"");
+        return static_cast<size_t>(i);
+    };
+    auto dtype_of = [folder, dir](size_t i) {
+        const auto &m = folder->meta().tensors[i];
+        auto dtype = scalar_type_of(m.dtype);
+        if (!dtype) fail(ACCEL_ERR_UNIMPLEMENTED, dir + ": tensor \"" + m.name + "\" is " + st_dtype_name(m.dtype) +
+                                                      ", which LibTorch 1.13 has no dtype for");
+        return *dtype;
+    };
+    ShardedSource src;
+    src.names = [folder] {
+        std::vector<std::string> out;
+        for (const auto &t : folder->meta().tensors) out.push_back(t.name);
+        return out;
+    };
+    src.find = [folder](const std::string &name, std::vector<int64_t> &shape) {
+        const int64_t i = folder->find(name);
+        if (i < 0) return false;
+        const auto &s = folder->meta().tensors[static_cast<size_t>(i)].shape;
+        shape.assign(s.begin(), s.end());
+        return true;
+    };
+    src.dtype = [index, dtype_of](const std::string &name) { return dtype_of(index(name)); };
+    src.read = [folder, index, dtype_of](const std::string &name, int64_t offset, const at::Tensor &dst) {
+        const size_t i = index(name);
+        const at::ScalarType dtype = dtype_of(i);
+        const auto n = static_cast<uint64_t>(dst.numel());
+        if (dst.is_contiguous() && dst.scalar_type() == dtype) {
+            folder->read_range(i, static_cast<uint64_t>(offset), n, dst.data_ptr());
+        } else { // through a temporary of the file's dtype
+            at::Tensor tmp = at::empty({dst.numel()}, at::TensorOptions().dtype(dtype));
+            folder->read_range(i, static_cast<uint64_t>(offset), n, tmp.data_ptr());
+            dst.copy_(tmp.view(dst.sizes()));
+        }
+    };
+    return src;
+}
+
 TensorList read_weights(const std::string &dir, size_t i)
 {
     const std::string st = join(dir, weights_name(i, true));

@@ -66,6 +66,9 @@ void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &fo
 TensorList read_sharded_tensors(const std::string &dir);
 // The rest (state.bin) of a sharded folder (NOT_FOUND when missing).
 PyRef read_sharded_rest(const std::string &dir);
+// A sharded folder (checked whole when this is called) as a source to read by ranges; it stays mapped while
+// the source lives.
+ShardedSource sharded_source(const std::string &dir);
 
 // model{_i}.safetensors if present, else pytorch_model{_i}.bin (NOT_FOUND naming both).
 TensorList read_weights(const std::string &dir, size_t i);

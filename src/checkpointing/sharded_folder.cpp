@@ -132,6 +132,7 @@ ShardedFolder::ShardedFolder(const std::string &dir) : dir_(dir)
             ptrs.push_back(files_[static_cast<size_t>(p.rank)]->data() + headers[static_cast<size_t>(p.rank)].data_start() +
                            info->begin);
         }
+        index_[t.name] = data_.size();
         data_.push_back(std::move(ptrs));
     }
 }
@@ -140,6 +141,30 @@ void ShardedFolder::read_piece(size_t t, size_t p, void *dst) const
 {
     const MappedFile &f = *files_[static_cast<size_t>(meta_.tensors[t].pieces[p].rank)];
     f.read_at(dst, static_cast<size_t>(data_[t][p] - f.data()), piece_bytes(t, p));
+}
+
+void ShardedFolder::read_range(size_t t, uint64_t offset, uint64_t numel, void *dst) const
+{
+    const ShardedTensorMeta &m = meta_.tensors[t];
+    const uint64_t elem = static_cast<uint64_t>(st_dtype_bits(m.dtype)) / 8;
+    const uint64_t total = m.pieces.empty() ? 0 : m.pieces.back().offset + m.pieces.back().numel;
+    if (offset > total || numel > total - offset)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, dir_ + ": elements [" + std::to_string(offset) + ", " + std::to_string(offset + numel) +
+                                             ") of tensor \"" + m.name + "\" asked for; it has " + std::to_string(total));
+    for (size_t p = 0; p < m.pieces.size(); ++p) {
+        const ShardedPiece &piece = m.pieces[p];
+        const uint64_t a = std::max(offset, piece.offset), b = std::min(offset + numel, piece.offset + piece.numel);
+        if (a >= b) continue;
+        const MappedFile &f = *files_[static_cast<size_t>(piece.rank)];
+        f.read_at(static_cast<uint8_t *>(dst) + (a - offset) * elem,
+                  static_cast<size_t>(data_[t][p] - f.data()) + (a - piece.offset) * elem, (b - a) * elem);
+    }
+}
+
+int64_t ShardedFolder::find(const std::string &name) const
+{
+    auto it = index_.find(name);
+    return it == index_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
 uint64_t ShardedFolder::piece_bytes(size_t t, size_t p) const

@@ -10,6 +10,7 @@
 #include "common/files.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,12 +55,17 @@ public:
     uint64_t piece_bytes(size_t t, size_t p) const;
     // Reads them into `dst` with pread (no page faults on the mapping; DATA_LOSS if the file shrank).
     void read_piece(size_t t, size_t p, void *dst) const;
+    // Elements [offset, offset + numel) of tensor `t`'s flattened data into `dst`, from whichever pieces hold them.
+    void read_range(size_t t, uint64_t offset, uint64_t numel, void *dst) const;
+    // The index of tensor `name`, or -1.
+    int64_t find(const std::string &name) const;
 
 private:
     std::string dir_;
     ShardedMeta meta_;
     std::vector<std::unique_ptr<MappedFile>> files_;
     std::vector<std::vector<const uint8_t *>> data_;
+    std::map<std::string, size_t> index_;
 };
 
 // Is `dir` a sharded folder (holds metadata.json)?

@@ -50,7 +50,7 @@ public:
     // this rank's piece, named "state.{parameter}.{key}"; and back, from the whole tensors of such a save
     // (any process count, sharded or not).
     ShardedState sharded_state_dict() const;
-    ApplyState load_sharded_state_dict(const PyObj &rest, const TensorList &tensors, const std::string &what,
+    ApplyState load_sharded_state_dict(const PyObj &rest, const ShardedSource &src, const std::string &what,
                                        const CopyFn &copy);
 
     std::shared_ptr<AcceleratorState> prepared_by;
@@ -72,6 +72,7 @@ private:
     // Optimizer.state_dict() / load_state_dict of the LibTorch optimizer as it is (over the shards when sharded).
     PyRef inner_state_dict() const;
     PyRef unsharded_form(const PyObj &inner, const std::vector<PyRef> &per_param) const;
+    ApplyState load_shard_form(const PyObj &sd, const ShardedSource *src, const std::string &what, const CopyFn &copy);
     ApplyState inner_load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
     bool may_act() const; // false while accumulating gradients
     std::shared_ptr<Model> model_;

@@ -13,9 +13,11 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <typeinfo>
 
 namespace accel {
@@ -466,15 +468,17 @@ ShardedState AcceleratedOptimizer::sharded_state_dict() const
     return out;
 }
 
-ApplyState AcceleratedOptimizer::load_sharded_state_dict(const PyObj &rest, const TensorList &tensors,
+ApplyState AcceleratedOptimizer::load_sharded_state_dict(const PyObj &rest, const ShardedSource &src,
                                                          const std::string &what, const CopyFn &copy)
 {
-    // Back to the per-parameter form: each tensor into its parameter's entry, then as any state dict.
+    // Sharded now: each rank reads only its pieces, straight into its shard form.
+    if (layout_) return load_shard_form(rest, &src, what, copy);
+    // Not sharded: back to the per-parameter form, each tensor read whole into its parameter's entry.
     Reader r{what};
     PyObj sd = rest; // the top level and the state entries are copied, the rest is shared
     auto state = std::make_shared<PyObj>(*r.top_level(sd).first);
     for (auto &kv : state->map) kv.second = std::make_shared<PyObj>(*kv.second);
-    for (const auto &[name, t] : tensors) {
+    for (const auto &name : src.names()) {
         const size_t dot = name.rfind('.');
         char *end = nullptr;
         const long long id = name.compare(0, 6, "state.") == 0 && dot > 6 ? std::strtoll(name.c_str() + 6, &end, 10) : -1;
@@ -483,6 +487,10 @@ ApplyState AcceleratedOptimizer::load_sharded_state_dict(const PyObj &rest, cons
         for (auto &kv : state->map)
             if (kv.first->kind == PyObj::Kind::Int && kv.first->i == id) entry = kv.second.get();
         if (entry == nullptr || !entry->is_dict()) r.bad("tensor \"" + name + "\" belongs to a parameter without state");
+        std::vector<int64_t> shape;
+        src.find(name, shape);
+        at::Tensor t = at::empty(shape, src.dtype(name));
+        src.read(name, 0, t.view({-1}));
         py_set(*entry, name.substr(dot + 1), py_tensor(t));
     }
     for (auto &kv : sd.map)
@@ -493,7 +501,26 @@ ApplyState AcceleratedOptimizer::load_sharded_state_dict(const PyObj &rest, cons
 ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)
 {
     if (!layout_) return inner_load_state_dict(sd, what, copy);
+    return load_shard_form(sd, nullptr, what, copy);
+}
+
+// The shard form: state[u] for unit u, this rank's piece of its parameters' joined tensors, cut from the
+// per-parameter form `sd`, or, with `src`, read by range from a sharded state dict whose per-element
+// tensors are "state.{parameter}.{key}" (`sd` then holds the rest: step counts and groups).
+ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedSource *src, const std::string &what,
+                                                 const CopyFn &copy)
+{
     const parallel::ShardLayout &l = *layout_;
+    std::map<int64_t, std::vector<std::string>> src_keys; // parameter id -> its per-element keys in `src`
+    if (src)
+        for (const auto &name : src->names()) {
+            const size_t dot = name.rfind('.');
+            char *end = nullptr;
+            const long long id = name.compare(0, 6, "state.") == 0 && dot > 6 ? std::strtoll(name.c_str() + 6, &end, 10) : -1;
+            if (id < 0 || end != name.c_str() + dot)
+                fail(ACCEL_ERR_DATA_LOSS, what + ": tensor \"" + name + "\" is not named state.{parameter}.{key}");
+            src_keys[id].push_back(name.substr(dot + 1));
+        }
     Reader r{what};
     const auto [state, groups] = r.top_level(sd);
     if (groups->items.size() != 1)
@@ -521,9 +548,12 @@ ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::str
         }
         if (first == nullptr) continue; // none of the unit's parameters has state yet
         auto out = py_dict();
+        std::vector<std::string> keys; // per-element
         for (const auto &[key, value] : first->map) {
             const std::string &name = key->s;
-            if (!per_element(name, *value)) {
+            if (per_element(name, *value)) {
+                keys.push_back(name);
+            } else {
                 // Shared by the unit: "step" is the largest (a parameter without gradients steps less under DDP).
                 PyRef v = value;
                 if (name == "step")
@@ -532,14 +562,30 @@ ApplyState AcceleratedOptimizer::load_state_dict(const PyObj &sd, const std::str
                             if (const PyObj *s = e.first->get("step"); s != nullptr && number_of(*s) > number_of(*v))
                                 v = std::make_shared<PyObj>(*s);
                 py_set(*out, name, v);
-                continue;
             }
+        }
+        for (const auto &e : entries)
+            for (const auto &key : src_keys[e.second])
+                if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+        for (const std::string &name : keys) {
             // This rank's shard of the unit's joined tensor, cut straight from each parameter's entry (zeros
             // for padding and for a parameter that had no gradient yet: fresh state).
             at::Tensor shard = at::zeros({l.shard_numel[u]}, l.params[l.unit_params[u][0]].options().requires_grad(false));
             for (size_t k = 0; k < entries.size(); ++k) {
                 const size_t param = l.unit_params[u][k];
                 const at::Tensor &p = l.params[param];
+                if (src) {
+                    const std::string tensor = "state." + std::to_string(entries[k].second) + "." + name;
+                    std::vector<int64_t> shape;
+                    if (!src->find(tensor, shape)) continue;
+                    if (at::IntArrayRef(shape) != p.sizes())
+                        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": tensor \"" + tensor + "\" has shape " +
+                                                             c10::str(at::IntArrayRef(shape)) + ", its parameter has " +
+                                                             c10::str(p.sizes()));
+                    const TensorPiece piece = l.piece(param, l.shard_rank);
+                    if (piece.numel > 0) src->read(tensor, piece.offset, l.local_piece(param, shard));
+                    continue;
+                }
                 const PyObj *v = entries[k].first != nullptr ? entries[k].first->get(name) : nullptr;
                 if (v == nullptr) continue;
                 const std::string where = "state[" + std::to_string(entries[k].second) + "][\"" + name + "\"]";

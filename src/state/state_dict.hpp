@@ -82,6 +82,16 @@ struct ShardedState {
     int32_t rank = 0;                   // this process's rank among them
 };
 
+// A sharded state dict read by ranges (SHARDED_STATE_DICT loads): its tensors' names in saved order, `find`
+// (false when absent; the shape otherwise), `dtype`, and `read`, which fills `dst` (contiguous) with the
+// elements [offset, offset + dst.numel()) of a tensor's flattened data, converted to dst's dtype.
+struct ShardedSource {
+    std::function<std::vector<std::string>()> names;
+    std::function<bool(const std::string &name, std::vector<int64_t> &shape)> find;
+    std::function<at::ScalarType(const std::string &name)> dtype;
+    std::function<void(const std::string &name, int64_t offset, const at::Tensor &dst)> read;
+};
+
 // Installs a state that load_state_dict has checked (see the top of this file).
 using ApplyState = std::function<void()>;
 // Schedules dst.copy_(src) to run later, batched with the other copies of a load (checkpointing's

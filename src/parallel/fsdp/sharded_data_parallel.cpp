@@ -509,6 +509,56 @@ ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
     return out;
 }
 
+std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharded_state_dict(const Model &model,
+                                                                                            const ShardedSource &src)
+{
+    Impl &s = *impl_;
+    const ShardLayout l = layout();
+    std::map<const c10::TensorImpl *, size_t> trainable;
+    for (size_t k = 0; k < s.params.size(); ++k) trainable[s.params[k].tensor.unsafeGetTensorImpl()] = k;
+    std::set<const c10::TensorImpl *> seen;
+    struct Read {
+        std::string name;
+        int64_t offset;
+        at::Tensor dst;
+    };
+    std::vector<Read> reads;
+    std::vector<std::string> names;
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()}) {
+        for (const auto &[name, t] : *list) {
+            if (!t.defined() || !seen.insert(t.unsafeGetTensorImpl()).second) continue;
+            std::vector<int64_t> shape;
+            if (!src.find(name, shape))
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "load_state: the sharded state dict has no tensor \"" + name + "\" of the model");
+            if (at::IntArrayRef(shape) != t.sizes())
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "load_state: tensor \"" + name + "\" of the sharded state dict has shape " +
+                                                     c10::str(at::IntArrayRef(shape)) + ", the model's has " + c10::str(t.sizes()));
+            names.push_back(name);
+            auto it = trainable.find(t.unsafeGetTensorImpl());
+            if (it == trainable.end()) { // frozen parameters and buffers are whole on every rank
+                if (t.numel() > 0) reads.push_back({name, 0, t.detach()});
+                continue;
+            }
+            const size_t k = it->second;
+            Impl::Unit &u = s.units[s.params[k].unit];
+            // The whole parameter in the unit's buffer: only while that buffer has memory.
+            auto whole = [&] { return u.full.narrow(0, s.params[k].offset, s.params[k].numel); };
+            if (!s.params_sharded()) {
+                reads.push_back({name, 0, whole()}); // the buffer persists; the shard is a view of it
+                continue;
+            }
+            if (at::Tensor mine = l.local_piece(k, u.shard.detach()); mine.defined())
+                reads.push_back({name, l.piece(k, l.shard_rank).offset, mine});
+            if (u.gathered) reads.push_back({name, 0, whole()}); // the unit is whole now: keep that copy current too
+        }
+    }
+    ApplyState apply = [reads = std::move(reads), src] {
+        at::NoGradGuard no_grad;
+        for (const auto &r : reads) src.read(r.name, r.offset, r.dst);
+    };
+    return {std::move(apply), std::move(names)};
+}
+
 void ShardedDataParallel::after_optimizer_step()
 {
     Impl &s = *impl_;

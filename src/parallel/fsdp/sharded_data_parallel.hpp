@@ -63,6 +63,11 @@ public:
     // SHARDED_STATE_DICT: this rank's pieces of the model's state dict (the trainable parameters cut as
     // the shards are, the rest whole on the first rank), and where every rank's lie. No communication.
     ShardedState sharded_state_dict(const Model &model) const;
+    // Loads such a state dict, saved by any number of processes, by ranges: checks that `src` holds every
+    // tensor of the model's state dict with its shape (INVALID_ARGUMENT naming it otherwise) and returns the
+    // names it takes and what reads this rank's pieces straight into its shards (whole tensors where they
+    // are not sharded). No communication.
+    std::pair<ApplyState, std::vector<std::string>> load_sharded_state_dict(const Model &model, const ShardedSource &src);
     // After the optimizer stepped the shards: all-gather them into the full buffers (when those persist).
     void after_optimizer_step();
     // Drops every gradient (shards, reduced buffers, local gradients): optimizer.zero_grad(set_to_none).
