@@ -13,36 +13,14 @@
  * and their ratio. Run it once alone and once under `accel launch -n 2` / `mpirun -np 2` to get the
  * 2-process vs 1-process step time (bench/dist_bench.sh does both, interleaved).
  */
-#include <accel/accel.h>
+#include "bench_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define CHECK(call)                                                                                        \
-    do {                                                                                                   \
-        accel_status_t st_ = (call);                                                                       \
-        if (st_ != ACCEL_OK) {                                                                             \
-            fprintf(stderr, "%s: %s: %s\n", #call, accel_status_name(st_), accel_last_error_message());    \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
-
 enum { IN = 1024, OUT = 10, BATCH = 64 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* The number after `"key": ` in a flat JSON text. */
 static double json_number(const char *json, const char *key)

@@ -10,33 +10,11 @@
  * timed on every rank between barriers. Every rank prints one line:
  *   shard_ckpt rank R median_save_ms S median_load_ms L
  */
-#include <accel/accel.h>
+#include "bench_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-#define CHECK(call)                                                                                        \
-    do {                                                                                                   \
-        accel_status_t st_ = (call);                                                                       \
-        if (st_ != ACCEL_OK) {                                                                             \
-            fprintf(stderr, "%s: %s: %s\n", #call, accel_status_name(st_), accel_last_error_message());    \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {

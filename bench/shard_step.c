@@ -12,34 +12,12 @@
  *   shard_step rank R median_step_ms T memory {accel_accelerator_get_memory_stats_json after the last step,
  *   before zero_grad}
  */
-#include <accel/accel.h>
+#include "bench_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(call)                                                                                        \
-    do {                                                                                                   \
-        accel_status_t st_ = (call);                                                                       \
-        if (st_ != ACCEL_OK) {                                                                             \
-            fprintf(stderr, "%s: %s: %s\n", #call, accel_status_name(st_), accel_last_error_message());    \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {

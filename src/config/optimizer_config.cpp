@@ -4,6 +4,7 @@
 #include "config/json.hpp"
 
 #include <cmath>
+#include <limits>
 
 namespace accel::config {
 
@@ -36,7 +37,9 @@ OptimizerConfig parse_optimizer_config(const char *json)
         c.amsgrad = o.get_bool("amsgrad", false);
     } else if (c.type == "adagrad") {
         c.lr_decay = o.get_double("lr_decay", 0.0, 0.0, inf);
-        c.initial_accumulator_value = o.get_double("initial_accumulator_value", 0.0, 0.0, inf);
+        // It fills float32 state tensors: a value past float's range cannot be stored (found by fuzzing).
+        c.initial_accumulator_value =
+            o.get_double("initial_accumulator_value", 0.0, 0.0, static_cast<double>(std::numeric_limits<float>::max()));
         c.eps = o.get_double("eps", 1e-10, 0.0, inf);
     } else { // rmsprop
         c.alpha = o.get_double("alpha", 0.99, 0.0, inf);

@@ -431,6 +431,23 @@ PyRef AcceleratedOptimizer::unsharded_form(const PyObj &inner, const std::vector
     return out;
 }
 
+namespace {
+
+// A sharded optimizer state dict's tensor name "state.{parameter}.{key}": (parameter, key).
+std::pair<int64_t, std::string> state_tensor_name(const std::string &name, const std::string &what)
+{
+    const size_t dot = name.rfind('.');
+    char *end = nullptr;
+    const long long id = name.compare(0, 6, "state.") == 0 && dot != std::string::npos && dot > 6
+                             ? std::strtoll(name.c_str() + 6, &end, 10)
+                             : -1;
+    if (id < 0 || end != name.c_str() + dot)
+        fail(ACCEL_ERR_DATA_LOSS, what + ": tensor \"" + name + "\" is not named state.{parameter}.{key}");
+    return {static_cast<int64_t>(id), name.substr(dot + 1)};
+}
+
+} // namespace
+
 // SHARDED_STATE_DICT: the per-parameter form without its per-element tensors, which become this rank's
 // pieces, named "state.{parameter}.{key}". No communication.
 ShardedState AcceleratedOptimizer::sharded_state_dict() const
@@ -479,10 +496,7 @@ ApplyState AcceleratedOptimizer::load_sharded_state_dict(const PyObj &rest, cons
     auto state = std::make_shared<PyObj>(*r.top_level(sd).first);
     for (auto &kv : state->map) kv.second = std::make_shared<PyObj>(*kv.second);
     for (const auto &name : src.names()) {
-        const size_t dot = name.rfind('.');
-        char *end = nullptr;
-        const long long id = name.compare(0, 6, "state.") == 0 && dot > 6 ? std::strtoll(name.c_str() + 6, &end, 10) : -1;
-        if (id < 0 || end != name.c_str() + dot) r.bad("tensor \"" + name + "\" is not named state.{parameter}.{key}");
+        const auto [id, key] = state_tensor_name(name, what);
         PyObj *entry = nullptr;
         for (auto &kv : state->map)
             if (kv.first->kind == PyObj::Kind::Int && kv.first->i == id) entry = kv.second.get();
@@ -491,7 +505,7 @@ ApplyState AcceleratedOptimizer::load_sharded_state_dict(const PyObj &rest, cons
         src.find(name, shape);
         at::Tensor t = at::empty(shape, src.dtype(name));
         src.read(name, 0, t.view({-1}));
-        py_set(*entry, name.substr(dot + 1), py_tensor(t));
+        py_set(*entry, key, py_tensor(t));
     }
     for (auto &kv : sd.map)
         if (kv.first->kind == PyObj::Kind::Str && kv.first->s == "state") kv.second = state;
@@ -514,12 +528,8 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
     std::map<int64_t, std::vector<std::string>> src_keys; // parameter id -> its per-element keys in `src`
     if (src)
         for (const auto &name : src->names()) {
-            const size_t dot = name.rfind('.');
-            char *end = nullptr;
-            const long long id = name.compare(0, 6, "state.") == 0 && dot > 6 ? std::strtoll(name.c_str() + 6, &end, 10) : -1;
-            if (id < 0 || end != name.c_str() + dot)
-                fail(ACCEL_ERR_DATA_LOSS, what + ": tensor \"" + name + "\" is not named state.{parameter}.{key}");
-            src_keys[id].push_back(name.substr(dot + 1));
+            const auto [id, key] = state_tensor_name(name, what);
+            src_keys[id].push_back(key);
         }
     Reader r{what};
     const auto [state, groups] = r.top_level(sd);

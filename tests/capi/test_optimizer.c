@@ -291,6 +291,8 @@ static void test_bad_configs(void)
     BAD_CONFIG("{\"type\": \"sgd\", \"betas\": [0.9, 0.99]}", "betas: unknown key");
     BAD_CONFIG("{\"type\": \"rmsprop\", \"nesterov\": false}", "nesterov: unknown key");
     BAD_CONFIG("{\"type\": \"adagrad\", \"lr_decay\": -1}", "lr_decay");
+    /* past float's range (the state is float32; found by fuzz_optimizer_config): named, not ACCEL_ERR_UNKNOWN */
+    BAD_CONFIG("{\"type\": \"adagrad\", \"initial_accumulator_value\": 1e308}", "initial_accumulator_value");
     BAD_CONFIG("{\"type\": \"rmsprop\", \"centered\": \"no\"}", "centered");
     BAD_CONFIG("{\"type\": \"sgd\"", "malformed JSON");
     BAD_CONFIG("[\"sgd\"]", "JSON object");
