@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace accel::ckpt {
 
@@ -298,25 +299,31 @@ public:
             }
             case 'a': {
                 PyRef v = pop();
-                container(PyObj::Kind::List).items.push_back(v);
+                auto &l = container(PyObj::Kind::List);
+                check_acyclic(l, {v});
+                l.items.push_back(v);
                 break;
             }
             case 'e': {
                 auto items = pop_mark();
                 auto &l = container(PyObj::Kind::List);
+                check_acyclic(l, items);
                 l.items.insert(l.items.end(), items.begin(), items.end());
                 break;
             }
             case 's': {
                 PyRef v = pop();
                 PyRef k = pop();
-                dict_top().map.emplace_back(k, v);
+                auto &d = dict_top();
+                check_acyclic(d, {k, v});
+                d.map.emplace_back(k, v);
                 break;
             }
             case 'u': {
                 auto items = pop_mark();
                 if (items.size() % 2) bad("SETITEMS with an odd number of items");
                 auto &d = dict_top();
+                check_acyclic(d, items);
                 for (size_t k = 0; k < items.size(); k += 2) d.map.emplace_back(items[k], items[k + 1]);
                 break;
             }
@@ -352,6 +359,7 @@ public:
             case 'b': { // BUILD: NumPy objects take their state; for tensors (python attributes) it is ignored
                 PyRef st = pop();
                 if (stack_.empty()) bad("BUILD on an empty stack");
+                check_acyclic(*stack_.back(), {st});
                 build(*stack_.back(), st);
                 break;
             }
@@ -452,6 +460,27 @@ private:
         std::vector<PyRef> items(k);
         for (size_t j = k; j-- > 0;) items[j] = pop();
         push(py_tuple(std::move(items)));
+    }
+    // A container put inside itself (directly or deeper, through the memo) would be a cycle of shared
+    // pointers that is never freed; torch.save never writes one, so such a pickle is refused (found by
+    // fuzzing, as a leak). The values' subtrees are walked once each.
+    void check_acyclic(const PyObj &target, const std::vector<PyRef> &values)
+    {
+        std::vector<const PyObj *> todo;
+        std::set<const PyObj *> seen;
+        for (const auto &v : values) todo.push_back(v.get());
+        while (!todo.empty()) {
+            const PyObj *o = todo.back();
+            todo.pop_back();
+            if (o == nullptr || (o->items.empty() && o->map.empty() && o != &target)) continue;
+            if (o == &target) bad("a container that holds itself (torch.save never writes one)");
+            if (!seen.insert(o).second) continue;
+            for (const auto &i : o->items) todo.push_back(i.get());
+            for (const auto &kv : o->map) {
+                todo.push_back(kv.first.get());
+                todo.push_back(kv.second.get());
+            }
+        }
     }
     PyObj &container(PyObj::Kind k)
     {

@@ -71,6 +71,17 @@ TEST(TorchArchive, CorruptFilesAreDataLoss)
             EXPECT_EQ(e.code(), ACCEL_ERR_DATA_LOSS) << e.what();
         }
     }
+    // A list that holds itself (BINPUT 0, BINGET 0, APPEND; found by fuzzing as a leak) is refused.
+    static const char kCycle[] = "\x80\x02]q\0h\0a.";
+    const std::string cycle(kCycle, sizeof kCycle - 1);
+    try {
+        pickle_loads(reinterpret_cast<const uint8_t *>(cycle.data()), cycle.size(),
+                     [](const std::string &, at::ScalarType, int64_t) -> at::Tensor { return {}; }, "cycle");
+        ADD_FAILURE();
+    } catch (const accel::Error &e) {
+        EXPECT_EQ(e.code(), ACCEL_ERR_DATA_LOSS);
+        EXPECT_NE(std::string(e.what()).find("holds itself"), std::string::npos) << e.what();
+    }
     // Garbage pickle bytes must not crash: unsupported globals are rejected.
     static const char kEvil[] = "\x80\x02" "cos\nsystem\n(X\x02\0\0\0lst" "R.";
     const std::string evil(kEvil, sizeof kEvil - 1); // holds NUL bytes
