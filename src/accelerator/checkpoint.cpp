@@ -258,11 +258,8 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
         weights[i] = match_model_keys(*models_[i], ckpt::is_sharded_folder(sharded) ? ckpt::read_sharded_tensors(sharded)
                                                                                      : ckpt::read_weights(dir, i));
     }
-    for (auto *e : sharded_engines()) {
-        bool ranged = false;
-        for (size_t i = 0; i < models_.size(); ++i) ranged = ranged || (by_range[i] && sharded_of(*models_[i]) == e);
-        if (!ranged) whole_engines.push_back(e);
-    }
+    for (size_t i = 0; i < models_.size(); ++i)
+        if (auto *e = sharded_of(*models_[i]); e != nullptr && !by_range[i]) whole_engines.push_back(e);
     std::vector<std::function<ApplyState(const CopyFn &)>> optimizer_loads;
     for (size_t i = 0; i < optimizers_.size(); ++i) {
         AcceleratedOptimizer &o = *optimizers_[i];

@@ -344,26 +344,6 @@ void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &fo
     if (state.rest) files.push_back({folder + "/state.bin", state.rest, nullptr, nullptr});
 }
 
-TensorList read_sharded_tensors(const std::string &dir)
-{
-    const ShardedFolder folder(dir);
-    TensorList out;
-    const auto &tensors = folder.meta().tensors;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-        const auto &m = tensors[i];
-        std::vector<int64_t> shape(m.shape.begin(), m.shape.end());
-        auto dtype = scalar_type_of(m.dtype);
-        if (!dtype) fail(ACCEL_ERR_UNIMPLEMENTED, dir + ": tensor \"" + m.name + "\" is " + st_dtype_name(m.dtype) +
-                                                      ", which LibTorch 1.13 has no dtype for");
-        at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*dtype));
-        auto *dst = static_cast<uint8_t *>(t.data_ptr());
-        const uint64_t elem = static_cast<uint64_t>(t.element_size());
-        for (size_t p = 0; p < m.pieces.size(); ++p) folder.read_piece(i, p, dst + m.pieces[p].offset * elem);
-        out.emplace_back(m.name, std::move(t));
-    }
-    return out;
-}
-
 PyRef read_sharded_rest(const std::string &dir) { return read_object(dir, "state.bin", true); }
 
 ShardedSource sharded_source(const std::string &dir)
@@ -408,6 +388,20 @@ ShardedSource sharded_source(const std::string &dir)
         }
     };
     return src;
+}
+
+TensorList read_sharded_tensors(const std::string &dir)
+{
+    const ShardedSource src = sharded_source(dir);
+    TensorList out;
+    for (const auto &name : src.names()) {
+        std::vector<int64_t> shape;
+        src.find(name, shape);
+        at::Tensor t = at::empty(shape, at::TensorOptions().dtype(src.dtype(name)));
+        src.read(name, 0, t.view({-1}));
+        out.emplace_back(name, std::move(t));
+    }
+    return out;
 }
 
 TensorList read_weights(const std::string &dir, size_t i)

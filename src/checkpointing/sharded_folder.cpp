@@ -137,12 +137,6 @@ ShardedFolder::ShardedFolder(const std::string &dir) : dir_(dir)
     }
 }
 
-void ShardedFolder::read_piece(size_t t, size_t p, void *dst) const
-{
-    const MappedFile &f = *files_[static_cast<size_t>(meta_.tensors[t].pieces[p].rank)];
-    f.read_at(dst, static_cast<size_t>(data_[t][p] - f.data()), piece_bytes(t, p));
-}
-
 void ShardedFolder::read_range(size_t t, uint64_t offset, uint64_t numel, void *dst) const
 {
     const ShardedTensorMeta &m = meta_.tensors[t];

@@ -53,9 +53,8 @@ public:
     // The bytes of piece `p` of tensor `t` (piece numel x dtype size of them), in the file's mapping.
     const uint8_t *piece_data(size_t t, size_t p) const { return data_[t][p]; }
     uint64_t piece_bytes(size_t t, size_t p) const;
-    // Reads them into `dst` with pread (no page faults on the mapping; DATA_LOSS if the file shrank).
-    void read_piece(size_t t, size_t p, void *dst) const;
-    // Elements [offset, offset + numel) of tensor `t`'s flattened data into `dst`, from whichever pieces hold them.
+    // Elements [offset, offset + numel) of tensor `t`'s flattened data into `dst`, from whichever pieces hold
+    // them, with pread (no page faults on the mapping; DATA_LOSS if a file shrank).
     void read_range(size_t t, uint64_t offset, uint64_t numel, void *dst) const;
     // The index of tensor `name`, or -1.
     int64_t find(const std::string &name) const;
