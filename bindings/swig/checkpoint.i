@@ -23,6 +23,11 @@
                                                               &dir));
         return accel_swig::owned_string(dir);
     }
+    /** Wait for the asynchronous save_state ({"async": true}) in progress, if any; raises its failure. */
+    void wait_for_checkpoint()
+    {
+        ACCEL_CHECK(accel_accelerator_wait_for_checkpoint(ACCEL_H($self, "Accelerator")));
+    }
     /** Save @p model's weights for inference (model.safetensors, or shards and an index beyond
      *  {"max_shard_size": "200MB"}). */
     void save_model(const Model *model, const char *save_directory, const char *options_json = NULL)

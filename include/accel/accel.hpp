@@ -510,6 +510,17 @@ public:
     void print(const std::string &text) const { check(accel_accelerator_print(get(), text.c_str())); }
     void save_state(const std::string &dir) { check(accel_accelerator_save_state(get(), dir.c_str())); }
     void load_state(const std::string &dir) { check(accel_accelerator_load_state(get(), dir.c_str())); }
+    // save_state with options ({"async": true}, {"safe_serialization": false}); returns the folder written.
+    std::string save_state(const std::string &dir, const std::string &options_json)
+    {
+        char *out = nullptr;
+        check(accel_accelerator_save_state_with_options(get(), dir.c_str(), options_json.c_str(), &out));
+        std::string s(out);
+        accel_string_free(out);
+        return s;
+    }
+    // Waits for an asynchronous save_state in progress; throws its failure.
+    void wait_for_checkpoint() { check(accel_accelerator_wait_for_checkpoint(get())); }
     bool is_main_process() const
     {
         bool v = false;

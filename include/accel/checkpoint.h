@@ -59,7 +59,13 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_load_state(accel_acce
  * accel_accelerator_save_state() with options and the folder written.
  *
  * @param options_json NULL or a JSON object: {"safe_serialization": true} (false writes
- *                     pytorch_model.bin instead of model.safetensors).
+ *                     pytorch_model.bin instead of model.safetensors), {"async": false}: true copies
+ *                     the state into new host memory ("staging"; the checkpoint's size again, until
+ *                     written) and returns; the files are written on a background thread while
+ *                     training goes on, into the temporary folder, published when every process's
+ *                     files are durable. Wait with accel_accelerator_wait_for_checkpoint() (the next
+ *                     save_state and load_state, and accel_accelerator_free_memory() / _free(), wait
+ *                     too); a failure of the background write is returned by that call.
  * @param out_dir      Receives the folder written (free with accel_string_free()); may be NULL when
  *                     not wanted.
  */
@@ -67,6 +73,21 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_state_with_optio
                                                                                    const char *output_dir,
                                                                                    const char *options_json,
                                                                                    char **out_dir) ACCEL_NOEXCEPT;
+
+/**
+ * Wait for the asynchronous save_state ({"async": true}) in progress, if any, and return its status.
+ * Afterwards the folder is published (visible under its name on every process) or, after a failure,
+ * the temporary folder is removed and the previous checkpoints are untouched. Returns ACCEL_OK at once
+ * when nothing is pending.
+ *
+ * @param accelerator Must not be NULL.
+ * @return ACCEL_OK; the background write's failure (ACCEL_ERR_RESOURCE_EXHAUSTED for a full disk,
+ *         ACCEL_ERR_PERMISSION_DENIED, ...; ACCEL_ERR_DEADLINE_EXCEEDED on the main process when another
+ *         process's files did not arrive within the init_process_group timeout), reported once.
+ *
+ * Threads: same rules as the accelerator; collective when a save is pending (all ranks call it).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_wait_for_checkpoint(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
 /**
  * accel_accelerator_load_state() with options and the folder loaded.

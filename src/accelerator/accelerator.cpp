@@ -1,6 +1,8 @@
 #include "accelerator/accelerator.hpp"
 #include "tracking/tracking.hpp"
 
+#include "checkpointing/async_save.hpp"
+
 #include "common/allocator.hpp"
 #include "common/error.hpp"
 #include "data_loader/data_loader_shard.hpp"
@@ -52,6 +54,7 @@ Accelerator::Accelerator(const char *config_json)
 Accelerator::~Accelerator()
 {
     while (!autocast_scopes_.empty()) autocast_scopes_.pop_back();
+    pending_save_.reset(); // waits for the files (a failure is printed: nobody is left to report it to)
 }
 
 tracking::Trackers &Accelerator::trackers()
@@ -148,6 +151,7 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
 
 void Accelerator::free_memory()
 {
+    finish_async_save();
     if (state_->in_accumulate)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: inside accumulate(); call accumulate_end first");
     if (!autocast_scopes_.empty())

@@ -37,6 +37,9 @@ class ShardedDataParallel;
 namespace tracking {
 class Trackers;
 }
+namespace ckpt {
+class AsyncCheckpoint;
+}
 
 class Accelerator {
 public:
@@ -72,6 +75,10 @@ public:
     std::string save_state(const char *output_dir, const config::SaveStateOptions &options);
     std::string load_state(const char *input_dir, const config::LoadStateOptions &options);
     void save_model(const Model &model, const std::string &save_directory, const config::SaveModelOptions &options);
+    // An asynchronous save_state ({"async": true}) in progress: waits for it (collective: afterwards the
+    // folder is published for everyone) and reports its failure. Nothing pending: returns at once. The next
+    // save_state / load_state wait the same way; free_memory and the destructor wait for this process's part.
+    void wait_for_checkpoint();
     // Saved as custom_checkpoint_{index}.pkl; returns the index.
     size_t register_for_checkpointing(CheckpointObject object);
 
@@ -122,6 +129,10 @@ public:
 
 private:
     bool writes_main_files() const;
+    // The process indices that write into the folder this process's main-files writer publishes.
+    std::vector<int64_t> checkpoint_writers() const;
+    // Joins this process's part of an asynchronous save and rethrows its failure (not collective).
+    void finish_async_save();
     parallel::DistributedDataParallel *ddp_of(const Model &model) const;
     std::vector<std::pair<Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
     std::vector<std::pair<Model *, std::shared_ptr<parallel::ShardedDataParallel>>> sharded_;
@@ -137,6 +148,7 @@ private:
     int64_t project_iteration_ = 0;
     bool trigger_ = false; // set_trigger() since the last check_trigger() that returned true
     std::unique_ptr<tracking::Trackers> trackers_;
+    std::unique_ptr<ckpt::AsyncCheckpoint> pending_save_; // save_state {"async": true} being written
 };
 
 // Accelerate's load_checkpoint_in_model: weights from a .safetensors or torch file, or a folder (sharded

@@ -4,6 +4,7 @@
 // state first, then installs them all, so a damaged or mismatched checkpoint changes nothing.
 #include "accelerator/accelerator.hpp"
 
+#include "checkpointing/async_save.hpp"
 #include "checkpointing/checkpointing.hpp"
 #include "checkpointing/mapped_tensor.hpp"
 #include "checkpointing/sharded_folder.hpp"
@@ -11,6 +12,7 @@
 #include "common/files.hpp"
 #include "common/json_reader.hpp"
 #include "data_loader/data_loader_shard.hpp"
+#include "distributed/communicator.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
@@ -154,8 +156,41 @@ size_t Accelerator::register_for_checkpointing(CheckpointObject object)
     return custom_objects_.size() - 1;
 }
 
+std::vector<int64_t> Accelerator::checkpoint_writers() const
+{
+    const auto &c = state_->config;
+    const int64_t first = c.project.save_on_each_node ? state_->process_index() - c.topology.local_rank : 0;
+    const int64_t count = c.project.save_on_each_node ? c.topology.local_world_size : state_->num_processes();
+    std::vector<int64_t> out;
+    for (int64_t i = first; i < first + count; ++i) out.push_back(i);
+    return out;
+}
+
+void Accelerator::finish_async_save()
+{
+    if (!pending_save_) return;
+    std::unique_ptr<ckpt::AsyncCheckpoint> pending = std::move(pending_save_);
+    pending->wait();
+}
+
+void Accelerator::wait_for_checkpoint()
+{
+    if (!pending_save_) return;
+    // Every process waits for its own part first, then for the others (the main process's part ends with
+    // the folder published); a failure is reported after the barrier, so no process is left waiting.
+    std::exception_ptr error;
+    try {
+        finish_async_save();
+    } catch (...) {
+        error = std::current_exception();
+    }
+    wait_for_everyone();
+    if (error) std::rethrow_exception(error);
+}
+
 std::string Accelerator::save_state(const char *output_dir, const config::SaveStateOptions &options)
 {
+    wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
     const bool main = writes_main_files();
     // The state is gathered here, on the calling thread (optimizer state, user callbacks); the files are
@@ -219,13 +254,30 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         for (size_t i = 0; i < custom_objects_.size(); ++i)
             object(ckpt::custom_checkpoint_name(i), py_bytes(custom_objects_[i].save()));
 
-    ckpt::write_checkpoint(target, files, main, [this] { wait_for_everyone(); });
+    if (options.async_save) {
+        // Copied now (before the gathered weights are released and training changes anything), written on
+        // a background thread.
+        ckpt::stage_files(files);
+        ckpt::PreparedCheckpoint prepared = ckpt::prepare_checkpoint(target, main);
+        try {
+            wait_for_everyone();
+        } catch (...) {
+            ckpt::abandon_checkpoint(prepared);
+            throw;
+        }
+        pending_save_ = std::make_unique<ckpt::AsyncCheckpoint>(std::move(prepared), std::move(files),
+                                                                state_->process_index(), checkpoint_writers(),
+                                                                distributed::init_timeout(state_->config));
+    } else {
+        ckpt::write_checkpoint(target, files, main, [this] { wait_for_everyone(); });
+    }
     project_iteration_ += 1;
     return target.dir;
 }
 
 std::string Accelerator::load_state(const char *input_dir, const config::LoadStateOptions &options)
 {
+    wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
     const auto &project = state_->config.project;
     const std::string dir = ckpt::load_source(project, input_dir);
     auto path = [&dir](const std::string &name) { return join(dir, name); };

@@ -57,6 +57,11 @@ ACCEL_API accel_status_t accel_accelerator_save_state_with_options(accel_acceler
     });
 }
 
+ACCEL_API accel_status_t accel_accelerator_wait_for_checkpoint(accel_accelerator_t *accelerator) noexcept
+{
+    return guarded([&] { acc_of(accelerator).wait_for_checkpoint(); });
+}
+
 ACCEL_API accel_status_t accel_accelerator_load_state_with_options(accel_accelerator_t *accelerator,
                                                                    const char *input_dir, const char *options_json,
                                                                    char **out_dir) noexcept

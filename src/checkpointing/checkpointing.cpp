@@ -259,59 +259,82 @@ std::string load_source(const config::ProjectConfiguration &project, const char 
     return join(base, names.back());
 }
 
+PreparedCheckpoint prepare_checkpoint(const SaveTarget &target, bool main)
+{
+    PreparedCheckpoint p;
+    p.target = target;
+    p.tmp = temp_sibling(target.dir);
+    p.main = main;
+    if (main) {
+        // Saves killed midway left their temp folders here (this name's included): remove those whose writer
+        // is dead before adding another. The lock is held until the folder is published or removed.
+        remove_stale_temp_folders(parent_of(target.dir));
+        p.lock = std::make_shared<TempFolderLock>(p.tmp);
+        if (exists(p.tmp)) remove_all(p.tmp); // ours by the lock: left by a save that never finished
+        make_dirs(p.tmp);
+    }
+    return p;
+}
+
+void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<CheckpointFile> &files)
+{
+    // Every file is one job: the jobs serialize and fsync their files concurrently.
+    std::vector<std::function<void()>> jobs;
+    for (const auto &f : files) {
+        const std::string path = join(p.tmp, f.name);
+        if (f.name.find('/') != std::string::npos) make_dirs(parent_of(path)); // every writer of a sub-folder
+        if (f.bytes) {
+            jobs.emplace_back([path, b = f.bytes] { write_file_durably(path, b->data(), b->size()); });
+        } else if (f.tensors) {
+            jobs.emplace_back([path, t = f.tensors] {
+                StringMap meta{{"format", "pt"}};
+                save_safetensors(path, *t, &meta);
+            });
+        } else {
+            jobs.emplace_back([path, obj = f.object] { save_torch_file(path, *obj); });
+        }
+    }
+    run_jobs(jobs, io_threads());
+    std::set<std::string> subfolders; // their entries must be durable too
+    for (const auto &f : files)
+        if (f.name.find('/') != std::string::npos) subfolders.insert(parent_of(join(p.tmp, f.name)));
+    for (const auto &d : subfolders) fsync_dir(d);
+}
+
+void publish_checkpoint(PreparedCheckpoint &p)
+{
+    if (!p.main) return;
+    publish_dir(p.tmp, p.target.dir, is_checkpoint_entry);
+    // Rotation only once the new checkpoint is complete.
+    for (const auto &old : p.target.rotate_out) retire_checkpoint_folder(old);
+    if (!p.target.rotate_out.empty()) fsync_dir(parent_of(p.target.dir));
+    p.lock.reset();
+}
+
+void abandon_checkpoint(PreparedCheckpoint &p) noexcept
+{
+    if (!p.main) return;
+    try {
+        remove_all(p.tmp);
+    } catch (...) {
+    }
+    p.lock.reset();
+}
+
 void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile> &files, bool main,
                       const std::function<void()> &barrier)
 {
-    const std::string tmp = temp_sibling(target.dir);
     // The main process prepares the temporary folder, every process writes its files into it, and the
     // main process publishes it once all are done (barriers between the phases; no-ops for one process).
-    // The lock on the temp folder is held until the folder is published and rotation is done (temp_folder.hpp).
-    std::optional<TempFolderLock> lock;
-    if (main) {
-        // Saves killed midway left their temp folders here (this name's included): remove those whose writer
-        // is dead before adding another.
-        remove_stale_temp_folders(parent_of(target.dir));
-        lock.emplace(tmp);
-        if (exists(tmp)) remove_all(tmp); // ours by the lock: left by a save that never finished
-        make_dirs(tmp);
-    }
-    barrier();
+    PreparedCheckpoint p = prepare_checkpoint(target, main);
     try {
-        // Every file is one job: the jobs serialize and fsync their files concurrently.
-        std::vector<std::function<void()>> jobs;
-        for (const auto &f : files) {
-            const std::string p = join(tmp, f.name);
-            if (f.name.find('/') != std::string::npos) make_dirs(parent_of(p)); // every writer of a sub-folder
-            if (f.bytes) {
-                jobs.emplace_back([p, b = f.bytes] { write_file_durably(p, b->data(), b->size()); });
-            } else if (f.tensors) {
-                jobs.emplace_back([p, t = f.tensors] {
-                    StringMap meta{{"format", "pt"}};
-                    save_safetensors(p, *t, &meta);
-                });
-            } else {
-                jobs.emplace_back([p, obj = f.object] { save_torch_file(p, *obj); });
-            }
-        }
-        run_jobs(jobs, io_threads());
-        std::set<std::string> subfolders; // their entries must be durable too
-        for (const auto &f : files)
-            if (f.name.find('/') != std::string::npos) subfolders.insert(parent_of(join(tmp, f.name)));
-        for (const auto &d : subfolders) fsync_dir(d);
         barrier();
-        if (main) publish_dir(tmp, target.dir, is_checkpoint_entry);
+        write_checkpoint_files(p, files);
+        barrier();
+        publish_checkpoint(p);
     } catch (...) {
-        try {
-            if (main) remove_all(tmp);
-        } catch (...) {
-        }
+        abandon_checkpoint(p);
         throw;
-    }
-    // Rotation only once the new checkpoint is complete.
-    if (main) {
-        for (const auto &old : target.rotate_out) retire_checkpoint_folder(old);
-        if (!target.rotate_out.empty()) fsync_dir(parent_of(target.dir));
-        lock.reset();
     }
     barrier();
 }

@@ -57,6 +57,24 @@ struct CheckpointFile {
 void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile> &files, bool main,
                       const std::function<void()> &barrier);
 
+// The phases of write_checkpoint, for saves that write on another thread (async_save.hpp).
+class TempFolderLock;
+struct PreparedCheckpoint {
+    SaveTarget target;
+    std::string tmp;                       // the temporary folder every process writes into
+    bool main = false;                     // this process prepared it and publishes it
+    std::shared_ptr<TempFolderLock> lock; // main: held until published or abandoned
+};
+// Main: removes stale temp folders, locks and creates the temporary folder. Every process calls it, then
+// waits for the others before writing.
+PreparedCheckpoint prepare_checkpoint(const SaveTarget &target, bool main);
+// This process's files into the temporary folder, fsynced (any thread).
+void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<CheckpointFile> &files);
+// Main, once every process's files are written: renames the folder into place, rotates, unlocks.
+void publish_checkpoint(PreparedCheckpoint &p);
+// Main, after a failure: removes the temporary folder and unlocks.
+void abandon_checkpoint(PreparedCheckpoint &p) noexcept;
+
 // SHARDED_STATE_DICT (sharded_folder.hpp): adds the files of `state` in `folder` that this process writes:
 // its rank file when it is one of the state's ranks (process_index < world_size: with HYBRID_SHARD the
 // first node's), and, on the main process, metadata.json and state.bin (the rest, when there is one).

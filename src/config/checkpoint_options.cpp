@@ -60,6 +60,7 @@ SaveStateOptions parse_save_state_options(const char *json, const char *what)
     JsonDocument doc(json == nullptr ? "{}" : json, what);
     JsonObject root(doc.root(), what);
     o.safe_serialization = root.get_bool("safe_serialization", true);
+    o.async_save = root.get_bool("async", false);
     root.finish();
     return o;
 }

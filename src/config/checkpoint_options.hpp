@@ -11,6 +11,7 @@ namespace accel::config {
 
 struct SaveStateOptions {
     bool safe_serialization = true; // model weights as model.safetensors (else pytorch_model.bin)
+    bool async_save = false;        // "async": stage the state, write it on a background thread
 };
 
 struct LoadStateOptions {

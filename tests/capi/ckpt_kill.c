@@ -2,6 +2,8 @@
  * "check DIR MODE MIN_STEP" loads the newest checkpoint, checks it is complete and not older than MIN_STEP
  * (the last save the worker reported done), saves once more and checks no temp folder is left.
  * MODE "auto": project_dir DIR, automatic naming, total_limit 2; "fixed": output_dir DIR/ckpt.
+ * "save DIR MODE async" saves asynchronously ({"async": true}): the blob is refilled while the files are
+ * written, and "saved N" is printed once the next save_state (which waits for the previous one) returned.
  * The registered blob holds the step number and 2 MiB of a byte derived from it, so that a save takes long
  * enough to be killed midway and a torn blob shows. */
 #include <accel/accel.h>
@@ -78,12 +80,13 @@ int main(int argc, char **argv)
 {
     if (argc < 4 || (strcmp(argv[1], "save") != 0 && strcmp(argv[1], "check") != 0) ||
         (strcmp(argv[3], "auto") != 0 && strcmp(argv[3], "fixed") != 0)) {
-        fprintf(stderr, "usage: ckpt_kill save|check DIR auto|fixed [MIN_STEP]\n");
+        fprintf(stderr, "usage: ckpt_kill save DIR auto|fixed [async] | check DIR auto|fixed MIN_STEP\n");
         return 2;
     }
     const char *dir = argv[2];
     const int automatic = strcmp(argv[3], "auto") == 0;
-    const int64_t min_step = argc > 4 ? atoll(argv[4]) : 0;
+    const int async_save = argv[1][0] == 's' && argc > 4 && strcmp(argv[4], "async") == 0;
+    const int64_t min_step = argv[1][0] == 'c' && argc > 4 ? atoll(argv[4]) : 0;
     char config[4096], fixed_dir[4096], ckpts[4096];
     snprintf(fixed_dir, sizeof fixed_dir, "%s/ckpt", dir);
     snprintf(ckpts, sizeof ckpts, "%s/checkpoints", dir);
@@ -126,8 +129,17 @@ int main(int argc, char **argv)
         /* Until killed: each save holds a new step; "saved N" is printed once save_state returned. */
         for (uint32_t step = first;; ++step) {
             fill(b.bytes, step);
-            if ((st = accel_accelerator_save_state(acc, target)) != ACCEL_OK) return die("save_state", st);
-            printf("saved %u\n", step);
+            if (async_save) {
+                if ((st = accel_accelerator_save_state_with_options(acc, target, "{\"async\": true}", NULL)) != ACCEL_OK)
+                    return die("save_state (async)", st);
+                /* This save waited for the previous one: that one is complete. The blob changes at once, as
+                 * training would change the state while the files are written. */
+                if (step > first) printf("saved %u\n", step - 1);
+                memset(b.bytes, 0xEE, BLOB_LEN);
+            } else {
+                if ((st = accel_accelerator_save_state(acc, target)) != ACCEL_OK) return die("save_state", st);
+                printf("saved %u\n", step);
+            }
             fflush(stdout);
         }
     }

@@ -20,17 +20,20 @@ def main():
     ap.add_argument("--mode", choices=["auto", "fixed"], required=True)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--async-save", action="store_true", help="the worker saves with {\"async\": true}")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
-    print(f"kill trial: mode {args.mode}, {args.trials} trials, seed {seed}", flush=True)
+    print(f"kill trial: mode {args.mode}{' (async saves)' if args.async_save else ''}, {args.trials} trials, "
+          f"seed {seed}", flush=True)
     root = tempfile.mkdtemp(prefix="accel-kill-")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     last_step = 0
     midway = 0  # kills that left a temp folder (landed inside a save)
     try:
         for trial in range(args.trials):
-            w = subprocess.Popen([args.worker, "save", root, args.mode], stdout=subprocess.PIPE, env=env, text=True)
+            w = subprocess.Popen([args.worker, "save", root, args.mode] + (["async"] if args.async_save else []),
+                                 stdout=subprocess.PIPE, env=env, text=True)
             # Time one save (between the first two reports), then kill at a random point of the next ones.
             lines = []
             t = []

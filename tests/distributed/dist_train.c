@@ -9,7 +9,9 @@
  * instead a tiny "gpt" (spec below; ACCEL_TEST_GPT=checkpointing adds activation checkpointing) trained with
  * "causal_lm" on 96 windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
  * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare; with
- * ACCEL_TEST_SAVE_AT=K and ACCEL_TEST_SAVE_DIR=DIR it calls save_state(DIR) after optimizer step K and stops.
+ * ACCEL_TEST_SAVE_AT=K and ACCEL_TEST_SAVE_DIR=DIR it calls save_state(DIR) after optimizer step K and stops;
+ * with ACCEL_TEST_SAVE_ASYNC=1 too, the save is {"async": true} and training goes on to STEPS while the files
+ * are written (then wait_for_checkpoint).
  * With ACCEL_TEST_FREE_AT=K it calls free_memory after step K and prepares the same objects again.
  * Sharding tests: ACCEL_TEST_OPTIMIZER (optimizer JSON), ACCEL_TEST_CLIP (max norm, default 1000),
  * ACCEL_TEST_SCHEDULER (scheduler JSON, prepared and stepped every step). ACCEL_TEST_ACCUMULATE_NO_MODEL=1
@@ -93,6 +95,7 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, sched));
     const char *load_dir = getenv("ACCEL_TEST_LOAD"), *save_dir = getenv("ACCEL_TEST_SAVE_DIR");
     const int save_at = getenv("ACCEL_TEST_SAVE_AT") ? atoi(getenv("ACCEL_TEST_SAVE_AT")) : -1;
+    const int save_async = getenv("ACCEL_TEST_SAVE_ASYNC") != NULL && atoi(getenv("ACCEL_TEST_SAVE_ASYNC")) == 1;
     const int free_at = getenv("ACCEL_TEST_FREE_AT") ? atoi(getenv("ACCEL_TEST_FREE_AT")) : -1;
     if (load_dir != NULL) DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
 
@@ -134,10 +137,15 @@ int main(int argc, char **argv)
         }
         if (sync && done == save_at) {
             DIST_EXPECT(save_dir != NULL, "ACCEL_TEST_SAVE_AT needs ACCEL_TEST_SAVE_DIR");
+            if (save_async) {
+                DIST_CHECK(accel_accelerator_save_state_with_options(acc, save_dir, "{\"async\": true}", NULL));
+                continue; /* the next steps change the state while it is written */
+            }
             DIST_CHECK(accel_accelerator_save_state(acc, save_dir));
             break;
         }
     }
+    DIST_CHECK(accel_accelerator_wait_for_checkpoint(acc));
 
     /* A sharded model's parameters are whole only between summon_full_params_begin and _end. */
     accel_status_t summon = accel_accelerator_summon_full_params_begin(acc, model);

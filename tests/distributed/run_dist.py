@@ -501,8 +501,10 @@ def scenario_resume(a):
         run(cmd, env=env, timeout=a.timeout)
 
     start(full, 2 * a.steps, {}, a.config)
-    start(os.path.join(tmp, "first.bin"), 2 * a.steps, {"ACCEL_TEST_SAVE_AT": str(a.steps), "ACCEL_TEST_SAVE_DIR": ckpt},
-          a.config)
+    save_env = {"ACCEL_TEST_SAVE_AT": str(a.steps), "ACCEL_TEST_SAVE_DIR": ckpt}
+    if a.async_save:  # the saving run trains on to 2N steps while its files are written
+        save_env["ACCEL_TEST_SAVE_ASYNC"] = "1"
+    start(os.path.join(tmp, "first.bin"), 2 * a.steps, save_env, a.config)
     files = sorted(os.listdir(ckpt))
     log("checkpoint files: %s" % files)
     for r in range(a.np):
@@ -641,6 +643,7 @@ def main():
     ap.add_argument("--resume-np", type=int, default=0, help="resume: processes of the resumed half (the global "
                     "batch stays the same)")
     ap.add_argument("--expect-sharded", action="store_true", help="resume: the checkpoint is SHARDED_STATE_DICT")
+    ap.add_argument("--async-save", action="store_true", help="resume: the checkpoint is saved with {\"async\": true}")
     ap.add_argument("--merge-full-config", default=None, help="resume: also save with this (FULL) config and check "
                     "that accel merge-weights of the sharded checkpoint equals it byte for byte")
     ap.add_argument("--widths", default="8,32,32,4")

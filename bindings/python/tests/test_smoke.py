@@ -59,8 +59,8 @@ def test_smoke_scenario():
     # (weights, optimizer, scheduler, accumulate()'s step and the loader's position are restored).
     with tempfile.TemporaryDirectory() as d:
         ckpt = os.path.join(d, "ckpt")
-        assert acc.save_state(ckpt) == ckpt
-        assert os.path.isfile(os.path.join(ckpt, "model.safetensors"))
+        # Saved asynchronously: the two steps below run while the files are written, and change nothing in them.
+        assert acc.save_state(ckpt, '{"async": true}') == ckpt
         saved = model.get_tensor(model.parameter_name(0)).tolist()
         saved_counts = (acc.step(), sched.get_step_count())
 
@@ -71,6 +71,8 @@ def test_smoke_scenario():
             return model.get_tensor(model.parameter_name(0)).tolist(), acc.step(), sched.get_step_count()
 
         first = two_steps()
+        acc.wait_for_checkpoint()
+        assert os.path.isfile(os.path.join(ckpt, "model.safetensors"))
         assert first[0] != saved and first[1] == saved_counts[0] + 2
         assert acc.load_state(ckpt) == ckpt
         assert model.get_tensor(model.parameter_name(0)).tolist() == saved

@@ -791,6 +791,11 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_wait_for_checkpoint(
+        accelerator: *mut accel_accelerator_t,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_save_model(
         accelerator: *mut accel_accelerator_t,
         model: *const accel_model_t,

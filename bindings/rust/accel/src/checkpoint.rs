@@ -18,6 +18,11 @@ impl Accelerator {
         Ok(unsafe { owned_string(out) })
     }
 
+    /// Wait for the asynchronous save (`{"async": true}`) in progress, if any; returns its failure.
+    pub fn wait_for_checkpoint(&mut self) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_wait_for_checkpoint(self.raw) })
+    }
+
     /// Load a state (None: the newest automatic checkpoint) with `options`, e.g. `{"strict": false}`.
     /// Returns the folder loaded.
     pub fn load_state_with_options(&mut self, dir: Option<&str>, options: Option<&str>) -> Result<String> {

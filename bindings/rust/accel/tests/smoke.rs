@@ -55,11 +55,13 @@ fn smoke_scenario() -> accel::Result<()> {
     let dir = std::env::temp_dir().join(format!("accel-rust-{}", std::process::id()));
     let ckpt = dir.join("ckpt");
     let ckpt_str = ckpt.to_str().unwrap();
-    acc2.save_state(ckpt_str)?;
-    assert!(ckpt.join("model.safetensors").is_file());
+    // Saved asynchronously: the two steps run while the files are written, and change nothing in them.
+    assert_eq!(acc2.save_state_with_options(Some(ckpt_str), Some(r#"{"async": true}"#))?, ckpt_str);
     let saved: Vec<f32> = model2.get_tensor(&p)?.to_vec()?;
     let saved_counts = (acc2.step()?, sched2.step_count()?);
     let first = two_steps(&mut acc2, &mut model2, &mut opt2, &mut sched2, &mut dl2, &p)?;
+    acc2.wait_for_checkpoint()?;
+    assert!(ckpt.join("model.safetensors").is_file());
     assert_ne!(first.0, saved);
     assert_eq!(first.1, saved_counts.0 + 2);
     assert_eq!(acc2.load_state_with_options(Some(ckpt_str), None)?, ckpt_str);
