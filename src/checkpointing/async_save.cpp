@@ -155,7 +155,9 @@ void AsyncCheckpoint::run()
     accel_status_t status = ACCEL_OK;
     std::string message;
     try {
-        write_checkpoint_files(prepared_, files_);
+        // One thread: the write is off the critical path, and the training needs the cores (measured on 2
+        // cores: steps during the write x1.36 with one writer thread, x1.51 with two; BENCHMARKS.md).
+        write_checkpoint_files(prepared_, files_, 1);
         files_.clear(); // the staged copies are no longer needed
         if (prepared_.main) {
             await_writers();

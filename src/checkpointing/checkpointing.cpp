@@ -276,7 +276,7 @@ PreparedCheckpoint prepare_checkpoint(const SaveTarget &target, bool main)
     return p;
 }
 
-void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<CheckpointFile> &files)
+void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<CheckpointFile> &files, size_t threads)
 {
     // Every file is one job: the jobs serialize and fsync their files concurrently.
     std::vector<std::function<void()>> jobs;
@@ -294,7 +294,7 @@ void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<Check
             jobs.emplace_back([path, obj = f.object] { save_torch_file(path, *obj); });
         }
     }
-    run_jobs(jobs, io_threads());
+    run_jobs(jobs, threads);
     std::set<std::string> subfolders; // their entries must be durable too
     for (const auto &f : files)
         if (f.name.find('/') != std::string::npos) subfolders.insert(parent_of(join(p.tmp, f.name)));
@@ -329,7 +329,7 @@ void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile
     PreparedCheckpoint p = prepare_checkpoint(target, main);
     try {
         barrier();
-        write_checkpoint_files(p, files);
+        write_checkpoint_files(p, files, io_threads());
         barrier();
         publish_checkpoint(p);
     } catch (...) {

@@ -68,8 +68,8 @@ struct PreparedCheckpoint {
 // Main: removes stale temp folders, locks and creates the temporary folder. Every process calls it, then
 // waits for the others before writing.
 PreparedCheckpoint prepare_checkpoint(const SaveTarget &target, bool main);
-// This process's files into the temporary folder, fsynced (any thread).
-void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<CheckpointFile> &files);
+// This process's files into the temporary folder, fsynced, on up to `threads` threads (any thread).
+void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<CheckpointFile> &files, size_t threads);
 // Main, once every process's files are written: renames the folder into place, rotates, unlocks.
 void publish_checkpoint(PreparedCheckpoint &p);
 // Main, after a failure: removes the temporary folder and unlocks.
