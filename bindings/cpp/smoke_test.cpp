@@ -78,6 +78,13 @@ int main(int argc, char **argv)
         const auto first = two_steps();
         const auto first_step = acc->step();
         acc->wait_for_checkpoint();
+        // merge_weights needs shards (an index or a SHARDED_STATE_DICT folder); a plain save is NOT_FOUND.
+        try {
+            accel::merge_weights(ckpt, ckpt + "-merged");
+            EXPECT(!"no exception");
+        } catch (const accel::Error &e) {
+            EXPECT(e.status() == ACCEL_ERR_NOT_FOUND);
+        }
         EXPECT(first != saved && first_step == saved_step + 2);
         acc->load_state(ckpt);
         EXPECT(model.get_tensor(p0).to_vector<float>() == saved);

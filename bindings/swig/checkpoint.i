@@ -80,3 +80,15 @@
         ACCEL_CHECK(accel_model_load_checkpoint(ACCEL_H($self, "Model"), path, options_json));
     }
 }
+
+%inline %{
+/** Join sharded weights (save_model shards with an index, or a SHARDED_STATE_DICT checkpoint) into one file,
+ *  as accelerate.utils.merge_fsdp_weights; @p options_json e.g. {"safe_serialization": false}. Returns the
+ *  file written. */
+std::string merge_weights(const char *checkpoint_dir, const char *output_path, const char *options_json = NULL)
+{
+    char *out = NULL;
+    ACCEL_CHECK(accel_checkpoint_merge_weights(checkpoint_dir, output_path, options_json, &out, NULL));
+    return accel_swig::owned_string(out);
+}
+%}

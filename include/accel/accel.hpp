@@ -166,6 +166,18 @@ inline void set_seed(std::uint64_t seed, bool device_specific = false, bool dete
     check(accel_random_set_seed(seed, device_specific, deterministic));
 }
 
+/** accelerate.utils.merge_fsdp_weights: joins sharded weights into one file; returns the file written. */
+inline std::string merge_weights(const std::string &checkpoint_dir, const std::string &output_path,
+                                 const std::string &options_json = "{}")
+{
+    char *out = nullptr;
+    check(accel_checkpoint_merge_weights(checkpoint_dir.c_str(), output_path.c_str(), options_json.c_str(), &out,
+                                         nullptr));
+    std::string s(out);
+    accel_string_free(out);
+    return s;
+}
+
 /** A CPU tensor owned by the library. */
 class Tensor : public detail::Handle<accel_tensor_t, accel_tensor_free> {
 public:

@@ -136,6 +136,32 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model
                                                                      const char *options_json) ACCEL_NOEXCEPT;
 
 /**
+ * Join sharded weights into one file (accelerate.utils.merge_fsdp_weights; the `accel merge-weights`
+ * command calls this): @p checkpoint_dir is a save_model folder with model.safetensors.index.json (or
+ * the index file), a save_state folder written with SHARDED_STATE_DICT, or its pytorch_model_fsdp_0/.
+ * Safetensors output is joined at the byte level (every safetensors dtype passes through, header as the
+ * reference writer makes it); pickle output is a torch.save archive of the state dict (an OrderedDict of
+ * tensors), as Accelerate writes pytorch_model.bin. Written to a temporary sibling, fsynced and renamed.
+ *
+ * @param checkpoint_dir UTF-8 path ("~" is expanded).
+ * @param output_path    A folder (created; model.safetensors or pytorch_model.bin is written into it), or a
+ *                       file name ending in ".safetensors" (safe) or ".bin" (pickle).
+ * @param options_json   NULL or {"safe_serialization": true, "remove_checkpoint_dir": false}: the latter
+ *                       deletes @p checkpoint_dir once the output is complete (refused when the output lies
+ *                       inside it).
+ * @param out_path       Receives the file written (free with accel_string_free()); may be NULL.
+ * @param out_count      Receives the number of tensors written; may be NULL.
+ * @return ACCEL_ERR_NOT_FOUND when there is no index or sharded folder; ACCEL_ERR_DATA_LOSS naming a
+ *         damaged file (a missing or truncated rank file included); ACCEL_ERR_INVALID_ARGUMENT for an
+ *         output name that does not fit the format, or a folder holding several models' weights;
+ *         ACCEL_ERR_UNIMPLEMENTED for pickle shards as input, or pickle output of a dtype LibTorch 1.13 lacks.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_checkpoint_merge_weights(const char *checkpoint_dir,
+                                                                        const char *output_path,
+                                                                        const char *options_json, char **out_path,
+                                                                        int64_t *out_count) ACCEL_NOEXCEPT;
+
+/**
  * Save callback of an object registered for checkpointing: set *out_data / *out_len to the bytes to
  * store (the memory stays the caller's; it must stay valid until the callback returns to the library,
  * which copies it at once). Return ACCEL_OK, or any other status to make save_state fail with it.

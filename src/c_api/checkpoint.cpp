@@ -3,6 +3,8 @@
 #include "c_api/guard.hpp"
 #include "c_api/handles.hpp"
 #include "accelerator/accelerator.hpp"
+#include "checkpointing/checkpointing.hpp"
+#include "common/files.hpp"
 #include "config/checkpoint_options.hpp"
 
 using accel::fail;
@@ -72,6 +74,43 @@ ACCEL_API accel_status_t accel_accelerator_load_state_with_options(accel_acceler
         auto opts = accel::config::parse_load_state_options(options_json, "options_json");
         std::string dir = a.load_state(optional_path(input_dir, "input_dir"), opts);
         if (out_dir != nullptr) *out_dir = owned_string(dir);
+    });
+}
+
+ACCEL_API accel_status_t accel_checkpoint_merge_weights(const char *checkpoint_dir, const char *output_path,
+                                                        const char *options_json, char **out_path,
+                                                        int64_t *out_count) noexcept
+{
+    return guarded([&] {
+        if (out_path != nullptr) *out_path = nullptr;
+        if (out_count != nullptr) *out_count = 0;
+        const char *in = checked_string(checkpoint_dir, "checkpoint_dir");
+        const char *out = checked_string(output_path, "output_path");
+        if (in[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "checkpoint_dir: must not be empty");
+        if (out[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "output_path: must not be empty");
+        const auto opts = accel::config::parse_merge_weights_options(options_json, "options_json");
+        const std::string input = accel::normalize_path(in);
+        std::string output = accel::normalize_path(out);
+        auto ends_with = [&output](const std::string &ext) {
+            return output.size() > ext.size() && output.compare(output.size() - ext.size(), ext.size(), ext) == 0;
+        };
+        const std::string ext = opts.safe_serialization ? ".safetensors" : ".bin";
+        if (ends_with(".safetensors") || ends_with(".bin")) {
+            if (!ends_with(ext))
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "output_path: \"" + output + "\" does not end in " + ext + ", which " +
+                                                     (opts.safe_serialization ? "safe_serialization" : "pickle output") +
+                                                     " writes");
+        } else {
+            accel::make_dirs(output);
+            output = accel::join(output, opts.safe_serialization ? "model.safetensors" : "pytorch_model.bin");
+        }
+        if (opts.remove_checkpoint_dir && (output + "/").rfind(input + "/", 0) == 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "options_json.remove_checkpoint_dir: the output \"" + output +
+                                                 "\" lies inside checkpoint_dir, which would be deleted");
+        const size_t n = accel::ckpt::merge_weights(input, output, opts.safe_serialization);
+        if (opts.remove_checkpoint_dir) accel::remove_all(input);
+        if (out_count != nullptr) *out_count = static_cast<int64_t>(n);
+        if (out_path != nullptr) *out_path = owned_string(output);
     });
 }
 

@@ -155,8 +155,8 @@ void AsyncCheckpoint::run()
     accel_status_t status = ACCEL_OK;
     std::string message;
     try {
-        // One thread: the write is off the critical path, and the training needs the cores (measured on 2
-        // cores: steps during the write x1.36 with one writer thread, x1.51 with two; BENCHMARKS.md).
+        // One thread: the write is off the critical path, and the training needs the cores (on 2 cores the
+        // steps ran 1.3-1.5x slower during a one-thread write, and two threads were no better; BENCHMARKS.md).
         write_checkpoint_files(prepared_, files_, 1);
         files_.clear(); // the staged copies are no longer needed
         if (prepared_.main) {

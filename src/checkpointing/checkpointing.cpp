@@ -15,6 +15,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -498,6 +499,40 @@ std::string five(size_t v)
     return hex5_buf;
 }
 } // namespace
+
+size_t merge_weights(const std::string &input, const std::string &output, bool safe)
+{
+    if (safe) return merge_safetensors_shards(input, output);
+    const MergeSource source(input);
+    TensorList tensors;
+    for (const auto &t : source.tensors()) {
+        const auto type = scalar_type_of(t.dtype);
+        if (!type)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "merge-weights: tensor \"" + t.name + "\" is " + st_dtype_name(t.dtype) +
+                                              ", which this LibTorch cannot hold in a pickle; merge it into "
+                                              "safetensors instead");
+        const std::vector<int64_t> shape(t.shape.begin(), t.shape.end());
+        const auto options = at::TensorOptions().dtype(*type);
+        // The readers checked each tensor's bytes against its shape; checked again before any copy.
+        unsigned __int128 need = c10::elementSize(*type);
+        for (uint64_t d : t.shape) need *= d;
+        if (need != t.nbytes())
+            fail(ACCEL_ERR_DATA_LOSS, "merge-weights: tensor \"" + t.name + "\" has " + std::to_string(t.nbytes()) +
+                                          " bytes, which do not match its shape");
+        at::Tensor x;
+        if (t.spans.size() == 1) { // one piece: written straight from the input's mapping
+            x = at::from_blob(const_cast<uint8_t *>(t.spans[0].first), shape, options);
+        } else {
+            x = at::empty(shape, options);
+            auto *dst = static_cast<uint8_t *>(x.data_ptr());
+            for (const auto &[data, len] : t.spans) dst = static_cast<uint8_t *>(std::memcpy(dst, data, len)) + len;
+        }
+        tensors.emplace_back(t.name, x);
+    }
+    write_weights_file(output, tensors, false);
+    fsync_dir(parent_of(output));
+    return tensors.size();
+}
 
 void write_model_weights(const std::string &dir, const TensorList &sd, bool safe, uint64_t max_shard_size)
 {

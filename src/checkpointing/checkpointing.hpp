@@ -104,6 +104,12 @@ void write_model_weights(const std::string &dir, const TensorList &state_dict, b
 // A .safetensors or torch file, or a folder (sharded with an index, or a single weights file).
 TensorList read_model_weights(const std::string &path);
 
+// Accelerate's merge_fsdp_weights (`accel merge-weights`): joins the weights of `input` (merge_weights.hpp's
+// MergeSource: safetensors shards with an index, or a SHARDED_STATE_DICT folder) into the file `output`:
+// safetensors at the byte level, or (`safe` false) a torch.save pickle of the state dict, as
+// pytorch_model.bin is (UNIMPLEMENTED for a dtype this LibTorch lacks). Returns the number of tensors.
+size_t merge_weights(const std::string &input, const std::string &output, bool safe);
+
 // ---- pieces exposed for tests ----------------------------------------------------------------------
 
 // The first run of digits in a name ("checkpoint_10" -> 10), or nullopt.

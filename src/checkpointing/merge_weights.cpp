@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -40,28 +39,8 @@ std::vector<std::string> index_shard_files(const std::string &index_path)
 namespace {
 
 // Writes the entries' header and data into a temporary sibling of `output`, then renames it into place.
-void write_merged(std::vector<StWriteEntry> &entries, const std::string &output,
-                  const std::function<void(OutFile &, const StWriteEntry &)> &write_data)
+void write_merged(const std::vector<MergedTensor> &tensors, const std::string &output)
 {
-    StringMap meta{{"format", "pt"}};
-    std::string header = build_st_header(entries, &meta);
-    const std::string tmp = join(parent_of(output), "." + basename_of(output) + ".accel-tmp");
-    {
-        OutFile f(tmp);
-        f.write(header.data(), header.size());
-        for (const auto &e : entries)
-            if (e.nbytes > 0) write_data(f, e);
-        f.close();
-    }
-    if (std::rename(tmp.c_str(), output.c_str()) != 0) fail_errno(errno, "cannot rename to", output);
-    fsync_dir(parent_of(output));
-}
-
-// A SHARDED_STATE_DICT folder: each tensor's pieces, in offset order, are its bytes.
-size_t merge_sharded(const std::string &dir, const std::string &output)
-{
-    const ShardedFolder folder(dir);
-    const auto &tensors = folder.meta().tensors;
     std::vector<StWriteEntry> entries;
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -69,31 +48,59 @@ size_t merge_sharded(const std::string &dir, const std::string &output)
         e.name = tensors[i].name;
         e.dtype = tensors[i].dtype;
         e.shape = tensors[i].shape;
-        for (size_t p = 0; p < tensors[i].pieces.size(); ++p) e.nbytes += folder.piece_bytes(i, p);
+        e.nbytes = tensors[i].nbytes();
         index[e.name] = i;
         entries.push_back(std::move(e));
     }
-    write_merged(entries, output, [&](OutFile &f, const StWriteEntry &e) {
-        const size_t i = index.at(e.name);
-        for (size_t p = 0; p < tensors[i].pieces.size(); ++p) f.write(folder.piece_data(i, p), folder.piece_bytes(i, p));
-    });
-    return entries.size();
+    StringMap meta{{"format", "pt"}};
+    std::string header = build_st_header(entries, &meta); // orders `entries` as the reference writer does
+    const std::string tmp = join(parent_of(output), "." + basename_of(output) + ".accel-tmp");
+    {
+        OutFile f(tmp);
+        f.write(header.data(), header.size());
+        for (const auto &e : entries)
+            for (const auto &[data, len] : tensors[index.at(e.name)].spans) f.write(data, len);
+        f.close();
+    }
+    if (std::rename(tmp.c_str(), output.c_str()) != 0) fail_errno(errno, "cannot rename to", output);
+    fsync_dir(parent_of(output));
 }
 
 } // namespace
 
-size_t merge_safetensors_shards(const std::string &input, const std::string &output)
+uint64_t MergedTensor::nbytes() const
 {
-    std::string index = input;
+    uint64_t n = 0;
+    for (const auto &span : spans) n += span.second;
+    return n;
+}
+
+MergeSource::MergeSource(const std::string &input)
+{
     // A checkpoint folder of save_state with SHARDED_STATE_DICT, or its pytorch_model_fsdp_{i} folder.
-    if (is_sharded_folder(input)) return merge_sharded(input, output);
-    if (is_sharded_folder(join(input, sharded_model_folder(0)))) {
+    std::string sharded;
+    if (is_sharded_folder(input)) {
+        sharded = input;
+    } else if (is_sharded_folder(join(input, sharded_model_folder(0)))) {
         if (is_dir(join(input, sharded_model_folder(1))))
             fail(ACCEL_ERR_INVALID_ARGUMENT, "\"" + input + "\" holds the weights of several models (" +
                                                  sharded_model_folder(0) + ", " + sharded_model_folder(1) +
                                                  ", ...); name the folder of the one to merge");
-        return merge_sharded(join(input, sharded_model_folder(0)), output);
+        sharded = join(input, sharded_model_folder(0));
     }
+    if (!sharded.empty()) {
+        // Each tensor's pieces, in offset order, are its bytes.
+        folder_ = std::make_unique<ShardedFolder>(sharded);
+        const auto &meta = folder_->meta().tensors;
+        for (size_t i = 0; i < meta.size(); ++i) {
+            MergedTensor t{meta[i].name, meta[i].dtype, meta[i].shape, {}};
+            for (size_t p = 0; p < meta[i].pieces.size(); ++p)
+                t.spans.emplace_back(folder_->piece_data(i, p), folder_->piece_bytes(i, p));
+            tensors_.push_back(std::move(t));
+        }
+        return;
+    }
+    std::string index = input;
     if (is_dir(input)) {
         index = join(input, "model.safetensors.index.json");
         if (!exists(index)) {
@@ -109,28 +116,27 @@ size_t merge_safetensors_shards(const std::string &input, const std::string &out
         }
     }
     const std::string dir = parent_of(index);
-    std::vector<std::unique_ptr<MappedFile>> maps;
-    std::vector<StWriteEntry> entries;
     std::set<std::string> names;
     for (const auto &file : index_shard_files(index)) {
         const std::string path = join(dir, file);
-        maps.push_back(std::make_unique<MappedFile>(path));
-        const MappedFile &m = *maps.back();
+        maps_.push_back(std::make_unique<MappedFile>(path));
+        const MappedFile &m = *maps_.back();
         StHeader h = parse_st_header(m.data(), m.size(), path);
         for (const auto &t : h.tensors) {
             if (!names.insert(t.name).second)
                 fail(ACCEL_ERR_DATA_LOSS, path + ": tensor \"" + t.name + "\" also appears in another shard");
-            StWriteEntry e;
-            e.name = t.name;
-            e.dtype = t.dtype;
-            e.shape = t.shape;
-            e.nbytes = t.nbytes();
-            e.data = m.data() + h.data_start() + t.begin;
-            entries.push_back(std::move(e));
+            tensors_.push_back({t.name, t.dtype, t.shape, {{m.data() + h.data_start() + t.begin, t.nbytes()}}});
         }
     }
-    write_merged(entries, output, [](OutFile &f, const StWriteEntry &e) { f.write(e.data, e.nbytes); });
-    return entries.size();
+}
+
+MergeSource::~MergeSource() = default;
+
+size_t merge_safetensors_shards(const std::string &input, const std::string &output)
+{
+    const MergeSource source(input);
+    write_merged(source.tensors(), output);
+    return source.tensors().size();
 }
 
 } // namespace accel::ckpt

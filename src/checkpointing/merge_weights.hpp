@@ -2,10 +2,39 @@
 // LibTorch, so every safetensors dtype passes through). Used by src/cli/.
 #pragma once
 
+#include "checkpointing/sharded_folder.hpp"
+
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace accel::ckpt {
+
+// One tensor of a merge's input; its bytes are `spans`, in order (in files its MergeSource keeps mapped).
+struct MergedTensor {
+    std::string name;
+    StDtype dtype = StDtype::F32;
+    std::vector<uint64_t> shape;
+    std::vector<std::pair<const uint8_t *, uint64_t>> spans;
+    uint64_t nbytes() const;
+};
+
+// The weights to merge, opened and checked: a folder holding model.safetensors.index.json (or the index
+// file itself), a SHARDED_STATE_DICT folder (sharded_folder.hpp), or a save_state folder holding
+// pytorch_model_fsdp_0/. Errors: NOT_FOUND, DATA_LOSS naming the file, UNIMPLEMENTED for pickle shards.
+class MergeSource {
+public:
+    explicit MergeSource(const std::string &input);
+    ~MergeSource();
+    const std::vector<MergedTensor> &tensors() const { return tensors_; }
+
+private:
+    std::unique_ptr<ShardedFolder> folder_;
+    std::vector<std::unique_ptr<MappedFile>> maps_;
+    std::vector<MergedTensor> tensors_;
+};
 
 // `input`: a folder holding model.safetensors.index.json (or the index file itself), a SHARDED_STATE_DICT
 // folder (sharded_folder.hpp), or a save_state folder holding pytorch_model_fsdp_0/. Writes `output`

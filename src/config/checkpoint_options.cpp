@@ -76,6 +76,17 @@ LoadStateOptions parse_load_state_options(const char *json, const char *what)
     return o;
 }
 
+MergeWeightsOptions parse_merge_weights_options(const char *json, const char *what)
+{
+    MergeWeightsOptions o;
+    JsonDocument doc(json == nullptr ? "{}" : json, what);
+    JsonObject root(doc.root(), what);
+    o.safe_serialization = root.get_bool("safe_serialization", true);
+    o.remove_checkpoint_dir = root.get_bool("remove_checkpoint_dir", false);
+    root.finish();
+    return o;
+}
+
 SaveModelOptions parse_save_model_options(const char *json, const char *what)
 {
     SaveModelOptions o;

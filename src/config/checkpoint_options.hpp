@@ -24,6 +24,11 @@ struct SaveModelOptions {
     bool safe_serialization = true;
 };
 
+struct MergeWeightsOptions {
+    bool safe_serialization = true;     // model.safetensors (else pytorch_model.bin)
+    bool remove_checkpoint_dir = false; // delete the input once the output is written
+};
+
 struct LoadCheckpointOptions {
     bool strict = false;
     std::optional<accel_dtype_t> dtype; // floating-point tensors are converted to it first
@@ -34,6 +39,7 @@ SaveStateOptions parse_save_state_options(const char *json, const char *what);
 LoadStateOptions parse_load_state_options(const char *json, const char *what);
 SaveModelOptions parse_save_model_options(const char *json, const char *what);
 LoadCheckpointOptions parse_load_checkpoint_options(const char *json, const char *what);
+MergeWeightsOptions parse_merge_weights_options(const char *json, const char *what);
 
 // "5GB", "200MB", "10KB", "1TB" (decimal units, case-insensitive, as huggingface_hub) or a number of
 // bytes; `where` names the value in the message.

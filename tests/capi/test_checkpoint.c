@@ -520,6 +520,30 @@ static void test_save_model_shards(void)
             CHECK(system(cmd) != 0);
         }
     }
+    /* The library call behind it, pickle output (merge_fsdp_weights(safe_serialization=False)): a torch.save
+     * archive of the state dict that loads back equal. */
+    {
+        char merged[700], inside[700], *written = NULL;
+        int64_t count = 0;
+        snprintf(merged, sizeof merged, "%s/merged_bin", g_root);
+        snprintf(inside, sizeof inside, "%s/out", dir);
+        rm_rf(merged);
+        CHECK_OK(accel_checkpoint_merge_weights(dir, merged, "{\"safe_serialization\": false}", &written, &count));
+        CHECK(written != NULL && strstr(written, "/merged_bin/pytorch_model.bin") != NULL && count == 6);
+        accel_string_free(written);
+        CHECK_OK(accel_model_load_checkpoint(m2, merged, "{\"strict\": true}"));
+        n2 = model_floats(m2, w2, MAXW);
+        CHECK(n1 == n2 && memcmp(w1, w2, n1 * sizeof(float)) == 0);
+        CHECK_FAILS(accel_checkpoint_merge_weights(dir, "/tmp/x.bin", NULL, NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT,
+                    "output_path");
+        CHECK_FAILS(accel_checkpoint_merge_weights(NULL, merged, NULL, NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT,
+                    "checkpoint_dir");
+        CHECK_FAILS(accel_checkpoint_merge_weights(dir, merged, "{\"unsafe\": true}", NULL, NULL),
+                    ACCEL_ERR_INVALID_ARGUMENT, "options_json");
+        CHECK_FAILS(accel_checkpoint_merge_weights(dir, inside, "{\"remove_checkpoint_dir\": true}", NULL, NULL),
+                    ACCEL_ERR_INVALID_ARGUMENT, "remove_checkpoint_dir");
+        CHECK(file_exists(dir, "model.safetensors.index.json"));
+    }
     /* Bad inputs. */
     CHECK_FAILS(accel_model_load_checkpoint(m2, "/nonexistent/x", NULL), ACCEL_ERR_NOT_FOUND, "path");
     CHECK_FAILS(accel_model_load_checkpoint(NULL, dir, NULL), ACCEL_ERR_INVALID_ARGUMENT, "model");

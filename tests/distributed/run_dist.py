@@ -534,6 +534,25 @@ def scenario_resume(a):
             sys.exit("merge-weights of the sharded checkpoint (%d bytes) differs from the FULL save (%d bytes)"
                      % (len(got), len(want)))
         log("merge-weights equals the FULL save byte for byte (%d bytes)" % len(got))
+        # --unsafe_serialization: pytorch_model.bin, which Python's torch reads as the same tensors.
+        run([os.path.join(a.bin, "bin", "accel"), "merge-weights", "--unsafe_serialization", ckpt, merged])
+        check = ("import json, struct, sys, numpy, torch\n"
+                 "raw = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', raw[:8])[0]\n"
+                 "head = json.loads(raw[8:8 + n]); head.pop('__metadata__', None)\n"
+                 "sd = torch.load(sys.argv[2])\n"
+                 "assert sorted(sd) == sorted(head), (sorted(sd), sorted(head))\n"
+                 "for k, h in head.items():\n"
+                 "    assert h['dtype'] == 'F32' and list(sd[k].shape) == h['shape'], k\n"
+                 "    b, e = h['data_offsets']\n"
+                 "    want = numpy.frombuffer(raw[8 + n + b:8 + n + e], dtype='<f4').reshape(h['shape'])\n"
+                 "    assert numpy.array_equal(sd[k].numpy(), want), k\n"
+                 "print(len(sd))\n")
+        py = shutil.which("python3", path="/usr/bin")
+        if py and subprocess.run([py, "-c", "import torch, numpy"], capture_output=True).returncode == 0:
+            p = run([py, "-c", check, os.path.join(merged, "model.safetensors"), os.path.join(merged, "pytorch_model.bin")])
+            log("merge-weights --unsafe_serialization: torch.load reads the same %s tensors" % p.stdout.strip())
+        else:
+            log("SKIP the torch.load check of pytorch_model.bin: /usr/bin/python3 has no torch")
     resume_config = a.resume_config or a.config
     resume_np = a.resume_np or a.np
     resume_batch = a.batch * a.np // resume_np  # the same global batch

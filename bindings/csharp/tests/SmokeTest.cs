@@ -234,6 +234,11 @@ namespace Accel.Tests
                             string key = model.StateDictKey(i);
                             Assert.IsTrue(model.GetTensor(key).ToFloatArray().SequenceEqual(other.GetTensor(key).ToFloatArray()), key);
                         }
+                        // The shards merged into one pytorch_model.bin (merge_fsdp_weights) load the same weights.
+                        string merged = Library.MergeWeights(exported, Path.Combine(dir, "merged"), "{\"safe_serialization\": false}");
+                        Assert.IsTrue(merged.EndsWith("pytorch_model.bin"), merged);
+                        other.LoadCheckpoint(merged, "{\"strict\": true}");
+                        Assert.IsTrue(model.GetTensor(k).ToFloatArray().SequenceEqual(other.GetTensor(k).ToFloatArray()), "merged");
                         Assert.Throws<NotFoundError>(() => other.LoadCheckpoint(Path.Combine(dir, "missing")));
                     }
                 }

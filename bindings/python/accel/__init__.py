@@ -31,7 +31,7 @@ if _core.abi_version() != _core.BUILT_ABI_VERSION:
 
 from .core import (  # noqa: E402
     Accelerator, Batch, DataLoader, Model, Optimizer, Scheduler, StateDictEntries, Tensor, TrackerCallback,
-    abi_version, build_info_json, compute_loss, dtype_size, process_count, process_index,
+    abi_version, build_info_json, compute_loss, dtype_size, merge_weights, process_count, process_index,
     process_is_local_main, process_is_main, process_local_count, process_local_index, set_seed, status_name,
     version_number, version_string,
 )
@@ -53,7 +53,7 @@ _install_process_decorators(Accelerator)
 __version__ = version_string()
 __all__ = [
     "Accelerator", "Batch", "DataLoader", "Model", "Optimizer", "Scheduler", "Tensor", "TrackerCallback", "tensor",
-    "abi_version", "build_info_json", "compute_loss", "dtype_size", "process_count", "process_index",
+    "abi_version", "build_info_json", "compute_loss", "dtype_size", "merge_weights", "process_count", "process_index",
     "process_is_local_main", "process_is_main", "process_local_count", "process_local_index", "set_seed",
     "status_name", "version_number", "version_string",
     "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL",

@@ -307,6 +307,13 @@ def test_checkpoint_options_blobs_and_save_model():
         for i in range(model.state_dict_size()):
             key = model.state_dict_key(i)
             assert other.get_tensor(key).tolist() == model.get_tensor(key).tolist()
+        # The shards merged into one pytorch_model.bin (merge_fsdp_weights) load the same weights.
+        merged = accel.merge_weights(exported, os.path.join(d, "merged"), '{"safe_serialization": false}')
+        assert merged == os.path.join(d, "merged", "pytorch_model.bin")
+        other.load_checkpoint(merged, '{"strict": true}')
+        assert other.get_tensor(first_key).tolist() == model.get_tensor(first_key).tolist()
+        with pytest.raises(accel.NotFoundError):
+            accel.merge_weights(os.path.join(d, "missing"), os.path.join(d, "merged"))
         with pytest.raises(accel.NotFoundError):
             other.load_checkpoint(os.path.join(d, "missing"))
         acc.close()

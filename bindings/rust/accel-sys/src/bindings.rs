@@ -796,6 +796,15 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_checkpoint_merge_weights(
+        checkpoint_dir: *const core::ffi::c_char,
+        output_path: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+        out_path: *mut *mut core::ffi::c_char,
+        out_count: *mut i64,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_save_model(
         accelerator: *mut accel_accelerator_t,
         model: *const accel_model_t,

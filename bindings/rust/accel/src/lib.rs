@@ -190,6 +190,21 @@ pub fn set_seed(seed: u64, device_specific: bool, deterministic: bool) -> Result
     check(unsafe { sys::accel_random_set_seed(seed, device_specific, deterministic) })
 }
 
+/// Join sharded weights (save_model shards with an index, or a SHARDED_STATE_DICT checkpoint) into one file,
+/// as accelerate.utils.merge_fsdp_weights; `options` e.g. `{"safe_serialization": false}`. Returns the file
+/// written and the number of tensors.
+pub fn merge_weights(checkpoint_dir: &str, output_path: &str, options: Option<&str>) -> Result<(String, i64)> {
+    let dir = cstring("checkpoint_dir", checkpoint_dir)?;
+    let out = cstring("output_path", output_path)?;
+    let options = opt_cstring("options_json", options)?;
+    let mut path: *mut c_char = ptr::null_mut();
+    let mut count: i64 = 0;
+    check(unsafe {
+        sys::accel_checkpoint_merge_weights(dir.as_ptr(), out.as_ptr(), opt_ptr(&options), &mut path, &mut count)
+    })?;
+    Ok((unsafe { owned_string(path) }, count))
+}
+
 /// Build facts (versions, CUDA, backends) as JSON.
 pub fn build_info_json() -> Result<String> {
     let mut s: *mut c_char = ptr::null_mut();

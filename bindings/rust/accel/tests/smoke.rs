@@ -272,6 +272,15 @@ fn checkpoint_options_blobs_and_save_model() -> accel::Result<()> {
         let name = model.parameter_name(i)?.to_string();
         assert_eq!(other.get_tensor(&name)?.to_vec::<f32>()?, model.get_tensor(&name)?.to_vec::<f32>()?);
     }
+    // The shards merged into one pytorch_model.bin (merge_fsdp_weights) load the same weights.
+    let (merged, count) = accel::merge_weights(
+        exported.to_str().unwrap(),
+        dir.join("merged").to_str().unwrap(),
+        Some(r#"{"safe_serialization": false}"#),
+    )?;
+    assert!(merged.ends_with("pytorch_model.bin") && count == model.num_parameters()? as i64, "{merged} {count}");
+    other.load_checkpoint(&merged, Some(r#"{"strict": true}"#))?;
+    assert_eq!(other.get_tensor(&p)?.to_vec::<f32>()?, model.get_tensor(&p)?.to_vec::<f32>()?);
     let missing = dir.join("missing");
     assert_eq!(other.load_checkpoint(missing.to_str().unwrap(), None).unwrap_err().status(), Status::NotFound);
     let _ = std::fs::remove_dir_all(&dir);

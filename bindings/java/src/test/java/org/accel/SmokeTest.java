@@ -338,6 +338,12 @@ class SmokeTest {
           String key = model.stateDictKey(i);
           assertArrayEquals(model.getTensor(key).toFloatArray(), other.getTensor(key).toFloatArray());
         }
+        // The shards merged into one pytorch_model.bin (merge_fsdp_weights) load the same weights.
+        String merged = Accel.mergeWeights(exported, dir.resolve("merged").toString(), "{\"safe_serialization\": false}");
+        assertTrue(merged.endsWith("pytorch_model.bin"), merged);
+        other.loadCheckpoint(merged, "{\"strict\": true}");
+        String k0 = model.stateDictKey(0);
+        assertArrayEquals(model.getTensor(k0).toFloatArray(), other.getTensor(k0).toFloatArray());
         assertThrows(NotFoundError.class, () -> other.loadCheckpoint(dir.resolve("missing").toString()));
       }
     } finally {
