@@ -11,15 +11,10 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
+#include "optimizer/offload_files.hpp"
 #include "precision/autocast.hpp"
 #include "precision/grad_scaler.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
-
-#include <torch/optim/adagrad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/rmsprop.h>
-#include <torch/optim/sgd.h>
 
 #include <sys/resource.h>
 
@@ -133,6 +128,12 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
     if (clip > 0.0 && state_->scaler)
         fail(ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.gradient_clipping: clipping inside the step together with "
                                       "fp16's loss scaler is not yet supported by accel");
+    // The offload folder first: a path that cannot be used fails before anything changes.
+    const auto &s = state_->config.sharding;
+    std::unique_ptr<OffloadFiles> files;
+    if (s.offload_optimizer_device == "nvme")
+        files = std::make_unique<OffloadFiles>(s.offload_optimizer_nvme_path, state_->process_index(),
+                                               s.offload_optimizer_nvme_path_key);
     auto before = [weak, clip] {
         // DeepSpeed clips inside its step (gradient_clipping); the inner step runs right after.
         if (auto e = weak.lock())
@@ -147,6 +148,7 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
             if (auto e = weak.lock()) e->zero_grad();
         },
         before);
+    if (s.offload_optimizer_device != "none") optimizer->offload(s.offload_optimizer_device, std::move(files));
 }
 
 void Accelerator::free_memory()
@@ -191,32 +193,6 @@ void Accelerator::summon_full_params(Model &model, bool on)
     e->summon_full_params(on);
 }
 
-namespace {
-// Bytes of the optimizer's state tensors (exp_avg, momentum buffers, ...).
-int64_t optimizer_state_bytes(torch::optim::Optimizer &o)
-{
-    int64_t n = 0;
-    auto add = [&n](const at::Tensor &t) {
-        if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
-    };
-    for (const auto &kv : o.state()) {
-        auto *st = kv.second.get();
-        if (auto *a = dynamic_cast<torch::optim::AdamParamState *>(st)) {
-            add(a->exp_avg()), add(a->exp_avg_sq()), add(a->max_exp_avg_sq());
-        } else if (auto *w = dynamic_cast<torch::optim::AdamWParamState *>(st)) {
-            add(w->exp_avg()), add(w->exp_avg_sq()), add(w->max_exp_avg_sq());
-        } else if (auto *g = dynamic_cast<torch::optim::SGDParamState *>(st)) {
-            add(g->momentum_buffer());
-        } else if (auto *d = dynamic_cast<torch::optim::AdagradParamState *>(st)) {
-            add(d->sum());
-        } else if (auto *r = dynamic_cast<torch::optim::RMSpropParamState *>(st)) {
-            add(r->square_avg()), add(r->momentum_buffer()), add(r->grad_avg());
-        }
-    }
-    return n;
-}
-} // namespace
-
 std::string Accelerator::memory_stats_json() const
 {
     const auto &sc = state_->config.sharding;
@@ -244,16 +220,21 @@ std::string Accelerator::memory_stats_json() const
             // DDP keeps a flat copy of every gradient in its buckets (reported apart from model state).
             if (auto *d = ddp_of(m)) buckets = d->stats().bucket_bytes;
         }
-        int64_t opt = 0;
+        int64_t opt = 0, offloaded = 0, peak_opt = 0;
         for (const auto &o : optimizers_)
-            if (o->model().get() == &m) opt += optimizer_state_bytes(o->torch_optimizer());
+            if (o->model().get() == &m) {
+                opt += o->state_bytes();
+                offloaded += o->offloaded_bytes();
+                peak_opt += o->peak_state_bytes();
+            }
         const int64_t state = params + grads + opt;
         out += std::string(i ? ", " : "") + "{\"parameter_bytes\": " + std::to_string(params) +
                ", \"gradient_bytes\": " + std::to_string(grads) + ", \"optimizer_state_bytes\": " + std::to_string(opt) +
                ", \"model_state_bytes\": " + std::to_string(state) + ", \"gathered_bytes\": " + std::to_string(gathered) +
                ", \"peak_gathered_bytes\": " + std::to_string(peak_gathered) +
                ", \"peak_parameter_gradient_gathered_bytes\": " + std::to_string(std::max(peak_state, params + grads + gathered)) +
-               ", \"ddp_bucket_bytes\": " + std::to_string(buckets) + ", \"offloaded_bytes\": 0, \"num_units\": " + std::to_string(units) + "}";
+               ", \"ddp_bucket_bytes\": " + std::to_string(buckets) + ", \"offloaded_bytes\": " + std::to_string(offloaded) +
+               ", \"peak_optimizer_state_bytes\": " + std::to_string(peak_opt) + ", \"num_units\": " + std::to_string(units) + "}";
     }
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);

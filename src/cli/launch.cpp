@@ -337,7 +337,7 @@ int launch_main(int argc, char **argv)
         if (s->env != nullptr) extra_env[s->env] = v;
         else if (!o.quiet)
             std::fprintf(stderr, "accel launch: warning: --%s does not apply (accel launch starts the processes "
-                                 "itself; offload is not yet supported)\n", name.c_str());
+                                 "itself; give an nvme path in the program's deepspeed_plugin config)\n", name.c_str());
     }
     if (o.grad_accum) extra_env.erase("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"); // the flag (or top-level key) wins
     if (o.use_fsdp) extra_env["ACCELERATE_USE_FSDP"] = "true";

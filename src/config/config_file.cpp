@@ -218,8 +218,8 @@ const std::vector<ShardingSetting> &sharding_settings()
         {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", false},
         {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", false},
         {"gradient_accumulation_steps", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", false},
-        // Accelerate's launcher does not export these; with an offload device other than "none" (which the
-        // library refuses until offload lands) they would matter.
+        // Accelerate's launcher does not export these: the program's deepspeed_plugin config (or hf_ds_config)
+        // names the folder.
         {"offload_optimizer_nvme_path", nullptr, false},
         {"offload_param_nvme_path", nullptr, false},
         // The DeepSpeed launcher's own settings (multi-node ssh/pdsh starts): accel launch starts processes itself.
@@ -452,7 +452,8 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
             const std::string value = env_text(r, where, kv.second);
             if (setting->env != nullptr) c.sharding_env[setting->env] = value;
             else if (value != "none" && !value.empty())
-                warn(where, "does not apply to accel launch (it starts the processes itself; offload is not yet supported)");
+                warn(where, "does not apply to accel launch (it starts the processes itself; give an nvme path in the "
+                           "program's deepspeed_plugin config)");
         }
     }
     for (const auto &s : kEngineSections) {

@@ -22,8 +22,8 @@ namespace accel::config {
 
 namespace {
 
-constexpr const char *kOffloadIssue = "offloading is not yet supported by accel (it comes with issue 16, sharded "
-                                      "checkpoints and offload)";
+constexpr const char *kOffloadIssue = "offloading parameters is not yet supported by accel (optimizer state can be "
+                                      "offloaded: offload_optimizer_device \"cpu\" or \"nvme\")";
 
 std::string upper(std::string s)
 {
@@ -295,12 +295,18 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
     if (!zero) fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": a DeepSpeed config must have a zero_optimization section");
     if (zero->is_string("stage")) number_or_auto(*zero, "stage", 0); // "auto": the plugin's zero_stage
     else s.zero_stage = zero->get_int("stage", 0, 0, 3);              // DeepSpeed's default is 0
-    for (const char *key : {"offload_optimizer", "offload_param"})
-        if (auto off = zero->get_object(key)) {
+    for (const std::string key : {"offload_optimizer", "offload_param"})
+        if (auto off = zero->get_object(key.c_str())) {
             std::string d = off->get_enum("device", "none", {"none", "cpu", "nvme"});
-            if (d != "none") fail(ACCEL_ERR_UNIMPLEMENTED, off->path_of("device") + ": \"" + d + "\": " + kOffloadIssue);
-            off->get_bool("pin_memory", false); // meaningful only with an offload device
-            off->get_optional_string("nvme_path");
+            if (key == "offload_param" && d != "none")
+                fail(ACCEL_ERR_UNIMPLEMENTED, off->path_of("device") + ": \"" + d + "\": " + kOffloadIssue);
+            off->get_bool("pin_memory", false); // page-locked host memory for GPU copies: nothing to lock in a CPU build
+            auto path = off->get_optional_string("nvme_path");
+            if (key == "offload_optimizer") {
+                s.offload_optimizer_device = d;
+                s.offload_optimizer_nvme_path = path.value_or("");
+                s.offload_optimizer_nvme_path_key = off->path_of("nvme_path");
+            }
             off->finish();
         }
     // Tuning knobs of DeepSpeed's own bucketing/prefetching have no counterpart in accel's per-unit engine:
@@ -414,16 +420,19 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
         }
         s.gradient_clipping = o.get_double("gradient_clipping", def, 0.0, 1e300);
     }
-    for (const char *key : {"offload_optimizer_device", "offload_param_device"}) {
-        std::string d = o.get_enum(key, "none", {"none", "cpu", "nvme"});
-        if (d != "none") fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of(key) + ": \"" + d + "\": " + kOffloadIssue);
+    s.offload_optimizer_device = o.get_enum("offload_optimizer_device", "none", {"none", "cpu", "nvme"});
+    if (std::string d = o.get_enum("offload_param_device", "none", {"none", "cpu", "nvme"}); d != "none")
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("offload_param_device") + ": \"" + d + "\": " + kOffloadIssue);
+    if (std::string p = o.get_string("offload_optimizer_nvme_path", "none"); p != "none") {
+        if (s.offload_optimizer_device != "nvme")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("offload_optimizer_nvme_path") + ": a path is only used with "
+                                             "offload_optimizer_device \"nvme\" (got \"" + s.offload_optimizer_device + "\")");
+        s.offload_optimizer_nvme_path = p;
     }
-    for (const char *key : {"offload_optimizer_nvme_path", "offload_param_nvme_path"}) {
-        std::string p = o.get_string(key, "none");
-        if (p != "none")
-            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": a path is only used with the \"nvme\" offload device, "
-                                             "which is not yet supported (issue 16)");
-    }
+    s.offload_optimizer_nvme_path_key = o.path_of("offload_optimizer_nvme_path");
+    if (o.get_string("offload_param_nvme_path", "none") != "none")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("offload_param_nvme_path") + ": a path is only used with "
+                                         "offload_param_device \"nvme\", and " + kOffloadIssue);
     if (o.has("zero3_init_flag") && o.get_bool("zero3_init_flag", false))
         fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("zero3_init_flag") + ": building the model already partitioned "
                                       "(deepspeed.zero.Init) is not yet supported by accel; every process builds the "
@@ -433,6 +442,15 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
     // fp16 without an fp16 block: Accelerate adds {"enabled": true, "auto_cast": true}, and ZeRO's scaler
     // takes its class defaults (DeepSpeedLossScale's).
     if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP16 && !c.grad_scaler.deepspeed) c.grad_scaler.deepspeed = DeepSpeedLossScale{};
+    if (s.offload_optimizer_device != "none" && s.zero_stage < 1)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("offload_optimizer_device") + ": \"" + s.offload_optimizer_device +
+                                         "\" offloads the partitioned optimizer state of ZeRO stages 1-3; zero_stage is 0");
+    if (s.offload_optimizer_device == "nvme" && s.offload_optimizer_nvme_path.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_optimizer_nvme_path_key + ": the \"nvme\" offload device needs the "
+                                         "folder to keep the optimizer state in");
+    if (s.offload_optimizer_device != "nvme" && !s.offload_optimizer_nvme_path.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_optimizer_nvme_path_key + ": a path is only used with the \"nvme\" "
+                                         "offload device (got \"" + s.offload_optimizer_device + "\")");
     s.strategy = "ZERO_" + std::to_string(s.zero_stage);
     s.shard_optimizer = s.zero_stage >= 1;
     s.shard_gradients = s.zero_stage >= 2;

@@ -38,6 +38,12 @@ struct ShardingConfig {
     int64_t zero_stage = -1;
     double gradient_clipping = 0.0;
     bool zero3_save_16bit_model = false;
+    // offload_optimizer_device (or hf_ds_config's zero_optimization.offload_optimizer): "none", "cpu" (the
+    // state stays in host memory, where this CPU build keeps it anyway; accounted as offloaded) or "nvme" (in
+    // files under offload_optimizer_nvme_path, resident only around each unit's step).
+    std::string offload_optimizer_device = "none";
+    std::string offload_optimizer_nvme_path;
+    std::string offload_optimizer_nvme_path_key; // the JSON path that set it, for messages
     // hf_ds_config's train_batch_size when a number while train_micro_batch_size_per_gpu is "auto" or absent:
     // prepare fills the micro batch from the data loader, as Accelerate, and checks the product.
     std::optional<int64_t> ds_train_batch_size_to_check;

@@ -2,6 +2,8 @@
 
 #include "common/error.hpp"
 #include "model/model.hpp"
+#include "optimizer/offload_files.hpp"
+#include "optimizer/optimizer_offload.hpp"
 #include "precision/grad_scaler.hpp"
 #include "state/accelerator_state.hpp"
 
@@ -10,6 +12,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
+
+#include <algorithm>
 
 namespace accel {
 
@@ -74,18 +78,59 @@ void AcceleratedOptimizer::step()
     GradScaler *scaler = prepared_by ? prepared_by->scaler.get() : nullptr;
     if (scaler == nullptr || !scaler->is_enabled()) {
         step_was_skipped_ = false;
-        optimizer_->step();
+        inner_step();
         if (after_step_) after_step_();
         return;
     }
     // Accelerate: scaler.step(optimizer) (unscales unless clipping already did, skips the step on
     // inf/NaN), then scaler.update(); the step was skipped if the inner step never ran.
     const bool stepped = scaler->step(this, params(), [this] {
-        optimizer_->step();
+        inner_step();
         if (after_step_) after_step_();
     });
     scaler->update();
     step_was_skipped_ = !stepped;
+}
+
+void AcceleratedOptimizer::inner_step()
+{
+    if (offload_) offload_->step([this] { optimizer_->step(); });
+    else optimizer_->step();
+}
+
+PyRef AcceleratedOptimizer::inner_state_dict() const
+{
+    if (!offload_) return resident_state_dict();
+    offload_->page_in_all();
+    PyRef sd = resident_state_dict(); // holds the tensors: paging out leaves new empty ones in the optimizer
+    offload_->page_out_all(/*changed=*/false);
+    return sd;
+}
+
+ApplyState AcceleratedOptimizer::inner_load_state_dict(const PyObj &state_dict, const std::string &what,
+                                                       const CopyFn &copy)
+{
+    if (!offload_) return resident_load_state_dict(state_dict, what, copy);
+    offload_->page_in_all(); // the loaded state is copied into the state tensors themselves
+    ApplyState apply = resident_load_state_dict(state_dict, what, copy);
+    return [this, apply = std::move(apply)] {
+        apply();
+        offload_->page_out_all(/*changed=*/true);
+    };
+}
+
+void AcceleratedOptimizer::offload(const std::string &device, std::unique_ptr<OffloadFiles> files)
+{
+    if (!layout_) fail(ACCEL_ERR_INTERNAL, "optimizer: only a sharded optimizer is offloaded");
+    offload_ = std::make_unique<OptimizerOffload>(*this, device, std::move(files));
+    offload_->page_out_all(/*changed=*/true); // state from before (a step before prepare, a load) goes out now
+}
+
+int64_t AcceleratedOptimizer::offloaded_bytes() const { return offload_ ? offload_->offloaded_bytes() : 0; }
+
+int64_t AcceleratedOptimizer::peak_state_bytes() const
+{
+    return offload_ && offload_->device() == "nvme" ? std::max(offload_->peak_resident_bytes(), state_bytes()) : state_bytes();
 }
 
 std::vector<at::Tensor> AcceleratedOptimizer::params() const
@@ -138,6 +183,7 @@ void AcceleratedOptimizer::unshard()
     auto options = optimizer_->param_groups()[0].options().clone();
     auto rebuilt = make_optimizer(params, config_);
     rebuilt->param_groups()[0].set_options(std::move(options));
+    offload_.reset(); // its files go; the state is in `state`
     optimizer_ = std::move(rebuilt);
     layout_.reset();
     after_step_ = after_zero_grad_ = before_step_ = nullptr;

@@ -20,6 +20,8 @@ class Optimizer;
 namespace accel {
 
 class Model;
+class OffloadFiles;
+class OptimizerOffload;
 struct AcceleratorState;
 
 class AcceleratedOptimizer {
@@ -65,18 +67,35 @@ public:
     // rank's shard (collective). Nothing when not sharded.
     void unshard();
 
+    // Optimizer offload (optimizer_offload.hpp; sharded only): `device` "cpu", or "nvme" with its files.
+    void offload(const std::string &device, std::unique_ptr<OffloadFiles> files);
+    // State bytes in memory now; kept outside it by offload; the most in memory at once (offload "nvme":
+    // during steps; else the bytes now).
+    int64_t state_bytes() const;
+    int64_t offloaded_bytes() const;
+    int64_t peak_state_bytes() const;
+    // A parameter's state tensors in its optimizer type's order (undefined where it has none; empty when it
+    // has no state yet), and putting such a list back (offloading).
+    std::vector<at::Tensor> state_tensors(const at::Tensor &param) const;
+    void set_state_tensors(const at::Tensor &param, const std::vector<at::Tensor> &tensors);
+
 private:
     config::OptimizerConfig config_;
     std::function<void()> after_step_, after_zero_grad_, before_step_;
     std::shared_ptr<const parallel::ShardLayout> layout_; // set while sharded
     // Optimizer.state_dict() / load_state_dict of the LibTorch optimizer as it is (over the shards when sharded).
+    // (With "nvme" offload, every shard's state is brought into memory for them, and out again after.)
     PyRef inner_state_dict() const;
+    PyRef resident_state_dict() const;
+    ApplyState resident_load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
+    void inner_step();
     PyRef unsharded_form(const PyObj &inner, const std::vector<PyRef> &per_param) const;
     ApplyState load_shard_form(const PyObj &sd, const ShardedSource *src, const std::string &what, const CopyFn &copy);
     ApplyState inner_load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
     bool may_act() const; // false while accumulating gradients
     std::shared_ptr<Model> model_;
     std::unique_ptr<torch::optim::Optimizer> optimizer_;
+    std::unique_ptr<OptimizerOffload> offload_; // after optimizer_: destroyed first
     bool step_was_skipped_ = false;
 };
 

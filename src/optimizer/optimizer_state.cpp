@@ -248,7 +248,7 @@ at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, const Copy
 
 } // namespace
 
-PyRef AcceleratedOptimizer::inner_state_dict() const
+PyRef AcceleratedOptimizer::resident_state_dict() const
 {
     optim::Optimizer &o = *optimizer_;
     auto state = py_dict();
@@ -297,7 +297,7 @@ PyRef AcceleratedOptimizer::inner_state_dict() const
     return out;
 }
 
-ApplyState AcceleratedOptimizer::inner_load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)
+ApplyState AcceleratedOptimizer::resident_load_state_dict(const PyObj &sd, const std::string &what, const CopyFn &copy)
 {
     Reader r{what};
     const auto [state, groups] = r.top_level(sd);
@@ -620,6 +620,36 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
     py_set(shard_form, "state", new_state);
     py_set(shard_form, "param_groups", py_list({group}));
     return inner_load_state_dict(shard_form, what, copy);
+}
+
+// ---- state tensors, for offloading -----------------------------------------------------------------
+
+std::vector<at::Tensor> AcceleratedOptimizer::state_tensors(const at::Tensor &param) const
+{
+    auto it = optimizer_->state().find(key_of(param));
+    if (it == optimizer_->state().end()) return {};
+    std::vector<at::Tensor> out;
+    for (const auto &st : type_of(optimizer_->param_groups()[0].options()).tensors) out.push_back(st.get(*it->second));
+    return out;
+}
+
+void AcceleratedOptimizer::set_state_tensors(const at::Tensor &param, const std::vector<at::Tensor> &tensors)
+{
+    auto it = optimizer_->state().find(key_of(param));
+    const auto &slots = type_of(optimizer_->param_groups()[0].options()).tensors;
+    if (it == optimizer_->state().end() || tensors.size() != slots.size())
+        fail(ACCEL_ERR_INTERNAL, "optimizer: state tensors put back for a parameter without that state");
+    for (size_t i = 0; i < slots.size(); ++i) slots[i].set(*it->second, tensors[i]);
+}
+
+int64_t AcceleratedOptimizer::state_bytes() const
+{
+    int64_t n = 0;
+    for (const auto &group : optimizer_->param_groups())
+        for (const auto &p : group.params())
+            for (const auto &t : state_tensors(p))
+                if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
+    return n;
 }
 
 } // namespace accel

@@ -1,9 +1,15 @@
 /* Sharded training through the C API in one process (the multi-process equivalence with DDP is in
  * tests/distributed): every strategy trains to the weights of plain training, sharded parameters are
  * readable only between summon_full_params_begin/end, memory statistics, and bad configurations named. */
+#define _POSIX_C_SOURCE 200809L
 #include "capi_helpers.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define N 64
 #define NIN 6
@@ -355,6 +361,123 @@ static void test_bad_wrap_class(void)
     accel_accelerator_free(acc);
 }
 
+/* Entries of `dir` whose name starts with `prefix` (-1: no such folder). */
+static int entries(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    if (d == NULL) return -1;
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) ++n;
+    closedir(d);
+    return n;
+}
+
+/* Optimizer offload (ZeRO-Offload "cpu", ZeRO-Infinity "nvme"): bit for bit the weights of the same
+ * strategy without it, through free_memory and preparing again; the state is out of memory between steps;
+ * the offload folder goes with the accelerator; a path that is a file and a full disk are named errors. */
+static void test_optimizer_offload(void)
+{
+    char base[256], config[1024], ref_config[512];
+    float ref[NPARAMS], got[NPARAMS];
+    snprintf(base, sizeof base, "/tmp/accel-offload-test-%d", (int)getpid());
+    snprintf(ref_config, sizeof ref_config,
+             "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 2, \"gradient_clipping\": 0.5}}");
+    train_freeing(ref_config, ref, 3);
+    snprintf(config, sizeof config,
+             "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 2, \"gradient_clipping\": 0.5, "
+             "\"offload_optimizer_device\": \"nvme\", \"offload_optimizer_nvme_path\": \"%s\"}}", base);
+    train_freeing(config, got, 3);
+    CHECK(memcmp(ref, got, sizeof ref) == 0);
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 2, \"gradient_clipping\": 0.5, "
+          "\"offload_optimizer_device\": \"cpu\"}}", got);
+    CHECK(memcmp(ref, got, sizeof ref) == 0);
+    CHECK(entries(base, "accel-optimizer-") == 0); /* the accelerator's folder went with it */
+
+    /* One step: the state is in the file afterwards, none of it in memory. */
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_tensor_t *x = NULL, *y = NULL, *out = NULL, *loss = NULL;
+    float xs[8 * NIN], ys[8 * NOUT];
+    char *stats = NULL;
+    int i;
+    for (i = 0; i < 8 * NIN; ++i) xs[i] = (float)sin(0.1 * i);
+    for (i = 0; i < 8 * NOUT; ++i) ys[i] = (float)cos(0.1 * i);
+    x = matrix_f32(xs, 8, NIN);
+    y = matrix_f32(ys, 8, NOUT);
+    snprintf(config, sizeof config,
+             "{\"deepspeed_plugin\": {\"zero_stage\": 3, \"offload_optimizer_device\": \"nvme\", "
+             "\"offload_optimizer_nvme_path\": \"%s\"}}", base);
+    CHECK_OK(accel_accelerator_create(config, &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+    CHECK(entries(base, "accel-optimizer-rank0-") == 1);
+    for (i = 0; i < 3; ++i) {
+        accel_status_t st;
+        CHECK_OK(accel_model_forward(m, x, &out));
+        CHECK_OK(accel_loss_compute("mse", out, y, &loss));
+        CHECK_OK(accel_accelerator_backward(acc, loss));
+        if (i == 1) {
+            /* A full disk (files above 1 KiB cannot be written: EFBIG): the step fails naming the file, and
+             * the state stays whole in memory, so the next step goes on from it. */
+            struct rlimit old, small;
+            signal(SIGXFSZ, SIG_IGN);
+            CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+            small = old;
+            small.rlim_cur = 1024;
+            CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+            st = accel_optimizer_step(opt);
+            CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+            CHECK(st == ACCEL_ERR_RESOURCE_EXHAUSTED);
+            CHECK(strstr(accel_last_error_message(), "optimizer offload: cannot write") != NULL);
+            CHECK(strstr(accel_last_error_message(), base) != NULL);
+        } else {
+            CHECK_OK(accel_optimizer_step(opt));
+        }
+        CHECK_OK(accel_optimizer_zero_grad(opt));
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+    }
+    CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &stats));
+    printf("offload nvme: %s\n", stats);
+    CHECK(strstr(stats, "\"optimizer_state_bytes\": 0,") != NULL);
+    CHECK(strstr(stats, "\"offloaded_bytes\": 0,") == NULL);
+    CHECK(strstr(stats, "\"peak_optimizer_state_bytes\": 0,") == NULL);
+    accel_string_free(stats);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+    CHECK(entries(base, "accel-optimizer-") == 0);
+
+    /* A path that is a file: named at prepare time. */
+    {
+        char file[300];
+        FILE *f;
+        snprintf(file, sizeof file, "%s/not-a-folder", base);
+        f = fopen(file, "w");
+        CHECK(f != NULL);
+        if (f) fclose(f);
+        snprintf(config, sizeof config,
+                 "{\"deepspeed_plugin\": {\"zero_stage\": 1, \"offload_optimizer_device\": \"nvme\", "
+                 "\"offload_optimizer_nvme_path\": \"%s\"}}", file);
+        CHECK_OK(accel_accelerator_create(config, &acc));
+        CHECK_OK(accel_model_create_from_json(kSpec, &m));
+        CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
+        CHECK_FAILS(accel_accelerator_prepare(acc, m, opt, NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT,
+                    "deepspeed_plugin.offload_optimizer_nvme_path");
+        accel_optimizer_free(opt);
+        accel_model_free(m);
+        accel_accelerator_free(acc);
+        remove(file);
+    }
+    accel_tensor_free(x);
+    accel_tensor_free(y);
+    rmdir(base);
+}
+
 int main(void)
 {
     test_strategies_match_plain_training();
@@ -363,5 +486,6 @@ int main(void)
     test_bad_wrap_class();
     test_deepspeed_fp16_scaler();
     test_deepspeed_auto_micro_batch();
+    test_optimizer_offload();
     return capi_report("test_sharding");
 }

@@ -140,6 +140,7 @@ def scenario_equivalence(a):
     e.update(extra_env)
     ref = os.path.join(tmp, "ref.bin")
     got = os.path.join(tmp, "got.bin")
+    a.config = a.config.replace("@TMP@", tmp)  # folders the run may write (offload)
     ref_config = a.ref_config or a.config
 
     def cmd_for(np_, out, batch, config):
@@ -179,6 +180,23 @@ def scenario_equivalence(a):
     check_close(rn, gn, a.tol, "clip_grad_norm total norms")
     if rp == gp:
         log("(bitwise identical)")
+    if a.expect_offload:
+        # Optimizer offload: the same state as the reference, out of memory after the step ("nvme": in the files,
+        # at most the bound in memory during it; "cpu": host memory, accounted as offloaded).
+        rs, gs = memory_stats(ref_out), memory_stats(p.stdout)
+        if not rs or len(gs) != a.np:
+            sys.exit("no memory statistics printed")
+        for r, g in zip(sorted(rs, key=lambda s: s["rank"]), sorted(gs, key=lambda s: s["rank"])):
+            want, m = r["models"][0]["optimizer_state_bytes"], g["models"][0]
+            log("rank %d: optimizer state %d bytes in memory, %d offloaded, at most %d in memory at once; without "
+                "offload %d" % (g["rank"], m["optimizer_state_bytes"], m["offloaded_bytes"],
+                                m["peak_optimizer_state_bytes"], want))
+            if m["offloaded_bytes"] != want or want == 0:
+                sys.exit("offloaded_bytes %d, expected the reference's optimizer state (%d)" % (m["offloaded_bytes"], want))
+            if a.expect_offload == "nvme" and (m["optimizer_state_bytes"] != 0 or not 0 < m["peak_optimizer_state_bytes"] <= want):
+                sys.exit("nvme: expected no optimizer state in memory after the step and a peak within (0, %d]" % want)
+        if os.path.isdir(os.path.join(tmp, "nvme")) and os.listdir(os.path.join(tmp, "nvme")):
+            sys.exit("the offload folders were left behind: %s" % os.listdir(os.path.join(tmp, "nvme")))
     if a.memory_ratio:
         rs, gs = memory_stats(ref_out), memory_stats(p.stdout)
         if not rs or not gs:
@@ -487,6 +505,7 @@ def scenario_resume(a):
     extra = dict(kv.split("=", 1) for kv in (a.env or []))
     e.update(extra)
     full, resumed, ckpt = (os.path.join(tmp, x) for x in ("full.bin", "resumed.bin", "ckpt"))
+    a.config = a.config.replace("@TMP@", tmp)  # folders the run may write (offload)
 
     def start(out, steps, extra_env, config, np_=a.np, batch=a.batch):
         env = dict(e, **extra_env)
@@ -668,6 +687,8 @@ def main():
     ap.add_argument("--widths", default="8,32,32,4")
     ap.add_argument("--gpt", default=None, help="train dist_train's gpt model: plain or checkpointing")
     ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--expect-offload", choices=["cpu", "nvme"], default=None,
+                    help="equivalence: check the optimizer offload accounting against the reference run")
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--expect-backend", default=None)
     ap.add_argument("--min-buckets", type=int, default=0)

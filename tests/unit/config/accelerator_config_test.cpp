@@ -697,9 +697,32 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
                               "fsdp_plugin.sharding_strategy: HYBRID_SHARD shards inside a node and replicates across "
                               "nodes, and this run has one node");
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"cpu_offload\": true}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "fsdp_plugin.cpu_offload: offloading is not yet supported by accel (it comes with issue 16");
-    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_optimizer_device\": \"cpu\"}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "deepspeed_plugin.offload_optimizer_device: \"cpu\": offloading is not yet supported");
+                              "fsdp_plugin.cpu_offload: offloading parameters is not yet supported by accel");
+    // Optimizer offload: "cpu", and "nvme" with its folder, for ZeRO stages 1-3.
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 2, \"offload_optimizer_device\": \"nvme\", "
+                                 "\"offload_optimizer_nvme_path\": \"/tmp/x\"}}");
+    EXPECT_EQ(c.sharding.offload_optimizer_device, "nvme");
+    EXPECT_EQ(c.sharding.offload_optimizer_nvme_path, "/tmp/x");
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 1, \"offload_optimizer_device\": \"cpu\"}}");
+    EXPECT_EQ(c.sharding.offload_optimizer_device, "cpu");
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                                 "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp/y\", "
+                                 "\"pin_memory\": true}}}}}");
+    EXPECT_EQ(c.sharding.offload_optimizer_device, "nvme");
+    EXPECT_EQ(c.sharding.offload_optimizer_nvme_path, "/tmp/y");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 2, \"offload_optimizer_device\": \"nvme\"}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.offload_optimizer_nvme_path: the \"nvme\" "
+                              "offload device needs the folder");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 0, \"offload_optimizer_device\": \"cpu\"}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.offload_optimizer_device: \"cpu\" offloads the "
+                              "partitioned optimizer state of ZeRO stages 1-3");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_optimizer_device\": \"cpu\", "
+                              "\"offload_optimizer_nvme_path\": \"/tmp/x\"}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.offload_optimizer_nvme_path: a path is only used");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2, "
+                              "\"offload_optimizer\": {\"device\": \"nvme\"}}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.offload_optimizer."
+                              "nvme_path: the \"nvme\" offload device needs the folder");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_param_device\": \"nvme\"}}", ACCEL_ERR_UNIMPLEMENTED,
                               "deepspeed_plugin.offload_param_device: ");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_param_device\": \"disk\"}}", ACCEL_ERR_INVALID_ARGUMENT,
@@ -791,10 +814,10 @@ TEST_F(AcceleratorConfigTest, ShardingFromEnvironment)
     c = parse_accelerator_config("{}");
     EXPECT_EQ(c.sharding.frontend, "deepspeed");
     EXPECT_EQ(c.sharding.zero_stage, 3);
-    setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu", 1);
+    setenv("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu", 1);
     EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_UNIMPLEMENTED,
-                              "ACCELERATE_DEEPSPEED_* environment variables: deepspeed_plugin.offload_optimizer_device: ");
-    unsetenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE");
+                              "ACCELERATE_DEEPSPEED_* environment variables: deepspeed_plugin.offload_param_device: ");
+    unsetenv("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE");
     unsetenv("ACCELERATE_DEEPSPEED_ZERO_STAGE");
     unsetenv("ACCELERATE_USE_DEEPSPEED");
     EXPECT_FALSE(parse_accelerator_config("{}").sharding.enabled());
