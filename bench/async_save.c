@@ -19,26 +19,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { W = 2048, BATCH = 16 };
-
 static accel_accelerator_t *acc;
-static accel_model_t *model;
-static accel_optimizer_t *opt;
-static accel_tensor_t *in, *lab;
+static BenchMlp mlp;
 
-static double step(void)
-{
-    accel_tensor_t *out = NULL, *loss = NULL;
-    double t0 = now();
-    CHECK(accel_model_forward(model, in, &out));
-    CHECK(accel_loss_compute("cross_entropy", out, lab, &loss));
-    CHECK(accel_accelerator_backward(acc, loss));
-    CHECK(accel_optimizer_step(opt));
-    CHECK(accel_optimizer_zero_grad(opt));
-    accel_tensor_free(out);
-    accel_tensor_free(loss);
-    return now() - t0;
-}
+static double step(void) { return bench_mlp_step(acc, &mlp); }
 
 /* Bytes of the regular files in `dir` and its sub-folders. */
 static uint64_t folder_bytes(const char *dir)
@@ -83,16 +67,7 @@ int main(int argc, char **argv)
     CHECK(accel_accelerator_get_process_index(acc, &rank));
     int32_t world = 1;
     CHECK(accel_accelerator_get_num_processes(acc, &world));
-    CHECK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [2048, 2048, 2048, 2048, 2048]}", &model));
-    CHECK(accel_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.0001}", &opt));
-    CHECK(accel_accelerator_prepare(acc, model, opt, NULL, NULL));
-    float *x = malloc((size_t)BATCH * W * sizeof(float));
-    int64_t y[BATCH];
-    for (int64_t i = 0; i < (int64_t)BATCH * W; ++i) x[i] = (float)(((i + rank) * 7919 % 1000) / 1000.0 - 0.5);
-    for (int i = 0; i < BATCH; ++i) y[i] = i % 10;
-    int64_t xs[2] = {BATCH, W}, ys[1] = {BATCH};
-    CHECK(accel_tensor_create(x, (size_t)BATCH * W * sizeof(float), ACCEL_DTYPE_FLOAT32, xs, 2, &in));
-    CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &lab));
+    mlp = bench_mlp(acc, rank);
     step(); /* the optimizer has its state from here on */
 
     double *plain = malloc((size_t)(rounds * during + 1) * sizeof(double));
@@ -148,11 +123,7 @@ int main(int argc, char **argv)
         printf("  step time without a save    %8.1f ms; during the write %.1f ms (x%.2f)\n", p * ms, l * ms, l / p);
         printf("  wait_for_checkpoint after the steps %8.1f ms\n", rs * ms);
     }
-    accel_tensor_free(in);
-    accel_tensor_free(lab);
-    accel_optimizer_free(opt);
-    accel_model_free(model);
+    bench_mlp_free(&mlp);
     accel_accelerator_free(acc);
-    free(x);
     return 0;
 }

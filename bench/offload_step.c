@@ -13,38 +13,16 @@
 
 #include <string.h>
 
-enum { W = 2048, BATCH = 16 };
-
 static void run(const char *name, const char *config, int steps, double *base_ms)
 {
     accel_accelerator_t *acc = NULL;
-    accel_model_t *model = NULL;
-    accel_optimizer_t *opt = NULL;
     CHECK(accel_random_set_seed(0, false, false));
     CHECK(accel_accelerator_create(config, &acc));
-    CHECK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [2048, 2048, 2048, 2048, 2048]}", &model));
-    CHECK(accel_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.0001}", &opt));
-    CHECK(accel_accelerator_prepare(acc, model, opt, NULL, NULL));
-    float *x = malloc((size_t)BATCH * W * sizeof(float));
-    int64_t y[BATCH];
-    for (int64_t i = 0; i < (int64_t)BATCH * W; ++i) x[i] = (float)((i * 7919 % 1000) / 1000.0 - 0.5);
-    for (int i = 0; i < BATCH; ++i) y[i] = i % 10;
-    int64_t xs[2] = {BATCH, W}, ys[1] = {BATCH};
-    accel_tensor_t *in = NULL, *lab = NULL;
-    CHECK(accel_tensor_create(x, (size_t)BATCH * W * sizeof(float), ACCEL_DTYPE_FLOAT32, xs, 2, &in));
-    CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &lab));
+    BenchMlp m = bench_mlp(acc, 0);
     double *t = malloc((size_t)steps * sizeof(double));
     for (int s = -2; s < steps; ++s) {
-        accel_tensor_t *out = NULL, *loss = NULL;
-        double t0 = now();
-        CHECK(accel_model_forward(model, in, &out));
-        CHECK(accel_loss_compute("cross_entropy", out, lab, &loss));
-        CHECK(accel_accelerator_backward(acc, loss));
-        CHECK(accel_optimizer_step(opt));
-        CHECK(accel_optimizer_zero_grad(opt));
-        if (s >= 0) t[s] = now() - t0;
-        accel_tensor_free(out);
-        accel_tensor_free(loss);
+        const double seconds = bench_mlp_step(acc, &m);
+        if (s >= 0) t[s] = seconds;
     }
     qsort(t, (size_t)steps, sizeof *t, cmp);
     const double ms = t[steps / 2] * 1e3;
@@ -62,11 +40,7 @@ static void run(const char *name, const char *config, int steps, double *base_ms
            name, ms, ms / *base_ms, in_memory / 1e6, peak / 1e6, offloaded / 1e6, nvme ? 2.0 * offloaded / 1e6 : 0.0);
     accel_string_free(stats);
     free(t);
-    free(x);
-    accel_tensor_free(in);
-    accel_tensor_free(lab);
-    accel_optimizer_free(opt);
-    accel_model_free(model);
+    bench_mlp_free(&m);
     accel_accelerator_free(acc);
 }
 

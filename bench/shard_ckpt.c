@@ -24,32 +24,13 @@ int main(int argc, char **argv)
     }
     const char *dir = argv[1], *config = argv[3];
     const int rounds = atoi(argv[2]);
-    enum { W = 2048, BATCH = 16 };
     accel_accelerator_t *acc = NULL;
-    accel_model_t *model = NULL;
-    accel_optimizer_t *opt = NULL;
     int32_t rank = 0;
     CHECK(accel_random_set_seed(0, false, false));
     CHECK(accel_accelerator_create(config, &acc));
     CHECK(accel_accelerator_get_process_index(acc, &rank));
-    CHECK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [2048, 2048, 2048, 2048, 2048]}", &model));
-    CHECK(accel_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.0001}", &opt));
-    CHECK(accel_accelerator_prepare(acc, model, opt, NULL, NULL));
-
-    /* one step, so that the optimizer has its state */
-    float *x = malloc((size_t)BATCH * W * sizeof(float));
-    int64_t y[BATCH];
-    for (int64_t i = 0; i < (int64_t)BATCH * W; ++i) x[i] = (float)(((i + rank) * 7919 % 1000) / 1000.0 - 0.5);
-    for (int i = 0; i < BATCH; ++i) y[i] = i % 10;
-    int64_t xs[2] = {BATCH, W}, ys[1] = {BATCH};
-    accel_tensor_t *in = NULL, *lab = NULL, *out = NULL, *loss = NULL;
-    CHECK(accel_tensor_create(x, (size_t)BATCH * W * sizeof(float), ACCEL_DTYPE_FLOAT32, xs, 2, &in));
-    CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &lab));
-    CHECK(accel_model_forward(model, in, &out));
-    CHECK(accel_loss_compute("cross_entropy", out, lab, &loss));
-    CHECK(accel_accelerator_backward(acc, loss));
-    CHECK(accel_optimizer_step(opt));
-    CHECK(accel_optimizer_zero_grad(opt));
+    BenchMlp m = bench_mlp(acc, rank);
+    bench_mlp_step(acc, &m); /* one step, so that the optimizer has its state */
 
     double *save = malloc((size_t)rounds * sizeof(double)), *load = malloc((size_t)rounds * sizeof(double));
     for (int i = 0; i < rounds; ++i) {
@@ -70,13 +51,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     free(save);
     free(load);
-    free(x);
-    accel_tensor_free(out);
-    accel_tensor_free(loss);
-    accel_tensor_free(in);
-    accel_tensor_free(lab);
-    accel_optimizer_free(opt);
-    accel_model_free(model);
+    bench_mlp_free(&m);
     accel_accelerator_free(acc);
     return 0;
 }
