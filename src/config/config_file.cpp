@@ -60,12 +60,20 @@ bool needs_quotes(const std::string &s)
            s.find(" #") != std::string::npos || s.back() == ' ' || s.back() == ':';
 }
 
-std::vector<std::string> sorted_keys(const YAML::Node &map)
+// A map's entries sorted by key text. Built through indices and copy construction: assigning a YAML::Node (as
+// std::sort would) overwrites the node it refers to; and values are kept, not looked up again by text, which
+// fails for keys that are not plain strings (a null key, found by fuzz_launch_config).
+std::vector<std::pair<std::string, YAML::Node>> sorted_entries(const YAML::Node &map)
 {
-    std::vector<std::string> keys;
-    for (const auto &x : map) keys.push_back(x.first.Scalar());
-    std::sort(keys.begin(), keys.end());
-    return keys;
+    std::vector<std::pair<std::string, YAML::Node>> entries;
+    for (const auto &kv : map) entries.emplace_back(kv.first.IsScalar() ? kv.first.Scalar() : std::string(), kv.second);
+    std::vector<size_t> order(entries.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entries[a].first < entries[b].first; });
+    std::vector<std::pair<std::string, YAML::Node>> sorted;
+    sorted.reserve(entries.size());
+    for (size_t i : order) sorted.emplace_back(entries[i]);
+    return sorted;
 }
 
 void emit(YAML::Emitter &e, const YAML::Node &n)
@@ -85,12 +93,10 @@ void emit(YAML::Emitter &e, const YAML::Node &n)
         e << YAML::EndSeq;
         break;
     case YAML::NodeType::Map: {
-        // Keys are sorted as strings and values looked up again: assigning a YAML::Node (as std::sort
-        // would) overwrites the node it refers to.
         e << YAML::BeginMap;
-        for (const auto &k : sorted_keys(n)) {
-            e << YAML::Key << k << YAML::Value;
-            emit(e, n[k]);
+        for (const auto &[key, value] : sorted_entries(n)) {
+            e << YAML::Key << key << YAML::Value;
+            emit(e, value);
         }
         e << YAML::EndMap;
         break;
@@ -650,13 +656,13 @@ void json_of(const YAML::Node &n, int indent, std::string &o)
 {
     const std::string pad(static_cast<size_t>(indent + 2), ' '), close(static_cast<size_t>(indent), ' ');
     if (n.IsMap()) {
-        const std::vector<std::string> keys = sorted_keys(n);
-        if (keys.empty()) { o += "{}"; return; }
+        const auto entries = sorted_entries(n);
+        if (entries.empty()) { o += "{}"; return; }
         o += "{\n";
-        for (size_t i = 0; i < keys.size(); ++i) {
-            o += pad + json_quote(keys[i]) + ": ";
-            json_of(n[keys[i]], indent + 2, o);
-            o += i + 1 < keys.size() ? ",\n" : "\n";
+        for (size_t i = 0; i < entries.size(); ++i) {
+            o += pad + json_quote(entries[i].first) + ": ";
+            json_of(entries[i].second, indent + 2, o);
+            o += i + 1 < entries.size() ? ",\n" : "\n";
         }
         o += close + "}";
     } else if (n.IsSequence()) {

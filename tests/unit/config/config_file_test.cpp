@@ -90,6 +90,11 @@ TEST(ConfigFile, ReadsJsonAsAccelerateWritesIt)
 TEST(ConfigFile, ErrorsNameTheFileAndTheKey)
 {
     accel_status_t code = ACCEL_OK;
+    // fuzz_launch_config's finding: a document that is not a mapping and holds a map with a null key was quoted
+    // back by looking values up by key text, which threw yaml-cpp's InvalidNode out of the reader.
+    EXPECT_NE(error_of(std::string("- :\n\x1c", 5), "n.yaml", &code).find("n.yaml: expected a mapping of keys"),
+              std::string::npos);
+    EXPECT_EQ(code, ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(error_of("debug: false\n", "x.yaml", &code).find("x.yaml: distributed_type: missing"), std::string::npos);
     EXPECT_EQ(code, ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(error_of("distributed_type: NO\nnum_processes: two\n").find("cfg.yaml: num_processes: expected an integer"),
