@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sharded training against DDP, 2 processes, in one run: per-rank model-state bytes (parameters + gradients +
 # optimizer state, from accel_accelerator_get_memory_stats_json after the last optimizer step), peak RSS and
-# median step time of DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP FULL_SHARD, for the medium MLP, an 8-block
-# transformer and an 8-block GPT, each with its ratio to DDP's. Usage: bash bench/shard_bench.sh [BUILD_DIR] [STEPS] [WARMUP]
+# median step time of DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP FULL_SHARD (also with prefetching, and with bf16
+# parameters and communication against DDP under bf16 autocast), for the medium MLP, an 8-block transformer
+# and an 8-block GPT, each with its ratio to DDP's (the bf16 rows: to DDP bf16's). Usage: bash bench/shard_bench.sh [BUILD_DIR] [STEPS] [WARMUP]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -18,13 +19,19 @@ for model in ("mlp", "transformer", "gpt"):
     block = {"transformer": "transformer_encoder_layer", "gpt": "gpt_block"}.get(model)
     wrap = ('"auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": ["%s"]' % block
             if block else '"auto_wrap_policy": "NO_WRAP"')
-    configs = [("DDP", "{}"),
-               ("ZeRO-1", '{"deepspeed_plugin": {"zero_stage": 1}}'),
-               ("ZeRO-2", '{"deepspeed_plugin": {"zero_stage": 2}}'),
-               ("ZeRO-3", '{"deepspeed_plugin": {"zero_stage": 3}}'),
-               ("FULL_SHARD", '{"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "sync_module_states": true, %s}}' % wrap)]
+    full = '"sharding_strategy": "FULL_SHARD", "sync_module_states": true, %s' % wrap
+    # (name, config, the row its ratios are to): bf16 sharding (16-bit parameters and communication) against
+    # DDP under bf16 autocast.
+    configs = [("DDP", "{}", "DDP"),
+               ("ZeRO-1", '{"deepspeed_plugin": {"zero_stage": 1}}', "DDP"),
+               ("ZeRO-2", '{"deepspeed_plugin": {"zero_stage": 2}}', "DDP"),
+               ("ZeRO-3", '{"deepspeed_plugin": {"zero_stage": 3}}', "DDP"),
+               ("FULL_SHARD", '{"fsdp_plugin": {%s}}' % full, "DDP"),
+               ("FULL_SHARD prefetch", '{"fsdp_plugin": {%s, "forward_prefetch": true, "backward_prefetch": "BACKWARD_PRE"}}' % full, "DDP"),
+               ("DDP bf16", '{"mixed_precision": "bf16"}', "DDP bf16"),
+               ("FULL_SHARD bf16", '{"mixed_precision": "bf16", "fsdp_plugin": {%s, "backward_prefetch": "BACKWARD_PRE"}}' % full, "DDP bf16")]
     rows = []
-    for name, cfg in configs:
+    for name, cfg, base_name in configs:
         cmd = [os.path.join(build, "bin", "accel"), "launch", "-q", "-n", "2", "--main_process_port", "0",
                "--num_cpu_threads_per_process", "1", os.path.join(build, "bench", "bench_shard_step"),
                model, steps, warmup, cfg]
@@ -42,12 +49,13 @@ for model in ("mlp", "transformer", "gpt"):
         state = max(r[1]["models"][0]["model_state_bytes"] for r in ranks)
         rss = max(r[1]["peak_rss_bytes"] for r in ranks)
         gathered = max(r[1]["models"][0]["peak_gathered_bytes"] for r in ranks)
-        rows.append((name, state, rss, ms, gathered))
-    base = rows[0]
+        rows.append((name, state, rss, ms, gathered, base_name))
+    by_name = {r[0]: r for r in rows}
     print("%s (2 processes, %s steps after %s warm-up; per rank, the larger of the two)" % (model, steps, warmup))
     print("| strategy | model state MiB | x DDP | peak gathered MiB | peak RSS MiB | x DDP | step ms | x DDP |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, state, rss, ms, gathered in rows:
+    for name, state, rss, ms, gathered, base_name in rows:
+        base = by_name[base_name]
         print("| %s | %.1f | %.3f | %.1f | %.0f | %.3f | %.1f | %.2f |" % (
             name, state / 2**20, state / base[1], gathered / 2**20, rss / 2**20, rss / base[2], ms, ms / base[3]))
     print()

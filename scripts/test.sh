@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing, builds, then ctest (unit, capi, headers, abi, example).
-# ACCEL_SANITIZERS=1 adds the hardening pass (scripts/test-sanitizers.sh: a clang-14 build with ASan + UBSan,
-# the unit, capi and distributed labels under it, a short run of every fuzz target); not on by default yet:
-# its cold build took 58 min on a loaded 2-core machine (README, "Sanitizers, clang and fuzzing").
+# Runs every test: installs what is missing, builds, then ctest (unit, capi, headers, abi, example, ...), then
+# the hardening pass (scripts/test-sanitizers.sh: a clang-14 build with ASan + UBSan, the unit and capi labels
+# and a selection of distributed tests under it, a short run of every fuzz target). Arguments after test.sh go
+# to the main ctest run, and then the hardening pass runs only with ACCEL_SANITIZERS=1; ACCEL_SANITIZERS=0
+# skips it in any case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 ctest --test-dir "${ACCEL_BUILD_DIR:-build}" --output-on-failure -j2 "$@"
-if [ "${ACCEL_SANITIZERS:-0}" = 1 ]; then
+default=1
+[ $# -eq 0 ] || default=0
+if [ "${ACCEL_SANITIZERS:-$default}" != 0 ]; then
   bash scripts/test-sanitizers.sh
 fi

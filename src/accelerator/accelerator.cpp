@@ -76,6 +76,13 @@ void Accelerator::prepare_model(Model &model)
         if (sharded_of(model) == nullptr) {
             if (model.prepared_by != nullptr)
                 fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already prepared");
+            if (state_->config.sharding.activation_checkpointing) {
+                try {
+                    model.set_activation_checkpointing(true);
+                } catch (const Error &e) {
+                    fail(e.code(), std::string("fsdp_plugin.") + e.what());
+                }
+            }
             auto engine = std::make_shared<parallel::ShardedDataParallel>(model, state_->comm, state_->config.sharding);
             engine->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
             sharded_.emplace_back(&model, engine);

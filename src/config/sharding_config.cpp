@@ -184,41 +184,50 @@ void parse_fsdp(JsonObject &o, AcceleratorConfig &c)
         fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("state_dict_type") + ": LOCAL_STATE_DICT (FSDP1's flat per-rank "
                                       "parameters) is not supported by accel; use \"SHARDED_STATE_DICT\" (per-rank "
                                       "pieces that load on any number of processes) or \"FULL_STATE_DICT\"");
-    if (o.get_bool("forward_prefetch", false))
-        fail(v2 ? ACCEL_ERR_INVALID_ARGUMENT : ACCEL_ERR_UNIMPLEMENTED,
-             o.path_of("forward_prefetch") + (v2 ? ": does not exist with fsdp_version 2"
-                                                 : ": prefetching the next unit's parameters is not yet supported by "
-                                                   "accel (all-gathers run when a unit starts); use false"));
+    if (v2 && o.has("forward_prefetch") && o.get_bool("forward_prefetch", false))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("forward_prefetch") + ": does not exist with fsdp_version 2");
+    s.forward_prefetch = o.get_bool("forward_prefetch", false);
     if (o.has("backward_prefetch")) {
         std::string bp = o.is_string("backward_prefetch") ? upper(o.get_string("backward_prefetch", ""))
                                                           : std::to_string(o.get_int("backward_prefetch", 0, 1, 2));
-        if (bp != "NO_PREFETCH" && bp != "BACKWARD_PRE" && bp != "BACKWARD_POST" && bp != "1" && bp != "2")
+        if (bp == "1") bp = "BACKWARD_PRE"; // torch.distributed.fsdp.BackwardPrefetch's values
+        if (bp == "2") bp = "BACKWARD_POST";
+        if (bp != "NO_PREFETCH" && bp != "BACKWARD_PRE" && bp != "BACKWARD_POST")
             fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("backward_prefetch") + ": expected \"BACKWARD_PRE\", "
                                              "\"BACKWARD_POST\" or \"NO_PREFETCH\", got \"" + bp + "\"");
-        if (bp != "NO_PREFETCH")
-            fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("backward_prefetch") + ": prefetching is not yet supported by "
-                                          "accel (a unit's all-gather runs when its backward starts); use "
-                                          "\"NO_PREFETCH\" or null");
+        s.backward_prefetch = bp;
+    } else {
+        o.get_optional_string("backward_prefetch"); // null: Accelerate's default, no prefetching
     }
     s.limit_all_gathers = o.get_bool("limit_all_gathers", true);
     s.use_orig_params = o.get_bool("use_orig_params", false);
     s.sync_module_states = o.get_bool("sync_module_states", false);
     if (o.get_bool("cpu_ram_efficient_loading", false)) s.sync_module_states = true; // Accelerate forces it
-    if (o.get_bool("activation_checkpointing", false))
-        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("activation_checkpointing") + ": activation checkpointing is not yet "
-                                      "supported by accel");
+    // Recomputing each transformer block's activations in backward (checkpoint_wrapper on the wrapped layers):
+    // models of type "gpt" (checked when the model is prepared).
+    s.activation_checkpointing = o.get_bool("activation_checkpointing", false);
     if (o.has("ignored_modules"))
         fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("ignored_modules") + ": ignoring modules is not yet supported by accel");
     if (auto mp = o.get_object("mixed_precision_policy")) {
-        for (const char *key : {"param_dtype", "reduce_dtype", "buffer_dtype"}) {
-            std::string d = mp->get_enum(key, "float32", {"float32", "fp32", "bfloat16", "bf16", "float16", "fp16"});
-            if (d != "float32" && d != "fp32")
-                fail(ACCEL_ERR_UNIMPLEMENTED, mp->path_of(key) + ": 16-bit parameters and communication inside "
-                                              "sharding are not yet supported by accel (mixed_precision \"bf16\" "
-                                              "autocast works with sharding); use \"float32\"");
+        std::string *fields[] = {&s.param_dtype, &s.reduce_dtype, &s.buffer_dtype};
+        const char *keys[] = {"param_dtype", "reduce_dtype", "buffer_dtype"};
+        for (int i = 0; i < 3; ++i) {
+            std::string d = mp->get_enum(keys[i], "float32", {"float32", "fp32", "bfloat16", "bf16", "float16", "fp16"});
+            if (d == "float16" || d == "fp16")
+                fail(ACCEL_ERR_UNIMPLEMENTED, mp->path_of(keys[i]) + ": float16 inside sharding is not yet supported by "
+                                              "accel (this CPU LibTorch has no float16 maths); use \"bfloat16\" or "
+                                              "\"float32\"");
+            *fields[i] = (d == "bf16" || d == "bfloat16") ? "bfloat16" : "float32";
         }
         mp->finish();
+    } else if (c.mixed_precision == ACCEL_MIXED_PRECISION_BF16) {
+        // Accelerate's FullyShardedDataParallelPlugin.set_mixed_precision("bf16"): a policy of bfloat16
+        // parameters, reductions and buffers when none is given.
+        s.param_dtype = s.reduce_dtype = s.buffer_dtype = "bfloat16";
     }
+    if (s.param_dtype != "float32" && c.mixed_precision == ACCEL_MIXED_PRECISION_FP8)
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("mixed_precision_policy") + ": bfloat16 parameters together with "
+                                      "mixed_precision \"fp8\" are not yet supported by accel; use \"float32\"");
     o.finish();
 }
 
@@ -442,6 +451,9 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
     // fp16 without an fp16 block: Accelerate adds {"enabled": true, "auto_cast": true}, and ZeRO's scaler
     // takes its class defaults (DeepSpeedLossScale's).
     if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP16 && !c.grad_scaler.deepspeed) c.grad_scaler.deepspeed = DeepSpeedLossScale{};
+    // bf16 ("bf16": {"enabled": true}): DeepSpeed casts the module to bfloat16 and keeps float32 master
+    // partitions; its gradients are reduced in the model's dtype.
+    if (c.mixed_precision == ACCEL_MIXED_PRECISION_BF16) s.param_dtype = s.reduce_dtype = s.buffer_dtype = "bfloat16";
     if (s.offload_optimizer_device != "none" && s.zero_stage < 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("offload_optimizer_device") + ": \"" + s.offload_optimizer_device +
                                          "\" offloads the partitioned optimizer state of ZeRO stages 1-3; zero_stage is 0");
@@ -455,6 +467,11 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
     s.shard_optimizer = s.zero_stage >= 1;
     s.shard_gradients = s.zero_stage >= 2;
     s.shard_parameters = s.reshard_after_forward = s.zero_stage >= 3;
+    // DeepSpeed's granularity: parameters gathered and gradients reduced layer by layer, and ZeRO-3 prefetches
+    // the next module's parameters (its stage3_prefetch_bucket_size) in forward and backward.
+    s.wrap_every_layer = true;
+    s.forward_prefetch = s.zero_stage >= 3;
+    s.backward_prefetch = s.zero_stage >= 3 ? "BACKWARD_PRE" : "NO_PREFETCH";
     o.finish();
 }
 
@@ -519,13 +536,18 @@ void write_sharding(JsonWriter &w, const ShardingConfig &s)
         if (s.auto_wrap_policy == "TRANSFORMER_BASED_WRAP") w.add("transformer_cls_names_to_wrap", s.wrap_classes);
         if (s.auto_wrap_policy == "SIZE_BASED_WRAP") w.add("min_num_params", s.min_num_params);
         w.add("state_dict_type", s.state_dict_type);
+        w.begin_object("mixed_precision_policy")
+            .add("param_dtype", s.param_dtype)
+            .add("reduce_dtype", s.reduce_dtype)
+            .add("buffer_dtype", s.buffer_dtype)
+            .end_object();
         w.add("cpu_offload", false)
-            .add("forward_prefetch", false)
-            .add_null("backward_prefetch")
+            .add("forward_prefetch", s.forward_prefetch)
+            .add("backward_prefetch", s.backward_prefetch)
             .add("limit_all_gathers", s.limit_all_gathers)
             .add("sync_module_states", s.sync_module_states)
             .add("use_orig_params", s.use_orig_params)
-            .add("activation_checkpointing", false)
+            .add("activation_checkpointing", s.activation_checkpointing)
             .end_object();
     } else if (s.frontend == "deepspeed") {
         w.begin_object("deepspeed_plugin")

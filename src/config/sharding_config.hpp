@@ -29,11 +29,25 @@ struct ShardingConfig {
     std::string auto_wrap_policy = "NO_WRAP";
     std::vector<std::string> wrap_classes;
     int64_t min_num_params = 0;
+    // deepspeed_plugin: every layer with parameters is a unit (DeepSpeed gathers ZeRO-3 parameters module by
+    // module and reduces gradients in buckets while backward runs); one unit for a model without layers.
+    bool wrap_every_layer = false;
     bool sync_module_states = true;  // broadcast rank 0's parameters and buffers when prepared
-    bool limit_all_gathers = true;   // at most one all-gather in flight (always the case here)
+    // Prefetching (FSDP's forward_prefetch / backward_prefetch): the all-gather of the unit that computes next
+    // is queued while the current one computes. backward_prefetch: "NO_PREFETCH", "BACKWARD_PRE" (when a
+    // unit's backward starts) or "BACKWARD_POST" (when it ends).
+    bool forward_prefetch = false;
+    std::string backward_prefetch = "NO_PREFETCH";
+    bool limit_all_gathers = true;   // at most one all-gather ahead of use (always the case here)
     bool use_orig_params = false;
+    bool activation_checkpointing = false; // fsdp_plugin: the model recomputes its blocks in backward
     int64_t fsdp_version = 1;
     std::string state_dict_type = "FULL_STATE_DICT";
+    // mixed_precision_policy (FSDP's MixedPrecision): "float32" or "bfloat16". Parameters are gathered and
+    // computed in param_dtype from float32 master shards (which the optimizer steps), gradients reduced in
+    // reduce_dtype, floating-point buffers kept in buffer_dtype. Without a policy, mixed_precision "bf16"
+    // sets all three to bfloat16, as Accelerate's set_mixed_precision does.
+    std::string param_dtype = "float32", reduce_dtype = "float32", buffer_dtype = "float32";
     // DeepSpeed: zero_stage, and gradient_clipping (clip inside the optimizer step; 0 = none).
     int64_t zero_stage = -1;
     double gradient_clipping = 0.0;

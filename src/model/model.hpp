@@ -31,7 +31,8 @@ struct ModuleUnit {
 class ForwardHooks {
 public:
     virtual ~ForwardHooks() = default;
-    virtual void before_forward() = 0;
+    // Returns the input the model computes with (a sharding engine may cast it to its parameters' dtype).
+    virtual at::Tensor before_forward(const at::Tensor &input) = 0;
     virtual void before_layer(size_t layer) = 0;
     virtual at::Tensor after_layer(size_t layer, const at::Tensor &out) = 0;
     virtual at::Tensor after_forward(const at::Tensor &out) = 0;

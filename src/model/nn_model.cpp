@@ -179,7 +179,6 @@ std::shared_ptr<Model> make_model_from_json(const char *spec_json)
         add_layer(seq, l);
         types.push_back(l.type);
         batch_first.push_back(l.type == "transformer_encoder_layer" && l.batch_first);
-        types.push_back(l.type);
     }
     return std::make_shared<NnModel>(std::move(seq), std::move(batch_first), std::move(types));
 }

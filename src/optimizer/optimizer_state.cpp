@@ -580,7 +580,7 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
         for (const std::string &name : keys) {
             // This rank's shard of the unit's joined tensor, cut straight from each parameter's entry (zeros
             // for padding and for a parameter that had no gradient yet: fresh state).
-            at::Tensor shard = at::zeros({l.shard_numel[u]}, l.params[l.unit_params[u][0]].options().requires_grad(false));
+            at::Tensor shard = at::zeros({l.shard_numel[u]}, l.shard_options.requires_grad(false));
             for (size_t k = 0; k < entries.size(); ++k) {
                 const size_t param = l.unit_params[u][k];
                 const at::Tensor &p = l.params[param];

@@ -145,8 +145,8 @@ at::Tensor forward(Model &model, const at::Tensor &input, bool wrapped)
 {
     std::shared_ptr<ForwardHooks> hooks = model.forward_hooks;
     if (!hooks) return forward_unhooked(model, input, wrapped);
-    hooks->before_forward();
-    return hooks->after_forward(forward_unhooked(model, input, wrapped));
+    const at::Tensor in = hooks->before_forward(input);
+    return hooks->after_forward(forward_unhooked(model, in, wrapped));
 }
 
 } // namespace accel

@@ -180,6 +180,14 @@ def scenario_equivalence(a):
     check_close(rn, gn, a.tol, "clip_grad_norm total norms")
     if rp == gp:
         log("(bitwise identical)")
+        if a.expect_different:
+            sys.exit("bitwise identical to the reference: the 16-bit policy changed nothing")
+    if a.expect_peak_gathered:
+        for st in memory_stats(p.stdout):
+            got_peak = st["models"][0]["peak_gathered_bytes"]
+            log("rank %d: peak gathered %d bytes (expected %d)" % (st["rank"], got_peak, a.expect_peak_gathered))
+            if got_peak != a.expect_peak_gathered:
+                sys.exit("rank %d: peak_gathered_bytes %d, expected %d" % (st["rank"], got_peak, a.expect_peak_gathered))
     if a.expect_offload:
         # Optimizer offload: the same state as the reference, out of memory after the step ("nvme": in the files,
         # at most the bound in memory during it; "cpu": host memory, accounted as offloaded).
@@ -697,6 +705,10 @@ def main():
                     "--num_machines on this host (--np processes over all of them)")
     ap.add_argument("--ref-np", type=int, default=1, help="processes of the reference run (1: batch np*B alone)")
     ap.add_argument("--env", action="append", help="KEY=VALUE for the test programs (repeatable)")
+    ap.add_argument("--expect-different", action="store_true",
+                    help="equivalence: fail when the weights are bitwise those of the reference (a 16-bit run)")
+    ap.add_argument("--expect-peak-gathered", type=int, default=0,
+                    help="equivalence: every rank's peak_gathered_bytes must be exactly this")
     ap.add_argument("--memory-ratio", type=float, default=0.0,
                     help="fail when a rank's model state exceeds this multiple of the reference's")
     a = ap.parse_args()

@@ -8,6 +8,7 @@
 #include "state/state_dict.hpp"
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
 
 #include <algorithm>
 #include <functional>
@@ -22,6 +23,7 @@ struct ShardLayout {
     std::vector<int64_t> param_offset;            // per parameter: where it starts in its unit's flat buffer
     std::vector<int64_t> shard_numel;             // per unit: the elements of one rank's shard
     int32_t shard_world = 1, shard_rank = 0;      // the ranks the shards are spread over, and this one
+    at::TensorOptions shard_options;              // the shards' dtype (float32 masters, whatever the parameters')
     // Collective (every rank, same order): the whole flat tensor of unit `unit` from every rank's
     // shard-shaped piece, padding dropped.
     std::function<at::Tensor(size_t unit, const at::Tensor &shard)> gather;

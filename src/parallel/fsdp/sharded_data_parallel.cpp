@@ -1,5 +1,7 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 
+#include "parallel/fsdp/collective_queue.hpp"
+
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
 #include "model/model.hpp"
@@ -40,6 +42,32 @@ void allocate_storage(const at::Tensor &full, int64_t nbytes)
 
 int64_t bytes_of(const at::Tensor &t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
 
+at::ScalarType dtype_named(const std::string &name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; }
+
+// All-gather that moves 16-bit floats as bytes: the bytes are the same, and every backend moves uint8
+// (Gloo in LibTorch 1.13 handles neither bfloat16 nor int16).
+std::vector<at::Tensor> allgather_bits(distributed::Communicator &c, const at::Tensor &t)
+{
+    if (t.element_size() != 2 || !t.is_floating_point()) return c.allgather(t);
+    std::vector<at::Tensor> parts = c.allgather(t.contiguous().view(at::kByte));
+    for (auto &part : parts) part = part.view(t.scalar_type());
+    return parts;
+}
+
+// Sum all-reduce for any dtype the engine reduces in. Gloo (LibTorch 1.13) cannot reduce bfloat16, so there
+// it is accel's ring reduce-scatter (which adds in the tensor's dtype, as NCCL does) and an all-gather.
+void allreduce_sum(distributed::Communicator &c, at::Tensor &t)
+{
+    if (t.scalar_type() != at::kBFloat16 || std::string(c.backend()) != "gloo" || c.size() == 1) {
+        c.allreduce(t, distributed::ReduceOp::Sum);
+        return;
+    }
+    const int64_t n = c.size(), padded = (t.numel() + n - 1) / n * n;
+    at::Tensor in = padded == t.numel() ? t : at::cat({t, at::zeros({padded - t.numel()}, t.options())});
+    at::Tensor mine = c.reduce_scatter(in, distributed::ReduceOp::Sum);
+    t.copy_(at::cat(allgather_bits(c, mine)).narrow(0, 0, t.numel()));
+}
+
 } // namespace
 
 struct ShardedDataParallel::Impl {
@@ -59,7 +87,11 @@ struct ShardedDataParallel::Impl {
         at::Tensor shard;      // this rank's slice (a view of `full` unless parameters are sharded)
         at::Tensor grad_full;  // ZeRO-0/1: the all-reduced flat gradients of the last sync
         at::Tensor grad_shard; // ZeRO-2/3: this rank's reduced gradient slice, accumulated over syncs
-        bool gathered = true;
+        at::Tensor master_full; // 16-bit parameters while summoned: the whole float32 values the parameters view
+        CollectiveQueue::Ticket gathering; // its all-gather into `full`, queued (maybe ahead of use: prefetch)
+        CollectiveQueue::Ticket reducing;  // its gradient reduction, running while backward goes on
+        at::Tensor reduced;                // what that reduction produced (written on the queue's thread)
+        bool gathered = true;              // `full` has memory (its all-gather may still be queued)
         size_t pending = 0;
         bool done = false; // its gradients were handled in this backward
     };
@@ -77,6 +109,24 @@ struct ShardedDataParallel::Impl {
     bool active = false;
     bool summoned = false;
     ShardedMemory mem;
+    // mixed_precision_policy: the parameters (views of `full`) and the gathers are param_dtype, the shards
+    // the optimizer steps are float32 masters; gradients are reduced in reduce_dtype; floating-point buffers
+    // are kept in buffer_dtype (`cast_buffers`: each with its own dtype, which checkpoints and release see).
+    at::ScalarType param_dtype = at::kFloat, reduce_dtype = at::kFloat, buffer_dtype = at::kFloat;
+    std::vector<std::pair<at::Tensor, at::ScalarType>> cast_buffers;
+    std::string key; // "fsdp_plugin" or "deepspeed_plugin", for messages
+
+    bool low_precision() const { return param_dtype != at::kFloat; }
+    // A tensor's dtype in checkpoints: a buffer cast to buffer_dtype keeps its own.
+    at::ScalarType own_dtype(const at::Tensor &t) const
+    {
+        for (const auto &[b, dtype] : cast_buffers)
+            if (b.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return dtype;
+        return t.scalar_type();
+    }
+    // The shard is a tensor of its own (not a view of the full buffer) when the full buffer is freed between
+    // uses or is 16-bit.
+    bool separate_shards() const { return params_sharded() || low_precision(); }
 
     bool params_sharded() const { return cfg.shard_parameters; }
     // NO_SHARD / ZeRO-0: one "shard" is the whole buffer.
@@ -96,7 +146,10 @@ struct ShardedDataParallel::Impl {
     int64_t parameter_bytes() const
     {
         int64_t n = 0;
-        for (const auto &u : units) n += params_sharded() ? bytes_of(u.shard) : bytes_of(u.full);
+        for (const auto &u : units) {
+            if (!params_sharded()) n += bytes_of(u.full); // the whole (possibly 16-bit) parameters persist
+            if (separate_shards()) n += bytes_of(u.shard);
+        }
         return n;
     }
 
@@ -115,20 +168,43 @@ struct ShardedDataParallel::Impl {
         return n;
     }
 
-    void gather(Unit &u)
+    // Queues unit u's all-gather; its full buffer gets memory now. gather() waits for it.
+    void start_gather(Unit &u)
     {
         if (u.gathered) return;
-        at::NoGradGuard no_grad;
         allocate_storage(u.full, bytes_of(u.full));
-        std::vector<at::Tensor> parts = comm->allgather(u.shard);
-        for (int32_t r = 0; r < world; ++r) u.full.narrow(0, r * u.shard_numel, u.shard_numel).copy_(parts[r]);
         u.gathered = true;
         note_peak();
+        Unit *unit = &u;
+        u.gathering = queue.submit([this, unit] {
+            at::NoGradGuard no_grad;
+            // 16-bit parameters are gathered as 16-bit: half the bytes on the wire and in the full buffer.
+            std::vector<at::Tensor> parts = allgather_bits(*comm, unit->shard.detach().to(param_dtype));
+            for (int32_t r = 0; r < world; ++r)
+                unit->full.narrow(0, r * unit->shard_numel, unit->shard_numel).copy_(parts[r]);
+        });
+    }
+
+    void gather(Unit &u)
+    {
+        start_gather(u);
+        u.gathering.wait();
+    }
+
+    // forward_prefetch / backward_prefetch: the all-gather of the unit that computes next, queued while this
+    // one computes. Units after the root are in forward order; the root stays gathered through a step.
+    void prefetch(size_t ui, bool forward)
+    {
+        const size_t next = forward ? ui + 1 : ui - 1;
+        if ((!forward && ui == 0) || next >= units.size() || units[next].root) return;
+        if (!forward && units[next].done) return; // its backward is over
+        start_gather(units[next]);
     }
 
     void reshard(Unit &u)
     {
         if (!params_sharded() || !u.gathered || summoned) return;
+        u.gathering.wait(); // never free memory that a queued all-gather writes
         note_peak();
         release_storage(u.full);
         u.gathered = false;
@@ -151,48 +227,158 @@ struct ShardedDataParallel::Impl {
         at::NoGradGuard no_grad;
         if (require_sync) reduce(u);
         reshard(u);
+        if (cfg.backward_prefetch == "BACKWARD_POST" && active) prefetch(static_cast<size_t>(&u - units.data()), false);
     }
 
     void reduce(Unit &u)
     {
-        at::Tensor wire = at::zeros({u.padded}, u.full.options());
+        at::Tensor wire = at::zeros({u.padded}, u.full.options().dtype(reduce_dtype));
         for (size_t i : u.params) {
             const Param &p = params[i];
             const at::Tensor &g = p.tensor.grad();
             if (g.defined()) wire.narrow(0, p.offset, p.numel).copy_(g.reshape({-1}));
         }
         wire.div_(total_world); // averaged over every process, as DDP: divide, then sum
+        // The reduction runs on the queue while backward computes the next units; complete_reduce() takes
+        // its result.
+        Unit *unit = &u;
         if (cfg.shard_gradients) {
-            at::Tensor g = comm->reduce_scatter(wire, distributed::ReduceOp::Sum);
-            if (replicas) replicas->allreduce(g, distributed::ReduceOp::Sum); // the other nodes' sums of this shard
-            wire = at::Tensor();
-            for (size_t i : u.params) params[i].tensor.mutable_grad().reset();
-            if (u.grad_shard.defined()) u.grad_shard.add_(g);
-            else u.grad_shard = g;
-            u.shard.mutable_grad() = u.grad_shard;
+            for (size_t i : u.params) params[i].tensor.mutable_grad().reset(); // a rank keeps only its shard
+            u.reducing = queue.submit([this, unit, wire]() mutable {
+                at::NoGradGuard no_grad;
+                at::Tensor g = comm->reduce_scatter(wire, distributed::ReduceOp::Sum);
+                wire = at::Tensor();
+                if (replicas) allreduce_sum(*replicas, g); // the other nodes' sums of this shard
+                unit->reduced = g.to(at::kFloat); // the master shard's gradient is float32 whatever was reduced
+            });
         } else {
-            comm->allreduce(wire, distributed::ReduceOp::Sum);
-            // As DDP's gradient_as_bucket_view: the parameters' gradients are views of the reduced buffer.
-            for (size_t i : u.params) {
-                Param &p = params[i];
-                p.tensor.mutable_grad() = wire.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
-            }
-            u.grad_full = wire;
-            u.shard.mutable_grad() = wire.narrow(0, rank_in_shard() * u.shard_numel, u.shard_numel);
+            u.reducing = queue.submit([this, unit, wire]() mutable {
+                at::NoGradGuard no_grad;
+                allreduce_sum(*comm, wire);
+                unit->reduced = wire.to(at::kFloat);
+            });
         }
         note_peak();
     }
 
+    // On the training thread, once unit u's reduction is done: its result becomes the gradient the
+    // optimizer steps.
+    void complete_reduce(Unit &u)
+    {
+        if (!u.reducing.pending()) return;
+        u.reducing.wait();
+        at::Tensor g = std::move(u.reduced);
+        u.reduced = at::Tensor();
+        if (cfg.shard_gradients) {
+            if (u.grad_shard.defined()) u.grad_shard.add_(g);
+            else u.grad_shard = g;
+            u.shard.mutable_grad() = u.grad_shard;
+            return;
+        }
+        // As DDP's gradient_as_bucket_view: the parameters' gradients are views of the reduced buffer.
+        // 16-bit parameters have none: their gradient is the float32 master's.
+        for (size_t i : u.params) {
+            Param &p = params[i];
+            if (low_precision()) p.tensor.mutable_grad().reset();
+            else p.tensor.mutable_grad() = g.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
+        }
+        u.grad_full = g;
+        u.shard.mutable_grad() = g.narrow(0, rank_in_shard() * u.shard_numel, u.shard_numel);
+    }
+
+    // Waits for everything queued (in order), completing the reductions; the first failure is rethrown
+    // once all are done, so nothing is left running against memory that is about to change.
+    void drain()
+    {
+        std::exception_ptr error;
+        for (auto &u : units) {
+            try {
+                u.gathering.wait();
+                complete_reduce(u);
+            } catch (...) {
+                if (!error) error = std::current_exception();
+            }
+        }
+        if (error) std::rethrow_exception(error);
+    }
+
     int32_t rank_in_shard() const { return shard_world() == 1 ? 0 : rank; }
+
+    // One post hook per gradient accumulator: when a unit's last gradient is in, reduce and free it. Again
+    // after a parameter's dtype changed (set_data then drops its accumulator).
+    void install_gradient_hooks(const std::weak_ptr<Impl> &weak)
+    {
+        accumulators.clear();
+        for (size_t i = 0; i < params.size(); ++i) {
+            auto acc = torch::autograd::impl::grad_accumulator(params[i].tensor);
+            if (!acc) fail(ACCEL_ERR_INTERNAL, key + ": parameter " + params[i].name + " has no gradient accumulator");
+            acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+                [weak, i](const torch::autograd::variable_list &outputs, const torch::autograd::variable_list &) {
+                    if (auto impl = weak.lock()) {
+                        if (!impl->active) impl->reset_backward();
+                        auto &u = impl->units[impl->params[i].unit];
+                        if (u.pending > 0 && --u.pending == 0) impl->unit_ready(u);
+                    }
+                    return outputs;
+                }));
+            accumulators.push_back(std::move(acc));
+        }
+    }
+
+    // Makes the parameters views of `flat` (the unit's full buffer, or its float32 master while summoned).
+    void point_parameters(Unit &u, const at::Tensor &flat)
+    {
+        for (size_t k : u.params) {
+            Param &p = params[k];
+            p.tensor.set_data(flat.narrow(0, p.offset, p.numel).view(p.tensor.sizes()));
+        }
+    }
+
+    void cast_buffers_to(bool own_dtype)
+    {
+        for (auto &[b, dtype] : cast_buffers) b.set_data(b.detach().to(own_dtype ? dtype : buffer_dtype));
+    }
+
+    // 16-bit parameters, summoned: the float32 masters joined whole (collective when they are sharded) and
+    // the parameters pointed at them, so that reads, writes and checkpoints see float32.
+    void summon_master(Unit &u)
+    {
+        u.master_full = at::empty({u.padded}, u.shard.options().requires_grad(false));
+        if (shard_world() == 1) u.master_full.copy_(u.shard.detach());
+        else {
+            std::vector<at::Tensor> parts = comm->allgather(u.shard.detach());
+            for (int32_t r = 0; r < world; ++r) u.master_full.narrow(0, r * u.shard_numel, u.shard_numel).copy_(parts[r]);
+        }
+        point_parameters(u, u.master_full);
+    }
+
+    // The end of summon_master: writes reach this rank's master shard and the persistent 16-bit copy.
+    void unsummon_master(Unit &u)
+    {
+        u.shard.detach().copy_(u.master_full.narrow(0, rank_in_shard() * u.shard_numel, u.shard_numel));
+        if (!params_sharded()) u.full.copy_(u.master_full);
+        // Views of a freed buffer cannot be made (LibTorch checks them against the storage's size): give it
+        // memory for the moment.
+        const bool freed = !u.gathered;
+        if (freed) allocate_storage(u.full, bytes_of(u.full));
+        point_parameters(u, u.full);
+        if (freed) release_storage(u.full);
+        u.master_full = at::Tensor();
+    }
 
     void finish()
     {
         if (!active) return;
         at::NoGradGuard no_grad;
+        active = false; // no more prefetching
         for (auto &u : units) unit_ready(u); // parameters unused in this backward: zero gradients
-        active = false;
+        drain();
+        for (auto &u : units) reshard(u); // prefetched for a backward that did not need them
         note_peak();
     }
+
+    // Last member: destroyed first, running what is queued while everything it uses still exists.
+    CollectiveQueue queue;
 };
 
 namespace {
@@ -202,18 +388,24 @@ class Hooks final : public ForwardHooks {
 public:
     explicit Hooks(std::weak_ptr<ShardedDataParallel::Impl> impl) : impl_(std::move(impl)) {}
 
-    void before_forward() override
+    at::Tensor before_forward(const at::Tensor &input) override
     {
         auto s = lock();
         for (auto &u : s->units)
             if (u.root) s->gather(u);
+        // FSDP's cast_forward_inputs: floating-point inputs meet the 16-bit parameters in their dtype.
+        return s->low_precision() && input.is_floating_point() ? input.to(s->param_dtype) : input;
     }
     void before_layer(size_t layer) override
     {
         auto s = lock();
         if (layer < s->unit_of_layer.size() && s->unit_of_layer[layer] >= 0) {
-            auto &u = s->units[static_cast<size_t>(s->unit_of_layer[layer])];
-            if (u.first_layer == layer) s->gather(u);
+            const size_t ui = static_cast<size_t>(s->unit_of_layer[layer]);
+            auto &u = s->units[ui];
+            if (u.first_layer == layer) {
+                s->gather(u);
+                if (s->cfg.forward_prefetch) s->prefetch(ui, true);
+            }
         }
     }
     at::Tensor after_layer(size_t layer, const at::Tensor &out) override
@@ -230,7 +422,11 @@ public:
             // Gather again when the gradient of this unit's output arrives, i.e. just before its backward.
             std::weak_ptr<ShardedDataParallel::Impl> weak = impl_;
             out.register_hook([weak, ui](const at::Tensor &) {
-                if (auto impl = weak.lock()) impl->gather(impl->units[ui]);
+                if (auto impl = weak.lock()) {
+                    if (!impl->active) impl->reset_backward(); // the first hook of a backward
+                    impl->gather(impl->units[ui]);
+                    if (impl->cfg.backward_prefetch == "BACKWARD_PRE") impl->prefetch(ui, false);
+                }
             });
             s->reshard(u);
         }
@@ -239,14 +435,18 @@ public:
     at::Tensor after_forward(const at::Tensor &out) override
     {
         auto s = lock();
-        if (!out.requires_grad())
-            for (auto &u : s->units) s->reshard(u); // no backward follows: back to shards
-        return out;
+        if (!out.requires_grad()) { // no backward follows: back to shards
+            s->drain();
+            for (auto &u : s->units) s->reshard(u);
+        }
+        // Outputs are float32, as under Accelerate's mixed precision (convert_outputs_to_fp32): losses and
+        // metrics are computed as without sharding.
+        return s->low_precision() && out.is_floating_point() && out.scalar_type() != at::kFloat ? out.to(at::kFloat) : out;
     }
     void check_access(const char *what) const override
     {
         auto s = impl_.lock();
-        if (!s || !s->params_sharded()) return;
+        if (!s || !s->params_sharded() || s->summoned) return;
         for (const auto &u : s->units)
             if (!u.gathered)
                 fail(ACCEL_ERR_FAILED_PRECONDITION,
@@ -296,6 +496,10 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
     s.world = s.comm->size();
     s.rank = s.comm->rank();
     const std::string key = frontend_key(config);
+    s.key = key;
+    s.param_dtype = dtype_named(config.param_dtype);
+    s.reduce_dtype = dtype_named(config.reduce_dtype);
+    s.buffer_dtype = dtype_named(config.buffer_dtype);
     at::NoGradGuard no_grad;
 
     const auto &named = model.named_parameters();
@@ -325,7 +529,11 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
     }
     const std::string &policy = config.auto_wrap_policy;
     std::vector<bool> wrapped(types.size(), false);
-    if (policy != "NO_WRAP") {
+    if (config.wrap_every_layer && !types.empty()) {
+        std::vector<int64_t> layer_numel(types.size(), 0);
+        for (size_t k = 0; k < s.params.size(); ++k) layer_numel[param_layer[k]] += s.params[k].numel;
+        for (size_t l = 0; l < types.size(); ++l) wrapped[l] = layer_numel[l] > 0;
+    } else if (policy != "NO_WRAP" && !config.wrap_every_layer) {
         if (types.empty())
             fail(ACCEL_ERR_INVALID_ARGUMENT, key + ".auto_wrap_policy: \"" + policy + "\" needs a model built from a "
                                              "JSON spec (its layers are the units); this model has no layer structure, "
@@ -386,12 +594,10 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
             u.full.narrow(0, p.offset, p.numel).copy_(p.tensor.detach().reshape({-1}));
         }
         if (config.sync_module_states && s.total_world > 1) comm->broadcast(u.full, 0);
-        for (size_t k : u.params) {
-            auto &p = s.params[k];
-            p.tensor.set_data(u.full.narrow(0, p.offset, p.numel).view(p.tensor.sizes()));
-        }
         at::Tensor slice = u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel);
-        u.shard = config.shard_parameters ? slice.clone() : slice;
+        u.shard = s.separate_shards() ? slice.clone() : slice;
+        if (s.low_precision()) u.full = u.full.to(s.param_dtype); // the 16-bit copy the model computes with
+        s.point_parameters(u, u.full);
         u.shard.requires_grad_(true);
         if (config.shard_parameters) {
             release_storage(u.full);
@@ -405,24 +611,16 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
             comm->broadcast(t, 0);
             if (t.data_ptr() != b.second.data_ptr()) b.second.copy_(t);
         }
-    s.mem.num_units = static_cast<int64_t>(s.units.size());
-
-    // One post hook per gradient accumulator: when a unit's last gradient is in, reduce and free it.
-    std::weak_ptr<Impl> weak = impl_;
-    for (size_t i = 0; i < s.params.size(); ++i) {
-        auto acc = torch::autograd::impl::grad_accumulator(s.params[i].tensor);
-        if (!acc) fail(ACCEL_ERR_INTERNAL, key + ": parameter " + s.params[i].name + " has no gradient accumulator");
-        acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-            [weak, i](const torch::autograd::variable_list &outputs, const torch::autograd::variable_list &) {
-                if (auto impl = weak.lock()) {
-                    if (!impl->active) impl->reset_backward();
-                    auto &u = impl->units[impl->params[i].unit];
-                    if (u.pending > 0 && --u.pending == 0) impl->unit_ready(u);
-                }
-                return outputs;
-            }));
-        s.accumulators.push_back(std::move(acc));
+    if (s.buffer_dtype != at::kFloat) {
+        std::set<const c10::TensorImpl *> seen;
+        for (const auto &b : model.named_buffers())
+            if (b.second.defined() && b.second.is_floating_point() && b.second.scalar_type() != s.buffer_dtype &&
+                seen.insert(b.second.unsafeGetTensorImpl()).second)
+                s.cast_buffers.emplace_back(b.second, b.second.scalar_type());
+        s.cast_buffers_to(false);
     }
+    s.mem.num_units = static_cast<int64_t>(s.units.size());
+    s.install_gradient_hooks(impl_);
     model.forward_hooks = std::make_shared<Hooks>(impl_);
     s.note_peak();
 }
@@ -435,9 +633,13 @@ void ShardedDataParallel::finish_backward() { impl_->finish(); }
 
 void ShardedDataParallel::abort_backward()
 {
-    // The collectives of a failed backward cannot be matched any more; forget it. Units stay as they are
-    // (gathered ones are freed on the next reshard).
+    // The collectives of a failed backward cannot be matched any more; forget it. What was queued runs (the
+    // other processes queued the same); units stay as they are (gathered ones are freed on the next reshard).
     impl_->active = false;
+    try {
+        impl_->drain();
+    } catch (...) {
+    }
 }
 
 std::vector<at::Tensor> ShardedDataParallel::optimizer_params() const
@@ -461,6 +663,7 @@ ShardLayout ShardedDataParallel::layout() const
     }
     l.shard_world = impl_->shard_world();
     l.shard_rank = impl_->rank_in_shard();
+    l.shard_options = impl_->units.front().shard.options();
     std::weak_ptr<Impl> weak = impl_;
     auto lock = [weak] {
         auto s = weak.lock();
@@ -469,6 +672,7 @@ ShardLayout ShardedDataParallel::layout() const
     };
     l.gather = [lock](size_t unit, const at::Tensor &shard) {
         auto s = lock();
+        s->drain();
         const Impl::Unit &u = s->units.at(unit);
         if (s->shard_world() == 1) return shard.narrow(0, 0, u.numel);
         return at::cat(s->comm->allgather(shard.contiguous()), 0).narrow(0, 0, u.numel);
@@ -491,17 +695,18 @@ ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
             if (!t.defined() || !seen.insert(t.unsafeGetTensorImpl()).second) continue;
             ShardedTensor e;
             e.name = name;
-            e.dtype = t.scalar_type();
+            e.dtype = s.own_dtype(t);
             e.shape = t.sizes().vec();
             auto it = trainable.find(t.unsafeGetTensorImpl());
             if (it != trainable.end()) {
                 const size_t k = it->second;
+                e.dtype = at::kFloat; // the master shards' (parameters may be 16-bit copies)
                 for (int32_t r = 0; r < l.shard_world; ++r)
                     if (TensorPiece p = l.piece(k, r); p.numel > 0) e.pieces.push_back(p);
                 e.local = l.local_piece(k, s.units[s.params[k].unit].shard.detach());
             } else if (t.numel() > 0) { // frozen parameters and buffers are whole on every rank
                 e.pieces.push_back(TensorPiece{0, 0, t.numel()});
-                if (l.shard_rank == 0) e.local = t.detach().reshape({-1});
+                if (l.shard_rank == 0) e.local = t.detach().reshape({-1}).to(e.dtype);
             }
             out.tensors.push_back(std::move(e));
         }
@@ -543,13 +748,14 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
             Impl::Unit &u = s.units[s.params[k].unit];
             // The whole parameter in the unit's buffer: only while that buffer has memory.
             auto whole = [&] { return u.full.narrow(0, s.params[k].offset, s.params[k].numel); };
-            if (!s.params_sharded()) {
+            if (!s.separate_shards()) {
                 reads.push_back({name, 0, whole()}); // the buffer persists; the shard is a view of it
                 continue;
             }
             if (at::Tensor mine = l.local_piece(k, u.shard.detach()); mine.defined())
                 reads.push_back({name, l.piece(k, l.shard_rank).offset, mine});
-            if (u.gathered) reads.push_back({name, 0, whole()}); // the unit is whole now: keep that copy current too
+            // The unit is whole now (or keeps a 16-bit copy): keep that copy current too (read converts dtypes).
+            if (u.gathered) reads.push_back({name, 0, whole()});
         }
     }
     ApplyState apply = [reads = std::move(reads), src] {
@@ -562,17 +768,24 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
 void ShardedDataParallel::after_optimizer_step()
 {
     Impl &s = *impl_;
-    if (!s.cfg.shard_optimizer || s.params_sharded()) return; // ZeRO-0: whole buffer; ZeRO-3: next forward gathers
+    s.drain(); // collectives of the training thread only run with nothing queued
+    if (s.params_sharded()) return; // ZeRO-3: the next forward gathers
     at::NoGradGuard no_grad;
+    if (s.shard_world() == 1) { // ZeRO-0 / NO_SHARD: the whole buffer was stepped (or its float32 master)
+        if (s.low_precision())
+            for (auto &u : s.units) u.full.copy_(u.shard.detach());
+        return;
+    }
     for (auto &u : s.units) {
-        std::vector<at::Tensor> parts = s.comm->allgather(u.shard);
+        std::vector<at::Tensor> parts = allgather_bits(*s.comm, u.shard.detach().to(s.param_dtype));
         for (int32_t r = 0; r < s.world; ++r)
-            if (r != s.rank) u.full.narrow(0, r * u.shard_numel, u.shard_numel).copy_(parts[r]);
+            if (r != s.rank || s.low_precision()) u.full.narrow(0, r * u.shard_numel, u.shard_numel).copy_(parts[r]);
     }
 }
 
 void ShardedDataParallel::zero_grad()
 {
+    impl_->drain();
     for (auto &u : impl_->units) {
         for (size_t i : u.params) impl_->params[i].tensor.mutable_grad().reset();
         u.shard.mutable_grad().reset();
@@ -584,6 +797,7 @@ void ShardedDataParallel::zero_grad()
 double ShardedDataParallel::clip_grad_norm(double max_norm, double norm_type, bool clip)
 {
     Impl &s = *impl_;
+    s.drain(); // collectives of the training thread only run with nothing queued
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> grads;
     for (auto &u : s.units)
@@ -627,16 +841,28 @@ void ShardedDataParallel::clip_grad_value(double clip_value)
 void ShardedDataParallel::summon_full_params(bool on)
 {
     Impl &s = *impl_;
+    s.drain(); // collectives of the training thread only run with nothing queued
     if (on == s.summoned)
         fail(ACCEL_ERR_FAILED_PRECONDITION, on ? "summon_full_params_begin: the parameters are already summoned"
                                                : "summon_full_params_end: no matching summon_full_params_begin");
     at::NoGradGuard no_grad;
     if (on) {
-        for (auto &u : s.units) s.gather(u);
+        if (s.low_precision()) {
+            for (auto &u : s.units) s.summon_master(u);
+            s.cast_buffers_to(true);
+        } else {
+            for (auto &u : s.units) s.gather(u);
+        }
         s.summoned = true;
         return;
     }
     s.summoned = false;
+    if (s.low_precision()) {
+        for (auto &u : s.units) s.unsummon_master(u);
+        s.cast_buffers_to(false);
+        s.install_gradient_hooks(impl_); // the parameters changed dtype twice
+        return;
+    }
     if (!s.params_sharded()) return;
     for (auto &u : s.units) { // writes made while summoned reach the shards (FSDP's writeback=True)
         u.shard.detach().copy_(u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel));
@@ -649,8 +875,14 @@ bool ShardedDataParallel::summoned() const { return impl_->summoned; }
 void ShardedDataParallel::release(Model &model)
 {
     Impl &s = *impl_;
+    s.drain(); // collectives of the training thread only run with nothing queued
     at::NoGradGuard no_grad;
-    for (auto &u : s.units) s.gather(u);
+    if (s.low_precision()) { // the model gets its float32 parameters (the masters) and buffers back
+        for (auto &u : s.units) s.summon_master(u);
+        s.cast_buffers_to(true);
+    } else {
+        for (auto &u : s.units) s.gather(u);
+    }
     for (auto &p : s.params) {
         p.tensor.mutable_grad().reset(); // views of flat gradient buffers that go away
         p.tensor.set_data(p.tensor.detach().clone());
@@ -659,6 +891,7 @@ void ShardedDataParallel::release(Model &model)
         u.shard.mutable_grad().reset();
         u.grad_full = at::Tensor();
         u.grad_shard = at::Tensor();
+        u.master_full = at::Tensor();
     }
     model.forward_hooks.reset();
     s.active = false; // the gradient hooks hold the engine weakly: once it is freed they do nothing

@@ -688,6 +688,31 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
     EXPECT_EQ(c.gradient_accumulation.num_steps, 2);
     EXPECT_DOUBLE_EQ(c.sharding.gradient_clipping, 0.0);
     EXPECT_NE(to_json(c).find("\"zero_stage\":2"), std::string::npos);
+    // Prefetching, activation checkpointing and 16-bit policies; the effective config parses back the same.
+    c = parse_accelerator_config("{\"fsdp_plugin\": {\"forward_prefetch\": true, \"backward_prefetch\": 2, "
+                                 "\"activation_checkpointing\": true, \"mixed_precision_policy\": {\"param_dtype\": "
+                                 "\"bf16\", \"reduce_dtype\": \"float32\"}}}");
+    EXPECT_TRUE(c.sharding.forward_prefetch && c.sharding.activation_checkpointing);
+    EXPECT_EQ(c.sharding.backward_prefetch, "BACKWARD_POST");
+    EXPECT_EQ(c.sharding.param_dtype, "bfloat16");
+    EXPECT_EQ(c.sharding.reduce_dtype, "float32");
+    EXPECT_EQ(c.sharding.buffer_dtype, "float32");
+    const std::string json = to_json(c);
+    for (const char *part : {"\"forward_prefetch\":true", "\"backward_prefetch\":\"BACKWARD_POST\"",
+                             "\"activation_checkpointing\":true", "\"mixed_precision_policy\":{\"param_dtype\":\"bfloat16\","
+                             "\"reduce_dtype\":\"float32\",\"buffer_dtype\":\"float32\"}"})
+        EXPECT_NE(json.find(part), std::string::npos) << part << " in " << json;
+    EXPECT_EQ(parse_accelerator_config("{\"fsdp_plugin\": {\"backward_prefetch\": null}}").sharding.backward_prefetch, "NO_PREFETCH");
+    // mixed_precision "bf16": Accelerate's default policy (FSDP) and DeepSpeed's bf16 weights; "fp16" keeps float32.
+    for (const char *plugin : {"\"fsdp_plugin\": {}", "\"deepspeed_plugin\": {}"}) {
+        c = parse_accelerator_config((std::string("{\"mixed_precision\": \"bf16\", ") + plugin + "}").c_str());
+        EXPECT_EQ(c.sharding.param_dtype, "bfloat16") << plugin;
+        EXPECT_EQ(c.sharding.reduce_dtype, "bfloat16") << plugin;
+    }
+    c = parse_accelerator_config("{\"mixed_precision\": \"bf16\", \"fsdp_plugin\": {\"mixed_precision_policy\": {}}}");
+    EXPECT_EQ(c.sharding.param_dtype, "float32"); // a policy given wins
+    c = parse_accelerator_config("{\"fsdp_plugin\": {}}");
+    EXPECT_EQ(c.sharding.param_dtype, "float32");
 
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 5}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "deepspeed_plugin.zero_stage: ");
@@ -780,14 +805,22 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
                               "fsdp_plugin.state_dict_type: LOCAL_STATE_DICT");
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"state_dict_type\": \"SHARDED\"}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "fsdp_plugin.state_dict_type: expected");
-    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"backward_prefetch\": \"BACKWARD_PRE\"}}", ACCEL_ERR_UNIMPLEMENTED,
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"backward_prefetch\": \"BACKWARD\"}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "fsdp_plugin.backward_prefetch: expected \"BACKWARD_PRE\"");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"backward_prefetch\": 3}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "fsdp_plugin.backward_prefetch: ");
-    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"forward_prefetch\": true}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "fsdp_plugin.forward_prefetch: ");
-    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"activation_checkpointing\": true}}", ACCEL_ERR_UNIMPLEMENTED,
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"fsdp_version\": 2, \"forward_prefetch\": true}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.forward_prefetch: does not exist with fsdp_version 2");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"activation_checkpointing\": 1}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "fsdp_plugin.activation_checkpointing: ");
-    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"mixed_precision_policy\": {\"param_dtype\": \"bfloat16\"}}}",
-                              ACCEL_ERR_UNIMPLEMENTED, "fsdp_plugin.mixed_precision_policy.param_dtype: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"mixed_precision_policy\": {\"param_dtype\": \"float16\"}}}",
+                              ACCEL_ERR_UNIMPLEMENTED, "fsdp_plugin.mixed_precision_policy.param_dtype: float16 inside sharding");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"mixed_precision_policy\": {\"param_dtype\": \"int8\"}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.mixed_precision_policy.param_dtype: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"mixed_precision_policy\": {\"output_dtype\": \"bf16\"}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.mixed_precision_policy.output_dtype: unknown key");
+    EXPECT_PARSE_ERROR_STARTS("{\"mixed_precision\": \"fp8\", \"fsdp_plugin\": {\"mixed_precision_policy\": {\"param_dtype\": \"bf16\"}}}",
+                              ACCEL_ERR_UNIMPLEMENTED, "fsdp_plugin.mixed_precision_policy: bfloat16 parameters together with");
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"reshard_after_forward\": true}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "fsdp_plugin.reshard_after_forward: is an fsdp_version 2 key");
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"fsdp_version\": 2, \"sharding_strategy\": \"FULL_SHARD\"}}",

@@ -1,0 +1,64 @@
+#include "parallel/fsdp/collective_queue.hpp"
+
+namespace accel::parallel {
+
+void CollectiveQueue::Ticket::wait()
+{
+    if (!state_) return;
+    std::shared_ptr<State> s = std::move(state_);
+    std::unique_lock<std::mutex> lock(s->m);
+    s->cv.wait(lock, [&] { return s->done; });
+    if (s->error) std::rethrow_exception(s->error);
+}
+
+CollectiveQueue::~CollectiveQueue()
+{
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join(); // runs what is queued first: a peer may be waiting for it
+}
+
+CollectiveQueue::Ticket CollectiveQueue::submit(std::function<void()> job)
+{
+    Ticket t;
+    t.state_ = std::make_shared<Ticket::State>();
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        jobs_.emplace_back(std::move(job), t.state_);
+        if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    }
+    cv_.notify_one();
+    return t;
+}
+
+void CollectiveQueue::run()
+{
+    for (;;) {
+        std::pair<std::function<void()>, std::shared_ptr<Ticket::State>> item;
+        {
+            std::unique_lock<std::mutex> lock(m_);
+            cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+            if (jobs_.empty()) return;
+            item = std::move(jobs_.front());
+            jobs_.pop_front();
+        }
+        std::exception_ptr error;
+        try {
+            item.first();
+        } catch (...) {
+            error = std::current_exception();
+        }
+        item.first = nullptr; // what the job held (tensors) goes before anyone is told it is done
+        {
+            std::lock_guard<std::mutex> lock(item.second->m);
+            item.second->done = true;
+            item.second->error = error;
+        }
+        item.second->cv.notify_all();
+    }
+}
+
+} // namespace accel::parallel
