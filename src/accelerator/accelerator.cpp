@@ -132,9 +132,6 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
     for (const auto &d : sharded_)
         if (d.second.get() == engine) weak = d.second;
     const double clip = state_->config.sharding.frontend == "deepspeed" ? state_->config.sharding.gradient_clipping : 0.0;
-    if (clip > 0.0 && state_->scaler)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.gradient_clipping: clipping inside the step together with "
-                                      "fp16's loss scaler is not yet supported by accel");
     // The offload folder first: a path that cannot be used fails before anything changes.
     const auto &s = state_->config.sharding;
     std::unique_ptr<OffloadFiles> files;
@@ -142,7 +139,8 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
         files = std::make_unique<OffloadFiles>(s.offload_optimizer_nvme_path, state_->process_index(),
                                                s.offload_optimizer_nvme_path_key);
     auto before = [weak, clip] {
-        // DeepSpeed clips inside its step (gradient_clipping); the inner step runs right after.
+        // DeepSpeed clips inside its step (gradient_clipping), after fp16's unscaling and overflow check;
+        // the inner step runs right after.
         if (auto e = weak.lock())
             if (clip > 0.0) e->clip_grad_norm(clip, 2.0, true);
     };

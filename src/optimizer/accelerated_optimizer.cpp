@@ -74,17 +74,19 @@ bool AcceleratedOptimizer::may_act() const { return prepared_by == nullptr || pr
 void AcceleratedOptimizer::step()
 {
     if (!may_act()) return;
-    if (before_step_) before_step_();
     GradScaler *scaler = prepared_by ? prepared_by->scaler.get() : nullptr;
     if (scaler == nullptr || !scaler->is_enabled()) {
         step_was_skipped_ = false;
+        if (before_step_) before_step_();
         inner_step();
         if (after_step_) after_step_();
         return;
     }
     // Accelerate: scaler.step(optimizer) (unscales unless clipping already did, skips the step on
-    // inf/NaN), then scaler.update(); the step was skipped if the inner step never ran.
+    // inf/NaN), then scaler.update(); the step was skipped if the inner step never ran. What runs inside
+    // the step (DeepSpeed's clipping) sees the unscaled gradients of a step that is taken.
     const bool stepped = scaler->step(this, params(), [this] {
+        if (before_step_) before_step_();
         inner_step();
         if (after_step_) after_step_();
     });
