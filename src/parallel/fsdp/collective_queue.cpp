@@ -28,13 +28,26 @@ CollectiveQueue::Ticket CollectiveQueue::submit(std::function<void()> job)
     {
         std::lock_guard<std::mutex> lock(m_);
         jobs_.emplace_back(std::move(job), t.state_);
-        if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+        ++running_;
+        if (!thread_.joinable()) thread_ = std::thread([this] { work(); });
     }
     cv_.notify_one();
     return t;
 }
 
-void CollectiveQueue::run()
+void CollectiveQueue::run(std::function<void()> job)
+{
+    bool idle;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        idle = running_ == 0;
+    }
+    // Only the training thread submits, so nothing can be queued between the check and the job.
+    if (idle) job();
+    else submit(std::move(job)).wait();
+}
+
+void CollectiveQueue::work()
 {
     for (;;) {
         std::pair<std::function<void()>, std::shared_ptr<Ticket::State>> item;
@@ -52,6 +65,10 @@ void CollectiveQueue::run()
             error = std::current_exception();
         }
         item.first = nullptr; // what the job held (tensors) goes before anyone is told it is done
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            --running_;
+        }
         {
             std::lock_guard<std::mutex> lock(item.second->m);
             item.second->done = true;

@@ -44,14 +44,19 @@ public:
 
     // Queues `job` behind every job submitted before it (the thread starts with the first job).
     Ticket submit(std::function<void()> job);
+    // Runs `job` and returns when it is done: on the calling thread when nothing is queued or running (a
+    // caller that waits at once gains nothing from the thread, and on a busy machine each hand-over to it
+    // costs a scheduler wake-up), else behind the rest.
+    void run(std::function<void()> job);
 
 private:
-    void run();
+    void work();
 
     std::mutex m_;
     std::condition_variable cv_;
     std::deque<std::pair<std::function<void()>, std::shared_ptr<Ticket::State>>> jobs_;
     bool stop_ = false;
+    size_t running_ = 0; // jobs queued or running
     std::thread thread_;
 };
 

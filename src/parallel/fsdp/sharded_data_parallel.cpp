@@ -168,27 +168,32 @@ struct ShardedDataParallel::Impl {
         return n;
     }
 
-    // Queues unit u's all-gather; its full buffer gets memory now. gather() waits for it.
-    void start_gather(Unit &u)
+    // Unit u's all-gather into its full buffer, which gets memory now.
+    std::function<void()> gather_job(Unit &u)
     {
-        if (u.gathered) return;
         allocate_storage(u.full, bytes_of(u.full));
         u.gathered = true;
         note_peak();
         Unit *unit = &u;
-        u.gathering = queue.submit([this, unit] {
+        return [this, unit] {
             at::NoGradGuard no_grad;
             // 16-bit parameters are gathered as 16-bit: half the bytes on the wire and in the full buffer.
             std::vector<at::Tensor> parts = allgather_bits(*comm, unit->shard.detach().to(param_dtype));
             for (int32_t r = 0; r < world; ++r)
                 unit->full.narrow(0, r * unit->shard_numel, unit->shard_numel).copy_(parts[r]);
-        });
+        };
+    }
+
+    // Prefetch: queued; gather() waits for it.
+    void start_gather(Unit &u)
+    {
+        if (!u.gathered) u.gathering = queue.submit(gather_job(u));
     }
 
     void gather(Unit &u)
     {
-        start_gather(u);
-        u.gathering.wait();
+        if (u.gathered) u.gathering.wait(); // maybe prefetched
+        else queue.run(gather_job(u));
     }
 
     // forward_prefetch / backward_prefetch: the all-gather of the unit that computes next, queued while this
@@ -239,25 +244,29 @@ struct ShardedDataParallel::Impl {
             if (g.defined()) wire.narrow(0, p.offset, p.numel).copy_(g.reshape({-1}));
         }
         wire.div_(total_world); // averaged over every process, as DDP: divide, then sum
-        // The reduction runs on the queue while backward computes the next units; complete_reduce() takes
-        // its result.
+        // The reduction runs on the queue while backward computes the next units (the last unit's, with
+        // nothing left to overlap, on this thread); complete_reduce() takes its result.
         Unit *unit = &u;
+        std::function<void()> job;
         if (cfg.shard_gradients) {
             for (size_t i : u.params) params[i].tensor.mutable_grad().reset(); // a rank keeps only its shard
-            u.reducing = queue.submit([this, unit, wire]() mutable {
+            job = [this, unit, wire]() mutable {
                 at::NoGradGuard no_grad;
                 at::Tensor g = comm->reduce_scatter(wire, distributed::ReduceOp::Sum);
                 wire = at::Tensor();
                 if (replicas) allreduce_sum(*replicas, g); // the other nodes' sums of this shard
                 unit->reduced = g.to(at::kFloat); // the master shard's gradient is float32 whatever was reduced
-            });
+            };
         } else {
-            u.reducing = queue.submit([this, unit, wire]() mutable {
+            job = [this, unit, wire]() mutable {
                 at::NoGradGuard no_grad;
                 allreduce_sum(*comm, wire);
                 unit->reduced = wire.to(at::kFloat);
-            });
+            };
         }
+        const bool last = std::all_of(units.begin(), units.end(), [](const Unit &v) { return v.done; });
+        if (last) queue.run(std::move(job));
+        else u.reducing = queue.submit(std::move(job));
         note_peak();
     }
 
@@ -265,8 +274,8 @@ struct ShardedDataParallel::Impl {
     // optimizer steps.
     void complete_reduce(Unit &u)
     {
-        if (!u.reducing.pending()) return;
         u.reducing.wait();
+        if (!u.reduced.defined()) return;
         at::Tensor g = std::move(u.reduced);
         u.reduced = at::Tensor();
         if (cfg.shard_gradients) {
