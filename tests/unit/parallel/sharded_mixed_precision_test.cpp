@@ -181,3 +181,30 @@ TEST(ShardedMixedPrecision, LayerTypesAreOnePerLayer)
     acc.prepare_model(model);
     EXPECT_NE(acc.memory_stats_json().find("\"num_units\": 3"), std::string::npos) << acc.memory_stats_json();
 }
+
+// buffer_dtype: floating-point buffers (batch norm's running statistics) are kept in bfloat16 while training, and
+// are float32 again where they are read or saved: summoned (checkpoints) and after free_memory. The integer
+// counter keeps its dtype.
+TEST(ShardedMixedPrecision, BuffersTakeBufferDtypeAndComeBackForCheckpoints)
+{
+    at::manual_seed(2);
+    auto model = accel::make_model_from_json("{\"type\": \"sequential\", \"layers\": [{\"type\": \"linear\", \"in_features\": 6, \"out_features\": 4}, "
+                                             "{\"type\": \"batch_norm\", \"num_features\": 4}]}");
+    auto buffer = [&](const char *name) { return *model->find_tensor(name); };
+    auto acc = std::make_unique<accel::Accelerator>("{\"mixed_precision\": \"bf16\", \"fsdp_plugin\": {}}");
+    acc->prepare_model(model);
+    EXPECT_EQ(buffer("1.running_mean").scalar_type(), at::kBFloat16);
+    EXPECT_EQ(buffer("1.num_batches_tracked").scalar_type(), at::kLong);
+    acc->backward(accel::compute_loss(accel::LossKind::Mse, accel::forward(*model, at::randn({5, 6}), true), at::randn({5, 4})));
+    EXPECT_EQ(buffer("1.num_batches_tracked").item<int64_t>(), 1);
+    const at::Tensor mean16 = buffer("1.running_mean").clone();
+    EXPECT_GT(mean16.abs().sum().item<double>(), 0.0); // updated by the forward
+    acc->summon_full_params(*model, true);
+    EXPECT_EQ(buffer("1.running_mean").scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(buffer("1.running_mean"), mean16.to(at::kFloat)));
+    acc->summon_full_params(*model, false);
+    EXPECT_EQ(buffer("1.running_var").scalar_type(), at::kBFloat16);
+    acc->free_memory();
+    EXPECT_EQ(buffer("1.running_var").scalar_type(), at::kFloat);
+    EXPECT_EQ(model->parameters()[0].scalar_type(), at::kFloat);
+}
