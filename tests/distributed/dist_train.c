@@ -97,6 +97,10 @@ int main(int argc, char **argv)
     const int save_at = getenv("ACCEL_TEST_SAVE_AT") ? atoi(getenv("ACCEL_TEST_SAVE_AT")) : -1;
     const int save_async = getenv("ACCEL_TEST_SAVE_ASYNC") != NULL && atoi(getenv("ACCEL_TEST_SAVE_ASYNC")) == 1;
     const int free_at = getenv("ACCEL_TEST_FREE_AT") ? atoi(getenv("ACCEL_TEST_FREE_AT")) : -1;
+    /* Saved at save_at, trained on for reload_after steps (the state changes in place), then the checkpoint
+       loaded back into the same objects, and on from save_at: must equal never having left it. */
+    const int reload_after = getenv("ACCEL_TEST_RELOAD_AFTER") ? atoi(getenv("ACCEL_TEST_RELOAD_AFTER")) : -1;
+    int reload_at = -1, norms_at_save = 0, saved = 0;
     if (load_dir != NULL) DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
 
     double norms[1024];
@@ -135,13 +139,26 @@ int main(int argc, char **argv)
             DIST_CHECK(accel_accelerator_free_memory(acc));
             DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, sched));
         }
-        if (sync && done == save_at) {
+        if (sync && done == reload_at) {
+            DIST_CHECK(accel_accelerator_load_state(acc, save_dir));
+            done = save_at;
+            num_norms = norms_at_save;
+            reload_at = -1;
+            continue;
+        }
+        if (sync && done == save_at && !saved) {
             DIST_EXPECT(save_dir != NULL, "ACCEL_TEST_SAVE_AT needs ACCEL_TEST_SAVE_DIR");
+            saved = 1;
             if (save_async) {
                 DIST_CHECK(accel_accelerator_save_state_with_options(acc, save_dir, "{\"async\": true}", NULL));
                 continue; /* the next steps change the state while it is written */
             }
             DIST_CHECK(accel_accelerator_save_state(acc, save_dir));
+            if (reload_after > 0) {
+                reload_at = done + reload_after;
+                norms_at_save = num_norms;
+                continue;
+            }
             break;
         }
     }

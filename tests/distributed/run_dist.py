@@ -532,6 +532,20 @@ def scenario_resume(a):
     if a.async_save:  # the saving run trains on to 2N steps while its files are written
         save_env["ACCEL_TEST_SAVE_ASYNC"] = "1"
     start(os.path.join(tmp, "first.bin"), 2 * a.steps, save_env, a.config)
+    if a.reload_in_process:
+        # Saved at N, on for 2 steps (the optimizer state changes in place), the checkpoint loaded back into
+        # the same objects, on to 2N: bit for bit the uninterrupted run (the load reads into the state the
+        # optimizer already has).
+        reload = os.path.join(tmp, "reload.bin")
+        start(reload, 2 * a.steps, dict(save_env, ACCEL_TEST_SAVE_DIR=os.path.join(tmp, "ckpt_reload"),
+                                        ACCEL_TEST_RELOAD_AFTER="2"), a.config)
+        n = widths_numel(a.widths)
+        (fp, fn_), (rp, rn) = split_result(full, n), split_result(reload, n)
+        if fp != rp:
+            check_close(fp, rp, 0.0, "parameters after loading back in the same process")
+        if list(fn_) != list(rn):
+            sys.exit("gradient norms after loading back in the same process differ: %s vs %s" % (fn_, rn))
+        log("loaded back in the same process: equal to the uninterrupted run bit for bit")
     files = sorted(os.listdir(ckpt))
     log("checkpoint files: %s" % files)
     for r in range(a.np):
@@ -689,6 +703,8 @@ def main():
     ap.add_argument("--resume-np", type=int, default=0, help="resume: processes of the resumed half (the global "
                     "batch stays the same)")
     ap.add_argument("--expect-sharded", action="store_true", help="resume: the checkpoint is SHARDED_STATE_DICT")
+    ap.add_argument("--reload-in-process", action="store_true", help="resume: also load the checkpoint back into "
+                    "the saving run's objects 2 steps later and train on (equal to the uninterrupted run)")
     ap.add_argument("--async-save", action="store_true", help="resume: the checkpoint is saved with {\"async\": true}")
     ap.add_argument("--merge-full-config", default=None, help="resume: also save with this (FULL) config and check "
                     "that accel merge-weights of the sharded checkpoint equals it byte for byte")
