@@ -76,14 +76,18 @@ void Accelerator::prepare_model(Model &model)
         if (sharded_of(model) == nullptr) {
             if (model.prepared_by != nullptr)
                 fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already prepared");
+            if (state_->config.sharding.activation_checkpointing && model.layer_types().empty())
+                fail(ACCEL_ERR_UNIMPLEMENTED, "fsdp_plugin.activation_checkpointing: this model has no layers to "
+                                              "recompute (a TorchScript model; models built from a JSON spec have)");
+            auto engine = std::make_shared<parallel::ShardedDataParallel>(model, state_->comm, state_->config.sharding);
             if (state_->config.sharding.activation_checkpointing) {
                 try {
-                    model.set_activation_checkpointing(true);
+                    model.set_activation_checkpointing(engine->checkpointed_layers());
                 } catch (const Error &e) {
+                    engine->release(model); // the model as it was
                     fail(e.code(), std::string("fsdp_plugin.") + e.what());
                 }
             }
-            auto engine = std::make_shared<parallel::ShardedDataParallel>(model, state_->comm, state_->config.sharding);
             engine->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
             sharded_.emplace_back(&model, engine);
             if (state_->scaler && state_->comm->size() > 1) {

@@ -7,6 +7,7 @@
 #include "model/gpt_model.hpp"
 
 #include "common/error.hpp"
+#include "model/activation_checkpoint.hpp"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/ivalue.h>
@@ -14,6 +15,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -98,130 +100,6 @@ at::Tensor block_forward(const GptBlock &b, const config::GptConfig &c, const at
     return a + maybe_dropout(h, c.resid_pdrop, train);
 }
 
-// What backward needs to run a block again: the block, its config, the CPU generator's state and the
-// autocast state at the time of the forward (torch.utils.checkpoint's preserve_rng_state).
-struct Recompute : torch::CustomClassHolder {
-    std::shared_ptr<const GptBlock> block;
-    std::shared_ptr<const config::GptConfig> config;
-    bool train = true;
-    at::Tensor rng_state;
-    bool autocast = false;
-    at::ScalarType autocast_dtype = at::kBFloat16;
-};
-
-// Autocast's weight-cast cache would keep no-grad copies made by the checkpointed forward (and could
-// hand them to the recomputation): both run with the cache off.
-class AutocastCacheOff {
-public:
-    AutocastCacheOff() : was_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
-    ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(was_); }
-
-private:
-    bool was_;
-};
-
-// The CPU generator set to `state` for the recomputation, then back to where it was.
-class RngSwap {
-public:
-    explicit RngSwap(const at::Tensor &state)
-    {
-        if (!state.defined()) return;
-        auto gen = at::detail::getDefaultCPUGenerator();
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        current_ = gen.get_state();
-        gen.set_state(state);
-    }
-    ~RngSwap()
-    {
-        if (!current_.defined()) return;
-        auto gen = at::detail::getDefaultCPUGenerator();
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(current_);
-    }
-
-private:
-    at::Tensor current_;
-};
-
-class AutocastState {
-public:
-    AutocastState(bool on, at::ScalarType dtype)
-        : was_on_(at::autocast::is_cpu_enabled()), was_dtype_(at::autocast::get_autocast_cpu_dtype())
-    {
-        at::autocast::set_cpu_enabled(on);
-        at::autocast::set_autocast_cpu_dtype(dtype);
-    }
-    ~AutocastState()
-    {
-        at::autocast::set_cpu_enabled(was_on_);
-        at::autocast::set_autocast_cpu_dtype(was_dtype_);
-    }
-
-private:
-    bool was_on_;
-    at::ScalarType was_dtype_;
-};
-
-// Activation checkpointing of one block: the forward keeps only its input; backward runs the block
-// again (same dropout masks, same autocast) and differentiates that. The parameters are inputs of the
-// node, so their gradients reach AccumulateGrad (and DDP's hooks) like any other gradient.
-struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
-    static at::Tensor forward(AutogradContext *ctx, const at::Tensor &x, at::TensorList params,
-                              c10::intrusive_ptr<Recompute> r)
-    {
-        (void)params; // inputs only so that autograd routes their gradients
-        const auto &c = *r->config;
-        if (r->train && (c.attn_pdrop > 0.0 || c.resid_pdrop > 0.0)) {
-            auto gen = at::detail::getDefaultCPUGenerator();
-            std::lock_guard<std::mutex> lock(gen.mutex());
-            r->rng_state = gen.get_state();
-        }
-        r->autocast = at::autocast::is_cpu_enabled();
-        r->autocast_dtype = at::autocast::get_autocast_cpu_dtype();
-        ctx->save_for_backward({x});
-        at::Tensor y;
-        {
-            AutocastCacheOff cache_off;
-            y = block_forward(*r->block, c, x, r->train, nullptr);
-        }
-        ctx->saved_data["recompute"] = c10::IValue::make_capsule(r);
-        return y;
-    }
-
-    static variable_list backward(AutogradContext *ctx, variable_list grad_out)
-    {
-        auto r = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
-        const at::Tensor saved = ctx->get_saved_variables()[0];
-        at::Tensor x = saved.detach().requires_grad_(saved.requires_grad());
-        const std::vector<at::Tensor> params = r->block->params();
-        at::Tensor y;
-        {
-            RngSwap rng(r->rng_state);
-            AutocastState autocast(r->autocast, r->autocast_dtype);
-            AutocastCacheOff cache_off;
-            at::AutoGradMode grad_on(true);
-            y = block_forward(*r->block, *r->config, x, r->train, nullptr);
-        }
-        std::vector<at::Tensor> inputs;
-        std::vector<size_t> where; // index in the result of each input
-        if (x.requires_grad()) {
-            inputs.push_back(x);
-            where.push_back(0);
-        }
-        for (size_t i = 0; i < params.size(); ++i)
-            if (params[i].requires_grad()) {
-                inputs.push_back(params[i]);
-                where.push_back(i + 1);
-            }
-        variable_list result(params.size() + 2); // x, each parameter, the Recompute (none)
-        if (!inputs.empty()) {
-            auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, false, false, true);
-            for (size_t i = 0; i < grads.size(); ++i) result[where[i]] = grads[i];
-        }
-        return result;
-    }
-};
-
 at::Tensor normal(at::IntArrayRef sizes, double std)
 {
     return at::empty(sizes, at::kFloat).normal_(0.0, std);
@@ -274,7 +152,7 @@ GptModel::GptModel(const config::GptConfig &config) : config_(config)
         params.emplace_back("lm_head.weight", lm_head_);
     }
     for (auto &p : params) p.second.requires_grad_(true);
-    checkpointing_ = c.activation_checkpointing;
+    checkpointed_.assign(static_cast<size_t>(c.n_layer), c.activation_checkpointing);
     shared_config_ = std::make_shared<const config::GptConfig>(c);
     set_tensors(std::move(params), {});
 }
@@ -321,16 +199,17 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     if (hooks) hooks->before_layer(0);
     at::Tensor pos = at::arange(past, past + T, ids.options().dtype(at::kLong));
     at::Tensor h = maybe_dropout(at::embedding(wte_, ids) + at::embedding(wpe_, pos), c.embd_pdrop, train);
-    const bool checkpoint = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
+    const bool checkpoint = cache == nullptr && at::GradMode::is_enabled();
     for (size_t i = 0; i < blocks_.size(); ++i) {
         if (hooks) hooks->before_layer(i + 1);
-        if (checkpoint) {
-            auto r = c10::make_intrusive<Recompute>();
-            r->block = blocks_[i];
-            r->config = shared_config_;
-            r->train = train;
-            const auto params = blocks_[i]->params();
-            h = BlockCheckpoint::apply(h, at::TensorList(params), r);
+        if (checkpoint && checkpointed_[i]) {
+            std::shared_ptr<const GptBlock> block = blocks_[i];
+            std::shared_ptr<const config::GptConfig> config = shared_config_;
+            h = checkpoint_layer(h, block->params(),
+                                 [block, config, train](const at::Tensor &x) {
+                                     return block_forward(*block, *config, x, train, nullptr);
+                                 },
+                                 train && (c.attn_pdrop > 0.0 || c.resid_pdrop > 0.0));
         } else if (cache != nullptr) {
             std::pair<at::Tensor, at::Tensor> kv{cache->keys[i], cache->values[i]};
             h = block_forward(*blocks_[i], c, h, false, &kv);
@@ -362,6 +241,16 @@ std::vector<ModuleUnit> GptModel::units() const
     out.push_back({"lm_head", "linear", config_.tie_word_embeddings ? std::vector<std::string>{}
                                                                      : std::vector<std::string>{"lm_head.weight"}});
     return out;
+}
+
+void GptModel::set_activation_checkpointing(const std::vector<bool> &layers)
+{
+    for (size_t i = 0; i < checkpointed_.size(); ++i) checkpointed_[i] = i + 1 < layers.size() && layers[i + 1];
+}
+
+bool GptModel::activation_checkpointing() const
+{
+    return std::find(checkpointed_.begin(), checkpointed_.end(), true) != checkpointed_.end();
 }
 
 std::vector<std::string> GptModel::layer_types() const

@@ -37,8 +37,9 @@ public:
     // layers 1..n_layer are the blocks ("gpt_block").
     std::vector<std::string> layer_types() const override;
     std::vector<size_t> parameter_layers() const override;
-    void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
-    bool activation_checkpointing() const override { return checkpointing_; }
+    // Blocks only: layer 0 spans the whole forward and is never recomputed.
+    void set_activation_checkpointing(const std::vector<bool> &layers) override;
+    bool activation_checkpointing() const override;
     const config::GptConfig &config() const { return config_; }
     std::string hf_config_json() const override { return config::gpt_config_to_hf_json(config_); }
 
@@ -52,7 +53,7 @@ private:
     at::Tensor wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_; // lm_head_ is wte_ when tied
     std::vector<std::shared_ptr<GptBlock>> blocks_;
     bool training_ = true;
-    bool checkpointing_ = false;
+    std::vector<bool> checkpointed_; // per block
 };
 
 } // namespace accel

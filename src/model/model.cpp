@@ -25,9 +25,10 @@ const at::Tensor *Model::find_tensor(const std::string &key) const
     return nullptr;
 }
 
-void Model::set_activation_checkpointing(bool)
+void Model::set_activation_checkpointing(const std::vector<bool> &)
 {
-    fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: only models of type \"gpt\" can recompute their blocks");
+    fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: this model has no layers to recompute (a TorchScript "
+                                  "model; models built from a JSON spec have)");
 }
 
 // Default: parameters named "<layer index>.<name>" (torch::nn::Sequential's naming).

@@ -70,9 +70,9 @@ public:
     // The model's sub-modules in forward order, each parameter in at most one of them (tied weights
     // under their first owner). Empty for models without a known structure (TorchScript).
     virtual std::vector<ModuleUnit> units() const { return {}; }
-    // Recompute each block's activations in backward instead of keeping them (GPT models).
-    // Others fail with UNIMPLEMENTED.
-    virtual void set_activation_checkpointing(bool on);
+    // Recompute the activations of the layers marked in `layers` (indexed as layer_types()) in backward
+    // instead of keeping them; all false: off. Models without layers fail with UNIMPLEMENTED.
+    virtual void set_activation_checkpointing(const std::vector<bool> &layers);
     virtual bool activation_checkpointing() const { return false; }
     // The types of the top-level layers in forward order ("linear", "transformer_encoder_layer", ...), and
     // for each parameter (named_parameters() order) the layer it belongs to. Empty for models without

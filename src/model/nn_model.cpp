@@ -3,6 +3,7 @@
 
 #include "common/error.hpp"
 #include "config/model_spec.hpp"
+#include "model/activation_checkpoint.hpp"
 #include "model/gpt_model.hpp"
 #include "precision/fp8.hpp"
 
@@ -17,6 +18,8 @@
 #include <torch/nn/modules/transformerlayer.h>
 
 #include <sys/sysinfo.h>
+
+#include <algorithm>
 
 namespace accel {
 
@@ -37,6 +40,7 @@ public:
         set_tensors(to_named(seq_->named_parameters(true)), to_named(seq_->named_buffers(true)));
         for (const auto &m : *seq_) linear_.push_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m.ptr()));
         fp8_.resize(linear_.size());
+        checkpointed_.assign(linear_.size(), false);
     }
 
     // Sequential::forward, layer by layer, so that Linear layers can take the FP8 path inside an
@@ -47,15 +51,39 @@ public:
         at::Tensor x = input;
         size_t i = 0;
         ForwardHooks *hooks = forward_hooks.get();
+        const bool recompute = at::GradMode::is_enabled();
         for (auto &m : *seq_) {
             if (hooks) hooks->before_layer(i);
-            if (fp8_on && fp8_[i]) x = fp8::linear(x, linear_[i]->weight, linear_[i]->bias, fp8_[i]);
-            else if (batch_first_[i]) x = m.forward(x.transpose(0, 1)).transpose(0, 1);
-            else x = m.forward(x);
+            if (fp8_on && fp8_[i]) {
+                x = fp8::linear(x, linear_[i]->weight, linear_[i]->bias, fp8_[i]);
+            } else if (recompute && checkpointed_[i]) {
+                x = checkpoint_layer(x, m.ptr()->parameters(true),
+                                     [m, batch_first = batch_first_[i]](const at::Tensor &in) mutable { return layer_forward(m, batch_first, in); },
+                                     seq_->is_training());
+            } else {
+                x = layer_forward(m, batch_first_[i], x);
+            }
             if (hooks) x = hooks->after_layer(i, x);
             ++i;
         }
         return x;
+    }
+    // Every marked layer with parameters but batch_norm (recomputing it would update its running
+    // statistics twice, as with torch.utils.checkpoint).
+    void set_activation_checkpointing(const std::vector<bool> &layers) override
+    {
+        size_t i = 0;
+        for (const auto &m : *seq_) {
+            const bool on = i < layers.size() && layers[i] && types_[i] != "batch_norm" && !m.ptr()->parameters(true).empty();
+            if (on && fp8_[i])
+                fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: layer " + std::to_string(i) + " computes in fp8, "
+                                              "whose scaling state would be updated again by the recomputation");
+            checkpointed_[i++] = on;
+        }
+    }
+    bool activation_checkpointing() const override
+    {
+        return std::find(checkpointed_.begin(), checkpointed_.end(), true) != checkpointed_.end();
     }
     // One unit per layer ("0", "1", ...), typed by its spec name ("linear", "transformer_encoder_layer").
     std::vector<ModuleUnit> units() const override
@@ -75,8 +103,13 @@ public:
     std::vector<std::string> layer_types() const override { return types_; }
     void enable_fp8(const config::FP8RecipeKwargs &recipe) override
     {
-        for (size_t i = 0; i < linear_.size(); ++i)
-            if (linear_[i] && !fp8_[i]) fp8_[i] = c10::make_intrusive<fp8::LinearState>(recipe);
+        for (size_t i = 0; i < linear_.size(); ++i) {
+            if (!linear_[i] || fp8_[i]) continue;
+            if (checkpointed_[i])
+                fail(ACCEL_ERR_UNIMPLEMENTED, "fp8: layer " + std::to_string(i) + " is recomputed in backward "
+                                              "(activation_checkpointing), which would update its scaling state again");
+            fp8_[i] = c10::make_intrusive<fp8::LinearState>(recipe);
+        }
     }
 
 private:
@@ -85,6 +118,13 @@ private:
     std::vector<std::string> types_;                              // per layer: the spec's type name
     std::vector<std::shared_ptr<torch::nn::LinearImpl>> linear_;  // per layer; null if not a linear layer
     std::vector<c10::intrusive_ptr<fp8::LinearState>> fp8_;       // per layer; set by enable_fp8
+    std::vector<bool> checkpointed_;                              // per layer: recomputed in backward
+
+    static at::Tensor layer_forward(torch::nn::AnyModule &m, bool batch_first, const at::Tensor &x)
+    {
+        // Transformer layers take (seq, batch, feature); a batch-first spec gives (batch, seq, feature).
+        return batch_first ? m.forward(x.transpose(0, 1)).transpose(0, 1) : m.forward(x);
+    }
 };
 
 void add_layer(torch::nn::Sequential &seq, const config::LayerSpec &l)

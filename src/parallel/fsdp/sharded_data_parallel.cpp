@@ -881,6 +881,16 @@ void ShardedDataParallel::summon_full_params(bool on)
 
 bool ShardedDataParallel::summoned() const { return impl_->summoned; }
 
+std::vector<bool> ShardedDataParallel::checkpointed_layers() const
+{
+    const auto &of = impl_->unit_of_layer;
+    const auto &c = impl_->cfg;
+    const bool every = c.auto_wrap_policy == "NO_WRAP" && !c.wrap_every_layer;
+    std::vector<bool> out(of.size());
+    for (size_t l = 0; l < of.size(); ++l) out[l] = every || of[l] >= 0;
+    return out;
+}
+
 void ShardedDataParallel::release(Model &model)
 {
     Impl &s = *impl_;

@@ -79,6 +79,10 @@ public:
     // them (false). Collective.
     void summon_full_params(bool on);
     bool summoned() const;
+    // The layers (indexed as the model's layer_types()) that activation checkpointing recomputes: those
+    // the wrap policy made units, as Accelerate applies checkpointing with the wrap policy; every layer
+    // under NO_WRAP.
+    std::vector<bool> checkpointed_layers() const;
     // free_memory (collective): every parameter gets whole memory of its own again and the model's forward
     // hooks are removed, so the model is as it was before prepare; the engine does nothing afterwards.
     void release(Model &model);

@@ -204,7 +204,7 @@ std::map<std::string, at::Tensor> grads_of(bool checkpointing, bool bf16)
 {
     at::manual_seed(3);
     auto m = tiny(R"("resid_pdrop": 0.2, "attn_pdrop": 0.2, "embd_pdrop": 0.2)");
-    m->set_activation_checkpointing(checkpointing);
+    m->set_activation_checkpointing(std::vector<bool>(m->layer_types().size(), checkpointing));
     at::Tensor ids = at::randint(0, 37, {2, 12}, at::kLong);
     at::manual_seed(4);
     at::Tensor logits;

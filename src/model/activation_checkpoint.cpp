@@ -1,0 +1,150 @@
+#include "model/activation_checkpoint.hpp"
+
+#include <ATen/autocast_mode.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <mutex>
+
+namespace accel {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// What backward needs to run the layer again: its forward, its parameters, the CPU generator's state and
+// the autocast state at the time of the forward.
+struct Recompute : torch::CustomClassHolder {
+    LayerForward forward;
+    std::vector<at::Tensor> params;
+    bool random = false;
+    at::Tensor rng_state;
+    bool autocast = false;
+    at::ScalarType autocast_dtype = at::kBFloat16;
+};
+
+// Autocast's weight-cast cache would keep no-grad copies made by the checkpointed forward (and could
+// hand them to the recomputation): both run with the cache off.
+class AutocastCacheOff {
+public:
+    AutocastCacheOff() : was_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
+    ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(was_); }
+
+private:
+    bool was_;
+};
+
+// The CPU generator set to `state` for the recomputation, then back to where it was.
+class RngSwap {
+public:
+    explicit RngSwap(const at::Tensor &state)
+    {
+        if (!state.defined()) return;
+        auto gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        current_ = gen.get_state();
+        gen.set_state(state);
+    }
+    ~RngSwap()
+    {
+        if (!current_.defined()) return;
+        auto gen = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(current_);
+    }
+
+private:
+    at::Tensor current_;
+};
+
+class AutocastState {
+public:
+    AutocastState(bool on, at::ScalarType dtype)
+        : was_on_(at::autocast::is_cpu_enabled()), was_dtype_(at::autocast::get_autocast_cpu_dtype())
+    {
+        at::autocast::set_cpu_enabled(on);
+        at::autocast::set_autocast_cpu_dtype(dtype);
+    }
+    ~AutocastState()
+    {
+        at::autocast::set_cpu_enabled(was_on_);
+        at::autocast::set_autocast_cpu_dtype(was_dtype_);
+    }
+
+private:
+    bool was_on_;
+    at::ScalarType was_dtype_;
+};
+
+struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
+    static at::Tensor forward(AutogradContext *ctx, const at::Tensor &x, at::TensorList params,
+                              c10::intrusive_ptr<Recompute> r)
+    {
+        (void)params; // inputs only so that autograd routes their gradients
+        if (r->random) {
+            auto gen = at::detail::getDefaultCPUGenerator();
+            std::lock_guard<std::mutex> lock(gen.mutex());
+            r->rng_state = gen.get_state();
+        }
+        r->autocast = at::autocast::is_cpu_enabled();
+        r->autocast_dtype = at::autocast::get_autocast_cpu_dtype();
+        ctx->save_for_backward({x});
+        at::Tensor y;
+        {
+            AutocastCacheOff cache_off;
+            y = r->forward(x);
+        }
+        ctx->saved_data["recompute"] = c10::IValue::make_capsule(r);
+        return y;
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grad_out)
+    {
+        auto r = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
+        const at::Tensor saved = ctx->get_saved_variables()[0];
+        at::Tensor x = saved.detach().requires_grad_(saved.requires_grad());
+        at::Tensor y;
+        {
+            RngSwap rng(r->rng_state);
+            AutocastState autocast(r->autocast, r->autocast_dtype);
+            AutocastCacheOff cache_off;
+            at::AutoGradMode grad_on(true);
+            y = r->forward(x);
+        }
+        const std::vector<at::Tensor> &params = r->params;
+        std::vector<at::Tensor> inputs;
+        std::vector<size_t> where; // index in the result of each input
+        if (x.requires_grad()) {
+            inputs.push_back(x);
+            where.push_back(0);
+        }
+        for (size_t i = 0; i < params.size(); ++i)
+            if (params[i].requires_grad()) {
+                inputs.push_back(params[i]);
+                where.push_back(i + 1);
+            }
+        variable_list result(params.size() + 2); // x, each parameter, the Recompute (none)
+        if (!inputs.empty()) {
+            auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, false, false, true);
+            for (size_t i = 0; i < grads.size(); ++i) result[where[i]] = grads[i];
+        }
+        return result;
+    }
+};
+
+} // namespace
+
+at::Tensor checkpoint_layer(const at::Tensor &input, const std::vector<at::Tensor> &params, LayerForward forward,
+                            bool random)
+{
+    auto r = c10::make_intrusive<Recompute>();
+    r->forward = std::move(forward);
+    r->params = params;
+    r->random = random;
+    return LayerCheckpoint::apply(input, at::TensorList(r->params), r);
+}
+
+} // namespace accel
