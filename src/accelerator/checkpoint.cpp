@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 namespace accel {
 
@@ -44,6 +45,17 @@ TensorList match_model_keys(const Model &model, TensorList sd)
             entry.first.erase(0, kWrapped.size());
     }
     return sd;
+}
+
+// Whether `src` has every tensor of the model's state dict (a tensor under two names once, by its first).
+bool holds_every_tensor(const Model &model, const ShardedSource &src)
+{
+    std::set<const c10::TensorImpl *> seen;
+    std::vector<int64_t> shape;
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
+        for (const auto &[name, t] : *list)
+            if (t.defined() && seen.insert(t.unsafeGetTensorImpl()).second && !src.find(name, shape)) return false;
+    return true;
 }
 
 // Accelerate's register_for_checkpointing pickles obj.state_dict(). accel's own objects are bytes; a
@@ -294,21 +306,24 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     std::vector<bool> by_range(models_.size(), false);
     for (size_t i = 0; i < models_.size(); ++i) {
         const std::string sharded = path(ckpt::sharded_model_folder(i));
+        const bool pieces = ckpt::is_sharded_folder(sharded);
         auto *e = sharded_of(*models_[i]);
-        if (ckpt::is_sharded_folder(sharded) && e != nullptr && !e->summoned()) {
-            const ShardedSource src = ckpt::sharded_source(sharded);
-            auto [apply, names] = e->load_sharded_state_dict(*models_[i], src);
-            if (options.strict)
-                for (const auto &name : src.names())
-                    if (std::find(names.begin(), names.end(), name) == names.end())
-                        fail(ACCEL_ERR_INVALID_ARGUMENT, "load_state: " + sharded + " holds tensor \"" + name +
-                                                             "\", which the model does not have (strict loading)");
-            range_loads.push_back(std::move(apply));
-            by_range[i] = true;
-            continue;
-        }
-        weights[i] = match_model_keys(*models_[i], ckpt::is_sharded_folder(sharded) ? ckpt::read_sharded_tensors(sharded)
-                                                                                     : ckpt::read_weights(dir, i));
+        if (!pieces || e == nullptr || e->summoned())
+            weights[i] = match_model_keys(*models_[i], pieces ? ckpt::read_sharded_tensors(sharded) : ckpt::read_weights(dir, i));
+        if (e == nullptr || e->summoned()) continue;
+        // A sharded model takes its pieces by range from either layout (a whole tensor is a source of one
+        // piece): nothing gathered. A whole-model file missing some of the model's tensors (loadable when
+        // not strict) goes through the gathered model instead.
+        const ShardedSource src = pieces ? ckpt::sharded_source(sharded) : ckpt::tensor_source(weights[i]);
+        if (!pieces && !holds_every_tensor(*models_[i], src)) continue;
+        auto [apply, names] = e->load_sharded_state_dict(*models_[i], src);
+        if (options.strict)
+            for (const auto &name : src.names())
+                if (std::find(names.begin(), names.end(), name) == names.end())
+                    fail(ACCEL_ERR_INVALID_ARGUMENT, "load_state: " + (pieces ? sharded : dir) + " holds tensor \"" +
+                                                         name + "\", which the model does not have (strict loading)");
+        range_loads.push_back(std::move(apply));
+        by_range[i] = true;
     }
     for (size_t i = 0; i < models_.size(); ++i)
         if (auto *e = sharded_of(*models_[i]); e != nullptr && !by_range[i]) whole_engines.push_back(e);

@@ -414,6 +414,40 @@ ShardedSource sharded_source(const std::string &dir)
     return src;
 }
 
+ShardedSource tensor_source(const TensorList &tensors)
+{
+    auto all = std::make_shared<const TensorList>(tensors);
+    auto index = std::make_shared<std::map<std::string, size_t>>();
+    for (size_t i = 0; i < all->size(); ++i) index->emplace((*all)[i].first, i); // the first of a repeated name
+    auto tensor = [all, index](const std::string &name) -> const at::Tensor * {
+        auto it = index->find(name);
+        return it == index->end() ? nullptr : &(*all)[it->second].second;
+    };
+    ShardedSource src;
+    src.names = [all] {
+        std::vector<std::string> out;
+        for (const auto &e : *all) out.push_back(e.first);
+        return out;
+    };
+    src.find = [tensor](const std::string &name, std::vector<int64_t> &shape) {
+        const at::Tensor *t = tensor(name);
+        if (t != nullptr) shape = t->sizes().vec();
+        return t != nullptr;
+    };
+    src.dtype = [tensor](const std::string &name) {
+        const at::Tensor *t = tensor(name);
+        if (t == nullptr) fail(ACCEL_ERR_INTERNAL, "tensor source: no tensor \"" + name + "\"");
+        return t->scalar_type();
+    };
+    src.read = [tensor](const std::string &name, int64_t offset, const at::Tensor &dst) {
+        const at::Tensor *t = tensor(name);
+        if (t == nullptr || offset < 0 || offset + dst.numel() > t->numel())
+            fail(ACCEL_ERR_INTERNAL, "tensor source: elements of \"" + name + "\" out of range");
+        dst.copy_(t->reshape({-1}).narrow(0, offset, dst.numel()).view(dst.sizes()));
+    };
+    return src;
+}
+
 TensorList read_sharded_tensors(const std::string &dir)
 {
     const ShardedSource src = sharded_source(dir);

@@ -87,6 +87,8 @@ PyRef read_sharded_rest(const std::string &dir);
 // A sharded folder (checked whole when this is called) as a source to read by ranges; it stays mapped while
 // the source lives.
 ShardedSource sharded_source(const std::string &dir);
+// Whole tensors as such a source (each one piece); the tensors are held while the source lives.
+ShardedSource tensor_source(const TensorList &tensors);
 
 // model{_i}.safetensors if present, else pytorch_model{_i}.bin (NOT_FOUND naming both).
 TensorList read_weights(const std::string &dir, size_t i);

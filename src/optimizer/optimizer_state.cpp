@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <typeinfo>
 
 namespace accel {
@@ -486,15 +487,17 @@ ShardedState AcceleratedOptimizer::sharded_state_dict() const
 }
 
 namespace {
-// Where one optimizer state shard's elements come from in a sharded state dict (load_shard_form).
+// Where one optimizer state shard's elements come from (load_shard_form): ranges of a sharded state
+// dict's tensors, or slices of a loaded per-parameter state dict's.
 struct ShardReads {
     struct Range {
-        std::string tensor;    // "state.{parameter}.{key}"
+        std::string tensor;    // in a sharded state dict: "state.{parameter}.{key}"
+        at::Tensor from;       // or the elements themselves (1-D)
         int64_t offset;        // the first element of the tensor this rank holds
         int64_t start, numel;  // where they go in the shard
     };
     std::vector<Range> reads;  // in packing order
-    void run(const ShardedSource &src, const at::Tensor &dst) const;
+    void run(const ShardedSource *src, const at::Tensor &dst) const;
 };
 } // namespace
 
@@ -538,11 +541,11 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
                                                  const CopyFn &copy)
 {
     const parallel::ShardLayout &l = *layout_;
-    // With `src`, each shard in the shard form is an unwritten placeholder (no pages touched) with a plan
-    // of ranges to read; the load below decides where the state goes (the optimizer's current state
-    // tensors when they fit) and the ranges are read straight there when the load applies. Building each
-    // shard in fresh memory first cost more than the reading itself: page faults (measured: 100 ms to
-    // zero one 33 MB shard on this VM, the whole load 5 % of dd's speed).
+    // Each shard in the shard form is an unwritten placeholder (no pages touched) with a plan of ranges
+    // to read or copy; the load below decides where the state goes (the optimizer's current state tensors
+    // when they fit) and the ranges are written straight there when the load applies. Building each shard
+    // in fresh memory first cost more than the reading itself: page faults (measured: 100 ms to zero one
+    // 33 MB shard on this VM, the whole sharded load 5 % of dd's speed).
     std::map<const c10::TensorImpl *, ShardReads> plans;
     std::map<int64_t, std::vector<std::string>> src_keys; // parameter id -> its per-element keys in `src`
     if (src)
@@ -599,8 +602,7 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
         for (const std::string &name : keys) {
             // This rank's shard of the unit's joined tensor, cut straight from each parameter's entry (zeros
             // for padding and for a parameter that had no gradient yet: fresh state).
-            const auto options = l.shard_options.requires_grad(false);
-            at::Tensor shard = src ? at::empty({l.shard_numel[u]}, options) : at::zeros({l.shard_numel[u]}, options);
+            at::Tensor shard = at::empty({l.shard_numel[u]}, l.shard_options.requires_grad(false));
             ShardReads plan;
             for (size_t k = 0; k < entries.size(); ++k) {
                 const size_t param = l.unit_params[u][k];
@@ -615,7 +617,7 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
                                                              c10::str(p.sizes()));
                     const TensorPiece piece = l.piece(param, l.shard_rank);
                     if (piece.numel > 0)
-                        plan.reads.push_back({tensor, piece.offset, l.local_piece(param, shard).storage_offset(), piece.numel});
+                        plan.reads.push_back({tensor, {}, piece.offset, l.local_piece(param, shard).storage_offset(), piece.numel});
                     continue;
                 }
                 const PyObj *v = entries[k].first != nullptr ? entries[k].first->get(name) : nullptr;
@@ -627,9 +629,10 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
                                                          ", its parameter has " + c10::str(p.sizes()));
                 const TensorPiece piece = l.piece(param, l.shard_rank);
                 if (piece.numel > 0)
-                    l.local_piece(param, shard).copy_(v->tensor.reshape({-1}).narrow(0, piece.offset, piece.numel));
+                    plan.reads.push_back({{}, v->tensor.reshape({-1}).narrow(0, piece.offset, piece.numel), 0,
+                                          l.local_piece(param, shard).storage_offset(), piece.numel});
             }
-            if (src) plans.emplace(shard.unsafeGetTensorImpl(), std::move(plan));
+            plans.emplace(shard.unsafeGetTensorImpl(), std::move(plan));
             py_set(*out, name, py_tensor(shard));
         }
         new_state->map.emplace_back(py_int(static_cast<int64_t>(u)), out);
@@ -642,7 +645,6 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
     shard_form.kind = PyObj::Kind::Dict;
     py_set(shard_form, "state", new_state);
     py_set(shard_form, "param_groups", py_list({group}));
-    if (!src) return inner_load_state_dict(shard_form, what, copy);
     // A placeholder's copy becomes its reads into the copy's destination.
     std::vector<std::pair<at::Tensor, ShardReads>> targets;
     const CopyFn read_instead = [&plans, &targets, &copy](const at::Tensor &dst, const at::Tensor &loaded) {
@@ -654,20 +656,23 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
     ApplyState install = inner_load_state_dict(shard_form, what, read_instead);
     if (!plans.empty()) // the load converted a placeholder instead of copying it (it must not: same dtype)
         fail(ACCEL_ERR_INTERNAL, what + ": optimizer state shard was not placed by the load");
-    return [targets = std::move(targets), source = *src, install = std::move(install)] {
+    std::optional<ShardedSource> source;
+    if (src) source = *src;
+    return [targets = std::move(targets), source = std::move(source), install = std::move(install)] {
         at::NoGradGuard no_grad;
-        for (const auto &[dst, plan] : targets) plan.run(source, dst);
+        for (const auto &[dst, plan] : targets) plan.run(source ? &*source : nullptr, dst);
         install();
     };
 }
 
-void ShardReads::run(const ShardedSource &src, const at::Tensor &dst) const
+void ShardReads::run(const ShardedSource *src, const at::Tensor &dst) const
 {
     // Ranges are in packing order; what no range covers (padding, parameters without this state) is zero.
     int64_t at = 0;
     for (const auto &r : reads) {
         if (r.start > at) dst.narrow(0, at, r.start - at).zero_();
-        src.read(r.tensor, r.offset, dst.narrow(0, r.start, r.numel));
+        if (r.from.defined()) dst.narrow(0, r.start, r.numel).copy_(r.from);
+        else src->read(r.tensor, r.offset, dst.narrow(0, r.start, r.numel));
         at = r.start + r.numel;
     }
     if (dst.numel() > at) dst.narrow(0, at, dst.numel() - at).zero_();
