@@ -7,6 +7,7 @@
 #include "model/gpt_model.hpp"
 #include "precision/fp8.hpp"
 
+#include <ATen/autocast_mode.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -41,6 +42,7 @@ public:
         for (const auto &m : *seq_) linear_.push_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m.ptr()));
         fp8_.resize(linear_.size());
         checkpointed_.assign(linear_.size(), false);
+        for (const auto &t : types_) norm_input_.push_back(t == "layer_norm" || t == "transformer_encoder_layer");
     }
 
     // Sequential::forward, layer by layer, so that Linear layers can take the FP8 path inside an
@@ -54,6 +56,11 @@ public:
         const bool recompute = at::GradMode::is_enabled();
         for (auto &m : *seq_) {
             if (hooks) hooks->before_layer(i);
+            // Under autocast a 16-bit activation reaching a layer norm (alone or inside a transformer layer,
+            // whose residual stream it is) is upcast first: LibTorch 1.13's CPU layer norm takes no bfloat16
+            // input with float32 weights, and autocast computes normalisations in float32 anyway.
+            if (norm_input_[i] && at::autocast::is_cpu_enabled() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf))
+                x = x.to(at::kFloat);
             if (fp8_on && fp8_[i]) {
                 x = fp8::linear(x, linear_[i]->weight, linear_[i]->bias, fp8_[i]);
             } else if (recompute && checkpointed_[i]) {
@@ -119,6 +126,7 @@ private:
     std::vector<std::shared_ptr<torch::nn::LinearImpl>> linear_;  // per layer; null if not a linear layer
     std::vector<c10::intrusive_ptr<fp8::LinearState>> fp8_;       // per layer; set by enable_fp8
     std::vector<bool> checkpointed_;                              // per layer: recomputed in backward
+    std::vector<bool> norm_input_;                                // per layer: its input goes into a layer norm
 
     static at::Tensor layer_forward(torch::nn::AnyModule &m, bool batch_first, const at::Tensor &x)
     {

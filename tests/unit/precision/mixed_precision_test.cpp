@@ -430,3 +430,27 @@ TEST(MixedPrecision, TransformerEncoderLayer)
         for (const auto &p : mm->named_parameters()) EXPECT_TRUE(p.second.grad().defined()) << mp << " " << p.first;
     }
 }
+
+// A 16-bit activation (a linear layer's output under autocast) reaching a layer norm, alone or as a
+// transformer layer's residual stream: upcast first (LibTorch 1.13's CPU layer norm refuses bfloat16 input
+// with float32 weights: "expected scalar type BFloat16 but found Float" before the fix).
+TEST(MixedPrecision, LayerNormAfterA16BitActivation)
+{
+    const char *spec = "{\"type\": \"sequential\", \"layers\": [{\"type\": \"linear\", \"in_features\": 16,"
+                       " \"out_features\": 16}, {\"type\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4,"
+                       " \"dim_feedforward\": 32, \"dropout\": 0.0, \"batch_first\": true}, {\"type\": \"linear\","
+                       " \"in_features\": 16, \"out_features\": 16}, {\"type\": \"layer_norm\", \"normalized_shape\": [16]},"
+                       " {\"type\": \"flatten\"}, {\"type\": \"linear\", \"in_features\": 80, \"out_features\": 3}]}";
+    auto m = make_model(11, spec);
+    at::Tensor x = at::randn({2, 5, 16});
+    at::Tensor y = m->forward(x);
+    Accelerator acc("{\"mixed_precision\": \"bf16\"}");
+    auto mm = make_model(11, spec);
+    acc.prepare_model(*mm);
+    at::Tensor out = accel::forward(*mm, x, true);
+    EXPECT_EQ(out.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::allclose(out, y, 0.1, 0.1)) << (out - y).abs().max().item<double>();
+    EXPECT_FALSE(at::equal(out, y)); // it did compute in bfloat16
+    accel::compute_loss(accel::LossKind::Mse, out, at::zeros({2, 3})).backward();
+    for (const auto &p : mm->named_parameters()) EXPECT_TRUE(p.second.grad().defined()) << p.first;
+}
