@@ -76,9 +76,6 @@ void Accelerator::prepare_model(Model &model)
         if (sharded_of(model) == nullptr) {
             if (model.prepared_by != nullptr)
                 fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already prepared");
-            if (state_->config.sharding.activation_checkpointing && model.layer_types().empty())
-                fail(ACCEL_ERR_UNIMPLEMENTED, "fsdp_plugin.activation_checkpointing: this model has no layers to "
-                                              "recompute (a TorchScript model; models built from a JSON spec have)");
             auto engine = std::make_shared<parallel::ShardedDataParallel>(model, state_->comm, state_->config.sharding);
             if (state_->config.sharding.activation_checkpointing) {
                 try {

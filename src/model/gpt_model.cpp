@@ -9,10 +9,6 @@
 #include "common/error.hpp"
 #include "model/activation_checkpoint.hpp"
 
-#include <ATen/autocast_mode.h>
-#include <ATen/core/ivalue.h>
-#include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
 #include <algorithm>
@@ -42,9 +38,6 @@ struct GptBlock {
 };
 
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 // HF's Conv1D.
 at::Tensor conv1d(const at::Tensor &x, const at::Tensor &w, const at::Tensor &b)

@@ -53,7 +53,7 @@ public:
         at::Tensor x = input;
         size_t i = 0;
         ForwardHooks *hooks = forward_hooks.get();
-        const bool recompute = at::GradMode::is_enabled();
+        const bool grad_on = at::GradMode::is_enabled(); // recomputation only matters for a backward
         for (auto &m : *seq_) {
             if (hooks) hooks->before_layer(i);
             // Under autocast a 16-bit activation reaching a layer norm (alone or inside a transformer layer,
@@ -63,7 +63,7 @@ public:
                 x = x.to(at::kFloat);
             if (fp8_on && fp8_[i]) {
                 x = fp8::linear(x, linear_[i]->weight, linear_[i]->bias, fp8_[i]);
-            } else if (recompute && checkpointed_[i]) {
+            } else if (grad_on && checkpointed_[i]) {
                 x = checkpoint_layer(x, m.ptr()->parameters(true),
                                      [m, batch_first = batch_first_[i]](const at::Tensor &in) mutable { return layer_forward(m, batch_first, in); },
                                      seq_->is_training());
@@ -110,13 +110,12 @@ public:
     std::vector<std::string> layer_types() const override { return types_; }
     void enable_fp8(const config::FP8RecipeKwargs &recipe) override
     {
-        for (size_t i = 0; i < linear_.size(); ++i) {
-            if (!linear_[i] || fp8_[i]) continue;
-            if (checkpointed_[i])
+        for (size_t i = 0; i < linear_.size(); ++i) // checked first: nothing changes when one is refused
+            if (linear_[i] && !fp8_[i] && checkpointed_[i])
                 fail(ACCEL_ERR_UNIMPLEMENTED, "fp8: layer " + std::to_string(i) + " is recomputed in backward "
                                               "(activation_checkpointing), which would update its scaling state again");
-            fp8_[i] = c10::make_intrusive<fp8::LinearState>(recipe);
-        }
+        for (size_t i = 0; i < linear_.size(); ++i)
+            if (linear_[i] && !fp8_[i]) fp8_[i] = c10::make_intrusive<fp8::LinearState>(recipe);
     }
 
 private:

@@ -399,6 +399,24 @@ TEST(MixedPrecision, Fp8RejectsTorchScriptModelsAtPrepare)
     EXPECT_EQ(m->prepared_by, nullptr); // nothing half-prepared
     Accelerator bf16("{\"mixed_precision\": \"bf16\"}");
     EXPECT_NO_THROW(bf16.prepare_model(*m));
+    // Nor can a TorchScript model (no layers) recompute layers: refused at prepare, the model untouched.
+    torch::jit::Module trainable("t");
+    trainable.register_parameter("w", at::ones({2, 2}).requires_grad_(), false);
+    trainable.define("def forward(self, x):\n    return x @ self.w\n");
+    char path2[] = "/tmp/accel_ckpt_script_XXXXXX";
+    fd = mkstemp(path2);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    trainable.save(path2);
+    auto m2 = accel::load_torchscript_model(path2);
+    std::remove(path2);
+    Accelerator ac("{\"fsdp_plugin\": {\"activation_checkpointing\": true}}");
+    auto e2 = catch_error([&] { ac.prepare_model(*m2); });
+    EXPECT_EQ(e2.code(), ACCEL_ERR_UNIMPLEMENTED);
+    EXPECT_NE(std::string(e2.what()).find("fsdp_plugin.activation_checkpointing: this model has no layers"),
+              std::string::npos) << e2.what();
+    EXPECT_EQ(m2->prepared_by, nullptr);
+    EXPECT_EQ(m2->forward_hooks, nullptr); // the sharding engine released it
 }
 
 TEST(MixedPrecision, TransformerEncoderLayer)
