@@ -374,11 +374,23 @@ def scenario_collectives(a):
     else:
         run(mpirun_cmd(a.np) + [prog, "mpi", marker])
         # gloo under mpirun when asked for, through MASTER_ADDR/MASTER_PORT
-        e = env_base()
-        run(mpirun_cmd(a.np) + ["-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=%d" % free_port(), prog, "gloo",
-                                marker, '{"kwargs_handlers": {"init_process_group": {"backend": "gloo"}}}'], env=e)
+        run_on_free_port(lambda port: mpirun_cmd(a.np) + ["-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=%d" % port,
+                                                          prog, "gloo", marker,
+                                                          '{"kwargs_handlers": {"init_process_group": {"backend": "gloo"}}}'])
     if os.path.exists(marker):
         os.unlink(marker)
+
+
+def run_on_free_port(make_cmd, attempts=3):
+    """Runs make_cmd(port) on a port free when chosen; another test running beside this one may take it before
+    rank 0 binds it ("Address already in use"), so that failure alone is retried with a new port."""
+    for attempt in range(attempts):
+        p = run(make_cmd(free_port()), check=False)
+        if p.returncode == 0:
+            return p
+        if "Address already in use" not in p.stdout or attempt == attempts - 1:
+            sys.exit("command failed with status %d" % p.returncode)
+        log("the port was taken before rank 0 bound it: again with another")
 
 
 def free_port():
