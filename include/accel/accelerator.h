@@ -358,12 +358,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(co
 /**
  * Memory accounting of this process, as JSON: {"rank", "num_processes", "strategy" ("NONE", "DDP", an FSDP
  * strategy or "ZERO_<stage>"), "models": [{"parameter_bytes" (persistent parameter storage: shards under
- * ZeRO-3/FULL_SHARD/SHARD_GRAD_OP), "gradient_bytes" (gradient storage now allocated), "optimizer_state_bytes" (in memory now), "model_state_bytes" (the sum of the three), "gathered_bytes" (full
+ * ZeRO-3/FULL_SHARD/SHARD_GRAD_OP, in memory now), "gradient_bytes" (gradient storage now allocated), "optimizer_state_bytes" (in memory now), "model_state_bytes" (the sum of the three), "gathered_bytes" (full
  * buffers of sharded units now allocated), "peak_gathered_bytes", "peak_parameter_gradient_gathered_bytes",
  * "ddp_bucket_bytes" (DDP's flat gradient copies, not in model_state_bytes), "offloaded_bytes" (optimizer state
  * kept outside process memory: in offload_optimizer_nvme_path's files with "nvme"; all of it with "cpu", which
  * in this CPU build is host memory already), "peak_optimizer_state_bytes" (the most optimizer state in memory at
- * once: with "nvme", during steps; otherwise the bytes now), "num_units"}], "peak_rss_bytes"}. One entry per
+ * once: with "nvme", during steps; otherwise the bytes now), "offloaded_parameter_bytes" (offload_param_device:
+ * with "nvme" the parameter shards now in offload_param_nvme_path's files, not in parameter_bytes; with "cpu"
+ * or FSDP's cpu_offload all of parameter_bytes, host memory already), "num_units"}], "peak_rss_bytes"}. One entry per
  * prepared model, in preparation order. Ownership: free *out with accel_string_free().
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_memory_stats_json(

@@ -11,7 +11,7 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
-#include "optimizer/offload_files.hpp"
+#include "common/offload_files.hpp"
 #include "precision/autocast.hpp"
 #include "precision/grad_scaler.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
@@ -137,7 +137,7 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
     const auto &s = state_->config.sharding;
     std::unique_ptr<OffloadFiles> files;
     if (s.offload_optimizer_device == "nvme")
-        files = std::make_unique<OffloadFiles>(s.offload_optimizer_nvme_path, state_->process_index(),
+        files = std::make_unique<OffloadFiles>(s.offload_optimizer_nvme_path, "optimizer", state_->process_index(),
                                                s.offload_optimizer_nvme_path_key);
     auto before = [weak, clip] {
         // DeepSpeed clips inside its step (gradient_clipping), after fp16's unscaling and overflow check;
@@ -208,7 +208,8 @@ std::string Accelerator::memory_stats_json() const
                       "\", \"models\": [";
     for (size_t i = 0; i < models_.size(); ++i) {
         const Model &m = *models_[i];
-        int64_t params = 0, grads = 0, gathered = 0, peak_gathered = 0, units = 0, peak_state = 0, buckets = 0;
+        int64_t params = 0, grads = 0, gathered = 0, peak_gathered = 0, units = 0, peak_state = 0, buckets = 0,
+                offloaded_params = 0;
         if (auto *e = sharded_of(m)) {
             auto mem = e->memory();
             params = mem.parameter_bytes;
@@ -217,6 +218,7 @@ std::string Accelerator::memory_stats_json() const
             peak_gathered = mem.peak_gathered_bytes;
             peak_state = mem.peak_model_state_bytes;
             units = mem.num_units;
+            offloaded_params = mem.offloaded_parameter_bytes;
         } else {
             for (const auto &p : m.named_parameters()) {
                 params += p.second.numel() * static_cast<int64_t>(p.second.element_size());
@@ -240,7 +242,9 @@ std::string Accelerator::memory_stats_json() const
                ", \"peak_gathered_bytes\": " + std::to_string(peak_gathered) +
                ", \"peak_parameter_gradient_gathered_bytes\": " + std::to_string(std::max(peak_state, params + grads + gathered)) +
                ", \"ddp_bucket_bytes\": " + std::to_string(buckets) + ", \"offloaded_bytes\": " + std::to_string(offloaded) +
-               ", \"peak_optimizer_state_bytes\": " + std::to_string(peak_opt) + ", \"num_units\": " + std::to_string(units) + "}";
+               ", \"peak_optimizer_state_bytes\": " + std::to_string(peak_opt) +
+               ", \"offloaded_parameter_bytes\": " + std::to_string(offloaded_params) +
+               ", \"num_units\": " + std::to_string(units) + "}";
     }
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);

@@ -22,9 +22,6 @@ namespace accel::config {
 
 namespace {
 
-constexpr const char *kOffloadIssue = "offloading parameters is not yet supported by accel (optimizer state can be "
-                                      "offloaded: offload_optimizer_device \"cpu\" or \"nvme\")";
-
 std::string upper(std::string s)
 {
     for (char &ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
@@ -173,8 +170,8 @@ void parse_fsdp(JsonObject &o, AcceleratorConfig &c)
     // Accelerate: min_num_params 0 disables the size policy.
     s.auto_wrap_policy = (policy == "SIZE_BASED_WRAP" && s.min_num_params == 0) ? "NO_WRAP" : policy;
 
-    if (o.get_bool("cpu_offload", false))
-        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("cpu_offload") + ": " + kOffloadIssue);
+    // FSDP's CPUOffload(offload_params=True): parameters and gradients in host memory, the step there.
+    if (o.get_bool("cpu_offload", false)) s.offload_param_device = "cpu";
     s.state_dict_type = upper(o.get_string("state_dict_type", v2 ? "SHARDED_STATE_DICT" : "FULL_STATE_DICT"));
     if (s.state_dict_type != "FULL_STATE_DICT" && s.state_dict_type != "SHARDED_STATE_DICT" &&
         s.state_dict_type != "LOCAL_STATE_DICT")
@@ -307,14 +304,17 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
     for (const std::string key : {"offload_optimizer", "offload_param"})
         if (auto off = zero->get_object(key.c_str())) {
             std::string d = off->get_enum("device", "none", {"none", "cpu", "nvme"});
-            if (key == "offload_param" && d != "none")
-                fail(ACCEL_ERR_UNIMPLEMENTED, off->path_of("device") + ": \"" + d + "\": " + kOffloadIssue);
             off->get_bool("pin_memory", false); // page-locked host memory for GPU copies: nothing to lock in a CPU build
             auto path = off->get_optional_string("nvme_path");
             if (key == "offload_optimizer") {
                 s.offload_optimizer_device = d;
                 s.offload_optimizer_nvme_path = path.value_or("");
                 s.offload_optimizer_nvme_path_key = off->path_of("nvme_path");
+            } else {
+                s.offload_param_device = d;
+                s.offload_param_nvme_path = path.value_or("");
+                s.offload_param_nvme_path_key = off->path_of("nvme_path");
+                s.offload_param_device_key = off->path_of("device");
             }
             off->finish();
         }
@@ -430,8 +430,8 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
         s.gradient_clipping = o.get_double("gradient_clipping", def, 0.0, 1e300);
     }
     s.offload_optimizer_device = o.get_enum("offload_optimizer_device", "none", {"none", "cpu", "nvme"});
-    if (std::string d = o.get_enum("offload_param_device", "none", {"none", "cpu", "nvme"}); d != "none")
-        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("offload_param_device") + ": \"" + d + "\": " + kOffloadIssue);
+    s.offload_param_device = o.get_enum("offload_param_device", "none", {"none", "cpu", "nvme"});
+    s.offload_param_device_key = o.path_of("offload_param_device");
     if (std::string p = o.get_string("offload_optimizer_nvme_path", "none"); p != "none") {
         if (s.offload_optimizer_device != "nvme")
             fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("offload_optimizer_nvme_path") + ": a path is only used with "
@@ -439,9 +439,8 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
         s.offload_optimizer_nvme_path = p;
     }
     s.offload_optimizer_nvme_path_key = o.path_of("offload_optimizer_nvme_path");
-    if (o.get_string("offload_param_nvme_path", "none") != "none")
-        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("offload_param_nvme_path") + ": a path is only used with "
-                                         "offload_param_device \"nvme\", and " + kOffloadIssue);
+    if (std::string p = o.get_string("offload_param_nvme_path", "none"); p != "none") s.offload_param_nvme_path = p;
+    s.offload_param_nvme_path_key = o.path_of("offload_param_nvme_path");
     if (o.has("zero3_init_flag") && o.get_bool("zero3_init_flag", false))
         fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("zero3_init_flag") + ": building the model already partitioned "
                                       "(deepspeed.zero.Init) is not yet supported by accel; every process builds the "
@@ -463,6 +462,17 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
     if (s.offload_optimizer_device != "nvme" && !s.offload_optimizer_nvme_path.empty())
         fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_optimizer_nvme_path_key + ": a path is only used with the \"nvme\" "
                                          "offload device (got \"" + s.offload_optimizer_device + "\")");
+    // DeepSpeed offloads parameters only at stage 3 (the partitioned parameters of ZeRO-3).
+    if (s.offload_param_device != "none" && s.zero_stage < 3)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_param_device_key + ": \"" + s.offload_param_device + "\" offloads "
+                                         "the partitioned parameters of ZeRO stage 3; zero_stage is " +
+                                         std::to_string(s.zero_stage));
+    if (s.offload_param_device == "nvme" && s.offload_param_nvme_path.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_param_nvme_path_key + ": the \"nvme\" offload device needs the "
+                                         "folder to keep the parameter shards in");
+    if (s.offload_param_device != "nvme" && !s.offload_param_nvme_path.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_param_nvme_path_key + ": a path is only used with the \"nvme\" "
+                                         "offload device (got \"" + s.offload_param_device + "\")");
     s.strategy = "ZERO_" + std::to_string(s.zero_stage);
     s.shard_optimizer = s.zero_stage >= 1;
     s.shard_gradients = s.zero_stage >= 2;
@@ -541,7 +551,7 @@ void write_sharding(JsonWriter &w, const ShardingConfig &s)
             .add("reduce_dtype", s.reduce_dtype)
             .add("buffer_dtype", s.buffer_dtype)
             .end_object();
-        w.add("cpu_offload", false)
+        w.add("cpu_offload", s.offload_param_device == "cpu")
             .add("forward_prefetch", s.forward_prefetch)
             .add("backward_prefetch", s.backward_prefetch)
             .add("limit_all_gathers", s.limit_all_gathers)
@@ -553,11 +563,11 @@ void write_sharding(JsonWriter &w, const ShardingConfig &s)
         w.begin_object("deepspeed_plugin")
             .add("zero_stage", s.zero_stage)
             .add("gradient_clipping", s.gradient_clipping)
-            .add("offload_optimizer_device", "none")
-            .add("offload_param_device", "none")
-            .add("zero3_init_flag", false)
-            .add("zero3_save_16bit_model", s.zero3_save_16bit_model)
-            .end_object();
+            .add("offload_optimizer_device", s.offload_optimizer_device)
+            .add("offload_param_device", s.offload_param_device);
+        if (!s.offload_optimizer_nvme_path.empty()) w.add("offload_optimizer_nvme_path", s.offload_optimizer_nvme_path);
+        if (!s.offload_param_nvme_path.empty()) w.add("offload_param_nvme_path", s.offload_param_nvme_path);
+        w.add("zero3_init_flag", false).add("zero3_save_16bit_model", s.zero3_save_16bit_model).end_object();
     }
 }
 

@@ -58,6 +58,13 @@ struct ShardingConfig {
     std::string offload_optimizer_device = "none";
     std::string offload_optimizer_nvme_path;
     std::string offload_optimizer_nvme_path_key; // the JSON path that set it, for messages
+    // offload_param_device (DeepSpeed's offload_param, ZeRO-3 only; FSDP's cpu_offload is "cpu"): "none", "cpu"
+    // (parameter storage stays in host memory, where this CPU build keeps it anyway; accounted as offloaded)
+    // or "nvme" (ZeRO-3's parameter shards in files under offload_param_nvme_path: all-gathers read them from
+    // there, and a shard is in memory only while the optimizer steps it, loading or summoning).
+    std::string offload_param_device = "none";
+    std::string offload_param_nvme_path;
+    std::string offload_param_nvme_path_key, offload_param_device_key; // JSON paths, for messages
     // hf_ds_config's train_batch_size when a number while train_micro_batch_size_per_gpu is "auto" or absent:
     // prepare fills the micro batch from the data loader, as Accelerate, and checks the product.
     std::optional<int64_t> ds_train_batch_size_to_check;

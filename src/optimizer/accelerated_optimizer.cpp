@@ -1,8 +1,8 @@
 #include "optimizer/accelerated_optimizer.hpp"
 
 #include "common/error.hpp"
+#include "common/offload_files.hpp"
 #include "model/model.hpp"
-#include "optimizer/offload_files.hpp"
 #include "optimizer/optimizer_offload.hpp"
 #include "precision/grad_scaler.hpp"
 #include "state/accelerator_state.hpp"
@@ -96,8 +96,11 @@ void AcceleratedOptimizer::step()
 
 void AcceleratedOptimizer::inner_step()
 {
-    if (offload_) offload_->step([this] { optimizer_->step(); });
-    else optimizer_->step();
+    auto step = [this] { optimizer_->step(); };
+    const std::function<void(size_t, bool)> page = layout_ ? layout_->page : nullptr;
+    if (offload_) offload_->step(step, page);
+    else if (page) step_each_shard(params(), step, page); // parameter offload: one shard in memory at a time
+    else step();
 }
 
 PyRef AcceleratedOptimizer::inner_state_dict() const

@@ -2,7 +2,7 @@
 
 #include "common/error.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
-#include "optimizer/offload_files.hpp"
+#include "common/offload_files.hpp"
 
 #include <ATen/ATen.h>
 
@@ -89,28 +89,56 @@ std::vector<std::pair<const void *, size_t>> pieces_of(const std::vector<at::Ten
 }
 } // namespace
 
-void OptimizerOffload::step(const std::function<void()> &inner)
+namespace {
+// Sets every parameter's gradient aside (show(i) makes parameter i's visible again, hide(i) not) and puts
+// them all back when it goes, however the step ends.
+class OneGradientAtATime {
+public:
+    explicit OneGradientAtATime(const std::vector<at::Tensor> &params) : params_(params), grads_(params.size())
+    {
+        for (size_t i = 0; i < params_.size(); ++i) {
+            grads_[i] = params_[i].grad();
+            if (grads_[i].defined()) order.push_back(i);
+            params_[i].mutable_grad().reset();
+        }
+    }
+    ~OneGradientAtATime()
+    {
+        for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = grads_[i];
+    }
+    void show(size_t i) { params_[i].mutable_grad() = grads_[i]; }
+    void hide(size_t i) { params_[i].mutable_grad().reset(); }
+    std::vector<size_t> order; // the parameters with a gradient
+
+private:
+    const std::vector<at::Tensor> &params_;
+    std::vector<at::Tensor> grads_;
+};
+} // namespace
+
+void step_each_shard(const std::vector<at::Tensor> &params, const std::function<void()> &inner,
+                     const std::function<void(size_t, bool)> &page)
+{
+    OneGradientAtATime grads(params);
+    for (size_t i : grads.order) {
+        page(i, true);
+        grads.show(i);
+        inner();
+        grads.hide(i);
+        page(i, false);
+    }
+}
+
+void OptimizerOffload::step(const std::function<void()> &inner, const std::function<void(size_t, bool)> &page_param)
 {
     if (!files_) {
-        inner();
+        if (page_param) step_each_shard(owner_.params(), inner, page_param);
+        else inner();
         return;
     }
     const std::vector<at::Tensor> params = owner_.params();
-    // Only one gradient is visible at a time; all are put back however this ends.
-    std::vector<at::Tensor> grads(params.size());
-    std::vector<size_t> order;
-    for (size_t i = 0; i < params.size(); ++i) {
-        grads[i] = params[i].grad();
-        if (grads[i].defined()) order.push_back(i);
-    }
-    struct PutBack {
-        const std::vector<at::Tensor> &params, &grads;
-        ~PutBack()
-        {
-            for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
-        }
-    } put_back{params, grads};
-    for (const auto &p : params) p.mutable_grad().reset();
+    OneGradientAtATime grads(params); // only one gradient is visible at a time
+    const std::vector<size_t> &order = grads.order;
 
     std::future<std::vector<at::Tensor>> reading;
     size_t reading_index = SIZE_MAX;
@@ -147,10 +175,12 @@ void OptimizerOffload::step(const std::function<void()> &inner)
             const size_t i = order[k];
             finish_read(i);
             if (k + 1 < order.size()) start_read(order[k + 1]);
-            params[i].mutable_grad() = grads[i];
+            if (page_param) page_param(i, true);
+            grads.show(i);
             slots_[i].saved = false;
             inner();
-            params[i].mutable_grad().reset();
+            grads.hide(i);
+            if (page_param) page_param(i, false);
             // The most that is ever in memory: this shard's state, the next one's being read, the last one's
             // being written.
             int64_t in_flight = reading_index != SIZE_MAX ? slots_[reading_index].bytes : 0;

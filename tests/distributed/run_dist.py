@@ -203,6 +203,27 @@ def scenario_equivalence(a):
                 sys.exit("offloaded_bytes %d, expected the reference's optimizer state (%d)" % (m["offloaded_bytes"], want))
             if a.expect_offload == "nvme" and (m["optimizer_state_bytes"] != 0 or not 0 < m["peak_optimizer_state_bytes"] <= want):
                 sys.exit("nvme: expected no optimizer state in memory after the step and a peak within (0, %d]" % want)
+    if a.expect_param_offload:
+        # Parameter offload: "nvme": after the last step no parameter shard is in memory (all in the files), and
+        # the most parameter + gradient + gathered bytes at once is below the reference's (one shard in memory
+        # during the step instead of all); "cpu": every parameter byte accounted as offloaded.
+        rs, gs = memory_stats(ref_out), memory_stats(p.stdout)
+        if not rs or len(gs) != a.np:
+            sys.exit("no memory statistics printed")
+        for r, g in zip(sorted(rs, key=lambda s: s["rank"]), sorted(gs, key=lambda s: s["rank"])):
+            want, m = r["models"][0]["parameter_bytes"], g["models"][0]
+            peak, ref_peak = m["peak_parameter_gradient_gathered_bytes"], r["models"][0]["peak_parameter_gradient_gathered_bytes"]
+            log("rank %d: parameters %d bytes in memory, %d offloaded (without offload %d in memory); peak "
+                "parameters+gradients+gathered %d (without %d)" % (g["rank"], m["parameter_bytes"],
+                                                                   m["offloaded_parameter_bytes"], want, peak, ref_peak))
+            if want == 0 or m["offloaded_parameter_bytes"] != want:
+                sys.exit("offloaded_parameter_bytes %d, expected the reference's parameter bytes (%d)"
+                         % (m["offloaded_parameter_bytes"], want))
+            if a.expect_param_offload == "nvme" and (m["parameter_bytes"] != 0 or not peak < ref_peak):
+                sys.exit("nvme: expected no parameter shard in memory after the step and a lower peak")
+            if a.expect_param_offload == "cpu" and m["parameter_bytes"] != want:
+                sys.exit("cpu: expected the parameters in (host) memory as without offload")
+    if a.expect_offload or a.expect_param_offload:
         if os.path.isdir(os.path.join(tmp, "nvme")) and os.listdir(os.path.join(tmp, "nvme")):
             sys.exit("the offload folders were left behind: %s" % os.listdir(os.path.join(tmp, "nvme")))
     if a.memory_ratio:
@@ -723,6 +744,8 @@ def main():
     ap.add_argument("--widths", default="8,32,32,4")
     ap.add_argument("--gpt", default=None, help="train dist_train's gpt model: plain or checkpointing")
     ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--expect-param-offload", choices=["cpu", "nvme"], default=None,
+                    help="equivalence: check the parameter offload accounting against the reference run")
     ap.add_argument("--expect-offload", choices=["cpu", "nvme"], default=None,
                     help="equivalence: check the optimizer offload accounting against the reference run")
     ap.add_argument("--timeout", type=int, default=120)

@@ -1,6 +1,8 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 
 #include "parallel/fsdp/collective_queue.hpp"
+#include "parallel/fsdp/param_offload.hpp"
+#include "parallel/fsdp/storage.hpp"
 
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
@@ -11,7 +13,6 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <ATen/core/grad_mode.h>
-#include <c10/core/StorageImpl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,26 +22,6 @@
 namespace accel::parallel {
 
 namespace {
-
-// A full buffer's storage is given back (size 0) while the unit is sharded and allocated again when it
-// is gathered. Parameters and the tensors autograd saved from them share this StorageImpl, so they see
-// the gathered values again before backward without any graph surgery (what FSDP does with
-// storage().resize_()).
-void release_storage(const at::Tensor &full)
-{
-    c10::StorageImpl *st = full.storage().unsafeGetStorageImpl();
-    st->set_data_ptr_noswap(at::DataPtr(nullptr, full.device()));
-    st->set_nbytes(0);
-}
-
-void allocate_storage(const at::Tensor &full, int64_t nbytes)
-{
-    c10::StorageImpl *st = full.storage().unsafeGetStorageImpl();
-    st->set_data_ptr_noswap(st->allocator()->allocate(static_cast<size_t>(nbytes)));
-    st->set_nbytes(static_cast<size_t>(nbytes));
-}
-
-int64_t bytes_of(const at::Tensor &t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
 
 at::ScalarType dtype_named(const std::string &name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; }
 
@@ -115,6 +96,28 @@ struct ShardedDataParallel::Impl {
     at::ScalarType param_dtype = at::kFloat, reduce_dtype = at::kFloat, buffer_dtype = at::kFloat;
     std::vector<std::pair<at::Tensor, at::ScalarType>> cast_buffers;
     std::string key; // "fsdp_plugin" or "deepspeed_plugin", for messages
+    std::unique_ptr<ParamOffload> offload; // offload_param_device other than "none"
+
+    // A unit's shard values wherever they are (in memory, or in its offload file), and setting them.
+    at::Tensor shard_values(const Unit &u) const
+    {
+        return offload ? offload->values(static_cast<size_t>(&u - units.data()), u.shard) : u.shard.detach();
+    }
+    void store_shard(Unit &u, const at::Tensor &values)
+    {
+        if (offload) offload->store(static_cast<size_t>(&u - units.data()), u.shard, values);
+        else u.shard.detach().copy_(values);
+    }
+    bool shard_out(const Unit &u) const { return offload && offload->out(static_cast<size_t>(&u - units.data())); }
+    void page_all(bool in)
+    {
+        if (!offload || !offload->to_files()) return;
+        at::NoGradGuard no_grad;
+        for (size_t i = 0; i < units.size(); ++i)
+            if (in) offload->page_in(i, units[i].shard);
+            else offload->page_out(i, units[i].shard);
+        note_peak();
+    }
 
     bool low_precision() const { return param_dtype != at::kFloat; }
     // A tensor's dtype in checkpoints: a buffer cast to buffer_dtype keeps its own.
@@ -148,8 +151,19 @@ struct ShardedDataParallel::Impl {
         int64_t n = 0;
         for (const auto &u : units) {
             if (!params_sharded()) n += bytes_of(u.full); // the whole (possibly 16-bit) parameters persist
-            if (separate_shards()) n += bytes_of(u.shard);
+            if (separate_shards() && !shard_out(u)) n += bytes_of(u.shard);
         }
+        return n;
+    }
+
+    // "nvme": the shards in files; "cpu": every parameter byte (host memory, accounted as offloaded).
+    int64_t offloaded_parameter_bytes() const
+    {
+        if (!offload) return 0;
+        if (!offload->to_files()) return parameter_bytes();
+        int64_t n = 0;
+        for (const auto &u : units)
+            if (shard_out(u)) n += bytes_of(u.shard);
         return n;
     }
 
@@ -178,7 +192,8 @@ struct ShardedDataParallel::Impl {
         return [this, unit] {
             at::NoGradGuard no_grad;
             // 16-bit parameters are gathered as 16-bit: half the bytes on the wire and in the full buffer.
-            std::vector<at::Tensor> parts = allgather_bits(*comm, unit->shard.detach().to(param_dtype));
+            // (An offloaded shard is read from its file here: on the queue's thread when prefetched.)
+            std::vector<at::Tensor> parts = allgather_bits(*comm, shard_values(*unit).to(param_dtype));
             for (int32_t r = 0; r < world; ++r)
                 unit->full.narrow(0, r * unit->shard_numel, unit->shard_numel).copy_(parts[r]);
         };
@@ -353,9 +368,9 @@ struct ShardedDataParallel::Impl {
     void summon_master(Unit &u)
     {
         u.master_full = at::empty({u.padded}, u.shard.options().requires_grad(false));
-        if (shard_world() == 1) u.master_full.copy_(u.shard.detach());
+        if (shard_world() == 1) u.master_full.copy_(shard_values(u));
         else {
-            std::vector<at::Tensor> parts = comm->allgather(u.shard.detach());
+            std::vector<at::Tensor> parts = comm->allgather(shard_values(u));
             for (int32_t r = 0; r < world; ++r) u.master_full.narrow(0, r * u.shard_numel, u.shard_numel).copy_(parts[r]);
         }
         point_parameters(u, u.master_full);
@@ -364,7 +379,7 @@ struct ShardedDataParallel::Impl {
     // The end of summon_master: writes reach this rank's master shard and the persistent 16-bit copy.
     void unsummon_master(Unit &u)
     {
-        u.shard.detach().copy_(u.master_full.narrow(0, rank_in_shard() * u.shard_numel, u.shard_numel));
+        store_shard(u, u.master_full.narrow(0, rank_in_shard() * u.shard_numel, u.shard_numel));
         if (!params_sharded()) u.full.copy_(u.master_full);
         // Views of a freed buffer cannot be made (LibTorch checks them against the storage's size): give it
         // memory for the moment.
@@ -628,6 +643,12 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
                 s.cast_buffers.emplace_back(b.second, b.second.scalar_type());
         s.cast_buffers_to(false);
     }
+    if (config.offload_param_device != "none") {
+        // The shards go to their files now (nvme): from here on they are read from there.
+        s.offload = std::make_unique<ParamOffload>(config.offload_param_device, config.offload_param_nvme_path,
+                                                   config.offload_param_nvme_path_key, comm->rank(), s.units.size());
+        s.page_all(false);
+    }
     s.mem.num_units = static_cast<int64_t>(s.units.size());
     s.install_gradient_hooks(impl_);
     model.forward_hooks = std::make_shared<Hooks>(impl_);
@@ -679,6 +700,16 @@ ShardLayout ShardedDataParallel::layout() const
         if (!s) fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: its model's sharding engine is gone (the accelerator was freed)");
         return s;
     };
+    if (impl_->offload && impl_->offload->to_files())
+        l.page = [lock](size_t unit, bool in) {
+            auto s = lock();
+            if (in) s->drain(); // nothing queued reads the files while they change
+            at::NoGradGuard no_grad;
+            Impl::Unit &u = s->units.at(unit);
+            if (in) s->offload->page_in(unit, u.shard);
+            else s->offload->page_out(unit, u.shard);
+            s->note_peak();
+        };
     l.gather = [lock](size_t unit, const at::Tensor &shard) {
         auto s = lock();
         s->drain();
@@ -699,6 +730,7 @@ ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
     std::map<const c10::TensorImpl *, size_t> trainable;
     for (size_t k = 0; k < s.params.size(); ++k) trainable[s.params[k].tensor.unsafeGetTensorImpl()] = k;
     std::set<const c10::TensorImpl *> seen; // a tied weight is saved once, under its first name
+    std::vector<at::Tensor> shards(s.units.size()); // each unit's shard values, read once
     for (const auto *list : {&model.named_parameters(), &model.named_buffers()}) {
         for (const auto &[name, t] : *list) {
             if (!t.defined() || !seen.insert(t.unsafeGetTensorImpl()).second) continue;
@@ -712,7 +744,9 @@ ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
                 e.dtype = at::kFloat; // the master shards' (parameters may be 16-bit copies)
                 for (int32_t r = 0; r < l.shard_world; ++r)
                     if (TensorPiece p = l.piece(k, r); p.numel > 0) e.pieces.push_back(p);
-                e.local = l.local_piece(k, s.units[s.params[k].unit].shard.detach());
+                const size_t ui = s.params[k].unit;
+                if (!shards[ui].defined()) shards[ui] = s.shard_values(s.units[ui]);
+                e.local = l.local_piece(k, shards[ui]);
             } else if (t.numel() > 0) { // frozen parameters and buffers are whole on every rank
                 e.pieces.push_back(TensorPiece{0, 0, t.numel()});
                 if (l.shard_rank == 0) e.local = t.detach().reshape({-1}).to(e.dtype);
@@ -731,6 +765,9 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
     std::map<const c10::TensorImpl *, size_t> trainable;
     for (size_t k = 0; k < s.params.size(); ++k) trainable[s.params[k].tensor.unsafeGetTensorImpl()] = k;
     std::set<const c10::TensorImpl *> seen;
+    // Offloaded shards are read into memory (views need it) and written back out once loaded; a load that
+    // fails before then leaves them in memory, which every later use accepts.
+    s.page_all(true);
     struct Read {
         std::string name;
         int64_t offset;
@@ -767,9 +804,11 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
             if (u.gathered) reads.push_back({name, 0, whole()});
         }
     }
-    ApplyState apply = [reads = std::move(reads), src] {
+    std::weak_ptr<Impl> weak = impl_;
+    ApplyState apply = [reads = std::move(reads), src, weak] {
         at::NoGradGuard no_grad;
         for (const auto &r : reads) src.read(r.name, r.offset, r.dst);
+        if (auto e = weak.lock()) e->page_all(false);
     };
     return {std::move(apply), std::move(names)};
 }
@@ -874,7 +913,7 @@ void ShardedDataParallel::summon_full_params(bool on)
     }
     if (!s.params_sharded()) return;
     for (auto &u : s.units) { // writes made while summoned reach the shards (FSDP's writeback=True)
-        u.shard.detach().copy_(u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel));
+        s.store_shard(u, u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel));
         s.reshard(u);
     }
 }
@@ -895,6 +934,7 @@ void ShardedDataParallel::release(Model &model)
 {
     Impl &s = *impl_;
     s.drain(); // collectives of the training thread only run with nothing queued
+    s.page_all(true); // the shards outlive the engine in the optimizer until it is unsharded
     at::NoGradGuard no_grad;
     if (s.low_precision()) { // the model gets its float32 parameters (the masters) and buffers back
         for (auto &u : s.units) s.summon_master(u);
@@ -922,6 +962,7 @@ ShardedMemory ShardedDataParallel::memory() const
     ShardedMemory m = impl_->mem;
     m.parameter_bytes = impl_->parameter_bytes();
     m.gradient_bytes = impl_->gradient_bytes();
+    m.offloaded_parameter_bytes = impl_->offloaded_parameter_bytes();
     return m;
 }
 

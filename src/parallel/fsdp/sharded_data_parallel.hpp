@@ -39,6 +39,7 @@ struct ShardedMemory {
     int64_t gathered_bytes = 0;      // full buffers of sharded units now allocated (transient)
     int64_t peak_gathered_bytes = 0; // the most gathered_bytes seen
     int64_t peak_model_state_bytes = 0; // the most parameter + gradient + gathered bytes seen at a check point
+    int64_t offloaded_parameter_bytes = 0; // offload_param: "nvme" shards in files, "cpu" all parameter bytes
     int64_t num_units = 0;
     int64_t padding_elements = 0;
 };

@@ -612,6 +612,11 @@ TEST_F(AcceleratorConfigTest, ToJsonRoundTrip)
         "{\"split_batches\": true, \"dataloader_config\": {\"even_batches\": false, \"use_seedable_sampler\": true,"
         " \"data_seed\": 99, \"non_blocking\": true, \"dispatch_batches\": true}, \"rng_types\": [\"torch\"],"
         " \"step_scheduler_with_optimizer\": false, \"kwargs_handlers\": {\"autocast\": {\"cache_enabled\": false}}}",
+        // Offload settings survive (they were once written as "none").
+        "{\"deepspeed_plugin\": {\"zero_stage\": 3, \"offload_optimizer_device\": \"nvme\", \"offload_optimizer_nvme_path\":"
+        " \"/tmp/o\", \"offload_param_device\": \"nvme\", \"offload_param_nvme_path\": \"/tmp/p\"}}",
+        "{\"deepspeed_plugin\": {\"zero_stage\": 3, \"offload_optimizer_device\": \"cpu\", \"offload_param_device\": \"cpu\"}}",
+        "{\"fsdp_plugin\": {\"cpu_offload\": true}}",
     };
     for (const char *json : configs) {
         SCOPED_TRACE(json);
@@ -721,8 +726,8 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"sharding_strategy\": \"HYBRID_SHARD\"}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "fsdp_plugin.sharding_strategy: HYBRID_SHARD shards inside a node and replicates across "
                               "nodes, and this run has one node");
-    EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"cpu_offload\": true}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "fsdp_plugin.cpu_offload: offloading parameters is not yet supported by accel");
+    EXPECT_EQ(parse_accelerator_config("{\"fsdp_plugin\": {\"cpu_offload\": true}}").sharding.offload_param_device, "cpu");
+    EXPECT_EQ(parse_accelerator_config("{\"fsdp_plugin\": {}}").sharding.offload_param_device, "none");
     // Optimizer offload: "cpu", and "nvme" with its folder, for ZeRO stages 1-3.
     c = parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 2, \"offload_optimizer_device\": \"nvme\", "
                                  "\"offload_optimizer_nvme_path\": \"/tmp/x\"}}");
@@ -748,8 +753,24 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
                               "\"offload_optimizer\": {\"device\": \"nvme\"}}}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.offload_optimizer."
                               "nvme_path: the \"nvme\" offload device needs the folder");
-    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_param_device\": \"nvme\"}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "deepspeed_plugin.offload_param_device: ");
+    // Parameter offload: ZeRO-3 only; "nvme" with its folder.
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 3, \"offload_param_device\": \"nvme\", "
+                                 "\"offload_param_nvme_path\": \"/tmp/p\"}}");
+    EXPECT_EQ(c.sharding.offload_param_device, "nvme");
+    EXPECT_EQ(c.sharding.offload_param_nvme_path, "/tmp/p");
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                                 "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp/q\"}}}}}");
+    EXPECT_EQ(c.sharding.offload_param_device, "nvme");
+    EXPECT_EQ(c.sharding.offload_param_nvme_path, "/tmp/q");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 3, \"offload_param_device\": \"nvme\"}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.offload_param_nvme_path: the \"nvme\" "
+                              "offload device needs the folder to keep the parameter shards in");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 2, \"offload_param_device\": \"cpu\"}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.offload_param_device: \"cpu\" offloads the "
+                              "partitioned parameters of ZeRO stage 3; zero_stage is 2");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 3, \"offload_param_device\": \"cpu\", "
+                              "\"offload_param_nvme_path\": \"/tmp/x\"}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.offload_param_nvme_path: a path is only used");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"offload_param_device\": \"disk\"}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "deepspeed_plugin.offload_param_device: ");
     // hf_ds_config: DeepSpeed's own JSON (here inline; a string is a file path).
@@ -782,7 +803,8 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
                               ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.hf_ds_config.optimizer: ");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2, "
                               "\"offload_param\": {\"device\": \"cpu\"}}}}}",
-                              ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.hf_ds_config.zero_optimization.offload_param.device: ");
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.offload_param.device: "
+                              "\"cpu\" offloads the partitioned parameters of ZeRO stage 3; zero_stage is 2");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
                               "\"fp16\": {\"enabled\": true}}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.fp16.enabled: ");
@@ -848,7 +870,9 @@ TEST_F(AcceleratorConfigTest, ShardingFromEnvironment)
     EXPECT_EQ(c.sharding.frontend, "deepspeed");
     EXPECT_EQ(c.sharding.zero_stage, 3);
     setenv("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu", 1);
-    EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_UNIMPLEMENTED,
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.offload_param_device, "cpu");
+    setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2", 1);
+    EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_INVALID_ARGUMENT,
                               "ACCELERATE_DEEPSPEED_* environment variables: deepspeed_plugin.offload_param_device: ");
     unsetenv("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE");
     unsetenv("ACCELERATE_DEEPSPEED_ZERO_STAGE");

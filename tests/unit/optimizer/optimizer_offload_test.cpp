@@ -6,7 +6,7 @@
 #include "model/model.hpp"
 #include "config/optimizer_config.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
-#include "optimizer/offload_files.hpp"
+#include "common/offload_files.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -69,7 +69,7 @@ TEST(OptimizerOffload, ManyUnitsBitwiseAndBounded)
         SCOPED_TRACE(optimizer);
         Sharded ref = make_sharded(optimizer), got = make_sharded(optimizer);
         const std::string base = "/tmp/accel-offload-unit-" + std::to_string(::getpid());
-        got.opt->offload("nvme", std::make_unique<accel::OffloadFiles>(base, 0, "nvme_path"));
+        got.opt->offload("nvme", std::make_unique<accel::OffloadFiles>(base, "optimizer", 0, "nvme_path"));
         for (int step = 0; step < 5; ++step) {
             set_grads(ref, step, step == 3);
             set_grads(got, step, step == 3);

@@ -1,8 +1,9 @@
-// Optimizer state kept in files (DeepSpeed's offload_optimizer device "nvme", ZeRO-Infinity): one file per
-// parameter of the sharded optimizer (one per unit of the model), in a folder of this process's own under
-// the user's nvme_path. Raw bytes only (no LibTorch): the optimizer decides what they are
-// (src/optimizer/optimizer_offload.cpp). Files are written with pwrite and read with pread; neither is
-// fsynced: they are swap space, not checkpoints, and are removed with the folder.
+// State kept in files (DeepSpeed's "nvme" offload devices, ZeRO-Infinity): one file per unit of the sharded
+// model, in a folder of this process's own under the user's nvme_path, for one kind of state: "optimizer"
+// (offload_optimizer: src/optimizer/optimizer_offload.cpp) or "param" (offload_param: the parameter shards,
+// src/parallel/fsdp/param_offload.cpp). Raw bytes only (no LibTorch): the owner decides what they are.
+// Files are written with pwrite and read with pread; neither is fsynced: they are swap space, not
+// checkpoints, and are removed with the folder.
 #pragma once
 
 #include <cstddef>
@@ -15,9 +16,10 @@ namespace accel {
 
 class OffloadFiles {
 public:
-    // Creates "<nvme_path>/accel-optimizer-rank<rank>-<pid>" (and nvme_path itself if missing). Errors name
+    // Creates "<nvme_path>/accel-<kind>-rank<rank>-<pid>" (and nvme_path itself if missing). Errors name
     // `what` (the config key) and the path: NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT (not a folder).
-    OffloadFiles(const std::string &nvme_path, int32_t rank, const std::string &what);
+    // I/O errors name "<kind> offload" and the file.
+    OffloadFiles(const std::string &nvme_path, const std::string &kind, int32_t rank, const std::string &what);
     ~OffloadFiles(); // removes the folder (only ever this object's)
     OffloadFiles(const OffloadFiles &) = delete;
     OffloadFiles &operator=(const OffloadFiles &) = delete;
@@ -31,7 +33,7 @@ public:
 
 private:
     std::string path_of(size_t index) const;
-    std::string dir_;
+    std::string kind_, dir_;
 };
 
 } // namespace accel
