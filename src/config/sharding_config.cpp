@@ -318,16 +318,24 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
             }
             off->finish();
         }
-    // Tuning knobs of DeepSpeed's own bucketing/prefetching have no counterpart in accel's per-unit engine:
-    // only their defaults or "auto" are accepted.
-    for (const char *key : {"reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                            "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-                            "stage3_max_reuse_distance", "sub_group_size"})
-        if (zero->has(key) && !zero->is_string(key))
-            fail(ACCEL_ERR_UNIMPLEMENTED, zero->path_of(key) + ": DeepSpeed's bucket and prefetch sizes are not "
-                                          "used by accel's engine (one collective per unit); use \"auto\" or leave it out");
-        else
-            number_or_auto(*zero, key, 0);
+    // DeepSpeed's bucket, prefetch and sub-group sizes (elements): checked against the model's units at
+    // prepare (sharded_data_parallel.cpp), where the units are known.
+    const std::pair<const char *, ShardingConfig::DeepSpeedSize *> sizes[] = {
+        {"reduce_bucket_size", &s.reduce_bucket_size},
+        {"allgather_bucket_size", &s.allgather_bucket_size},
+        {"stage3_prefetch_bucket_size", &s.prefetch_bucket_size},
+        {"stage3_param_persistence_threshold", &s.param_persistence_threshold},
+        {"stage3_max_live_parameters", &s.max_live_parameters},
+        {"stage3_max_reuse_distance", &s.max_reuse_distance},
+        {"sub_group_size", &s.sub_group_size}};
+    for (const auto &[key, size] : sizes) {
+        size->key = zero->path_of(key);
+        if (auto v = number_or_auto(*zero, key, 0)) {
+            if (*v != std::floor(*v) || *v > 9.0e18)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, zero->path_of(key) + ": expected a whole number of elements");
+            size->value = static_cast<int64_t>(*v);
+        }
+    }
     for (const char *key : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "allgather_partitions"}) {
         const bool def = std::string(key) != "overlap_comm" || s.zero_stage == 3;
         if (zero->get_bool(key, def) != def)
@@ -480,8 +488,10 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
     // DeepSpeed's granularity: parameters gathered and gradients reduced layer by layer, and ZeRO-3 prefetches
     // the next module's parameters (its stage3_prefetch_bucket_size) in forward and backward.
     s.wrap_every_layer = true;
-    s.forward_prefetch = s.zero_stage >= 3;
-    s.backward_prefetch = s.zero_stage >= 3 ? "BACKWARD_PRE" : "NO_PREFETCH";
+    // stage3_prefetch_bucket_size 0: DeepSpeed fetches nothing ahead.
+    const bool prefetch = s.zero_stage >= 3 && s.prefetch_bucket_size.value != 0;
+    s.forward_prefetch = prefetch;
+    s.backward_prefetch = prefetch ? "BACKWARD_PRE" : "NO_PREFETCH";
     o.finish();
 }
 

@@ -65,6 +65,19 @@ struct ShardingConfig {
     std::string offload_param_device = "none";
     std::string offload_param_nvme_path;
     std::string offload_param_nvme_path_key, offload_param_device_key; // JSON paths, for messages
+    // hf_ds_config's zero_optimization sizes, in elements (-1: "auto" or absent, accel's own behaviour).
+    // accel's engine moves one unit per collective, prefetches one unit ahead and steps one shard at a time;
+    // the engine checks at prepare that a given size holds for the model's units, and honours
+    // stage3_prefetch_bucket_size 0 (no prefetching) and stage3_max_reuse_distance (a unit whose backward
+    // comes within that many gathered elements of its forward stays gathered in between, as long as
+    // stage3_max_live_parameters allows).
+    struct DeepSpeedSize {
+        int64_t value = -1;
+        std::string key; // its JSON path, for messages
+        bool given() const { return value >= 0; }
+    };
+    DeepSpeedSize reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size, param_persistence_threshold,
+        max_live_parameters, max_reuse_distance, sub_group_size;
     // hf_ds_config's train_batch_size when a number while train_micro_batch_size_per_gpu is "auto" or absent:
     // prepare fills the micro batch from the data loader, as Accelerate, and checks the product.
     std::optional<int64_t> ds_train_batch_size_to_check;

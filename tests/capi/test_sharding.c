@@ -591,6 +591,127 @@ static void test_param_offload(void)
     rmdir(base);
 }
 
+/* hf_ds_config's zero_optimization sizes at prepare (ZeRO-3, one process; units: layers 0, 2 and 4 with 112, 272
+ * and 51 parameters): Hugging Face's usual block trains as ZeRO-3 does, bit for bit; stage3_max_reuse_distance
+ * keeps units gathered from their forward to their backward, within stage3_max_live_parameters; sizes the
+ * engine cannot keep are named with the unit, and the model is left as it was. */
+static void test_deepspeed_sizes(void)
+{
+    char config[1024];
+    float ref[NPARAMS], got[NPARAMS];
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, \"gradient_clipping\": 0.5}}", ref);
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"gradient_clipping\": 0.5, \"hf_ds_config\": "
+          "{\"zero_optimization\": {\"stage\": 3, \"overlap_comm\": true, \"contiguous_gradients\": true, "
+          "\"sub_group_size\": 1e9, \"reduce_bucket_size\": \"auto\", \"stage3_prefetch_bucket_size\": \"auto\", "
+          "\"stage3_param_persistence_threshold\": \"auto\", \"stage3_max_live_parameters\": 1e9, "
+          "\"stage3_max_reuse_distance\": 1e9, \"stage3_gather_16bit_weights_on_model_save\": true}}}}", got);
+    CHECK(memcmp(ref, got, sizeof ref) == 0);
+
+    /* Gathered after a forward that a backward follows: the units kept. */
+    struct {
+        const char *sizes;
+        const char *gathered;
+    } kept[] = {
+        {"", "\"gathered_bytes\": 0,"},                                                  /* accel's default */
+        {", \"stage3_max_reuse_distance\": 1e9", "\"gathered_bytes\": 1740,"},           /* all three */
+        {", \"stage3_max_reuse_distance\": 0", "\"gathered_bytes\": 204,"},              /* the last: 51 x 4 */
+        {", \"stage3_max_reuse_distance\": 101", "\"gathered_bytes\": 204,"},            /* layer 2: 2 x 51 away */
+        {", \"stage3_max_reuse_distance\": 102", "\"gathered_bytes\": 1292,"},           /* ... within 102 */
+        {", \"stage3_max_reuse_distance\": 1e9, \"stage3_max_live_parameters\": 435", "\"gathered_bytes\": 0,"},
+        {", \"stage3_max_reuse_distance\": 1e9, \"stage3_max_live_parameters\": 486", "\"gathered_bytes\": 204,"},
+    };
+    float xs[8 * NIN], ys[8 * NOUT];
+    size_t c;
+    int i;
+    for (i = 0; i < 8 * NIN; ++i) xs[i] = (float)sin(0.1 * i);
+    for (i = 0; i < 8 * NOUT; ++i) ys[i] = (float)cos(0.1 * i);
+    accel_tensor_t *x = matrix_f32(xs, 8, NIN), *y = matrix_f32(ys, 8, NOUT);
+    for (c = 0; c < sizeof kept / sizeof kept[0]; ++c) {
+        accel_accelerator_t *acc = NULL;
+        accel_model_t *m = NULL;
+        accel_optimizer_t *opt = NULL;
+        accel_tensor_t *out = NULL, *loss = NULL;
+        char *stats = NULL;
+        snprintf(config, sizeof config,
+                 "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3%s}}}}", kept[c].sizes);
+        CHECK_OK(accel_accelerator_create(config, &acc));
+        CHECK_OK(accel_model_create_from_json(kSpec, &m));
+        CHECK_OK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.01}", &opt));
+        CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+        CHECK_OK(accel_model_forward(m, x, &out));
+        CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &stats));
+        if (strstr(stats, kept[c].gathered) == NULL) fprintf(stderr, "%s: expected %s in %s\n", config, kept[c].gathered, stats);
+        CHECK(strstr(stats, kept[c].gathered) != NULL);
+        accel_string_free(stats);
+        CHECK_OK(accel_loss_compute("mse", out, y, &loss));
+        CHECK_OK(accel_accelerator_backward(acc, loss));
+        CHECK_OK(accel_optimizer_step(opt));
+        CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &stats));
+        CHECK(strstr(stats, "\"gathered_bytes\": 0,") != NULL); /* all released after the backward */
+        {
+            /* Within stage3_max_live_parameters (float32: 4 bytes an element) through forward and backward. */
+            const char *live = strstr(config, "stage3_max_live_parameters\": ");
+            const char *peak = strstr(stats, "\"peak_gathered_bytes\": ");
+            CHECK(peak != NULL);
+            if (live != NULL && peak != NULL) CHECK(atoll(peak + 23) <= 4 * atoll(live + 29));
+        }
+        accel_string_free(stats);
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+        accel_optimizer_free(opt);
+        accel_model_free(m);
+        accel_accelerator_free(acc);
+    }
+
+    /* Refused at prepare, naming the key and the unit; the model stays whole and usable. */
+    struct {
+        const char *sizes;
+        const char *message;
+    } refused[] = {
+        {"\"sub_group_size\": 100", "zero_optimization.sub_group_size: 100 elements is less than the 272 elements of layer 2's shard"},
+        {"\"reduce_bucket_size\": 10", "zero_optimization.reduce_bucket_size: 10 elements is less than the 272 elements of the gradients of layer 2"},
+        {"\"stage3_prefetch_bucket_size\": 100", "zero_optimization.stage3_prefetch_bucket_size: 100 elements is less than the 272 elements of layer 2"},
+        {"\"stage3_max_live_parameters\": 434", "zero_optimization.stage3_max_live_parameters: 434 elements is less than the 435 elements of the root unit and 3 consecutive units"},
+        {"\"stage3_param_persistence_threshold\": 100", "zero_optimization.stage3_param_persistence_threshold: parameter 0.weight has 96 elements"},
+    };
+    for (c = 0; c < sizeof refused / sizeof refused[0]; ++c) {
+        accel_accelerator_t *acc = NULL;
+        accel_model_t *m = NULL;
+        accel_tensor_t *out = NULL;
+        snprintf(config, sizeof config,
+                 "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, %s}}}}", refused[c].sizes);
+        CHECK_OK(accel_accelerator_create(config, &acc));
+        CHECK_OK(accel_model_create_from_json(kSpec, &m));
+        CHECK_FAILS(accel_accelerator_prepare_model(acc, m), ACCEL_ERR_UNIMPLEMENTED, refused[c].message);
+        CHECK_OK(accel_model_forward(m, x, &out));
+        accel_tensor_free(out);
+        CHECK_OK(accel_model_get_tensor(m, "2.weight", &out));
+        accel_tensor_free(out);
+        accel_model_free(m);
+        accel_accelerator_free(acc);
+    }
+    /* Sizes that hold: accepted. Stage-3 sizes under stage 2 do not apply (DeepSpeed ignores them too). */
+    {
+        accel_accelerator_t *acc = NULL;
+        accel_model_t *m = NULL;
+        CHECK_OK(accel_accelerator_create("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                                          "\"sub_group_size\": 272, \"reduce_bucket_size\": 272, \"stage3_prefetch_bucket_size\": 272, "
+                                          "\"stage3_max_live_parameters\": 435, \"stage3_param_persistence_threshold\": 3}}}}", &acc));
+        CHECK_OK(accel_model_create_from_json(kSpec, &m));
+        CHECK_OK(accel_accelerator_prepare_model(acc, m));
+        accel_model_free(m);
+        accel_accelerator_free(acc);
+        CHECK_OK(accel_accelerator_create("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2, "
+                                          "\"sub_group_size\": 1, \"stage3_max_live_parameters\": 1}}}}", &acc));
+        CHECK_OK(accel_model_create_from_json(kSpec, &m));
+        CHECK_OK(accel_accelerator_prepare_model(acc, m));
+        accel_model_free(m);
+        accel_accelerator_free(acc);
+    }
+    accel_tensor_free(x);
+    accel_tensor_free(y);
+}
+
 int main(void)
 {
     test_strategies_match_plain_training();
@@ -601,5 +722,6 @@ int main(void)
     test_deepspeed_auto_micro_batch();
     test_optimizer_offload();
     test_param_offload();
+    test_deepspeed_sizes();
     return capi_report("test_sharding");
 }

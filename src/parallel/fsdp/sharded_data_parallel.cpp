@@ -75,6 +75,7 @@ struct ShardedDataParallel::Impl {
         bool gathered = true;              // `full` has memory (its all-gather may still be queued)
         size_t pending = 0;
         bool done = false; // its gradients were handled in this backward
+        bool keep = false; // stays gathered from its forward to its backward (stage3_max_reuse_distance)
     };
 
     config::ShardingConfig cfg;
@@ -401,6 +402,82 @@ struct ShardedDataParallel::Impl {
         note_peak();
     }
 
+    // hf_ds_config's sizes against the units, before anything of the model changes (a refusal leaves it as
+    // it was): the limits accel's engine cannot keep are ACCEL_ERR_UNIMPLEMENTED naming the key and the unit;
+    // stage3_max_reuse_distance decides which units stay gathered between their forward and backward.
+    void apply_deepspeed_sizes()
+    {
+        const int32_t sw = shard_world();
+        std::vector<int64_t> padded(units.size(), 0);
+        for (size_t ui = 0; ui < units.size(); ++ui) {
+            int64_t n = 0;
+            for (size_t k : units[ui].params) n += params[k].numel;
+            padded[ui] = (n + sw - 1) / sw * sw;
+        }
+        auto name = [&](size_t ui) {
+            return units[ui].root ? std::string("the root unit") : "layer " + std::to_string(units[ui].first_layer);
+        };
+        // The unit with the most elements (root included or not), as (elements, unit).
+        auto largest = [&](bool with_root) {
+            std::pair<int64_t, size_t> best{0, 0};
+            for (size_t ui = 0; ui < units.size(); ++ui)
+                if ((with_root || !units[ui].root) && padded[ui] > best.first) best = {padded[ui], ui};
+            return best;
+        };
+        auto need_at_least = [&](const config::ShardingConfig::DeepSpeedSize &d, int64_t need, const std::string &why) {
+            if (d.given() && d.value < need)
+                fail(ACCEL_ERR_UNIMPLEMENTED, d.key + ": " + std::to_string(d.value) + " elements is less than the " +
+                                                  std::to_string(need) + " elements of " + why + "; accel does not split "
+                                                  "them: use at least " + std::to_string(need) + " or \"auto\"");
+        };
+        const auto [most, most_unit] = largest(true);
+        if (cfg.zero_stage >= 1)
+            need_at_least(cfg.reduce_bucket_size, most, "the gradients of " + name(most_unit) + " (reduced in one collective)");
+        if (cfg.zero_stage == 1 || cfg.zero_stage == 2)
+            need_at_least(cfg.allgather_bucket_size, most, "the parameters of " + name(most_unit) + " (all-gathered in one collective)");
+        if (cfg.zero_stage < 3) return; // the stage3_* sizes and sub_group_size are ZeRO-3's
+        need_at_least(cfg.sub_group_size, most / sw, name(most_unit) + "'s shard (stepped at once)");
+        const auto [block, block_unit] = largest(false);
+        if (cfg.prefetch_bucket_size.value > 0)
+            need_at_least(cfg.prefetch_bucket_size, block, name(block_unit) + " (prefetched whole)");
+        if (cfg.param_persistence_threshold.value > 0)
+            for (const auto &p : params)
+                if (p.numel < cfg.param_persistence_threshold.value)
+                    fail(ACCEL_ERR_UNIMPLEMENTED, cfg.param_persistence_threshold.key + ": parameter " + p.name + " has " +
+                                                      std::to_string(p.numel) + " elements, fewer than " +
+                                                      std::to_string(cfg.param_persistence_threshold.value) +
+                                                      "; DeepSpeed would keep it whole on every process, accel partitions "
+                                                      "every parameter: use 0 or \"auto\"");
+        // The most elements gathered at once: the root and a run of consecutive units: in backward the unit
+        // computing, the one after it (its gradients may still be accumulating) and, prefetching, the one
+        // before it.
+        const size_t run = cfg.forward_prefetch ? 3 : 2;
+        int64_t root = 0, window = 0;
+        for (size_t ui = 0; ui < units.size(); ++ui) {
+            if (units[ui].root) {
+                root += padded[ui];
+                continue;
+            }
+            int64_t sum = 0;
+            for (size_t v = ui; v < units.size() && v < ui + run && !units[v].root; ++v) sum += padded[v];
+            window = std::max(window, sum);
+        }
+        need_at_least(cfg.max_live_parameters, root + window, "the root unit and " + std::to_string(run) +
+                                                                  " consecutive units (gathered at once)");
+        if (!cfg.max_reuse_distance.given()) return;
+        // From the last unit back: between a unit's forward and its backward every later unit is gathered twice.
+        const int64_t budget = cfg.max_live_parameters.given() ? cfg.max_live_parameters.value : INT64_MAX;
+        int64_t later = 0, kept = 0;
+        for (size_t ui = units.size(); ui-- > 0;) {
+            if (units[ui].root) continue;
+            if (2 * later <= cfg.max_reuse_distance.value && kept + padded[ui] + root + window <= budget) {
+                units[ui].keep = true;
+                kept += padded[ui];
+            }
+            later += padded[ui];
+        }
+    }
+
     // Last member: destroyed first, running what is queued while everything it uses still exists.
     CollectiveQueue queue;
 };
@@ -443,7 +520,8 @@ public:
         if (!backward_follows) {
             s->reshard(u);
         } else if (s->cfg.reshard_after_forward) {
-            // Gather again when the gradient of this unit's output arrives, i.e. just before its backward.
+            // Gather again when the gradient of this unit's output arrives, i.e. just before its backward
+            // (nothing to gather for a unit kept since its forward; the hook still prefetches the next).
             std::weak_ptr<ShardedDataParallel::Impl> weak = impl_;
             out.register_hook([weak, ui](const at::Tensor &) {
                 if (auto impl = weak.lock()) {
@@ -452,7 +530,7 @@ public:
                     if (impl->cfg.backward_prefetch == "BACKWARD_PRE") impl->prefetch(ui, false);
                 }
             });
-            s->reshard(u);
+            if (!u.keep) s->reshard(u);
         }
         return out;
     }
@@ -598,6 +676,8 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
             s.units.push_back(std::move(u));
         }
     }
+
+    if (config.frontend == "deepspeed") s.apply_deepspeed_sizes();
 
     // Flat buffers: copy the parameters in, broadcast rank 0's (sync_module_states), make the
     // parameters views of their buffer, cut this rank's shard.

@@ -851,6 +851,41 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
 }
 
 // accel launch --use_fsdp / --use_deepspeed export Accelerate's variables; the JSON config wins.
+// hf_ds_config's zero_optimization sizes: numbers kept for prepare's checks against the units, "auto" as absent,
+// fractions and negatives named; stage3_prefetch_bucket_size 0 turns prefetching off.
+TEST_F(AcceleratorConfigTest, DeepSpeedSizes)
+{
+    // Hugging Face's usual ZeRO-3 block.
+    auto c = parse_accelerator_config(
+        "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, \"overlap_comm\": true, "
+        "\"contiguous_gradients\": true, \"sub_group_size\": 1e9, \"reduce_bucket_size\": \"auto\", "
+        "\"stage3_prefetch_bucket_size\": \"auto\", \"stage3_param_persistence_threshold\": \"auto\", "
+        "\"stage3_max_live_parameters\": 1e9, \"stage3_max_reuse_distance\": 1e9, "
+        "\"stage3_gather_16bit_weights_on_model_save\": true}}}}");
+    EXPECT_EQ(c.sharding.sub_group_size.value, 1000000000);
+    EXPECT_EQ(c.sharding.max_live_parameters.value, 1000000000);
+    EXPECT_EQ(c.sharding.max_reuse_distance.value, 1000000000);
+    EXPECT_FALSE(c.sharding.reduce_bucket_size.given());
+    EXPECT_FALSE(c.sharding.param_persistence_threshold.given());
+    EXPECT_EQ(c.sharding.sub_group_size.key, "deepspeed_plugin.hf_ds_config.zero_optimization.sub_group_size");
+    EXPECT_TRUE(c.sharding.forward_prefetch);
+    EXPECT_EQ(c.sharding.backward_prefetch, "BACKWARD_PRE");
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                                 "\"stage3_prefetch_bucket_size\": 0}}}}");
+    EXPECT_FALSE(c.sharding.forward_prefetch);
+    EXPECT_EQ(c.sharding.backward_prefetch, "NO_PREFETCH");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                              "\"reduce_bucket_size\": 1.5}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.reduce_bucket_size: "
+                              "expected a whole number of elements");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                              "\"sub_group_size\": -1}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.sub_group_size: ");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                              "\"stage3_max_live_parameters\": \"many\"}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.stage3_max_live_parameters: ");
+}
+
 TEST_F(AcceleratorConfigTest, ShardingFromEnvironment)
 {
     setenv("ACCELERATE_USE_FSDP", "true", 1);
