@@ -243,6 +243,16 @@ std::optional<double> number_or_auto(JsonObject &o, const char *key, double min)
     return o.get_double(key, 0.0, min, 1e300);
 }
 
+// An offload device's folder: needed by "nvme", meaningless otherwise.
+void check_nvme_path(const std::string &device, const std::string &path, const std::string &path_key, const char *what)
+{
+    if (device == "nvme" && path.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, path_key + ": the \"nvme\" offload device needs the folder to keep " + what + " in");
+    if (device != "nvme" && !path.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, path_key + ": a path is only used with the \"nvme\" offload device (got \"" +
+                                         device + "\")");
+}
+
 // deepspeed_plugin.hf_ds_config: a DeepSpeed JSON config (object or file), with DeepSpeed's key names. Its
 // values win over the plugin's, which only fill "auto" (Accelerate's rule); the batch-size triangle
 // train_batch_size = micro × gradient_accumulation_steps × processes is checked when it is fully given.
@@ -464,23 +474,15 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
     if (s.offload_optimizer_device != "none" && s.zero_stage < 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("offload_optimizer_device") + ": \"" + s.offload_optimizer_device +
                                          "\" offloads the partitioned optimizer state of ZeRO stages 1-3; zero_stage is 0");
-    if (s.offload_optimizer_device == "nvme" && s.offload_optimizer_nvme_path.empty())
-        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_optimizer_nvme_path_key + ": the \"nvme\" offload device needs the "
-                                         "folder to keep the optimizer state in");
-    if (s.offload_optimizer_device != "nvme" && !s.offload_optimizer_nvme_path.empty())
-        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_optimizer_nvme_path_key + ": a path is only used with the \"nvme\" "
-                                         "offload device (got \"" + s.offload_optimizer_device + "\")");
+    check_nvme_path(s.offload_optimizer_device, s.offload_optimizer_nvme_path, s.offload_optimizer_nvme_path_key,
+                    "the optimizer state");
     // DeepSpeed offloads parameters only at stage 3 (the partitioned parameters of ZeRO-3).
     if (s.offload_param_device != "none" && s.zero_stage < 3)
         fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_param_device_key + ": \"" + s.offload_param_device + "\" offloads "
                                          "the partitioned parameters of ZeRO stage 3; zero_stage is " +
                                          std::to_string(s.zero_stage));
-    if (s.offload_param_device == "nvme" && s.offload_param_nvme_path.empty())
-        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_param_nvme_path_key + ": the \"nvme\" offload device needs the "
-                                         "folder to keep the parameter shards in");
-    if (s.offload_param_device != "nvme" && !s.offload_param_nvme_path.empty())
-        fail(ACCEL_ERR_INVALID_ARGUMENT, s.offload_param_nvme_path_key + ": a path is only used with the \"nvme\" "
-                                         "offload device (got \"" + s.offload_param_device + "\")");
+    check_nvme_path(s.offload_param_device, s.offload_param_nvme_path, s.offload_param_nvme_path_key,
+                    "the parameter shards");
     s.strategy = "ZERO_" + std::to_string(s.zero_stage);
     s.shard_optimizer = s.zero_stage >= 1;
     s.shard_gradients = s.zero_stage >= 2;

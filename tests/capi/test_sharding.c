@@ -374,6 +374,21 @@ static int entries(const char *dir, const char *prefix)
     return n;
 }
 
+/* accel_optimizer_step with files limited to `bytes` (a full disk: writes past it fail with EFBIG). */
+static accel_status_t step_with_file_limit(accel_optimizer_t *opt, rlim_t bytes)
+{
+    struct rlimit old, small;
+    accel_status_t st;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    small = old;
+    small.rlim_cur = bytes;
+    CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+    st = accel_optimizer_step(opt);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    return st;
+}
+
 /* Optimizer offload (ZeRO-Offload "cpu", ZeRO-Infinity "nvme"): bit for bit the weights of the same
  * strategy without it, through free_memory and preparing again; the state is out of memory between steps;
  * the offload folder goes with the accelerator; a path that is a file and a full disk are named errors. */
@@ -423,14 +438,7 @@ static void test_optimizer_offload(void)
         if (i == 1) {
             /* A full disk (files above 1 KiB cannot be written: EFBIG): the step fails naming the file, and
              * the state stays whole in memory, so the next step goes on from it. */
-            struct rlimit old, small;
-            signal(SIGXFSZ, SIG_IGN);
-            CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
-            small = old;
-            small.rlim_cur = 1024;
-            CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
-            st = accel_optimizer_step(opt);
-            CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+            st = step_with_file_limit(opt, 1024);
             CHECK(st == ACCEL_ERR_RESOURCE_EXHAUSTED);
             CHECK(strstr(accel_last_error_message(), "optimizer offload: cannot write") != NULL);
             CHECK(strstr(accel_last_error_message(), base) != NULL);
@@ -536,16 +544,9 @@ static void test_param_offload(void)
         CHECK_OK(accel_loss_compute("mse", out, y, &loss));
         CHECK_OK(accel_accelerator_backward(acc, loss));
         if (i == 1) {
-            /* A full disk (files above 1 KiB cannot be written: EFBIG): the step fails naming the file; the
-             * shard that could not be written stays in memory, and the next step goes on from it. */
-            struct rlimit old, small;
-            signal(SIGXFSZ, SIG_IGN);
-            CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
-            small = old;
-            small.rlim_cur = 256;
-            CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
-            st = accel_optimizer_step(opt);
-            CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+            /* A full disk (files above 256 bytes cannot be written: EFBIG): the step fails naming the file;
+             * the shards that could not be written stay in memory, and the next step goes on from them. */
+            st = step_with_file_limit(opt, 256);
             CHECK(st == ACCEL_ERR_RESOURCE_EXHAUSTED);
             CHECK(strstr(accel_last_error_message(), "param offload: cannot write") != NULL);
             CHECK(strstr(accel_last_error_message(), base) != NULL);
