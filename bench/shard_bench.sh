@@ -4,6 +4,7 @@
 # median step time of DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP FULL_SHARD (also with prefetching, and with bf16
 # parameters and communication against DDP under bf16 autocast), for the medium MLP, an 8-block transformer
 # and an 8-block GPT, each with its ratio to DDP's (the bf16 rows: to DDP bf16's). Usage: bash bench/shard_bench.sh [BUILD_DIR] [STEPS] [WARMUP]
+# (BENCH_MODELS="mlp" to run some of the models only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -15,7 +16,7 @@ build, steps, warmup = sys.argv[1:]
 env = dict(os.environ, OMP_NUM_THREADS="1")
 for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
     env.pop(k, None)
-for model in ("mlp", "transformer", "gpt"):
+for model in os.environ.get("BENCH_MODELS", "mlp transformer gpt").split():
     block = {"transformer": "transformer_encoder_layer", "gpt": "gpt_block"}.get(model)
     wrap = ('"auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": ["%s"]' % block
             if block else '"auto_wrap_policy": "NO_WRAP"')
@@ -26,6 +27,10 @@ for model in ("mlp", "transformer", "gpt"):
                ("ZeRO-1", '{"deepspeed_plugin": {"zero_stage": 1}}', "DDP"),
                ("ZeRO-2", '{"deepspeed_plugin": {"zero_stage": 2}}', "DDP"),
                ("ZeRO-3", '{"deepspeed_plugin": {"zero_stage": 3}}', "DDP"),
+               # DeepSpeed's own defaults for the reuse distance and live limit (1e9): layers stay gathered from
+               # forward to backward, gathered once per step instead of twice.
+               ("ZeRO-3 reuse 1e9", '{"deepspeed_plugin": {"hf_ds_config": {"zero_optimization": {"stage": 3, '
+                '"stage3_max_reuse_distance": 1e9, "stage3_max_live_parameters": 1e9}}}}', "DDP"),
                ("FULL_SHARD", '{"fsdp_plugin": {%s}}' % full, "DDP"),
                ("FULL_SHARD prefetch", '{"fsdp_plugin": {%s, "forward_prefetch": true, "backward_prefetch": "BACKWARD_PRE"}}' % full, "DDP"),
                ("DDP bf16", '{"mixed_precision": "bf16"}', "DDP bf16"),

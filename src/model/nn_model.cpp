@@ -42,7 +42,14 @@ public:
         for (const auto &m : *seq_) linear_.push_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m.ptr()));
         fp8_.resize(linear_.size());
         checkpointed_.assign(linear_.size(), false);
-        for (const auto &t : types_) norm_input_.push_back(t == "layer_norm" || t == "transformer_encoder_layer");
+        size_t i = 0;
+        for (const auto &m : *seq_) {
+            const bool norm = types_[i] == "layer_norm" || types_[i] == "transformer_encoder_layer";
+            const auto params = m.ptr()->parameters(true);
+            // The same TensorImpl follows every later change of the parameter's dtype (set_data).
+            norm_weight_.push_back(norm && !params.empty() ? params.front() : at::Tensor());
+            ++i;
+        }
     }
 
     // Sequential::forward, layer by layer, so that Linear layers can take the FP8 path inside an
@@ -57,9 +64,12 @@ public:
         for (auto &m : *seq_) {
             if (hooks) hooks->before_layer(i);
             // Under autocast a 16-bit activation reaching a layer norm (alone or inside a transformer layer,
-            // whose residual stream it is) is upcast first: LibTorch 1.13's CPU layer norm takes no bfloat16
-            // input with float32 weights, and autocast computes normalisations in float32 anyway.
-            if (norm_input_[i] && at::autocast::is_cpu_enabled() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf))
+            // whose residual stream it is) with float32 weights is upcast first: LibTorch 1.13's CPU layer norm
+            // takes no bfloat16 input with float32 weights, and autocast computes normalisations in float32
+            // anyway. (Weights made 16-bit by sharding's bf16 policy take the 16-bit input as it is.)
+            if (norm_weight_[i].defined() && at::autocast::is_cpu_enabled() &&
+                (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) &&
+                norm_weight_[i].scalar_type() == at::kFloat)
                 x = x.to(at::kFloat);
             if (fp8_on && fp8_[i]) {
                 x = fp8::linear(x, linear_[i]->weight, linear_[i]->bias, fp8_[i]);
@@ -125,7 +135,7 @@ private:
     std::vector<std::shared_ptr<torch::nn::LinearImpl>> linear_;  // per layer; null if not a linear layer
     std::vector<c10::intrusive_ptr<fp8::LinearState>> fp8_;       // per layer; set by enable_fp8
     std::vector<bool> checkpointed_;                              // per layer: recomputed in backward
-    std::vector<bool> norm_input_;                                // per layer: its input goes into a layer norm
+    std::vector<at::Tensor> norm_weight_; // per layer: a parameter of a layer whose input goes into a layer norm
 
     static at::Tensor layer_forward(torch::nn::AnyModule &m, bool batch_first, const at::Tensor &x)
     {

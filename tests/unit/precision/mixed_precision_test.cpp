@@ -471,4 +471,18 @@ TEST(MixedPrecision, LayerNormAfterA16BitActivation)
     EXPECT_FALSE(at::equal(out, y)); // it did compute in bfloat16
     accel::compute_loss(accel::LossKind::Mse, out, at::zeros({2, 3})).backward();
     for (const auto &p : mm->named_parameters()) EXPECT_TRUE(p.second.grad().defined()) << p.first;
+    // Under sharding's bf16 policy the layers' parameters are bfloat16 themselves: their 16-bit input stays
+    // 16-bit (an upcast input met bfloat16 weights: "expected scalar type Float but found BFloat16").
+    for (const char *plugin : {"\"fsdp_plugin\": {}", "\"fsdp_plugin\": {\"auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\", "
+                                                   "\"transformer_cls_names_to_wrap\": [\"transformer_encoder_layer\"]}"}) {
+        SCOPED_TRACE(plugin);
+        Accelerator sharded(("{\"mixed_precision\": \"bf16\", " + std::string(plugin) + "}").c_str());
+        auto sm = make_model(11, spec);
+        sharded.prepare_model(*sm);
+        at::Tensor so = accel::forward(*sm, x, true);
+        EXPECT_EQ(so.scalar_type(), at::kFloat);
+        EXPECT_TRUE(at::allclose(so, y, 0.1, 0.1)) << (so - y).abs().max().item<double>();
+        sharded.backward(accel::compute_loss(accel::LossKind::Mse, so, at::zeros({2, 3})));
+        for (const auto &p : sm->named_parameters()) EXPECT_EQ(p.second.scalar_type(), at::kBFloat16) << p.first;
+    }
 }
