@@ -168,14 +168,18 @@ void Accelerator::free_memory()
         if (d.second->summoned())
             fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: a model's parameters are summoned; call "
                                                 "accel_accelerator_summon_full_params_end first");
-    // Optimizers first: their state is joined through the engines, which the models' release ends.
-    for (const auto &o : optimizers_) {
-        o->unshard();
-        o->prepared_by = nullptr;
-    }
+    // The optimizers' state is joined through the engines, which the models' release ends; the optimizers
+    // are rebuilt after it, over parameters back in their own dtype (under a 16-bit policy they were 16-bit
+    // copies, and the state loaded over them was rounded to it).
+    std::vector<PyRef> states;
+    for (const auto &o : optimizers_) states.push_back(o->unsharded_state());
     for (auto &d : sharded_) {
         d.second->release(*d.first);
         d.first->prepared_by = nullptr;
+    }
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+        optimizers_[i]->unshard(states[i]);
+        optimizers_[i]->prepared_by = nullptr;
     }
     for (auto &d : ddp_) d.first->prepared_by = nullptr;
     for (const auto &m : models_) m->prepared_by = nullptr;

@@ -178,10 +178,15 @@ void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, par
     if (!state->get("state")->map.empty()) load_state_dict(*state, "optimizer", copy_now)();
 }
 
-void AcceleratedOptimizer::unshard()
+PyRef AcceleratedOptimizer::unsharded_state() const
+{
+    return layout_ ? state_dict() : PyRef(); // collective: one entry per parameter
+}
+
+void AcceleratedOptimizer::unshard(const PyRef &state)
 {
     if (!layout_) return;
-    PyRef state = state_dict(); // collective: one entry per parameter
+    if (!state) fail(ACCEL_ERR_INTERNAL, "optimizer: unshard without its state");
     std::vector<at::Tensor> params;
     for (const auto &p : model_->parameters())
         if (p.requires_grad()) params.push_back(p);

@@ -63,9 +63,12 @@ public:
     void shard_over(const std::vector<at::Tensor> &shards, parallel::ShardLayout layout, std::function<void()> after_step,
                     std::function<void()> after_zero_grad, std::function<void()> before_step);
     bool is_sharded() const { return static_cast<bool>(layout_); }
-    // free_memory: back to one LibTorch optimizer over the model's parameters, its state joined from every
-    // rank's shard (collective). Nothing when not sharded.
-    void unshard();
+    // free_memory, in two parts: the state joined from every rank's shard, in the unsharded layout
+    // (collective; null when not sharded), taken while the engine still shards the model; then, once the
+    // model's parameters are whole again (and back in their own dtype), one LibTorch optimizer over them
+    // with that state.
+    PyRef unsharded_state() const;
+    void unshard(const PyRef &state);
 
     // Optimizer offload (optimizer_offload.hpp; sharded only): `device` "cpu", or "nvme" with its files.
     void offload(const std::string &device, std::unique_ptr<OffloadFiles> files);
