@@ -113,8 +113,7 @@ static void test_free_memory_and_prepare_again(void)
         "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 1}}",
         "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, \"gradient_clipping\": 0.5}}",
         /* 16-bit parameters: the optimizer's state must not pass through them (it was rounded to bfloat16). */
-        "{\"mixed_precision\": \"bf16\", \"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, "
-        "\"gradient_clipping\": 0.5}}",
+        "{\"mixed_precision\": \"bf16\", \"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, \"gradient_clipping\": 0.5}}",
         "{\"mixed_precision\": \"bf16\", \"gradient_accumulation_steps\": 2, \"fsdp_plugin\": {}}",
     };
     float ref[NPARAMS], got[NPARAMS];
