@@ -27,10 +27,11 @@ for model in os.environ.get("BENCH_MODELS", "mlp transformer gpt").split():
                ("ZeRO-1", '{"deepspeed_plugin": {"zero_stage": 1}}', "DDP"),
                ("ZeRO-2", '{"deepspeed_plugin": {"zero_stage": 2}}', "DDP"),
                ("ZeRO-3", '{"deepspeed_plugin": {"zero_stage": 3}}', "DDP"),
-               # DeepSpeed's own defaults for the reuse distance and live limit (1e9): layers stay gathered from
-               # forward to backward, gathered once per step instead of twice.
-               ("ZeRO-3 reuse 1e9", '{"deepspeed_plugin": {"hf_ds_config": {"zero_optimization": {"stage": 3, '
-                '"stage3_max_reuse_distance": 1e9, "stage3_max_live_parameters": 1e9}}}}', "DDP"),
+               # ZeRO-3 with the fewest parameters gathered at once: nothing fetched ahead (one layer gathered at a
+               # time) and every layer but the last gathered again for its backward (DeepSpeed's defaults, the row
+               # above, gather buckets of layers and keep them from forward to backward).
+               ("ZeRO-3 lean", '{"deepspeed_plugin": {"hf_ds_config": {"zero_optimization": {"stage": 3, '
+                '"stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}}}}', "DDP"),
                ("FULL_SHARD", '{"fsdp_plugin": {%s}}' % full, "DDP"),
                ("FULL_SHARD prefetch", '{"fsdp_plugin": {%s, "forward_prefetch": true, "backward_prefetch": "BACKWARD_PRE"}}' % full, "DDP"),
                ("DDP bf16", '{"mixed_precision": "bf16"}', "DDP bf16"),

@@ -365,7 +365,9 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(co
  * in this CPU build is host memory already), "peak_optimizer_state_bytes" (the most optimizer state in memory at
  * once: with "nvme", during steps; otherwise the bytes now), "offloaded_parameter_bytes" (offload_param_device:
  * with "nvme" the parameter shards now in offload_param_nvme_path's files, not in parameter_bytes; with "cpu"
- * or FSDP's cpu_offload all of parameter_bytes, host memory already), "num_units"}], "peak_rss_bytes"}. One entry per
+ * or FSDP's cpu_offload all of parameter_bytes, host memory already), "num_units", "all_gathers" and
+ * "gradient_reductions" (the sharding engine's collectives since prepare: one per unit under FSDP, one per bucket
+ * of consecutive units under deepspeed_plugin; 0 unsharded)}], "peak_rss_bytes"}. One entry per
  * prepared model, in preparation order. Ownership: free *out with accel_string_free().
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_memory_stats_json(

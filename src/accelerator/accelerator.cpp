@@ -213,7 +213,7 @@ std::string Accelerator::memory_stats_json() const
     for (size_t i = 0; i < models_.size(); ++i) {
         const Model &m = *models_[i];
         int64_t params = 0, grads = 0, gathered = 0, peak_gathered = 0, units = 0, peak_state = 0, buckets = 0,
-                offloaded_params = 0;
+                offloaded_params = 0, all_gathers = 0, reductions = 0;
         if (auto *e = sharded_of(m)) {
             auto mem = e->memory();
             params = mem.parameter_bytes;
@@ -223,6 +223,8 @@ std::string Accelerator::memory_stats_json() const
             peak_state = mem.peak_model_state_bytes;
             units = mem.num_units;
             offloaded_params = mem.offloaded_parameter_bytes;
+            all_gathers = mem.all_gathers;
+            reductions = mem.reductions;
         } else {
             for (const auto &p : m.named_parameters()) {
                 params += p.second.numel() * static_cast<int64_t>(p.second.element_size());
@@ -248,7 +250,8 @@ std::string Accelerator::memory_stats_json() const
                ", \"ddp_bucket_bytes\": " + std::to_string(buckets) + ", \"offloaded_bytes\": " + std::to_string(offloaded) +
                ", \"peak_optimizer_state_bytes\": " + std::to_string(peak_opt) +
                ", \"offloaded_parameter_bytes\": " + std::to_string(offloaded_params) +
-               ", \"num_units\": " + std::to_string(units) + "}";
+               ", \"num_units\": " + std::to_string(units) + ", \"all_gathers\": " + std::to_string(all_gathers) +
+               ", \"gradient_reductions\": " + std::to_string(reductions) + "}";
     }
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);

@@ -604,6 +604,32 @@ static void test_param_offload(void)
     rmdir(base);
 }
 
+/* One prepared step (forward, mse loss, backward, optimizer step) of kSpec under `config`; the memory
+ * statistics after the forward (when `after_forward` is not NULL) and after the step (free both with
+ * accel_string_free). */
+static void one_step(const char *config, accel_tensor_t *x, accel_tensor_t *y, char **after_forward, char **after_step)
+{
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_tensor_t *out = NULL, *loss = NULL;
+    CHECK_OK(accel_accelerator_create(config, &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.01}", &opt));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+    CHECK_OK(accel_model_forward(m, x, &out));
+    if (after_forward != NULL) CHECK_OK(accel_accelerator_get_memory_stats_json(acc, after_forward));
+    CHECK_OK(accel_loss_compute("mse", out, y, &loss));
+    CHECK_OK(accel_accelerator_backward(acc, loss));
+    CHECK_OK(accel_optimizer_step(opt));
+    CHECK_OK(accel_accelerator_get_memory_stats_json(acc, after_step));
+    accel_tensor_free(out);
+    accel_tensor_free(loss);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+}
+
 /* hf_ds_config's zero_optimization sizes at prepare (ZeRO-3, one process; units: layers 0, 2 and 4 with 112, 272
  * and 51 parameters): Hugging Face's usual block trains as ZeRO-3 does, bit for bit; stage3_max_reuse_distance
  * keeps units gathered from their forward to their backward, within stage3_max_live_parameters; sizes the
@@ -625,7 +651,7 @@ static void test_deepspeed_sizes(void)
         const char *sizes;
         const char *gathered;
     } kept[] = {
-        {"", "\"gathered_bytes\": 0,"},                                                  /* accel's default */
+        {"", "\"gathered_bytes\": 1740,"},                                               /* DeepSpeed's 1e9 */
         {", \"stage3_max_reuse_distance\": 1e9", "\"gathered_bytes\": 1740,"},           /* all three */
         {", \"stage3_max_reuse_distance\": 0", "\"gathered_bytes\": 204,"},              /* the last: 51 x 4 */
         {", \"stage3_max_reuse_distance\": 101", "\"gathered_bytes\": 204,"},            /* layer 2: 2 x 51 away */
@@ -640,26 +666,12 @@ static void test_deepspeed_sizes(void)
     for (i = 0; i < 8 * NOUT; ++i) ys[i] = (float)cos(0.1 * i);
     accel_tensor_t *x = matrix_f32(xs, 8, NIN), *y = matrix_f32(ys, 8, NOUT);
     for (c = 0; c < sizeof kept / sizeof kept[0]; ++c) {
-        accel_accelerator_t *acc = NULL;
-        accel_model_t *m = NULL;
-        accel_optimizer_t *opt = NULL;
-        accel_tensor_t *out = NULL, *loss = NULL;
-        char *stats = NULL;
+        char *forward = NULL, *stats = NULL;
         snprintf(config, sizeof config,
                  "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3%s}}}}", kept[c].sizes);
-        CHECK_OK(accel_accelerator_create(config, &acc));
-        CHECK_OK(accel_model_create_from_json(kSpec, &m));
-        CHECK_OK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.01}", &opt));
-        CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
-        CHECK_OK(accel_model_forward(m, x, &out));
-        CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &stats));
-        if (strstr(stats, kept[c].gathered) == NULL) fprintf(stderr, "%s: expected %s in %s\n", config, kept[c].gathered, stats);
-        CHECK(strstr(stats, kept[c].gathered) != NULL);
-        accel_string_free(stats);
-        CHECK_OK(accel_loss_compute("mse", out, y, &loss));
-        CHECK_OK(accel_accelerator_backward(acc, loss));
-        CHECK_OK(accel_optimizer_step(opt));
-        CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &stats));
+        one_step(config, x, y, &forward, &stats);
+        if (strstr(forward, kept[c].gathered) == NULL) fprintf(stderr, "%s: expected %s in %s\n", config, kept[c].gathered, forward);
+        CHECK(strstr(forward, kept[c].gathered) != NULL);
         CHECK(strstr(stats, "\"gathered_bytes\": 0,") != NULL); /* all released after the backward */
         {
             /* Within stage3_max_live_parameters (float32: 4 bytes an element) through forward and backward. */
@@ -668,12 +680,8 @@ static void test_deepspeed_sizes(void)
             CHECK(peak != NULL);
             if (live != NULL && peak != NULL) CHECK(atoll(peak + 23) <= 4 * atoll(live + 29));
         }
+        accel_string_free(forward);
         accel_string_free(stats);
-        accel_tensor_free(out);
-        accel_tensor_free(loss);
-        accel_optimizer_free(opt);
-        accel_model_free(m);
-        accel_accelerator_free(acc);
     }
 
     /* Refused at prepare, naming the key and the unit; the model stays whole and usable. */
@@ -725,6 +733,67 @@ static void test_deepspeed_sizes(void)
     accel_tensor_free(y);
 }
 
+/* DeepSpeed's buckets: consecutive units (layers 0, 2 and 4: 112, 272 and 51 parameters) move in one
+ * collective while they fit reduce_bucket_size and stage3_prefetch_bucket_size (ZeRO-3: the units gathered ahead of the one computing); FSDP moves one unit per
+ * collective. Counted over one step; the weights are those of the default buckets, bit for bit. */
+static void test_deepspeed_buckets(void)
+{
+    struct {
+        const char *config;
+        const char *counts;
+    } cases[] = {
+        /* DeepSpeed's defaults (5e7 ahead, 5e8 per reduction, reuse distance and live limit 1e9): the model in
+         * one gather, kept from forward to backward, one reduction. */
+        {"{\"deepspeed_plugin\": {\"zero_stage\": 3}}", "\"all_gathers\": 1, \"gradient_reductions\": 1}"},
+        /* forward [0, 1] then [2], kept; reduced [2, 1] (323 elements) then [0]. */
+        {"{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": 272, "
+         "\"reduce_bucket_size\": 323}}}}",
+         "\"all_gathers\": 2, \"gradient_reductions\": 2}"},
+        /* reuse distance 0: only the last layer is kept; backward gathers [1, 0] */
+        {"{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": 272, "
+         "\"reduce_bucket_size\": 323, \"stage3_max_reuse_distance\": 0}}}}",
+         "\"all_gathers\": 3, \"gradient_reductions\": 2}"},
+        /* nothing fetched ahead: a layer per gather, 3 in forward and layers 2 and 0 again in backward */
+        {"{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": 0, "
+         "\"stage3_max_reuse_distance\": 0}}}}",
+         "\"all_gathers\": 5, \"gradient_reductions\": 1}"},
+        /* In one process ZeRO-1/2 have nothing to gather after the step (the 2-process tests do). */
+        {"{\"deepspeed_plugin\": {\"zero_stage\": 2}}", "\"all_gathers\": 0, \"gradient_reductions\": 1}"},
+        {"{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2, \"allgather_bucket_size\": 384, "
+         "\"reduce_bucket_size\": 323}}}}",
+         "\"all_gathers\": 0, \"gradient_reductions\": 2}"},
+        {"{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 1, \"reduce_bucket_size\": 272}}}}",
+         "\"all_gathers\": 0, \"gradient_reductions\": 3}"},
+        /* FSDP: every linear layer a unit, each gathered before its forward and its backward */
+        {"{\"fsdp_plugin\": {\"auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\", \"transformer_cls_names_to_wrap\": [\"linear\"]}}",
+         "\"all_gathers\": 6, \"gradient_reductions\": 3}"},
+        {"{\"fsdp_plugin\": {}}", "\"all_gathers\": 1, \"gradient_reductions\": 1}"},
+    };
+    float xs[8 * NIN], ys[8 * NOUT], ref[NPARAMS], got[NPARAMS];
+    size_t c;
+    int i;
+    for (i = 0; i < 8 * NIN; ++i) xs[i] = (float)sin(0.1 * i);
+    for (i = 0; i < 8 * NOUT; ++i) ys[i] = (float)cos(0.1 * i);
+    accel_tensor_t *x = matrix_f32(xs, 8, NIN), *y = matrix_f32(ys, 8, NOUT);
+    for (c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+        char *stats = NULL;
+        one_step(cases[c].config, x, y, NULL, &stats);
+        if (strstr(stats, cases[c].counts) == NULL) fprintf(stderr, "%s: expected %s in %s\n", cases[c].config, cases[c].counts, stats);
+        CHECK(strstr(stats, cases[c].counts) != NULL);
+        accel_string_free(stats);
+    }
+    accel_tensor_free(x);
+    accel_tensor_free(y);
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3}}", ref);
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+          "\"stage3_prefetch_bucket_size\": 272, \"reduce_bucket_size\": 323}}}}", got);
+    CHECK(memcmp(ref, got, sizeof ref) == 0);
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 2}}", ref);
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2, "
+          "\"allgather_bucket_size\": 384, \"reduce_bucket_size\": 323}}}}", got);
+    CHECK(memcmp(ref, got, sizeof ref) == 0);
+}
+
 int main(void)
 {
     test_strategies_match_plain_training();
@@ -736,5 +805,6 @@ int main(void)
     test_optimizer_offload();
     test_param_offload();
     test_deepspeed_sizes();
+    test_deepspeed_buckets();
     return capi_report("test_sharding");
 }

@@ -23,6 +23,14 @@ namespace accel::parallel {
 
 namespace {
 
+// DeepSpeed's defaults for the zero_optimization sizes accel honours, in elements (sharding-and-parallelism.md
+// §2): what a size that is absent or "auto" means.
+constexpr int64_t kDeepSpeedReduceBucketSize = 500000000, kDeepSpeedAllgatherBucketSize = 500000000,
+                  kDeepSpeedPrefetchBucketSize = 50000000, kDeepSpeedMaxLiveParameters = 1000000000,
+                  kDeepSpeedMaxReuseDistance = 1000000000;
+
+int64_t size_or(const config::ShardingConfig::DeepSpeedSize &d, int64_t def) { return d.given() ? d.value : def; }
+
 at::ScalarType dtype_named(const std::string &name) { return name == "bfloat16" ? at::kBFloat16 : at::kFloat; }
 
 // All-gather that moves 16-bit floats as bytes: the bytes are the same, and every backend moves uint8
@@ -98,6 +106,14 @@ struct ShardedDataParallel::Impl {
     std::vector<std::pair<at::Tensor, at::ScalarType>> cast_buffers;
     std::string key; // "fsdp_plugin" or "deepspeed_plugin", for messages
     std::unique_ptr<ParamOffload> offload; // offload_param_device other than "none"
+    // DeepSpeed's buckets, in elements: consecutive units move in one collective while they fit:
+    // reduce_bucket_size (gradients), allgather_bucket_size (ZeRO-1/2's gather after the step),
+    // stage3_prefetch_bucket_size (ZeRO-3: the units gathered ahead of the one about to compute), all within
+    // stage3_max_live_parameters. On this machine a collective's fixed cost (ms) outweighs its bytes, and
+    // DeepSpeed moves buckets, not modules. FSDP moves one unit per collective (0 here).
+    int64_t reduce_bucket = 0, allgather_bucket = 0, prefetch_bucket = 0, max_live = INT64_MAX;
+    std::vector<Unit *> bucket; // units whose final gradients wait for the rest of their bucket
+    int64_t bucket_numel = 0;
 
     // A unit's shard values wherever they are (in memory, or in its offload file), and setting them.
     at::Tensor shard_values(const Unit &u) const
@@ -183,33 +199,78 @@ struct ShardedDataParallel::Impl {
         return n;
     }
 
-    // Unit u's all-gather into its full buffer, which gets memory now.
-    std::function<void()> gather_job(Unit &u)
+    // One all-gather for the shards of `group` into their full buffers: every rank sends its shards back to
+    // back, so rank r's part of the result holds each unit's piece r in turn. 16-bit parameters are gathered as
+    // 16-bit (half the bytes on the wire and in the full buffers); an offloaded shard is read from its file
+    // here (on the queue's thread when prefetched). A shard that is a view of its full buffer is in place.
+    void allgather_into(const std::vector<Unit *> &group)
     {
-        allocate_storage(u.full, bytes_of(u.full));
-        u.gathered = true;
+        at::NoGradGuard no_grad;
+        std::vector<at::Tensor> mine;
+        for (Unit *u : group) mine.push_back(shard_values(*u).to(param_dtype));
+        std::vector<at::Tensor> parts = allgather_bits(*comm, mine.size() == 1 ? mine[0] : at::cat(mine));
+        for (int32_t r = 0; r < world; ++r) {
+            if (r == rank && !separate_shards()) continue;
+            int64_t at = 0;
+            for (Unit *u : group) {
+                u->full.narrow(0, r * u->shard_numel, u->shard_numel).copy_(parts[r].narrow(0, at, u->shard_numel));
+                at += u->shard_numel;
+            }
+        }
+    }
+
+    // The group's all-gather; their full buffers get memory now.
+    std::function<void()> gather_job(const std::vector<Unit *> &group)
+    {
+        for (Unit *u : group) {
+            allocate_storage(u->full, bytes_of(u->full));
+            u->gathered = true;
+        }
         note_peak();
-        Unit *unit = &u;
-        return [this, unit] {
-            at::NoGradGuard no_grad;
-            // 16-bit parameters are gathered as 16-bit: half the bytes on the wire and in the full buffer.
-            // (An offloaded shard is read from its file here: on the queue's thread when prefetched.)
-            std::vector<at::Tensor> parts = allgather_bits(*comm, shard_values(*unit).to(param_dtype));
-            for (int32_t r = 0; r < world; ++r)
-                unit->full.narrow(0, r * unit->shard_numel, unit->shard_numel).copy_(parts[r]);
-        };
+        ++mem.all_gathers;
+        return [this, group] { allgather_into(group); };
+    }
+
+    int64_t gathered_elements() const
+    {
+        int64_t n = 0;
+        for (const auto &u : units)
+            if (u.gathered) n += u.padded;
+        return n;
+    }
+
+    // Unit ui and, with a prefetch bucket, the units that compute after it in that direction (forward: +1,
+    // backward: -1, 0: none) and are not gathered yet, while they fit the bucket and stage3_max_live_parameters.
+    std::vector<Unit *> group_from(size_t ui, int direction)
+    {
+        std::vector<Unit *> group{&units[ui]};
+        int64_t ahead = 0, live = gathered_elements() + units[ui].padded;
+        for (size_t v = ui + direction; direction != 0 && v < units.size(); v += direction) {
+            const Unit &n = units[v];
+            if (n.root || (direction < 0 && n.done)) break;
+            if (n.gathered) continue;
+            if (ahead + n.padded > prefetch_bucket || live + n.padded > max_live) break;
+            ahead += n.padded;
+            live += n.padded;
+            group.push_back(&units[v]);
+        }
+        return group;
     }
 
     // Prefetch: queued; gather() waits for it.
-    void start_gather(Unit &u)
+    void start_gather(size_t ui, int direction)
     {
-        if (!u.gathered) u.gathering = queue.submit(gather_job(u));
+        if (units[ui].gathered) return;
+        std::vector<Unit *> group = group_from(ui, direction);
+        CollectiveQueue::Ticket t = queue.submit(gather_job(group));
+        for (Unit *u : group) u->gathering = t;
     }
 
-    void gather(Unit &u)
+    void gather(size_t ui, int direction = 0)
     {
+        Unit &u = units[ui];
         if (u.gathered) u.gathering.wait(); // maybe prefetched
-        else queue.run(gather_job(u));
+        else queue.run(gather_job(group_from(ui, direction)));
     }
 
     // forward_prefetch / backward_prefetch: the all-gather of the unit that computes next, queued while this
@@ -219,7 +280,7 @@ struct ShardedDataParallel::Impl {
         const size_t next = forward ? ui + 1 : ui - 1;
         if ((!forward && ui == 0) || next >= units.size() || units[next].root) return;
         if (!forward && units[next].done) return; // its backward is over
-        start_gather(units[next]);
+        start_gather(next, forward ? 1 : -1);
     }
 
     void reshard(Unit &u)
@@ -233,6 +294,8 @@ struct ShardedDataParallel::Impl {
 
     void reset_backward()
     {
+        bucket.clear(); // what a failed backward left unreduced
+        bucket_numel = 0;
         for (auto &u : units) {
             u.pending = u.params.size();
             u.done = false;
@@ -251,39 +314,90 @@ struct ShardedDataParallel::Impl {
         if (cfg.backward_prefetch == "BACKWARD_POST" && active) prefetch(static_cast<size_t>(&u - units.data()), false);
     }
 
+    // Unit u's gradients are final: they join the bucket, which is reduced once full (the next unit would not
+    // fit) or when backward is over.
     void reduce(Unit &u)
     {
-        at::Tensor wire = at::zeros({u.padded}, u.full.options().dtype(reduce_dtype));
-        for (size_t i : u.params) {
-            const Param &p = params[i];
-            const at::Tensor &g = p.tensor.grad();
-            if (g.defined()) wire.narrow(0, p.offset, p.numel).copy_(g.reshape({-1}));
-        }
-        wire.div_(total_world); // averaged over every process, as DDP: divide, then sum
-        // The reduction runs on the queue while backward computes the next units (the last unit's, with
-        // nothing left to overlap, on this thread); complete_reduce() takes its result.
-        Unit *unit = &u;
-        std::function<void()> job;
-        if (cfg.shard_gradients) {
-            for (size_t i : u.params) params[i].tensor.mutable_grad().reset(); // a rank keeps only its shard
-            job = [this, unit, wire]() mutable {
-                at::NoGradGuard no_grad;
-                at::Tensor g = comm->reduce_scatter(wire, distributed::ReduceOp::Sum);
-                wire = at::Tensor();
-                if (replicas) allreduce_sum(*replicas, g); // the other nodes' sums of this shard
-                unit->reduced = g.to(at::kFloat); // the master shard's gradient is float32 whatever was reduced
-            };
-        } else {
-            job = [this, unit, wire]() mutable {
-                at::NoGradGuard no_grad;
-                allreduce_sum(*comm, wire);
-                unit->reduced = wire.to(at::kFloat);
-            };
-        }
+        if (!bucket.empty() && bucket_numel + u.padded > reduce_bucket) flush_bucket(false);
+        bucket.push_back(&u);
+        bucket_numel += u.padded;
         const bool last = std::all_of(units.begin(), units.end(), [](const Unit &v) { return v.done; });
-        if (last) queue.run(std::move(job));
-        else u.reducing = queue.submit(std::move(job));
+        if (last || bucket_numel >= reduce_bucket) flush_bucket(last);
         note_peak();
+    }
+
+    // The gradients of `group`, averaged over every process (as DDP: divide, then sum), in reduce_dtype, laid out
+    // for one collective: each unit's flat gradients back to back (all-reduce), or, for the reduce-scatter that
+    // hands rank r the r-th of `world` equal chunks, chunk r holding each unit's piece r in turn. Written in
+    // place (no per-unit copy first); a rank keeps only its shard of sharded gradients, so those are dropped.
+    at::Tensor bucket_input(const std::vector<Unit *> &group)
+    {
+        const bool scatter = cfg.shard_gradients;
+        int64_t row = 0, total = 0;
+        for (Unit *u : group) {
+            row += u->shard_numel;
+            total += u->padded;
+        }
+        at::Tensor in = at::zeros({total}, group[0]->full.options().dtype(reduce_dtype));
+        int64_t col = 0, base = 0; // where the unit starts in each chunk (scatter) or in the whole (all-reduce)
+        for (Unit *u : group) {
+            const int64_t s = u->shard_numel;
+            for (size_t i : u->params) {
+                const Param &p = params[i];
+                const at::Tensor &g = p.tensor.grad();
+                if (!g.defined()) continue;
+                const at::Tensor flat = g.reshape({-1});
+                if (!scatter) {
+                    in.narrow(0, base + p.offset, p.numel).copy_(flat);
+                    continue;
+                }
+                for (int64_t lo = p.offset, end = p.offset + p.numel; lo < end;) { // the pieces it spans
+                    const int64_t r = lo / s, hi = std::min(end, (r + 1) * s);
+                    in.narrow(0, r * row + col + lo - r * s, hi - lo).copy_(flat.narrow(0, lo - p.offset, hi - lo));
+                    lo = hi;
+                }
+            }
+            if (scatter)
+                for (size_t i : u->params) params[i].tensor.mutable_grad().reset();
+            col += s;
+            base += u->padded;
+        }
+        return in.div_(total_world);
+    }
+
+    // The bucket's reduction. It runs on the queue while backward computes the next units (the last bucket, with
+    // nothing left to overlap, on this thread); complete_reduce() takes each unit's part of the result.
+    void flush_bucket(bool last)
+    {
+        std::vector<Unit *> group = std::move(bucket);
+        bucket.clear();
+        bucket_numel = 0;
+        ++mem.reductions;
+        std::function<void()> job = [this, group, in = bucket_input(group)]() mutable {
+            at::NoGradGuard no_grad;
+            at::Tensor g;
+            if (cfg.shard_gradients) {
+                g = comm->reduce_scatter(in, distributed::ReduceOp::Sum);
+                in = at::Tensor();
+                if (replicas) allreduce_sum(*replicas, g); // the other nodes' sums of these pieces
+            } else {
+                allreduce_sum(*comm, in);
+                g = std::move(in);
+            }
+            g = g.to(at::kFloat); // the master shards' gradients are float32 whatever was reduced
+            int64_t at = 0;
+            for (Unit *u : group) {
+                const int64_t n = cfg.shard_gradients ? u->shard_numel : u->padded;
+                u->reduced = g.narrow(0, at, n);
+                at += n;
+            }
+        };
+        if (last) {
+            queue.run(std::move(job));
+            return;
+        }
+        CollectiveQueue::Ticket t = queue.submit(std::move(job));
+        for (Unit *u : group) u->reducing = t;
     }
 
     // On the training thread, once unit u's reduction is done: its result becomes the gradient the
@@ -464,13 +578,14 @@ struct ShardedDataParallel::Impl {
         }
         need_at_least(cfg.max_live_parameters, root + window, "the root unit and " + std::to_string(run) +
                                                                   " consecutive units (gathered at once)");
-        if (!cfg.max_reuse_distance.given()) return;
         // From the last unit back: between a unit's forward and its backward every later unit is gathered twice.
-        const int64_t budget = cfg.max_live_parameters.given() ? cfg.max_live_parameters.value : INT64_MAX;
+        // Absent or "auto": DeepSpeed's defaults (1e9 both: a model below that stays gathered in between).
+        const int64_t reuse = size_or(cfg.max_reuse_distance, kDeepSpeedMaxReuseDistance);
+        const int64_t budget = size_or(cfg.max_live_parameters, kDeepSpeedMaxLiveParameters);
         int64_t later = 0, kept = 0;
         for (size_t ui = units.size(); ui-- > 0;) {
             if (units[ui].root) continue;
-            if (2 * later <= cfg.max_reuse_distance.value && kept + padded[ui] + root + window <= budget) {
+            if (2 * later <= reuse && kept + padded[ui] + root + window <= budget) {
                 units[ui].keep = true;
                 kept += padded[ui];
             }
@@ -492,8 +607,8 @@ public:
     at::Tensor before_forward(const at::Tensor &input) override
     {
         auto s = lock();
-        for (auto &u : s->units)
-            if (u.root) s->gather(u);
+        for (size_t ui = 0; ui < s->units.size(); ++ui)
+            if (s->units[ui].root) s->gather(ui);
         // FSDP's cast_forward_inputs: floating-point inputs meet the 16-bit parameters in their dtype.
         return s->low_precision() && input.is_floating_point() ? input.to(s->param_dtype) : input;
     }
@@ -504,7 +619,7 @@ public:
             const size_t ui = static_cast<size_t>(s->unit_of_layer[layer]);
             auto &u = s->units[ui];
             if (u.first_layer == layer) {
-                s->gather(u);
+                s->gather(ui, 1);
                 if (s->cfg.forward_prefetch) s->prefetch(ui, true);
             }
         }
@@ -526,7 +641,7 @@ public:
             out.register_hook([weak, ui](const at::Tensor &) {
                 if (auto impl = weak.lock()) {
                     if (!impl->active) impl->reset_backward(); // the first hook of a backward
-                    impl->gather(impl->units[ui]);
+                    impl->gather(ui, -1);
                     if (impl->cfg.backward_prefetch == "BACKWARD_PRE") impl->prefetch(ui, false);
                 }
             });
@@ -677,7 +792,14 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
         }
     }
 
-    if (config.frontend == "deepspeed") s.apply_deepspeed_sizes();
+    if (config.frontend == "deepspeed") {
+        s.apply_deepspeed_sizes();
+        // Absent or "auto": DeepSpeed's defaults (sharding-and-parallelism.md §2).
+        s.reduce_bucket = size_or(config.reduce_bucket_size, kDeepSpeedReduceBucketSize);
+        s.allgather_bucket = size_or(config.allgather_bucket_size, kDeepSpeedAllgatherBucketSize);
+        s.prefetch_bucket = config.forward_prefetch ? size_or(config.prefetch_bucket_size, kDeepSpeedPrefetchBucketSize) : 0;
+        s.max_live = size_or(config.max_live_parameters, kDeepSpeedMaxLiveParameters);
+    }
 
     // Flat buffers: copy the parameters in, broadcast rank 0's (sync_module_states), make the
     // parameters views of their buffer, cut this rank's shard.
@@ -904,11 +1026,21 @@ void ShardedDataParallel::after_optimizer_step()
             for (auto &u : s.units) u.full.copy_(u.shard.detach());
         return;
     }
+    // In allgather_bucket_size buckets of consecutive units (one unit each under FSDP).
+    std::vector<Impl::Unit *> group;
+    int64_t numel = 0;
     for (auto &u : s.units) {
-        std::vector<at::Tensor> parts = allgather_bits(*s.comm, u.shard.detach().to(s.param_dtype));
-        for (int32_t r = 0; r < s.world; ++r)
-            if (r != s.rank || s.low_precision()) u.full.narrow(0, r * u.shard_numel, u.shard_numel).copy_(parts[r]);
+        if (!group.empty() && numel + u.padded > s.allgather_bucket) {
+            ++s.mem.all_gathers;
+            s.allgather_into(group);
+            group.clear();
+            numel = 0;
+        }
+        group.push_back(&u);
+        numel += u.padded;
     }
+    ++s.mem.all_gathers;
+    s.allgather_into(group);
 }
 
 void ShardedDataParallel::zero_grad()
@@ -979,7 +1111,7 @@ void ShardedDataParallel::summon_full_params(bool on)
             for (auto &u : s.units) s.summon_master(u);
             s.cast_buffers_to(true);
         } else {
-            for (auto &u : s.units) s.gather(u);
+            for (size_t ui = 0; ui < s.units.size(); ++ui) s.gather(ui);
         }
         s.summoned = true;
         return;
@@ -1020,7 +1152,7 @@ void ShardedDataParallel::release(Model &model)
         for (auto &u : s.units) s.summon_master(u);
         s.cast_buffers_to(true);
     } else {
-        for (auto &u : s.units) s.gather(u);
+        for (size_t ui = 0; ui < s.units.size(); ++ui) s.gather(ui);
     }
     for (auto &p : s.params) {
         p.tensor.mutable_grad().reset(); // views of flat gradient buffers that go away

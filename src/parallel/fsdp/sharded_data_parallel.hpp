@@ -42,6 +42,9 @@ struct ShardedMemory {
     int64_t offloaded_parameter_bytes = 0; // offload_param: "nvme" shards in files, "cpu" all parameter bytes
     int64_t num_units = 0;
     int64_t padding_elements = 0;
+    // Collectives of training since prepare (all-gathers of parameters, gradient reductions): one per unit,
+    // or per bucket of units under deepspeed_plugin.
+    int64_t all_gathers = 0, reductions = 0;
 };
 
 class ShardedDataParallel {
