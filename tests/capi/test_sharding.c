@@ -604,6 +604,17 @@ static void test_param_offload(void)
     rmdir(base);
 }
 
+/* The batch of 8 that one_step trains on. */
+static void one_step_batch(accel_tensor_t **x, accel_tensor_t **y)
+{
+    float xs[8 * NIN], ys[8 * NOUT];
+    int i;
+    for (i = 0; i < 8 * NIN; ++i) xs[i] = (float)sin(0.1 * i);
+    for (i = 0; i < 8 * NOUT; ++i) ys[i] = (float)cos(0.1 * i);
+    *x = matrix_f32(xs, 8, NIN);
+    *y = matrix_f32(ys, 8, NOUT);
+}
+
 /* One prepared step (forward, mse loss, backward, optimizer step) of kSpec under `config`; the memory
  * statistics after the forward (when `after_forward` is not NULL) and after the step (free both with
  * accel_string_free). */
@@ -659,12 +670,9 @@ static void test_deepspeed_sizes(void)
         {", \"stage3_max_reuse_distance\": 1e9, \"stage3_max_live_parameters\": 435", "\"gathered_bytes\": 0,"},
         {", \"stage3_max_reuse_distance\": 1e9, \"stage3_max_live_parameters\": 486", "\"gathered_bytes\": 204,"},
     };
-    float xs[8 * NIN], ys[8 * NOUT];
     size_t c;
-    int i;
-    for (i = 0; i < 8 * NIN; ++i) xs[i] = (float)sin(0.1 * i);
-    for (i = 0; i < 8 * NOUT; ++i) ys[i] = (float)cos(0.1 * i);
-    accel_tensor_t *x = matrix_f32(xs, 8, NIN), *y = matrix_f32(ys, 8, NOUT);
+    accel_tensor_t *x = NULL, *y = NULL;
+    one_step_batch(&x, &y);
     for (c = 0; c < sizeof kept / sizeof kept[0]; ++c) {
         char *forward = NULL, *stats = NULL;
         snprintf(config, sizeof config,
@@ -769,12 +777,10 @@ static void test_deepspeed_buckets(void)
          "\"all_gathers\": 6, \"gradient_reductions\": 3}"},
         {"{\"fsdp_plugin\": {}}", "\"all_gathers\": 1, \"gradient_reductions\": 1}"},
     };
-    float xs[8 * NIN], ys[8 * NOUT], ref[NPARAMS], got[NPARAMS];
+    float ref[NPARAMS], got[NPARAMS];
     size_t c;
-    int i;
-    for (i = 0; i < 8 * NIN; ++i) xs[i] = (float)sin(0.1 * i);
-    for (i = 0; i < 8 * NOUT; ++i) ys[i] = (float)cos(0.1 * i);
-    accel_tensor_t *x = matrix_f32(xs, 8, NIN), *y = matrix_f32(ys, 8, NOUT);
+    accel_tensor_t *x = NULL, *y = NULL;
+    one_step_batch(&x, &y);
     for (c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
         char *stats = NULL;
         one_step(cases[c].config, x, y, NULL, &stats);
