@@ -16,6 +16,7 @@
 #include "precision/grad_scaler.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <sys/resource.h>
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 #include "common/job_pool.hpp"
 #include "common/error.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ATen.h>
 
 #include <algorithm>

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -208,9 +209,26 @@ void make_dirs(const std::string &path)
 
 void remove_all(const std::string &path)
 {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-    if (ec) fail_errno(ec.value(), "cannot remove", path);
+    // POSIX, not std::filesystem::remove_all: pip's LibTorch 2.x exports a copy of the latter that takes the place
+    // of libstdc++'s, and it crashed there (torch 2.11 with GCC 13, on the GPU machine).
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+        if (errno == ENOENT) return;
+        fail_errno(errno, "cannot remove", path);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail_errno(errno, "cannot remove", path);
+        return;
+    }
+    // Depth first, links not followed; a non-zero return (the errno) stops the walk and is nftw's result.
+    int rc = ::nftw(
+        path.c_str(),
+        [](const char *p, const struct stat *, int type, struct FTW *) -> int {
+            int r = type == FTW_DP ? ::rmdir(p) : ::unlink(p);
+            return r != 0 && errno != ENOENT ? errno : 0;
+        },
+        16, FTW_DEPTH | FTW_PHYS);
+    if (rc != 0) fail_errno(rc == -1 ? errno : rc, "cannot remove", path);
 }
 
 void remove_checkpoint_folder(const std::string &path)

@@ -91,7 +91,8 @@ std::string signature_of(const config::AcceleratorConfig &c, const std::string &
 
 std::vector<std::string> compiled_backends()
 {
-    std::vector<std::string> out{"single", "gloo"};
+    std::vector<std::string> out{"single"};
+    if (gloo_compiled()) out.push_back("gloo");
 #ifdef ACCEL_WITH_MPI
     out.push_back("mpi");
 #endif

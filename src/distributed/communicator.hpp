@@ -79,7 +79,9 @@ const char *reduce_op_name(ReduceOp op);
 // Whether the NCCL backend was compiled in (CMake option ACCEL_NCCL; ACCEL_WITH_NCCL is defined for the
 // nccl_*.cpp files only). It may still be unusable at run time.
 bool nccl_compiled();
-// The backends this build can create, for accel_build_info_json: "single", "gloo", then "mpi" and
+// Whether the gloo backend was compiled in (its LibTorch's include folders hold Gloo's headers).
+bool gloo_compiled();
+// The backends this build can create, for accel_build_info_json: "single", then "gloo", "mpi" and
 // "nccl" when compiled in.
 std::vector<std::string> compiled_backends();
 

@@ -5,9 +5,15 @@
 // (its own store connection, on its own thread). When a collective fails, the counters are read twice
 // 1.6 s apart; ranks whose counter did not move are named in the error. If the store itself cannot be
 // reached, rank 0 (which hosts it) is named.
+//
+// ProcessGroupGloo's header includes Gloo's own headers, which Debian's LibTorch has (libgloo-dev) and
+// pip's LibTorch wheels do not ship: CMake defines ACCEL_WITH_GLOO for this file where they are found.
 #include "distributed/communicator.hpp"
 
 #include "common/error.hpp"
+
+#ifdef ACCEL_WITH_GLOO
+
 #include "distributed/rendezvous.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -482,4 +488,23 @@ std::shared_ptr<Communicator> make_gloo_communicator(const config::AcceleratorCo
     return std::make_shared<GlooCommunicator>(shared, pg, ranks);
 }
 
+bool gloo_compiled() { return true; }
+
 } // namespace accel::distributed
+
+#else // the LibTorch has no Gloo headers
+
+namespace accel::distributed {
+
+std::shared_ptr<Communicator> make_gloo_communicator(const config::AcceleratorConfig &)
+{
+    fail(ACCEL_ERR_UNIMPLEMENTED, "kwargs_handlers.init_process_group.backend: \"gloo\" was not compiled into this "
+                                  "accel: its LibTorch has no Gloo headers (pip's wheels ship none); use \"nccl\" or "
+                                  "\"mpi\", or build against a LibTorch with Gloo (Debian's libtorch-dev)");
+}
+
+bool gloo_compiled() { return false; }
+
+} // namespace accel::distributed
+
+#endif

@@ -619,6 +619,13 @@ std::shared_ptr<Communicator> make_nccl_communicator(const config::AcceleratorCo
         fail(ACCEL_ERR_UNAVAILABLE, std::string(kBackendKey) + ": no CUDA device: cudaGetDeviceCount returned " +
                                         (e != cudaSuccess ? cuda_error_text(api, e) : std::string("0 devices")) +
                                         " on rank " + std::to_string(t.rank) + "; use \"gloo\" on machines without GPUs");
+    // NCCL refuses two ranks on one GPU, with an "invalid usage" that does not say why.
+    if (t.local_world_size > count)
+        fail(ACCEL_ERR_FAILED_PRECONDITION,
+             std::string(kBackendKey) + ": " + std::to_string(t.local_world_size) + " processes on this machine and " +
+                 std::to_string(count) + " GPU(s) visible to them (rank " + std::to_string(t.rank) +
+                 "): NCCL needs a GPU of its own for every process; start at most " + std::to_string(count) +
+                 " per machine (see CUDA_VISIBLE_DEVICES / gpu_ids), or use \"gloo\"");
     auto shared = std::make_shared<Shared>();
     shared->api = &api;
     shared->device = t.local_rank % count; // one GPU per local process, as torchrun assigns them

@@ -5,6 +5,7 @@
 #include "precision/autocast.hpp"
 #include "state/accelerator_state.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <optional>

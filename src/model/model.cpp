@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <set>
 
 namespace accel {

@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -19,6 +20,8 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <sstream>
+#include <type_traits>
 #include <typeinfo>
 
 namespace accel {
@@ -150,7 +153,22 @@ const OptimizerType &type_of(const Opts &o)
     fail(ACCEL_ERR_INTERNAL, "optimizer: unknown LibTorch optimizer options type");
 }
 
-std::string key_of(const at::Tensor &p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// LibTorch keys an optimizer's per-parameter state by the parameter's TensorImpl: 1.x by its address printed
+// into a string (c10::guts::to_string, gone in 2.x), 2.x by the pointer itself.
+using StateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer &>().state())>::key_type;
+
+template <typename K> K make_key(void *impl)
+{
+    if constexpr (std::is_same_v<K, std::string>) {
+        std::ostringstream s;
+        s << impl;
+        return s.str();
+    } else {
+        return impl;
+    }
+}
+
+StateKey key_of(const at::Tensor &p) { return make_key<StateKey>(p.unsafeGetTensorImpl()); }
 
 // ---- reading ---------------------------------------------------------------------------------------
 
@@ -309,7 +327,7 @@ ApplyState AcceleratedOptimizer::resident_load_state_dict(const PyObj &sd, const
                                              " parameter groups, the optimizer has " + std::to_string(my_groups.size()));
     // Check everything and build the new state first; then swap it in.
     struct NewState {
-        std::string key;
+        StateKey key;
         std::unique_ptr<ParamState> state;
         const OptimizerType *type;
     };

@@ -5,6 +5,7 @@
 #include "precision/fp8.hpp"
 #include "state/accelerator_state.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/autocast_mode.h>
 
 #include <map>

@@ -12,6 +12,7 @@
 #include "optimizer/accelerated_optimizer.hpp"
 #include "precision/autocast.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
