@@ -3,8 +3,9 @@
 # the nvidia-* wheels' NCCL) and runs what needs a GPU: the NCCL backend's tests in a world of one process,
 # the MLP example trained over NCCL against the same run without a backend (same losses expected), and two
 # processes on one GPU (NCCL refuses a GPU shared by two ranks: the launch must fail with that reason, not
-# hang). Run once on an H200 (README, the paragraph on building against another LibTorch); Debian's cJSON, yaml-cpp, protobuf and GoogleTest
-# come from .debs unpacked under /tmp (ACCEL_DEVDEBS, default .devdeps/debs), since nothing can be installed.
+# hang). Run once on an H200 (README, the paragraph on building against another LibTorch). Debian's cJSON,
+# yaml-cpp, protobuf and GoogleTest come from .debs unpacked under /tmp (ACCEL_DEVDEBS, default .devdeps/debs:
+# `apt-get download` them there first), since nothing can be installed on that machine.
 # Writes its logs to $OUT (default /tmp/accel_gpu). Usage: bash scripts/gpu_check.sh [--headers | --build-only]
 # (--headers: also LibTorch's include folder as torch_include.tar.xz; GPU_CHECK_SUITE=1: then the unit, capi and
 # example entries of ctest too; GPU_CHECK_TARGETS: what to build).
