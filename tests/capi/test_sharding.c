@@ -701,7 +701,6 @@ static void test_deepspeed_sizes(void)
         {"\"reduce_bucket_size\": 10", "zero_optimization.reduce_bucket_size: 10 elements is less than the 272 elements of the gradients of layer 2"},
         {"\"stage3_prefetch_bucket_size\": 100", "zero_optimization.stage3_prefetch_bucket_size: 100 elements is less than the 272 elements of layer 2"},
         {"\"stage3_max_live_parameters\": 434", "zero_optimization.stage3_max_live_parameters: 434 elements is less than the 435 elements of the root unit and 3 consecutive units"},
-        {"\"stage3_param_persistence_threshold\": 100", "zero_optimization.stage3_param_persistence_threshold: parameter 0.weight has 96 elements"},
     };
     for (c = 0; c < sizeof refused / sizeof refused[0]; ++c) {
         accel_accelerator_t *acc = NULL;
@@ -725,7 +724,7 @@ static void test_deepspeed_sizes(void)
         accel_model_t *m = NULL;
         CHECK_OK(accel_accelerator_create("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
                                           "\"sub_group_size\": 272, \"reduce_bucket_size\": 272, \"stage3_prefetch_bucket_size\": 272, "
-                                          "\"stage3_max_live_parameters\": 435, \"stage3_param_persistence_threshold\": 3}}}}", &acc));
+                                          "\"stage3_max_live_parameters\": 435}}}}", &acc));
         CHECK_OK(accel_model_create_from_json(kSpec, &m));
         CHECK_OK(accel_accelerator_prepare_model(acc, m));
         accel_model_free(m);
@@ -736,6 +735,53 @@ static void test_deepspeed_sizes(void)
         CHECK_OK(accel_accelerator_prepare_model(acc, m));
         accel_model_free(m);
         accel_accelerator_free(acc);
+    }
+    accel_tensor_free(x);
+    accel_tensor_free(y);
+}
+
+/* stage3_param_persistence_threshold: parameters of at most that many elements join the root unit, gathered
+ * once before the forward and kept through the backward, the rest move with their layer (weights of 96, 256 and
+ * 48 elements, biases of 16, 16 and 3); a layer left without parameters is no unit. Nothing fetched ahead and
+ * every layer but the last released after its forward, to make the difference visible. Training is ZeRO-3's
+ * without the threshold, bit for bit. */
+static void test_persistence(void)
+{
+    struct {
+        const char *threshold;
+        const char *gathered; /* after the forward: the root and the last unit */
+        const char *counts;
+    } cases[] = {
+        {"0", "\"gathered_bytes\": 204,", "\"all_gathers\": 5,"},       /* layers 0, 2, 4; 2 and 0 again */
+        {"16", "\"gathered_bytes\": 332,", "\"all_gathers\": 6,"},      /* + the biases (35) in the root */
+        {"100", "\"gathered_bytes\": 1740,", "\"all_gathers\": 2,"},    /* root 179, layer 2 the only unit */
+        {"1e9", "\"gathered_bytes\": 1740,", "\"all_gathers\": 1,"},    /* everything in the root */
+    };
+    char config[512];
+    float ref[NPARAMS], got[NPARAMS];
+    size_t c;
+    accel_tensor_t *x = NULL, *y = NULL;
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, \"gradient_clipping\": 0.5}}", ref);
+    one_step_batch(&x, &y);
+    for (c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+        char *forward = NULL, *stats = NULL;
+        const char *zero = "{\"stage\": 3, \"stage3_max_reuse_distance\": 0, \"stage3_prefetch_bucket_size\": 0, "
+                           "\"stage3_param_persistence_threshold\": ";
+        snprintf(config, sizeof config, "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": %s%s}}}}",
+                 zero, cases[c].threshold);
+        one_step(config, x, y, &forward, &stats);
+        if (strstr(forward, cases[c].gathered) == NULL || strstr(stats, cases[c].counts) == NULL)
+            fprintf(stderr, "%s: expected %s and %s in %s / %s\n", config, cases[c].gathered, cases[c].counts, forward, stats);
+        CHECK(strstr(forward, cases[c].gathered) != NULL);
+        CHECK(strstr(stats, cases[c].counts) != NULL);
+        CHECK(strstr(stats, "\"gathered_bytes\": 0,") != NULL); /* the root too, after the backward */
+        accel_string_free(forward);
+        accel_string_free(stats);
+        snprintf(config, sizeof config, "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"gradient_clipping\": "
+                 "0.5, \"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": %s}}}}",
+                 cases[c].threshold);
+        train(config, got);
+        CHECK(memcmp(ref, got, sizeof ref) == 0);
     }
     accel_tensor_free(x);
     accel_tensor_free(y);
@@ -812,5 +858,6 @@ int main(void)
     test_param_offload();
     test_deepspeed_sizes();
     test_deepspeed_buckets();
+    test_persistence();
     return capi_report("test_sharding");
 }

@@ -554,14 +554,6 @@ struct ShardedDataParallel::Impl {
         const auto [block, block_unit] = largest(false);
         if (cfg.prefetch_bucket_size.value > 0)
             need_at_least(cfg.prefetch_bucket_size, block, name(block_unit) + " (prefetched whole)");
-        if (cfg.param_persistence_threshold.value > 0)
-            for (const auto &p : params)
-                if (p.numel < cfg.param_persistence_threshold.value)
-                    fail(ACCEL_ERR_UNIMPLEMENTED, cfg.param_persistence_threshold.key + ": parameter " + p.name + " has " +
-                                                      std::to_string(p.numel) + " elements, fewer than " +
-                                                      std::to_string(cfg.param_persistence_threshold.value) +
-                                                      "; DeepSpeed would keep it whole on every process, accel partitions "
-                                                      "every parameter: use 0 or \"auto\"");
         // The most elements gathered at once: the root and a run of consecutive units: in backward the unit
         // computing, the one after it (its gradients may still be accumulating) and, prefetching, the one
         // before it.
@@ -774,19 +766,29 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
                 wrapped[l] = layer_numel[l] > 0 && layer_numel[l] >= config.min_num_params;
         }
     }
+    // ZeRO-3's stage3_param_persistence_threshold: DeepSpeed keeps parameters of at most that many elements
+    // gathered instead of fetching them with their layer; here they join the root unit, which is gathered once
+    // before the forward and stays so through the backward (their fp32 master and optimizer state stay
+    // partitioned, as DeepSpeed's do). A layer left with no parameter of its own is no unit.
+    const int64_t persist = config.frontend == "deepspeed" && config.zero_stage == 3
+                                ? std::max<int64_t>(config.param_persistence_threshold.value, 0) : 0;
+    auto in_root = [&](size_t k) {
+        return types.empty() || !wrapped[param_layer[k]] || s.params[k].numel <= persist;
+    };
     s.unit_of_layer.assign(types.size(), -1);
     {
         Impl::Unit root;
         root.root = true;
         for (size_t k = 0; k < s.params.size(); ++k)
-            if (types.empty() || !wrapped[param_layer[k]]) root.params.push_back(k);
+            if (in_root(k)) root.params.push_back(k);
         if (!root.params.empty()) s.units.push_back(std::move(root));
         for (size_t l = 0; l < types.size(); ++l) {
             if (!wrapped[l]) continue;
             Impl::Unit u;
             u.first_layer = u.last_layer = l;
             for (size_t k = 0; k < s.params.size(); ++k)
-                if (param_layer[k] == l) u.params.push_back(k);
+                if (param_layer[k] == l && !in_root(k)) u.params.push_back(k);
+            if (u.params.empty()) continue;
             s.unit_of_layer[l] = static_cast<int>(s.units.size());
             s.units.push_back(std::move(u));
         }
