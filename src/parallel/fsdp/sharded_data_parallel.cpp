@@ -531,29 +531,18 @@ struct ShardedDataParallel::Impl {
         auto name = [&](size_t ui) {
             return units[ui].root ? std::string("the root unit") : "layer " + std::to_string(units[ui].first_layer);
         };
-        // The unit with the most elements (root included or not), as (elements, unit).
-        auto largest = [&](bool with_root) {
-            std::pair<int64_t, size_t> best{0, 0};
-            for (size_t ui = 0; ui < units.size(); ++ui)
-                if ((with_root || !units[ui].root) && padded[ui] > best.first) best = {padded[ui], ui};
-            return best;
-        };
         auto need_at_least = [&](const config::ShardingConfig::DeepSpeedSize &d, int64_t need, const std::string &why) {
             if (d.given() && d.value < need)
                 fail(ACCEL_ERR_UNIMPLEMENTED, d.key + ": " + std::to_string(d.value) + " elements is less than the " +
                                                   std::to_string(need) + " elements of " + why + "; accel does not split "
                                                   "them: use at least " + std::to_string(need) + " or \"auto\"");
         };
-        const auto [most, most_unit] = largest(true);
-        if (cfg.zero_stage >= 1)
-            need_at_least(cfg.reduce_bucket_size, most, "the gradients of " + name(most_unit) + " (reduced in one collective)");
-        if (cfg.zero_stage == 1 || cfg.zero_stage == 2)
-            need_at_least(cfg.allgather_bucket_size, most, "the parameters of " + name(most_unit) + " (all-gathered in one collective)");
+        // Bucket sizes below a unit need no check: a unit larger than its bucket moves alone, as DeepSpeed moves
+        // a parameter larger than its bucket, and a positive prefetch bucket fetches at least the next unit, as
+        // DeepSpeed fetches at least one parameter ahead.
         if (cfg.zero_stage < 3) return; // the stage3_* sizes and sub_group_size are ZeRO-3's
-        need_at_least(cfg.sub_group_size, most / sw, name(most_unit) + "'s shard (stepped at once)");
-        const auto [block, block_unit] = largest(false);
-        if (cfg.prefetch_bucket_size.value > 0)
-            need_at_least(cfg.prefetch_bucket_size, block, name(block_unit) + " (prefetched whole)");
+        const size_t most = static_cast<size_t>(std::max_element(padded.begin(), padded.end()) - padded.begin());
+        need_at_least(cfg.sub_group_size, padded[most] / sw, name(most) + "'s shard (stepped at once)");
         // The most elements gathered at once: the root and a run of consecutive units: in backward the unit
         // computing, the one after it (its gradients may still be accumulating) and, prefetching, the one
         // before it.
