@@ -340,6 +340,7 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
         {"sub_group_size", &s.sub_group_size}};
     for (const auto &[key, size] : sizes) {
         size->key = zero->path_of(key);
+        size->automatic = zero->is_string(key); // number_or_auto accepts no other string
         if (auto v = number_or_auto(*zero, key, 0)) {
             if (*v != std::floor(*v) || *v > 9.0e18)
                 fail(ACCEL_ERR_INVALID_ARGUMENT, zero->path_of(key) + ": expected a whole number of elements");

@@ -73,7 +73,8 @@ struct ShardingConfig {
     // stage3_max_live_parameters allows).
     struct DeepSpeedSize {
         int64_t value = -1;
-        std::string key; // its JSON path, for messages
+        bool automatic = false; // "auto": Accelerate fills it at prepare where the model has a hidden size
+        std::string key;        // its JSON path, for messages
         bool given() const { return value >= 0; }
     };
     DeepSpeedSize reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size, param_persistence_threshold,

@@ -42,6 +42,7 @@ public:
     bool activation_checkpointing() const override;
     const config::GptConfig &config() const { return config_; }
     std::string hf_config_json() const override { return config::gpt_config_to_hf_json(config_); }
+    int64_t hidden_size() const override { return config_.n_embd; } // GPT2Config.hidden_size is n_embd
 
 protected:
     std::string canonical_key(const std::string &key) const override;

@@ -82,6 +82,9 @@ public:
     // Hugging Face's config.json for this model ("" when it has none): save_model writes it beside the
     // weights so that transformers' from_pretrained loads the folder as it is.
     virtual std::string hf_config_json() const { return {}; }
+    // Hugging Face's config.hidden_size (0 when the model has none): Accelerate fills DeepSpeed's "auto" bucket
+    // sizes from it.
+    virtual int64_t hidden_size() const { return 0; }
 
     // Set by a sharding engine when the model is prepared (null otherwise).
     std::shared_ptr<ForwardHooks> forward_hooks;

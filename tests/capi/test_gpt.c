@@ -339,6 +339,82 @@ static int test_reference(void)
     return capi_report("test_gpt reference");
 }
 
+/* Three ZeRO-3 steps of the GPT with `zero` as hf_ds_config's zero_optimization: the memory statistics, and
+ * every weight (gathered) appended to `w` (room for `cap` floats; returns how many). */
+static size_t zero3_steps(const char *zero, char **stats, float *w, size_t cap)
+{
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_dataloader_t *dl = NULL;
+    accel_tensor_t *tokens = stream(200);
+    accel_batch_t *b = NULL;
+    char config[512];
+    double loss = 0;
+    size_t count = 0, k, off = 0;
+    int step;
+    snprintf(config, sizeof config, "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": %s}}}", zero);
+    CHECK_OK(accel_random_set_seed(11, false, false));
+    CHECK_OK(accel_accelerator_create(config, &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adamw\", \"lr\": 0.01}", &opt));
+    CHECK_OK(accel_dataloader_create_from_tokens(tokens, "{\"block_size\": 16, \"batch_size\": 4}", &dl));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, dl, NULL));
+    for (step = 0; step < 3 && accel_dataloader_next(dl, &b) == ACCEL_OK && b != NULL; ++step) {
+        CHECK_OK(accel_accelerator_train_step(acc, m, opt, NULL, b, "causal_lm", &loss));
+        accel_batch_free(b);
+    }
+    CHECK_OK(accel_accelerator_get_memory_stats_json(acc, stats));
+    CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
+    CHECK_OK(accel_model_get_num_parameters(m, &count));
+    for (k = 0; k < count; ++k) {
+        const char *name = NULL;
+        accel_tensor_t *p = NULL;
+        CHECK_OK(accel_model_get_parameter_name(m, k, &name));
+        CHECK_OK(accel_model_get_tensor(m, name, &p));
+        if (off + (size_t)numel_of(p) <= cap) read_f32(p, w + off, (size_t)numel_of(p));
+        off += (size_t)numel_of(p);
+        accel_tensor_free(p);
+    }
+    CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
+    accel_dataloader_free(dl);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_tensor_free(tokens);
+    accel_accelerator_free(acc);
+    return off;
+}
+
+/* hf_ds_config's "auto" sizes are filled as Accelerate fills them from the hidden size (n_embd 16):
+ * reduce_bucket_size 256, stage3_prefetch_bucket_size 230, stage3_param_persistence_threshold 160. "auto" trains
+ * with the collectives and weights of those numbers given, and with other collectives than DeepSpeed's defaults
+ * (the sizes absent: the model in one gather and one reduction per step). */
+static void test_deepspeed_auto_sizes(void)
+{
+    enum { CAP = 16384 };
+    static float ref[CAP], got[CAP];
+    char *given = NULL, *automatic = NULL, *absent = NULL;
+    char counts[96] = "";
+    const char *c;
+    size_t n = zero3_steps("{\"stage\": 3, \"reduce_bucket_size\": 256, \"stage3_prefetch_bucket_size\": 230, "
+                           "\"stage3_param_persistence_threshold\": 160}", &given, ref, CAP);
+    CHECK(n > 0 && n <= CAP);
+    CHECK(zero3_steps("{\"stage\": 3, \"reduce_bucket_size\": \"auto\", \"stage3_prefetch_bucket_size\": \"auto\", "
+                      "\"stage3_param_persistence_threshold\": \"auto\"}", &automatic, got, CAP) == n);
+    CHECK(memcmp(ref, got, n * sizeof(float)) == 0);
+    /* "all_gathers": A, "gradient_reductions": B} of the sizes given */
+    c = given ? strstr(given, "\"all_gathers\"") : NULL;
+    if (c != NULL && strchr(c, '}') != NULL) snprintf(counts, sizeof counts, "%.*s", (int)(strchr(c, '}') - c + 1), c);
+    CHECK(counts[0] != '\0' && automatic != NULL && strstr(automatic, counts) != NULL);
+    CHECK(zero3_steps("{\"stage\": 3}", &absent, got, CAP) == n);
+    CHECK(absent != NULL && strstr(absent, "\"all_gathers\": 3, \"gradient_reductions\": 3}") != NULL);
+    CHECK(absent != NULL && strstr(absent, counts) == NULL);
+    printf("test_gpt: ZeRO-3 sizes from the hidden size: %s over 3 steps\n", counts);
+    accel_string_free(given);
+    accel_string_free(automatic);
+    accel_string_free(absent);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "reference") == 0) return test_reference();
@@ -346,5 +422,6 @@ int main(int argc, char **argv)
     test_token_loader();
     test_train_tied_save_load();
     test_generate();
+    test_deepspeed_auto_sizes();
     return capi_report("test_gpt");
 }

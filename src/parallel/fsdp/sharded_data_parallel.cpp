@@ -667,12 +667,30 @@ const char *frontend_key(const config::ShardingConfig &c)
     return c.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin";
 }
 
+// hf_ds_config's "auto" sizes as Accelerate fills them from the model's hidden size h (sharding-and-parallelism.md
+// §2.2): reduce_bucket_size h², stage3_prefetch_bucket_size int(0.9 h²), stage3_param_persistence_threshold 10 h.
+// Without a hidden size (accel's MLP and sequential models) "auto" keeps DeepSpeed's defaults, where Accelerate
+// would stop with an error.
+config::ShardingConfig with_auto_sizes(config::ShardingConfig c, int64_t h)
+{
+    if (c.frontend != "deepspeed" || h <= 0) return c;
+    auto fill = [](config::ShardingConfig::DeepSpeedSize &d, int64_t v) {
+        if (d.automatic) d.value = v;
+    };
+    const double hd = static_cast<double>(h);
+    fill(c.reduce_bucket_size, h * h);
+    fill(c.prefetch_bucket_size, static_cast<int64_t>(0.9 * hd * hd));
+    fill(c.param_persistence_threshold, 10 * h);
+    return c;
+}
+
 } // namespace
 
 ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distributed::Communicator> comm,
-                                         const config::ShardingConfig &config)
+                                         const config::ShardingConfig &given)
     : impl_(std::make_shared<Impl>())
 {
+    const config::ShardingConfig config = with_auto_sizes(given, model.hidden_size());
     Impl &s = *impl_;
     s.cfg = config;
     s.comm = comm;
