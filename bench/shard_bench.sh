@@ -3,7 +3,8 @@
 # optimizer state, from accel_accelerator_get_memory_stats_json after the last optimizer step), peak RSS and
 # median step time of DDP, ZeRO-1, ZeRO-2, ZeRO-3 and FSDP FULL_SHARD (also with prefetching, and with bf16
 # parameters and communication against DDP under bf16 autocast), for the medium MLP, an 8-block transformer
-# and an 8-block GPT, each with its ratio to DDP's (the bf16 rows: to DDP bf16's). Usage: bash bench/shard_bench.sh [BUILD_DIR] [STEPS] [WARMUP]
+# and an 8-block GPT (also with hf_ds_config's "auto" sizes, filled from its hidden size), each with its ratio
+# to DDP's (the bf16 rows: to DDP bf16's). Usage: bash bench/shard_bench.sh [BUILD_DIR] [STEPS] [WARMUP]
 # (BENCH_MODELS="mlp" to run some of the models only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,13 @@ for model in os.environ.get("BENCH_MODELS", "mlp transformer gpt").split():
                ("FULL_SHARD prefetch", '{"fsdp_plugin": {%s, "forward_prefetch": true, "backward_prefetch": "BACKWARD_PRE"}}' % full, "DDP"),
                ("DDP bf16", '{"mixed_precision": "bf16"}', "DDP bf16"),
                ("FULL_SHARD bf16", '{"mixed_precision": "bf16", "fsdp_plugin": {%s, "backward_prefetch": "BACKWARD_PRE"}}' % full, "DDP bf16")]
+    if model == "gpt":
+        # Hugging Face's "auto" sizes, which Accelerate (and accel) fill from the hidden size for this model:
+        # buckets of h^2 (each block alone), 0.9 h^2 ahead, parameters of at most 10 h kept gathered.
+        auto = ", ".join('"%s": "auto"' % k for k in ("reduce_bucket_size", "stage3_prefetch_bucket_size",
+                                                      "stage3_param_persistence_threshold"))
+        configs.insert(5, ("ZeRO-3 auto", '{"deepspeed_plugin": {"hf_ds_config": {"zero_optimization": '
+                           '{"stage": 3, %s}}}}' % auto, "DDP"))
     rows = []
     for name, cfg, base_name in configs:
         cmd = [os.path.join(build, "bin", "accel"), "launch", "-q", "-n", "2", "--main_process_port", "0",

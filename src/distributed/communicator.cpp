@@ -107,9 +107,10 @@ std::string choose_backend(const config::AcceleratorConfig &c)
     const std::string &asked = c.init_process_group.backend;
     if (c.topology.world_size <= 1) return asked.empty() ? "single" : (asked == "nccl" ? "nccl" : "single");
     if (!asked.empty()) return asked;
-    // Accelerate on CPU: mpi when started by mpirun, else gloo (torchrun-style rendezvous).
+    // Accelerate on CPU: mpi when started by mpirun, else gloo (torchrun-style rendezvous); a build without Gloo
+    // (pip's LibTorch) but with NCCL: nccl, as Accelerate picks on GPUs.
     if (c.topology.launcher == "mpi") return "mpi";
-    return "gloo";
+    return !gloo_compiled() && nccl_compiled() ? "nccl" : "gloo";
 }
 
 std::shared_ptr<Communicator> process_communicator(const config::AcceleratorConfig &config)
