@@ -89,6 +89,25 @@ static inline float *model_tensor_f32(const accel_model_t *m, const char *name, 
     return buf;
 }
 
+/* Every parameter of `m` (float32, in parameter order) copied into `w` back to back, while they fit in `cap`
+ * floats; returns how many elements the parameters have in all. */
+static inline size_t read_params_f32(const accel_model_t *m, float *w, size_t cap)
+{
+    size_t count = 0, k, off = 0;
+    CHECK_OK(accel_model_get_num_parameters(m, &count));
+    for (k = 0; k < count; ++k) {
+        const char *name = NULL;
+        accel_tensor_t *p = NULL;
+        CHECK_OK(accel_model_get_parameter_name(m, k, &name));
+        CHECK_OK(accel_model_get_tensor(m, name, &p));
+        if (p == NULL) continue;
+        if (off + (size_t)numel_of(p) <= cap) read_f32(p, w + off, (size_t)numel_of(p));
+        off += (size_t)numel_of(p);
+        accel_tensor_free(p);
+    }
+    return off;
+}
+
 /* max |a - b| over all parameters of two models with the same architecture (float32 parameters). */
 static inline double max_param_diff(const accel_model_t *a, const accel_model_t *b)
 {

@@ -351,7 +351,7 @@ static size_t zero3_steps(const char *zero, char **stats, float *w, size_t cap)
     accel_batch_t *b = NULL;
     char config[512];
     double loss = 0;
-    size_t count = 0, k, off = 0;
+    size_t n;
     int step;
     snprintf(config, sizeof config, "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": %s}}}", zero);
     CHECK_OK(accel_random_set_seed(11, false, false));
@@ -366,23 +366,14 @@ static size_t zero3_steps(const char *zero, char **stats, float *w, size_t cap)
     }
     CHECK_OK(accel_accelerator_get_memory_stats_json(acc, stats));
     CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
-    CHECK_OK(accel_model_get_num_parameters(m, &count));
-    for (k = 0; k < count; ++k) {
-        const char *name = NULL;
-        accel_tensor_t *p = NULL;
-        CHECK_OK(accel_model_get_parameter_name(m, k, &name));
-        CHECK_OK(accel_model_get_tensor(m, name, &p));
-        if (off + (size_t)numel_of(p) <= cap) read_f32(p, w + off, (size_t)numel_of(p));
-        off += (size_t)numel_of(p);
-        accel_tensor_free(p);
-    }
+    n = read_params_f32(m, w, cap);
     CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
     accel_dataloader_free(dl);
     accel_optimizer_free(opt);
     accel_model_free(m);
     accel_tensor_free(tokens);
     accel_accelerator_free(acc);
-    return off;
+    return n;
 }
 
 /* hf_ds_config's "auto" sizes are filled as Accelerate fills them from the hidden size (n_embd 16):

@@ -79,19 +79,7 @@ static void train_freeing(const char *config, float *w, int free_at)
     }
     const int sharded = strstr(config, "_plugin") != NULL;
     if (sharded) CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
-    size_t count = 0, k, off = 0;
-    CHECK_OK(accel_model_get_num_parameters(m, &count));
-    for (k = 0; k < count; ++k) {
-        const char *name = NULL;
-        accel_tensor_t *p = NULL;
-        CHECK_OK(accel_model_get_parameter_name(m, k, &name));
-        CHECK_OK(accel_model_get_tensor(m, name, &p));
-        int64_t n = numel_of(p);
-        if (off + (size_t)n <= NPARAMS) read_f32(p, w + off, (size_t)n);
-        off += (size_t)n;
-        accel_tensor_free(p);
-    }
-    CHECK(off == NPARAMS);
+    CHECK(read_params_f32(m, w, NPARAMS) == NPARAMS);
     if (sharded) CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
     accel_dataloader_free(dl);
     accel_optimizer_free(opt);
