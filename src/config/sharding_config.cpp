@@ -335,6 +335,7 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
         {"allgather_bucket_size", &s.allgather_bucket_size},
         {"stage3_prefetch_bucket_size", &s.prefetch_bucket_size},
         {"stage3_param_persistence_threshold", &s.param_persistence_threshold},
+        {"stage3_model_persistence_threshold", &s.model_persistence_threshold},
         {"stage3_max_live_parameters", &s.max_live_parameters},
         {"stage3_max_reuse_distance", &s.max_reuse_distance},
         {"sub_group_size", &s.sub_group_size}};

@@ -78,7 +78,7 @@ struct ShardingConfig {
         bool given() const { return value >= 0; }
     };
     DeepSpeedSize reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size, param_persistence_threshold,
-        max_live_parameters, max_reuse_distance, sub_group_size;
+        model_persistence_threshold, max_live_parameters, max_reuse_distance, sub_group_size;
     // hf_ds_config's train_batch_size when a number while train_micro_batch_size_per_gpu is "auto" or absent:
     // prepare fills the micro batch from the data loader, as Accelerate, and checks the product.
     std::optional<int64_t> ds_train_batch_size_to_check;

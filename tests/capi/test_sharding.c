@@ -742,6 +742,9 @@ static void test_persistence(void)
         {"16", "\"gathered_bytes\": 332,", "\"all_gathers\": 6,"},      /* + the biases (35) in the root */
         {"100", "\"gathered_bytes\": 1740,", "\"all_gathers\": 2,"},    /* root 179, layer 2 the only unit */
         {"1e9", "\"gathered_bytes\": 1740,", "\"all_gathers\": 1,"},    /* everything in the root */
+        /* stage3_model_persistence_threshold: in parameter order while the total stays within 150 elements:
+         * 0.weight, 0.bias, 2.bias and 4.bias (131; not 4.weight); layer 0 is no unit; 2 is gathered again. */
+        {"100, \"stage3_model_persistence_threshold\": 150", "\"gathered_bytes\": 716,", "\"all_gathers\": 4,"},
     };
     char config[512];
     float ref[NPARAMS], got[NPARAMS];

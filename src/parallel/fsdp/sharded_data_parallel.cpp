@@ -774,14 +774,23 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
         }
     }
     // ZeRO-3's stage3_param_persistence_threshold: DeepSpeed keeps parameters of at most that many elements
-    // gathered instead of fetching them with their layer; here they join the root unit, which is gathered once
-    // before the forward and stays so through the backward (their fp32 master and optimizer state stay
-    // partitioned, as DeepSpeed's do). A layer left with no parameter of its own is no unit.
-    const int64_t persist = config.frontend == "deepspeed" && config.zero_stage == 3
-                                ? std::max<int64_t>(config.param_persistence_threshold.value, 0) : 0;
-    auto in_root = [&](size_t k) {
-        return types.empty() || !wrapped[param_layer[k]] || s.params[k].numel <= persist;
-    };
+    // gathered instead of fetching them with their layer, in parameter order while their total stays within
+    // stage3_model_persistence_threshold; here they join the root unit, which is gathered once before the
+    // forward and stays so through the backward (their fp32 master and optimizer state stay partitioned, as
+    // DeepSpeed's do). A layer left with no parameter of its own is no unit.
+    std::vector<bool> persistent(s.params.size(), false);
+    if (config.frontend == "deepspeed" && config.zero_stage == 3) {
+        const int64_t each = config.param_persistence_threshold.value;
+        const int64_t cap = config.model_persistence_threshold.given() ? config.model_persistence_threshold.value
+                                                                       : INT64_MAX;
+        int64_t total = 0;
+        for (size_t k = 0; k < s.params.size(); ++k)
+            if (s.params[k].numel <= each && s.params[k].numel <= cap - total) {
+                persistent[k] = true;
+                total += s.params[k].numel;
+            }
+    }
+    auto in_root = [&](size_t k) { return types.empty() || !wrapped[param_layer[k]] || persistent[k]; };
     s.unit_of_layer.assign(types.size(), -1);
     {
         Impl::Unit root;
