@@ -25,7 +25,6 @@ nccl_h=$(find "$sp"/nvidia -name nccl.h | head -1)
 nccl_lib=$(dirname "$(find "$sp"/nvidia -name 'libnccl.so*' | head -1)")
 cudart_lib=$(dirname "$(find "$sp"/nvidia -name 'libcudart.so*' | head -1)")
 export LD_LIBRARY_PATH=$multi:$nccl_lib:$cudart_lib:$tp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > /tmp/accel_gpu_env.sh
 {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "cxx11abi", torch.compiled_with_cxx11_abi())'
