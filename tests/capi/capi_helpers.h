@@ -137,4 +137,14 @@ static inline double max_param_diff(const accel_model_t *a, const accel_model_t 
     return worst;
 }
 
+/* The integer after "key": in a JSON text such as the memory statistics (-1 when the key is missing). */
+static inline long long json_int(const char *json, const char *key)
+{
+    char quoted[128];
+    const char *at;
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    at = json != NULL ? strstr(json, quoted) : NULL;
+    return at != NULL ? atoll(at + strlen(quoted)) : -1;
+}
+
 #endif /* ACCEL_CAPI_HELPERS_H */

@@ -680,13 +680,43 @@ static void test_deepspeed_sizes(void)
         accel_string_free(stats);
     }
 
+    /* stage3_max_live_parameters below what the units need together (435) or below one unit (272): it bounds
+     * what is fetched ahead and kept, never a unit about to compute, as DeepSpeed always fetches the module
+     * it runs. Training is unchanged; 434 still gathers layers 0 and 2 together (4 all-gathers where the
+     * defaults take 1), and below a unit each is gathered alone for its forward and again for its backward
+     * (6), never more gathered at once than without any prefetching or keeping. */
+    {
+        struct {
+            const char *limit, *all_gathers;
+        } limits[] = {{"434", "\"all_gathers\": 4,"}, {"272", "\"all_gathers\": 6,"}, {"1", "\"all_gathers\": 6,"}};
+        char *forward = NULL, *stats = NULL, *plain = NULL;
+        one_step("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                 "\"stage3_prefetch_bucket_size\": 0, \"stage3_max_reuse_distance\": 0}}}}", x, y, NULL, &plain);
+        for (c = 0; c < sizeof limits / sizeof limits[0]; ++c) {
+            const long long limit = atoll(limits[c].limit), peak_plain = json_int(plain, "peak_gathered_bytes");
+            snprintf(config, sizeof config, "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"gradient_clipping\": 0.5, "
+                     "\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, \"stage3_max_live_parameters\": %s}}}}", limits[c].limit);
+            train(config, got);
+            CHECK(memcmp(ref, got, sizeof ref) == 0);
+            snprintf(config, sizeof config, "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                     "\"stage3_max_live_parameters\": %s}}}}", limits[c].limit);
+            one_step(config, x, y, &forward, &stats);
+            CHECK(strstr(forward, "\"gathered_bytes\": 0,") != NULL); /* nothing kept for the backward */
+            CHECK(strstr(stats, limits[c].all_gathers) != NULL);
+            CHECK(peak_plain > 0);
+            CHECK(json_int(stats, "peak_gathered_bytes") <= (4 * limit > peak_plain ? 4 * limit : peak_plain));
+            accel_string_free(forward);
+            accel_string_free(stats);
+        }
+        accel_string_free(plain);
+    }
+
     /* Refused at prepare, naming the key and the unit; the model stays whole and usable. */
     struct {
         const char *sizes;
         const char *message;
     } refused[] = {
         {"\"sub_group_size\": 100", "zero_optimization.sub_group_size: 100 elements is less than the 272 elements of layer 2's shard"},
-        {"\"stage3_max_live_parameters\": 434", "zero_optimization.stage3_max_live_parameters: 434 elements is less than the 435 elements of the root unit and 3 consecutive units"},
     };
     for (c = 0; c < sizeof refused / sizeof refused[0]; ++c) {
         accel_accelerator_t *acc = NULL;

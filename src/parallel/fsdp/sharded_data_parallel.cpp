@@ -280,6 +280,9 @@ struct ShardedDataParallel::Impl {
         const size_t next = forward ? ui + 1 : ui - 1;
         if ((!forward && ui == 0) || next >= units.size() || units[next].root) return;
         if (!forward && units[next].done) return; // its backward is over
+        // stage3_max_live_parameters bounds what is fetched ahead, never the unit about to compute (DeepSpeed
+        // prefetches only up to its limit and always fetches the module it runs).
+        if (!units[next].gathered && gathered_elements() + units[next].padded > max_live) return;
         start_gather(next, forward ? 1 : -1);
     }
 
@@ -543,9 +546,10 @@ struct ShardedDataParallel::Impl {
         if (cfg.zero_stage < 3) return; // the stage3_* sizes and sub_group_size are ZeRO-3's
         const size_t most = static_cast<size_t>(std::max_element(padded.begin(), padded.end()) - padded.begin());
         need_at_least(cfg.sub_group_size, padded[most] / sw, name(most) + "'s shard (stepped at once)");
-        // The most elements gathered at once: the root and a run of consecutive units: in backward the unit
-        // computing, the one after it (its gradients may still be accumulating) and, prefetching, the one
-        // before it.
+        // The most elements gathered at once without fetching ahead or keeping: the root and, in backward, the
+        // unit computing and the one after it (its gradients may still be accumulating); prefetching, the one
+        // before it too. stage3_max_live_parameters below that only stops prefetching and keeping: a unit is
+        // gathered when it computes, whatever the limit, as DeepSpeed fetches a module's parameters.
         const size_t run = cfg.forward_prefetch ? 3 : 2;
         int64_t root = 0, window = 0;
         for (size_t ui = 0; ui < units.size(); ++ui) {
@@ -557,8 +561,6 @@ struct ShardedDataParallel::Impl {
             for (size_t v = ui; v < units.size() && v < ui + run && !units[v].root; ++v) sum += padded[v];
             window = std::max(window, sum);
         }
-        need_at_least(cfg.max_live_parameters, root + window, "the root unit and " + std::to_string(run) +
-                                                                  " consecutive units (gathered at once)");
         // From the last unit back: between a unit's forward and its backward every later unit is gathered twice.
         // Absent or "auto": DeepSpeed's defaults (1e9 both: a model below that stays gathered in between).
         const int64_t reuse = size_or(cfg.max_reuse_distance, kDeepSpeedMaxReuseDistance);
