@@ -97,9 +97,9 @@ void AcceleratedOptimizer::step()
 void AcceleratedOptimizer::inner_step()
 {
     auto step = [this] { optimizer_->step(); };
-    const std::function<void(size_t, bool)> page = layout_ ? layout_->page : nullptr;
+    const PageFn page = layout_ ? layout_->page : nullptr;
     if (offload_) offload_->step(step, page);
-    else if (page) step_each_shard(params(), step, page); // parameter offload: one shard in memory at a time
+    else if (page) step_each_shard(params(), step, page); // parameter offload: a few shards in memory at a time
     else step();
 }
 

@@ -116,20 +116,71 @@ private:
 };
 } // namespace
 
-void step_each_shard(const std::vector<at::Tensor> &params, const std::function<void()> &inner,
-                     const std::function<void(size_t, bool)> &page)
+namespace {
+// Parameter shards paged around a step that goes through `order` one shard at a time: the next shard is read
+// while one steps and the last one written meanwhile, so at most three are in memory. Whatever is still in
+// flight is waited for when this goes (its error dropped: the first one is already on its way).
+class PagedShards {
+public:
+    PagedShards(const PageFn &page, const std::vector<size_t> &order) : page_(page), order_(order)
+    {
+        if (page_ && !order_.empty()) reading_ = page_(order_[0], true);
+    }
+    ~PagedShards()
+    {
+        for (auto *wait : {&reading_, &writing_}) {
+            if (!*wait) continue;
+            try {
+                std::exchange(*wait, nullptr)();
+            } catch (...) {
+            }
+        }
+    }
+    PagedShards(const PagedShards &) = delete;
+    PagedShards &operator=(const PagedShards &) = delete;
+
+    // Shard order[k] is in memory once this returns; order[k + 1]'s read has started.
+    void before(size_t k)
+    {
+        if (!page_) return;
+        std::exchange(reading_, nullptr)();
+        if (k + 1 < order_.size()) reading_ = page_(order_[k + 1], true);
+    }
+    // Shard order[k] stepped: its write starts once the previous one's is over.
+    void after(size_t k)
+    {
+        if (!page_) return;
+        finish();
+        writing_ = page_(order_[k], false);
+    }
+    void finish()
+    {
+        if (writing_) std::exchange(writing_, nullptr)();
+    }
+
+private:
+    const PageFn &page_;
+    const std::vector<size_t> &order_;
+    std::function<void()> reading_, writing_;
+};
+} // namespace
+
+void step_each_shard(const std::vector<at::Tensor> &params, const std::function<void()> &inner, const PageFn &page)
 {
     OneGradientAtATime grads(params);
-    for (size_t i : grads.order) {
-        page(i, true);
+    PagedShards shards(page, grads.order);
+    for (size_t k = 0; k < grads.order.size(); ++k) {
+        const size_t i = grads.order[k];
+        shards.before(k);
         grads.show(i);
         inner();
         grads.hide(i);
-        page(i, false);
+        shards.after(k);
     }
+    shards.finish();
 }
 
-void OptimizerOffload::step(const std::function<void()> &inner, const std::function<void(size_t, bool)> &page_param)
+void OptimizerOffload::step(const std::function<void()> &inner, const PageFn &page_param)
 {
     if (!files_) {
         if (page_param) step_each_shard(owner_.params(), inner, page_param);
@@ -169,18 +220,19 @@ void OptimizerOffload::step(const std::function<void()> &inner, const std::funct
         slots_[i].saved = true;
         written.clear();
     };
+    PagedShards shards(page_param, order);
     try {
         if (!order.empty()) start_read(order[0]);
         for (size_t k = 0; k < order.size(); ++k) {
             const size_t i = order[k];
             finish_read(i);
             if (k + 1 < order.size()) start_read(order[k + 1]);
-            if (page_param) page_param(i, true);
+            shards.before(k);
             grads.show(i);
             slots_[i].saved = false;
             inner();
             grads.hide(i);
-            if (page_param) page_param(i, false);
+            shards.after(k);
             // The most that is ever in memory: this shard's state, the next one's being read, the last one's
             // being written.
             int64_t in_flight = reading_index != SIZE_MAX ? slots_[reading_index].bytes : 0;
@@ -193,6 +245,7 @@ void OptimizerOffload::step(const std::function<void()> &inner, const std::funct
             writing = std::async(std::launch::async, [this, i, pieces = pieces_of(written)] { files_->write(i, pieces); });
         }
         finish_write();
+        shards.finish();
     } catch (...) {
         // Let the workers finish before their memory goes; the first failure is reported.
         try {

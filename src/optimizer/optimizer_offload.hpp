@@ -24,12 +24,16 @@ namespace accel {
 class AcceleratedOptimizer;
 class OffloadFiles;
 
+// Parameter offload's paging (ShardLayout::page): starts bringing shard i in (true) or out (false) on a
+// worker thread and returns the function that waits for it.
+using PageFn = std::function<std::function<void()>(size_t, bool)>;
+
 // Steps `params` one at a time, with only the gradient of the one stepping visible (`inner`: the LibTorch
 // optimizer's step over all of them; it skips parameters without a gradient, and one parameter's update never
-// depends on another's, so the result is bit for bit that of one step). Parameter i is paged in
-// (page(i, true)) before its step and out after. Every gradient is put back however this ends.
-void step_each_shard(const std::vector<at::Tensor> &params, const std::function<void()> &inner,
-                     const std::function<void(size_t, bool)> &page);
+// depends on another's, so the result is bit for bit that of one step). Parameter i is paged in before its
+// step and out after, the next one's read and the last one's write overlapping the step (at most three
+// in memory). Every gradient is put back however this ends.
+void step_each_shard(const std::vector<at::Tensor> &params, const std::function<void()> &inner, const PageFn &page);
 
 class OptimizerOffload {
 public:
@@ -40,8 +44,9 @@ public:
     OptimizerOffload &operator=(const OptimizerOffload &) = delete;
 
     // One optimizer step; `inner` runs the LibTorch optimizer's step. `page_param` (parameter offload, may be
-    // null): called to bring shard i's parameter into memory before its step and to write it out after.
-    void step(const std::function<void()> &inner, const std::function<void(size_t, bool)> &page_param);
+    // null): brings shard i's parameter into memory before its step and writes it out after, overlapped as
+    // the state's reads and writes are.
+    void step(const std::function<void()> &inner, const PageFn &page_param);
     // Every shard's state in memory (to read or replace it: state dicts, loading, unsharding), and back out.
     // `changed`: the state was replaced while in memory (written back), else it is dropped (the files hold it).
     void page_in_all();

@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <future>
+
 namespace accel::parallel {
 
 ParamOffload::ParamOffload(const std::string &device, const std::string &nvme_path, const std::string &path_key,
@@ -12,30 +14,41 @@ ParamOffload::ParamOffload(const std::string &device, const std::string &nvme_pa
 {
     if (device != "nvme") return;
     files_ = std::make_unique<OffloadFiles>(nvme_path, "param", rank, path_key);
-    in_memory_.assign(num_units, true);
+    in_memory_.assign(num_units, 1);
 }
 
 ParamOffload::~ParamOffload() = default;
 
-void ParamOffload::page_out(size_t unit, const at::Tensor &shard)
+std::function<void()> ParamOffload::start_page_out(size_t unit, const at::Tensor &shard)
 {
-    if (!files_ || !in_memory_[unit]) return;
-    files_->write(unit, {{shard.data_ptr(), static_cast<size_t>(bytes_of(shard))}});
-    release_storage(shard);
-    in_memory_[unit] = false;
+    if (!files_ || !in_memory_[unit]) return [] {};
+    auto writing = std::make_shared<std::future<void>>(std::async(std::launch::async, [this, unit, shard] {
+        files_->write(unit, {{shard.data_ptr(), static_cast<size_t>(bytes_of(shard))}});
+    }));
+    return [this, unit, shard, writing] {
+        writing->get(); // a failed write leaves the shard in memory
+        release_storage(shard);
+        in_memory_[unit] = false;
+    };
 }
 
-void ParamOffload::page_in(size_t unit, const at::Tensor &shard)
+std::function<void()> ParamOffload::start_page_in(size_t unit, const at::Tensor &shard)
 {
-    if (!out(unit)) return;
+    if (!out(unit)) return [] {};
     allocate_storage(shard, bytes_of(shard));
-    try {
+    in_memory_[unit] = true; // its memory is taken now
+    auto reading = std::make_shared<std::future<void>>(std::async(std::launch::async, [this, unit, shard] {
         files_->read(unit, {{shard.data_ptr(), static_cast<size_t>(bytes_of(shard))}});
-    } catch (...) {
-        release_storage(shard); // still only in the file
-        throw;
-    }
-    in_memory_[unit] = true;
+    }));
+    return [this, unit, shard, reading] {
+        try {
+            reading->get();
+        } catch (...) {
+            release_storage(shard); // still only in the file
+            in_memory_[unit] = false;
+            throw;
+        }
+    };
 }
 
 at::Tensor ParamOffload::values(size_t unit, const at::Tensor &shard) const

@@ -3,8 +3,8 @@
 // "nvme" (ZeRO-3): between uses, each unit's float32 parameter shard lives in a file (common/offload_files)
 // and its tensor has no storage (the optimizer keeps the same tensor object). The engine's all-gathers read
 // the shard from the file into a transient buffer (on the collective queue's thread when prefetched, so the
-// read overlaps compute); the optimizer brings one shard into memory at a time for its step and writes it
-// back after; loading a checkpoint brings them all in and writes them back.
+// read overlaps compute); the optimizer step reads the next shard and writes the last one on worker threads
+// while one steps (at most three in memory); loading a checkpoint brings them all in and writes them back.
 // "cpu": the shards already live in host memory in this CPU build; nothing moves, they are accounted as
 // offloaded.
 #pragma once
@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,9 +38,14 @@ public:
 
     // Writes the shard to its file and frees its storage (nvme; else nothing). A failed write
     // (RESOURCE_EXHAUSTED for a full disk, naming the file) leaves the shard in memory.
-    void page_out(size_t unit, const at::Tensor &shard);
+    void page_out(size_t unit, const at::Tensor &shard) { start_page_out(unit, shard)(); }
     // Gives the shard storage again and reads it back (nvme, when out).
-    void page_in(size_t unit, const at::Tensor &shard);
+    void page_in(size_t unit, const at::Tensor &shard) { start_page_in(unit, shard)(); }
+    // The same with the file's I/O on a worker thread: the returned function waits for it (rethrowing its
+    // error, with the shard left as the synchronous form leaves it) and must be called, on this thread,
+    // before anything else touches the shard or this object. Meanwhile the shard counts as in memory.
+    std::function<void()> start_page_out(size_t unit, const at::Tensor &shard);
+    std::function<void()> start_page_in(size_t unit, const at::Tensor &shard);
     // The shard's values: the shard itself, or (when out) a new tensor read from its file.
     at::Tensor values(size_t unit, const at::Tensor &shard) const;
     // Sets the shard's values: into the shard, or (when out) into its file.
@@ -47,7 +53,7 @@ public:
 
 private:
     std::unique_ptr<OffloadFiles> files_; // "nvme" only
-    std::vector<bool> in_memory_;          // by unit ("nvme" only)
+    std::vector<char> in_memory_;          // by unit ("nvme" only)
 };
 
 } // namespace accel::parallel

@@ -27,9 +27,11 @@ struct ShardLayout {
     // Collective (every rank, same order): the whole flat tensor of unit `unit` from every rank's
     // shard-shaped piece, padding dropped.
     std::function<at::Tensor(size_t unit, const at::Tensor &shard)> gather;
-    // Parameter offload to files (null otherwise): brings shard `unit` into memory (in) or writes it back to
-    // its file (out). The optimizer steps an offloaded shard only between the two.
-    std::function<void(size_t unit, bool in)> page;
+    // Parameter offload to files (null otherwise): starts bringing shard `unit` into memory (in) or writing
+    // it back to its file and freeing it (out), on a worker thread; the returned function waits for that
+    // (rethrowing its error) and must be called before the shard or the engine is used again. The optimizer
+    // steps an offloaded shard only between the two.
+    std::function<std::function<void()>(size_t unit, bool in)> page;
 
     // The piece of parameter `param` that `rank` holds (numel 0 when none): shards are contiguous slices
     // of the unit's buffer, so a parameter meets each in at most one range.

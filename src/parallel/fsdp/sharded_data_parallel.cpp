@@ -923,14 +923,18 @@ ShardLayout ShardedDataParallel::layout() const
         return s;
     };
     if (impl_->offload && impl_->offload->to_files())
-        l.page = [lock](size_t unit, bool in) {
+        l.page = [lock](size_t unit, bool in) -> std::function<void()> {
             auto s = lock();
-            if (in) s->drain(); // nothing queued reads the files while they change
+            s->drain(); // nothing queued reads the files while they change
             at::NoGradGuard no_grad;
             Impl::Unit &u = s->units.at(unit);
-            if (in) s->offload->page_in(unit, u.shard);
-            else s->offload->page_out(unit, u.shard);
-            s->note_peak();
+            std::function<void()> wait = in ? s->offload->start_page_in(unit, u.shard)
+                                            : s->offload->start_page_out(unit, u.shard);
+            s->note_peak(); // a shard being read or written counts as in memory
+            return [lock, wait = std::move(wait)] {
+                wait();
+                lock()->note_peak();
+            };
         };
     l.gather = [lock](size_t unit, const at::Tensor &shard) {
         auto s = lock();

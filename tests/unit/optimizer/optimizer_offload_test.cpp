@@ -6,6 +6,7 @@
 #include "model/model.hpp"
 #include "config/optimizer_config.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
+#include "optimizer/optimizer_offload.hpp"
 #include "common/offload_files.hpp"
 
 #include <ATen/ATen.h>
@@ -26,13 +27,14 @@ struct Sharded {
     std::vector<at::Tensor> shards;
 };
 
-Sharded make_sharded(const char *optimizer)
+Sharded make_sharded(const char *optimizer, accel::PageFn page = nullptr)
 {
     at::manual_seed(0);
     auto model = accel::make_model_from_json("{\"type\": \"mlp\", \"widths\": [16, 32, 32, 32, 32, 32, 8]}");
     Sharded s;
     s.opt = std::make_shared<accel::AcceleratedOptimizer>(model, accel::config::parse_optimizer_config(optimizer));
     accel::parallel::ShardLayout l;
+    l.page = std::move(page);
     l.gather = [](size_t, const at::Tensor &shard) { return shard; }; // one rank: the shard is the whole unit
     for (const auto &p : model->parameters()) {
         const size_t u = l.params.size();
@@ -107,5 +109,55 @@ TEST(OptimizerOffload, ManyUnitsBitwiseAndBounded)
             }
         got.opt.reset(); // the files go with it
         EXPECT_EQ(::rmdir(base.c_str()), 0) << "the offload folder should be empty";
+    }
+}
+
+// Parameter offload's paging around the step (ShardLayout::page, recorded here instead of moving files): shard
+// k + 1's read starts before shard k steps and is waited for only when k + 1 steps; shard k's write starts after
+// its step, once k - 1's is over; at most three shards are in memory or in flight; every started read and
+// write is waited for. With and without the optimizer state in files too; the result is the unpaged step's.
+TEST(OptimizerOffload, ParameterShardsPagedAheadOfTheStep)
+{
+    for (bool state_in_files : {false, true}) {
+        SCOPED_TRACE(state_in_files ? "optimizer state in files too" : "parameters only");
+        std::vector<std::string> log;
+        std::vector<int> held; // per shard: 1 while in memory or being read/written
+        int most_held = 0;
+        auto page = [&](size_t i, bool in) -> std::function<void()> {
+            if (held.size() <= i) held.resize(i + 1, 0);
+            log.push_back(std::string(in ? "read " : "write ") + std::to_string(i));
+            held[i] = 1;
+            int n = 0;
+            for (int h : held) n += h;
+            most_held = std::max(most_held, n);
+            return [&log, &held, i, in] {
+                log.push_back(std::string(in ? "have " : "wrote ") + std::to_string(i));
+                if (!in) held[i] = 0;
+            };
+        };
+        const char *adamw = "{\"type\": \"adamw\", \"lr\": 0.01, \"weight_decay\": 0.1}";
+        Sharded ref = make_sharded(adamw), got = make_sharded(adamw, page);
+        const std::string base = "/tmp/accel-offload-paging-" + std::to_string(::getpid());
+        if (state_in_files) {
+            got.opt->offload("nvme", std::make_unique<accel::OffloadFiles>(base, "optimizer", 0, "nvme_path"));
+        }
+        set_grads(ref, 0, true); // shard 2 has no gradient: neither stepped nor paged
+        set_grads(got, 0, true);
+        ref.opt->step();
+        got.opt->step();
+        for (size_t i = 0; i < ref.shards.size(); ++i) EXPECT_TRUE(at::equal(ref.shards[i], got.shards[i]));
+        const std::vector<std::string> expected = {
+            "read 0", "have 0", "read 1", "write 0", "have 1", "read 3", "wrote 0", "write 1", "have 3", "read 4",
+            "wrote 1", "write 3", "have 4", "read 5", "wrote 3", "write 4", "have 5", "read 6", "wrote 4", "write 5",
+            "have 6", "read 7", "wrote 5", "write 6", "have 7", "read 8", "wrote 6", "write 7", "have 8", "read 9",
+            "wrote 7", "write 8", "have 9", "read 10", "wrote 8", "write 9", "have 10", "read 11", "wrote 9",
+            "write 10", "have 11", "wrote 10", "write 11", "wrote 11"};
+        ASSERT_EQ(ref.shards.size(), 12u);
+        EXPECT_EQ(log, expected);
+        EXPECT_EQ(most_held, 3);
+        got.opt.reset();
+        if (state_in_files) {
+            EXPECT_EQ(::rmdir(base.c_str()), 0);
+        }
     }
 }
