@@ -9,6 +9,7 @@
 #include "distributed/communicator.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
+#include "parallel/fsdp/zero_init.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "common/offload_files.hpp"
@@ -44,6 +45,7 @@ Accelerator::Accelerator(const char *config_json)
     }
     // One communicator per process, created by the first accelerator (a world of one: "single").
     state_->comm = distributed::process_communicator(c);
+    if (c.sharding.zero3_init_flag) zero3_init_ = parallel::PartitionedAtInit::scope(state_->comm);
 }
 
 // Scopes left open by autocast_begin are closed in reverse order (on the freeing thread).
@@ -70,6 +72,12 @@ void Accelerator::check_owner(const std::shared_ptr<AcceleratorState> &owner, co
 void Accelerator::prepare_model(Model &model)
 {
     check_owner(model.prepared_by, "model");
+    // A model built partitioned (zero3_init_flag) is gathered as the sharding engine packs it; anything else
+    // needs it whole first.
+    if (auto partitioned = parallel::PartitionedAtInit::of(model); partitioned && !state_->config.sharding.enabled()) {
+        partitioned->restore_all();
+        model.forward_hooks.reset();
+    }
     // FP8: Linear layers run through the emulated delayed-scaling path (fails for TorchScript models).
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) model.enable_fp8(state_->config.fp8_recipe);
     // fsdp_plugin / deepspeed_plugin: the sharding engine (also with one process), instead of DDP.

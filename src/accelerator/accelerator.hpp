@@ -139,6 +139,7 @@ private:
     void shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer);
     void check_owner(const std::shared_ptr<AcceleratorState> &owner, const char *what) const;
     std::shared_ptr<AcceleratorState> state_;
+    std::shared_ptr<void> zero3_init_; // deepspeed_plugin.zero3_init_flag: models built meanwhile are partitioned
     std::vector<std::shared_ptr<AcceleratedOptimizer>> optimizers_;
     std::vector<std::unique_ptr<AutocastScope>> autocast_scopes_; // open autocast_begin calls (null: no-op scope)
     std::vector<std::shared_ptr<Model>> models_;

@@ -4,6 +4,7 @@
 #include "c_api/handles.hpp"
 #include "config/generation_config.hpp"
 #include "model/generation.hpp"
+#include "parallel/fsdp/zero_init.hpp"
 #include "precision/autocast.hpp"
 
 using accel::fail;
@@ -24,7 +25,13 @@ ACCEL_API accel_status_t accel_model_create_from_json(const char *spec_json, acc
 {
     return guarded([&] {
         out_param(out);
-        emit(out, accel::make_model_from_json(spec_json));
+        // deepspeed_plugin.zero3_init_flag: built partitioned while such an accelerator lives.
+        auto partitioned = accel::parallel::PartitionedAtInit::for_new_model();
+        accel::ParameterFn partition;
+        if (partitioned) partition = [&partitioned](const at::Tensor &p) { partitioned->partition(p); };
+        auto model = accel::make_model_from_json(spec_json, partition);
+        if (partitioned && partitioned->holds_any()) model->forward_hooks = partitioned;
+        emit(out, std::move(model));
     });
 }
 

@@ -27,4 +27,11 @@ void tune_allocator_once(bool enabled)
 
 bool allocator_tuned() { return tuned; }
 
+void return_free_memory()
+{
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+}
+
 } // namespace accel

@@ -8,5 +8,8 @@ namespace accel {
 // step; measured here it made a LibTorch training step ~20 % slower (shared/design/performance.md).
 void tune_allocator_once(bool enabled);
 bool allocator_tuned();
+// Gives the heap's free pages back to the kernel now (glibc's malloc_trim), whatever the thresholds: for the
+// rare moments when memory freed must stop counting at once (zero3_init_flag frees each layer as it is built).
+void return_free_memory();
 
 } // namespace accel

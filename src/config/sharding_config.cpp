@@ -461,12 +461,14 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
     s.offload_optimizer_nvme_path_key = o.path_of("offload_optimizer_nvme_path");
     if (std::string p = o.get_string("offload_param_nvme_path", "none"); p != "none") s.offload_param_nvme_path = p;
     s.offload_param_nvme_path_key = o.path_of("offload_param_nvme_path");
-    if (o.has("zero3_init_flag") && o.get_bool("zero3_init_flag", false))
-        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("zero3_init_flag") + ": building the model already partitioned "
-                                      "(deepspeed.zero.Init) is not yet supported by accel; every process builds the "
-                                      "whole model and prepare() partitions it. Use false");
+    s.zero3_init_flag = o.get_bool("zero3_init_flag", false);
     s.zero3_save_16bit_model = o.get_bool("zero3_save_16bit_model", false);
     if (o.has("hf_ds_config")) parse_ds_json(o, c);
+    // Building partitioned only means something when the parameters stay partitioned (Accelerate turns the
+    // flag off with a warning below stage 3; accel says so instead of ignoring it).
+    if (s.zero3_init_flag && s.zero_stage != 3)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("zero3_init_flag") + ": true applies to ZeRO stage 3 only (zero_stage "
+                                         "is " + std::to_string(s.zero_stage) + ")");
     // fp16 without an fp16 block: Accelerate adds {"enabled": true, "auto_cast": true}, and ZeRO's scaler
     // takes its class defaults (DeepSpeedLossScale's).
     if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP16 && !c.grad_scaler.deepspeed) c.grad_scaler.deepspeed = DeepSpeedLossScale{};
@@ -581,7 +583,7 @@ void write_sharding(JsonWriter &w, const ShardingConfig &s)
             .add("offload_param_device", s.offload_param_device);
         if (!s.offload_optimizer_nvme_path.empty()) w.add("offload_optimizer_nvme_path", s.offload_optimizer_nvme_path);
         if (!s.offload_param_nvme_path.empty()) w.add("offload_param_nvme_path", s.offload_param_nvme_path);
-        w.add("zero3_init_flag", false).add("zero3_save_16bit_model", s.zero3_save_16bit_model).end_object();
+        w.add("zero3_init_flag", s.zero3_init_flag).add("zero3_save_16bit_model", s.zero3_save_16bit_model).end_object();
     }
 }
 

@@ -51,6 +51,7 @@ struct ShardingConfig {
     // DeepSpeed: zero_stage, and gradient_clipping (clip inside the optimizer step; 0 = none).
     int64_t zero_stage = -1;
     double gradient_clipping = 0.0;
+    bool zero3_init_flag = false; // models built while the accelerator lives are partitioned (parallel/fsdp/zero_init)
     bool zero3_save_16bit_model = false;
     // offload_optimizer_device (or hf_ds_config's zero_optimization.offload_optimizer): "none", "cpu" (the
     // state stays in host memory, where this CPU build keeps it anyway; accounted as offloaded) or "nvme" (in

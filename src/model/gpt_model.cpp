@@ -100,8 +100,14 @@ at::Tensor normal(at::IntArrayRef sizes, double std)
 
 } // namespace
 
-GptModel::GptModel(const config::GptConfig &config) : config_(config)
+GptModel::GptModel(const config::GptConfig &config, const ParameterFn &on_parameter) : config_(config)
 {
+    // Each tensor is handed over as soon as it is made (before the next is drawn: the generator's sequence,
+    // hence the weights, are those of a model built without it).
+    auto made = [&on_parameter](const at::Tensor &t) {
+        if (on_parameter) on_parameter(t);
+        return t;
+    };
     const auto &c = config_;
     const int64_t C = c.n_embd;
     // HF's GPT2PreTrainedModel._init_weights: Linear/Conv1D/Embedding weights ~ N(0, initializer_range),
@@ -111,37 +117,37 @@ GptModel::GptModel(const config::GptConfig &config) : config_(config)
     const double proj_std = c.n_layer > 0 ? std / std::sqrt(2.0 * static_cast<double>(c.n_layer)) : std;
     auto zeros = [](int64_t n) { return at::zeros({n}, at::kFloat); };
     auto ones = [](int64_t n) { return at::ones({n}, at::kFloat); };
-    wte_ = normal({c.vocab_size, C}, std);
-    wpe_ = normal({c.n_positions, C}, std);
+    wte_ = made(normal({c.vocab_size, C}, std));
+    wpe_ = made(normal({c.n_positions, C}, std));
     NamedTensors params = {{"transformer.wte.weight", wte_}, {"transformer.wpe.weight", wpe_}};
     for (int64_t i = 0; i < c.n_layer; ++i) {
         auto b = std::make_shared<GptBlock>();
         b->index = i;
-        b->ln_1_w = ones(C);
-        b->ln_1_b = zeros(C);
-        b->c_attn_w = normal({C, 3 * C}, std);
-        b->c_attn_b = zeros(3 * C);
-        b->attn_proj_w = normal({C, C}, proj_std);
-        b->attn_proj_b = zeros(C);
-        b->ln_2_w = ones(C);
-        b->ln_2_b = zeros(C);
-        b->c_fc_w = normal({C, c.inner()}, std);
-        b->c_fc_b = zeros(c.inner());
-        b->mlp_proj_w = normal({c.inner(), C}, proj_std);
-        b->mlp_proj_b = zeros(C);
+        b->ln_1_w = made(ones(C));
+        b->ln_1_b = made(zeros(C));
+        b->c_attn_w = made(normal({C, 3 * C}, std));
+        b->c_attn_b = made(zeros(3 * C));
+        b->attn_proj_w = made(normal({C, C}, proj_std));
+        b->attn_proj_b = made(zeros(C));
+        b->ln_2_w = made(ones(C));
+        b->ln_2_b = made(zeros(C));
+        b->c_fc_w = made(normal({C, c.inner()}, std));
+        b->c_fc_b = made(zeros(c.inner()));
+        b->mlp_proj_w = made(normal({c.inner(), C}, proj_std));
+        b->mlp_proj_b = made(zeros(C));
         const auto p = b->params();
         for (size_t k = 0; k < p.size(); ++k)
             params.emplace_back("transformer.h." + std::to_string(i) + "." + GptBlock::names()[k], p[k]);
         blocks_.push_back(std::move(b));
     }
-    ln_f_w_ = ones(C);
-    ln_f_b_ = zeros(C);
+    ln_f_w_ = made(ones(C));
+    ln_f_b_ = made(zeros(C));
     params.emplace_back("transformer.ln_f.weight", ln_f_w_);
     params.emplace_back("transformer.ln_f.bias", ln_f_b_);
     if (c.tie_word_embeddings) {
         lm_head_ = wte_;
     } else {
-        lm_head_ = normal({c.vocab_size, C}, std);
+        lm_head_ = made(normal({c.vocab_size, C}, std));
         params.emplace_back("lm_head.weight", lm_head_);
     }
     for (auto &p : params) p.second.requires_grad_(true);

@@ -20,7 +20,8 @@ struct GptKvCache {
 
 class GptModel final : public Model {
 public:
-    explicit GptModel(const config::GptConfig &config);
+    // `on_parameter` (optional): called with each parameter tensor right after it is made (model.hpp).
+    explicit GptModel(const config::GptConfig &config, const ParameterFn &on_parameter = {});
     ~GptModel() override;
 
     // input_ids [B, T] (or [T]) int64 -> logits [B, T, vocab_size] (or [T, vocab_size]).

@@ -112,7 +112,10 @@ private:
     NamedTensors buffers_;
 };
 
-std::shared_ptr<Model> make_model_from_json(const char *spec_json);
+// `on_parameter` (optional) is called with each parameter as soon as its layer (a GPT model: its tensor, or
+// its block) exists, before the next is built: zero3_init_flag partitions them there.
+using ParameterFn = std::function<void(const at::Tensor &)>;
+std::shared_ptr<Model> make_model_from_json(const char *spec_json, const ParameterFn &on_parameter = {});
 std::shared_ptr<Model> load_torchscript_model(const std::string &path);
 
 } // namespace accel

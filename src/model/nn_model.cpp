@@ -224,16 +224,18 @@ void check_fits(const config::ModelSpec &spec)
 
 } // namespace
 
-std::shared_ptr<Model> make_model_from_json(const char *spec_json)
+std::shared_ptr<Model> make_model_from_json(const char *spec_json, const ParameterFn &on_parameter)
 {
     config::ModelSpec spec = config::parse_model_spec(spec_json);
     check_fits(spec);
-    if (spec.gpt) return std::make_shared<GptModel>(*spec.gpt);
+    if (spec.gpt) return std::make_shared<GptModel>(*spec.gpt, on_parameter);
     torch::nn::Sequential seq;
     std::vector<bool> batch_first;
     std::vector<std::string> types;
     for (const auto &l : spec.layers) {
         add_layer(seq, l);
+        if (on_parameter)
+            for (const auto &p : seq[seq->size() - 1]->parameters()) on_parameter(p);
         types.push_back(l.type);
         batch_first.push_back(l.type == "transformer_encoder_layer" && l.batch_first);
     }

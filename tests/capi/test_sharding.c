@@ -876,6 +876,67 @@ static void test_deepspeed_buckets(void)
     CHECK(memcmp(ref, got, sizeof ref) == 0);
 }
 
+/* deepspeed_plugin.zero3_init_flag: while such an accelerator lives, models are built partitioned; they cannot
+ * compute or be read until prepared (named), their shapes and names are there; prepared under ZeRO-3 they train
+ * to the weights of ZeRO-3 without the flag, bit for bit, and prepared without sharding they are whole again and
+ * train as plain training does. Models built after the accelerator is freed are whole. Below stage 3 the flag
+ * is refused, naming it. */
+static void test_zero3_init(void)
+{
+    float ref[NPARAMS], got[NPARAMS];
+    const char *flagged = "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, "
+                          "\"gradient_clipping\": 0.5, \"zero3_init_flag\": true}}";
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 3, \"gradient_clipping\": 0.5}}", ref);
+    train(flagged, got);
+    CHECK(memcmp(ref, got, sizeof ref) == 0);
+    /* Stage 3 given by hf_ds_config. */
+    train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"gradient_clipping\": 0.5, \"zero3_init_flag\": true, "
+          "\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3}}}}", got);
+    CHECK(memcmp(ref, got, sizeof ref) == 0);
+
+    {
+        accel_accelerator_t *acc = NULL, *plain = NULL;
+        accel_model_t *m = NULL, *later = NULL;
+        accel_tensor_t *x = NULL, *y = NULL, *out = NULL;
+        const char *name = NULL;
+        int64_t numel = 0;
+        one_step_batch(&x, &y);
+        CHECK_OK(accel_random_set_seed(3, false, false));
+        CHECK_OK(accel_accelerator_create(flagged, &acc));
+        CHECK_OK(accel_model_create_from_json(kSpec, &m));
+        CHECK_FAILS(accel_model_forward(m, x, &out), ACCEL_ERR_FAILED_PRECONDITION, "zero3_init_flag");
+        CHECK_FAILS(accel_model_get_tensor(m, "0.weight", &out), ACCEL_ERR_FAILED_PRECONDITION, "zero3_init_flag");
+        CHECK_OK(accel_model_get_parameter_numel(m, &numel));
+        CHECK(numel == NPARAMS);
+        CHECK_OK(accel_model_get_parameter_name(m, 0, &name));
+        CHECK(name != NULL && strcmp(name, "0.weight") == 0);
+        /* Prepared by an accelerator without sharding: whole again, the weights of a model built without
+         * the flag from the same seed. */
+        CHECK_OK(accel_accelerator_create(NULL, &plain));
+        CHECK_OK(accel_accelerator_prepare_model(plain, m));
+        CHECK(read_params_f32(m, got, NPARAMS) == NPARAMS);
+        accel_accelerator_free(plain);
+        accel_accelerator_free(acc);
+        CHECK_OK(accel_random_set_seed(3, false, false));
+        CHECK_OK(accel_model_create_from_json(kSpec, &later)); /* no flag alive: whole */
+        CHECK(read_params_f32(later, ref, NPARAMS) == NPARAMS);
+        CHECK(memcmp(ref, got, sizeof ref) == 0);
+        CHECK_OK(accel_model_forward(later, x, &out));
+        accel_tensor_free(out);
+        CHECK_OK(accel_model_forward(m, x, &out));
+        accel_tensor_free(out);
+        accel_model_free(later);
+        accel_model_free(m);
+        accel_tensor_free(x);
+        accel_tensor_free(y);
+    }
+    {
+        accel_accelerator_t *acc = NULL;
+        CHECK_FAILS(accel_accelerator_create("{\"deepspeed_plugin\": {\"zero_stage\": 2, \"zero3_init_flag\": true}}", &acc),
+                    ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.zero3_init_flag: true applies to ZeRO stage 3 only (zero_stage is 2)");
+    }
+}
+
 int main(void)
 {
     test_strategies_match_plain_training();
@@ -889,5 +950,6 @@ int main(void)
     test_deepspeed_sizes();
     test_deepspeed_buckets();
     test_persistence();
+    test_zero3_init();
     return capi_report("test_sharding");
 }

@@ -3,7 +3,9 @@
 #include "parallel/fsdp/collective_queue.hpp"
 #include "parallel/fsdp/param_offload.hpp"
 #include "parallel/fsdp/storage.hpp"
+#include "parallel/fsdp/zero_init.hpp"
 
+#include "common/allocator.hpp"
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
 #include "model/model.hpp"
@@ -822,7 +824,9 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
     }
 
     // Flat buffers: copy the parameters in, broadcast rank 0's (sync_module_states), make the
-    // parameters views of their buffer, cut this rank's shard.
+    // parameters views of their buffer, cut this rank's shard. A model built partitioned (zero3_init_flag)
+    // has each parameter gathered straight into its unit's buffer: one unit whole at a time.
+    const std::shared_ptr<PartitionedAtInit> partitioned = PartitionedAtInit::of(model);
     const int32_t sw = s.shard_world();
     for (size_t ui = 0; ui < s.units.size(); ++ui) {
         Impl::Unit &u = s.units[ui];
@@ -837,7 +841,9 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
         u.full = at::zeros({u.padded}, s.params[u.params[0]].tensor.options().requires_grad(false));
         for (size_t k : u.params) {
             auto &p = s.params[k];
-            u.full.narrow(0, p.offset, p.numel).copy_(p.tensor.detach().reshape({-1}));
+            at::Tensor dst = u.full.narrow(0, p.offset, p.numel);
+            if (partitioned && partitioned->holds(p.tensor)) partitioned->gather_into(p.tensor, dst);
+            else dst.copy_(p.tensor.detach().reshape({-1}));
         }
         if (config.sync_module_states && s.total_world > 1) comm->broadcast(u.full, 0);
         at::Tensor slice = u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel);
@@ -849,7 +855,11 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
             release_storage(u.full);
             u.gathered = false;
         }
+        // Built partitioned so that the whole model never is in memory: what this unit's gather freed goes
+        // back at once (the tuned allocator would keep it, and the next units would not fit in its holes).
+        if (partitioned) return_free_memory();
     }
+    if (partitioned) partitioned->restore_all(); // frozen parameters: whole, as without the flag
     if (config.sync_module_states && s.total_world > 1)
         for (const auto &b : model.named_buffers()) {
             if (!b.second.defined()) continue;

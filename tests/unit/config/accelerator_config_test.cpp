@@ -813,7 +813,12 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.bogus: unknown key");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": \"/nonexistent/ds.json\"}}", ACCEL_ERR_NOT_FOUND,
                               "deepspeed_plugin.hf_ds_config: cannot read");
-    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero3_init_flag\": true}}", ACCEL_ERR_UNIMPLEMENTED,
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero3_init_flag\": true}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "deepspeed_plugin.zero3_init_flag: true applies to ZeRO stage 3 only (zero_stage is 2)");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 3, \"zero3_init_flag\": true, \"hf_ds_config\": "
+                              "{\"zero_optimization\": {\"stage\": 1}}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "deepspeed_plugin.zero3_init_flag: true applies to ZeRO stage 3 only (zero_stage is 1)");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"zero_stage\": 3, \"zero3_init_flag\": 1}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "deepspeed_plugin.zero3_init_flag: ");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"stage\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
                               "deepspeed_plugin.stage: unknown key");
