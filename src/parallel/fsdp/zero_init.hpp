@@ -5,7 +5,8 @@
 // spec is partitioned parameter by parameter as it is built: each new parameter takes rank 0's values
 // (broadcast, as DeepSpeed starts every rank from rank 0's weights), this process keeps its 1/N slice and
 // the whole tensor's storage is freed before the next layer is built. No process holds more than one whole
-// layer of the model at a time, so a model larger than one process's memory can be built. Building is then collective: every
+// layer of the model at a time. (A model whose whole size exceeds the machine's memory and swap is still
+// refused when built: make_model_from_json checks the whole size.) Building is then collective: every
 // process builds the same models in the same order.
 //
 // The partitioned model cannot compute or be read until it is prepared: its ForwardHooks refuse, naming
