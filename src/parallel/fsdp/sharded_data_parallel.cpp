@@ -827,6 +827,11 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
     // parameters views of their buffer, cut this rank's shard. A model built partitioned (zero3_init_flag)
     // has each parameter gathered straight into its unit's buffer: one unit whole at a time.
     const std::shared_ptr<PartitionedAtInit> partitioned = PartitionedAtInit::of(model);
+    // The offload folder first: a bad offload_param_nvme_path is refused while the model is still as it was.
+    std::unique_ptr<ParamOffload> offload;
+    if (config.offload_param_device != "none")
+        offload = std::make_unique<ParamOffload>(config.offload_param_device, config.offload_param_nvme_path,
+                                                 config.offload_param_nvme_path_key, comm->rank(), s.units.size());
     const int32_t sw = s.shard_world();
     for (size_t ui = 0; ui < s.units.size(); ++ui) {
         Impl::Unit &u = s.units[ui];
@@ -875,10 +880,9 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
                 s.cast_buffers.emplace_back(b.second, b.second.scalar_type());
         s.cast_buffers_to(false);
     }
-    if (config.offload_param_device != "none") {
+    if (offload) {
         // The shards go to their files now (nvme): from here on they are read from there.
-        s.offload = std::make_unique<ParamOffload>(config.offload_param_device, config.offload_param_nvme_path,
-                                                   config.offload_param_nvme_path_key, comm->rank(), s.units.size());
+        s.offload = std::move(offload);
         s.page_all(false);
     }
     s.mem.num_units = static_cast<int64_t>(s.units.size());
