@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds accel against the CUDA LibTorch of the python3 on PATH (a pip torch: its cmake files, headers, and
-# the nvidia-* wheels' NCCL) and runs what needs a GPU: the NCCL backend's tests in a world of one process,
+# the nvidia-* wheels' NCCL) and runs what needs a GPU: capi_test_cuda (device placement, GPU vs CPU training,
+# fp16/bf16, checkpoints between GPU and CPU), the NCCL backend's tests in a world of one process,
 # the MLP example trained over NCCL against the same run without a backend (same losses expected), and two
 # processes on one GPU (NCCL refuses a GPU shared by two ranks: the launch must fail with that reason, not
 # hang). Run once on an H200 (README, the paragraph on building against another LibTorch). Debian's cJSON,
@@ -45,7 +46,7 @@ cmake -G Ninja -S . -B $b -DCMAKE_BUILD_TYPE=Release -DACCEL_WERROR=OFF -DACCEL_
     -DProtobuf_LIBRARY=$multi/libprotobuf.so -DProtobuf_LITE_LIBRARY=$multi/libprotobuf-lite.so \
     > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep -E "accel:|Torch|CUDA" "$out/configure.log" | head
-targets=${GPU_CHECK_TARGETS:-accel accel_cli train_mlp capi_test_distributed accel_unit_tests nccl_link_check}
+targets=${GPU_CHECK_TARGETS:-accel accel_cli train_mlp capi_test_distributed capi_test_cuda accel_unit_tests nccl_link_check}
 [ "${GPU_CHECK_SUITE:-0}" = 1 ] && targets=all
 ninja -C $b -k 0 -j"$(nproc)" $targets > "$out/build.log" 2>&1
 echo "build: exit $?; $(grep -c 'error:' "$out/build.log") error lines"
@@ -53,6 +54,8 @@ grep -m 30 'error:' "$out/build.log"
 [ -f $b/libaccel.so ] || exit 1
 [ "${1:-}" = --build-only ] && exit 0
 nvidia-smi --query-gpu=name --format=csv,noheader >/dev/null 2>&1 || echo "no GPU here: the NCCL checks below report why"
+# Device placement, training on cuda:0 against the CPU, bf16/fp16, checkpoints between GPU and CPU, DLPack.
+(cd $b/tests/capi && ./capi_test_cuda; echo "capi_test_cuda: exit $?") 2>&1 | tee "$out/cuda.log"
 $b/tests/unit/accel_unit_tests --gtest_filter='NcclCommunicator.*' 2>&1 | tee "$out/unit_nccl.log"
 (cd $b && ctest -R 'nccl' --output-on-failure --timeout 120) 2>&1 | tee "$out/ctest_nccl.log"
 # The MLP example over NCCL (world of one: each gradient goes through a device buffer and back) must print
@@ -70,6 +73,13 @@ timeout 120 $b/bin/accel launch --num_processes 2 --main_process_port 29533 $b/e
 echo "two ranks on one GPU: exit $?"; tail -15 "$out/two_ranks.txt"
 if [ "${GPU_CHECK_SUITE:-0}" = 1 ]; then
     # The rest of the single-process suite against this LibTorch (gloo-based entries fail where it has no Gloo).
-    (cd $b && timeout 300 ctest -L 'unit|capi|example' -j"$(nproc)" --timeout 120) > "$out/ctest_suite.log" 2>&1
-    grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" "$out/ctest_suite.log" | tail -40
+    # Models and batches go to the GPU by default; the entries that fail there run again on the CPU
+    # (ACCELERATE_USE_CPU=1), which tells failures of GPU placement from failures of this build.
+    (cd $b && timeout 300 ctest -L 'unit|capi|example' -j"$(nproc)" --timeout 120 --output-on-failure) \
+        > "$out/ctest_suite.log" 2>&1
+    grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" "$out/ctest_suite.log" | tail -25
+    echo "== the failed ones again, on the CPU"
+    (cd $b && ACCELERATE_USE_CPU=1 timeout 200 ctest --rerun-failed -j"$(nproc)" --timeout 120 --output-on-failure) \
+        > "$out/ctest_suite_cpu.log" 2>&1
+    grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" "$out/ctest_suite_cpu.log" | tail -25
 fi

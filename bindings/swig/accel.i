@@ -193,6 +193,13 @@ ACCEL_HANDLE_CLASS(Tensor)
     {
         ACCEL_CHECK(accel_tensor_copy_to_buffer(ACCEL_H($self, "Tensor"), OUT_BYTES, OUT_NBYTES));
     }
+    /** Where the elements live: "cpu", "cuda:0", ... */
+    std::string device() const
+    {
+        char *s = NULL;
+        ACCEL_CHECK(accel_tensor_get_device(ACCEL_H($self, "Tensor"), &s));
+        return accel_swig::owned_string(s);
+    }
     /** Element type (one of the ACCEL_DTYPE_* constants). */
     int32_t dtype() const
     {
@@ -572,6 +579,13 @@ ACCEL_HANDLE_CLASS(Accelerator)
     {
         char *s = NULL;
         ACCEL_CHECK(accel_accelerator_get_config_json(ACCEL_H($self, "Accelerator"), &s));
+        return accel_swig::owned_string(s);
+    }
+    /** accelerator.device: "cuda:N" where a GPU is used, else "cpu". */
+    std::string device() const
+    {
+        char *s = NULL;
+        ACCEL_CHECK(accel_accelerator_get_device(ACCEL_H($self, "Accelerator"), &s));
         return accel_swig::owned_string(s);
     }
     /** Prepare any of the four objects (each may be null/None), as accelerator.prepare(...). */

@@ -198,6 +198,13 @@ public:
         return from(span<const T>(data.data(), data.size()), shape);
     }
 
+    /** Where the elements live: "cpu", "cuda:0", ... */
+    std::string device() const
+    {
+        char *s = nullptr;
+        check(accel_tensor_get_device(get(), &s));
+        return detail::owned_string(s);
+    }
     accel_dtype_t dtype() const
     {
         accel_dtype_t v = 0;
@@ -452,6 +459,13 @@ public:
     {
         char *s = nullptr;
         check(accel_accelerator_get_config_json(get(), &s));
+        return detail::owned_string(s);
+    }
+    /** accelerator.device: "cuda:N" where a GPU is used, else "cpu". */
+    std::string device() const
+    {
+        char *s = nullptr;
+        check(accel_accelerator_get_device(get(), &s));
         return detail::owned_string(s);
     }
     /** accelerator.prepare(...): each pointer may be nullptr. */

@@ -45,6 +45,15 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_config_json(const
                                                                            char **out) ACCEL_NOEXCEPT;
 
 /**
+ * Accelerate's `accelerator.device`, as str(torch.device) prints it: "cuda:N" (N = LOCAL_RANK % GPUs) where
+ * this LibTorch has CUDA, a GPU is visible and `cpu` is false; else "cpu". With device_placement (the
+ * default) prepare moves models and the batches of prepared data loaders there. Free *out with
+ * accel_string_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_device(const accel_accelerator_t *accelerator,
+                                                                      char **out) ACCEL_NOEXCEPT;
+
+/**
  * Prepare any of the four objects at once (each may be NULL), as `accelerator.prepare(...)`: models,
  * optimizers and data loaders first, then the scheduler. Handles are updated in place and bound to
  * this accelerator; preparing an object twice with the same accelerator is a no-op, with another one

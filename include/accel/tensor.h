@@ -47,7 +47,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_tensor_get_nbytes(const accel_ten
                                                                  size_t *out) ACCEL_NOEXCEPT;
 
 /**
- * Copy the elements, row-major, into the caller's buffer.
+ * Where the elements live, as str(torch.device) prints it: "cpu", "cuda:0", ... Free *out with
+ * accel_string_free(). Reading elements (copy_to_buffer, get_item) works wherever they are.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_tensor_get_device(const accel_tensor_t *tensor,
+                                                                 char **out) ACCEL_NOEXCEPT;
+
+/**
+ * Copy the elements, row-major, into the caller's buffer (from a GPU: through host memory).
  * @param nbytes Must equal accel_tensor_get_nbytes(); else ACCEL_ERR_INVALID_ARGUMENT.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_tensor_copy_to_buffer(const accel_tensor_t *tensor, void *out,
@@ -61,7 +68,8 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_tensor_get_item(const accel_tenso
                                                                double *out) ACCEL_NOEXCEPT;
 
 /**
- * Export as a DLPack `DLManagedTensor *` (DLPack 0.x ABI, as in dlpack.h) sharing the tensor's memory.
+ * Export as a DLPack `DLManagedTensor *` (DLPack 0.x ABI, as in dlpack.h) sharing the tensor's memory
+ * (on a GPU: device kDLCUDA, no copy).
  * Ownership: the consumer owns *out and must call its `deleter` exactly once; the memory stays valid
  * until then, even after accel_tensor_free(tensor).
  */
@@ -69,7 +77,8 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_tensor_to_dlpack(const accel_tens
                                                                 void **out) ACCEL_NOEXCEPT;
 
 /**
- * Import a DLPack `DLManagedTensor *` without copying.
+ * Import a DLPack `DLManagedTensor *` without copying: host memory (kDLCPU), or GPU memory (kDLCUDA) where this
+ * LibTorch has CUDA (else ACCEL_ERR_UNIMPLEMENTED).
  * Ownership: on ACCEL_OK the library owns @p managed_tensor and calls its deleter when the last tensor
  * using the memory is freed; on failure ownership stays with the caller.
  */

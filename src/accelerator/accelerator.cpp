@@ -15,6 +15,7 @@
 #include "common/offload_files.hpp"
 #include "precision/autocast.hpp"
 #include "precision/grad_scaler.hpp"
+#include "state/device.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
 
 #include <ATen/core/grad_mode.h>
@@ -31,20 +32,27 @@ Accelerator::Accelerator(const char *config_json)
     project_iteration_ = state_->config.project.iteration;
     tune_allocator_once(state_->config.malloc_tuning);
     const auto &c = state_->config;
+    state_->device = select_device(c);
     if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP16) {
-        // Accelerate silently trains in fp32 where the device has no fp16 autocast; accel says so. This
-        // build places everything on the CPU, so the CPU is probed (a CUDA build would probe CUDA).
+        // Accelerate silently trains in fp32 where the device has no fp16 autocast; accel says so. The device
+        // that computes is probed: the GPU where models are placed on one, else the CPU.
+        const at::DeviceType computes = state_->places_on_device() ? state_->device.type() : at::kCPU;
         std::string why;
-        if (c.autocast.enabled && !fp16_autocast_available(at::kCPU, &why))
+        if (c.autocast.enabled && !fp16_autocast_available(computes, &why))
             fail(ACCEL_ERR_UNIMPLEMENTED,
-                 std::string("mixed_precision: \"fp16\" needs fp16 kernels, and this LibTorch has none on the CPU (") +
-                     why + "); use \"bf16\", or set kwargs_handlers.autocast.enabled to false to "
-                 "compute in fp32 with fp16's dynamic loss scaler");
+                 std::string("mixed_precision: \"fp16\" needs fp16 kernels, and this LibTorch has none on the ") +
+                     (computes == at::kCPU ? "CPU" : "GPU") + " (" + why + "); use \"bf16\", or set "
+                     "kwargs_handlers.autocast.enabled to false to compute in fp32 with fp16's dynamic loss scaler");
         // A GradScaler exists for fp16 (Accelerate's rule); GradScalerKwargs.enabled=false turns it off.
         if (c.grad_scaler.enabled) state_->scaler = std::make_shared<GradScaler>(c.grad_scaler);
     }
     // One communicator per process, created by the first accelerator (a world of one: "single").
     state_->comm = distributed::process_communicator(c);
+    // Gloo and MPI move host memory here: GPU tensors between processes need nccl.
+    if (state_->places_on_device() && state_->comm->size() > 1 && std::string(state_->comm->backend()) != "nccl")
+        fail(ACCEL_ERR_UNIMPLEMENTED, std::string("kwargs_handlers.init_process_group.backend: \"") +
+                                          state_->comm->backend() + "\" with models on " + state_->device.str() +
+                                          " is not supported; use \"nccl\", or set \"cpu\": true");
     if (c.sharding.zero3_init_flag) zero3_init_ = parallel::PartitionedAtInit::scope(state_->comm);
 }
 
@@ -77,6 +85,18 @@ void Accelerator::prepare_model(Model &model)
     if (auto partitioned = parallel::PartitionedAtInit::of(model); partitioned && !state_->config.sharding.enabled()) {
         partitioned->restore_all();
         model.forward_hooks.reset();
+    }
+    // device_placement: the model moves to the accelerator's device (in place: an optimizer created over
+    // it keeps its parameters).
+    if (state_->places_on_device()) {
+        if (state_->config.sharding.enabled())
+            fail(ACCEL_ERR_UNIMPLEMENTED, std::string(state_->config.sharding.frontend == "deepspeed" ? "deepspeed_plugin"
+                                                                                                  : "fsdp_plugin") +
+                                              ": sharded training on a GPU (" + state_->device.str() +
+                                              ") is not supported yet; set \"cpu\": true to shard on the CPU");
+        model.to(state_->device);
+        for (const auto &o : optimizers_)
+            if (o->model().get() == &model) o->move_state_to_parameters();
     }
     // FP8: Linear layers run through the emulated delayed-scaling path (fails for TorchScript models).
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) model.enable_fp8(state_->config.fp8_recipe);
@@ -319,6 +339,7 @@ void Accelerator::prepare_optimizer(const std::shared_ptr<AcceleratedOptimizer> 
     check_owner(optimizer->prepared_by, "optimizer");
     check_owner(optimizer->model()->prepared_by, "optimizer's model");
     if (optimizer->prepared_by == state_) return;
+    if (state_->places_on_device()) optimizer->move_state_to_parameters();
     optimizer->prepared_by = state_;
     optimizers_.push_back(optimizer);
     shard_optimizer(optimizer); // over the engine's shards when its model is sharded
@@ -508,7 +529,8 @@ void Accelerator::autocast_begin()
         return;
     }
     autocast_scopes_.push_back(
-        std::make_unique<AutocastScope>(at::kCPU, autocast_dtype(*state_), c.autocast.cache_enabled, c.autocast.enabled));
+        std::make_unique<AutocastScope>(state_->places_on_device() ? state_->device.type() : at::kCPU,
+                                        autocast_dtype(*state_), c.autocast.cache_enabled, c.autocast.enabled));
 }
 
 void Accelerator::autocast_end()

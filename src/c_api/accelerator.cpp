@@ -31,6 +31,14 @@ ACCEL_API accel_status_t accel_accelerator_get_config_json(const accel_accelerat
     });
 }
 
+ACCEL_API accel_status_t accel_accelerator_get_device(const accel_accelerator_t *accelerator, char **out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        *out = owned_string(acc_of(accelerator).state()->device.str());
+    });
+}
+
 ACCEL_API accel_status_t accel_accelerator_prepare(accel_accelerator_t *accelerator, accel_model_t *model,
                                                    accel_optimizer_t *optimizer, accel_dataloader_t *dataloader,
                                                    accel_scheduler_t *scheduler) noexcept

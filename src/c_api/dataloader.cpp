@@ -18,13 +18,13 @@ ACCEL_API accel_status_t accel_dataloader_create_from_tensors(const accel_tensor
         auto &f = checked(features, "features");
         if (f.tensor.dim() < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "features: expected at least 1 dimension (samples), got a scalar");
         auto data = std::make_shared<accel::TensorDataset>();
-        data->features = f.tensor.detach();
+        data->features = f.tensor.detach().cpu(); // datasets stay on the host (batches move when a loader is prepared)
         if (labels != nullptr) {
             if (labels->tensor.dim() < 1 || labels->tensor.size(0) != f.tensor.size(0))
                 fail(ACCEL_ERR_INVALID_ARGUMENT, "labels: expected " + std::to_string(f.tensor.size(0)) +
                                                      " samples along dimension 0 (as features), got shape " +
                                                      c10::str(labels->tensor.sizes()));
-            data->labels = labels->tensor.detach();
+            data->labels = labels->tensor.detach().cpu();
         }
         auto options = accel::config::parse_dataloader_options(config_json);
         emit(out, std::make_shared<accel::DataLoaderShard>(std::move(data), options));
@@ -49,7 +49,7 @@ ACCEL_API accel_status_t accel_dataloader_create_from_tokens(const accel_tensor_
                                                  std::to_string(window));
         // Windows of block_size + 1 tokens, `stride` apart: inputs are their first block_size tokens,
         // labels the next token of each (views of one int64 stream, no copy per window).
-        at::Tensor stream = t.scalar_type() == at::kLong ? t.detach() : t.detach().to(at::kLong);
+        at::Tensor stream = t.detach().to(at::kCPU, at::kLong);
         at::Tensor windows = stream.unfold(0, window, options.stride);
         auto data = std::make_shared<accel::TensorDataset>();
         data->features = windows.narrow(1, 0, options.block_size);

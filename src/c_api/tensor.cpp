@@ -139,6 +139,15 @@ ACCEL_API accel_status_t accel_tensor_get_nbytes(const accel_tensor_t *tensor, s
     });
 }
 
+ACCEL_API accel_status_t accel_tensor_get_device(const accel_tensor_t *tensor, char **out) noexcept
+{
+    return guarded([&] {
+        auto &t = checked(tensor, "tensor");
+        out_param(out);
+        *out = owned_string(t.tensor.device().str());
+    });
+}
+
 ACCEL_API accel_status_t accel_tensor_copy_to_buffer(const accel_tensor_t *tensor, void *out, size_t nbytes) noexcept
 {
     return guarded([&] {
@@ -190,8 +199,12 @@ ACCEL_API accel_status_t accel_tensor_create_from_dlpack(void *managed_tensor, a
         }
         if (numel > 0 && m->dl_tensor.data == nullptr)
             fail(ACCEL_ERR_INVALID_ARGUMENT, "managed_tensor: data is NULL");
-        if (m->dl_tensor.device.device_type != kDLCPU)
-            fail(ACCEL_ERR_UNIMPLEMENTED, "managed_tensor: only CPU memory can be imported in this build");
+        const auto where = m->dl_tensor.device.device_type;
+        if (where == kDLCUDA && !at::hasCUDA())
+            fail(ACCEL_ERR_UNIMPLEMENTED, "managed_tensor: GPU memory (kDLCUDA), and this LibTorch has no CUDA");
+        if (where != kDLCPU && where != kDLCUDA)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "managed_tensor: device type " + std::to_string(static_cast<int>(where)) +
+                                              " (only host memory and CUDA memory can be imported)");
         // fromDLPack validates the dtype and takes ownership only when it succeeds.
         at::Tensor t;
         try {

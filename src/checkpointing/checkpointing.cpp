@@ -403,7 +403,7 @@ ShardedSource sharded_source(const std::string &dir)
         const size_t i = index(name);
         const at::ScalarType dtype = dtype_of(i);
         const auto n = static_cast<uint64_t>(dst.numel());
-        if (dst.is_contiguous() && dst.scalar_type() == dtype) {
+        if (dst.is_cpu() && dst.is_contiguous() && dst.scalar_type() == dtype) {
             folder->read_range(i, static_cast<uint64_t>(offset), n, dst.data_ptr());
         } else { // through a temporary of the file's dtype
             at::Tensor tmp = at::empty({dst.numel()}, at::TensorOptions().dtype(dtype));

@@ -27,15 +27,19 @@ void save_torch_file(const std::string &path, const PyObj &obj)
     std::map<const void *, std::string> keys;
     std::vector<at::Tensor> storages;
     std::string pkl = pickle_dumps(obj, [&](const at::Tensor &t0) {
-        at::Tensor t = t0.device().is_cpu() ? t0 : t0.cpu();
-        const void *id = t.storage().unsafeGetStorageImpl();
+        const void *id = t0.storage().unsafeGetStorageImpl();
         StorageRef ref;
-        ref.type_name = storage_type_name(t.scalar_type());
-        ref.numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+        ref.type_name = storage_type_name(t0.scalar_type());
+        ref.numel = static_cast<int64_t>(t0.storage().nbytes() / t0.element_size());
         auto it = keys.find(id);
         if (it == keys.end()) {
             it = keys.emplace(id, std::to_string(storages.size())).first;
-            storages.push_back(t);
+            // A GPU tensor's whole storage comes to the host once: the pickle records the tensor's offset and
+            // strides into it, as for a host tensor.
+            storages.push_back(t0.is_cpu() ? t0
+                                           : at::empty({0}, t0.options())
+                                                 .set_(t0.storage(), 0, {ref.numel}, {1})
+                                                 .cpu());
         }
         ref.key = it->second;
         return ref;

@@ -5,6 +5,7 @@
 #include "config/tracking_config.hpp"
 #include "config/json.hpp"
 
+#include <torch/cuda.h>
 #include <cjson/cJSON.h>
 
 #include <cctype>
@@ -324,8 +325,10 @@ AcceleratorConfig parse_accelerator_config(const char *json)
                 t != "xpu" && t != "hpu" && t != "musa" && t != "sdaa" && t != "neuron")
                 fail(ACCEL_ERR_INVALID_ARGUMENT, p + ": expected one of \"torch\", \"generator\", \"cuda\", ..., got \"" +
                                                      t + "\"");
-            if (t != "torch" && t != "generator")
-                fail(ACCEL_ERR_UNIMPLEMENTED, p + ": the \"" + t + "\" generator does not exist in this CPU build");
+            if (t == "cuda" && !torch::cuda::is_available())
+                fail(ACCEL_ERR_UNIMPLEMENTED, p + ": the \"cuda\" generator needs a GPU, and this LibTorch sees none");
+            if (t != "torch" && t != "generator" && t != "cuda")
+                fail(ACCEL_ERR_UNIMPLEMENTED, p + ": the \"" + t + "\" generator does not exist in this build");
         }
     }
     c.step_scheduler_with_optimizer = root.get_bool("step_scheduler_with_optimizer", true);

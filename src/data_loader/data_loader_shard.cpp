@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
 #include "state/accelerator_state.hpp"
+#include "state/device.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -159,20 +160,28 @@ void DataLoaderShard::begin_pass()
             progress_.remainder = data_->size() % total_batch;
         }
         state_->gradient.enter_dataloader(&progress_);
-        // rng_types "torch": LibTorch's default generator takes rank 0's state at the start of every pass.
+        // rng_types "torch" / "cuda": LibTorch's default generator / this process's GPU's generator takes rank
+        // 0's state at the start of every pass (synchronize_rng_states).
         const auto &rng = state_->config.rng_types;
-        if (state_->comm && state_->comm->size() > 1 && std::find(rng.begin(), rng.end(), "torch") != rng.end()) {
-            auto gen = at::detail::getDefaultCPUGenerator();
-            at::Tensor st;
-            {
-                std::lock_guard<std::mutex> lock(gen.mutex());
-                st = gen.get_state();
-            }
-            state_->comm->broadcast(st, 0);
-            std::lock_guard<std::mutex> lock(gen.mutex());
-            gen.set_state(st);
+        const auto wants = [&rng](const char *type) { return std::find(rng.begin(), rng.end(), type) != rng.end(); };
+        if (state_->comm && state_->comm->size() > 1) {
+            if (wants("torch")) synchronize(at::detail::getDefaultCPUGenerator());
+            if (wants("cuda") && state_->device.is_cuda())
+                synchronize(at::globalContext().defaultGenerator(state_->device));
         }
     }
+}
+
+void DataLoaderShard::synchronize(at::Generator gen) const
+{
+    at::Tensor st;
+    {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        st = gen.get_state();
+    }
+    state_->comm->broadcast(st, 0);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(st);
 }
 
 void DataLoaderShard::end_pass()
@@ -196,7 +205,7 @@ std::optional<Batch> DataLoaderShard::next()
     }
     if (dispatched) {
         ++position_;
-        return dispatched;
+        return placed(std::move(*dispatched));
     }
     const auto &indices = batches_[position_++];
     // Accelerate looks one batch ahead; with a known pass length the last batch is simply the last index.
@@ -207,6 +216,18 @@ std::optional<Batch> DataLoaderShard::next()
     b.inputs = data_->features.index_select(0, idx);
     if (data_->labels.defined()) b.labels = data_->labels.index_select(0, idx);
     b.indices = idx;
+    return placed(std::move(b));
+}
+
+Batch DataLoaderShard::placed(Batch b) const
+{
+    // A prepared loader yields batches on the accelerator's device (the indices stay on the host: they
+    // index the dataset).
+    if (state_ && state_->places_on_device()) {
+        const bool non_blocking = state_->config.dataloader.non_blocking;
+        b.inputs = send_to_device(b.inputs, state_->device, non_blocking);
+        b.labels = send_to_device(b.labels, state_->device, non_blocking);
+    }
     return b;
 }
 

@@ -83,6 +83,9 @@ public:
     ApplyState load_state_dict(const PyObj &state_dict, const std::string &what);
 
 private:
+    Batch placed(Batch b) const;
+    // `gen` takes rank 0's state.
+    void synchronize(at::Generator gen) const;
     void begin_pass();
     void end_pass();
     ShardSpec shard_spec() const;

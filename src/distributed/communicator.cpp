@@ -2,6 +2,8 @@
 
 #include "common/error.hpp"
 
+#include <torch/cuda.h>
+
 #include <cmath>
 #include <mutex>
 
@@ -107,8 +109,9 @@ std::string choose_backend(const config::AcceleratorConfig &c)
     const std::string &asked = c.init_process_group.backend;
     if (c.topology.world_size <= 1) return asked.empty() ? "single" : (asked == "nccl" ? "nccl" : "single");
     if (!asked.empty()) return asked;
-    // Accelerate on CPU: mpi when started by mpirun, else gloo (torchrun-style rendezvous); a build without Gloo
-    // (pip's LibTorch) but with NCCL: nccl, as Accelerate picks on GPUs.
+    // Accelerate: nccl where the processes train on GPUs; on CPU mpi when started by mpirun, else gloo
+    // (torchrun-style rendezvous); a build without Gloo (pip's LibTorch) but with NCCL: nccl.
+    if (!c.cpu && nccl_compiled() && torch::cuda::is_available()) return "nccl";
     if (c.topology.launcher == "mpi") return "mpi";
     return !gloo_compiled() && nccl_compiled() ? "nccl" : "gloo";
 }

@@ -15,12 +15,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// What backward needs to run the layer again: its forward, its parameters, the CPU generator's state and
-// the autocast state at the time of the forward.
+// What backward needs to run the layer again: its forward, its parameters, the state of the generator of
+// the device it ran on and the autocast state of that device at the time of the forward.
 struct Recompute : torch::CustomClassHolder {
     LayerForward forward;
     std::vector<at::Tensor> params;
     bool random = false;
+    at::Device device{at::kCPU};
     at::Tensor rng_state;
     bool autocast = false;
     at::ScalarType autocast_dtype = at::kBFloat16;
@@ -37,13 +38,19 @@ private:
     bool was_;
 };
 
-// The CPU generator set to `state` for the recomputation, then back to where it was.
+// The default generator of a device (the CPU's, or a GPU's: dropout there draws from it).
+at::Generator generator_of(const at::Device &device)
+{
+    return device.is_cpu() ? at::detail::getDefaultCPUGenerator() : at::globalContext().defaultGenerator(device);
+}
+
+// The device's generator set to `state` for the recomputation, then back to where it was.
 class RngSwap {
 public:
-    explicit RngSwap(const at::Tensor &state)
+    RngSwap(const at::Device &device, const at::Tensor &state) : device_(device)
     {
         if (!state.defined()) return;
-        auto gen = at::detail::getDefaultCPUGenerator();
+        auto gen = generator_of(device_);
         std::lock_guard<std::mutex> lock(gen.mutex());
         current_ = gen.get_state();
         gen.set_state(state);
@@ -51,30 +58,45 @@ public:
     ~RngSwap()
     {
         if (!current_.defined()) return;
-        auto gen = at::detail::getDefaultCPUGenerator();
+        auto gen = generator_of(device_);
         std::lock_guard<std::mutex> lock(gen.mutex());
         gen.set_state(current_);
     }
 
 private:
+    at::Device device_;
     at::Tensor current_;
 };
 
+bool autocast_on(const at::Device &d) { return d.is_cuda() ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
+at::ScalarType autocast_dtype_of(const at::Device &d)
+{
+    return d.is_cuda() ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+
+// Autocast of `device` as it was in the forward (backward runs with the caller's, normally off).
 class AutocastState {
 public:
-    AutocastState(bool on, at::ScalarType dtype)
-        : was_on_(at::autocast::is_cpu_enabled()), was_dtype_(at::autocast::get_autocast_cpu_dtype())
+    AutocastState(const at::Device &device, bool on, at::ScalarType dtype)
+        : cuda_(device.is_cuda()), was_on_(autocast_on(device)), was_dtype_(autocast_dtype_of(device))
     {
-        at::autocast::set_cpu_enabled(on);
-        at::autocast::set_autocast_cpu_dtype(dtype);
+        set(on, dtype);
     }
-    ~AutocastState()
-    {
-        at::autocast::set_cpu_enabled(was_on_);
-        at::autocast::set_autocast_cpu_dtype(was_dtype_);
-    }
+    ~AutocastState() { set(was_on_, was_dtype_); }
 
 private:
+    void set(bool on, at::ScalarType dtype) const
+    {
+        // (the dtype before the switch: CPU autocast checks it when turned on)
+        if (cuda_) {
+            at::autocast::set_autocast_gpu_dtype(dtype);
+            at::autocast::set_enabled(on);
+        } else {
+            at::autocast::set_autocast_cpu_dtype(dtype);
+            at::autocast::set_cpu_enabled(on);
+        }
+    }
+    bool cuda_;
     bool was_on_;
     at::ScalarType was_dtype_;
 };
@@ -84,13 +106,14 @@ struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
                               c10::intrusive_ptr<Recompute> r)
     {
         (void)params; // inputs only so that autograd routes their gradients
+        r->device = x.device();
         if (r->random) {
-            auto gen = at::detail::getDefaultCPUGenerator();
+            auto gen = generator_of(r->device);
             std::lock_guard<std::mutex> lock(gen.mutex());
             r->rng_state = gen.get_state();
         }
-        r->autocast = at::autocast::is_cpu_enabled();
-        r->autocast_dtype = at::autocast::get_autocast_cpu_dtype();
+        r->autocast = autocast_on(r->device);
+        r->autocast_dtype = autocast_dtype_of(r->device);
         ctx->save_for_backward({x});
         at::Tensor y;
         {
@@ -108,8 +131,8 @@ struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
         at::Tensor x = saved.detach().requires_grad_(saved.requires_grad());
         at::Tensor y;
         {
-            RngSwap rng(r->rng_state);
-            AutocastState autocast(r->autocast, r->autocast_dtype);
+            RngSwap rng(r->device, r->rng_state);
+            AutocastState autocast(r->device, r->autocast, r->autocast_dtype);
             AutocastCacheOff cache_off;
             at::AutoGradMode grad_on(true);
             y = r->forward(x);

@@ -24,7 +24,8 @@ at::Tensor pick(const at::Tensor &logits, const config::GenerationConfig &o, at:
         at::Tensor kth = std::get<0>(scores.topk(o.top_k, -1)).narrow(-1, o.top_k - 1, 1);
         scores = scores.masked_fill(scores < kth, -std::numeric_limits<double>::infinity());
     }
-    return at::multinomial(at::softmax(scores, -1), 1, false, gen).squeeze(-1);
+    // Drawn on the host with the seeded CPU generator: the same tokens for a seed on every device.
+    return at::multinomial(at::softmax(scores, -1).cpu(), 1, false, gen).squeeze(-1).to(logits.device());
 }
 
 } // namespace
@@ -51,7 +52,7 @@ at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::Gen
         fail(ACCEL_ERR_INVALID_ARGUMENT, "eos_token_id: " + std::to_string(*o.eos_token_id) +
                                              " is not below vocab_size " + std::to_string(c.vocab_size));
     const bool unbatched = input_ids.dim() == 1;
-    at::Tensor ids = (unbatched ? input_ids.unsqueeze(0) : input_ids).contiguous();
+    at::Tensor ids = (unbatched ? input_ids.unsqueeze(0) : input_ids).contiguous().to(model.device());
 
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>();
     {
@@ -69,7 +70,7 @@ at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::Gen
     std::optional<AutocastScope> autocast;
     if (const AcceleratorState *s = wrapped ? model.prepared_by.get() : nullptr)
         if (s->config.mixed_precision != ACCEL_MIXED_PRECISION_NO && s->config.autocast.enabled)
-            autocast.emplace(at::kCPU, autocast_dtype(*s), s->config.autocast.cache_enabled);
+            autocast.emplace(model.device().type(), autocast_dtype(*s), s->config.autocast.cache_enabled);
 
     at::NoGradGuard no_grad;
     const bool was_training = gpt->is_training();
@@ -81,7 +82,7 @@ at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::Gen
     } restore{gpt, was_training};
 
     GptKvCache cache;
-    at::Tensor finished = at::zeros({ids.size(0)}, at::kBool);
+    at::Tensor finished = at::zeros({ids.size(0)}, ids.options().dtype(at::kBool));
     at::Tensor out = ids;
     for (int64_t step = 0; step < o.max_new_tokens; ++step) {
         at::Tensor logits = o.use_cache ? gpt->forward_cached(step == 0 ? out : out.narrow(1, -1, 1), cache)

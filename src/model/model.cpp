@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 
 #include <ATen/core/grad_mode.h>
+#include <map>
 #include <set>
 
 namespace accel {
@@ -60,6 +61,37 @@ const at::Tensor *Model::find_own(const std::string &key) const
         for (const auto &e : *list)
             if (e.first == key) return &e.second;
     return nullptr;
+}
+
+at::Device Model::device() const
+{
+    for (const auto &p : parameters_) return p.second.device();
+    return at::Device(at::kCPU);
+}
+
+void Model::to(const at::Device &device)
+{
+    // Each tensor object moves once (a tied weight is one object under two names). Two objects over one
+    // storage (views of each other) would come apart if each moved alone: refused rather than untied.
+    std::map<const void *, std::string> storages;
+    std::set<const void *> objects;
+    for (const auto *list : {&parameters_, &buffers_})
+        for (const auto &[name, t] : *list) {
+            if (!t.defined() || t.device() == device || !objects.insert(t.unsafeGetTensorImpl()).second) continue;
+            auto [it, fresh] = storages.emplace(t.storage().data(), name);
+            if (!fresh && t.storage().nbytes() > 0)
+                fail(ACCEL_ERR_UNIMPLEMENTED, "model: \"" + name + "\" and \"" + it->second +
+                                                  "\" are different tensors over one storage; moving such a model "
+                                                  "to " + device.str() + " is not supported");
+        }
+    for (auto *list : {&parameters_, &buffers_})
+        for (auto &entry : *list) {
+            at::Tensor &t = entry.second;
+            if (!t.defined() || t.device() == device) continue;
+            at::Tensor grad = t.grad();
+            t.set_data(t.detach().to(device));
+            if (grad.defined()) t.mutable_grad() = grad.to(device);
+        }
 }
 
 void Model::set_tensors(NamedTensors parameters, NamedTensors buffers)

@@ -63,6 +63,12 @@ public:
     NamedTensors state_dict(bool dedupe_shared) const;
     void load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy = {});
 
+    // Where the parameters are (the CPU for a model without any).
+    at::Device device() const;
+    // Moves every parameter (with its gradient) and buffer to `device` in place: the tensor objects stay
+    // the same, so optimizers, names handed out and tied weights stay valid (nn.Module.to's rule).
+    void to(const at::Device &device);
+
     // Prepares the Linear layers for emulated FP8 training (src/precision/fp8); called when a model is
     // prepared with mixed_precision "fp8". Idempotent. Models that cannot run it fail with UNIMPLEMENTED.
     virtual void enable_fp8(const config::FP8RecipeKwargs &recipe);

@@ -47,12 +47,15 @@ at::Tensor gather(distributed::Communicator &comm, const at::Tensor &t)
     x = x.contiguous();
     check_same_shapes(comm, x, "gather");
     // Sent as bytes: the backends do not all move every dtype (Gloo has no bool), and a gather needs no arithmetic.
-    at::Tensor bytes = at::from_blob(x.data_ptr(), {static_cast<int64_t>(x.nbytes())}, at::kByte);
-    at::Tensor joined = at::cat(comm.allgather(bytes), 0);
+    // (Byte views over the tensor's memory, wherever it lives.)
+    const auto as_bytes = [](const at::Tensor &v) {
+        return at::from_blob(v.data_ptr(), {static_cast<int64_t>(v.nbytes())}, v.options().dtype(at::kByte));
+    };
+    at::Tensor joined = at::cat(comm.allgather(as_bytes(x)), 0);
     std::vector<int64_t> shape = x.sizes().vec();
     shape[0] *= comm.size();
     at::Tensor out = at::empty(shape, x.options());
-    if (joined.numel() > 0) std::memcpy(out.data_ptr(), joined.data_ptr(), static_cast<size_t>(joined.numel()));
+    if (joined.numel() > 0) as_bytes(out).copy_(joined);
     return out;
 }
 

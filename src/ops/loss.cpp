@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "config/loss_config.hpp"
+#include "state/device.hpp"
 
 #include <ATen/core/Reduction.h>
 
@@ -47,8 +48,10 @@ Loss parse_loss(const char *name)
     return l;
 }
 
-at::Tensor compute_loss(const Loss &spec, const at::Tensor &outputs, const at::Tensor &targets)
+at::Tensor compute_loss(const Loss &spec, const at::Tensor &outputs, const at::Tensor &given_targets)
 {
+    // Labels from the host meet outputs on the model's device.
+    const at::Tensor targets = outputs.defined() ? send_to_device(given_targets, outputs.device()) : given_targets;
     const LossKind kind = spec.kind;
     const std::string loss = kind_name(kind);
     if (!outputs.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "outputs: missing");

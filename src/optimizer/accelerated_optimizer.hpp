@@ -81,6 +81,9 @@ public:
     // has no state yet), and putting such a list back (offloading).
     std::vector<at::Tensor> state_tensors(const at::Tensor &param) const;
     void set_state_tensors(const at::Tensor &param, const std::vector<at::Tensor> &tensors);
+    // State made while the parameters were elsewhere (a step or a load before the model moved to its device)
+    // joins each parameter's device, as Accelerate's AcceleratedOptimizer moves it with device_placement.
+    void move_state_to_parameters();
 
 private:
     config::OptimizerConfig config_;

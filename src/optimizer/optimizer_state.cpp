@@ -251,16 +251,18 @@ struct Reader {
 // The optimizer updates its state in place, so each state tensor needs memory of its own: copy into the
 // tensor the optimizer already has when it fits (no allocation, no page faults), else into new memory.
 // The copy is only scheduled (it runs with the model's, when the caller runs its copies).
-at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, const CopyFn &copy)
+// New memory is made on `device` (the parameter's: a file's tensors come in on the CPU).
+at::Tensor adopt(const at::Tensor &current, const at::Tensor &loaded, const at::Device &device, const CopyFn &copy)
 {
     if (!loaded.defined()) return loaded;
     at::Tensor dst;
-    if (current.defined() && current.sizes() == loaded.sizes() && current.scalar_type() == loaded.scalar_type() &&
+    if (current.defined() && current.device() == device && current.sizes() == loaded.sizes() &&
+        current.scalar_type() == loaded.scalar_type() &&
         current.is_contiguous() && current.storage().nbytes() == current.nbytes() && current.storage_offset() == 0 &&
         !current.is_same(loaded))
         dst = current;
     else
-        dst = at::empty(loaded.sizes(), loaded.options().memory_format(at::MemoryFormat::Contiguous));
+        dst = at::empty(loaded.sizes(), loaded.options().device(device).memory_format(at::MemoryFormat::Contiguous));
     copy(dst, loaded);
     return dst;
 }
@@ -330,6 +332,7 @@ ApplyState AcceleratedOptimizer::resident_load_state_dict(const PyObj &sd, const
         StateKey key;
         std::unique_ptr<ParamState> state;
         const OptimizerType *type;
+        at::Device device; // the parameter's: the state lives beside it
     };
     std::vector<NewState> new_state;
     std::vector<std::function<void()>> apply_options;
@@ -361,7 +364,7 @@ ApplyState AcceleratedOptimizer::resident_load_state_dict(const PyObj &sd, const
             std::unique_ptr<ParamState> ps = type.make_state();
             if (type.set_step) type.set_step(*ps, r.step(*st, id.i));
             for (const auto &f : type.tensors) f.set(*ps, r.tensor(*st, f, p, id.i));
-            new_state.push_back({key_of(p), std::move(ps), &type});
+            new_state.push_back({key_of(p), std::move(ps), &type, p.device()});
         }
     }
     // Every check passed: give each state tensor memory of its own (reusing the current state's).
@@ -371,7 +374,7 @@ ApplyState AcceleratedOptimizer::resident_load_state_dict(const PyObj &sd, const
         const ParamState &loaded = *n.state; // (typeid of a plain reference: clang warns on `*n.state`)
         if (old != nullptr && typeid(*old) != typeid(loaded)) old = nullptr;
         for (const auto &f : n.type->tensors)
-            f.set(*n.state, adopt(old != nullptr ? f.get(*old) : at::Tensor(), f.get(*n.state), copy));
+            f.set(*n.state, adopt(old != nullptr ? f.get(*old) : at::Tensor(), f.get(*n.state), n.device, copy));
     }
     auto shared_state = std::make_shared<decltype(new_state)>(std::move(new_state));
     return [&o, shared_state, apply_options = std::move(apply_options)] {
@@ -714,6 +717,21 @@ void AcceleratedOptimizer::set_state_tensors(const at::Tensor &param, const std:
     if (it == optimizer_->state().end() || tensors.size() != slots.size())
         fail(ACCEL_ERR_INTERNAL, "optimizer: state tensors put back for a parameter without that state");
     for (size_t i = 0; i < slots.size(); ++i) slots[i].set(*it->second, tensors[i]);
+}
+
+void AcceleratedOptimizer::move_state_to_parameters()
+{
+    for (const auto &group : optimizer_->param_groups())
+        for (const auto &p : group.params()) {
+            std::vector<at::Tensor> st = state_tensors(p);
+            bool moved = false;
+            for (auto &t : st)
+                if (t.defined() && t.device() != p.device()) {
+                    t = t.to(p.device());
+                    moved = true;
+                }
+            if (moved) set_state_tensors(p, st);
+        }
 }
 
 int64_t AcceleratedOptimizer::state_bytes() const

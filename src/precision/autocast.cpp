@@ -4,6 +4,7 @@
 #include "model/model.hpp"
 #include "precision/fp8.hpp"
 #include "state/accelerator_state.hpp"
+#include "state/device.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/autocast_mode.h>
@@ -142,11 +143,13 @@ at::Tensor forward_unhooked(Model &model, const at::Tensor &input, bool wrapped)
 } // namespace
 
 // A sharded model gathers its parameters around the forward, wrapped or not (they exist nowhere else).
+// Inputs from the host (a caller's buffer, an unprepared loader) go to the model's device first.
 at::Tensor forward(Model &model, const at::Tensor &input, bool wrapped)
 {
+    const at::Tensor placed = send_to_device(input, model.device());
     std::shared_ptr<ForwardHooks> hooks = model.forward_hooks;
-    if (!hooks) return forward_unhooked(model, input, wrapped);
-    const at::Tensor in = hooks->before_forward(input);
+    if (!hooks) return forward_unhooked(model, placed, wrapped);
+    const at::Tensor in = hooks->before_forward(placed);
     return hooks->after_forward(forward_unhooked(model, in, wrapped));
 }
 

@@ -101,6 +101,13 @@ Carried &carried()
     return c;
 }
 
+// The GPUs whose generators checkpoints carry (none without CUDA).
+int64_t cuda_generators() { return at::hasCUDA() ? static_cast<int64_t>(at::getNumGPUs()) : 0; }
+at::Generator cuda_generator(int64_t i)
+{
+    return at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
+}
+
 [[noreturn]] void bad(const std::string &what, const std::string &msg) { fail(ACCEL_ERR_DATA_LOSS, what + ": " + msg); }
 
 void check_python_state(const PyObj &v, const std::string &what)
@@ -176,10 +183,21 @@ PyRef rng_state_dict()
     py_set(*d, "random_state", c.python ? c.python : python_random_state(initial_seed()));
     py_set(*d, "numpy_random_seed", c.numpy ? c.numpy : numpy_random_state(initial_seed()));
     py_set(*d, "torch_manual_seed", py_tensor(state));
-    bool has_cuda = false;
-    for (const auto &[k, v] : c.other) has_cuda = has_cuda || k == "torch_cuda_manual_seed";
-    if (!has_cuda) py_set(*d, "torch_cuda_manual_seed", py_list()); // no CUDA generator in this build
-    for (const auto &[k, v] : c.other) py_set(*d, k, v);
+    if (cuda_generators() > 0) {
+        auto states = py_list(); // torch.cuda.get_rng_state_all(): one per GPU
+        for (int64_t i = 0; i < cuda_generators(); ++i) {
+            auto g = cuda_generator(i);
+            std::lock_guard<std::mutex> lock(g.mutex());
+            states->items.push_back(py_tensor(g.get_state()));
+        }
+        py_set(*d, "torch_cuda_manual_seed", states);
+    } else {
+        bool has_cuda = false;
+        for (const auto &[k, v] : c.other) has_cuda = has_cuda || k == "torch_cuda_manual_seed";
+        if (!has_cuda) py_set(*d, "torch_cuda_manual_seed", py_list()); // no CUDA generator here
+    }
+    for (const auto &[k, v] : c.other)
+        if (cuda_generators() == 0 || k != "torch_cuda_manual_seed") py_set(*d, k, v);
     return d;
 }
 
@@ -189,6 +207,7 @@ ApplyState load_rng_state_dict(const PyObj &d, const std::string &what)
     at::Tensor rng;
     PyRef python, numpy;
     std::vector<std::pair<std::string, PyRef>> other;
+    std::vector<at::Tensor> cuda; // states for GPUs 0, 1, ...
     for (const auto &[k, v] : d.map) {
         if (k->kind != PyObj::Kind::Str) bad(what, "a key is not a string");
         const std::string &key = k->s;
@@ -209,21 +228,38 @@ ApplyState load_rng_state_dict(const PyObj &d, const std::string &what)
             check_numpy_state(*v, what);
             numpy = v;
         } else if (key == "torch_cuda_manual_seed") {
-            // One uint8 state per CUDA device; this build has none to restore, so it is kept as it is.
+            // One uint8 state per CUDA device: restored into this process's GPUs' generators (as
+            // torch.cuda.set_rng_state_all, the first ones where the file has fewer); without a GPU it is kept
+            // as it is and written back.
             if (v->kind != PyObj::Kind::List) bad(what, "\"torch_cuda_manual_seed\" is not a list");
-            for (const auto &t : v->items)
+            for (size_t i = 0; i < v->items.size(); ++i) {
+                const auto &t = v->items[i];
                 if (t->kind != PyObj::Kind::Tensor || t->tensor.scalar_type() != at::kByte)
                     bad(what, "\"torch_cuda_manual_seed\" holds something other than uint8 tensors");
+                if (static_cast<int64_t>(i) < cuda_generators()) {
+                    auto g = cuda_generator(static_cast<int64_t>(i));
+                    std::lock_guard<std::mutex> lock(g.mutex());
+                    if (t->tensor.numel() != g.get_state().numel())
+                        bad(what, "\"torch_cuda_manual_seed\"[" + std::to_string(i) + "] is not a CUDA generator "
+                                  "state of this LibTorch");
+                    cuda.push_back(t->tensor.contiguous());
+                }
+            }
             other.emplace_back(key, v);
         } else {
             other.emplace_back(key, v); // other devices' generators (xpu, mlu, xla, ...): kept, written back
         }
     }
-    return [rng, python, numpy, other] {
+    return [rng, python, numpy, other, cuda] {
         if (rng.defined()) {
             auto gen = at::detail::getDefaultCPUGenerator();
             std::lock_guard<std::mutex> lock(gen.mutex());
             gen.set_state(rng);
+        }
+        for (size_t i = 0; i < cuda.size(); ++i) {
+            auto g = cuda_generator(static_cast<int64_t>(i));
+            std::lock_guard<std::mutex> lock(g.mutex());
+            g.set_state(cuda[i]);
         }
         auto &c = carried();
         std::lock_guard<std::mutex> lock(c.mutex);

@@ -5,6 +5,8 @@
 #include "config/accelerator_config.hpp"
 #include "state/gradient_state.hpp"
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -26,6 +28,12 @@ struct AcceleratorState {
     std::shared_ptr<GradScaler> scaler; // mixed_precision "fp16" with kwargs_handlers.grad_scaler.enabled
     std::shared_ptr<distributed::Communicator> comm; // the process's communicator (src/distributed)
     std::vector<bool> main_process_first; // open main_process_first_begin calls: true if this rank waits at end
+    // Accelerate's accelerator.device: cuda:(LOCAL_RANK % GPUs) where the LibTorch has CUDA and a GPU is
+    // visible and `cpu` is false, else the CPU.
+    c10::Device device{c10::kCPU};
+
+    // Whether prepare moves models and batches to `device` (device_placement, and a device to move to).
+    bool places_on_device() const { return config.device_placement && !device.is_cpu(); }
 
     int32_t num_processes() const { return config.topology.world_size; }
     int32_t process_index() const { return config.topology.rank; }

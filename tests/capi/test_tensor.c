@@ -439,7 +439,7 @@ static void test_dlpack_from_caller(void)
     m.dl_tensor.data = NULL;
     CHECK_FAILS(accel_tensor_create_from_dlpack(&m, &t), ACCEL_ERR_INVALID_ARGUMENT, "managed_tensor");
     m.dl_tensor.data = buffer;
-    m.dl_tensor.device.device_type = 2; /* kDLCUDA */
+    m.dl_tensor.device.device_type = 7; /* kDLVulkan: neither host nor CUDA memory */
     CHECK_FAILS(accel_tensor_create_from_dlpack(&m, &t), ACCEL_ERR_UNIMPLEMENTED, "managed_tensor");
     m.dl_tensor.device.device_type = 1;
     m.dl_tensor.dtype.code = 3; /* opaque handle: no tensor dtype */

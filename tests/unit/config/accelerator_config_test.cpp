@@ -2,6 +2,7 @@
 #include "common/error.hpp"
 #include "config/accelerator_config.hpp"
 
+#include <torch/cuda.h>
 #include <cjson/cJSON.h>
 #include <gtest/gtest.h>
 
@@ -410,8 +411,13 @@ TEST_F(AcceleratorConfigTest, WrongTypesNamePath)
 TEST_F(AcceleratorConfigTest, RngTypes)
 {
     EXPECT_TRUE(parse_accelerator_config("{\"rng_types\": []}").rng_types.empty());
-    EXPECT_PARSE_ERROR("{\"rng_types\": [\"generator\", \"cuda\"]}", ACCEL_ERR_UNIMPLEMENTED,
-                       "rng_types[1]: the \"cuda\" generator does not exist in this CPU build");
+    if (torch::cuda::is_available())
+        EXPECT_EQ(parse_accelerator_config("{\"rng_types\": [\"generator\", \"cuda\"]}").rng_types.size(), 2u);
+    else
+        EXPECT_PARSE_ERROR("{\"rng_types\": [\"generator\", \"cuda\"]}", ACCEL_ERR_UNIMPLEMENTED,
+                           "rng_types[1]: the \"cuda\" generator needs a GPU, and this LibTorch sees none");
+    EXPECT_PARSE_ERROR("{\"rng_types\": [\"xla\"]}", ACCEL_ERR_UNIMPLEMENTED,
+                       "rng_types[0]: the \"xla\" generator does not exist in this build");
     EXPECT_PARSE_ERROR_STARTS("{\"rng_types\": [\"dice\"]}", ACCEL_ERR_INVALID_ARGUMENT,
                               "rng_types[0]: expected one of \"torch\", \"generator\"");
 }

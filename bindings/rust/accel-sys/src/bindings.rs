@@ -125,6 +125,12 @@ extern "C" {
     pub fn accel_tensor_free(tensor: *mut accel_tensor_t);
 }
 extern "C" {
+    pub fn accel_tensor_get_device(
+        tensor: *const accel_tensor_t,
+        out: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_tensor_get_dtype(
         tensor: *const accel_tensor_t,
         out: *mut accel_dtype_t,
@@ -416,6 +422,12 @@ extern "C" {
 }
 extern "C" {
     pub fn accel_accelerator_get_config_json(
+        accelerator: *const accel_accelerator_t,
+        out: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_device(
         accelerator: *const accel_accelerator_t,
         out: *mut *mut core::ffi::c_char,
     ) -> accel_status_t;

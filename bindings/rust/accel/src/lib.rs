@@ -327,6 +327,13 @@ impl Tensor {
         Ok(Tensor { raw })
     }
 
+    /// Where the elements live: "cpu", "cuda:0", ...
+    pub fn device(&self) -> Result<String> {
+        let mut s: *mut c_char = ptr::null_mut();
+        check(unsafe { sys::accel_tensor_get_device(self.raw, &mut s) })?;
+        Ok(unsafe { owned_string(s) })
+    }
+
     pub fn dtype(&self) -> Result<i32> {
         let mut v = 0;
         check(unsafe { sys::accel_tensor_get_dtype(self.raw, &mut v) })?;
@@ -591,6 +598,13 @@ impl Accelerator {
     pub fn config_json(&self) -> Result<String> {
         let mut s: *mut c_char = ptr::null_mut();
         check(unsafe { sys::accel_accelerator_get_config_json(self.raw, &mut s) })?;
+        Ok(unsafe { owned_string(s) })
+    }
+
+    /// `accelerator.device`: "cuda:N" where a GPU is used, else "cpu".
+    pub fn device(&self) -> Result<String> {
+        let mut s: *mut c_char = ptr::null_mut();
+        check(unsafe { sys::accel_accelerator_get_device(self.raw, &mut s) })?;
         Ok(unsafe { owned_string(s) })
     }
 
