@@ -75,11 +75,11 @@ if [ "${GPU_CHECK_SUITE:-0}" = 1 ]; then
     # The rest of the single-process suite against this LibTorch (gloo-based entries fail where it has no Gloo).
     # Models and batches go to the GPU by default; the entries that fail there run again on the CPU
     # (ACCELERATE_USE_CPU=1), which tells failures of GPU placement from failures of this build.
-    (cd $b && timeout 300 ctest -L 'unit|capi|example' -j"$(nproc)" --timeout 120 --output-on-failure) \
+    (cd $b && timeout 180 ctest -L 'unit|capi|example' -j"$(nproc)" --timeout 120 --output-on-failure) \
         > "$out/ctest_suite.log" 2>&1
     grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" "$out/ctest_suite.log" | tail -25
     echo "== the failed ones again, on the CPU"
-    (cd $b && ACCELERATE_USE_CPU=1 timeout 200 ctest --rerun-failed -j"$(nproc)" --timeout 120 --output-on-failure) \
+    (cd $b && ACCELERATE_USE_CPU=1 timeout 100 ctest --rerun-failed -j"$(nproc)" --timeout 120 --output-on-failure) \
         > "$out/ctest_suite_cpu.log" 2>&1
     grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" "$out/ctest_suite_cpu.log" | tail -25
 fi
