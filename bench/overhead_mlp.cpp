@@ -1,5 +1,7 @@
 // accel's per-step overhead: the same MLP trained through the C API (dataloader_next + train_step)
-// and through a hand-written LibTorch loop, interleaved in one process, one thread.
+// and through a hand-written LibTorch loop, interleaved in one process, one thread, both on the device the
+// accelerator picks (a GPU where LibTorch sees one, unless ACCELERATE_USE_CPU=1; batches are gathered on the
+// host and copied over, as a prepared loader does).
 //
 //   bench_overhead [rounds] [steps_per_round] [widths, e.g. 1024,1024,1024,10] [batch]
 #include <accel/accel.h>
@@ -60,6 +62,10 @@ int main(int argc, char **argv)
     std::string dl_config = "{\"batch_size\": " + std::to_string(batch) + ", \"shuffle\": true, \"seed\": 3}";
     check(accel_dataloader_create_from_tensors(xt, yt, dl_config.c_str(), &dl), "dataloader");
     check(accel_accelerator_prepare(acc, model, opt, dl, nullptr), "prepare");
+    char *device_name = nullptr;
+    check(accel_accelerator_get_device(acc, &device_name), "device");
+    const at::Device device(device_name);
+    accel_string_free(device_name);
     auto accel_steps = [&](int k) {
         for (int i = 0; i < k; ++i) {
             accel_batch_t *b = nullptr;
@@ -78,6 +84,7 @@ int main(int argc, char **argv)
         net->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
         if (i + 2 < widths.size()) net->push_back(torch::nn::ReLU());
     }
+    net->to(device);
     torch::optim::AdamW adamw(net->parameters(), torch::optim::AdamWOptions(1e-4));
     at::Tensor perm;
     int64_t cursor = n;
@@ -90,7 +97,7 @@ int main(int argc, char **argv)
             }
             at::Tensor idx = perm.narrow(0, cursor, batch);
             cursor += batch;
-            at::Tensor x = X.index_select(0, idx), y = Y.index_select(0, idx);
+            at::Tensor x = X.index_select(0, idx).to(device), y = Y.index_select(0, idx).to(device);
             adamw.zero_grad();
             at::Tensor loss = torch::nn::functional::cross_entropy(net->forward(x), y);
             loss.backward();
@@ -113,8 +120,8 @@ int main(int argc, char **argv)
         }
     }
     double a = median(t_accel), b = median(t_base);
-    std::printf("MLP %s batch %lld, AdamW, 1 thread, %d rounds x %d steps (median ms/step)\n", spec.c_str(),
-                static_cast<long long>(batch), rounds, steps);
+    std::printf("MLP %s batch %lld, AdamW, 1 thread, on %s, %d rounds x %d steps (median ms/step)\n", spec.c_str(),
+                static_cast<long long>(batch), device.str().c_str(), rounds, steps);
     std::printf("  accel C API (dataloader_next + train_step): %8.3f ms/step\n", a);
     std::printf("  hand-written LibTorch loop:                 %8.3f ms/step\n", b);
     std::printf("  ratio accel / LibTorch:                     %8.3f\n", a / b);

@@ -9,7 +9,7 @@
 # `apt-get download` them there first), since nothing can be installed on that machine.
 # Writes its logs to $OUT (default /tmp/accel_gpu). Usage: bash scripts/gpu_check.sh [--headers | --build-only]
 # (--headers: also LibTorch's include folder as torch_include.tar.xz; GPU_CHECK_SUITE=1: then the unit, capi and
-# example entries of ctest too; GPU_CHECK_TARGETS: what to build).
+# example entries of ctest too; GPU_CHECK_TARGETS: what to build). GPU_CHECK_BENCH=1: bench_overhead on the GPU and the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/accel_gpu}
@@ -39,7 +39,7 @@ if [ "${1:-}" = --headers ]; then
 fi
 b=/tmp/accel_gpu_build
 cmake -G Ninja -S . -B $b -DCMAKE_BUILD_TYPE=Release -DACCEL_WERROR=OFF -DACCEL_BUILD_BINDINGS=OFF \
-    -DACCEL_BUILD_BENCH=OFF -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DACCEL_NCCL=ON \
+    -DACCEL_BUILD_BENCH=$([ "${GPU_CHECK_BENCH:-0}" = 1 ] && echo ON || echo OFF) -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DACCEL_NCCL=ON \
     -DNCCL_ROOT="$(dirname "$(dirname "$nccl_h")")" -DPython3_EXECUTABLE="$(command -v python3)" \
     -DCMAKE_PREFIX_PATH="$tp/share/cmake;$root/usr;$multi/cmake" \
     -DProtobuf_PROTOC_EXECUTABLE=$root/usr/bin/protoc -DProtobuf_INCLUDE_DIR=$root/usr/include \
@@ -48,6 +48,7 @@ cmake -G Ninja -S . -B $b -DCMAKE_BUILD_TYPE=Release -DACCEL_WERROR=OFF -DACCEL_
 grep -E "accel:|Torch|CUDA" "$out/configure.log" | head
 targets=${GPU_CHECK_TARGETS:-accel accel_cli train_mlp capi_test_distributed capi_test_cuda accel_unit_tests nccl_link_check}
 [ "${GPU_CHECK_SUITE:-0}" = 1 ] && targets=all
+[ "${GPU_CHECK_BENCH:-0}" = 1 ] && targets="$targets bench_overhead"
 ninja -C $b -k 0 -j"$(nproc)" $targets > "$out/build.log" 2>&1
 echo "build: exit $?; $(grep -c 'error:' "$out/build.log") error lines"
 grep -m 30 'error:' "$out/build.log"
@@ -82,4 +83,11 @@ if [ "${GPU_CHECK_SUITE:-0}" = 1 ]; then
     (cd $b && ACCELERATE_USE_CPU=1 timeout 100 ctest --rerun-failed -j"$(nproc)" --timeout 120 --output-on-failure) \
         > "$out/ctest_suite_cpu.log" 2>&1
     grep -E "tests passed|tests failed|\*\*\*|Failed|Timeout" "$out/ctest_suite_cpu.log" | tail -25
+fi
+if [ "${GPU_CHECK_BENCH:-0}" = 1 ]; then
+    # accel's per-step overhead against a hand-written LibTorch loop on the GPU, then the same on the CPU.
+    for batch in 64 4096; do
+        timeout 120 $b/bench/bench_overhead 7 50 1024,1024,1024,10 $batch 2>&1 | grep -v autocast_mode.h | tee -a "$out/bench_overhead.txt"
+    done
+    ACCELERATE_USE_CPU=1 timeout 120 $b/bench/bench_overhead 5 10 1024,1024,1024,10 64 2>&1 | tee -a "$out/bench_overhead.txt"
 fi

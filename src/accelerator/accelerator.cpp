@@ -95,8 +95,6 @@ void Accelerator::prepare_model(Model &model)
                                               ": sharded training on a GPU (" + state_->device.str() +
                                               ") is not supported yet; set \"cpu\": true to shard on the CPU");
         model.to(state_->device);
-        for (const auto &o : optimizers_)
-            if (o->model().get() == &model) o->move_state_to_parameters();
     }
     // FP8: Linear layers run through the emulated delayed-scaling path (fails for TorchScript models).
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) model.enable_fp8(state_->config.fp8_recipe);
@@ -339,7 +337,6 @@ void Accelerator::prepare_optimizer(const std::shared_ptr<AcceleratedOptimizer> 
     check_owner(optimizer->prepared_by, "optimizer");
     check_owner(optimizer->model()->prepared_by, "optimizer's model");
     if (optimizer->prepared_by == state_) return;
-    if (state_->places_on_device()) optimizer->move_state_to_parameters();
     optimizer->prepared_by = state_;
     optimizers_.push_back(optimizer);
     shard_optimizer(optimizer); // over the engine's shards when its model is sharded

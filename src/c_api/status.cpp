@@ -5,11 +5,24 @@
 #include "config/json.hpp"
 #include "distributed/communicator.hpp"
 
+#include "precision/autocast.hpp"
+
 #include <ATen/Context.h>
+#include <torch/cuda.h>
 
 #ifndef ACCEL_TORCH_VERSION
 #define ACCEL_TORCH_VERSION "unknown"
 #endif
+
+namespace {
+// "fp16" where LibTorch has fp16 kernels on the device an accelerator with the defaults computes on.
+std::vector<std::string> mixed_precisions()
+{
+    std::vector<std::string> out{"no", "bf16"};
+    if (accel::fp16_autocast_available(torch::cuda::is_available() ? at::kCUDA : at::kCPU, nullptr)) out.push_back("fp16");
+    return out;
+}
+} // namespace
 
 extern "C" {
 
@@ -29,7 +42,7 @@ ACCEL_API accel_status_t accel_build_info_json(char **out) noexcept
             .add("torch_version", ACCEL_TORCH_VERSION)
             .add("cuda", at::hasCUDA())
             .add("backends", accel::distributed::compiled_backends())
-            .add("mixed_precision", std::vector<std::string>{"no", "bf16"});
+            .add("mixed_precision", mixed_precisions());
         *out = accel::capi::owned_string(w.str());
     });
 }

@@ -84,6 +84,8 @@ void Model::to(const at::Device &device)
                                                   "\" are different tensors over one storage; moving such a model "
                                                   "to " + device.str() + " is not supported");
         }
+    if (objects.empty()) return; // nothing to move
+    ++placement_;
     for (auto *list : {&parameters_, &buffers_})
         for (auto &entry : *list) {
             at::Tensor &t = entry.second;

@@ -68,6 +68,8 @@ public:
     // Moves every parameter (with its gradient) and buffer to `device` in place: the tensor objects stay
     // the same, so optimizers, names handed out and tied weights stay valid (nn.Module.to's rule).
     void to(const at::Device &device);
+    // How many times to() moved something: optimizers over the model move their state after it.
+    uint64_t placement() const { return placement_; }
 
     // Prepares the Linear layers for emulated FP8 training (src/precision/fp8); called when a model is
     // prepared with mixed_precision "fp8". Idempotent. Models that cannot run it fail with UNIMPLEMENTED.
@@ -116,6 +118,7 @@ private:
     const at::Tensor *find_own(const std::string &key) const;
     NamedTensors parameters_;
     NamedTensors buffers_;
+    uint64_t placement_ = 0;
 };
 
 // `on_parameter` (optional) is called with each parameter as soon as its layer (a GPT model: its tensor, or

@@ -96,6 +96,12 @@ void AcceleratedOptimizer::step()
 
 void AcceleratedOptimizer::inner_step()
 {
+    // The model moved since the last step (prepare's device placement): state made before (Adagrad makes
+    // it in its constructor; a step or a load before prepare) follows the parameters.
+    if (model_ && model_->placement() != placement_seen_) {
+        move_state_to_parameters();
+        placement_seen_ = model_->placement();
+    }
     auto step = [this] { optimizer_->step(); };
     const PageFn page = layout_ ? layout_->page : nullptr;
     if (offload_) offload_->step(step, page);

@@ -81,8 +81,8 @@ public:
     // has no state yet), and putting such a list back (offloading).
     std::vector<at::Tensor> state_tensors(const at::Tensor &param) const;
     void set_state_tensors(const at::Tensor &param, const std::vector<at::Tensor> &tensors);
-    // State made while the parameters were elsewhere (a step or a load before the model moved to its device)
-    // joins each parameter's device, as Accelerate's AcceleratedOptimizer moves it with device_placement.
+    // State made while the parameters were elsewhere joins each parameter's device (Accelerate's
+    // AcceleratedOptimizer moves it with device_placement); done before the first step after a move.
     void move_state_to_parameters();
 
 private:
@@ -100,6 +100,7 @@ private:
     ApplyState inner_load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
     bool may_act() const; // false while accumulating gradients
     std::shared_ptr<Model> model_;
+    uint64_t placement_seen_ = 0; // model_->placement() when the state last followed the parameters
     std::unique_ptr<torch::optim::Optimizer> optimizer_;
     std::unique_ptr<OptimizerOffload> offload_; // after optimizer_: destroyed first
     bool step_was_skipped_ = false;

@@ -353,7 +353,9 @@ static size_t zero3_steps(const char *zero, char **stats, float *w, size_t cap)
     double loss = 0;
     size_t n;
     int step;
-    snprintf(config, sizeof config, "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": %s}}}", zero);
+    /* (on the CPU: sharded training is not placed on GPUs yet) */
+    snprintf(config, sizeof config, "{\"cpu\": true, \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": %s}}}",
+             zero);
     CHECK_OK(accel_random_set_seed(11, false, false));
     CHECK_OK(accel_accelerator_create(config, &acc));
     CHECK_OK(accel_model_create_from_json(kSpec, &m));
