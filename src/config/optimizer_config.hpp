@@ -2,8 +2,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace accel::config {
+
+struct ParamGroupConfig;
 
 struct OptimizerConfig {
     std::string type; // sgd, adam, adamw, adagrad, rmsprop
@@ -17,8 +20,22 @@ struct OptimizerConfig {
     double lr_decay = 0.0, initial_accumulator_value = 0.0;
     double alpha = 0.99;
     bool centered = false;
+    // "param_groups": PyTorch's parameter groups, in order (empty: one group of every parameter). Each group's
+    // hyperparameters default to the top level's.
+    std::vector<ParamGroupConfig> param_groups;
+};
+
+struct ParamGroupConfig {
+    // Shell-style patterns (fnmatch, `*` crosses dots) over full parameter names; a parameter joins the first
+    // group with a pattern that matches it. Empty: the group of every parameter no other group takes.
+    std::vector<std::string> params;
+    OptimizerConfig options; // hyperparameters only (type and param_groups unused)
 };
 
 OptimizerConfig parse_optimizer_config(const char *json);
+
+// Which group each parameter joins (names in named_parameters() order): INVALID_ARGUMENT naming the
+// parameter no group takes, or the group that takes none.
+std::vector<size_t> assign_param_groups(const OptimizerConfig &config, const std::vector<std::string> &names);
 
 } // namespace accel::config

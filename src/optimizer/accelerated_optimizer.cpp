@@ -18,53 +18,101 @@
 namespace accel {
 
 namespace {
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<at::Tensor> &params,
+
+namespace optim = torch::optim;
+
+// The hyperparameters of group `g` (the top level's without param_groups).
+const config::OptimizerConfig &group_options(const config::OptimizerConfig &c, size_t g)
+{
+    return c.param_groups.empty() ? c : c.param_groups.at(g).options;
+}
+
+template <class Options> Options options_of(const config::OptimizerConfig &c);
+template <> optim::SGDOptions options_of(const config::OptimizerConfig &c)
+{
+    return optim::SGDOptions(c.lr).momentum(c.momentum).dampening(c.dampening).nesterov(c.nesterov).weight_decay(c.weight_decay);
+}
+template <> optim::AdamOptions options_of(const config::OptimizerConfig &c)
+{
+    return optim::AdamOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay).amsgrad(c.amsgrad);
+}
+template <> optim::AdamWOptions options_of(const config::OptimizerConfig &c)
+{
+    return optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay).amsgrad(c.amsgrad);
+}
+template <> optim::AdagradOptions options_of(const config::OptimizerConfig &c)
+{
+    return optim::AdagradOptions(c.lr)
+        .lr_decay(c.lr_decay)
+        .weight_decay(c.weight_decay)
+        .initial_accumulator_value(c.initial_accumulator_value)
+        .eps(c.eps);
+}
+template <> optim::RMSpropOptions options_of(const config::OptimizerConfig &c)
+{
+    return optim::RMSpropOptions(c.lr).alpha(c.alpha).eps(c.eps).weight_decay(c.weight_decay).momentum(c.momentum).centered(
+        c.centered);
+}
+
+template <class Opt, class Options>
+std::unique_ptr<optim::Optimizer> build(const std::vector<std::vector<at::Tensor>> &groups, const config::OptimizerConfig &c)
+{
+    std::vector<optim::OptimizerParamGroup> pg;
+    for (size_t g = 0; g < groups.size(); ++g)
+        pg.emplace_back(groups[g], std::make_unique<Options>(options_of<Options>(group_options(c, g))));
+    return std::make_unique<Opt>(std::move(pg), options_of<Options>(c));
+}
+
+// A LibTorch optimizer of c.type over `groups` (one per config group, or one of every parameter).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<std::vector<at::Tensor>> &groups,
                                                         const config::OptimizerConfig &c)
 {
-    namespace optim = torch::optim;
-    if (c.type == "sgd")
-        return std::make_unique<optim::SGD>(params, optim::SGDOptions(c.lr)
-                                                        .momentum(c.momentum)
-                                                        .dampening(c.dampening)
-                                                        .nesterov(c.nesterov)
-                                                        .weight_decay(c.weight_decay));
-    if (c.type == "adam")
-        return std::make_unique<optim::Adam>(params, optim::AdamOptions(c.lr)
-                                                         .betas({c.beta1, c.beta2})
-                                                         .eps(c.eps)
-                                                         .weight_decay(c.weight_decay)
-                                                         .amsgrad(c.amsgrad));
-    if (c.type == "adamw")
-        return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(c.lr)
-                                                          .betas({c.beta1, c.beta2})
-                                                          .eps(c.eps)
-                                                          .weight_decay(c.weight_decay)
-                                                          .amsgrad(c.amsgrad));
-    if (c.type == "adagrad")
-        return std::make_unique<optim::Adagrad>(params, optim::AdagradOptions(c.lr)
-                                                            .lr_decay(c.lr_decay)
-                                                            .weight_decay(c.weight_decay)
-                                                            .initial_accumulator_value(c.initial_accumulator_value)
-                                                            .eps(c.eps));
-    if (c.type == "rmsprop")
-        return std::make_unique<optim::RMSprop>(params, optim::RMSpropOptions(c.lr)
-                                                            .alpha(c.alpha)
-                                                            .eps(c.eps)
-                                                            .weight_decay(c.weight_decay)
-                                                            .momentum(c.momentum)
-                                                            .centered(c.centered));
+    if (c.type == "sgd") return build<optim::SGD, optim::SGDOptions>(groups, c);
+    if (c.type == "adam") return build<optim::Adam, optim::AdamOptions>(groups, c);
+    if (c.type == "adamw") return build<optim::AdamW, optim::AdamWOptions>(groups, c);
+    if (c.type == "adagrad") return build<optim::Adagrad, optim::AdagradOptions>(groups, c);
+    if (c.type == "rmsprop") return build<optim::RMSprop, optim::RMSpropOptions>(groups, c);
     fail(ACCEL_ERR_INTERNAL, "unhandled optimizer type " + c.type);
 }
+
+std::vector<std::unique_ptr<optim::OptimizerOptions>> options_of_groups(optim::Optimizer &o)
+{
+    std::vector<std::unique_ptr<optim::OptimizerOptions>> out;
+    for (auto &group : o.param_groups()) out.push_back(group.options().clone());
+    return out;
+}
+
+// A rebuilt optimizer takes over the hyperparameters as they are (the current learning rate and the rest).
+void set_options_of_groups(optim::Optimizer &o, std::vector<std::unique_ptr<optim::OptimizerOptions>> options)
+{
+    for (size_t g = 0; g < options.size(); ++g) o.param_groups()[g].set_options(std::move(options[g]));
+}
+
 } // namespace
 
 AcceleratedOptimizer::AcceleratedOptimizer(std::shared_ptr<Model> model, const config::OptimizerConfig &config)
     : config_(config), model_(std::move(model))
 {
+    std::vector<std::string> names;
     std::vector<at::Tensor> params;
-    for (const auto &p : model_->parameters())
-        if (p.requires_grad()) params.push_back(p);
+    for (const auto &[name, p] : model_->named_parameters())
+        if (p.requires_grad()) names.push_back(name), params.push_back(p);
     if (params.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "model: has no trainable parameters to optimize");
-    optimizer_ = make_optimizer(params, config);
+    param_group_ = config::assign_param_groups(config, names);
+    // PyTorch numbers the parameters of a state dict group by group.
+    state_id_.resize(params.size());
+    int64_t next = 0;
+    for (size_t g = 0; g < std::max<size_t>(1, config.param_groups.size()); ++g)
+        for (size_t i = 0; i < params.size(); ++i)
+            if (param_group_[i] == g) state_id_[i] = next++;
+    optimizer_ = make_optimizer(grouped(params), config);
+}
+
+std::vector<std::vector<at::Tensor>> AcceleratedOptimizer::grouped(const std::vector<at::Tensor> &params) const
+{
+    std::vector<std::vector<at::Tensor>> out(std::max<size_t>(1, config_.param_groups.size()));
+    for (size_t i = 0; i < params.size(); ++i) out.at(param_group_.at(i)).push_back(params[i]);
+    return out;
 }
 
 AcceleratedOptimizer::~AcceleratedOptimizer() = default;
@@ -74,6 +122,7 @@ bool AcceleratedOptimizer::may_act() const { return prepared_by == nullptr || pr
 void AcceleratedOptimizer::step()
 {
     if (!may_act()) return;
+    attach_run_grads(); // the gradient scaler unscales them
     GradScaler *scaler = prepared_by ? prepared_by->scaler.get() : nullptr;
     if (scaler == nullptr || !scaler->is_enabled()) {
         step_was_skipped_ = false;
@@ -102,6 +151,7 @@ void AcceleratedOptimizer::inner_step()
         move_state_to_parameters();
         placement_seen_ = model_->placement();
     }
+    attach_run_grads(); // again: what ran before the step (DeepSpeed's clipping) may have replaced them
     auto step = [this] { optimizer_->step(); };
     const PageFn page = layout_ ? layout_->page : nullptr;
     if (offload_) offload_->step(step, page);
@@ -169,19 +219,71 @@ void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, par
                                       std::function<void()> after_step,
                                       std::function<void()> after_zero_grad, std::function<void()> before_step)
 {
-    if (optimizer_->param_groups().size() != 1)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "optimizer: sharding supports one parameter group");
+    const size_t num_groups = optimizer_->param_groups().size();
+    if (layout.params.size() != param_group_.size())
+        fail(ACCEL_ERR_INTERNAL, "optimizer: the sharded layout has another parameter count than the optimizer");
+    if (num_groups > 1 && layout.page)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "optimizer: param_groups with parameter offload to nvme is not supported yet");
     // State it already has (steps taken before prepare, or before a free_memory) moves into the shards.
     PyRef state = inner_state_dict();
-    auto options = optimizer_->param_groups()[0].options().clone();
-    auto rebuilt = make_optimizer(shards, config_);
-    rebuilt->param_groups()[0].set_options(std::move(options)); // the current learning rate and the rest
+    auto options = options_of_groups(*optimizer_);
+    std::vector<std::vector<at::Tensor>> groups(num_groups);
+    runs_.clear();
+    if (num_groups == 1) {
+        groups[0] = shards;
+    } else {
+        // Each shard cut where the group changes: the LibTorch optimizer steps these pieces, group by group
+        // (its updates are elementwise, so stepping pieces equals stepping the shard). Padding after a
+        // parameter goes with it: zeros with zero gradients stay zeros under every update here.
+        std::vector<std::vector<ShardRun>> by_group(num_groups);
+        const int64_t rank = layout.shard_rank;
+        for (size_t u = 0; u < layout.unit_params.size(); ++u) {
+            const int64_t lo = rank * layout.shard_numel[u], hi = lo + layout.shard_numel[u];
+            std::vector<ShardRun> runs; // in shard order; parameters lie back to back, padding at the end
+            for (size_t k : layout.unit_params[u]) {
+                const int64_t begin = std::max<int64_t>(layout.param_offset[k] - lo, 0);
+                const int64_t end = std::min(layout.param_offset[k] + layout.params[k].numel(), hi) - lo;
+                if (end <= begin) continue; // none of it on this rank
+                if (runs.empty()) {
+                    runs.push_back({u, 0, 0, param_group_[k]});
+                } else if (runs.back().group != param_group_[k]) {
+                    runs.back().numel = begin - runs.back().start;
+                    runs.push_back({u, begin, 0, param_group_[k]});
+                }
+            }
+            if (runs.empty()) runs.push_back({u, 0, 0, param_group_[layout.unit_params[u].front()]}); // padding only
+            runs.back().numel = layout.shard_numel[u] - runs.back().start;
+            for (const ShardRun &r : runs) by_group[r.group].push_back(r);
+        }
+        at::NoGradGuard no_grad;
+        for (size_t g = 0; g < num_groups; ++g)
+            for (const ShardRun &r : by_group[g]) {
+                groups[g].push_back(shards[r.unit].detach().narrow(0, r.start, r.numel));
+                runs_.push_back(r);
+            }
+    }
+    auto rebuilt = make_optimizer(groups, config_);
+    set_options_of_groups(*rebuilt, std::move(options));
     optimizer_ = std::move(rebuilt);
+    shards_ = shards;
     after_step_ = std::move(after_step);
     after_zero_grad_ = std::move(after_zero_grad);
     before_step_ = std::move(before_step);
     layout_ = std::make_shared<const parallel::ShardLayout>(std::move(layout));
     if (!state->get("state")->map.empty()) load_state_dict(*state, "optimizer", copy_now)();
+}
+
+void AcceleratedOptimizer::attach_run_grads()
+{
+    if (runs_.empty()) return;
+    size_t i = 0;
+    for (auto &group : optimizer_->param_groups())
+        for (auto &p : group.params()) {
+            const ShardRun &r = runs_.at(i++);
+            const at::Tensor &g = shards_.at(r.unit).grad();
+            if (g.defined()) p.mutable_grad() = g.narrow(0, r.start, r.numel);
+            else p.mutable_grad().reset();
+        }
 }
 
 PyRef AcceleratedOptimizer::unsharded_state() const
@@ -196,12 +298,14 @@ void AcceleratedOptimizer::unshard(const PyRef &state)
     std::vector<at::Tensor> params;
     for (const auto &p : model_->parameters())
         if (p.requires_grad()) params.push_back(p);
-    auto options = optimizer_->param_groups()[0].options().clone();
-    auto rebuilt = make_optimizer(params, config_);
-    rebuilt->param_groups()[0].set_options(std::move(options));
+    auto options = options_of_groups(*optimizer_);
+    auto rebuilt = make_optimizer(grouped(params), config_);
+    set_options_of_groups(*rebuilt, std::move(options));
     offload_.reset(); // its files go; the state is in `state`
     optimizer_ = std::move(rebuilt);
     layout_.reset();
+    runs_.clear();
+    shards_.clear();
     after_step_ = after_zero_grad_ = before_step_ = nullptr;
     inner_load_state_dict(*state, "optimizer", copy_now)();
 }

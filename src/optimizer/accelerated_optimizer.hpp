@@ -86,6 +86,21 @@ public:
     void move_state_to_parameters();
 
 private:
+    // Sharded with several parameter groups, the LibTorch optimizer steps pieces of the shards, each within
+    // one group: runs_[i] is its i-th parameter (in group order), a piece of shards_[unit].
+    struct ShardRun {
+        size_t unit;
+        int64_t start, numel;
+        size_t group;
+    };
+    std::vector<ShardRun> runs_;
+    std::vector<at::Tensor> shards_;
+    // Per trainable parameter (named_parameters() order): its group, and its index in a state dict.
+    std::vector<size_t> param_group_;
+    std::vector<int64_t> state_id_;
+    std::vector<std::vector<at::Tensor>> grouped(const std::vector<at::Tensor> &params) const;
+    void attach_run_grads(); // each run's gradient: its piece of the shard's
+    PyRef joined_state(const PyRef &inner) const;    // the runs' state joined per unit (the shard form)
     config::OptimizerConfig config_;
     std::function<void()> after_step_, after_zero_grad_, before_step_;
     std::shared_ptr<const parallel::ShardLayout> layout_; // set while sharded

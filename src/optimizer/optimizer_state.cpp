@@ -405,8 +405,8 @@ double number_of(const PyObj &v)
 
 PyRef AcceleratedOptimizer::state_dict() const
 {
-    PyRef inner = inner_state_dict();
-    if (!layout_) return inner;
+    if (!layout_) return inner_state_dict();
+    PyRef inner = joined_state(inner_state_dict());
     const parallel::ShardLayout &l = *layout_;
     const PyObj *state = inner->get("state");
     std::vector<PyRef> per_param(l.params.size());
@@ -434,22 +434,67 @@ PyRef AcceleratedOptimizer::state_dict() const
     return unsharded_form(*inner, per_param);
 }
 
-// The per-parameter form's top level: state[i] for the parameters that have state, and the one group
-// (shard_over refuses more) with its hyperparameters as they are and the model's parameters.
+// With runs (several groups): the LibTorch optimizer's state, one entry per run, joined per unit as it is
+// with one group (the shard form); the groups stay as they are (their hyperparameters are what is read).
+PyRef AcceleratedOptimizer::joined_state(const PyRef &inner) const
+{
+    if (runs_.empty()) return inner;
+    const PyObj *state = inner->get("state");
+    std::vector<std::vector<size_t>> of_unit(layout_->unit_params.size()); // run indices, in shard order
+    for (size_t i = 0; i < runs_.size(); ++i) of_unit[runs_[i].unit].push_back(i);
+    for (auto &v : of_unit)
+        std::sort(v.begin(), v.end(), [this](size_t a, size_t b) { return runs_[a].start < runs_[b].start; });
+    auto joined = py_dict();
+    for (size_t u = 0; u < of_unit.size(); ++u) {
+        const PyObj *first = state->get_int_key(static_cast<int64_t>(of_unit[u].front()));
+        if (first == nullptr) continue; // a unit's runs step together (one gradient)
+        auto out = py_dict();
+        for (const auto &[key, value] : first->map) {
+            if (!per_element(key->s, *value)) {
+                py_set(*out, key->s, value);
+                continue;
+            }
+            std::vector<at::Tensor> parts;
+            for (size_t i : of_unit[u]) {
+                const PyObj *st = state->get_int_key(static_cast<int64_t>(i));
+                const PyObj *v = st != nullptr ? st->get(key->s) : nullptr;
+                if (v == nullptr || v->kind != PyObj::Kind::Tensor)
+                    fail(ACCEL_ERR_INTERNAL, "optimizer: the runs of unit " + std::to_string(u) + " differ in their state");
+                parts.push_back(v->tensor);
+            }
+            py_set(*out, key->s, py_tensor(at::cat(parts)));
+        }
+        joined->map.emplace_back(py_int(static_cast<int64_t>(u)), out);
+    }
+    auto result = py_dict();
+    py_set(*result, "state", joined);
+    py_set(*result, "param_groups", std::make_shared<PyObj>(*inner->get("param_groups")));
+    return result;
+}
+
+// The per-parameter form's top level: state[i] for the parameters that have state (numbered group by
+// group, as PyTorch numbers them), and each group with its hyperparameters as they are and its parameters.
 PyRef AcceleratedOptimizer::unsharded_form(const PyObj &inner, const std::vector<PyRef> &per_param) const
 {
+    std::vector<size_t> by_id(per_param.size());
+    for (size_t i = 0; i < per_param.size(); ++i) by_id.at(static_cast<size_t>(state_id_.at(i))) = i;
     auto new_state = py_dict();
-    auto ids = py_list();
-    for (size_t i = 0; i < per_param.size(); ++i) {
-        if (per_param[i]) new_state->map.emplace_back(py_int(static_cast<int64_t>(i)), per_param[i]);
-        ids->items.push_back(py_int(static_cast<int64_t>(i)));
+    for (size_t id = 0; id < by_id.size(); ++id)
+        if (per_param[by_id[id]]) new_state->map.emplace_back(py_int(static_cast<int64_t>(id)), per_param[by_id[id]]);
+    auto groups = py_list();
+    const auto &inner_groups = inner.get("param_groups")->items;
+    for (size_t g = 0; g < inner_groups.size(); ++g) {
+        auto ids = py_list();
+        for (size_t id = 0; id < by_id.size(); ++id)
+            if (param_group_[by_id[id]] == g) ids->items.push_back(py_int(static_cast<int64_t>(id)));
+        PyRef group = py_dict();
+        for (const auto &kv : inner_groups[g]->map)
+            py_set(*group, kv.first->s, kv.first->s == "params" ? ids : kv.second);
+        groups->items.push_back(group);
     }
-    PyRef group = py_dict();
-    for (const auto &kv : inner.get("param_groups")->items[0]->map)
-        py_set(*group, kv.first->s, kv.first->s == "params" ? ids : kv.second);
     auto out = py_dict();
     py_set(*out, "state", new_state);
-    py_set(*out, "param_groups", py_list({group}));
+    py_set(*out, "param_groups", groups);
     return out;
 }
 
@@ -475,7 +520,7 @@ std::pair<int64_t, std::string> state_tensor_name(const std::string &name, const
 ShardedState AcceleratedOptimizer::sharded_state_dict() const
 {
     if (!layout_) fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: a sharded state dict needs a sharded optimizer");
-    PyRef inner = inner_state_dict();
+    PyRef inner = joined_state(inner_state_dict());
     const parallel::ShardLayout &l = *layout_;
     const PyObj *state = inner->get("state");
     ShardedState out;
@@ -493,7 +538,7 @@ ShardedState AcceleratedOptimizer::sharded_state_dict() const
                     continue;
                 }
                 ShardedTensor t;
-                t.name = "state." + std::to_string(k) + "." + key->s;
+                t.name = "state." + std::to_string(state_id_[k]) + "." + key->s;
                 t.dtype = value->tensor.scalar_type();
                 t.shape = l.params[k].sizes().vec();
                 for (int32_t r = 0; r < l.shard_world; ++r)
@@ -576,27 +621,43 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
         }
     Reader r{what};
     const auto [state, groups] = r.top_level(sd);
-    if (groups->items.size() != 1)
+    const size_t num_groups = optimizer_->param_groups().size();
+    if (groups->items.size() != num_groups)
         fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": " + std::to_string(groups->items.size()) +
-                                             " parameter groups, the optimizer has 1");
-    const PyObj &g = *groups->items[0];
-    if (!g.is_dict()) r.bad("param_groups[0] is not a dict");
-    const PyObj *ids = g.get("params");
-    if (ids == nullptr || ids->kind != PyObj::Kind::List) r.bad("param_groups[0] has no params list");
-    if (ids->items.size() != l.params.size())
-        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": param_groups[0] has " + std::to_string(ids->items.size()) +
-                                             " parameters, the model has " + std::to_string(l.params.size()));
+                                             " parameter groups, the optimizer has " + std::to_string(num_groups));
+    // Each parameter's id in `sd`: group g's list pairs with the model's parameters of group g, in order.
+    std::vector<int64_t> id_of(l.params.size());
+    for (size_t gi = 0; gi < num_groups; ++gi) {
+        const PyObj &g = *groups->items[gi];
+        const std::string where = "param_groups[" + std::to_string(gi) + "]";
+        if (!g.is_dict()) r.bad(where + " is not a dict");
+        const PyObj *ids = g.get("params");
+        if (ids == nullptr || ids->kind != PyObj::Kind::List) r.bad(where + " has no params list");
+        size_t pos = 0;
+        for (size_t k = 0; k < l.params.size(); ++k) {
+            if (param_group_[k] != gi) continue;
+            if (pos >= ids->items.size()) {
+                pos = SIZE_MAX;
+                break;
+            }
+            const PyObj &id = *ids->items[pos++];
+            if (id.kind != PyObj::Kind::Int) r.bad(where + ".params holds a non-integer");
+            id_of[k] = id.i;
+        }
+        const size_t mine = static_cast<size_t>(std::count(param_group_.begin(), param_group_.end(), gi));
+        if (pos != ids->items.size())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": " + where + " has " + std::to_string(ids->items.size()) +
+                                                 " parameters, the optimizer's has " + std::to_string(mine));
+    }
     // The shard form: state[u] for unit u, this rank's piece of its parameters' joined tensors.
     auto new_state = py_dict();
     for (size_t u = 0; u < l.unit_params.size(); ++u) {
         std::vector<std::pair<const PyObj *, int64_t>> entries; // (state entry or null, its id)
         const PyObj *first = nullptr;
         for (size_t k : l.unit_params[u]) {
-            const PyObj &id = *ids->items[k];
-            if (id.kind != PyObj::Kind::Int) r.bad("param_groups[0].params holds a non-integer");
-            const PyObj *st = state->get_int_key(id.i);
-            if (st != nullptr && !st->is_dict()) r.bad("state[" + std::to_string(id.i) + "] is not a dict");
-            entries.emplace_back(st, id.i);
+            const PyObj *st = state->get_int_key(id_of[k]);
+            if (st != nullptr && !st->is_dict()) r.bad("state[" + std::to_string(id_of[k]) + "] is not a dict");
+            entries.emplace_back(st, id_of[k]);
             if (first == nullptr) first = st;
         }
         if (first == nullptr) continue; // none of the unit's parameters has state yet
@@ -653,19 +714,42 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
                     plan.reads.push_back({{}, v->tensor.reshape({-1}).narrow(0, piece.offset, piece.numel), 0,
                                           l.local_piece(param, shard).storage_offset(), piece.numel});
             }
-            plans.emplace(shard.unsafeGetTensorImpl(), std::move(plan));
+            // Cut into runs (several groups), the shard is read now: the runs' pieces are what the load sees.
+            if (runs_.empty()) plans.emplace(shard.unsafeGetTensorImpl(), std::move(plan));
+            else plan.run(src, shard);
             py_set(*out, name, py_tensor(shard));
         }
         new_state->map.emplace_back(py_int(static_cast<int64_t>(u)), out);
     }
-    auto shard_ids = py_list();
-    for (size_t u = 0; u < l.unit_params.size(); ++u) shard_ids->items.push_back(py_int(static_cast<int64_t>(u)));
-    PyRef group = py_dict();
-    for (const auto &kv : g.map) py_set(*group, kv.first->s, kv.first->s == "params" ? shard_ids : kv.second);
+    // What the LibTorch optimizer steps: the shards (state[u] as it is), or their runs (state[u] cut).
+    if (!runs_.empty()) {
+        auto run_state = py_dict();
+        for (size_t i = 0; i < runs_.size(); ++i) {
+            const PyObj *st = new_state->get_int_key(static_cast<int64_t>(runs_[i].unit));
+            if (st == nullptr) continue;
+            auto piece = py_dict();
+            for (const auto &[key, value] : st->map)
+                py_set(*piece, key->s, per_element(key->s, *value)
+                                           ? py_tensor(value->tensor.narrow(0, runs_[i].start, runs_[i].numel))
+                                           : value);
+            run_state->map.emplace_back(py_int(static_cast<int64_t>(i)), piece);
+        }
+        new_state = run_state;
+    }
+    auto new_groups = py_list();
+    for (size_t gi = 0, next = 0; gi < num_groups; ++gi) {
+        auto ids = py_list();
+        const size_t count = runs_.empty() ? l.unit_params.size() : optimizer_->param_groups()[gi].params().size();
+        for (size_t i = 0; i < count; ++i) ids->items.push_back(py_int(static_cast<int64_t>(next++)));
+        PyRef group = py_dict();
+        for (const auto &kv : groups->items[gi]->map)
+            py_set(*group, kv.first->s, kv.first->s == "params" ? ids : kv.second);
+        new_groups->items.push_back(group);
+    }
     PyObj shard_form;
     shard_form.kind = PyObj::Kind::Dict;
     py_set(shard_form, "state", new_state);
-    py_set(shard_form, "param_groups", py_list({group}));
+    py_set(shard_form, "param_groups", new_groups);
     // A placeholder's copy becomes its reads into the copy's destination.
     std::vector<std::pair<at::Tensor, ShardReads>> targets;
     const CopyFn read_instead = [&plans, &targets, &copy](const at::Tensor &dst, const at::Tensor &loaded) {

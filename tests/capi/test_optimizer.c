@@ -1,4 +1,6 @@
-/* accel/optimizer.h: every optimizer type steps as PyTorch's does, learning rates, bad configs. */
+/* accel/optimizer.h: every optimizer type steps as PyTorch's does, learning rates, parameter groups, bad
+ * configs. With the argument "reference" (needs Python's torch): parameter groups, a scheduler and the saved
+ * optimizer state against Python's torch.optim.AdamW (param_groups_reference.py). */
 #include "capi_helpers.h"
 
 #define NW 12 /* elements of "0.weight" in the [3, 4, 2] MLP */
@@ -87,6 +89,9 @@ static void check_rule(const char *config, rule_fn rule, double tol)
     CHECK(used > 0);
     CHECK(!bad);
 }
+
+/* param_groups: "0.weight" in a group of its own (lr 0.05, weight decay 0.5), or in the rest (lr 0.1, none). */
+static double rule_group_own(double w, double g) { return w - 0.05 * (g + 0.5 * w); }
 
 static double sgn(double g) { return g > 0 ? 1.0 : g < 0 ? -1.0 : 0.0; }
 static double rule_sgd(double w, double g) { return w - 0.1 * g; }
@@ -260,6 +265,30 @@ static void bad_config(accel_model_t *m, const char *json, accel_status_t status
 }
 #define BAD_CONFIG(json, fragment) bad_config(m, json, ACCEL_ERR_INVALID_ARGUMENT, fragment, __LINE__)
 
+static void test_param_groups(void)
+{
+    float before[NW], grad[NW], after[NW];
+    int i, same = 1;
+    /* "0.weight" is matched by the first group; the biases and "2.weight" are the rest. */
+    check_rule("{\"type\": \"sgd\", \"lr\": 0.1, \"param_groups\": [{\"params\": [\"0.w*\"], \"lr\": 0.05,"
+               " \"weight_decay\": 0.5}, {}]}",
+               rule_group_own, 1e-6);
+    /* The first group that matches wins ("0.weight": the second group, not the third). */
+    check_rule("{\"type\": \"sgd\", \"lr\": 0.1, \"param_groups\": [{\"params\": [\"*.bias\"], \"lr\": 0.0},"
+               " {\"params\": [\"0.weight\"]}, {\"params\": [\"0.*\", \"2.weight\"], \"lr\": 0.5}]}",
+               rule_sgd, 1e-6);
+    /* Groups with the top level's hyperparameters step exactly as one group (the group of the other parameters
+     * first, as Hugging Face's scripts order them). */
+    if (one_step("{\"type\": \"adamw\", \"lr\": 0.01, \"weight_decay\": 0.1}", before, grad, after) == 0) {
+        float b2[NW], g2[NW], a2[NW];
+        CHECK(one_step("{\"type\": \"adamw\", \"lr\": 0.01, \"weight_decay\": 0.1, \"param_groups\": [{}, "
+                       "{\"params\": [\"*.bias\"]}]}",
+                       b2, g2, a2) == 0);
+        for (i = 0; i < NW; ++i) same = same && a2[i] == after[i];
+        CHECK(same);
+    }
+}
+
 static void test_bad_configs(void)
 {
     accel_model_t *m = NULL;
@@ -294,6 +323,31 @@ static void test_bad_configs(void)
     /* past float's range (the state is float32; found by fuzz_optimizer_config): named, not ACCEL_ERR_UNKNOWN */
     BAD_CONFIG("{\"type\": \"adagrad\", \"initial_accumulator_value\": 1e308}", "initial_accumulator_value");
     BAD_CONFIG("{\"type\": \"rmsprop\", \"centered\": \"no\"}", "centered");
+    /* param_groups */
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": {}}", "param_groups");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": []}", "param_groups: empty");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [1]}", "param_groups[0]");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{\"params\": []}]}", "param_groups[0].params: empty");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{\"params\": \"*\"}]}", "param_groups[0].params");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{\"params\": [1]}]}", "param_groups[0].params[0]");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{}, {\"lr\": 0.1}]}", "param_groups[1]: a second group");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{\"params\": [\"*\"], \"lr\": -1}]}", "param_groups[0].lr");
+    BAD_CONFIG("{\"type\": \"adam\", \"param_groups\": [{\"params\": [\"*\"], \"momentum\": 0.9}]}",
+               "param_groups[0].momentum: unknown key");
+    BAD_CONFIG("{\"type\": \"adam\", \"param_groups\": [{\"params\": [\"*\"], \"type\": \"sgd\"}]}",
+               "param_groups[0].type: unknown key");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{\"params\": [\"*\"], \"nesterov\": true}]}",
+               "param_groups[0].nesterov");
+    /* Resolved against the model's names: a parameter no group takes, a group that takes none. */
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{\"params\": [\"*.bias\"]}]}", "\"0.weight\" is in no group");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{\"params\": [\"encoder.*\"]}, {}]}",
+               "param_groups[0].params: takes no trainable parameter");
+    BAD_CONFIG("{\"type\": \"sgd\", \"param_groups\": [{\"params\": [\"*\"]}, {}]}", "param_groups[1]: takes no");
+    opt = (accel_optimizer_t *)&opt;
+    CHECK_FAILS(accel_optimizer_create(m, "{\"type\": \"adagrad\", \"param_groups\": [{\"params\": [\"*\"], "
+                                          "\"initial_accumulator_value\": 0.1}]}", &opt),
+                ACCEL_ERR_UNIMPLEMENTED, "param_groups[0].initial_accumulator_value");
+    CHECK(opt == NULL);
     BAD_CONFIG("{\"type\": \"sgd\"", "malformed JSON");
     BAD_CONFIG("[\"sgd\"]", "JSON object");
     BAD_CONFIG(NULL, "config_json");
@@ -312,9 +366,83 @@ static void test_bad_configs(void)
     accel_model_free(m);
 }
 
-int main(void)
+/* ---- parameter groups against Python's torch ----------------------------------------------------- */
+
+#define PG_N 32
+#define PG_STEPS 6
+
+static int test_reference(void)
 {
+    const char *py = getenv("ACCEL_PYTHON"), *script = getenv("ACCEL_PG_REFERENCE");
+    static float x[PG_N * 6];
+    static int64_t y[PG_N];
+    const int64_t xs[2] = {PG_N, 6}, ys[1] = {PG_N};
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_scheduler_t *sched = NULL;
+    accel_dataloader_t *dl = NULL;
+    accel_tensor_t *xt = NULL, *yt = NULL;
+    FILE *f;
+    char cmd[1200];
+    int i, rc;
+    if (py == NULL || py[0] == '\0' || script == NULL) {
+        fprintf(stderr, "test_optimizer reference: ACCEL_PYTHON (with torch) and ACCEL_PG_REFERENCE must be set\n");
+        return 1;
+    }
+    for (i = 0; i < PG_N * 6; ++i) x[i] = sinf(0.37f * (float)i) * 2.0f;
+    for (i = 0; i < PG_N; ++i) y[i] = i % 3;
+    CHECK(system("rm -rf pg_ref && mkdir pg_ref") == 0);
+    f = fopen("pg_ref/x.bin", "wb");
+    CHECK(f != NULL && fwrite(x, sizeof x, 1, f) == 1 && fclose(f) == 0);
+    f = fopen("pg_ref/y.bin", "wb");
+    CHECK(f != NULL && fwrite(y, sizeof y, 1, f) == 1 && fclose(f) == 0);
+
+    CHECK_OK(accel_random_set_seed(7, false, false));
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [6, 16, 3]}", &m));
+    /* Hugging Face's grouping: weight decay except on biases; the biases also at another lr and betas. */
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adamw\", \"lr\": 0.01, \"weight_decay\": 0.1, \"param_groups\": "
+                                       "[{}, {\"params\": [\"*.bias\"], \"weight_decay\": 0.0, \"lr\": 0.03,"
+                                       " \"betas\": [0.8, 0.99]}]}", &opt));
+    CHECK_OK(accel_scheduler_create(opt, "{\"type\": \"linear\", \"num_warmup_steps\": 2, \"num_training_steps\": 10}",
+                                    &sched));
+    xt = tensor_f32(x, xs, 2);
+    yt = tensor_i64(y, ys, 1);
+    CHECK_OK(accel_dataloader_create_from_tensors(xt, yt, "{\"batch_size\": 32, \"shuffle\": false}", &dl));
+    CHECK_OK(accel_accelerator_create(NULL, &acc));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, dl, sched));
+    CHECK_OK(accel_accelerator_save_model(acc, m, "pg_ref/init", NULL));
+    f = fopen("pg_ref/losses.txt", "w");
+    CHECK(f != NULL);
+    for (i = 0; i < PG_STEPS && f != NULL; ++i) {
+        accel_batch_t *b = NULL;
+        double loss = 0;
+        CHECK_OK(accel_dataloader_next(dl, &b));
+        if (b == NULL) CHECK_OK(accel_dataloader_next(dl, &b));
+        CHECK_OK(accel_accelerator_train_step(acc, m, opt, sched, b, "cross_entropy", &loss));
+        fprintf(f, "%a\n", loss);
+        accel_batch_free(b);
+    }
+    if (f != NULL) fclose(f);
+    CHECK_OK(accel_accelerator_save_state(acc, "pg_ref/state"));
+    snprintf(cmd, sizeof cmd, "'%s' '%s' pg_ref %d", py, script, PG_STEPS);
+    rc = system(cmd);
+    CHECK(rc == 0);
+    accel_dataloader_free(dl);
+    accel_scheduler_free(sched);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_tensor_free(xt);
+    accel_tensor_free(yt);
+    accel_accelerator_free(acc);
+    return capi_report("test_optimizer reference");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "reference") == 0) return test_reference();
     test_each_type_steps();
+    test_param_groups();
     test_lr();
     test_zero_grad();
     test_bad_configs();
