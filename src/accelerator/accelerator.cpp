@@ -162,9 +162,6 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
     const double clip = state_->config.sharding.frontend == "deepspeed" ? state_->config.sharding.gradient_clipping : 0.0;
     // The offload folder first: a path that cannot be used fails before anything changes.
     const auto &s = state_->config.sharding;
-    if (optimizer->num_param_groups() > 1 && s.offload_optimizer_device != "none")
-        fail(ACCEL_ERR_UNIMPLEMENTED, "optimizer: param_groups with offload_optimizer_device \"" + s.offload_optimizer_device +
-                                          "\" is not supported yet (one group offloads)");
     std::unique_ptr<OffloadFiles> files;
     if (s.offload_optimizer_device == "nvme")
         files = std::make_unique<OffloadFiles>(s.offload_optimizer_nvme_path, "optimizer", state_->process_index(),

@@ -348,6 +348,8 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
             size->value = static_cast<int64_t>(*v);
         }
     }
+    if (s.sub_group_size.value == 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, s.sub_group_size.key + ": expected at least 1 element (a sub-group is stepped at once)");
     for (const char *key : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "allgather_partitions"}) {
         const bool def = std::string(key) != "overlap_comm" || s.zero_stage == 3;
         if (zero->get_bool(key, def) != def)

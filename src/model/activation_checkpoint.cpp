@@ -1,5 +1,7 @@
 #include "model/activation_checkpoint.hpp"
 
+#include "precision/autocast.hpp"
+
 #include <ATen/autocast_mode.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -68,35 +70,18 @@ private:
     at::Tensor current_;
 };
 
-bool autocast_on(const at::Device &d) { return d.is_cuda() ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
-at::ScalarType autocast_dtype_of(const at::Device &d)
-{
-    return d.is_cuda() ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-}
-
 // Autocast of `device` as it was in the forward (backward runs with the caller's, normally off).
 class AutocastState {
 public:
     AutocastState(const at::Device &device, bool on, at::ScalarType dtype)
-        : cuda_(device.is_cuda()), was_on_(autocast_on(device)), was_dtype_(autocast_dtype_of(device))
+        : type_(device.type()), was_on_(autocast_enabled(type_)), was_dtype_(autocast_dtype_of(type_))
     {
-        set(on, dtype);
+        set_autocast(type_, on, dtype);
     }
-    ~AutocastState() { set(was_on_, was_dtype_); }
+    ~AutocastState() { set_autocast(type_, was_on_, was_dtype_); }
 
 private:
-    void set(bool on, at::ScalarType dtype) const
-    {
-        // (the dtype before the switch: CPU autocast checks it when turned on)
-        if (cuda_) {
-            at::autocast::set_autocast_gpu_dtype(dtype);
-            at::autocast::set_enabled(on);
-        } else {
-            at::autocast::set_autocast_cpu_dtype(dtype);
-            at::autocast::set_cpu_enabled(on);
-        }
-    }
-    bool cuda_;
+    at::DeviceType type_;
     bool was_on_;
     at::ScalarType was_dtype_;
 };
@@ -112,8 +97,8 @@ struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
             std::lock_guard<std::mutex> lock(gen.mutex());
             r->rng_state = gen.get_state();
         }
-        r->autocast = autocast_on(r->device);
-        r->autocast_dtype = autocast_dtype_of(r->device);
+        r->autocast = autocast_enabled(r->device.type());
+        r->autocast_dtype = autocast_dtype_of(r->device.type());
         ctx->save_for_backward({x});
         at::Tensor y;
         {

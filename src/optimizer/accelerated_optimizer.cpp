@@ -4,6 +4,7 @@
 #include "common/offload_files.hpp"
 #include "model/model.hpp"
 #include "optimizer/optimizer_offload.hpp"
+#include "parallel/fsdp/storage.hpp"
 #include "precision/grad_scaler.hpp"
 #include "state/accelerator_state.hpp"
 
@@ -153,7 +154,7 @@ void AcceleratedOptimizer::inner_step()
     }
     attach_run_grads(); // again: what ran before the step (DeepSpeed's clipping) may have replaced them
     auto step = [this] { optimizer_->step(); };
-    const PageFn page = layout_ ? layout_->page : nullptr;
+    const PageFn page = page_fn();
     if (offload_) offload_->step(step, page);
     else if (page) step_each_shard(params(), step, page); // parameter offload: a few shards in memory at a time
     else step();
@@ -222,19 +223,23 @@ void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, par
     const size_t num_groups = optimizer_->param_groups().size();
     if (layout.params.size() != param_group_.size())
         fail(ACCEL_ERR_INTERNAL, "optimizer: the sharded layout has another parameter count than the optimizer");
-    if (num_groups > 1 && layout.page)
+    const int64_t sub = layout.sub_group_numel;
+    const bool cut = num_groups > 1 || (sub > 0 && *std::max_element(layout.shard_numel.begin(), layout.shard_numel.end()) > sub);
+    // Parameter offload pages whole shards around their pieces' steps: those must follow each other (one group).
+    if (cut && num_groups > 1 && layout.page)
         fail(ACCEL_ERR_UNIMPLEMENTED, "optimizer: param_groups with parameter offload to nvme is not supported yet");
     // State it already has (steps taken before prepare, or before a free_memory) moves into the shards.
     PyRef state = inner_state_dict();
     auto options = options_of_groups(*optimizer_);
     std::vector<std::vector<at::Tensor>> groups(num_groups);
     runs_.clear();
-    if (num_groups == 1) {
+    if (!cut) {
         groups[0] = shards;
     } else {
-        // Each shard cut where the group changes: the LibTorch optimizer steps these pieces, group by group
-        // (its updates are elementwise, so stepping pieces equals stepping the shard). Padding after a
-        // parameter goes with it: zeros with zero gradients stay zeros under every update here.
+        // Each shard cut where the group changes, and into sub-groups of at most `sub` elements (DeepSpeed's
+        // sub_group_size): the LibTorch optimizer steps these pieces, group by group (its updates are
+        // elementwise, so stepping pieces equals stepping the shard; with optimizer offload one piece's state
+        // is in memory at a time). Padding after a parameter goes with it: zeros with zero gradients stay zeros.
         std::vector<std::vector<ShardRun>> by_group(num_groups);
         const int64_t rank = layout.shard_rank;
         for (size_t u = 0; u < layout.unit_params.size(); ++u) {
@@ -253,12 +258,14 @@ void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, par
             }
             if (runs.empty()) runs.push_back({u, 0, 0, param_group_[layout.unit_params[u].front()]}); // padding only
             runs.back().numel = layout.shard_numel[u] - runs.back().start;
-            for (const ShardRun &r : runs) by_group[r.group].push_back(r);
+            for (const ShardRun &r : runs)
+                for (int64_t at = 0; at < r.numel; at += sub > 0 ? sub : r.numel)
+                    by_group[r.group].push_back({u, r.start + at, sub > 0 ? std::min(sub, r.numel - at) : r.numel, r.group});
         }
         at::NoGradGuard no_grad;
         for (size_t g = 0; g < num_groups; ++g)
             for (const ShardRun &r : by_group[g]) {
-                groups[g].push_back(shards[r.unit].detach().narrow(0, r.start, r.numel));
+                groups[g].push_back(parallel::piece_of(shards[r.unit].detach(), r.start, r.numel)); // (may be paged out now)
                 runs_.push_back(r);
             }
     }
@@ -271,6 +278,19 @@ void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, par
     before_step_ = std::move(before_step);
     layout_ = std::make_shared<const parallel::ShardLayout>(std::move(layout));
     if (!state->get("state")->map.empty()) load_state_dict(*state, "optimizer", copy_now)();
+}
+
+PageFn AcceleratedOptimizer::page_fn() const
+{
+    if (!layout_ || !layout_->page || runs_.empty()) return layout_ ? layout_->page : nullptr;
+    // Pieces of one shard follow each other (shard_over): the shard comes into memory before its first piece
+    // steps and goes out after its last.
+    return [page = layout_->page, runs = runs_](size_t i, bool in) -> std::function<void()> {
+        const size_t u = runs.at(i).unit;
+        const bool edge = in ? i == 0 || runs[i - 1].unit != u : i + 1 == runs.size() || runs[i + 1].unit != u;
+        if (!edge) return [] {};
+        return page(u, in);
+    };
 }
 
 void AcceleratedOptimizer::attach_run_grads()

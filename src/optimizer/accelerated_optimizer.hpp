@@ -86,8 +86,9 @@ public:
     void move_state_to_parameters();
 
 private:
-    // Sharded with several parameter groups, the LibTorch optimizer steps pieces of the shards, each within
-    // one group: runs_[i] is its i-th parameter (in group order), a piece of shards_[unit].
+    // Sharded with several parameter groups or with a sub_group_size below a shard, the LibTorch optimizer
+    // steps pieces of the shards, each within one group: runs_[i] is its i-th parameter (in group order), a
+    // piece of shards_[unit].
     struct ShardRun {
         size_t unit;
         int64_t start, numel;
@@ -100,6 +101,7 @@ private:
     std::vector<int64_t> state_id_;
     std::vector<std::vector<at::Tensor>> grouped(const std::vector<at::Tensor> &params) const;
     void attach_run_grads(); // each run's gradient: its piece of the shard's
+    std::function<std::function<void()>(size_t, bool)> page_fn() const; // parameter offload's paging, by optimizer parameter
     PyRef joined_state(const PyRef &inner) const;    // the runs' state joined per unit (the shard form)
     config::OptimizerConfig config_;
     std::function<void()> after_step_, after_zero_grad_, before_step_;

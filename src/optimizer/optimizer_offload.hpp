@@ -1,5 +1,6 @@
 // Optimizer offload (DeepSpeed's offload_optimizer, ZeRO-Offload / ZeRO-Infinity) for sharded optimizers,
-// whose parameters are the engine's flat shards, one per unit of the model.
+// whose parameters are the engine's flat shards, one per unit of the model, or pieces of them (several
+// parameter groups, DeepSpeed's sub_group_size: accelerated_optimizer.hpp); "shard" below is such a parameter.
 //
 // "nvme": between steps every shard's state tensors live in files (offload_files.hpp), not in memory. A step
 // runs the LibTorch step once per shard, with only that shard's gradient visible (the others' are set aside:

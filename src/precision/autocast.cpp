@@ -17,17 +17,10 @@ namespace accel {
 
 namespace {
 
-bool device_enabled(at::DeviceType d) { return d == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
-
 void set_device_enabled(at::DeviceType d, bool on)
 {
     if (d == at::kCUDA) at::autocast::set_enabled(on);
     else at::autocast::set_cpu_enabled(on);
-}
-
-at::ScalarType device_dtype(at::DeviceType d)
-{
-    return d == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
 }
 
 void set_device_dtype(at::DeviceType d, at::ScalarType t)
@@ -47,10 +40,23 @@ at::DeviceType device_of(const Model &model)
 
 } // namespace
 
+bool autocast_enabled(at::DeviceType d) { return d == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
+
+at::ScalarType autocast_dtype_of(at::DeviceType d)
+{
+    return d == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+
+void set_autocast(at::DeviceType d, bool enabled, at::ScalarType dtype)
+{
+    set_device_dtype(d, dtype); // first: CPU autocast checks it when switched on
+    set_device_enabled(d, enabled);
+}
+
 AutocastScope::AutocastScope(at::DeviceType device, at::ScalarType dtype, bool cache_enabled, bool enabled)
     : device_(autocast_device(device)),
-      prev_enabled_(device_enabled(device_)),
-      prev_dtype_(device_dtype(device_)),
+      prev_enabled_(autocast_enabled(device_)),
+      prev_dtype_(autocast_dtype_of(device_)),
       prev_cache_(at::autocast::is_autocast_cache_enabled())
 {
     // The dtype must be set before autocast is switched on. A disabled scope (autocast(enabled=False))

@@ -23,6 +23,11 @@ at::ScalarType autocast_dtype(const AcceleratorState &state);
 // linear under autocast). When it does not, `why` receives LibTorch's reason.
 bool fp16_autocast_available(at::DeviceType device, std::string *why);
 
+// One device type's autocast flags (CPU's for every type but CUDA), and setting both.
+bool autocast_enabled(at::DeviceType device);
+at::ScalarType autocast_dtype_of(at::DeviceType device);
+void set_autocast(at::DeviceType device, bool enabled, at::ScalarType dtype);
+
 // RAII scope of autocast for one device type, as torch.autocast's __enter__/__exit__. Autocast state is
 // thread-local: the scope must end on the thread that began it.
 class AutocastScope {

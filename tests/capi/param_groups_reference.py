@@ -7,12 +7,12 @@ biases also at another lr and betas) and get_linear_schedule_with_warmup's Lambd
 this run: same group layout and hyperparameters, same state.
 
 Usage: param_groups_reference.py DIR STEPS"""
-import json
 import math
-import struct
 import sys
 
 import torch
+
+import gpt_reference  # beside this file: its safetensors reader
 
 D, STEPS = sys.argv[1], int(sys.argv[2])
 WARMUP, TOTAL = 2, 10
@@ -26,17 +26,9 @@ def expect(ok, what):
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
-    out = {}
-    for name, info in header.items():
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        b, e = info["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(raw[8 + n + b:8 + n + e]), dtype=torch.float32).reshape(info["shape"])
-    return out
+    tensors = gpt_reference.read_safetensors(path)  # name -> (dtype, tensor)
+    assert all(dtype == "F32" for dtype, _ in tensors.values()), path
+    return {name: t for name, (_, t) in tensors.items()}
 
 
 def raw(path, dtype, shape):

@@ -203,6 +203,9 @@ def scenario_equivalence(a):
                 sys.exit("offloaded_bytes %d, expected the reference's optimizer state (%d)" % (m["offloaded_bytes"], want))
             if a.expect_offload == "nvme" and (m["optimizer_state_bytes"] != 0 or not 0 < m["peak_optimizer_state_bytes"] <= want):
                 sys.exit("nvme: expected no optimizer state in memory after the step and a peak within (0, %d]" % want)
+            if a.max_peak_optimizer_bytes and m["peak_optimizer_state_bytes"] > a.max_peak_optimizer_bytes:
+                sys.exit("rank %d: at most %d optimizer state bytes in memory at once, expected at most %d"
+                         % (g["rank"], m["peak_optimizer_state_bytes"], a.max_peak_optimizer_bytes))
     if a.expect_param_offload:
         # Parameter offload: "nvme": after the last step no parameter shard is in memory (all in the files), and
         # the most parameter + gradient + gathered bytes at once is below the reference's (one shard in memory
@@ -748,6 +751,8 @@ def main():
                     help="equivalence: check the parameter offload accounting against the reference run")
     ap.add_argument("--expect-offload", choices=["cpu", "nvme"], default=None,
                     help="equivalence: check the optimizer offload accounting against the reference run")
+    ap.add_argument("--max-peak-optimizer-bytes", type=int, default=0,
+                    help="equivalence with --expect-offload: the bound on every rank's peak_optimizer_state_bytes")
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--expect-backend", default=None)
     ap.add_argument("--min-buckets", type=int, default=0)

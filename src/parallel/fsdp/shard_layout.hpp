@@ -24,6 +24,7 @@ struct ShardLayout {
     std::vector<int64_t> shard_numel;             // per unit: the elements of one rank's shard
     int32_t shard_world = 1, shard_rank = 0;      // the ranks the shards are spread over, and this one
     at::TensorOptions shard_options;              // the shards' dtype (float32 masters, whatever the parameters')
+    int64_t sub_group_numel = 0;                  // ZeRO-3's sub_group_size: the most elements stepped at once (0: a shard)
     // Collective (every rank, same order): the whole flat tensor of unit `unit` from every rank's
     // shard-shaped piece, padding dropped.
     std::function<at::Tensor(size_t unit, const at::Tensor &shard)> gather;

@@ -521,9 +521,8 @@ struct ShardedDataParallel::Impl {
         note_peak();
     }
 
-    // hf_ds_config's sizes against the units, before anything of the model changes (a refusal leaves it as
-    // it was): the limits accel's engine cannot keep are ACCEL_ERR_UNIMPLEMENTED naming the key and the unit;
-    // stage3_max_reuse_distance decides which units stay gathered between their forward and backward.
+    // hf_ds_config's sizes against the units, before anything of the model changes: stage3_max_reuse_distance
+    // and stage3_max_live_parameters decide which units stay gathered between their forward and backward.
     void apply_deepspeed_sizes()
     {
         const int32_t sw = shard_world();
@@ -533,21 +532,11 @@ struct ShardedDataParallel::Impl {
             for (size_t k : units[ui].params) n += params[k].numel;
             padded[ui] = (n + sw - 1) / sw * sw;
         }
-        auto name = [&](size_t ui) {
-            return units[ui].root ? std::string("the root unit") : "layer " + std::to_string(units[ui].first_layer);
-        };
-        auto need_at_least = [&](const config::ShardingConfig::DeepSpeedSize &d, int64_t need, const std::string &why) {
-            if (d.given() && d.value < need)
-                fail(ACCEL_ERR_UNIMPLEMENTED, d.key + ": " + std::to_string(d.value) + " elements is less than the " +
-                                                  std::to_string(need) + " elements of " + why + "; accel does not split "
-                                                  "them: use at least " + std::to_string(need) + " or \"auto\"");
-        };
         // Bucket sizes below a unit need no check: a unit larger than its bucket moves alone, as DeepSpeed moves
         // a parameter larger than its bucket, and a positive prefetch bucket fetches at least the next unit, as
         // DeepSpeed fetches at least one parameter ahead.
-        if (cfg.zero_stage < 3) return; // the stage3_* sizes and sub_group_size are ZeRO-3's
-        const size_t most = static_cast<size_t>(std::max_element(padded.begin(), padded.end()) - padded.begin());
-        need_at_least(cfg.sub_group_size, padded[most] / sw, name(most) + "'s shard (stepped at once)");
+        // sub_group_size needs no check either: the optimizer steps a shard in pieces of at most that many.
+        if (cfg.zero_stage < 3) return; // the stage3_* sizes are ZeRO-3's
         // The most elements gathered at once without fetching ahead or keeping: the root and, in backward, the
         // unit computing and the one after it (its gradients may still be accumulating); prefetching, the one
         // before it too. stage3_max_live_parameters below that only stops prefetching and keeping: a unit is
@@ -930,6 +919,7 @@ ShardLayout ShardedDataParallel::layout() const
     l.shard_world = impl_->shard_world();
     l.shard_rank = impl_->rank_in_shard();
     l.shard_options = impl_->units.front().shard.options();
+    if (impl_->cfg.zero_stage == 3 && impl_->cfg.sub_group_size.given()) l.sub_group_numel = impl_->cfg.sub_group_size.value;
     std::weak_ptr<Impl> weak = impl_;
     auto lock = [weak] {
         auto s = weak.lock();

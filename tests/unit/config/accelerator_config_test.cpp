@@ -893,6 +893,10 @@ TEST_F(AcceleratorConfigTest, DeepSpeedSizes)
                               "\"sub_group_size\": -1}}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.sub_group_size: ");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
+                              "\"sub_group_size\": 0}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.sub_group_size: "
+                              "expected at least 1 element");
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 3, "
                               "\"stage3_max_live_parameters\": \"many\"}}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.stage3_max_live_parameters: ");
 }
