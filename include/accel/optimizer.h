@@ -15,7 +15,10 @@ ACCEL_BEGIN_DECLS
  *    "amsgrad": false}
  *   {"type": "adagrad", "lr": 1e-2, "lr_decay": 0, "weight_decay": 0, "initial_accumulator_value": 0, "eps": 1e-10}
  *   {"type": "rmsprop", "lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "weight_decay": 0, "momentum": 0, "centered": false}
- * Defaults are PyTorch's. The optimizer keeps the model's parameters alive.
+ *   {"type": "dummy", "lr": 1e-3, "weight_decay": 0}: Accelerate's DummyOptim, which prepare replaces with
+ *   deepspeed_plugin.hf_ds_config's optimizer block (it cannot step before)
+ * Any type but "dummy" also takes "param_groups": [{"params": ["name pattern", ...], hyperparameters...}, ...]
+ * (README, "Optimizer parameter groups"). Defaults are PyTorch's. The optimizer keeps the model's parameters alive.
  * Ownership: borrows @p model; free *out with accel_optimizer_free().
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_optimizer_create(accel_model_t *model, const char *config_json,

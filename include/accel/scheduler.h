@@ -17,6 +17,8 @@ ACCEL_BEGIN_DECLS
  *   {"type": "step", "step_size": S, "gamma": 0.1}
  *   {"type": "exponential", "gamma": G}
  *   {"type": "polynomial", "num_warmup_steps": W, "num_training_steps": T, "lr_end": 1e-7, "power": 1.0}
+ *   {"type": "dummy", "total_num_steps": T, "warmup_num_steps": 0}: Accelerate's DummyScheduler, which
+ *   prepare replaces with deepspeed_plugin.hf_ds_config's scheduler block (it cannot step before)
  * Creating it sets the lr for step 0, as PyTorch's schedulers do.
  * Ownership: borrows @p optimizer (kept alive); free *out with accel_scheduler_free().
  */

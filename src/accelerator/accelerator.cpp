@@ -337,6 +337,21 @@ void Accelerator::prepare_optimizer(const std::shared_ptr<AcceleratedOptimizer> 
     check_owner(optimizer->prepared_by, "optimizer");
     check_owner(optimizer->model()->prepared_by, "optimizer's model");
     if (optimizer->prepared_by == state_) return;
+    // hf_ds_config's optimizer block takes the DummyOptim's place (Accelerate's _prepare_deepspeed).
+    const auto &ds = state_->config.sharding.ds_optimizer;
+    const bool dummy = optimizer->config().type == "dummy";
+    if (dummy && !ds)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "optimizer: a dummy optimizer (Accelerate's DummyOptim) needs an optimizer block "
+                                         "in deepspeed_plugin.hf_ds_config; create a real one otherwise");
+    if (!dummy && ds)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, ds->key + ": the DeepSpeed config has an optimizer and the program passed "
+                                         "one; create it with {\"type\": \"dummy\"} (Accelerate's DummyOptim) or remove the block");
+    if (dummy) {
+        config::OptimizerConfig c = ds->config;
+        if (ds->auto_lr) c.lr = optimizer->config().lr;
+        if (ds->auto_weight_decay) c.weight_decay = optimizer->config().weight_decay;
+        optimizer->become(c);
+    }
     optimizer->prepared_by = state_;
     optimizers_.push_back(optimizer);
     shard_optimizer(optimizer); // over the engine's shards when its model is sharded
@@ -372,6 +387,38 @@ void Accelerator::prepare_scheduler(AcceleratedScheduler &scheduler)
     check_owner(scheduler.prepared_by, "scheduler");
     if (scheduler.optimizer()->prepared_by != state_)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "scheduler: its optimizer must be prepared by this accelerator first");
+    if (scheduler.prepared_by == state_) return;
+    // hf_ds_config's scheduler block takes the DummyScheduler's place, "auto" filled as Accelerate fills it.
+    const auto &ds = state_->config.sharding.ds_scheduler;
+    const config::SchedulerConfig &mine = scheduler.config();
+    const bool dummy = mine.type == "dummy";
+    if (dummy && !ds)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "scheduler: a dummy scheduler (Accelerate's DummyScheduler) needs a scheduler block "
+                                         "in deepspeed_plugin.hf_ds_config; create a real one otherwise");
+    if (!dummy && !ds && state_->config.sharding.ds_optimizer)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "scheduler: its optimizer comes from deepspeed_plugin.hf_ds_config's optimizer "
+                                         "block; schedule it with a scheduler block there and a dummy scheduler");
+    if (!dummy && ds)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, ds->key + ": the DeepSpeed config has a scheduler and the program passed "
+                                         "one; create it with {\"type\": \"dummy\"} (Accelerate's DummyScheduler) or remove the block");
+    if (dummy) {
+        config::SchedulerConfig c = ds->config;
+        if (ds->auto_min_lr) c.warmup_min_lr = 0.0;
+        if (ds->auto_max_lr) c.warmup_max_lr = scheduler.optimizer()->lr(0);
+        if (ds->auto_warmup) c.num_warmup_steps = mine.num_warmup_steps;
+        if (ds->auto_total) {
+            if (mine.num_training_steps < 0)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, ds->key + ".params.total_num_steps: \"auto\" needs the dummy scheduler's "
+                                                 "total_num_steps");
+            // Accelerate: the schedule counts optimizer steps of one process.
+            const int64_t n = state_->config.dataloader.split_batches ? 1 : state_->num_processes();
+            c.num_training_steps = (mine.num_training_steps + n - 1) / n;
+        }
+        if (c.num_warmup_steps < 1)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, ds->key + ".params.warmup_num_steps: must be a positive integer (DeepSpeed's "
+                                             "rule), got " + std::to_string(c.num_warmup_steps));
+        scheduler.become(c);
+    }
     scheduler.prepared_by = state_;
 }
 

@@ -62,8 +62,15 @@ OptimizerConfig parse_optimizer_config(const char *json)
     JsonDocument doc(json, "config_json");
     JsonObject o(doc.root(), "");
     OptimizerConfig c;
-    c.type = o.get_enum("type", "", {"sgd", "adam", "adamw", "adagrad", "rmsprop"});
-    if (c.type.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"sgd\", \"adam\", \"adamw\", \"adagrad\" or \"rmsprop\")");
+    c.type = o.get_enum("type", "", {"sgd", "adam", "adamw", "adagrad", "rmsprop", "dummy"});
+    if (c.type.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"sgd\", \"adam\", \"adamw\", \"adagrad\", \"rmsprop\" or \"dummy\")");
+    if (c.type == "dummy") { // Accelerate's DummyOptim(params, lr=0.001, weight_decay=0)
+        c.lr = o.get_double("lr", 1e-3, 0.0, INFINITY);
+        c.weight_decay = o.get_double("weight_decay", 0.0, 0.0, INFINITY);
+        o.finish();
+        return c;
+    }
     // PyTorch's defaults, where they differ from the struct's.
     if (c.type == "adagrad" || c.type == "rmsprop") c.lr = 1e-2;
     if (c.type == "adagrad") c.eps = 1e-10;

@@ -12,10 +12,16 @@ SchedulerConfig parse_scheduler_config(const char *json)
     JsonDocument doc(json, "config_json");
     JsonObject o(doc.root(), "");
     SchedulerConfig c;
-    c.type = o.get_enum("type", "", {"constant", "linear", "cosine", "step", "exponential", "polynomial"});
+    c.type = o.get_enum("type", "", {"constant", "linear", "cosine", "step", "exponential", "polynomial", "dummy"});
     if (c.type.empty())
-        fail(ACCEL_ERR_INVALID_ARGUMENT,
-             "type: required (\"constant\", \"linear\", \"cosine\", \"step\", \"exponential\" or \"polynomial\")");
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"constant\", \"linear\", \"cosine\", \"step\", \"exponential\", "
+                                         "\"polynomial\" or \"dummy\")");
+    if (c.type == "dummy") { // Accelerate's DummyScheduler(optimizer, total_num_steps=None, warmup_num_steps=0)
+        c.num_training_steps = o.get_optional_int("total_num_steps", 1, INT64_MAX).value_or(-1);
+        c.num_warmup_steps = o.get_int("warmup_num_steps", 0, 0, INT64_MAX);
+        o.finish();
+        return c;
+    }
     const bool warmup_shape = c.type == "constant" || c.type == "linear" || c.type == "cosine" || c.type == "polynomial";
     if (warmup_shape) c.num_warmup_steps = o.get_int("num_warmup_steps", 0, 0, INT64_MAX);
     if (c.type == "linear" || c.type == "cosine" || c.type == "polynomial") {

@@ -253,6 +253,133 @@ void check_nvme_path(const std::string &device, const std::string &path, const s
                                          device + "\")");
 }
 
+// hf_ds_config.optimizer: {"type": ..., "params": {...}} with DeepSpeed's names. Adam / AdamW (DeepSpeed's
+// FusedAdam / CPUAdam: decoupled weight decay unless Adam's adam_w_mode is false, weight_decay 0 by default)
+// and Adagrad are DeepSpeed's own; other names are torch.optim classes, as DeepSpeed falls back to them. The
+// params are read as accel's optimizer config (same ranges, same messages, under this block's path).
+ShardingConfig::DeepSpeedOptimizer parse_ds_optimizer(JsonObject &block)
+{
+    ShardingConfig::DeepSpeedOptimizer out;
+    out.key = block.path();
+    const std::string type = block.get_string("type", "");
+    std::string lower = type;
+    for (char &ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    auto params = block.get_object("params");
+    block.finish();
+    std::unique_ptr<cJSON, decltype(&cJSON_Delete)> p(params ? cJSON_Duplicate(params->node(), true) : cJSON_CreateObject(),
+                                                      cJSON_Delete);
+    std::string mine;
+    if (lower == "adam" || lower == "adamw") {
+        bool adam_w = true;
+        if (const cJSON *m = cJSON_GetObjectItemCaseSensitive(p.get(), "adam_w_mode")) {
+            if (!cJSON_IsBool(m)) type_error(params->path_of("adam_w_mode"), "true or false", m);
+            adam_w = lower == "adamw" || cJSON_IsTrue(m); // DeepSpeed's AdamW is always decoupled
+        }
+        if (const cJSON *b = cJSON_GetObjectItemCaseSensitive(p.get(), "bias_correction"); b != nullptr && !cJSON_IsTrue(b))
+            fail(ACCEL_ERR_UNIMPLEMENTED, params->path_of("bias_correction") + ": only true (DeepSpeed's default) is supported");
+        for (const char *k : {"adam_w_mode", "torch_adam", "bias_correction", "fused", "foreach"}) // performance switches
+            cJSON_DeleteItemFromObjectCaseSensitive(p.get(), k);
+        mine = adam_w ? "adamw" : "adam";
+        if (adam_w && cJSON_GetObjectItemCaseSensitive(p.get(), "weight_decay") == nullptr)
+            cJSON_AddNumberToObject(p.get(), "weight_decay", 0.0); // FusedAdam's default, not torch AdamW's 0.01
+    } else if (lower == "adagrad") {
+        mine = "adagrad";
+    } else if (type == "SGD" || type == "RMSprop") {
+        mine = lower;
+    } else if (lower == "lamb" || lower == "onebitadam" || lower == "zerooneadam" || lower == "onebitlamb" ||
+               lower == "lion" || lower == "muadam" || lower == "muadamw" || lower == "musgd") {
+        fail(ACCEL_ERR_UNIMPLEMENTED, block.path_of("type") + ": DeepSpeed's \"" + type + "\" is not supported by accel "
+                                      "(Adam, AdamW, Adagrad, SGD and RMSprop are)");
+    } else {
+        fail(ACCEL_ERR_INVALID_ARGUMENT, block.path_of("type") + ": expected \"Adam\", \"AdamW\", \"Adagrad\", \"SGD\" or "
+                                         "\"RMSprop\", got \"" + type + "\"");
+    }
+    // "auto": Accelerate fills lr and weight_decay from the DummyOptim, nothing else.
+    for (const char *k : {"lr", "weight_decay"}) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(p.get(), k);
+        if (v == nullptr || !cJSON_IsString(v)) continue;
+        if (std::string(v->valuestring) != "auto")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, params->path_of(k) + ": expected a number or \"auto\"");
+        (std::string(k) == "lr" ? out.auto_lr : out.auto_weight_decay) = true;
+        cJSON_DeleteItemFromObjectCaseSensitive(p.get(), k);
+    }
+    for (const cJSON *e = p->child; e != nullptr; e = e->next)
+        if (cJSON_IsString(e) && std::string(e->valuestring) == "auto")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, params->path_of(e->string) + ": \"auto\" is filled only for lr and weight_decay "
+                                             "(from the DummyOptim); give a number");
+    cJSON_AddStringToObject(p.get(), "type", mine.c_str());
+    std::unique_ptr<char, decltype(&cJSON_free)> text(cJSON_PrintUnformatted(p.get()), cJSON_free);
+    try {
+        out.config = parse_optimizer_config(text.get());
+    } catch (const Error &e) {
+        const std::string where = params ? params->path() : block.path() + ".params";
+        fail(e.code(), where + "." + e.what());
+    }
+    return out;
+}
+
+// hf_ds_config.scheduler: DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR with their defaults.
+ShardingConfig::DeepSpeedScheduler parse_ds_scheduler(JsonObject &block)
+{
+    ShardingConfig::DeepSpeedScheduler out;
+    out.key = block.path();
+    SchedulerConfig &c = out.config;
+    c.type = block.get_string("type", "");
+    if (c.type == "OneCycle" || c.type == "LRRangeTest")
+        fail(ACCEL_ERR_UNIMPLEMENTED, block.path_of("type") + ": DeepSpeed's \"" + c.type + "\" is not supported by accel "
+                                      "(WarmupLR, WarmupDecayLR and WarmupCosineLR are)");
+    if (!c.deepspeed())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, block.path_of("type") + ": expected \"WarmupLR\", \"WarmupDecayLR\" or "
+                                         "\"WarmupCosineLR\", got \"" + c.type + "\"");
+    auto params = block.get_object("params");
+    block.finish();
+    if (!params) {
+        if (c.type != "WarmupLR")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, block.path_of("params") + ": required (total_num_steps)");
+        c.num_warmup_steps = 1000;
+        out.auto_max_lr = true; // WarmupLR's warmup_max_lr=None: the optimizer's lr
+        return out;
+    }
+    JsonObject &o = *params;
+    auto number = [&](const char *key, double def, bool *automatic) {
+        if (o.is_string(key)) {
+            if (automatic == nullptr || o.get_string(key, "") != "auto")
+                fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + (automatic ? ": expected a number or \"auto\"" : ": expected a number"));
+            *automatic = true;
+            return def;
+        }
+        if (cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(o.node(), key)))
+            fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of(key) + ": one value per parameter group is not supported by accel; give one number");
+        return o.get_double(key, def, 0.0, INFINITY);
+    };
+    auto steps = [&](const char *key, int64_t def, bool *automatic) {
+        if (o.is_string(key)) {
+            if (o.get_string(key, "") != "auto") fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": expected an integer or \"auto\"");
+            *automatic = true;
+            return def;
+        }
+        return o.get_int(key, def, 1, INT64_MAX);
+    };
+    c.num_warmup_steps = steps("warmup_num_steps", 1000, &out.auto_warmup);
+    c.log_warmup = o.get_enum("warmup_type", "log", {"log", "linear"}) == "log";
+    if (c.type == "WarmupCosineLR") {
+        c.warmup_min_ratio = number("warmup_min_ratio", 0.0, nullptr);
+        c.cos_min_ratio = number("cos_min_ratio", 1e-4, nullptr);
+    } else {
+        c.warmup_min_lr = number("warmup_min_lr", 0.0, &out.auto_min_lr);
+        // WarmupLR: None = the optimizer's lr; WarmupDecayLR: 0.001
+        const bool has_max = o.has("warmup_max_lr");
+        c.warmup_max_lr = number("warmup_max_lr", 1e-3, &out.auto_max_lr);
+        if (!has_max && c.type == "WarmupLR") out.auto_max_lr = true;
+    }
+    if (c.type != "WarmupLR") {
+        if (!o.has("total_num_steps")) fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("total_num_steps") + ": required for " + c.type);
+        c.num_training_steps = steps("total_num_steps", 0, &out.auto_total);
+    }
+    o.finish();
+    return out;
+}
+
 // deepspeed_plugin.hf_ds_config: a DeepSpeed JSON config (object or file), with DeepSpeed's key names. Its
 // values win over the plugin's, which only fill "auto" (Accelerate's rule); the batch-size triangle
 // train_batch_size = micro × gradient_accumulation_steps × processes is checked when it is fully given.
@@ -403,10 +530,8 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
             if (fp16) c.grad_scaler.deepspeed = parse_deepspeed_fp16(*mp);
             mp->finish();
         }
-    ds.require_absent("optimizer", "DeepSpeed's optimizer block is not yet supported by accel; create the optimizer "
-                                   "with accel_optimizer_create");
-    ds.require_absent("scheduler", "DeepSpeed's scheduler block is not yet supported by accel; create the scheduler "
-                                   "with accel_scheduler_create");
+    if (auto block = ds.get_object("optimizer")) s.ds_optimizer = parse_ds_optimizer(*block);
+    if (auto block = ds.get_object("scheduler")) s.ds_scheduler = parse_ds_scheduler(*block);
     ds.finish();
 }
 

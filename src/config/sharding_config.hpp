@@ -3,6 +3,9 @@
 // three switches (what is partitioned) plus when parameters are freed.
 #pragma once
 
+#include "config/optimizer_config.hpp"
+#include "config/scheduler_config.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -83,6 +86,23 @@ struct ShardingConfig {
     // hf_ds_config's train_batch_size when a number while train_micro_batch_size_per_gpu is "auto" or absent:
     // prepare fills the micro batch from the data loader, as Accelerate, and checks the product.
     std::optional<int64_t> ds_train_batch_size_to_check;
+
+    // hf_ds_config's optimizer / scheduler blocks: the program passes Accelerate's DummyOptim / DummyScheduler
+    // ({"type": "dummy"}) and prepare builds these in their place, filling the values that were "auto" as
+    // Accelerate fills them (lr and weight_decay from the DummyOptim; warmup_min_lr 0, warmup_max_lr the
+    // optimizer's lr, warmup_num_steps and total_num_steps from the DummyScheduler).
+    struct DeepSpeedOptimizer {
+        OptimizerConfig config;
+        bool auto_lr = false, auto_weight_decay = false;
+        std::string key; // its JSON path
+    };
+    struct DeepSpeedScheduler {
+        SchedulerConfig config;
+        bool auto_min_lr = false, auto_max_lr = false, auto_warmup = false, auto_total = false;
+        std::string key;
+    };
+    std::optional<DeepSpeedOptimizer> ds_optimizer;
+    std::optional<DeepSpeedScheduler> ds_scheduler;
 
     bool enabled() const { return !frontend.empty(); }
 };

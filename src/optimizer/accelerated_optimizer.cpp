@@ -68,7 +68,8 @@ std::unique_ptr<optim::Optimizer> build(const std::vector<std::vector<at::Tensor
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<std::vector<at::Tensor>> &groups,
                                                         const config::OptimizerConfig &c)
 {
-    if (c.type == "sgd") return build<optim::SGD, optim::SGDOptions>(groups, c);
+    // "dummy" (Accelerate's DummyOptim) only holds its lr until prepare replaces it: an SGD that never steps.
+    if (c.type == "sgd" || c.type == "dummy") return build<optim::SGD, optim::SGDOptions>(groups, c);
     if (c.type == "adam") return build<optim::Adam, optim::AdamOptions>(groups, c);
     if (c.type == "adamw") return build<optim::AdamW, optim::AdamWOptions>(groups, c);
     if (c.type == "adagrad") return build<optim::Adagrad, optim::AdagradOptions>(groups, c);
@@ -120,8 +121,21 @@ AcceleratedOptimizer::~AcceleratedOptimizer() = default;
 
 bool AcceleratedOptimizer::may_act() const { return prepared_by == nullptr || prepared_by->gradient.sync_gradients(); }
 
+void AcceleratedOptimizer::become(const config::OptimizerConfig &config)
+{
+    if (layout_) fail(ACCEL_ERR_INTERNAL, "optimizer: replaced after it was sharded");
+    std::vector<at::Tensor> params;
+    for (const auto &p : model_->parameters())
+        if (p.requires_grad()) params.push_back(p);
+    optimizer_ = make_optimizer(grouped(params), config);
+    config_ = config;
+}
+
 void AcceleratedOptimizer::step()
 {
+    if (config_.type == "dummy")
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: a dummy optimizer (Accelerate's DummyOptim) steps only once "
+                                            "prepared under deepspeed_plugin with an hf_ds_config optimizer block");
     if (!may_act()) return;
     attach_run_grads(); // the gradient scaler unscales them
     GradScaler *scaler = prepared_by ? prepared_by->scaler.get() : nullptr;

@@ -31,6 +31,10 @@ public:
 
     void step();
     void zero_grad();
+    // Accelerate's DummyOptim ({"type": "dummy"}): prepare replaces it with hf_ds_config's optimizer block
+    // (become: the same parameters, a fresh optimizer of that config).
+    const config::OptimizerConfig &config() const { return config_; }
+    void become(const config::OptimizerConfig &config);
     size_t num_param_groups() const;
     double lr(size_t group = 0) const;
     void set_lr(double lr, size_t group);

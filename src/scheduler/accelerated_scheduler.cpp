@@ -29,13 +29,25 @@ void AcceleratedScheduler::advance()
     ++last_epoch_;
     last_lrs_.resize(base_lrs_.size());
     for (size_t g = 0; g < base_lrs_.size(); ++g) {
-        last_lrs_[g] = base_lrs_[g] * lr_multiplier(config_, last_epoch_, base_lrs_[g]);
+        last_lrs_[g] = scheduled_lr(config_, last_epoch_, base_lrs_[g]);
         optimizer_->set_lr(last_lrs_[g], g);
     }
 }
 
+void AcceleratedScheduler::become(const config::SchedulerConfig &config)
+{
+    config_ = config;
+    for (size_t g = 0; g < base_lrs_.size(); ++g) base_lrs_[g] = optimizer_->lr(g);
+    // DeepSpeed's schedules set the learning rate of iteration -1 when built; the engine's first step makes it 0.
+    last_epoch_ = -2;
+    advance();
+}
+
 void AcceleratedScheduler::step()
 {
+    if (config_.type == "dummy")
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "scheduler: a dummy scheduler (Accelerate's DummyScheduler) steps only once "
+                                            "prepared under deepspeed_plugin with an hf_ds_config scheduler block");
     const AcceleratorState *s = prepared_by.get();
     if (s == nullptr || !s->config.step_scheduler_with_optimizer) {
         advance();
@@ -43,8 +55,9 @@ void AcceleratedScheduler::step()
     }
     if (!s->gradient.sync_gradients()) return;  // accumulating: the optimizer did not step either
     if (optimizer_->step_was_skipped()) return;  // the scaler skipped the optimizer step
-    // A schedule is written for one process; each optimizer step consumed num_processes batches.
-    const int32_t times = s->config.dataloader.split_batches ? 1 : s->num_processes();
+    // A schedule is written for one process; each optimizer step consumed num_processes batches. DeepSpeed's
+    // engine steps its own schedules once per optimizer step.
+    const int32_t times = s->config.dataloader.split_batches || config_.deepspeed() ? 1 : s->num_processes();
     for (int32_t i = 0; i < times; ++i) advance();
 }
 

@@ -21,6 +21,9 @@ public:
     AcceleratedScheduler(std::shared_ptr<AcceleratedOptimizer> optimizer, config::SchedulerConfig config);
 
     void step();
+    // Accelerate's DummyScheduler ({"type": "dummy"}): prepare replaces it with hf_ds_config's block (become).
+    const config::SchedulerConfig &config() const { return config_; }
+    void become(const config::SchedulerConfig &config);
     double last_lr() const { return last_lrs_.at(0); }
     int64_t step_count() const { return last_epoch_; }
     const std::shared_ptr<AcceleratedOptimizer> &optimizer() const { return optimizer_; }

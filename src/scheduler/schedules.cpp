@@ -39,4 +39,32 @@ double lr_multiplier(const config::SchedulerConfig &c, int64_t step, double base
     return std::pow(c.gamma, static_cast<double>(step));
 }
 
+namespace {
+// DeepSpeed's warmup fraction at iteration `step` < W (W at least 2, as DeepSpeed clamps it).
+double deepspeed_warmup(const config::SchedulerConfig &c, int64_t step, int64_t W)
+{
+    return c.log_warmup ? std::log(static_cast<double>(step + 1)) / std::log(static_cast<double>(W))
+                        : static_cast<double>(step) / static_cast<double>(W);
+}
+} // namespace
+
+double scheduled_lr(const config::SchedulerConfig &c, int64_t step, double base_lr)
+{
+    if (c.type == "dummy") return base_lr;
+    if (!c.deepspeed()) return base_lr * lr_multiplier(c, step, base_lr);
+    const int64_t W = std::max<int64_t>(2, c.num_warmup_steps), T = c.num_training_steps;
+    if (c.type == "WarmupCosineLR") {
+        if (step < 0) return 0.0;
+        if (step < W) return base_lr * (c.warmup_min_ratio + deepspeed_warmup(c, step, W) * (1.0 - c.warmup_min_ratio));
+        const double progress = std::min(1.0, static_cast<double>(step - W + 1) / static_cast<double>(std::max<int64_t>(1, T - W)));
+        return base_lr * std::max(0.0, c.cos_min_ratio + (1.0 - c.cos_min_ratio) * (1.0 + std::cos(kPi * progress)) / 2.0);
+    }
+    if (step < 0) return c.warmup_min_lr;
+    double gamma = 1.0;
+    if (step < W) gamma = deepspeed_warmup(c, step, W);
+    else if (c.type == "WarmupDecayLR")
+        gamma = std::max(0.0, static_cast<double>(T - step) / std::max(1.0, static_cast<double>(T - W)));
+    return c.warmup_min_lr + (c.warmup_max_lr - c.warmup_min_lr) * gamma;
+}
+
 } // namespace accel

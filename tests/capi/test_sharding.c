@@ -928,6 +928,174 @@ static void test_zero3_init(void)
     }
 }
 
+
+/* ---- hf_ds_config's optimizer and scheduler blocks (Accelerate's DummyOptim / DummyScheduler) ---------- */
+
+/* 6 optimizer steps (accumulation 2, batch 8) under `config` with `opt_json` / `sched_json` (NULL: none);
+ * the learning rate after each optimizer step goes to lrs[k], and with set_lrs the optimizer's lr is set to
+ * set_lrs[k] before step k. Final weights to `w`. */
+static void ds_train(const char *config, const char *opt_json, const char *sched_json, float *w, double *lrs,
+                     const double *set_lrs)
+{
+    float x[N * NIN], y[N * NOUT];
+    int i, steps = 0;
+    for (i = 0; i < N * NIN; ++i) x[i] = (float)sin(0.37 * (double)i);
+    for (i = 0; i < N * NOUT; ++i) y[i] = (float)cos(0.21 * (double)i);
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_scheduler_t *sched = NULL;
+    accel_dataloader_t *dl = NULL;
+    accel_tensor_t *tx = matrix_f32(x, N, NIN), *ty = matrix_f32(y, N, NOUT);
+    CHECK_OK(accel_random_set_seed(3, false, false));
+    CHECK_OK(accel_accelerator_create(config, &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_optimizer_create(m, opt_json, &opt));
+    if (sched_json != NULL) CHECK_OK(accel_scheduler_create(opt, sched_json, &sched));
+    CHECK_OK(accel_dataloader_create_from_tensors(tx, ty, "{\"batch_size\": 8, \"shuffle\": false}", &dl));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, dl, sched));
+    while (steps < 6 && acc != NULL && opt != NULL) {
+        accel_batch_t *b = NULL;
+        CHECK_OK(accel_dataloader_next(dl, &b));
+        if (b == NULL) continue;
+        accel_tensor_t *in = NULL, *lab = NULL, *out = NULL, *loss = NULL;
+        bool sync = false;
+        CHECK_OK(accel_accelerator_accumulate_begin(acc, m));
+        CHECK_OK(accel_batch_get_inputs(b, &in));
+        CHECK_OK(accel_batch_get_labels(b, &lab));
+        CHECK_OK(accel_model_forward(m, in, &out));
+        CHECK_OK(accel_loss_compute("mse", out, lab, &loss));
+        CHECK_OK(accel_accelerator_backward(acc, loss));
+        CHECK_OK(accel_accelerator_get_sync_gradients(acc, &sync));
+        if (sync && set_lrs != NULL) CHECK_OK(accel_optimizer_set_lr(opt, set_lrs[steps]));
+        CHECK_OK(accel_optimizer_step(opt));
+        if (sched != NULL) CHECK_OK(accel_scheduler_step(sched));
+        CHECK_OK(accel_optimizer_zero_grad(opt));
+        CHECK_OK(accel_accelerator_accumulate_end(acc));
+        if (sync) CHECK_OK(accel_optimizer_get_lr(opt, &lrs[steps++]));
+        accel_tensor_free(in);
+        accel_tensor_free(lab);
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+        accel_batch_free(b);
+    }
+    CHECK_OK(accel_accelerator_summon_full_params_begin(acc, m));
+    CHECK(read_params_f32(m, w, NPARAMS) == NPARAMS);
+    CHECK_OK(accel_accelerator_summon_full_params_end(acc, m));
+    accel_dataloader_free(dl);
+    accel_scheduler_free(sched);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_tensor_free(tx);
+    accel_tensor_free(ty);
+    accel_accelerator_free(acc);
+}
+
+/* A DeepSpeed config with "optimizer" (AdamW, lr and weight_decay "auto") and "scheduler" (WarmupDecayLR, every
+ * value "auto") blocks and Accelerate's DummyOptim(lr=0.01, weight_decay=0.1) / DummyScheduler(total_num_steps=8,
+ * warmup_num_steps=3): the schedule is DeepSpeed's (iteration -1 first, min 0, max the optimizer's lr, linear
+ * warmup over 3 steps, linear decay to step 8), stepped once per optimizer step, and the weights are those of
+ * LibTorch's AdamW with the same betas, eps and weight decay at those learning rates, bit for bit. */
+static void test_deepspeed_blocks(void)
+{
+    /* DeepSpeed's WarmupDecayLR (linear, min 0, max 0.01, W 3, T 8) at iterations -1..5 */
+    const double want[7] = {0.0, 0.0, 0.01 / 3.0, 0.02 / 3.0, 0.01, 0.008, 0.006};
+    float ref[NPARAMS], got[NPARAMS];
+    double lrs[6], ref_lrs[6];
+    int k, lr_ok = 1;
+    char config[1024];
+    snprintf(config, sizeof config,
+             "{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": "
+             "{\"stage\": 2}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"weight_decay\": \"auto\", "
+             "\"betas\": [0.9, 0.95], \"eps\": 1e-7}}, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
+             "{\"warmup_min_lr\": \"auto\", \"warmup_max_lr\": \"auto\", \"warmup_num_steps\": \"auto\", "
+             "\"total_num_steps\": \"auto\", \"warmup_type\": \"linear\"}}}}}");
+    ds_train(config, "{\"type\": \"dummy\", \"lr\": 0.01, \"weight_decay\": 0.1}",
+             "{\"type\": \"dummy\", \"total_num_steps\": 8, \"warmup_num_steps\": 3}", got, lrs, NULL);
+    for (k = 0; k < 6; ++k) lr_ok = lr_ok && fabs(lrs[k] - want[k + 1]) < 1e-15;
+    if (!lr_ok) fprintf(stderr, "deepspeed scheduler: lrs %g %g %g %g %g %g\n", lrs[0], lrs[1], lrs[2], lrs[3], lrs[4], lrs[5]);
+    CHECK(lr_ok);
+    ds_train("{\"gradient_accumulation_steps\": 2, \"deepspeed_plugin\": {\"zero_stage\": 2}}",
+             "{\"type\": \"adamw\", \"lr\": 0.0, \"weight_decay\": 0.1, \"betas\": [0.9, 0.95], \"eps\": 1e-7}", NULL, ref,
+             ref_lrs, want);
+    CHECK(memcmp(ref, got, sizeof ref) == 0);
+
+    /* Named refusals (at create for the blocks, at prepare for what the program passed). */
+    struct {
+        const char *ds, *opt, *sched;
+        accel_status_t code;
+        const char *message;
+    } bad[] = {
+        {"\"optimizer\": {\"type\": \"Lamb\"}", NULL, NULL, ACCEL_ERR_UNIMPLEMENTED, "hf_ds_config.optimizer.type: DeepSpeed's \"Lamb\""},
+        {"\"optimizer\": {\"type\": \"Adamax\"}", NULL, NULL, ACCEL_ERR_INVALID_ARGUMENT, "hf_ds_config.optimizer.type: expected"},
+        {"\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": \"auto\"}}", NULL, NULL, ACCEL_ERR_INVALID_ARGUMENT,
+         "hf_ds_config.optimizer.params.betas: \"auto\" is filled only for lr and weight_decay"},
+        {"\"optimizer\": {\"type\": \"Adam\", \"params\": {\"eps\": -1}}", NULL, NULL, ACCEL_ERR_INVALID_ARGUMENT,
+         "hf_ds_config.optimizer.params.eps"},
+        {"\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9}}", NULL, NULL, ACCEL_ERR_INVALID_ARGUMENT,
+         "hf_ds_config.optimizer.params.momentum: unknown key"},
+        {"\"scheduler\": {\"type\": \"OneCycle\"}", NULL, NULL, ACCEL_ERR_UNIMPLEMENTED, "hf_ds_config.scheduler.type: DeepSpeed's \"OneCycle\""},
+        {"\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {}}", NULL, NULL, ACCEL_ERR_INVALID_ARGUMENT,
+         "hf_ds_config.scheduler.params.total_num_steps: required"},
+        {"\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"cubic\"}}", NULL, NULL, ACCEL_ERR_INVALID_ARGUMENT,
+         "hf_ds_config.scheduler.params.warmup_type"},
+        {"\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_max_lr\": [0.1, 0.2]}}", NULL, NULL, ACCEL_ERR_UNIMPLEMENTED,
+         "hf_ds_config.scheduler.params.warmup_max_lr: one value per parameter group"},
+        /* at prepare */
+        {"\"optimizer\": {\"type\": \"AdamW\"}", "{\"type\": \"adamw\"}", NULL, ACCEL_ERR_INVALID_ARGUMENT,
+         "hf_ds_config.optimizer: the DeepSpeed config has an optimizer and the program passed one"},
+        {"\"zero_allow_untested_optimizer\": true", "{\"type\": \"dummy\"}", NULL, ACCEL_ERR_INVALID_ARGUMENT,
+         "optimizer: a dummy optimizer (Accelerate's DummyOptim) needs an optimizer block"},
+        {"\"scheduler\": {\"type\": \"WarmupLR\"}", "{\"type\": \"adamw\"}", "{\"type\": \"linear\", \"num_training_steps\": 5}",
+         ACCEL_ERR_INVALID_ARGUMENT, "hf_ds_config.scheduler: the DeepSpeed config has a scheduler and the program passed one"},
+        {"\"zero_allow_untested_optimizer\": true", "{\"type\": \"adamw\"}", "{\"type\": \"dummy\"}", ACCEL_ERR_INVALID_ARGUMENT,
+         "scheduler: a dummy scheduler (Accelerate's DummyScheduler) needs a scheduler block"},
+        {"\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": \"auto\"}}", "{\"type\": \"adamw\"}",
+         "{\"type\": \"dummy\"}", ACCEL_ERR_INVALID_ARGUMENT, "total_num_steps: \"auto\" needs the dummy scheduler's total_num_steps"},
+    };
+    size_t c;
+    for (c = 0; c < sizeof bad / sizeof bad[0]; ++c) {
+        accel_accelerator_t *acc = NULL;
+        accel_model_t *m = NULL;
+        accel_optimizer_t *opt = NULL;
+        accel_scheduler_t *sched = NULL;
+        accel_status_t st;
+        snprintf(config, sizeof config, "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, %s}}}",
+                 bad[c].ds);
+        if (bad[c].opt == NULL) {
+            CHECK_FAILS(accel_accelerator_create(config, &acc), bad[c].code, bad[c].message);
+            continue;
+        }
+        CHECK_OK(accel_accelerator_create(config, &acc));
+        CHECK_OK(accel_model_create_from_json(kSpec, &m));
+        CHECK_OK(accel_optimizer_create(m, bad[c].opt, &opt));
+        if (bad[c].sched != NULL) CHECK_OK(accel_scheduler_create(opt, bad[c].sched, &sched));
+        st = accel_accelerator_prepare(acc, m, opt, NULL, sched);
+        CHECK_FAILS(st, bad[c].code, bad[c].message);
+        accel_scheduler_free(sched);
+        accel_optimizer_free(opt);
+        accel_model_free(m);
+        accel_accelerator_free(acc);
+    }
+    /* A dummy optimizer or scheduler does not step unprepared. */
+    {
+        accel_model_t *m = NULL;
+        accel_optimizer_t *opt = NULL;
+        accel_scheduler_t *sched = NULL;
+        CHECK_OK(accel_model_create_from_json(kSpec, &m));
+        CHECK_OK(accel_optimizer_create(m, "{\"type\": \"dummy\", \"lr\": 0.5}", &opt));
+        CHECK_OK(accel_scheduler_create(opt, "{\"type\": \"dummy\", \"warmup_num_steps\": 2}", &sched));
+        CHECK_FAILS(accel_optimizer_step(opt), ACCEL_ERR_FAILED_PRECONDITION, "dummy optimizer");
+        CHECK_FAILS(accel_scheduler_step(sched), ACCEL_ERR_FAILED_PRECONDITION, "dummy scheduler");
+        accel_optimizer_t *other = NULL;
+        CHECK_FAILS(accel_optimizer_create(m, "{\"type\": \"dummy\", \"betas\": [0.9, 0.9]}", &other), ACCEL_ERR_INVALID_ARGUMENT,
+                    "betas: unknown key");
+        accel_scheduler_free(sched);
+        accel_optimizer_free(opt);
+        accel_model_free(m);
+    }
+}
+
 int main(void)
 {
     test_strategies_match_plain_training();
@@ -942,5 +1110,6 @@ int main(void)
     test_deepspeed_buckets();
     test_persistence();
     test_zero3_init();
+    test_deepspeed_blocks();
     return capi_report("test_sharding");
 }

@@ -804,9 +804,6 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
                               "zero_optimization section");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 4}}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.stage: ");
-    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
-                              "\"optimizer\": {\"type\": \"AdamW\"}}}}",
-                              ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.hf_ds_config.optimizer: ");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2, "
                               "\"offload_param\": {\"device\": \"cpu\"}}}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.offload_param.device: "
@@ -859,6 +856,36 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"fsdp_version\": 2, \"sharding_strategy\": \"FULL_SHARD\"}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.sharding_strategy: fsdp_version 2");
     EXPECT_PARSE_ERROR_STARTS("{\"fsdp_plugin\": {\"shard\": 1}}", ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.shard: unknown key");
+}
+
+// hf_ds_config's optimizer and scheduler blocks with DeepSpeed's defaults: AdamW (FusedAdam: weight decay 0),
+// Adam decoupled unless adam_w_mode is false, torch's SGD by name; WarmupLR (1000 log steps to the optimizer's lr).
+TEST_F(AcceleratorConfigTest, DeepSpeedOptimizerAndSchedulerBlocks)
+{
+    auto c = parse_accelerator_config("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
+                                      "\"optimizer\": {\"type\": \"AdamW\"}, \"scheduler\": {\"type\": \"WarmupLR\"}}}}");
+    ASSERT_TRUE(c.sharding.ds_optimizer && c.sharding.ds_scheduler);
+    EXPECT_EQ(c.sharding.ds_optimizer->config.type, "adamw");
+    EXPECT_EQ(c.sharding.ds_optimizer->config.lr, 1e-3);
+    EXPECT_EQ(c.sharding.ds_optimizer->config.weight_decay, 0.0);
+    EXPECT_FALSE(c.sharding.ds_optimizer->auto_lr);
+    EXPECT_EQ(c.sharding.ds_scheduler->config.type, "WarmupLR");
+    EXPECT_EQ(c.sharding.ds_scheduler->config.num_warmup_steps, 1000);
+    EXPECT_TRUE(c.sharding.ds_scheduler->config.log_warmup);
+    EXPECT_TRUE(c.sharding.ds_scheduler->auto_max_lr);
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
+                                 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"auto\", \"adam_w_mode\": false, "
+                                 "\"torch_adam\": true, \"weight_decay\": 0.1}}}}}");
+    EXPECT_EQ(c.sharding.ds_optimizer->config.type, "adam");
+    EXPECT_TRUE(c.sharding.ds_optimizer->auto_lr);
+    EXPECT_EQ(c.sharding.ds_optimizer->config.weight_decay, 0.1);
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
+                                 "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.5, \"momentum\": 0.9}}}}}");
+    EXPECT_EQ(c.sharding.ds_optimizer->config.type, "sgd");
+    EXPECT_EQ(c.sharding.ds_optimizer->config.momentum, 0.9);
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2}, "
+                              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9]}}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.optimizer.params.betas: expected 2 numbers");
 }
 
 // accel launch --use_fsdp / --use_deepspeed export Accelerate's variables; the JSON config wins.

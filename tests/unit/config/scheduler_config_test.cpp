@@ -49,8 +49,8 @@ TEST(SchedulerConfig, Values)
 
 TEST(SchedulerConfig, Errors)
 {
-    EXPECT_SCHED_ERROR("{}", "type: required (\"constant\", \"linear\", \"cosine\", \"step\", \"exponential\" or "
-                             "\"polynomial\")");
+    EXPECT_SCHED_ERROR("{}", "type: required (\"constant\", \"linear\", \"cosine\", \"step\", \"exponential\", "
+                             "\"polynomial\" or \"dummy\")");
     EXPECT_SCHED_ERROR("{\"type\": \"linear\"}", "num_training_steps: required for a linear schedule");
     EXPECT_SCHED_ERROR("{\"type\": \"linear\", \"num_training_steps\": 5, \"num_warmup_steps\": 6}",
                        "num_warmup_steps: expected at most num_training_steps (5), got 6");

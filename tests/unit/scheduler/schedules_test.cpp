@@ -172,3 +172,44 @@ TEST(Schedules, WarmupOfOneStep)
     EXPECT_EQ(m(c, 1), 1.0);
     EXPECT_EQ(m(c, 3), 0.5);
 }
+
+// DeepSpeed's schedules (deepspeed/runtime/lr_schedules.py), from iteration -1 (the lr set when the schedule is
+// built); expected values computed with DeepSpeed's formulas in Python.
+TEST(Schedules, DeepSpeedWarmupLR)
+{
+    auto c = sched("WarmupLR", 4);
+    c.warmup_min_lr = 0.0;
+    c.warmup_max_lr = 0.01;
+    const double want[] = {0.0, 0.0, 0.005, 0.007924812503605782, 0.01, 0.01, 0.01, 0.01};
+    for (int64_t i = -1; i < 7; ++i) EXPECT_DOUBLE_EQ(accel::scheduled_lr(c, i, 0.5), want[i + 1]) << i;
+}
+
+TEST(Schedules, DeepSpeedWarmupDecayLRLinear)
+{
+    auto c = sched("WarmupDecayLR", 3, 8);
+    c.warmup_min_lr = 1e-4;
+    c.warmup_max_lr = 0.01;
+    c.log_warmup = false;
+    const double want[] = {0.0001, 0.0001, 0.0034, 0.0067, 0.01, 0.008020000000000001, 0.00604, 0.004060000000000001,
+                           0.0020800000000000003, 0.0001, 0.0001, 0.0001};
+    for (int64_t i = -1; i < 11; ++i) EXPECT_NEAR(accel::scheduled_lr(c, i, 0.5), want[i + 1], 1e-17) << i;
+}
+
+TEST(Schedules, DeepSpeedWarmupCosineLR)
+{
+    auto c = sched("WarmupCosineLR", 3, 10);
+    c.warmup_min_ratio = 0.1;
+    c.cos_min_ratio = 1e-3;
+    const double want[] = {0.0, 0.002, 0.01335673556428623, 0.02, 0.019010678990345167, 0.01623866312056875,
+                           0.01223298413022358, 0.007787015869776421, 0.0037813368794312524, 0.0010093210096548339,
+                           2e-05, 2e-05, 2e-05, 2e-05};
+    for (int64_t i = -1; i < 13; ++i) EXPECT_NEAR(accel::scheduled_lr(c, i, 0.02), want[i + 1], 1e-17) << i;
+}
+
+TEST(Schedules, DeepSpeedWarmupStepsAtLeastTwo)
+{
+    auto c = sched("WarmupLR", 1); // DeepSpeed clamps warmup_num_steps to 2
+    c.warmup_max_lr = 1.0;
+    EXPECT_DOUBLE_EQ(accel::scheduled_lr(c, 0, 1.0), 0.0);
+    EXPECT_DOUBLE_EQ(accel::scheduled_lr(c, 1, 1.0), 1.0);
+}
