@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sharded checkpoints against FULL ones and dd, 2 processes, in one run: median save_state / load_state time
 # of bench/shard_ckpt.c with fsdp_plugin FULL_SHARD and state_dict_type SHARDED_STATE_DICT (every rank writes
-# its pieces) and FULL_STATE_DICT (gathered, rank 0 writes), and dd writing (conv=fsync) and reading the same
-# number of bytes. Usage: bash bench/shard_ckpt.sh [BUILD_DIR] [FOLDER] [ROUNDS]
+# its pieces) and FULL_STATE_DICT (gathered, rank 0 writes), with deepspeed_plugin ZeRO-3 (DeepSpeed's layout:
+# gathered tensor by tensor, every rank writes its partition), and dd writing (conv=fsync) and reading the
+# sharded checkpoint's number of bytes; each row's MB/s is over its own bytes. Usage: bash bench/shard_ckpt.sh [BUILD_DIR] [FOLDER] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -21,9 +22,11 @@ def folder_bytes(d):
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
 
 rows = []
-for kind in ("SHARDED_STATE_DICT", "FULL_STATE_DICT"):
-    ckpt = os.path.join(work, kind)
-    cfg = '{"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "sync_module_states": true, "state_dict_type": "%s"}}' % kind
+fsdp = '{"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "sync_module_states": true, "state_dict_type": "%s"}}'
+configs = [("SHARDED_STATE_DICT", fsdp % "SHARDED_STATE_DICT"), ("FULL_STATE_DICT", fsdp % "FULL_STATE_DICT"),
+           ("DeepSpeed layout (ZeRO-3)", '{"deepspeed_plugin": {"zero_stage": 3}}')]
+for kind, cfg in configs:
+    ckpt = os.path.join(work, kind.split()[0])
     cmd = [os.path.join(build, "bin", "accel"), "launch", "-q", "-n", "2", "--main_process_port", "0",
            "--num_cpu_threads_per_process", "1", os.path.join(build, "bench", "bench_shard_ckpt"), ckpt, str(rounds), cfg]
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -47,11 +50,13 @@ dd_w = statistics.median(timed(["dd", "if=" + src, "of=" + dst, "bs=1M", "conv=f
 dd_r = statistics.median(timed(["dd", "if=" + dst, "of=/dev/null", "bs=1M"]) for _ in range(rounds))
 mb = lambda ms: nbytes / 1e6 / (ms / 1e3)
 print("%d rounds, 2 processes, checkpoint of %.1f MB (model + AdamW state)" % (rounds, nbytes / 1e6))
-print("| | save ms | MB/s | x dd write | load ms | MB/s | x dd read |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| | save ms | MB/s | x dd write | load ms | MB/s | x dd read | MB |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for kind, s, l, b in rows:
-    print("| %s | %.0f | %.0f | %.0f %% | %.0f | %.0f | %.0f %% |" % (kind, s, mb(s), 100 * dd_w / s, l, mb(l), 100 * dd_r / l))
-print("| dd (bs=1M; write with conv=fsync) | %.0f | %.0f | | %.0f | %.0f | |" % (dd_w, mb(dd_w), dd_r, mb(dd_r)))
+    rate = lambda ms: b / 1e6 / (ms / 1e3)  # this checkpoint's own bytes
+    print("| %s | %.0f | %.0f | %.0f %% | %.0f | %.0f | %.0f %% | %.1f |" % (kind, s, rate(s), 100 * rate(s) / mb(dd_w),
+                                                                     l, rate(l), 100 * rate(l) / mb(dd_r), b / 1e6))
+print("| dd (bs=1M; write with conv=fsync) | %.0f | %.0f | | %.0f | %.0f | | %.1f |" % (dd_w, mb(dd_w), dd_r, mb(dd_r), nbytes / 1e6))
 print("load average after: %.2f" % os.getloadavg()[0])
 shutil.rmtree(work, ignore_errors=True)
 PY

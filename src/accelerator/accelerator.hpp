@@ -39,6 +39,7 @@ class Trackers;
 }
 namespace ckpt {
 class AsyncCheckpoint;
+struct CheckpointFile;
 }
 
 class Accelerator {
@@ -118,6 +119,9 @@ public:
     std::vector<parallel::ShardedDataParallel *> sharded_engines() const;
     // Whether save_state writes this engine's model and optimizer as SHARDED_STATE_DICT folders.
     static bool sharded_state_dict(const parallel::ShardedDataParallel &engine);
+    // Whether save_state writes this model and its optimizer in DeepSpeed's layout (deepspeed_plugin, ZeRO
+    // 1-3, with a prepared optimizer over it).
+    bool deepspeed_layout(const Model &model) const;
 
     // free_memory / clear: forgets every prepared model, optimizer, scheduler and data loader (they become
     // unprepared objects again: sharded ones whole, DDP's hooks gone) and resets step to 0, so the next
@@ -133,6 +137,10 @@ private:
     std::vector<int64_t> checkpoint_writers() const;
     // Joins this process's part of an asynchronous save and rethrows its failure (not collective).
     void finish_async_save();
+    // The sharded optimizer over `model` (null when none); DeepSpeed's files of model i and its optimizer
+    // (src/accelerator/deepspeed_checkpoint.cpp; collective).
+    AcceleratedOptimizer *optimizer_of(const Model &model) const;
+    void add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, size_t i, bool main);
     parallel::DistributedDataParallel *ddp_of(const Model &model) const;
     std::vector<std::pair<Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
     std::vector<std::pair<Model *, std::shared_ptr<parallel::ShardedDataParallel>>> sharded_;

@@ -6,6 +6,7 @@
 
 #include "checkpointing/async_save.hpp"
 #include "checkpointing/checkpointing.hpp"
+#include "checkpointing/deepspeed_folder.hpp"
 #include "checkpointing/mapped_tensor.hpp"
 #include "checkpointing/sharded_folder.hpp"
 #include "common/error.hpp"
@@ -25,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 namespace accel {
@@ -212,16 +214,26 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     // Sharded training saves the FULL state dict by default, in the layout DDP writes: the weights whole
     // (every rank gathers them until the files are written), the optimizer state joined from every rank's
     // shard. With SHARDED_STATE_DICT every rank writes its own pieces instead: nothing is gathered.
+    // Under deepspeed_plugin each model and its optimizer go into DeepSpeed's layout instead (every rank
+    // its partition; deepspeed_checkpoint.cpp).
     std::vector<parallel::ShardedDataParallel *> gathered;
     bool sharded_optimizers = false;
-    for (auto *e : sharded_engines()) {
+    for (const auto &[m, e] : sharded_) {
         if (sharded_state_dict(*e)) sharded_optimizers = true;
-        else gathered.push_back(e);
+        else if (!deepspeed_layout(*m)) gathered.push_back(e.get());
     }
-    SummonWhole whole(gathered);
     const int64_t rank = state_->process_index();
+    std::string latest;
+    for (size_t i = 0; i < models_.size(); ++i)
+        if (deepspeed_layout(*models_[i])) {
+            add_deepspeed_files(files, i, main);
+            latest = ckpt::deepspeed_tag(i); // DeepSpeed's `latest` names the last tag saved
+        }
+    if (main && !latest.empty()) files.push_back({"latest", nullptr, nullptr, std::make_shared<const std::string>(latest)});
+    SummonWhole whole(gathered);
     std::vector<PyRef> optimizer_states(optimizers_.size());
     for (size_t i = 0; i < optimizers_.size(); ++i) {
+        if (deepspeed_layout(*optimizers_[i]->model())) continue;
         if (sharded_optimizers && optimizers_[i]->is_sharded())
             ckpt::add_sharded_files(files, ckpt::sharded_optimizer_folder(i), optimizers_[i]->sharded_state_dict(), rank, main);
         else if (main || optimizers_[i]->is_sharded())
@@ -233,7 +245,8 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     // 1. model weights, 2. optimizers, 3. schedulers (main process).
     if (main) {
         for (size_t i = 0; i < models_.size(); ++i) {
-            if (auto *e = sharded_of(*models_[i]); e != nullptr && sharded_state_dict(*e)) continue;
+            if (auto *e = sharded_of(*models_[i]); e != nullptr && (sharded_state_dict(*e) || deepspeed_layout(*models_[i])))
+                continue;
             const bool safe = options.safe_serialization;
             auto sd = std::make_shared<TensorList>(models_[i]->state_dict(/*dedupe_shared=*/safe));
             // Keys as Accelerate writes them for the same setup: "module." under DDP (several processes).
@@ -304,17 +317,24 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     std::vector<ApplyState> range_loads;
     std::vector<parallel::ShardedDataParallel *> whole_engines;
     std::vector<bool> by_range(models_.size(), false);
+    // DeepSpeed's layout (a tag folder per model, holding its optimizer's files too) reads the same way.
+    std::vector<std::optional<ckpt::DsFolder>> deepspeed(models_.size());
     for (size_t i = 0; i < models_.size(); ++i) {
-        const std::string sharded = path(ckpt::sharded_model_folder(i));
-        const bool pieces = ckpt::is_sharded_folder(sharded);
+        std::string sharded = path(ckpt::sharded_model_folder(i));
+        if (const std::string ds = path(ckpt::deepspeed_tag(i)); ckpt::is_deepspeed_folder(ds)) {
+            deepspeed[i] = ckpt::read_deepspeed_folder(ds);
+            sharded = ds;
+        }
+        const bool pieces = deepspeed[i] || ckpt::is_sharded_folder(sharded);
         auto *e = sharded_of(*models_[i]);
+        const ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
         if (!pieces || e == nullptr || e->summoned())
-            weights[i] = match_model_keys(*models_[i], pieces ? ckpt::read_sharded_tensors(sharded) : ckpt::read_weights(dir, i));
+            weights[i] = match_model_keys(*models_[i], pieces ? ckpt::read_source_tensors(piece_src) : ckpt::read_weights(dir, i));
         if (e == nullptr || e->summoned()) continue;
-        // A sharded model takes its pieces by range from either layout (a whole tensor is a source of one
+        // A sharded model takes its pieces by range from any layout (a whole tensor is a source of one
         // piece): nothing gathered. A whole-model file missing some of the model's tensors (loadable when
         // not strict) goes through the gathered model instead.
-        const ShardedSource src = pieces ? ckpt::sharded_source(sharded) : ckpt::tensor_source(weights[i]);
+        const ShardedSource src = pieces ? piece_src : ckpt::tensor_source(weights[i]);
         if (!pieces && !holds_every_tensor(*models_[i], src)) continue;
         auto [apply, names] = e->load_sharded_state_dict(*models_[i], src);
         if (options.strict)
@@ -331,7 +351,14 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     for (size_t i = 0; i < optimizers_.size(); ++i) {
         AcceleratedOptimizer &o = *optimizers_[i];
         const std::string sharded = path(ckpt::sharded_optimizer_folder(i));
-        if (ckpt::is_sharded_folder(sharded)) {
+        const auto m = std::find(models_.begin(), models_.end(), o.model());
+        if (m != models_.end() && deepspeed[static_cast<size_t>(m - models_.begin())]) {
+            const ckpt::DsFolder &ds = *deepspeed[static_cast<size_t>(m - models_.begin())];
+            const std::string what = path(ckpt::deepspeed_tag(static_cast<size_t>(m - models_.begin())));
+            optimizer_loads.push_back([&o, &ds, what](const CopyFn &copy) {
+                return o.load_sharded_state_dict(*ds.optimizer_rest, ds.optimizer, what, copy);
+            });
+        } else if (ckpt::is_sharded_folder(sharded)) {
             PyRef rest = ckpt::read_sharded_rest(sharded);
             const ShardedSource src = ckpt::sharded_source(sharded);
             optimizer_loads.push_back([&o, rest, src, sharded](const CopyFn &copy) {

@@ -1,5 +1,6 @@
 #include "checkpointing/checkpointing.hpp"
 
+#include "checkpointing/deepspeed_folder.hpp"
 #include "checkpointing/merge_weights.hpp"
 #include "checkpointing/sharded_folder.hpp"
 #include "checkpointing/temp_folder.hpp"
@@ -448,9 +449,10 @@ ShardedSource tensor_source(const TensorList &tensors)
     return src;
 }
 
-TensorList read_sharded_tensors(const std::string &dir)
+TensorList read_sharded_tensors(const std::string &dir) { return read_source_tensors(sharded_source(dir)); }
+
+TensorList read_source_tensors(const ShardedSource &src)
 {
-    const ShardedSource src = sharded_source(dir);
     TensorList out;
     for (const auto &name : src.names()) {
         std::vector<int64_t> shape;
@@ -536,6 +538,15 @@ std::string five(size_t v)
 
 size_t merge_weights(const std::string &input, const std::string &output, bool safe)
 {
+    // DeepSpeed's layout (a tag folder, or a save_state folder holding pytorch_model/): the float32
+    // parameters joined from every rank's partition (what DeepSpeed's zero_to_fp32.py does), the buffers.
+    const std::string ds = is_deepspeed_folder(input) ? input : join(input, deepspeed_tag(0));
+    if (is_deepspeed_folder(ds)) {
+        const TensorList tensors = read_source_tensors(read_deepspeed_folder(ds).model);
+        write_weights_file(output, tensors, safe);
+        fsync_dir(parent_of(output));
+        return tensors.size();
+    }
     if (safe) return merge_safetensors_shards(input, output);
     const MergeSource source(input);
     TensorList tensors;

@@ -11,6 +11,12 @@
 
 namespace accel::ckpt {
 
+bool is_call_global(const std::string &name)
+{
+    return name == "torch.Size" || name == "builtins.set" || name == "deepspeed.runtime.fp16.loss_scaler.LossScaler" ||
+           name == "deepspeed.runtime.zero.config.ZeroStageEnum";
+}
+
 bool is_numpy_dtype(const PyObj &o) { return o.kind == PyObj::Kind::Global && o.s == "numpy.dtype"; }
 bool is_numpy_array(const PyObj &o)
 {
@@ -214,6 +220,12 @@ private:
                 write(*py_tuple({py_int(0)}));
                 write(*py_bytes("b"));
                 u8(0x87);
+            } else if (is_call_global(o.s)) { // py_call: the global called with its arguments
+                const size_t dot = o.s.rfind('.');
+                global(o.s.substr(0, dot).c_str(), o.s.substr(dot + 1).c_str());
+                write(*py_tuple(o.items));
+                u8('R');
+                break;
             } else {
                 fail(ACCEL_ERR_INTERNAL, "pickle: cannot write the global " + o.s);
             }
@@ -627,6 +639,23 @@ private:
             d->s = g;
             d->items = {args.items[0]}; // the code ("u4"), then the state, set by BUILD
             return d;
+        }
+        // The objects DeepSpeed's checkpoint layout holds (as accel writes it): a torch.Size is read as its
+        // tuple, a set as a list, ZeroStageEnum(n) as n; a LossScaler stays a call.
+        if (g == "torch.Size" || g == "builtins.set" || g == "__builtin__.set") {
+            const PyObj::Kind want = g == "torch.Size" ? PyObj::Kind::Tuple : PyObj::Kind::List;
+            if (args.items.size() != 1 || args.items[0]->kind != want) bad(g + ": bad arguments");
+            return args.items[0];
+        }
+        if (g == "deepspeed.runtime.zero.config.ZeroStageEnum") {
+            if (args.items.size() != 1 || args.items[0]->kind != PyObj::Kind::Int) bad(g + ": bad arguments");
+            return args.items[0];
+        }
+        if (g == "deepspeed.runtime.fp16.loss_scaler.LossScaler") {
+            auto c = make(PyObj::Kind::Global);
+            c->s = g;
+            c->items = args.items;
+            return c;
         }
         if (g == "torch._utils._rebuild_parameter") {
             if (args.items.empty() || args.items[0]->kind != PyObj::Kind::Tensor) bad("_rebuild_parameter: bad arguments");

@@ -40,6 +40,10 @@ PyRef pickle_loads(const uint8_t *data, size_t len, const StorageLoader &load_st
 // its __setstate__ tuple), or "numpy.core.multiarray._reconstruct" (or numpy._core's) with `items` = the
 // array's __setstate__ tuple (1, shape, dtype, fortran_order, raw bytes); both checked against each other.
 bool is_numpy_dtype(const PyObj &o);
+// Globals written as calls (py_call): torch.Size, builtins.set, and DeepSpeed's LossScaler and
+// ZeroStageEnum (deepspeed_folder.hpp). Read back: a Size as its tuple, a set as a list, a ZeroStageEnum
+// as its int, a LossScaler as the call.
+bool is_call_global(const std::string &name);
 bool is_numpy_array(const PyObj &o);
 std::string numpy_code(const PyObj &dtype);
 

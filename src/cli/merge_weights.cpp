@@ -19,8 +19,9 @@ void merge_usage(FILE *to)
     std::fprintf(to, "usage: accel merge-weights [--unsafe_serialization] [--remove_checkpoint_dir] CHECKPOINT_DIR "
                      "OUTPUT_PATH\n\n"
                      "Joins sharded weights into one model.safetensors: a save_model folder with\n"
-                     "model.safetensors.index.json, or a save_state folder written with SHARDED_STATE_DICT (or its\n"
-                     "pytorch_model_fsdp_0/). OUTPUT_PATH is a folder, or a file name ending in .safetensors (.bin).\n\n"
+                     "model.safetensors.index.json, a save_state folder written with SHARDED_STATE_DICT (or its\n"
+                     "pytorch_model_fsdp_0/), or one written under deepspeed_plugin (or its pytorch_model/).\n"
+                     "OUTPUT_PATH is a folder, or a file name ending in .safetensors (.bin).\n\n"
                      "  --unsafe_serialization   write pytorch_model.bin (a torch.save pickle) instead\n"
                      "  --remove_checkpoint_dir  delete CHECKPOINT_DIR after a successful merge\n");
 }

@@ -119,6 +119,15 @@ std::vector<std::vector<at::Tensor>> AcceleratedOptimizer::grouped(const std::ve
 
 AcceleratedOptimizer::~AcceleratedOptimizer() = default;
 
+std::vector<std::vector<std::string>> AcceleratedOptimizer::param_names_by_group() const
+{
+    std::vector<std::vector<std::string>> out(std::max<size_t>(1, config_.param_groups.size()));
+    size_t i = 0;
+    for (const auto &[name, p] : model_->named_parameters())
+        if (p.requires_grad()) out.at(param_group_.at(i++)).push_back(name); // ids run in this order within a group
+    return out;
+}
+
 bool AcceleratedOptimizer::may_act() const { return prepared_by == nullptr || prepared_by->gradient.sync_gradients(); }
 
 void AcceleratedOptimizer::become(const config::OptimizerConfig &config)

@@ -56,6 +56,9 @@ public:
     // this rank's piece, named "state.{parameter}.{key}"; and back, from the whole tensors of such a save
     // (any process count, sharded or not).
     ShardedState sharded_state_dict() const;
+    // The trainable parameters' names, group by group, each group in state-dict order (ids counted across
+    // the groups): what DeepSpeed's layout records as param_shapes.
+    std::vector<std::vector<std::string>> param_names_by_group() const;
     ApplyState load_sharded_state_dict(const PyObj &rest, const ShardedSource &src, const std::string &what,
                                        const CopyFn &copy);
 

@@ -45,6 +45,13 @@ PyRef py_ordered_dict(std::vector<std::pair<PyRef, PyRef>> items)
     return p;
 }
 PyRef py_tensor(at::Tensor t) { auto p = make(PyObj::Kind::Tensor); p->tensor = std::move(t); return p; }
+PyRef py_call(std::string global, std::vector<PyRef> args)
+{
+    auto p = make(PyObj::Kind::Global);
+    p->s = std::move(global);
+    p->items = std::move(args);
+    return p;
+}
 void py_set(PyObj &dict, const std::string &key, PyRef value) { dict.map.emplace_back(py_str(key), std::move(value)); }
 
 const PyObj &sd_dict(const PyObj *v, const std::string &what)

@@ -55,6 +55,9 @@ PyRef py_tuple(std::vector<PyRef> items = {});
 PyRef py_dict(std::vector<std::pair<PyRef, PyRef>> items = {});
 PyRef py_ordered_dict(std::vector<std::pair<PyRef, PyRef>> items = {});
 PyRef py_tensor(at::Tensor t);
+// An object made by calling a global with `args` (pickled as GLOBAL + REDUCE), for the few classes a
+// checkpoint layout needs (checkpointing/pickle.hpp lists them): torch.Size((2, 3)), set([]), ...
+PyRef py_call(std::string global, std::vector<PyRef> args);
 // Appends key -> value to a dict.
 void py_set(PyObj &dict, const std::string &key, PyRef value);
 

@@ -2,6 +2,7 @@
 """Drives the multi-process tests: starts the test programs with `accel launch`, with mpirun, or by hand,
 and checks what they print or write. Usage: run_dist.py SCENARIO --bin BUILD_DIR [options]."""
 import argparse
+import json
 import os
 import re
 import shutil
@@ -538,6 +539,83 @@ def scenario_netns(a):
     return 0
 
 
+def read_safetensors_f32(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    head.pop("__metadata__", None)
+    out = {}
+    for k, h in head.items():
+        if h["dtype"] != "F32":
+            sys.exit("%s: %s is %s, expected F32" % (path, k, h["dtype"]))
+        b, e = h["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((e - b) // 4), raw[8 + n + b:8 + n + e])
+    return out
+
+
+def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp):
+    """DeepSpeed's layout under deepspeed_plugin (checkpoint-format.md 2.2): the files each rank writes, `latest`,
+    merge-weights equal to the weights the saving run had (bit for bit), DeepSpeed's zero_to_fp32 protocol
+    (tests/distributed/ds_zero_to_fp32.py, Python's torch) giving the same, and a damaged folder named."""
+    stage, nproc = a.expect_deepspeed, a.np
+    folder = os.path.join(ckpt, "pytorch_model")
+    got = sorted(os.listdir(folder))
+    want = sorted(["zero_pp_rank_%d_mp_rank_00_optim_states.pt" % r for r in range(nproc)] +
+                  (["zero_pp_rank_%d_mp_rank_00_model_states.pt" % r for r in range(nproc)] if stage == 3
+                   else ["mp_rank_00_model_states.pt"]))
+    if got != want:
+        sys.exit("pytorch_model/ holds %s, expected %s" % (got, want))
+    if open(os.path.join(ckpt, "latest")).read() != "pytorch_model":
+        sys.exit("latest does not name pytorch_model")
+    for f in ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "pytorch_model_fsdp_0"):
+        if os.path.exists(os.path.join(ckpt, f)):
+            sys.exit("a DeepSpeed save also wrote %s" % f)
+    log("DeepSpeed layout: latest + pytorch_model/%s" % got)
+    params, _ = split_result(weights_at_save, widths_numel(a.widths))
+    merged = os.path.join(tmp, "ds_merged")
+    run([os.path.join(a.bin, "bin", "accel"), "merge-weights", ckpt, merged])
+    tensors = read_safetensors_f32(os.path.join(merged, "model.safetensors"))
+    # The MLP's parameters in model order: layer by layer, weight then bias.
+    order = sorted(tensors, key=lambda k: (int(k.split(".")[-2]) if k.split(".")[-2].isdigit() else 0,
+                                           0 if k.endswith("weight") else 1))
+    flat = [x for k in order for x in tensors[k]]
+    if tuple(flat) != tuple(params):
+        check_close(params, flat, 0.0, "merge-weights of the DeepSpeed checkpoint vs the weights at the save")
+    log("merge-weights of the DeepSpeed checkpoint equals the saving run's weights bit for bit (%d tensors)" % len(order))
+    py = shutil.which("python3", path="/usr/bin")
+    if py and subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
+        ref = os.path.join(tmp, "ds_params.f32")
+        with open(ref, "wb") as f:
+            f.write(struct.pack("<%df" % len(params), *params))
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_zero_to_fp32.py")
+        p = run([py, script, ckpt, ref, str(stage), str(nproc)])
+        log("zero_to_fp32 protocol (Python's torch): %s" % p.stdout.strip().splitlines()[-1])
+    else:
+        log("SKIP the zero_to_fp32 check: /usr/bin/python3 has no torch")
+    if a.launcher != "launch":
+        return
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
+    e = env_base()
+    e["ACCEL_TEST_WIDTHS"] = a.widths
+    e.update(dict(kv.split("=", 1) for kv in (a.env or [])))
+    optim1 = "pytorch_model/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    for victim, how in ((optim1, "missing"), ("pytorch_model/zero_pp_rank_0_mp_rank_00_optim_states.pt", "truncated")):
+        bad = os.path.join(tmp, "ds_bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(ckpt, bad)
+        path = os.path.join(bad, victim)
+        if how == "missing":
+            os.remove(path)
+        else:
+            os.truncate(path, os.path.getsize(path) // 2)
+        p = run(launch_cmd(a, 1) + [prog, os.path.join(tmp, "bad.bin"), str(a.batch * a.np), "1", a.config],
+                env=dict(e, ACCEL_TEST_LOAD=bad), check=False, timeout=a.timeout)
+        if p.returncode == 0 or "DATA_LOSS" not in p.stdout or victim.split("/")[-1] not in p.stdout:
+            sys.exit("load_state of a DeepSpeed checkpoint whose %s is %s: expected DATA_LOSS naming the file:\n%s"
+                     % (victim, how, p.stdout[-2000:]))
+    log("a missing and a truncated optimizer states file are DATA_LOSS naming the file")
+
+
 def scenario_resume(a):
     """2N optimizer steps in one run equal N steps + save_state + new processes + load_state + N steps, bit for
     bit (checkpoint-format.md; issue: exact resume with several processes). With --resume-config the second half
@@ -598,6 +676,8 @@ def scenario_resume(a):
         for f in ("model.safetensors", "pytorch_model.bin", "optimizer.bin"):
             if f in files:
                 sys.exit("a sharded save also wrote the gathered %s" % f)
+    if a.expect_deepspeed:
+        check_deepspeed_checkpoint(a, ckpt, os.path.join(tmp, "first.bin"), tmp)
     if a.merge_full_config:
         # accel merge-weights of the sharded checkpoint == the FULL save of the same state, byte for byte.
         full_ckpt = os.path.join(tmp, "ckpt_full")
@@ -739,6 +819,8 @@ def main():
     ap.add_argument("--resume-np", type=int, default=0, help="resume: processes of the resumed half (the global "
                     "batch stays the same)")
     ap.add_argument("--expect-sharded", action="store_true", help="resume: the checkpoint is SHARDED_STATE_DICT")
+    ap.add_argument("--expect-deepspeed", type=int, default=0, help="resume: the checkpoint is DeepSpeed's layout "
+                    "of this ZeRO stage (files, merge-weights, zero_to_fp32, damaged files)")
     ap.add_argument("--reload-in-process", action="store_true", help="resume: also load the checkpoint back into "
                     "the saving run's objects 2 steps later and train on (equal to the uninterrupted run)")
     ap.add_argument("--async-save", action="store_true", help="resume: the checkpoint is saved with {\"async\": true}")

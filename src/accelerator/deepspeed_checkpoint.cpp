@@ -1,0 +1,197 @@
+// save_state under deepspeed_plugin (ZeRO 1-3): each model and its optimizer in DeepSpeed's own layout
+// (checkpointing/deepspeed_folder.hpp), as Accelerate leaves it. DeepSpeed cuts the parameters otherwise than
+// accel's engine does (per group or per parameter, not per unit), so each parameter's float32 values and
+// optimizer state are gathered one tensor at a time (every rank, same order) and every rank keeps its
+// DeepSpeed partition: nothing larger than one tensor is ever whole on a rank.
+#include "accelerator/accelerator.hpp"
+
+#include "checkpointing/checkpointing.hpp"
+#include "checkpointing/deepspeed_folder.hpp"
+#include "common/error.hpp"
+#include "distributed/communicator.hpp"
+#include "model/model.hpp"
+#include "optimizer/accelerated_optimizer.hpp"
+#include "parallel/fsdp/sharded_data_parallel.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace accel {
+
+namespace {
+
+// Every element of sharded tensor `t`, from each rank's piece (collective).
+at::Tensor gather_whole(const ShardedTensor &t, distributed::Communicator &comm)
+{
+    int64_t most = 0, numel = 1;
+    for (const auto &p : t.pieces) most = std::max(most, p.numel);
+    for (int64_t d : t.shape) numel *= d;
+    const auto options = at::TensorOptions().dtype(t.dtype);
+    at::Tensor mine = at::zeros({most}, options);
+    if (t.local.defined()) mine.narrow(0, 0, t.local.numel()).copy_(t.local.reshape({-1}));
+    const std::vector<at::Tensor> all = comm.allgather(mine);
+    at::Tensor whole = at::empty({numel}, options);
+    for (const auto &p : t.pieces) whole.narrow(0, p.offset, p.numel).copy_(all.at(p.rank).narrow(0, 0, p.numel));
+    return whole;
+}
+
+bool same_value(const PyObj &a, const PyObj &b)
+{
+    if (a.kind != b.kind) return false;
+    switch (a.kind) {
+    case PyObj::Kind::None: return true;
+    case PyObj::Kind::Bool: return a.b == b.b;
+    case PyObj::Kind::Int: return a.i == b.i;
+    case PyObj::Kind::Float: return a.f == b.f;
+    case PyObj::Kind::Tensor: return a.tensor.numel() == 1 && b.tensor.numel() == 1 && at::equal(a.tensor, b.tensor);
+    default: return false;
+    }
+}
+
+int64_t step_count(const PyObj *entry)
+{
+    const PyObj *step = entry != nullptr ? entry->get("step") : nullptr;
+    if (step == nullptr) return 0;
+    if (step->kind == PyObj::Kind::Int) return step->i;
+    if (step->kind == PyObj::Kind::Float) return static_cast<int64_t>(step->f);
+    if (step->kind == PyObj::Kind::Tensor && step->tensor.numel() == 1) return static_cast<int64_t>(step->tensor.item<double>());
+    return 0;
+}
+
+} // namespace
+
+bool Accelerator::deepspeed_layout(const Model &model) const
+{
+    const auto *e = sharded_of(model);
+    return e != nullptr && e->config().frontend == "deepspeed" && e->config().zero_stage >= 1 &&
+           optimizer_of(model) != nullptr;
+}
+
+AcceleratedOptimizer *Accelerator::optimizer_of(const Model &model) const
+{
+    for (const auto &o : optimizers_)
+        if (o->model().get() == &model && o->is_sharded()) return o.get();
+    return nullptr;
+}
+
+void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, size_t i, bool main)
+{
+    const Model &model = *models_.at(i);
+    parallel::ShardedDataParallel &engine = *sharded_of(model);
+    const AcceleratedOptimizer &optimizer = *optimizer_of(model);
+    distributed::Communicator &comm = *state_->comm;
+    const int stage = static_cast<int>(engine.config().zero_stage);
+    const int32_t world = comm.size(), rank = comm.rank();
+    const std::string tag = ckpt::deepspeed_tag(i);
+
+    const ShardedState masters = engine.sharded_state_dict(model);
+    const ShardedState state = optimizer.sharded_state_dict();
+    if (masters.world_size != world || state.world_size != world)
+        fail(ACCEL_ERR_INTERNAL, "save_state: DeepSpeed's layout needs the shards spread over every process");
+
+    // The trainable parameters group by group, and where DeepSpeed puts each one's elements on this rank.
+    const auto names = optimizer.param_names_by_group();
+    std::vector<ckpt::DsParam> params;
+    for (size_t g = 0; g < names.size(); ++g)
+        for (const auto &name : names[g]) params.push_back({name, model.find_tensor(name)->sizes().vec(), g});
+    const ckpt::DsPartition part(params, names.size(), stage, world);
+    std::vector<std::vector<ckpt::DsRun>> runs_of(params.size());
+    for (size_t g = 0; g < names.size(); ++g)
+        for (const auto &run : part.runs(rank, g)) runs_of[run.param].push_back(run);
+    std::map<std::string, size_t> index;
+    for (size_t k = 0; k < params.size(); ++k) index[params[k].name] = k;
+
+    ckpt::DsRankState s;
+    s.rank = rank;
+    s.clip_grad = engine.config().gradient_clipping;
+    s.bf16 = state_->config.mixed_precision == ACCEL_MIXED_PRECISION_BF16;
+    auto flat = [&](size_t g, at::ScalarType dtype) { return at::zeros({part.flat_numel(rank, g)}, at::TensorOptions().dtype(dtype)); };
+    auto scatter = [&](size_t k, const at::Tensor &whole, const at::Tensor &into) {
+        for (const auto &run : runs_of[k]) into.narrow(0, run.flat_offset, run.numel).copy_(whole.narrow(0, run.param_offset, run.numel));
+    };
+    for (size_t g = 0; g < names.size(); ++g) s.fp32.push_back(flat(g, at::kFloat));
+    for (const auto &t : masters.tensors) { // the same list, in the same order, on every rank
+        auto it = index.find(t.name);
+        if (it == index.end()) continue; // buffers and frozen parameters: below
+        scatter(it->second, gather_whole(t, comm), s.fp32[params[it->second].group]);
+    }
+
+    // The optimizer state: DeepSpeed's base optimizer steps one flat tensor per group, so each group's
+    // per-element state is cut as its parameters are, and the rest (step counts) must agree within a group.
+    const PyObj *rest_state = state.rest->get("state");
+    const PyObj *groups = state.rest->get("param_groups");
+    std::vector<std::vector<std::pair<std::string, at::Tensor>>> per_element(names.size());
+    for (const auto &t : state.tensors) {
+        const size_t dot = t.name.rfind('.');
+        const size_t k = static_cast<size_t>(std::stoll(t.name.substr(6, dot - 6))); // "state.{id}.{key}"
+        const std::string key = t.name.substr(dot + 1);
+        auto &slots = per_element.at(params.at(k).group);
+        auto slot = std::find_if(slots.begin(), slots.end(), [&key](const auto &e) { return e.first == key; });
+        if (slot == slots.end()) slot = slots.insert(slots.end(), {key, flat(params[k].group, t.dtype)});
+        scatter(k, gather_whole(t, comm), slot->second);
+    }
+    for (size_t g = 0; g < names.size(); ++g) {
+        const PyObj *first = nullptr;
+        for (size_t k = 0; k < params.size(); ++k) {
+            if (params[k].group != g) continue;
+            const PyObj *entry = rest_state->get_int_key(static_cast<int64_t>(k));
+            if (first == nullptr) first = entry;
+            const bool agree = entry != nullptr && first != nullptr && entry->map.size() == first->map.size() &&
+                               std::equal(entry->map.begin(), entry->map.end(), first->map.begin(),
+                                          [](const auto &a, const auto &b) { return a.first->s == b.first->s && same_value(*a.second, *b.second); });
+            if ((entry == nullptr) != (first == nullptr) || (entry != nullptr && !agree))
+                fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: the parameters of optimizer group " + std::to_string(g) +
+                                                  " have taken different numbers of steps (some had no gradient), which "
+                                                  "DeepSpeed's layout cannot hold (one state per group)");
+        }
+        if (first != nullptr) {
+            auto entry = py_dict();
+            for (const auto &kv : first->map) entry->map.push_back(kv);
+            for (const auto &[key, t] : per_element[g]) py_set(*entry, key, py_tensor(t));
+            s.group_state.push_back(entry);
+            if (s.global_steps == 0) s.global_steps = step_count(first);
+        } else {
+            s.group_state.push_back(nullptr);
+        }
+        auto options = py_dict();
+        for (const auto &kv : groups->items.at(g)->map)
+            if (kv.first->s != "params") options->map.push_back(kv);
+        s.group_options.push_back(options);
+    }
+
+    // The model states: buffers whole; frozen parameters whole (ZeRO-1/2) or cut as ZeRO-3 cuts parameters;
+    // a tied parameter named once more in shared_params. ZeRO-1/2 keep the whole module (rank 0 writes it);
+    // ZeRO-3 parameters are empty there, as DeepSpeed's partitioned parameters are.
+    std::set<const c10::TensorImpl *> seen;
+    std::map<const c10::TensorImpl *, std::string> first_name;
+    for (const auto &[name, p] : model.named_parameters()) {
+        auto [it, fresh] = first_name.emplace(p.unsafeGetTensorImpl(), name);
+        if (!fresh) {
+            s.shared_params.emplace_back(name, it->second);
+            continue;
+        }
+        s.module.emplace_back(name, stage == 3 ? at::empty({0}, p.options()) : p.detach());
+        if (index.count(name)) continue;
+        s.frozen_shapes.emplace_back(name, p.sizes().vec());
+        if (stage == 3) {
+            const int64_t n = p.numel(), ps = (n + world - 1) / world, lo = std::min(n, rank * ps), hi = std::min(n, lo + ps);
+            at::Tensor fragment = at::zeros({ps}, p.options());
+            if (hi > lo) fragment.narrow(0, 0, hi - lo).copy_(p.detach().reshape({-1}).narrow(0, lo, hi - lo));
+            s.frozen_fragments.emplace_back(name, fragment);
+        } else {
+            s.frozen_fragments.emplace_back(name, p.detach());
+        }
+    }
+    for (const auto &[name, b] : model.named_buffers()) {
+        s.module.emplace_back(name, b.detach());
+        s.buffer_names.push_back(name);
+    }
+    if (stage == 3 || main)
+        files.push_back({tag + "/" + ckpt::deepspeed_model_states_name(stage, rank), ckpt::deepspeed_model_states(part, s), nullptr, nullptr});
+    files.push_back({tag + "/" + ckpt::deepspeed_optim_states_name(rank, s.bf16), ckpt::deepspeed_optim_states(part, s), nullptr, nullptr});
+}
+
+} // namespace accel

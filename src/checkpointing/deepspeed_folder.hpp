@@ -1,0 +1,105 @@
+// DeepSpeed's checkpoint layout (shared/spec/checkpoint-format.md §2.2), as Accelerate's save_state leaves
+// it under DeepSpeed: <dir>/<tag>/ ("pytorch_model", "pytorch_model_{i}") holding the model states file(s)
+// and one optimizer states file per data-parallel rank, and <dir>/latest naming the tag. What the files hold
+// follows DeepSpeed's engine and ZeRO optimizers (the keys DeepSpeed's zero_to_fp32.py reads among them):
+//   - ZeRO-1/2: each parameter group is one flat float32 vector (its parameters back to back), padded to a
+//     multiple of 2 x world and cut into `world` equal partitions; rank r's file holds partition r
+//     (single_partition_of_fp32_groups, without the padding) and the base optimizer's state over it.
+//   - ZeRO-3: every parameter is cut into `world` partitions of ceil(numel / world) elements (the last padded);
+//     rank r's flat group is its partition of each parameter of the group, back to back (fp32_flat_groups).
+// This file knows the layout only: the partition arithmetic, the names, and reading such a folder back as
+// sources by element range. The Accelerator hands it the values (src/accelerator/deepspeed_checkpoint.cpp).
+#pragma once
+
+#include "state/state_dict.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accel::ckpt {
+
+// "pytorch_model" for model 0, "pytorch_model_{i}" after (Accelerate's tags).
+std::string deepspeed_tag(size_t i);
+// mp_rank_00_model_states.pt (ZeRO-1/2: rank 0 only) or zero_pp_rank_{r}_mp_rank_00_model_states.pt (ZeRO-3).
+std::string deepspeed_model_states_name(int stage, int32_t rank);
+// [bf16_]zero_pp_rank_{r}_mp_rank_00_optim_states.pt
+std::string deepspeed_optim_states_name(int32_t rank, bool bf16);
+
+// DeepSpeed's partition of the trainable parameters (given group by group, each in optimizer order).
+struct DsParam {
+    std::string name;
+    std::vector<int64_t> shape;
+    size_t group = 0;
+    int64_t numel() const;
+};
+// Elements [param_offset, param_offset + numel) of parameter `param` lie at `flat_offset` of a rank's flat
+// tensor of the parameter's group.
+struct DsRun {
+    size_t param;
+    int64_t param_offset, numel, flat_offset;
+};
+class DsPartition {
+public:
+    DsPartition(std::vector<DsParam> params, size_t groups, int stage, int32_t world);
+    const std::vector<DsParam> &params() const { return params_; }
+    size_t groups() const { return groups_; }
+    int stage() const { return stage_; }
+    int32_t world() const { return world_; }
+    // Rank r's runs in group g, in flat order; the length of its flat tensor (with padding); the padding at
+    // its end (ZeRO-1/2 files hold the partition without it).
+    std::vector<DsRun> runs(int32_t rank, size_t g) const;
+    int64_t flat_numel(int32_t rank, size_t g) const;
+    int64_t padding(int32_t rank, size_t g) const;
+
+private:
+    std::vector<DsParam> params_;
+    size_t groups_;
+    int stage_;
+    int32_t world_;
+    std::vector<int64_t> group_numel_; // ZeRO-1/2: the group's elements; the partition size
+    std::vector<int64_t> partition_;
+};
+
+// A DeepSpeed folder read back (any process count; sharded or not): the model's tensors (trainable
+// parameters from the float32 partitions, buffers and frozen parameters from the model states) and the
+// optimizer's state in accel's sharded form ("state.{id}.{key}" per parameter, `optimizer_rest` the rest),
+// both readable by range. Every file is checked when opened: a missing, truncated or foreign one is
+// DATA_LOSS naming it.
+struct DsFolder {
+    int stage = 0;
+    int32_t world = 1;
+    ShardedSource model;
+    ShardedSource optimizer;
+    PyRef optimizer_rest;
+};
+// Whether `dir` (a tag folder) holds DeepSpeed optimizer states files.
+bool is_deepspeed_folder(const std::string &dir);
+DsFolder read_deepspeed_folder(const std::string &dir);
+
+} // namespace accel::ckpt
+
+namespace accel::ckpt {
+
+// What one rank writes, from values the Accelerator gathered (every tensor on the host, float32 where
+// DeepSpeed keeps float32).
+struct DsRankState {
+    int32_t rank = 0;
+    std::vector<at::Tensor> fp32;         // per group: the rank's flat master partition (flat_numel long)
+    std::vector<PyRef> group_state;       // per group: the base optimizer's state entry over it, or null
+    std::vector<PyRef> group_options;     // per group: the hyperparameters (without "params")
+    TensorList module;                    // the model states' "module" (ZeRO-3: parameters as empty tensors)
+    std::vector<std::string> buffer_names;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> frozen_shapes; // frozen parameters
+    TensorList frozen_fragments;          // ZeRO-2: each frozen parameter whole; ZeRO-3: its partition
+    std::vector<std::pair<std::string, std::string>> shared_params; // a tied name -> the name it shares with
+    double clip_grad = 0.0;
+    bool bf16 = false;
+    int64_t global_steps = 0;
+};
+// The model states file's object (ZeRO-1/2: rank 0's only file; ZeRO-3: every rank's) and the optimizer
+// states file's.
+PyRef deepspeed_model_states(const DsPartition &part, const DsRankState &s);
+PyRef deepspeed_optim_states(const DsPartition &part, const DsRankState &s);
+
+} // namespace accel::ckpt

@@ -1,0 +1,172 @@
+// checkpointing/deepspeed_folder: DeepSpeed's partition arithmetic (ZeRO-1/2: a group cut evenly after padding
+// to 2 x world; ZeRO-3: every parameter cut on its own), files written from it read back whole and by range
+// (parameters, optimizer state, buffers), and a folder with a missing or an extra rank file is DATA_LOSS
+// naming it. The pickled DeepSpeed/torch objects read back as plain values.
+#include "checkpointing/deepspeed_folder.hpp"
+#include "checkpointing/pickle.hpp"
+#include "checkpointing/torch_archive.hpp"
+#include "common/error.hpp"
+#include "common/files.hpp"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <string>
+
+using namespace accel;
+using namespace accel::ckpt;
+
+namespace {
+
+std::string fresh_dir(const std::string &name)
+{
+    const std::string dir = ::testing::TempDir() + "/accel_ds_" + name + "_" + std::to_string(getpid());
+    if (exists(dir)) remove_all(dir);
+    make_dirs(dir);
+    return dir;
+}
+
+std::vector<std::tuple<size_t, int64_t, int64_t, int64_t>> runs_of(const DsPartition &p, int32_t rank, size_t g)
+{
+    std::vector<std::tuple<size_t, int64_t, int64_t, int64_t>> out;
+    for (const auto &r : p.runs(rank, g)) out.emplace_back(r.param, r.param_offset, r.numel, r.flat_offset);
+    return out;
+}
+
+using Runs = std::vector<std::tuple<size_t, int64_t, int64_t, int64_t>>;
+
+// Parameters "a" (5 elements) and "b" (2 x 2), one group; buffer "m" (3 elements).
+std::vector<DsParam> two_params() { return {{"a", {5}, 0}, {"b", {2, 2}, 0}}; }
+
+// Writes the folder a `world`-process run of `stage` leaves, for parameters a = 0..4, b = 10..13 and AdamW-like
+// state exp_avg = parameter + 100 (step 7), then returns the folder.
+std::string write_folder(const std::string &name, int stage, int32_t world)
+{
+    const std::string dir = fresh_dir(name);
+    const DsPartition part(two_params(), 1, stage, world);
+    const at::Tensor whole[2] = {at::arange(5, at::kFloat), at::arange(10, 14, at::kFloat)};
+    for (int32_t r = 0; r < world; ++r) {
+        DsRankState s;
+        s.rank = r;
+        at::Tensor flat = at::zeros({part.flat_numel(r, 0)}), avg = at::zeros({part.flat_numel(r, 0)});
+        for (const auto &run : part.runs(r, 0)) {
+            flat.narrow(0, run.flat_offset, run.numel).copy_(whole[run.param].narrow(0, run.param_offset, run.numel));
+            avg.narrow(0, run.flat_offset, run.numel).copy_(whole[run.param].narrow(0, run.param_offset, run.numel) + 100);
+        }
+        s.fp32 = {flat};
+        s.group_state = {py_dict({{py_str("step"), py_tensor(at::full({}, 7.0))}, {py_str("exp_avg"), py_tensor(avg)}})};
+        s.group_options = {py_dict({{py_str("lr"), py_float(0.5)}})};
+        s.module = {{"a", at::empty({0})}, {"b", at::empty({0})}, {"m", at::full({3}, 9.0)}};
+        s.buffer_names = {"m"};
+        if (stage == 3 || r == 0)
+            save_torch_file(join(dir, deepspeed_model_states_name(stage, r)), *deepspeed_model_states(part, s));
+        save_torch_file(join(dir, deepspeed_optim_states_name(r, false)), *deepspeed_optim_states(part, s));
+    }
+    return dir;
+}
+
+at::Tensor read(const ShardedSource &src, const std::string &name, int64_t offset, int64_t n)
+{
+    at::Tensor out = at::empty({n});
+    src.read(name, offset, out);
+    return out;
+}
+
+} // namespace
+
+TEST(DeepSpeedFolder, Zero2CutsTheGroupEvenlyAfterPadding)
+{
+    // 9 elements over 2 ranks: padded to 12 (a multiple of 2 x 2), partitions of 6; rank 1 ends in 3 of padding.
+    const DsPartition p(two_params(), 1, 2, 2);
+    EXPECT_EQ(p.flat_numel(0, 0), 6);
+    EXPECT_EQ(p.padding(0, 0), 0);
+    EXPECT_EQ(p.padding(1, 0), 3);
+    EXPECT_EQ(runs_of(p, 0, 0), (Runs{{0, 0, 5, 0}, {1, 0, 1, 5}}));
+    EXPECT_EQ(runs_of(p, 1, 0), (Runs{{1, 1, 3, 0}}));
+}
+
+TEST(DeepSpeedFolder, Zero3CutsEveryParameter)
+{
+    // a: 3 + 2 (1 padding), b: 2 + 2; rank r's flat is its part of a, then of b.
+    const DsPartition p(two_params(), 1, 3, 2);
+    EXPECT_EQ(p.flat_numel(0, 0), 5);
+    EXPECT_EQ(p.padding(1, 0), 0);
+    EXPECT_EQ(runs_of(p, 0, 0), (Runs{{0, 0, 3, 0}, {1, 0, 2, 3}}));
+    EXPECT_EQ(runs_of(p, 1, 0), (Runs{{0, 3, 2, 0}, {1, 2, 2, 3}}));
+}
+
+TEST(DeepSpeedFolder, ReadsBackWholeAndByRange)
+{
+    for (int stage : {1, 2, 3}) {
+        for (int32_t world : {1, 2, 3}) {
+            SCOPED_TRACE("stage " + std::to_string(stage) + ", world " + std::to_string(world));
+            const std::string dir = write_folder("read", stage, world);
+            ASSERT_TRUE(is_deepspeed_folder(dir));
+            const DsFolder f = read_deepspeed_folder(dir);
+            EXPECT_EQ(f.stage, stage);
+            EXPECT_EQ(f.world, world);
+            EXPECT_EQ(f.model.names(), (std::vector<std::string>{"a", "b", "m"}));
+            std::vector<int64_t> shape;
+            ASSERT_TRUE(f.model.find("b", shape));
+            EXPECT_EQ(shape, (std::vector<int64_t>{2, 2}));
+            EXPECT_TRUE(at::equal(read(f.model, "a", 0, 5), at::arange(5, at::kFloat)));
+            EXPECT_TRUE(at::equal(read(f.model, "b", 1, 3), at::arange(11, 14, at::kFloat)));
+            EXPECT_TRUE(at::equal(read(f.model, "m", 0, 3), at::full({3}, 9.0)));
+            EXPECT_EQ(f.optimizer.names(), (std::vector<std::string>{"state.0.exp_avg", "state.1.exp_avg"}));
+            EXPECT_TRUE(at::equal(read(f.optimizer, "state.1.exp_avg", 0, 4), at::arange(110, 114, at::kFloat)));
+            // The rest: each parameter takes its group's step; the group its hyperparameters and both ids.
+            const PyObj &state = *f.optimizer_rest->get("state");
+            ASSERT_EQ(state.map.size(), 2u);
+            EXPECT_EQ(state.get_int_key(1)->get("step")->tensor.item<double>(), 7.0);
+            const PyObj &group = *f.optimizer_rest->get("param_groups")->items.at(0);
+            EXPECT_EQ(group.get("lr")->f, 0.5);
+            EXPECT_EQ(group.get("params")->items.size(), 2u);
+            remove_all(dir);
+        }
+    }
+}
+
+TEST(DeepSpeedFolder, MissingOrExtraRankFileIsDataLoss)
+{
+    const std::string dir = write_folder("damaged", 2, 2);
+    const std::string rank1 = join(dir, deepspeed_optim_states_name(1, false));
+    const std::string rank2 = join(dir, deepspeed_optim_states_name(2, false));
+    auto expect_named = [&dir](const std::string &named) {
+        try {
+            read_deepspeed_folder(dir);
+            ADD_FAILURE() << "no error";
+        } catch (const Error &e) {
+            EXPECT_EQ(e.code(), ACCEL_ERR_DATA_LOSS);
+            EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+        }
+    };
+    ASSERT_EQ(std::rename(rank1.c_str(), rank2.c_str()), 0); // rank 1's file missing (and one for rank 2)
+    expect_named(rank1);
+    ASSERT_EQ(std::rename(rank2.c_str(), rank1.c_str()), 0);
+    save_torch_file(rank2, *py_dict()); // one file too many: written by a larger run into the same folder
+    expect_named(rank2);
+    remove_all(dir);
+}
+
+TEST(DeepSpeedFolder, PickledObjectsReadAsPlainValues)
+{
+    const auto obj = py_list({py_call("torch.Size", {py_tuple({py_int(2), py_int(3)})}),
+                              py_call("deepspeed.runtime.zero.config.ZeroStageEnum", {py_int(3)}),
+                              py_call("builtins.set", {py_list()}),
+                              py_call("deepspeed.runtime.fp16.loss_scaler.LossScaler", {py_float(1.0)})});
+    const std::string bytes = pickle_dumps(*obj, [](const at::Tensor &) { return StorageRef{}; });
+    EXPECT_NE(bytes.find("ctorch\nSize\n"), std::string::npos);
+    const PyRef back = pickle_loads(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), {}, "test");
+    ASSERT_EQ(back->items.size(), 4u);
+    EXPECT_EQ(back->items[0]->kind, PyObj::Kind::Tuple);
+    EXPECT_EQ(back->items[0]->items.at(1)->i, 3);
+    EXPECT_EQ(back->items[1]->kind, PyObj::Kind::Int);
+    EXPECT_EQ(back->items[1]->i, 3);
+    EXPECT_EQ(back->items[2]->kind, PyObj::Kind::List);
+    EXPECT_EQ(back->items[3]->kind, PyObj::Kind::Global);
+    // Any other global stays refused.
+    const std::string evil = "cos\nsystem\n(S'true'\ntR.";
+    EXPECT_THROW(pickle_loads(reinterpret_cast<const uint8_t *>(evil.data()), evil.size(), {}, "test"), Error);
+}
