@@ -1,6 +1,6 @@
 // checkpointing/deepspeed_folder: DeepSpeed's partition arithmetic (ZeRO-1/2: a group cut evenly after padding
 // to 2 x world; ZeRO-3: every parameter cut on its own), files written from it read back whole and by range
-// (parameters, optimizer state, buffers), and a folder with a missing or an extra rank file is DATA_LOSS
+// (parameters, optimizer state, buffers, frozen parameters), and a folder with a missing or an extra rank file is DATA_LOSS
 // naming it. The pickled DeepSpeed/torch objects read back as plain values.
 #include "checkpointing/deepspeed_folder.hpp"
 #include "checkpointing/pickle.hpp"
@@ -58,8 +58,15 @@ std::string write_folder(const std::string &name, int stage, int32_t world)
         s.fp32 = {flat};
         s.group_state = {py_dict({{py_str("step"), py_tensor(at::full({}, 7.0))}, {py_str("exp_avg"), py_tensor(avg)}})};
         s.group_options = {py_dict({{py_str("lr"), py_float(0.5)}})};
-        s.module = {{"a", at::empty({0})}, {"b", at::empty({0})}, {"m", at::full({3}, 9.0)}};
+        // A frozen parameter "f" = 20..24: whole in the module (ZeRO-1/2), cut as ZeRO-3 cuts parameters.
+        const at::Tensor f = at::arange(20, 25, at::kFloat);
+        s.module = {{"a", at::empty({0})}, {"b", at::empty({0})}, {"f", stage == 3 ? at::empty({0}) : f}, {"m", at::full({3}, 9.0)}};
         s.buffer_names = {"m"};
+        s.frozen_shapes = {{"f", {5}}};
+        const int64_t ps = (5 + world - 1) / world, lo = std::min<int64_t>(5, r * ps), hi = std::min<int64_t>(5, lo + ps);
+        at::Tensor fragment = at::zeros({ps});
+        if (hi > lo) fragment.narrow(0, 0, hi - lo).copy_(f.narrow(0, lo, hi - lo));
+        s.frozen_fragments = {{"f", stage == 3 ? fragment : f}};
         if (stage == 3 || r == 0)
             save_torch_file(join(dir, deepspeed_model_states_name(stage, r)), *deepspeed_model_states(part, s));
         save_torch_file(join(dir, deepspeed_optim_states_name(r, false)), *deepspeed_optim_states(part, s));
@@ -107,7 +114,8 @@ TEST(DeepSpeedFolder, ReadsBackWholeAndByRange)
             const DsFolder f = read_deepspeed_folder(dir);
             EXPECT_EQ(f.stage, stage);
             EXPECT_EQ(f.world, world);
-            EXPECT_EQ(f.model.names(), (std::vector<std::string>{"a", "b", "m"}));
+            EXPECT_EQ(f.model.names(), (std::vector<std::string>{"a", "b", "m", "f"}));
+            EXPECT_TRUE(at::equal(read(f.model, "f", 1, 4), at::arange(21, 25, at::kFloat)));
             std::vector<int64_t> shape;
             ASSERT_TRUE(f.model.find("b", shape));
             EXPECT_EQ(shape, (std::vector<int64_t>{2, 2}));
