@@ -351,10 +351,11 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     for (size_t i = 0; i < optimizers_.size(); ++i) {
         AcceleratedOptimizer &o = *optimizers_[i];
         const std::string sharded = path(ckpt::sharded_optimizer_folder(i));
-        const auto m = std::find(models_.begin(), models_.end(), o.model());
-        if (m != models_.end() && deepspeed[static_cast<size_t>(m - models_.begin())]) {
-            const ckpt::DsFolder &ds = *deepspeed[static_cast<size_t>(m - models_.begin())];
-            const std::string what = path(ckpt::deepspeed_tag(static_cast<size_t>(m - models_.begin())));
+        // Under DeepSpeed an optimizer's state lies in its model's tag folder.
+        const auto m = static_cast<size_t>(std::find(models_.begin(), models_.end(), o.model()) - models_.begin());
+        if (m < models_.size() && deepspeed[m]) {
+            const ckpt::DsFolder &ds = *deepspeed[m];
+            const std::string what = path(ckpt::deepspeed_tag(m));
             optimizer_loads.push_back([&o, &ds, what](const CopyFn &copy) {
                 return o.load_sharded_state_dict(*ds.optimizer_rest, ds.optimizer, what, copy);
             });
