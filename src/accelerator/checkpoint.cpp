@@ -229,7 +229,10 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
             add_deepspeed_files(files, i, main);
             latest = ckpt::deepspeed_tag(i); // DeepSpeed's `latest` names the last tag saved
         }
-    if (main && !latest.empty()) files.push_back({"latest", nullptr, nullptr, std::make_shared<const std::string>(latest)});
+    if (main && !latest.empty()) {
+        files.push_back({"latest", nullptr, nullptr, std::make_shared<const std::string>(latest)});
+        files.push_back({"zero_to_fp32.py", nullptr, nullptr, std::make_shared<const std::string>(ckpt::zero_to_fp32_script())});
+    }
     SummonWhole whole(gathered);
     std::vector<PyRef> optimizer_states(optimizers_.size());
     for (size_t i = 0; i < optimizers_.size(); ++i) {

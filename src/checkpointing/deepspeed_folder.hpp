@@ -77,6 +77,10 @@ struct DsFolder {
 bool is_deepspeed_folder(const std::string &dir);
 DsFolder read_deepspeed_folder(const std::string &dir);
 
+// The text of <output_dir>/zero_to_fp32.py, which save_state writes beside the layout where DeepSpeed copies its
+// own recovery script: accel's, for the files accel writes, needing only Python's torch.
+const char *zero_to_fp32_script();
+
 } // namespace accel::ckpt
 
 namespace accel::ckpt {

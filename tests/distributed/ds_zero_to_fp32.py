@@ -1,52 +1,29 @@
 """DeepSpeed's way out of its checkpoint layout, with Python's torch only: the float32 weights rebuilt from every
 rank's optimizer states file by the protocol of DeepSpeed's zero_to_fp32.py (checkpoint-format.md 2.2), which is
 what a DeepSpeed user runs on such a folder. DeepSpeed itself is not installed here: its files pickle two of its
-classes (LossScaler, ZeroStageEnum), so a minimal stand-in package with those names is put on the path, as
-torch.load only needs them importable.
+classes (LossScaler, ZeroStageEnum), so minimal stand-ins with those names are registered, as torch.load only
+needs them importable.
 
 Usage: ds_zero_to_fp32.py CKPT PARAMS.f32 STAGE WORLD
   CKPT: a save_state folder holding `latest` and its tag folder; PARAMS.f32: the saving run's parameters at the
   save (float32, model order); the MLP's parameters are compared bit for bit."""
-import enum
 import math
 import os
 import struct
 import sys
-import tempfile
-import types
 
 import torch
 
 ckpt, params_path, stage, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 
-# Stand-ins for the two DeepSpeed classes the files name.
-ds = types.ModuleType("deepspeed")
-runtime = types.ModuleType("deepspeed.runtime")
-fp16 = types.ModuleType("deepspeed.runtime.fp16")
-loss_scaler = types.ModuleType("deepspeed.runtime.fp16.loss_scaler")
-zero = types.ModuleType("deepspeed.runtime.zero")
-config = types.ModuleType("deepspeed.runtime.zero.config")
+# Stand-ins for the two DeepSpeed classes the files name: those of the zero_to_fp32.py accel leaves in the
+# checkpoint (only the classes are taken from it; the reconstruction below is this test's own).
+sys.path.insert(0, ckpt)
+import zero_to_fp32  # noqa: E402
 
-
-class LossScaler:
-    def __init__(self, scale=1):
-        self.cur_scale = scale
-        self.dynamic = False
-
-
-class ZeroStageEnum(int, enum.Enum):
-    disabled = 0
-    optimizer_states = 1
-    gradients = 2
-    weights = 3
-
-
-loss_scaler.LossScaler = LossScaler
-config.ZeroStageEnum = ZeroStageEnum
-for name, mod in (("deepspeed", ds), ("deepspeed.runtime", runtime), ("deepspeed.runtime.fp16", fp16),
-                  ("deepspeed.runtime.fp16.loss_scaler", loss_scaler), ("deepspeed.runtime.zero", zero),
-                  ("deepspeed.runtime.zero.config", config)):
-    sys.modules[name] = mod
+zero_to_fp32._stand_ins()
+LossScaler = sys.modules["deepspeed.runtime.fp16.loss_scaler"].LossScaler
+ZeroStageEnum = sys.modules["deepspeed.runtime.zero.config"].ZeroStageEnum
 
 tag = open(os.path.join(ckpt, "latest")).read().strip()
 folder = os.path.join(ckpt, tag)

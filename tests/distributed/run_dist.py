@@ -567,6 +567,8 @@ def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp):
         sys.exit("pytorch_model/ holds %s, expected %s" % (got, want))
     if open(os.path.join(ckpt, "latest")).read() != "pytorch_model":
         sys.exit("latest does not name pytorch_model")
+    if not os.path.isfile(os.path.join(ckpt, "zero_to_fp32.py")):
+        sys.exit("zero_to_fp32.py is missing beside the DeepSpeed layout")
     for f in ("model.safetensors", "pytorch_model.bin", "optimizer.bin", "pytorch_model_fsdp_0"):
         if os.path.exists(os.path.join(ckpt, f)):
             sys.exit("a DeepSpeed save also wrote %s" % f)
@@ -590,6 +592,21 @@ def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp):
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_zero_to_fp32.py")
         p = run([py, script, ckpt, ref, str(stage), str(nproc)])
         log("zero_to_fp32 protocol (Python's torch): %s" % p.stdout.strip().splitlines()[-1])
+        # The zero_to_fp32.py accel leaves in the checkpoint: the same tensors as merge-weights, bit for bit.
+        out = os.path.join(tmp, "ds_fp32.bin")
+        p = run([py, os.path.join(ckpt, "zero_to_fp32.py"), ckpt, out])
+        compare = ("import struct, sys, torch\n"
+                   "sd = torch.load(sys.argv[1]); want = eval(open(sys.argv[2]).read())\n"
+                   "assert sorted(sd) == sorted(want), (sorted(sd), sorted(want))\n"
+                   "for k, v in want.items():\n"
+                   "    got = sd[k].reshape(-1).tolist()\n"
+                   "    assert [struct.pack('<f', x) for x in got] == [struct.pack('<f', x) for x in v], k\n"
+                   "print(len(sd))\n")
+        listing = os.path.join(tmp, "ds_merged.txt")
+        with open(listing, "w") as f:
+            f.write(repr({k: list(v) for k, v in tensors.items()}))
+        run([py, "-c", compare, out, listing])
+        log("the checkpoint's zero_to_fp32.py (%s) gives merge-weights' tensors bit for bit" % p.stdout.strip())
     else:
         log("SKIP the zero_to_fp32 check: /usr/bin/python3 has no torch")
     if a.launcher != "launch":
