@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 namespace accel {
 
@@ -108,7 +107,7 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
     s.rank = rank;
     s.clip_grad = engine.config().gradient_clipping;
     s.bf16 = state_->config.mixed_precision == ACCEL_MIXED_PRECISION_BF16;
-    auto flat = [&](size_t g, at::ScalarType dtype) { return at::zeros({part.flat_numel(rank, g)}, at::TensorOptions().dtype(dtype)); };
+    auto flat = [&](size_t g, at::ScalarType dtype) { return at::zeros({part.flat_numel(g)}, at::TensorOptions().dtype(dtype)); };
     auto scatter = [&](size_t k, const at::Tensor &whole, const at::Tensor &into) {
         for (const auto &run : runs_of[k]) into.narrow(0, run.flat_offset, run.numel).copy_(whole.narrow(0, run.param_offset, run.numel));
     };
@@ -165,7 +164,6 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
     // The model states: buffers whole; frozen parameters whole (ZeRO-1/2) or cut as ZeRO-3 cuts parameters;
     // a tied parameter named once more in shared_params. ZeRO-1/2 keep the whole module (rank 0 writes it);
     // ZeRO-3 parameters are empty there, as DeepSpeed's partitioned parameters are.
-    std::set<const c10::TensorImpl *> seen;
     std::map<const c10::TensorImpl *, std::string> first_name;
     for (const auto &[name, p] : model.named_parameters()) {
         auto [it, fresh] = first_name.emplace(p.unsafeGetTensorImpl(), name);

@@ -94,13 +94,12 @@ std::vector<DsRun> DsPartition::runs(int32_t rank, size_t g) const
     return out;
 }
 
-int64_t DsPartition::flat_numel(int32_t rank, size_t g) const
+int64_t DsPartition::flat_numel(size_t g) const
 {
     if (stage_ != 3) return partition_.at(g);
     int64_t n = 0;
     for (const auto &p : params_)
         if (p.group == g) n += ceil_div(p.numel(), world_);
-    (void)rank;
     return n;
 }
 
@@ -366,7 +365,7 @@ DsFolder read_deepspeed_folder(const std::string &dir)
         const PyObj &state = need(base, "state", what);
         if (r == 0) param_groups = &need_list(base, "param_groups", what, groups);
         for (size_t g = 0; g < groups; ++g) {
-            const int64_t n = part.flat_numel(r, g);
+            const int64_t n = part.flat_numel(g);
             const at::Tensor &flat = need_tensor(*fp32.items[g], n - part.padding(r, g),
                                                  what + ": " + fp32_key + "[" + std::to_string(g) + "]");
             const PyObj *entry = state.is_dict() ? state.get_int_key(static_cast<int64_t>(g)) : nullptr;

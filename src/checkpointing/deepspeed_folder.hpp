@@ -46,10 +46,10 @@ public:
     size_t groups() const { return groups_; }
     int stage() const { return stage_; }
     int32_t world() const { return world_; }
-    // Rank r's runs in group g, in flat order; the length of its flat tensor (with padding); the padding at
-    // its end (ZeRO-1/2 files hold the partition without it).
+    // Rank r's runs in group g, in flat order; the length of every rank's flat tensor of group g (with
+    // padding); the padding at the end of rank r's (ZeRO-1/2 files hold the partition without it).
     std::vector<DsRun> runs(int32_t rank, size_t g) const;
-    int64_t flat_numel(int32_t rank, size_t g) const;
+    int64_t flat_numel(size_t g) const;
     int64_t padding(int32_t rank, size_t g) const;
 
 private:

@@ -553,7 +553,27 @@ def read_safetensors_f32(path):
     return out
 
 
-def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp):
+def expect_damaged_named(a, ckpt, tmp, env, config, victims):
+    """load_state (one process) of a copy of `ckpt` with each (file, "missing" | "truncated") of `victims`
+    damaged: ACCEL_ERR_DATA_LOSS naming the file, and nothing loaded."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
+    for victim, how in victims:
+        bad = os.path.join(tmp, "ckpt_bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(ckpt, bad)
+        path = os.path.join(bad, victim)
+        if how == "missing":
+            os.remove(path)
+        else:
+            os.truncate(path, os.path.getsize(path) // 2)
+        p = run(launch_cmd(a, 1) + [prog, os.path.join(tmp, "bad.bin"), str(a.batch * a.np), "1", config],
+                env=dict(env, ACCEL_TEST_LOAD=bad), check=False, timeout=a.timeout)
+        if p.returncode == 0 or "DATA_LOSS" not in p.stdout or victim.split("/")[-1] not in p.stdout:
+            sys.exit("load_state of a checkpoint whose %s is %s: expected DATA_LOSS naming the file:\n%s"
+                     % (victim, how, p.stdout[-2000:]))
+
+
+def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp, env):
     """DeepSpeed's layout under deepspeed_plugin (checkpoint-format.md 2.2): the files each rank writes, `latest`,
     merge-weights equal to the weights the saving run had (bit for bit), DeepSpeed's zero_to_fp32 protocol
     (tests/distributed/ds_zero_to_fp32.py, Python's torch) giving the same, and a damaged folder named."""
@@ -609,28 +629,11 @@ def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp):
         log("the checkpoint's zero_to_fp32.py (%s) gives merge-weights' tensors bit for bit" % p.stdout.strip())
     else:
         log("SKIP the zero_to_fp32 check: /usr/bin/python3 has no torch")
-    if a.launcher != "launch":
-        return
-    prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
-    e = env_base()
-    e["ACCEL_TEST_WIDTHS"] = a.widths
-    e.update(dict(kv.split("=", 1) for kv in (a.env or [])))
-    optim1 = "pytorch_model/zero_pp_rank_1_mp_rank_00_optim_states.pt"
-    for victim, how in ((optim1, "missing"), ("pytorch_model/zero_pp_rank_0_mp_rank_00_optim_states.pt", "truncated")):
-        bad = os.path.join(tmp, "ds_bad")
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(ckpt, bad)
-        path = os.path.join(bad, victim)
-        if how == "missing":
-            os.remove(path)
-        else:
-            os.truncate(path, os.path.getsize(path) // 2)
-        p = run(launch_cmd(a, 1) + [prog, os.path.join(tmp, "bad.bin"), str(a.batch * a.np), "1", a.config],
-                env=dict(e, ACCEL_TEST_LOAD=bad), check=False, timeout=a.timeout)
-        if p.returncode == 0 or "DATA_LOSS" not in p.stdout or victim.split("/")[-1] not in p.stdout:
-            sys.exit("load_state of a DeepSpeed checkpoint whose %s is %s: expected DATA_LOSS naming the file:\n%s"
-                     % (victim, how, p.stdout[-2000:]))
-    log("a missing and a truncated optimizer states file are DATA_LOSS naming the file")
+    if a.launcher == "launch":
+        expect_damaged_named(a, ckpt, tmp, env, a.config,
+                             (("pytorch_model/zero_pp_rank_1_mp_rank_00_optim_states.pt", "missing"),
+                              ("pytorch_model/zero_pp_rank_0_mp_rank_00_optim_states.pt", "truncated")))
+        log("a missing and a truncated optimizer states file are DATA_LOSS naming the file")
 
 
 def scenario_resume(a):
@@ -694,7 +697,7 @@ def scenario_resume(a):
             if f in files:
                 sys.exit("a sharded save also wrote the gathered %s" % f)
     if a.expect_deepspeed:
-        check_deepspeed_checkpoint(a, ckpt, os.path.join(tmp, "first.bin"), tmp)
+        check_deepspeed_checkpoint(a, ckpt, os.path.join(tmp, "first.bin"), tmp, e)
     if a.merge_full_config:
         # accel merge-weights of the sharded checkpoint == the FULL save of the same state, byte for byte.
         full_ckpt = os.path.join(tmp, "ckpt_full")
@@ -737,21 +740,8 @@ def scenario_resume(a):
     fp, fn_ = split_result(full, n)
     rp, rn = split_result(resumed, n)
     if a.expect_sharded and a.launcher == "launch":
-        # A missing or truncated rank file is ACCEL_ERR_DATA_LOSS naming the file, and nothing is loaded.
-        for victim, how in (("pytorch_model_fsdp_0/rank1.safetensors", "missing"),
-                            ("optimizer_0/rank0.safetensors", "truncated")):
-            bad = os.path.join(tmp, "ckpt_bad")
-            shutil.rmtree(bad, ignore_errors=True)
-            shutil.copytree(ckpt, bad)
-            path = os.path.join(bad, victim)
-            if how == "missing":
-                os.remove(path)
-            else:
-                os.truncate(path, os.path.getsize(path) // 2)
-            p = run(launch_cmd(a, 1) + [prog, os.path.join(tmp, "bad.bin"), str(a.batch * a.np), "1", resume_config],
-                    env=dict(e, ACCEL_TEST_LOAD=bad), check=False, timeout=a.timeout)
-            if p.returncode == 0 or "DATA_LOSS" not in p.stdout or victim.split("/")[-1] not in p.stdout:
-                sys.exit("load_state of a checkpoint whose %s is %s: expected DATA_LOSS naming the file" % (victim, how))
+        expect_damaged_named(a, ckpt, tmp, e, resume_config, (("pytorch_model_fsdp_0/rank1.safetensors", "missing"),
+                                                              ("optimizer_0/rank0.safetensors", "truncated")))
         log("a missing and a truncated rank file are DATA_LOSS naming the file")
     if resume_config != a.config or resume_np != a.np:
         log("resumed on %d processes (batch %d each) with %s" % (resume_np, resume_batch, resume_config))

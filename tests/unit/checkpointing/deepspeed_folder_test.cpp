@@ -50,7 +50,7 @@ std::string write_folder(const std::string &name, int stage, int32_t world)
     for (int32_t r = 0; r < world; ++r) {
         DsRankState s;
         s.rank = r;
-        at::Tensor flat = at::zeros({part.flat_numel(r, 0)}), avg = at::zeros({part.flat_numel(r, 0)});
+        at::Tensor flat = at::zeros({part.flat_numel(0)}), avg = at::zeros({part.flat_numel(0)});
         for (const auto &run : part.runs(r, 0)) {
             flat.narrow(0, run.flat_offset, run.numel).copy_(whole[run.param].narrow(0, run.param_offset, run.numel));
             avg.narrow(0, run.flat_offset, run.numel).copy_(whole[run.param].narrow(0, run.param_offset, run.numel) + 100);
@@ -87,7 +87,7 @@ TEST(DeepSpeedFolder, Zero2CutsTheGroupEvenlyAfterPadding)
 {
     // 9 elements over 2 ranks: padded to 12 (a multiple of 2 x 2), partitions of 6; rank 1 ends in 3 of padding.
     const DsPartition p(two_params(), 1, 2, 2);
-    EXPECT_EQ(p.flat_numel(0, 0), 6);
+    EXPECT_EQ(p.flat_numel(0), 6);
     EXPECT_EQ(p.padding(0, 0), 0);
     EXPECT_EQ(p.padding(1, 0), 3);
     EXPECT_EQ(runs_of(p, 0, 0), (Runs{{0, 0, 5, 0}, {1, 0, 1, 5}}));
@@ -98,7 +98,7 @@ TEST(DeepSpeedFolder, Zero3CutsEveryParameter)
 {
     // a: 3 + 2 (1 padding), b: 2 + 2; rank r's flat is its part of a, then of b.
     const DsPartition p(two_params(), 1, 3, 2);
-    EXPECT_EQ(p.flat_numel(0, 0), 5);
+    EXPECT_EQ(p.flat_numel(0), 5);
     EXPECT_EQ(p.padding(1, 0), 0);
     EXPECT_EQ(runs_of(p, 0, 0), (Runs{{0, 0, 3, 0}, {1, 0, 2, 3}}));
     EXPECT_EQ(runs_of(p, 1, 0), (Runs{{0, 3, 2, 0}, {1, 2, 2, 3}}));
