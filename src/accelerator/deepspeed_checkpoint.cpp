@@ -53,11 +53,7 @@ bool same_value(const PyObj &a, const PyObj &b)
 int64_t step_count(const PyObj *entry)
 {
     const PyObj *step = entry != nullptr ? entry->get("step") : nullptr;
-    if (step == nullptr) return 0;
-    if (step->kind == PyObj::Kind::Int) return step->i;
-    if (step->kind == PyObj::Kind::Float) return static_cast<int64_t>(step->f);
-    if (step->kind == PyObj::Kind::Tensor && step->tensor.numel() == 1) return static_cast<int64_t>(step->tensor.item<double>());
-    return 0;
+    return step == nullptr ? 0 : static_cast<int64_t>(py_number(*step).value_or(0.0));
 }
 
 } // namespace
@@ -124,9 +120,9 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
     const PyObj *groups = state.rest->get("param_groups");
     std::vector<std::vector<std::pair<std::string, at::Tensor>>> per_element(names.size());
     for (const auto &t : state.tensors) {
-        const size_t dot = t.name.rfind('.');
-        const size_t k = static_cast<size_t>(std::stoll(t.name.substr(6, dot - 6))); // "state.{id}.{key}"
-        const std::string key = t.name.substr(dot + 1);
+        const auto named = AcceleratedOptimizer::state_tensor_name(t.name, "save_state");
+        const size_t k = static_cast<size_t>(named.first);
+        const std::string &key = named.second;
         auto &slots = per_element.at(params.at(k).group);
         auto slot = std::find_if(slots.begin(), slots.end(), [&key](const auto &e) { return e.first == key; });
         if (slot == slots.end()) slot = slots.insert(slots.end(), {key, flat(params[k].group, t.dtype)});

@@ -59,6 +59,9 @@ public:
     // The trainable parameters' names, group by group, each group in state-dict order (ids counted across
     // the groups): what DeepSpeed's layout records as param_shapes.
     std::vector<std::vector<std::string>> param_names_by_group() const;
+    // A tensor name of sharded_state_dict(), "state.{parameter}.{key}", as (parameter, key); DATA_LOSS naming
+    // `what` otherwise.
+    static std::pair<int64_t, std::string> state_tensor_name(const std::string &name, const std::string &what);
     ApplyState load_sharded_state_dict(const PyObj &rest, const ShardedSource &src, const std::string &what,
                                        const CopyFn &copy);
 

@@ -225,10 +225,7 @@ struct Reader {
     {
         const PyObj *v = st.get("step");
         if (v == nullptr) return 0;
-        if (v->kind == PyObj::Kind::Int) return v->i;
-        if (v->kind == PyObj::Kind::Float) return static_cast<int64_t>(v->f);
-        if (v->kind == PyObj::Kind::Tensor && v->tensor.numel() == 1)
-            return static_cast<int64_t>(v->tensor.to(at::kDouble).item<double>());
+        if (auto n = py_number(*v)) return static_cast<int64_t>(*n);
         bad("state[" + std::to_string(index) + "][\"step\"] is not a number");
     }
     at::Tensor tensor(const PyObj &st, const StateTensor &f, const at::Tensor &param, int64_t index) const
@@ -393,14 +390,6 @@ namespace {
 
 bool per_element(const std::string &key, const PyObj &v) { return key != "step" && v.kind == PyObj::Kind::Tensor; }
 
-double number_of(const PyObj &v)
-{
-    if (v.kind == PyObj::Kind::Int) return static_cast<double>(v.i);
-    if (v.kind == PyObj::Kind::Float) return v.f;
-    if (v.kind == PyObj::Kind::Tensor && v.tensor.numel() == 1) return v.tensor.to(at::kDouble).item<double>();
-    return 0.0;
-}
-
 } // namespace
 
 PyRef AcceleratedOptimizer::state_dict() const
@@ -498,10 +487,7 @@ PyRef AcceleratedOptimizer::unsharded_form(const PyObj &inner, const std::vector
     return out;
 }
 
-namespace {
-
-// A sharded optimizer state dict's tensor name "state.{parameter}.{key}": (parameter, key).
-std::pair<int64_t, std::string> state_tensor_name(const std::string &name, const std::string &what)
+std::pair<int64_t, std::string> AcceleratedOptimizer::state_tensor_name(const std::string &name, const std::string &what)
 {
     const size_t dot = name.rfind('.');
     char *end = nullptr;
@@ -512,8 +498,6 @@ std::pair<int64_t, std::string> state_tensor_name(const std::string &name, const
         fail(ACCEL_ERR_DATA_LOSS, what + ": tensor \"" + name + "\" is not named state.{parameter}.{key}");
     return {static_cast<int64_t>(id), name.substr(dot + 1)};
 }
-
-} // namespace
 
 // SHARDED_STATE_DICT: the per-parameter form without its per-element tensors, which become this rank's
 // pieces, named "state.{parameter}.{key}". No communication.
@@ -673,7 +657,7 @@ ApplyState AcceleratedOptimizer::load_shard_form(const PyObj &sd, const ShardedS
                 if (name == "step")
                     for (const auto &e : entries)
                         if (e.first != nullptr)
-                            if (const PyObj *s = e.first->get("step"); s != nullptr && number_of(*s) > number_of(*v))
+                            if (const PyObj *s = e.first->get("step"); s != nullptr && py_number(*s).value_or(0.0) > py_number(*v).value_or(0.0))
                                 v = std::make_shared<PyObj>(*s);
                 py_set(*out, name, v);
             }

@@ -76,6 +76,14 @@ double sd_number(const PyObj &d, const char *key, const std::string &what)
     fail(ACCEL_ERR_DATA_LOSS, what + ": \"" + key + "\" is missing or not a number");
 }
 
+std::optional<double> py_number(const PyObj &v)
+{
+    if (v.kind == PyObj::Kind::Float) return v.f;
+    if (v.kind == PyObj::Kind::Int) return static_cast<double>(v.i);
+    if (v.kind == PyObj::Kind::Tensor && v.tensor.numel() == 1) return v.tensor.to(at::kDouble).item<double>();
+    return std::nullopt;
+}
+
 bool sd_bool(const PyObj &d, const char *key, const std::string &what)
 {
     const PyObj *v = d.get(key);

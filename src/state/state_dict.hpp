@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -109,5 +110,8 @@ double sd_number(const PyObj &dict, const char *key, const std::string &what);
 bool sd_bool(const PyObj &dict, const char *key, const std::string &what);
 // A list of numbers of exactly `n` entries (INVALID_ARGUMENT naming both counts when the length differs).
 std::vector<double> sd_numbers(const PyObj &dict, const char *key, const std::string &what, size_t n);
+// A Python int or float, or a one-element tensor (PyTorch 1.13 keeps an optimizer's "step" as one), as a
+// double; nullopt for anything else.
+std::optional<double> py_number(const PyObj &v);
 
 } // namespace accel
