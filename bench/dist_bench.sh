@@ -8,6 +8,8 @@ rounds=${2:-3}
 steps=${3:-30}
 bench=$build/bench/bench_dist_step
 export OMP_NUM_THREADS=1
+# The BLAS kernels accel launch picks, for every process here (mpirun's and the single ones inherit them).
+. "$(dirname "$0")/../scripts/blas-env.sh" "$build"
 for r in $(seq 1 "$rounds"); do
   echo "== round $r"
   "$bench" "$steps" 5

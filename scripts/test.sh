@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
+. scripts/blas-env.sh "${ACCEL_BUILD_DIR:-build}"
 ctest --test-dir "${ACCEL_BUILD_DIR:-build}" --output-on-failure -j2 "$@"
 default=1
 [ $# -eq 0 ] || default=0

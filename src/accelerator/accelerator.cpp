@@ -4,6 +4,7 @@
 #include "checkpointing/async_save.hpp"
 
 #include "common/allocator.hpp"
+#include "common/blas_kernels.hpp"
 #include "common/error.hpp"
 #include "data_loader/data_loader_shard.hpp"
 #include "distributed/communicator.hpp"
@@ -23,8 +24,32 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 
 namespace accel {
+
+namespace {
+
+// float32 maths at a fraction of this CPU's speed (common/blas_kernels.hpp): said once per process, by the
+// main process, when nothing chose OpenBLAS's kernels (accel launch sets OPENBLAS_CORETYPE; any value of the
+// variable keeps this quiet).
+void warn_generic_blas_once(bool main_process)
+{
+    static std::once_flag once;
+    std::call_once(once, [main_process] {
+        if (!main_process || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+        const auto kernels = openblas_kernels();
+        if (kernels && !kernels->suggested.empty())
+            std::fprintf(stderr, "accel: warning: OpenBLAS does not know this CPU and chose its generic %s kernels: "
+                                 "float32 matrix products run 2-3x slower; start the process with "
+                                 "OPENBLAS_CORETYPE=%s (accel launch does)\n",
+                         kernels->chosen.c_str(), kernels->suggested.c_str());
+    });
+}
+
+} // namespace
 
 Accelerator::Accelerator(const char *config_json)
     : state_(std::make_shared<AcceleratorState>(config::parse_accelerator_config(config_json)))
@@ -48,6 +73,7 @@ Accelerator::Accelerator(const char *config_json)
     }
     // One communicator per process, created by the first accelerator (a world of one: "single").
     state_->comm = distributed::process_communicator(c);
+    warn_generic_blas_once(state_->process_index() == 0 && !state_->places_on_device());
     // Gloo and MPI move host memory here: GPU tensors between processes need nccl.
     if (state_->places_on_device() && state_->comm->size() > 1 && std::string(state_->comm->backend()) != "nccl")
         fail(ACCEL_ERR_UNIMPLEMENTED, std::string("kwargs_handlers.init_process_group.backend: \"") +

@@ -2,6 +2,7 @@
 // `accelerate env`'s: versions (accel, ABI, LibTorch, MPI), compiled backends, CPU and memory, and the
 // config file's contents.
 #include "cli/commands.hpp"
+#include "common/blas_kernels.hpp"
 #include "common/error.hpp"
 #include "config/config_file.hpp"
 
@@ -32,7 +33,8 @@ namespace {
 const char *kEnvUsage = "usage: accel env [--config_file PATH]\n"
                         "\n"
                         "Prints versions (accel, its ABI, LibTorch, MPI), the compiled communication backends, the\n"
-                        "CPU count and memory, and the config file accel launch would read (--config_file, else\n"
+                        "kernels OpenBLAS chose (and the OPENBLAS_CORETYPE to set where it does not know the CPU),\n"
+                        "the CPU count and memory, and the config file accel launch would read (--config_file, else\n"
                         "ACCELERATE_CONFIG_FILE, else $HF_HOME/accelerate/default_config.yaml): the block to paste\n"
                         "into a bug report.\n"
                         "\n"
@@ -118,6 +120,16 @@ int env_main(int argc, char **argv)
 #else
     std::printf("- MPI library: not compiled in\n");
 #endif
+    if (auto core = openblas_kernels()) {
+        std::printf("- OpenBLAS kernels: %s", core->chosen.c_str());
+        if (!core->suggested.empty())
+            std::printf(" (generic: OpenBLAS does not know this CPU; float32 matrix products run faster with "
+                        "OPENBLAS_CORETYPE=%s set before a process starts, as accel launch does)",
+                        core->suggested.c_str());
+        std::printf("\n");
+    } else {
+        std::printf("- OpenBLAS kernels: N/A (LibTorch's BLAS is not OpenBLAS)\n");
+    }
     std::printf("- CPU count: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
     std::printf("- System RAM: %.2f GB\n", ram_gb);
 

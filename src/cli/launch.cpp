@@ -6,6 +6,7 @@
 // Slurm's variables (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST) give defaults for
 // --num_machines, --machine_rank and --main_process_ip when present.
 #include "cli/commands.hpp"
+#include "common/blas_kernels.hpp"
 #include "common/error.hpp"
 #include "config/config_file.hpp"
 #include "cli/launch_config.hpp"
@@ -374,6 +375,17 @@ int launch_main(int argc, char **argv)
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         threads = std::to_string(std::max(1L, cores / local));
     }
+
+    // OpenBLAS's generic kernels on a CPU it does not know: name the ones for its vector units (read when
+    // OpenBLAS loads, so only the environment can). A value of the user's is kept.
+    if (!env("OPENBLAS_CORETYPE"))
+        if (auto core = openblas_kernels(); core && !core->suggested.empty()) {
+            extra_env["OPENBLAS_CORETYPE"] = core->suggested;
+            if (!o.quiet && machine_rank == 0)
+                std::fprintf(stderr, "accel launch: OpenBLAS does not know this CPU (it chose its generic %s kernels); "
+                                     "running with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n",
+                             core->chosen.c_str(), core->suggested.c_str());
+        }
 
     std::vector<Child> children(static_cast<size_t>(local));
     struct sigaction sa{};

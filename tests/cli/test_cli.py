@@ -4,6 +4,7 @@
 Python's yaml (python3-yaml) in Accelerate's key layout. Usage: test_cli.py BUILD_DIR"""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,11 @@ def run(args, env=None, stdin=None, code=None):
     e = dict(os.environ)
     for k in ("ACCELERATE_CONFIG_FILE", "HF_HOME", "XDG_CACHE_HOME"):
         e.pop(k, None)
-    e.update(env or {})
+    for k, v in (env or {}).items():  # None: not in the environment
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
     p = subprocess.run([ACCEL] + args, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, env=e, timeout=120)
     if code is not None and p.returncode != code:
@@ -175,6 +180,28 @@ p = run(["env"], env={"HF_HOME": os.path.join(tmp, "empty")}, code=0)
 check("default config:\n\tNot found" in p.stdout, "env without a config file: " + p.stdout)
 p = run(["env"], env=HF, code=0)
 check("\t- mixed_precision: 'no'" in p.stdout and "\t- use_cpu: true" in p.stdout, "env shows the default file: " + p.stdout)
+
+# ---- BLAS kernels: env reports OpenBLAS's; launch names the ones for a CPU OpenBLAS does not know, keeps the user's
+p = run(["env"], env={"OPENBLAS_CORETYPE": None}, code=0)
+lines = [l for l in p.stdout.splitlines() if l.startswith("- OpenBLAS kernels: ")]
+check(len(lines) == 1, "env names OpenBLAS's kernels: " + p.stdout)
+m = re.search(r"OPENBLAS_CORETYPE=(\w+) set before", lines[0] if lines else "")
+advice = m.group(1) if m else ""
+show = "echo CORE=$OPENBLAS_CORETYPE"
+p = run(["launch", "-n", "2", "--main_process_port", "0", "sh", "-c", show], env={"OPENBLAS_CORETYPE": None}, code=0)
+check(p.stdout.count("CORE=%s\n" % advice) == 2, "launch gives %r (as env advises): %s" % (advice, p.stdout))
+check(("running with OPENBLAS_CORETYPE=" + advice in p.stderr) == bool(advice), "launch says so: " + p.stderr)
+p = run(["launch", "-n", "2", "--main_process_port", "0", "sh", "-c", show], env={"OPENBLAS_CORETYPE": "Haswell"}, code=0)
+check(p.stdout.count("CORE=Haswell\n") == 2 and "OPENBLAS_CORETYPE" not in p.stderr, "the user's value is kept: " + p.stdout)
+p = run(["env"], env={"OPENBLAS_CORETYPE": "Haswell"}, code=0)
+check("- OpenBLAS kernels: Haswell\n" in p.stdout, "env reports the kernels the variable chose: " + p.stdout)
+# An accelerator warns once where nothing chose the kernels: accel test's own reference process does (its
+# workers run under launch, which sets the variable); a value of the variable keeps it quiet.
+warning = "accel: warning: OpenBLAS does not know this CPU"
+p = run(["test", "-n", "2", "--main_process_port", "0"], env=dict(HF, OPENBLAS_CORETYPE=None), code=0)
+check(p.stderr.count(warning) == (1 if advice else 0), "the accelerator's warning (%r advised): %s" % (advice, p.stderr))
+p = run(["test", "-n", "2", "--main_process_port", "0"], env=dict(HF, OPENBLAS_CORETYPE="Haswell"), code=0)
+check(warning not in p.stderr, "no warning with the variable set: " + p.stderr)
 
 # ---- estimate-memory ------------------------------------------------------------------------------
 # GPT-2 small (124,439,808 parameters; the token embedding is the largest layer): Accelerate's figures.
