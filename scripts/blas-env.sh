@@ -1,5 +1,5 @@
 # Sourced (`. scripts/blas-env.sh BUILD_DIR`): exports OPENBLAS_CORETYPE as `accel launch` sets it for its
-# processes when OpenBLAS does not know this CPU (src/cli/blas_core.hpp), so that processes started otherwise
+# processes when OpenBLAS does not know this CPU (src/common/blas_kernels.hpp), so that processes started otherwise
 # (mpirun, a test's single-process reference) run the same BLAS kernels: the same speed and the same bits.
 # A value already in the environment is kept. Needs the built accel program.
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
