@@ -175,10 +175,10 @@ namespace {
 
 // The names a save_state writes (any number of models, optimizers, ... and processes): in a folder that
 // save_state(output_dir) replaces, these are the previous checkpoint's and go; every other entry is the
-// user's and stays.
-// A previous checkpoint's entry of a folder saved into again: its files, and (SHARDED_STATE_DICT) its
-// pytorch_model_fsdp_{i} / optimizer_{i} folders.
-bool is_checkpoint_entry(const std::string &name, bool folder)
+// user's and stays. Folders: SHARDED_STATE_DICT's pytorch_model_fsdp_{i} / optimizer_{i}, and DeepSpeed's tag
+// folders pytorch_model[_{i}] where they hold only DeepSpeed's files (a user's folder of that name is kept,
+// and a save that would write it is refused: publish_dir).
+bool is_checkpoint_entry(const std::string &dir, const std::string &name, bool folder)
 {
     auto numbered = [&](const std::string &stem, const std::string &ext, bool bare_allowed) {
         if (name.size() < stem.size() + ext.size() || name.compare(0, stem.size(), stem) != 0 ||
@@ -188,11 +188,14 @@ bool is_checkpoint_entry(const std::string &name, bool folder)
         if (mid.empty()) return bare_allowed;
         return mid.size() > 1 && mid[0] == '_' && mid.find_first_not_of("0123456789", 1) == std::string::npos;
     };
-    if (folder) return numbered("pytorch_model_fsdp", "", false) || numbered("optimizer", "", false);
+    if (folder)
+        return numbered("pytorch_model_fsdp", "", false) || numbered("optimizer", "", false) ||
+               (numbered(kPickleWeights, "", true) && holds_only_deepspeed_files(join(dir, name)));
     return numbered(kSafeWeights, ".safetensors", true) || numbered(kPickleWeights, ".bin", true) ||
            numbered("optimizer", ".bin", true) || numbered("scheduler", ".bin", true) ||
            numbered("sampler", ".bin", true) || numbered("dl_state_dict", ".bin", true) || name == "scaler.pt" ||
-           numbered("random_states", ".pkl", false) || numbered("custom_checkpoint", ".pkl", false);
+           numbered("random_states", ".pkl", false) || numbered("custom_checkpoint", ".pkl", false) ||
+           name == "latest" || name == "zero_to_fp32.py";
 }
 
 // Rotation (total_limit): the old folder is first renamed to a locked temp name, so that a save killed while
@@ -306,7 +309,8 @@ void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<Check
 void publish_checkpoint(PreparedCheckpoint &p)
 {
     if (!p.main) return;
-    publish_dir(p.tmp, p.target.dir, is_checkpoint_entry);
+    const std::string &dir = p.target.dir;
+    publish_dir(p.tmp, dir, [&dir](const std::string &name, bool folder) { return is_checkpoint_entry(dir, name, folder); });
     // Rotation only once the new checkpoint is complete.
     for (const auto &old : p.target.rotate_out) retire_checkpoint_folder(old);
     if (!p.target.rotate_out.empty()) fsync_dir(parent_of(p.target.dir));

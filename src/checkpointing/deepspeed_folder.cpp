@@ -12,6 +12,8 @@
 #include <map>
 #include <memory>
 
+#include <sys/stat.h>
+
 namespace accel::ckpt {
 
 namespace {
@@ -283,6 +285,19 @@ bool is_deepspeed_folder(const std::string &dir)
             name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
             return true;
     return false;
+}
+
+bool holds_only_deepspeed_files(const std::string &dir)
+{
+    auto ends_with = [](const std::string &s, const std::string &tail) {
+        return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    for (const auto &name : list_dir(dir)) {
+        struct stat st {};
+        if (::lstat(join(dir, name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+        if (!ends_with(name, "_model_states.pt") && !ends_with(name, "_optim_states.pt")) return false;
+    }
+    return true;
 }
 
 DsFolder read_deepspeed_folder(const std::string &dir)

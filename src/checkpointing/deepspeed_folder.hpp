@@ -75,6 +75,9 @@ struct DsFolder {
 };
 // Whether `dir` (a tag folder) holds DeepSpeed optimizer states files.
 bool is_deepspeed_folder(const std::string &dir);
+// Whether the folder holds nothing but DeepSpeed's state files (*_model_states.pt, *_optim_states.pt): a tag
+// folder of an earlier save, which a save into the same folder may replace whole.
+bool holds_only_deepspeed_files(const std::string &dir);
 DsFolder read_deepspeed_folder(const std::string &dir);
 
 // The text of <output_dir>/zero_to_fp32.py, which save_state writes beside the layout where DeepSpeed copies its

@@ -7,6 +7,7 @@
 //   3. save_state / load_state round-trip those weights through a checkpoint folder;
 //   4. (outer command) the weights equal one process trained on the same global batches.
 #include "cli/commands.hpp"
+#include "common/blas_kernels.hpp"
 #include "common/files.hpp"
 
 #include <accel/accel.h>
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -306,12 +308,16 @@ int test_main(int argc, char **argv)
     // 4. The reference: one process, the same global batches, the same mixed precision.
     std::string mp;
     std::ifstream(dir + "/mixed_precision") >> mp;
+    // The kernels launch gave the distributed run (the reference would otherwise warn about the generic ones).
+    const char *coretype = std::getenv("OPENBLAS_CORETYPE");
+    const std::optional<BlasKernels> core = coretype ? std::nullopt : openblas_kernels();
     pid_t pid = fork();
     if (pid == 0) {
         for (const char *k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                               "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
             unsetenv(k);
         setenv("ACCELERATE_MIXED_PRECISION", mp.c_str(), 1);
+        if (core && !core->suggested.empty()) setenv("OPENBLAS_CORETYPE", core->suggested.c_str(), 1);
         execl(self.c_str(), self.c_str(), "test", "--worker", dir.c_str(), "--reference", static_cast<char *>(nullptr));
         _exit(127);
     }

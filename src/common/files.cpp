@@ -341,13 +341,22 @@ void publish_dir(const std::string &tmp, const std::string &target,
         if (!is_dir(target)) fail(ACCEL_ERR_ALREADY_EXISTS, "\"" + target + "\" exists and is not a folder");
         // The user's entries come along (as links: until the exchange they are still whole in `target`).
         // Only plain files and folders (not links) can be a previous checkpoint's; `replaced` says which.
+        // A user's entry under a name the new folder holds would be lost: refused, before anything is linked.
+        std::vector<std::string> keep;
         for (const auto &name : list_dir(target)) {
             const std::string p = join(target, name);
             struct stat st {};
             const bool known = ::lstat(p.c_str(), &st) == 0, folder = known && S_ISDIR(st.st_mode);
-            const bool ours = known && (S_ISREG(st.st_mode) || folder) && replaced(name, folder);
-            if (!exists(join(tmp, name)) && !ours) link_tree(p, join(tmp, name));
+            if (known && (S_ISREG(st.st_mode) || folder) && replaced(name, folder)) continue;
+            struct stat ours {};
+            if (::lstat(join(tmp, name).c_str(), &ours) == 0)
+                fail(ACCEL_ERR_ALREADY_EXISTS, "\"" + p + "\" is not an earlier checkpoint's " +
+                                                   (S_ISDIR(ours.st_mode) ? "folder" : "file") +
+                                                   " (a link, or a folder or file of the user's) and this save "
+                                                   "writes that name; move it away first");
+            keep.push_back(name);
         }
+        for (const auto &name : keep) link_tree(join(target, name), join(tmp, name));
         fsync_dir(tmp);
         // Swap the complete new folder with the old one in one step, then remove the old one.
         if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)

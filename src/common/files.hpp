@@ -85,10 +85,11 @@ std::string normalize_path(const std::string &path);
 std::string temp_sibling(const std::string &target);
 bool is_temp_name(const std::string &name);
 // Makes `tmp` (complete, fsynced) appear as `target` in one step: rename when `target` does not exist,
-// else an atomic exchange (renameat2 RENAME_EXCHANGE) followed by removal of the old folder. Entries of
-// an existing `target` that `tmp` lacks and that are not plain files `replaced(name)` claims are the user's: they are
-// hard-linked into `tmp` before the exchange (files, and folders recursively), so they survive it and a
-// crash at any point leaves them in `target`. The parent folder is fsynced afterwards.
+// else an atomic exchange (renameat2 RENAME_EXCHANGE) followed by removal of the old folder. Entries of an
+// existing `target` other than the plain files and folders `replaced(name, folder)` claims (an earlier
+// checkpoint's) are the user's: they are hard-linked into `tmp` before the exchange (files, and folders
+// recursively), so they survive it and a crash at any point leaves them in `target`. A user's entry under a
+// name `tmp` holds is refused (ACCEL_ERR_ALREADY_EXISTS) rather than lost. The parent folder is fsynced after.
 void publish_dir(const std::string &tmp, const std::string &target,
                  const std::function<bool(const std::string &name, bool folder)> &replaced);
 

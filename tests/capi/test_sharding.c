@@ -1096,6 +1096,58 @@ static void test_deepspeed_blocks(void)
     }
 }
 
+static int path_exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* save_state under deepspeed_plugin into a folder that holds more: DeepSpeed's entries (pytorch_model/,
+ * latest, zero_to_fp32.py) of an earlier save are replaced, the user's entries kept; a user's entry under a
+ * name the save writes is refused, naming it, with nothing changed; a later plain save removes the stale
+ * DeepSpeed entries and keeps the user's. */
+static void test_deepspeed_save_into_folder(void)
+{
+    accel_accelerator_t *acc = NULL, *plain = NULL;
+    accel_model_t *m = NULL, *m2 = NULL;
+    accel_optimizer_t *opt = NULL;
+    FILE *f;
+    mkdir("ds_users", 0755);
+    CHECK((f = fopen("ds_users/notes.txt", "w")) != NULL);
+    if (f != NULL) fclose(f);
+    mkdir("ds_users/pytorch_model", 0755);
+    CHECK((f = fopen("ds_users/pytorch_model/mine.txt", "w")) != NULL);
+    if (f != NULL) fclose(f);
+    CHECK_OK(accel_accelerator_create("{\"deepspeed_plugin\": {\"zero_stage\": 2}}", &acc));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adam\", \"lr\": 0.01}", &opt));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+    CHECK_FAILS(accel_accelerator_save_state(acc, "ds_users"), ACCEL_ERR_ALREADY_EXISTS, "ds_users/pytorch_model\"");
+    CHECK(path_exists("ds_users/pytorch_model/mine.txt") && !path_exists("ds_users/latest"));
+    CHECK(!path_exists(".ds_users.accel-tmp"));
+    CHECK(unlink("ds_users/pytorch_model/mine.txt") == 0 && rmdir("ds_users/pytorch_model") == 0);
+    CHECK(symlink("notes.txt", "ds_users/latest") == 0);
+    CHECK_FAILS(accel_accelerator_save_state(acc, "ds_users"), ACCEL_ERR_ALREADY_EXISTS, "ds_users/latest\"");
+    CHECK(unlink("ds_users/latest") == 0);
+    CHECK_OK(accel_accelerator_save_state(acc, "ds_users"));
+    CHECK_OK(accel_accelerator_save_state(acc, "ds_users")); /* over its own DeepSpeed entries */
+    CHECK(path_exists("ds_users/notes.txt") && path_exists("ds_users/latest") && path_exists("ds_users/zero_to_fp32.py"));
+    CHECK(path_exists("ds_users/pytorch_model/mp_rank_00_model_states.pt"));
+    CHECK_OK(accel_accelerator_load_state(acc, "ds_users"));
+
+    CHECK_OK(accel_accelerator_create(NULL, &plain));
+    CHECK_OK(accel_model_create_from_json(kSpec, &m2));
+    CHECK_OK(accel_accelerator_prepare_model(plain, m2));
+    CHECK_OK(accel_accelerator_save_state(plain, "ds_users"));
+    CHECK(path_exists("ds_users/notes.txt") && path_exists("ds_users/model.safetensors"));
+    CHECK(!path_exists("ds_users/latest") && !path_exists("ds_users/zero_to_fp32.py") && !path_exists("ds_users/pytorch_model"));
+    accel_model_free(m2);
+    accel_accelerator_free(plain);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+}
+
 int main(void)
 {
     test_strategies_match_plain_training();
@@ -1111,5 +1163,6 @@ int main(void)
     test_persistence();
     test_zero3_init();
     test_deepspeed_blocks();
+    test_deepspeed_save_into_folder();
     return capi_report("test_sharding");
 }

@@ -195,13 +195,19 @@ p = run(["launch", "-n", "2", "--main_process_port", "0", "sh", "-c", show], env
 check(p.stdout.count("CORE=Haswell\n") == 2 and "OPENBLAS_CORETYPE" not in p.stderr, "the user's value is kept: " + p.stdout)
 p = run(["env"], env={"OPENBLAS_CORETYPE": "Haswell"}, code=0)
 check("- OpenBLAS kernels: Haswell\n" in p.stdout, "env reports the kernels the variable chose: " + p.stdout)
-# An accelerator warns once where nothing chose the kernels: accel test's own reference process does (its
-# workers run under launch, which sets the variable); a value of the variable keeps it quiet.
+# An accelerator warns once where nothing chose the kernels (here: accel test's worker started by hand, in one
+# process); a value of the variable keeps it quiet. accel test itself gives its one-process reference the
+# kernels launch gave its workers, so it prints no warning.
 warning = "accel: warning: OpenBLAS does not know this CPU"
+with tempfile.TemporaryDirectory() as alone:
+    with open(os.path.join(alone, "processes"), "w") as f:
+        f.write("1")
+    p = run(["test", "--worker", alone, "--reference"], env=dict(HF, OPENBLAS_CORETYPE=None), code=0)
+    check(p.stderr.count(warning) == (1 if advice else 0), "the accelerator's warning (%r advised): %s" % (advice, p.stderr))
+    p = run(["test", "--worker", alone, "--reference"], env=dict(HF, OPENBLAS_CORETYPE="Haswell"), code=0)
+    check(warning not in p.stderr, "no warning with the variable set: " + p.stderr)
 p = run(["test", "-n", "2", "--main_process_port", "0"], env=dict(HF, OPENBLAS_CORETYPE=None), code=0)
-check(p.stderr.count(warning) == (1 if advice else 0), "the accelerator's warning (%r advised): %s" % (advice, p.stderr))
-p = run(["test", "-n", "2", "--main_process_port", "0"], env=dict(HF, OPENBLAS_CORETYPE="Haswell"), code=0)
-check(warning not in p.stderr, "no warning with the variable set: " + p.stderr)
+check(warning not in p.stderr, "accel test's reference runs with launch's kernels: " + p.stderr)
 
 # ---- estimate-memory ------------------------------------------------------------------------------
 # GPT-2 small (124,439,808 parameters; the token embedding is the largest layer): Accelerate's figures.
