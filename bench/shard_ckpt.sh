@@ -2,7 +2,7 @@
 # Sharded checkpoints against FULL ones and dd, 2 processes, in one run: median save_state / load_state time
 # of bench/shard_ckpt.c with fsdp_plugin FULL_SHARD and state_dict_type SHARDED_STATE_DICT (every rank writes
 # its pieces) and FULL_STATE_DICT (gathered, rank 0 writes), with deepspeed_plugin ZeRO-3 (DeepSpeed's layout:
-# gathered tensor by tensor, every rank writes its partition), and dd writing (conv=fsync) and reading the
+# each rank sent the ranges of its partition, tensor by tensor; every rank writes its partition), and dd writing (conv=fsync) and reading the
 # sharded checkpoint's number of bytes; each row's MB/s is over its own bytes. Usage: bash bench/shard_ckpt.sh [BUILD_DIR] [FOLDER] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

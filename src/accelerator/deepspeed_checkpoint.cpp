@@ -1,8 +1,9 @@
 // save_state under deepspeed_plugin (ZeRO 1-3): each model and its optimizer in DeepSpeed's own layout
 // (checkpointing/deepspeed_folder.hpp), as Accelerate leaves it. DeepSpeed cuts the parameters otherwise than
 // accel's engine does (per group or per parameter, not per unit), so each parameter's float32 values and
-// optimizer state are gathered one tensor at a time (every rank, same order) and every rank keeps its
-// DeepSpeed partition: nothing larger than one tensor is ever whole on a rank.
+// optimizer state are moved tensor by tensor (every rank, same order) from accel's pieces to DeepSpeed's
+// partitions: each rank receives only the ranges of its partition that another rank holds, and nothing
+// larger than the rank's own part of one tensor is ever in flight.
 #include "accelerator/accelerator.hpp"
 
 #include "checkpointing/checkpointing.hpp"
@@ -22,19 +23,75 @@ namespace accel {
 
 namespace {
 
-// Every element of sharded tensor `t`, from each rank's piece (collective).
-at::Tensor gather_whole(const ShardedTensor &t, distributed::Communicator &comm)
+// Moves the elements of sharded tensor `t` (a parameter's values or one of its state tensors) into `into`, this
+// rank's flat tensor of the parameter's group, where `runs[r]` (the parameter's runs of DeepSpeed's partition,
+// for every rank r) say (collective). A rank holds one piece of a tensor at most; each rank sends each other
+// rank only the overlap of its piece with that rank's runs. The pairs exchange one after another in the same
+// order on every rank, the lower rank sending first, so blocking sends and receives never wait in a cycle.
+void move_to_partition(const ShardedTensor &t, const std::vector<std::vector<ckpt::DsRun>> &runs, const at::Tensor &into,
+                       distributed::Communicator &comm)
 {
-    int64_t most = 0, numel = 1;
-    for (const auto &p : t.pieces) most = std::max(most, p.numel);
-    for (int64_t d : t.shape) numel *= d;
-    const auto options = at::TensorOptions().dtype(t.dtype);
-    at::Tensor mine = at::zeros({most}, options);
-    if (t.local.defined()) mine.narrow(0, 0, t.local.numel()).copy_(t.local.reshape({-1}));
-    const std::vector<at::Tensor> all = comm.allgather(mine);
-    at::Tensor whole = at::empty({numel}, options);
-    for (const auto &p : t.pieces) whole.narrow(0, p.offset, p.numel).copy_(all.at(p.rank).narrow(0, 0, p.numel));
-    return whole;
+    const int32_t world = comm.size(), rank = comm.rank();
+    std::vector<const TensorPiece *> piece_of(static_cast<size_t>(world), nullptr);
+    for (const auto &p : t.pieces) {
+        if (piece_of.at(static_cast<size_t>(p.rank)) != nullptr)
+            fail(ACCEL_ERR_INTERNAL, "save_state: \"" + t.name + "\" has two pieces on one process");
+        piece_of[static_cast<size_t>(p.rank)] = &p;
+    }
+    struct Segment {
+        int64_t from, to, numel; // offset in the sender's piece, offset in the receiver's flat tensor
+    };
+    auto segments = [&](int32_t src, int32_t dst) {
+        std::vector<Segment> out;
+        const TensorPiece *p = piece_of[static_cast<size_t>(src)];
+        if (p == nullptr) return out;
+        for (const auto &run : runs[static_cast<size_t>(dst)]) {
+            const int64_t lo = std::max(p->offset, run.param_offset);
+            const int64_t hi = std::min(p->offset + p->numel, run.param_offset + run.numel);
+            if (hi > lo) out.push_back({lo - p->offset, run.flat_offset + lo - run.param_offset, hi - lo});
+        }
+        return out;
+    };
+    auto total = [](const std::vector<Segment> &segs) {
+        int64_t n = 0;
+        for (const auto &s : segs) n += s.numel;
+        return n;
+    };
+    const at::Tensor local = t.local.defined() ? t.local.reshape({-1}) : at::Tensor();
+    for (const auto &s : segments(rank, rank)) into.narrow(0, s.to, s.numel).copy_(local.narrow(0, s.from, s.numel));
+    for (int32_t lo = 0; lo < world; ++lo)
+        for (int32_t hi = lo + 1; hi < world; ++hi) {
+            if (rank != lo && rank != hi) continue;
+            const int32_t other = rank == lo ? hi : lo;
+            const std::vector<Segment> out = segments(rank, other), in = segments(other, rank);
+            auto send = [&] {
+                if (out.empty()) return;
+                at::Tensor packed = at::empty({total(out)}, local.options());
+                int64_t pos = 0;
+                for (const auto &s : out) {
+                    packed.narrow(0, pos, s.numel).copy_(local.narrow(0, s.from, s.numel));
+                    pos += s.numel;
+                }
+                comm.send(packed, other, 0);
+            };
+            auto receive = [&] {
+                if (in.empty()) return;
+                at::Tensor packed = at::empty({total(in)}, at::TensorOptions().dtype(t.dtype));
+                comm.recv(packed, other, 0);
+                int64_t pos = 0;
+                for (const auto &s : in) {
+                    into.narrow(0, s.to, s.numel).copy_(packed.narrow(0, pos, s.numel));
+                    pos += s.numel;
+                }
+            };
+            if (rank == lo) {
+                send();
+                receive();
+            } else {
+                receive();
+                send();
+            }
+        }
 }
 
 bool same_value(const PyObj &a, const PyObj &b)
@@ -93,9 +150,11 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
     for (size_t g = 0; g < names.size(); ++g)
         for (const auto &name : names[g]) params.push_back({name, model.find_tensor(name)->sizes().vec(), g});
     const ckpt::DsPartition part(params, names.size(), stage, world);
-    std::vector<std::vector<ckpt::DsRun>> runs_of(params.size());
-    for (size_t g = 0; g < names.size(); ++g)
-        for (const auto &run : part.runs(rank, g)) runs_of[run.param].push_back(run);
+    // runs_of[k][r]: parameter k's runs in rank r's flat tensor of its group.
+    std::vector<std::vector<std::vector<ckpt::DsRun>>> runs_of(params.size(), std::vector<std::vector<ckpt::DsRun>>(static_cast<size_t>(world)));
+    for (int32_t r = 0; r < world; ++r)
+        for (size_t g = 0; g < names.size(); ++g)
+            for (const auto &run : part.runs(r, g)) runs_of[run.param][static_cast<size_t>(r)].push_back(run);
     std::map<std::string, size_t> index;
     for (size_t k = 0; k < params.size(); ++k) index[params[k].name] = k;
 
@@ -104,14 +163,11 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
     s.clip_grad = engine.config().gradient_clipping;
     s.bf16 = state_->config.mixed_precision == ACCEL_MIXED_PRECISION_BF16;
     auto flat = [&](size_t g, at::ScalarType dtype) { return at::zeros({part.flat_numel(g)}, at::TensorOptions().dtype(dtype)); };
-    auto scatter = [&](size_t k, const at::Tensor &whole, const at::Tensor &into) {
-        for (const auto &run : runs_of[k]) into.narrow(0, run.flat_offset, run.numel).copy_(whole.narrow(0, run.param_offset, run.numel));
-    };
     for (size_t g = 0; g < names.size(); ++g) s.fp32.push_back(flat(g, at::kFloat));
     for (const auto &t : masters.tensors) { // the same list, in the same order, on every rank
         auto it = index.find(t.name);
         if (it == index.end()) continue; // buffers and frozen parameters: below
-        scatter(it->second, gather_whole(t, comm), s.fp32[params[it->second].group]);
+        move_to_partition(t, runs_of[it->second], s.fp32[params[it->second].group], comm);
     }
 
     // The optimizer state: DeepSpeed's base optimizer steps one flat tensor per group, so each group's
@@ -126,7 +182,7 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
         auto &slots = per_element.at(params.at(k).group);
         auto slot = std::find_if(slots.begin(), slots.end(), [&key](const auto &e) { return e.first == key; });
         if (slot == slots.end()) slot = slots.insert(slots.end(), {key, flat(params[k].group, t.dtype)});
-        scatter(k, gather_whole(t, comm), slot->second);
+        move_to_partition(t, runs_of[k], slot->second, comm);
     }
     for (size_t g = 0; g < names.size(); ++g) {
         const PyObj *first = nullptr;
