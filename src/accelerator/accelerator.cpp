@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 
 namespace accel {
@@ -33,15 +32,14 @@ namespace accel {
 namespace {
 
 // float32 maths at a fraction of this CPU's speed (common/blas_kernels.hpp): said once per process, by the
-// main process, when nothing chose OpenBLAS's kernels (accel launch sets OPENBLAS_CORETYPE; any value of the
-// variable keeps this quiet).
+// main process, when nothing chose OpenBLAS's kernels (accel launch sets OPENBLAS_CORETYPE; any non-empty value
+// of the variable keeps this quiet).
 void warn_generic_blas_once(bool main_process)
 {
     static std::once_flag once;
     std::call_once(once, [main_process] {
-        if (!main_process || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-        const auto kernels = openblas_kernels();
-        if (kernels && !kernels->suggested.empty())
+        if (!main_process) return;
+        if (const auto kernels = generic_openblas_kernels())
             std::fprintf(stderr, "accel: warning: OpenBLAS does not know this CPU and chose its generic %s kernels: "
                                  "float32 matrix products run 2-3x slower; start the process with "
                                  "OPENBLAS_CORETYPE=%s (accel launch does)\n",

@@ -378,14 +378,13 @@ int launch_main(int argc, char **argv)
 
     // OpenBLAS's generic kernels on a CPU it does not know: name the ones for its vector units (read when
     // OpenBLAS loads, so only the environment can). A value of the user's is kept.
-    if (!env("OPENBLAS_CORETYPE"))
-        if (auto core = openblas_kernels(); core && !core->suggested.empty()) {
-            extra_env["OPENBLAS_CORETYPE"] = core->suggested;
-            if (!o.quiet && machine_rank == 0)
-                std::fprintf(stderr, "accel launch: OpenBLAS does not know this CPU (it chose its generic %s kernels); "
-                                     "running with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n",
-                             core->chosen.c_str(), core->suggested.c_str());
-        }
+    if (const auto core = generic_openblas_kernels()) {
+        extra_env["OPENBLAS_CORETYPE"] = core->suggested;
+        if (!o.quiet && machine_rank == 0)
+            std::fprintf(stderr, "accel launch: OpenBLAS does not know this CPU (it chose its generic %s kernels); "
+                                 "running with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n",
+                         core->chosen.c_str(), core->suggested.c_str());
+    }
 
     std::vector<Child> children(static_cast<size_t>(local));
     struct sigaction sa{};

@@ -309,15 +309,14 @@ int test_main(int argc, char **argv)
     std::string mp;
     std::ifstream(dir + "/mixed_precision") >> mp;
     // The kernels launch gave the distributed run (the reference would otherwise warn about the generic ones).
-    const char *coretype = std::getenv("OPENBLAS_CORETYPE");
-    const std::optional<BlasKernels> core = coretype ? std::nullopt : openblas_kernels();
+    const std::optional<BlasKernels> core = generic_openblas_kernels();
     pid_t pid = fork();
     if (pid == 0) {
         for (const char *k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                               "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
             unsetenv(k);
         setenv("ACCELERATE_MIXED_PRECISION", mp.c_str(), 1);
-        if (core && !core->suggested.empty()) setenv("OPENBLAS_CORETYPE", core->suggested.c_str(), 1);
+        if (core) setenv("OPENBLAS_CORETYPE", core->suggested.c_str(), 1);
         execl(self.c_str(), self.c_str(), "test", "--worker", dir.c_str(), "--reference", static_cast<char *>(nullptr));
         _exit(127);
     }

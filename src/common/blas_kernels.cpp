@@ -1,5 +1,7 @@
 #include "common/blas_kernels.hpp"
 
+#include <cstdlib>
+
 #include <dlfcn.h>
 #include <strings.h>
 
@@ -28,6 +30,15 @@ std::optional<BlasKernels> openblas_kernels()
 #else
     (void)old;
 #endif
+    return core;
+}
+
+std::optional<BlasKernels> generic_openblas_kernels()
+{
+    const char *set = std::getenv("OPENBLAS_CORETYPE");
+    if (set != nullptr && *set != '\0') return std::nullopt;
+    auto core = openblas_kernels();
+    if (!core || core->suggested.empty()) return std::nullopt;
     return core;
 }
 

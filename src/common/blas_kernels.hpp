@@ -18,5 +18,8 @@ struct BlasKernels {
 
 // nullopt when LibTorch does not run on OpenBLAS (the name is looked up in the loaded libraries).
 std::optional<BlasKernels> openblas_kernels();
+// OpenBLAS's choice when it is the generic one and OPENBLAS_CORETYPE is unset (or empty), so that a process
+// started from this one would get the generic kernels too: what launch sets, and the warning names.
+std::optional<BlasKernels> generic_openblas_kernels();
 
 } // namespace accel
