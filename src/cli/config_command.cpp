@@ -144,8 +144,8 @@ int config_default(const Args &a)
                                           {"use_cpu", "true"},
                                           {"num_processes", "1"},
                                           {"distributed_type", "'NO'"},
-                                          {"debug", "false"},
-                                          {"enable_cpu_affinity", "false"}});
+                                          {"debug", "false"}});
+    // Accelerate 1.x also writes enable_cpu_affinity: false; left out (its default) because 0.x refuses the key.
     // Through the reader, which fills in the rest of ClusterConfig's defaults as to_dict() does.
     config::ClusterConfig c = config::parse_cluster_config(yaml, "(default config)");
     // Accelerate writes this file as JSON (2-space indents, sorted keys) whatever its name; JSON is YAML.
@@ -291,7 +291,9 @@ void sharding_questions(Asker &q, std::vector<std::pair<std::string, std::string
     const std::vector<std::string> policies = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
     int strategy = q.choice("What should be your sharding strategy?", strategies, 0);
     int policy = q.choice("What should be your auto wrap policy?", policies, 0);
-    std::string fsdp = "{fsdp_version: 1, fsdp_sharding_strategy: " + strategies[static_cast<size_t>(strategy)] +
+    // The strategy as its number (1 FULL_SHARD, 2 SHARD_GRAD_OP, 3 NO_SHARD) and no fsdp_version (1 when left
+    // out): Accelerate 0.x's FSDP plugin reads only the number, 1.x's reads both.
+    std::string fsdp = "{fsdp_sharding_strategy: " + std::to_string(strategy + 1) +
                        ", fsdp_auto_wrap_policy: " + policies[static_cast<size_t>(policy)];
     if (policy == 0) {
         std::string cls;

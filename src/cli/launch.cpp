@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -276,6 +278,23 @@ int exit_code_of(int status)
     return 1;
 }
 
+// What Accelerate's DeepSpeed launcher adds (prepare_deepspeed_cmd_env): the switch, the settings the config file
+// gave, and the working folder on PYTHONPATH (its env_var_path_add: empty entries dropped).
+void deepspeed_env(const std::vector<std::string> &ds_fields, std::map<std::string, std::string> &extra_env)
+{
+    extra_env["ACCELERATE_USE_DEEPSPEED"] = "true";
+    std::string fields;
+    for (const auto &f : ds_fields) fields += (fields.empty() ? "" : ",") + f;
+    std::transform(fields.begin(), fields.end(), fields.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    extra_env["ACCELERATE_CONFIG_DS_FIELDS"] = fields;
+    std::string path;
+    std::stringstream old(env("PYTHONPATH").value_or(""));
+    for (std::string p; std::getline(old, p, ':');)
+        if (!p.empty()) path += p + ":";
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd) != nullptr) extra_env["PYTHONPATH"] = path + cwd;
+}
+
 } // namespace
 
 int launch_main(int argc, char **argv)
@@ -285,6 +304,16 @@ int launch_main(int argc, char **argv)
     // Config file: --config_file, else ACCELERATE_CONFIG_FILE, else the default one when it exists (and
     // --cpu is not given, as Accelerate). Command-line flags win over the file's values.
     std::map<std::string, std::string> extra_env; // from the file: fp8 settings, gpu ids
+    // Accelerate's launchers but DeepSpeed's always export the dynamo settings (torch.compile; accel programs
+    // ignore them).
+    std::map<std::string, std::string> dynamo_env = {{"ACCELERATE_DYNAMO_BACKEND", "NO"},
+                                                     {"ACCELERATE_DYNAMO_MODE", "default"},
+                                                     {"ACCELERATE_DYNAMO_USE_FULLGRAPH", "False"},
+                                                     {"ACCELERATE_DYNAMO_USE_DYNAMIC", "False"}};
+    // ACCELERATE_CONFIG_DS_FIELDS: the DeepSpeed settings the config file gave (deepspeed_config's keys, and
+    // mixed_precision unless the flag gave it), which Accelerate's DeepSpeed plugin checks against a JSON file.
+    std::vector<std::string> ds_fields;
+    const bool mixed_precision_flag = o.mixed_precision.has_value();
     std::optional<std::string> cfg_path = o.config_file;
     if (!cfg_path && !o.cpu) cfg_path = config::resolve_config_file(std::nullopt);
     if (cfg_path) {
@@ -321,6 +350,9 @@ int launch_main(int argc, char **argv)
         if (!o.debug) o.debug = cfg.debug;
         if (!o.grad_accum && cfg.gradient_accumulation_steps) o.grad_accum = cfg.gradient_accumulation_steps;
         if (o.mixed_precision == "fp8") extra_env = cfg.fp8_env;
+        for (const auto &[k, v] : cfg.dynamo_env) dynamo_env[k] = v;
+        ds_fields = cfg.deepspeed_fields;
+        if (cfg.mixed_precision_given && !mixed_precision_flag) ds_fields.emplace_back("mixed_precision");
         if (cfg.gpu_ids && *cfg.gpu_ids != "all") extra_env["CUDA_VISIBLE_DEVICES"] = *cfg.gpu_ids;
         // The file's engine unless a paradigm flag chose one; its settings unless a flag gives them.
         if (!o.use_fsdp && !o.use_deepspeed) {
@@ -335,14 +367,19 @@ int launch_main(int argc, char **argv)
         if (s->fsdp ? !o.use_fsdp : !o.use_deepspeed)
             usage_error("--" + name + " needs " + (s->fsdp ? "--use_fsdp" : "--use_deepspeed") +
                         " (or distributed_type " + (s->fsdp ? "FSDP" : "DEEPSPEED") + " in the config file)");
-        if (s->env != nullptr) extra_env[s->env] = v;
+        if (s->env != nullptr) extra_env[s->env] = config::sharding_env_text(*s, v);
         else if (!o.quiet)
             std::fprintf(stderr, "accel launch: warning: --%s does not apply (accel launch starts the processes "
                                  "itself; give an nvme path in the program's deepspeed_plugin config)\n", name.c_str());
     }
     if (o.grad_accum) extra_env.erase("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"); // the flag (or top-level key) wins
-    if (o.use_fsdp) extra_env["ACCELERATE_USE_FSDP"] = "true";
-    if (o.use_deepspeed) extra_env["ACCELERATE_USE_DEEPSPEED"] = "true";
+    if (o.use_fsdp) {
+        extra_env["ACCELERATE_USE_FSDP"] = "true";
+        config::fsdp_env_for_library(extra_env);
+    }
+    if (o.use_deepspeed) deepspeed_env(ds_fields, extra_env);
+    else // Accelerate's DeepSpeed launcher exports no dynamo settings (0.24.1 and 1.x)
+        for (const auto &[k, v] : dynamo_env) extra_env[k] = v;
 
     // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
     if (!o.num_machines)
@@ -420,6 +457,7 @@ int launch_main(int argc, char **argv)
             set("WORLD_SIZE", std::to_string(world));
             set("LOCAL_WORLD_SIZE", std::to_string(local));
             set("GROUP_RANK", std::to_string(machine_rank));
+            set("GROUP_WORLD_SIZE", std::to_string(machines));
             set("ROLE_RANK", std::to_string(c.rank));
             set("ROLE_WORLD_SIZE", std::to_string(world));
             set("ROLE_NAME", "default");

@@ -25,7 +25,8 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 
 const char *const kDistributedTypes[] = {"NO",        "MULTI_CPU", "MULTI_GPU",  "MULTI_NPU",    "MULTI_XPU",
                                          "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU",   "MULTI_NEURON",
-                                         "DEEPSPEED", "FSDP",      "XLA",        "MEGATRON_LM", "TP"};
+                                         "DEEPSPEED", "FSDP",      "XLA",        "MEGATRON_LM", "TP",
+                                         "TPU"}; // TPU: Accelerate 0.x's name for XLA
 
 // Strings are tagged "!" in the normalized tree so that emit() quotes them where YAML would read them
 // as something else ('no', '1', 'null', ...); untagged scalars (numbers, booleans) are written plain.
@@ -117,6 +118,23 @@ bool is_null(const YAML::Node &n)
     return !n.IsDefined() || n.IsNull() || (n.IsScalar() && !is_quoted(n) && (n.Scalar() == "null" || n.Scalar() == "~"));
 }
 
+std::string lower(std::string s)
+{
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+}
+
+// Accelerate's str_to_bool (utils/environment.py), which its workers read every boolean switch with.
+std::optional<bool> bool_word(const std::string &text)
+{
+    const std::string l = lower(text);
+    for (const char *w : {"y", "yes", "t", "true", "on", "1"})
+        if (l == w) return true;
+    for (const char *w : {"n", "no", "f", "false", "off", "0"})
+        if (l == w) return false;
+    return std::nullopt;
+}
+
 // Reads one file's values with their YAML types checked, naming "file: key" in every message.
 class Reader {
 public:
@@ -130,11 +148,15 @@ public:
              where(key) + ": expected " + expected + ", got " + (is_null(got) ? std::string("null") : flow_text(got)));
     }
 
+    // YAML's booleans, and the words Accelerate's str_to_bool reads (y, yes, t, true, on, 1 / n, no, f, false,
+    // off, 0, any case), quoted or not: Accelerate's loader keeps a file's value as it is and its launcher
+    // passes it on as text (ACCELERATE_USE_CPU="no"), which the library reads with str_to_bool; and its
+    // questionnaire writes some keys as the text typed (downcast_bf16: 'no').
     bool get_bool(const std::string &key, const YAML::Node &n) const
     {
-        bool b = false;
-        if (!n.IsScalar() || is_quoted(n) || !YAML::convert<bool>::decode(n, b)) bad(key, "true or false", n);
-        return b;
+        std::optional<bool> b = n.IsScalar() ? bool_word(n.Scalar()) : std::nullopt;
+        if (!b) bad(key, "true or false (or yes/no, on/off, 1/0)", n);
+        return *b;
     }
 
     long long get_int(const std::string &key, const YAML::Node &n, long long min, long long max) const
@@ -152,9 +174,12 @@ public:
         return n.Scalar();
     }
 
-    std::string get_enum(const std::string &key, const YAML::Node &n, const std::vector<std::string> &allowed) const
+    // `any_case`: the text is lower-cased first (values Accelerate lower-cases before use).
+    std::string get_enum(const std::string &key, const YAML::Node &n, const std::vector<std::string> &allowed,
+                         bool any_case = false) const
     {
         std::string v = n.IsScalar() ? n.Scalar() : "";
+        if (any_case) v = lower(v);
         for (const auto &a : allowed)
             if (v == a) return v;
         std::string list;
@@ -185,6 +210,9 @@ const EngineSection kEngineSections[] = {{"megatron_lm_config", "MEGATRON_LM"}, 
 // A YAML scalar or list as the text of an environment variable (lists comma-joined, as the launcher's flags).
 std::string env_text(const Reader &r, const std::string &where, const YAML::Node &n)
 {
+    bool b = false;
+    // A YAML boolean (PyYAML's True) as the launcher writes it: str(True).lower().
+    if (n.IsScalar() && !is_quoted(n) && YAML::convert<bool>::decode(n, b)) return bool_text(b);
     if (n.IsScalar()) return n.Scalar();
     if (n.IsSequence()) {
         std::string out;
@@ -201,40 +229,58 @@ std::string env_text(const Reader &r, const std::string &where, const YAML::Node
 
 const std::vector<ShardingSetting> &sharding_settings()
 {
+    // `lower`: the launcher writes the value lower-cased (str(value).lower() in Accelerate's utils/launch.py).
     static const std::vector<ShardingSetting> kSettings = {
-        {"fsdp_version", "FSDP_VERSION", true},
-        {"fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY", true},
-        {"fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", true},
-        {"fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", true},
-        {"fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", true},
-        {"fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", true},
-        {"fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", true},
-        {"fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH", true},
-        {"fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE", true},
-        {"fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", true},
-        {"fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", true},
-        {"fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", true},
-        {"fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", true},
-        {"fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", true},
-        {"zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", false},
-        {"offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", false},
-        {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", false},
-        {"gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", false},
-        {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", false},
-        {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", false},
-        {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", false},
-        {"gradient_accumulation_steps", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", false},
+        {"fsdp_version", "FSDP_VERSION", true, false},
+        {"fsdp_sharding_strategy", "FSDP_SHARDING_STRATEGY", true, false},
+        {"fsdp_reshard_after_forward", "FSDP_RESHARD_AFTER_FORWARD", true, true},
+        {"fsdp_offload_params", "FSDP_OFFLOAD_PARAMS", true, true},
+        {"fsdp_min_num_params", "FSDP_MIN_NUM_PARAMS", true, false},
+        {"fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY", true, false},
+        {"fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP", true, false},
+        {"fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH", true, false},
+        // Accelerate 0.x's name (questionnaire key and launch flag) for fsdp_backward_prefetch.
+        {"fsdp_backward_prefetch_policy", "FSDP_BACKWARD_PREFETCH", true, false},
+        {"fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE", true, false},
+        {"fsdp_forward_prefetch", "FSDP_FORWARD_PREFETCH", true, true},
+        {"fsdp_use_orig_params", "FSDP_USE_ORIG_PARAMS", true, true},
+        {"fsdp_cpu_ram_efficient_loading", "FSDP_CPU_RAM_EFFICIENT_LOADING", true, true},
+        {"fsdp_sync_module_states", "FSDP_SYNC_MODULE_STATES", true, true},
+        {"fsdp_activation_checkpointing", "FSDP_ACTIVATION_CHECKPOINTING", true, true},
+        {"zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", false, false},
+        {"offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", false, true},
+        {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", false, true},
+        {"gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", false, true},
+        {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", false, true},
+        {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", false, true},
+        {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", false, false},
+        {"gradient_accumulation_steps", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", false, false},
         // Accelerate's launcher does not export these: the program's deepspeed_plugin config (or hf_ds_config)
         // names the folder.
-        {"offload_optimizer_nvme_path", nullptr, false},
-        {"offload_param_nvme_path", nullptr, false},
+        {"offload_optimizer_nvme_path", nullptr, false, false},
+        {"offload_param_nvme_path", nullptr, false, false},
         // The DeepSpeed launcher's own settings (multi-node ssh/pdsh starts): accel launch starts processes itself.
-        {"deepspeed_hostfile", nullptr, false},
-        {"deepspeed_exclusion_filter", nullptr, false},
-        {"deepspeed_inclusion_filter", nullptr, false},
-        {"deepspeed_multinode_launcher", nullptr, false},
+        {"deepspeed_hostfile", nullptr, false, false},
+        {"deepspeed_exclusion_filter", nullptr, false, false},
+        {"deepspeed_inclusion_filter", nullptr, false, false},
+        {"deepspeed_multinode_launcher", nullptr, false, false},
     };
     return kSettings;
+}
+
+std::string sharding_env_text(const ShardingSetting &setting, const std::string &value)
+{
+    return setting.lower ? lower(value) : value;
+}
+
+void fsdp_env_for_library(std::map<std::string, std::string> &env)
+{
+    auto version = env.find("FSDP_VERSION");
+    auto reshard = env.find("FSDP_RESHARD_AFTER_FORWARD");
+    if ((version != env.end() && version->second != "1") || reshard == env.end() || bool_word(reshard->second))
+        return;
+    if (!env.count("FSDP_SHARDING_STRATEGY")) env["FSDP_SHARDING_STRATEGY"] = upper(reshard->second);
+    env.erase(reshard);
 }
 
 const ShardingSetting *find_sharding_setting(const std::string &name)
@@ -297,7 +343,8 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
     out["compute_environment"] = str_node("LOCAL_MACHINE");
     out["debug"] = false;
     out["downcast_bf16"] = false;
-    out["enable_cpu_affinity"] = false;
+    // enable_cpu_affinity (Accelerate 1.x) is written only when the file has it: Accelerate 0.x's loader
+    // refuses the key, and its absence means false in 1.x.
     out["machine_rank"] = 0;
     out["main_training_function"] = str_node("main");
     out["mixed_precision"] = str_node("no");
@@ -341,9 +388,12 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
     }
     if (auto opt = take("mixed_precision")) {
         const YAML::Node n = *opt;
-        // PyYAML reads an unquoted `no` as false, which Accelerate turns into "no".
-        if (n.IsScalar() && !is_quoted(n) && (n.Scalar() == "false" || n.Scalar() == "False")) c.mixed_precision = "no";
-        else c.mixed_precision = r.get_enum("mixed_precision", n, {"no", "fp16", "bf16", "fp8"});
+        c.mixed_precision_given = true;
+        // PyYAML reads an unquoted `no` (off, false) as false, which Accelerate's loader turns into "no"; its
+        // launcher lower-cases the text ('NO', 'FP16' are read).
+        bool b = true;
+        if (n.IsScalar() && !is_quoted(n) && YAML::convert<bool>::decode(n, b) && !b) c.mixed_precision = "no";
+        else c.mixed_precision = r.get_enum("mixed_precision", n, {"no", "fp16", "bf16", "fp8"}, true);
         out["mixed_precision"] = str_node(c.mixed_precision);
     }
     if (auto n = take("use_cpu")) out["use_cpu"] = c.use_cpu = r.get_bool("use_cpu", *n);
@@ -405,24 +455,23 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         out["enable_cpu_affinity"] = v;
         if (v) warn("enable_cpu_affinity", "not applied by accel launch (processes are not pinned)");
     }
-    if (auto opt = take("downcast_bf16")) {
-        const YAML::Node n = *opt;
-        bool v = r.get_bool("downcast_bf16", n);
-        out["downcast_bf16"] = v;
-        if (v) warn("downcast_bf16", "TPU only; ignored");
-    }
-    for (const char *k : {"tpu_use_cluster", "tpu_use_sudo"})
+    // TPU keys. Accelerate's questionnaire writes downcast_bf16 and tpu_use_sudo as the text typed (default
+    // 'no' / false) and tpu_env as a list, empty when not asked: any scalar is kept, a warning only for a
+    // value that asks for something.
+    for (const char *k : {"downcast_bf16", "tpu_use_cluster", "tpu_use_sudo"})
         if (auto opt = take(k)) {
             const YAML::Node n = *opt;
-            bool v = r.get_bool(k, n);
-            out[k] = v;
-            if (v) warn(k, "TPU only; ignored");
+            if (!n.IsScalar()) r.bad(k, "true or false", n);
+            const std::optional<bool> v = bool_word(n.Scalar());
+            out[k] = v ? YAML::Node(*v) : str_node(n.Scalar());
+            if (v != std::optional<bool>(false)) warn(k, "\"" + n.Scalar() + "\": TPU only; ignored");
         }
     for (const char *k : {"tpu_name", "tpu_zone", "command_file", "tpu_vm", "tpu_env", "commands"})
         if (auto opt = take(k)) {
             const YAML::Node n = *opt;
+            if (!n.IsScalar() && !n.IsSequence()) r.bad(k, "a string or a list of strings", n);
             out[k] = n;
-            warn(k, "TPU only; ignored");
+            if (n.IsScalar() || n.size() > 0) warn(k, "TPU only; ignored");
         }
 
     // Dictionaries.
@@ -440,6 +489,8 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         auto n = section(key);
         if (!n) continue;
         out[key] = *n;
+        if (!fsdp)
+            for (const auto &kv : *n) c.deepspeed_fields.push_back(kv.first.Scalar());
         const bool applies = c.sharding == (fsdp ? "fsdp" : "deepspeed");
         if (!applies) {
             warn(key, std::string("ignored: distributed_type is ") + c.distributed_type + ", not " +
@@ -448,19 +499,24 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         }
         for (const auto &kv : *n) {
             const std::string k = kv.first.Scalar(), where = std::string(key) + "." + k;
-            const ShardingSetting *setting = find_sharding_setting(k);
+            // Accelerate's launcher prefixes an fsdp_config key without "fsdp" (sharding_strategy) with "fsdp_".
+            const std::string name = fsdp && k.find("fsdp") == std::string::npos ? "fsdp_" + k : k;
+            const ShardingSetting *setting = find_sharding_setting(name);
             if (setting == nullptr || setting->fsdp != fsdp) {
                 if (k == "deepspeed_moe_layer_cls_names")
                     fail(ACCEL_ERR_UNIMPLEMENTED, r.where(where) + ": mixture-of-experts layers are not supported by accel");
                 fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key");
             }
             if (is_null(kv.second)) continue;
-            const std::string value = env_text(r, where, kv.second);
+            const std::string value = sharding_env_text(*setting, env_text(r, where, kv.second));
+            // The questionnaire's default answer for the DeepSpeed JSON file is "none", Accelerate's "no file".
+            if (name == "deepspeed_config_file" && value == "none") continue;
             if (setting->env != nullptr) c.sharding_env[setting->env] = value;
             else if (value != "none" && !value.empty())
                 warn(where, "does not apply to accel launch (it starts the processes itself; give an nvme path in the "
                            "program's deepspeed_plugin config)");
         }
+        if (fsdp) fsdp_env_for_library(c.sharding_env);
     }
     for (const auto &s : kEngineSections) {
         auto n = section(s.key);
@@ -479,15 +535,32 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         out["dynamo_config"] = n;
         for (const auto &kv : n) {
             std::string k = kv.first.Scalar(), where = std::string("dynamo_config.") + k;
+            if (is_null(kv.second)) continue;
             if (k == "dynamo_backend") {
-                std::string v = is_null(kv.second) ? "NO" : upper(r.get_string(where, kv.second));
+                // The launcher upper-cases the backend (DynamoBackend(value.upper())).
+                std::string v = upper(r.get_string(where, kv.second));
+                c.dynamo_env["ACCELERATE_DYNAMO_BACKEND"] = v;
                 if (v != "NO") warn(where, "\"" + v + "\": torch.compile does not exist in LibTorch's C++ API; the model runs uncompiled");
-            } else if (k == "dynamo_mode" || k == "dynamo_use_fullgraph" || k == "dynamo_use_dynamic" ||
-                       k == "dynamo_use_regional_compilation") {
-                // only meaningful with a backend
+            } else if (k == "dynamo_mode") {
+                c.dynamo_env["ACCELERATE_DYNAMO_MODE"] = r.get_string(where, kv.second);
+            } else if (k == "dynamo_use_fullgraph" || k == "dynamo_use_dynamic" || k == "dynamo_use_regional_compilation") {
+                // Python's str(bool), not lower-cased: "True" / "False".
+                c.dynamo_env["ACCELERATE_" + upper(k)] = r.get_bool(where, kv.second) ? "True" : "False";
             } else {
                 fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key");
             }
+        }
+    }
+    // Accelerate 0.x's Intel Extension for PyTorch switches (1.x dropped the section).
+    if (auto sec = section("ipex_config")) {
+        const YAML::Node n = *sec;
+        out["ipex_config"] = n;
+        for (const auto &kv : n) {
+            std::string k = kv.first.Scalar(), where = "ipex_config." + k;
+            if (k != "ipex" && k != "use_xpu") fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key");
+            if (!is_null(kv.second) && r.get_bool(where, kv.second))
+                warn(where, k == "ipex" ? "Intel Extension for PyTorch is a Python package; ignored"
+                                        : "accel has no XPU backend; ignored");
         }
     }
     if (auto sec = section("mpirun_config")) {
@@ -570,7 +643,7 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
                               "mixed_precision, use_cpu, debug, num_processes, machine_rank, num_machines, gpu_ids, "
                               "main_process_ip, main_process_port, rdzv_backend, same_network, main_training_function, "
                               "enable_cpu_affinity, downcast_bf16, fp8_config, deepspeed_config, fsdp_config, "
-                              "parallelism_config, megatron_lm_config, mpirun_config, dynamo_config, tpu_*)");
+                              "parallelism_config, megatron_lm_config, mpirun_config, dynamo_config, ipex_config, tpu_*)");
     }
 
     // The normalized document.

@@ -39,6 +39,13 @@ struct ClusterConfig {
     // reads and checks them when the accelerator is created).
     std::string sharding;
     std::map<std::string, std::string> sharding_env;
+    // deepspeed_config's keys in the file's order, whatever distributed_type is, and whether the file gives
+    // mixed_precision: Accelerate's DeepSpeed launcher exports them as ACCELERATE_CONFIG_DS_FIELDS.
+    std::vector<std::string> deepspeed_fields;
+    bool mixed_precision_given = false;
+    // ACCELERATE_DYNAMO_* from dynamo_config, as `accelerate launch` exports them (the launcher sets its
+    // defaults for the others). accel programs run uncompiled whatever they say (a warning).
+    std::map<std::string, std::string> dynamo_env;
     // Keys read but without effect here, each "key: why" (printed as warnings by the commands).
     std::vector<std::string> warnings;
     // Every top-level key with Accelerate's defaults filled in, values as YAML flow text, sorted by key
@@ -53,10 +60,20 @@ struct ClusterConfig {
 struct ShardingSetting {
     const char *name;
     const char *env;
-    bool fsdp; // else DeepSpeed
+    bool fsdp;  // else DeepSpeed
+    bool lower; // exported lower-cased, as Accelerate's launcher does
 };
 const std::vector<ShardingSetting> &sharding_settings();
 const ShardingSetting *find_sharding_setting(const std::string &name);
+
+// A setting's value as the variable's text (lower-cased where Accelerate's launcher lower-cases it).
+std::string sharding_env_text(const ShardingSetting &setting, const std::string &value);
+
+// Accelerate 1.x's questionnaire, for fsdp_version 1, writes the sharding strategy (FULL_SHARD, ...) under
+// fsdp_reshard_after_forward, and its FSDP plugin reads it as the strategy there; accel's library takes the
+// strategy from FSDP_SHARDING_STRATEGY (FSDP_RESHARD_AFTER_FORWARD is a version 2 switch). Moves such a
+// value (not a boolean) to FSDP_SHARDING_STRATEGY unless that is set.
+void fsdp_env_for_library(std::map<std::string, std::string> &env);
 
 // Parses a config file's text. `file_name` picks the syntax (".json": JSON, otherwise YAML; JSON is
 // read by the same YAML parser, of which it is a subset) and names the file in messages. Throws

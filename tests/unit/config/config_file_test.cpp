@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 using accel::Error;
 using accel::config::ClusterConfig;
@@ -99,8 +100,9 @@ TEST(ConfigFile, ErrorsNameTheFileAndTheKey)
     EXPECT_EQ(code, ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(error_of("distributed_type: NO\nnum_processes: two\n").find("cfg.yaml: num_processes: expected an integer"),
               std::string::npos);
-    EXPECT_NE(error_of("distributed_type: MULTI_CPU\nuse_cpu: 'yes'\n").find("cfg.yaml: use_cpu: expected true or false"),
+    EXPECT_NE(error_of("distributed_type: MULTI_CPU\nuse_cpu: 'maybe'\n").find("cfg.yaml: use_cpu: expected true or false"),
               std::string::npos);
+    EXPECT_NE(error_of("distributed_type: MULTI_CPU\nuse_cpu: 'maybe'\n").find("got maybe"), std::string::npos);
     EXPECT_NE(error_of("distributed_type: MULTI_CPU\nmixed_precision: fp32\n").find("mixed_precision: expected one of no, fp16"),
               std::string::npos);
     EXPECT_NE(error_of("distributed_type: MULTI_CPU\nnum_procesess: 2\n").find("cfg.yaml: num_procesess: unknown key"),
@@ -121,6 +123,15 @@ TEST(ConfigFile, ErrorsNameTheFileAndTheKey)
     EXPECT_NE(error_of("distributed_type: XLA\n", "f.yaml", &code).find("f.yaml: distributed_type: XLA is not yet supported"),
               std::string::npos);
     EXPECT_EQ(code, ACCEL_ERR_UNIMPLEMENTED);
+    code = ACCEL_OK; // Accelerate 0.x's name for XLA
+    EXPECT_NE(error_of("distributed_type: TPU\n", "f.yaml", &code).find("f.yaml: distributed_type: TPU is not yet supported"),
+              std::string::npos);
+    EXPECT_EQ(code, ACCEL_ERR_UNIMPLEMENTED);
+    EXPECT_NE(error_of("distributed_type: NO\nipex_config:\n  ipx: true\n").find("ipex_config.ipx: unknown key"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: NO\ndynamo_config:\n  dynamo_use_dynamic: sometimes\n")
+                  .find("dynamo_config.dynamo_use_dynamic: expected true or false"),
+              std::string::npos);
     EXPECT_NE(error_of("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_stratgy: FULL_SHARD\n")
                   .find("fsdp_config.fsdp_sharding_stratgy: unknown key"),
               std::string::npos);
@@ -216,4 +227,68 @@ TEST(ConfigFile, ShardingSectionsBecomeTheLaunchersVariables)
     EXPECT_EQ(d.sharding_env.at("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"), "none");
     ASSERT_EQ(d.warnings.size(), 1u);
     EXPECT_NE(d.warnings[0].find("deepspeed_config.deepspeed_hostfile: does not apply"), std::string::npos);
+}
+
+// Values Accelerate's questionnaires (0.24.1 and 1.x) write that are not YAML booleans or upper-case names, read as
+// Accelerate's loader and launcher read them (tests/cli/test_accelerate_real.py runs the real 0.24.1 writer).
+TEST(ConfigFile, AcceleratesOwnValuesAreUnderstood)
+{
+    // str_to_bool's words where a boolean is expected; mixed_precision lower-cased as the launcher does.
+    ClusterConfig c = parse_cluster_config("distributed_type: MULTI_CPU\nuse_cpu: 'yes'\ndebug: 'NO'\nsame_network: 'On'\n"
+                                           "mixed_precision: 'BF16'\n",
+                                           "b.yaml");
+    EXPECT_TRUE(c.use_cpu);
+    EXPECT_FALSE(c.debug);
+    EXPECT_EQ(c.mixed_precision, "bf16");
+    // 0.24.1 writes downcast_bf16: 'no' and tpu_env: [] in every file: no warning; a value asking for a TPU warns.
+    ClusterConfig t = parse_cluster_config("distributed_type: 'NO'\ndowncast_bf16: 'no'\ntpu_env: []\ntpu_use_sudo: false\n"
+                                           "ipex_config:\n  ipex: false\n",
+                                           "t.yaml");
+    EXPECT_TRUE(t.warnings.empty()) << t.warnings[0];
+    ClusterConfig w = parse_cluster_config("distributed_type: 'NO'\ndowncast_bf16: 'yes'\ntpu_use_sudo: 'sudo'\n"
+                                           "tpu_env: [A=1]\nipex_config:\n  ipex: true\n",
+                                           "w.yaml");
+    for (const char *k : {"downcast_bf16", "tpu_use_sudo", "tpu_env", "ipex_config.ipex"}) EXPECT_TRUE(has_warning(w, k)) << k;
+    // enable_cpu_affinity (1.x) is written back only when the file has it: 0.24.1's loader refuses the key.
+    EXPECT_EQ(t.yaml.find("enable_cpu_affinity"), std::string::npos) << t.yaml;
+    // dynamo_config as the launcher exports it: backend upper-cased, booleans as Python's str(bool).
+    ClusterConfig d = parse_cluster_config("distributed_type: 'NO'\ndynamo_config:\n  dynamo_backend: inductor\n"
+                                           "  dynamo_mode: max-autotune\n  dynamo_use_fullgraph: true\n",
+                                           "d.yaml");
+    EXPECT_EQ(d.dynamo_env.at("ACCELERATE_DYNAMO_BACKEND"), "INDUCTOR");
+    EXPECT_EQ(d.dynamo_env.at("ACCELERATE_DYNAMO_MODE"), "max-autotune");
+    EXPECT_EQ(d.dynamo_env.at("ACCELERATE_DYNAMO_USE_FULLGRAPH"), "True");
+}
+
+TEST(ConfigFile, ShardingValuesOfBothAccelerateVersions)
+{
+    // 0.24.1: the strategy as a number, fsdp_backward_prefetch_policy; a key without the fsdp_ prefix (the
+    // launcher adds it); booleans and devices lower-cased as the launcher writes them.
+    ClusterConfig f = parse_cluster_config("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n"
+                                           "  fsdp_sharding_strategy: 2\n  fsdp_backward_prefetch_policy: BACKWARD_PRE\n"
+                                           "  offload_params: True\n",
+                                           "f.yaml");
+    EXPECT_EQ(f.sharding_env.at("FSDP_SHARDING_STRATEGY"), "2");
+    EXPECT_EQ(f.sharding_env.at("FSDP_BACKWARD_PREFETCH"), "BACKWARD_PRE");
+    EXPECT_EQ(f.sharding_env.at("FSDP_OFFLOAD_PARAMS"), "true");
+    // 1.x's FSDP1 answer: the strategy under fsdp_reshard_after_forward.
+    ClusterConfig x = parse_cluster_config("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 1\n"
+                                           "  fsdp_reshard_after_forward: SHARD_GRAD_OP\n",
+                                           "x.yaml");
+    EXPECT_EQ(x.sharding_env.at("FSDP_SHARDING_STRATEGY"), "SHARD_GRAD_OP");
+    EXPECT_EQ(x.sharding_env.count("FSDP_RESHARD_AFTER_FORWARD"), 0u);
+    ClusterConfig v2 = parse_cluster_config("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n"
+                                            "  fsdp_reshard_after_forward: true\n",
+                                            "v2.yaml");
+    EXPECT_EQ(v2.sharding_env.at("FSDP_RESHARD_AFTER_FORWARD"), "true");
+    // DeepSpeed: "none" as the JSON file is no file; the keys given are ACCELERATE_CONFIG_DS_FIELDS's.
+    ClusterConfig d = parse_cluster_config("distributed_type: DEEPSPEED\nmixed_precision: bf16\nnum_processes: 2\n"
+                                           "deepspeed_config:\n  deepspeed_config_file: none\n  zero3_init_flag: true\n"
+                                           "  offload_param_device: CPU\n",
+                                           "d.yaml");
+    EXPECT_EQ(d.sharding_env.count("ACCELERATE_DEEPSPEED_CONFIG_FILE"), 0u);
+    EXPECT_EQ(d.sharding_env.at("ACCELERATE_DEEPSPEED_ZERO3_INIT"), "true");
+    EXPECT_EQ(d.sharding_env.at("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"), "cpu");
+    EXPECT_EQ(d.deepspeed_fields, (std::vector<std::string>{"deepspeed_config_file", "zero3_init_flag", "offload_param_device"}));
+    EXPECT_TRUE(d.mixed_precision_given);
 }
