@@ -37,8 +37,9 @@ namespace {
 
 const std::string kWrapped = "module.";
 
-// Accelerate's save_state stores get_state_dict(model, unwrap=False): a DDP-wrapped model's keys carry
-// "module.". Either form loads: a key the model lacks that does once "module." is removed is renamed.
+// Accelerate's save_state writes a model's own keys, also under DDP; accel before 0.1 (and a state dict
+// taken from a DDP-wrapped module by hand) had "module." in front. Either form loads: a key the model lacks
+// that it has once "module." is removed is renamed.
 TensorList match_model_keys(const Model &model, TensorList sd)
 {
     for (auto &entry : sd) {
@@ -251,10 +252,9 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
             if (auto *e = sharded_of(*models_[i]); e != nullptr && (sharded_state_dict(*e) || deepspeed_layout(*models_[i])))
                 continue;
             const bool safe = options.safe_serialization;
+            // Keys without "module." under DDP too: Accelerator._models holds the model as it was before DDP
+            // wrapped it (0.24.1 and 1.x alike), and its load_state loads into that.
             auto sd = std::make_shared<TensorList>(models_[i]->state_dict(/*dedupe_shared=*/safe));
-            // Keys as Accelerate writes them for the same setup: "module." under DDP (several processes).
-            if (ddp_of(*models_[i]) != nullptr)
-                for (auto &entry : *sd) entry.first.insert(0, kWrapped);
             if (safe) {
                 files.push_back({ckpt::weights_name(i, true), nullptr, sd, nullptr});
             } else {
@@ -389,9 +389,13 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
         const std::string name = ckpt::random_states_name(state_->process_index());
         if (PyRef d = ckpt::read_object(dir, name, false)) {
             if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, path(name) + ": not a dict");
-            const int64_t step = sd_int(*d, "step", path(name));
             apply.push_back(load_rng_state_dict(*d, path(name)));
-            apply.push_back([this, step] { state_->step = step; });
+            // 1.x's save_state stores accumulate()'s step; 0.2x's has none and its load_state leaves the step
+            // as it is, as 1.x does when the key is missing.
+            if (d->get("step") != nullptr) {
+                const int64_t step = sd_int(*d, "step", path(name));
+                apply.push_back([this, step] { state_->step = step; });
+            }
         }
     }
     std::vector<std::string> custom;

@@ -359,4 +359,11 @@ double AcceleratedOptimizer::lr(size_t group) const { return optimizer_->param_g
 
 void AcceleratedOptimizer::set_lr(double lr, size_t group) { optimizer_->param_groups().at(group).options().set_lr(lr); }
 
+void AcceleratedOptimizer::note_initial_lrs()
+{
+    initial_lr_.resize(num_param_groups());
+    for (size_t g = 0; g < initial_lr_.size(); ++g)
+        if (!initial_lr_[g]) initial_lr_[g] = lr(g);
+}
+
 } // namespace accel

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,13 @@ public:
     size_t num_param_groups() const;
     double lr(size_t group = 0) const;
     void set_lr(double lr, size_t group);
+    // What a PyTorch scheduler does to the optimizer it is built over: each group's "initial_lr" becomes its
+    // lr where it has none yet. Carried in state dicts as PyTorch carries it; nothing computes with it.
+    void note_initial_lrs();
+    double initial_lr(size_t group) const
+    {
+        return group < initial_lr_.size() && initial_lr_[group] ? *initial_lr_[group] : lr(group);
+    }
     bool step_was_skipped() const { return step_was_skipped_; }
     // Every parameter the optimizer updates (all groups), as the gradient scaler unscales them.
     std::vector<at::Tensor> params() const;
@@ -114,6 +122,7 @@ private:
     std::function<std::function<void()>(size_t, bool)> page_fn() const; // parameter offload's paging, by optimizer parameter
     PyRef joined_state(const PyRef &inner) const;    // the runs' state joined per unit (the shard form)
     config::OptimizerConfig config_;
+    std::vector<std::optional<double>> initial_lr_; // per group of the LibTorch optimizer (note_initial_lrs)
     std::function<void()> after_step_, after_zero_grad_, before_step_;
     std::shared_ptr<const parallel::ShardLayout> layout_; // set while sharded
     // Optimizer.state_dict() / load_state_dict of the LibTorch optimizer as it is (over the shards when sharded).

@@ -272,7 +272,8 @@ PyRef AcceleratedOptimizer::resident_state_dict() const
     auto state = py_dict();
     auto groups = py_list();
     int64_t index = 0;
-    for (auto &group : o.param_groups()) {
+    for (size_t gi = 0; gi < o.param_groups().size(); ++gi) {
+        auto &group = o.param_groups()[gi];
         const OptimizerType &type = type_of(group.options());
         auto g = py_dict();
         for (const auto &opt : type.options) {
@@ -288,6 +289,8 @@ PyRef AcceleratedOptimizer::resident_state_dict() const
             case Option::Kind::False: py_set(*g, opt.key, py_bool(false)); break;
             }
         }
+        // After the hyperparameters, as a scheduler's setdefault leaves it in PyTorch's group dict.
+        if (gi < initial_lr_.size() && initial_lr_[gi]) py_set(*g, "initial_lr", py_float(*initial_lr_[gi]));
         auto params = py_list();
         for (const auto &p : group.params()) {
             auto it = o.state().find(key_of(p));
@@ -351,6 +354,14 @@ ApplyState AcceleratedOptimizer::resident_load_state_dict(const PyObj &sd, const
             Pair v = r.option(g, opt, opts, gi);
             if (opt.set) apply_options.push_back([&opts, set = opt.set, v] { set(opts, v); });
         }
+        // PyTorch's load_state_dict takes the saved group whole: "initial_lr" is the file's, or gone.
+        std::optional<double> initial_lr;
+        if (const PyObj *v = g.get("initial_lr"); v != nullptr && v->kind != PyObj::Kind::None)
+            initial_lr = r.num(*v, "param_groups[" + std::to_string(gi) + "][\"initial_lr\"]");
+        apply_options.push_back([this, gi, initial_lr] {
+            initial_lr_.resize(std::max(initial_lr_.size(), gi + 1));
+            initial_lr_[gi] = initial_lr;
+        });
         for (size_t pi = 0; pi < group.params().size(); ++pi, ++index) {
             const PyObj &id = *params->items[pi];
             if (id.kind != PyObj::Kind::Int) r.bad("param_groups[" + std::to_string(gi) + "].params holds a non-integer");

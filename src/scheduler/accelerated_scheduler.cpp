@@ -11,8 +11,9 @@ AcceleratedScheduler::AcceleratedScheduler(std::shared_ptr<AcceleratedOptimizer>
                                            config::SchedulerConfig config)
     : optimizer_(std::move(optimizer)), config_(std::move(config))
 {
+    // As PyTorch's: each group's "initial_lr" (its lr when the first scheduler was built over it) is the base.
     for (size_t g = 0; g < optimizer_->num_param_groups(); ++g) {
-        double lr = optimizer_->lr(g);
+        double lr = optimizer_->initial_lr(g);
         if (config_.type == "polynomial" && !(lr > config_.lr_end))
             fail(ACCEL_ERR_INVALID_ARGUMENT, "lr_end: must be smaller than the optimizer's lr (" + std::to_string(lr) +
                                                  "), got " + std::to_string(config_.lr_end));
@@ -20,6 +21,7 @@ AcceleratedScheduler::AcceleratedScheduler(std::shared_ptr<AcceleratedOptimizer>
             fail(ACCEL_ERR_INVALID_ARGUMENT, "optimizer: a polynomial schedule needs an lr > 0");
         base_lrs_.push_back(lr);
     }
+    optimizer_->note_initial_lrs();
     // PyTorch's schedulers take their first step on construction: the lr for step 0 is set now.
     advance();
 }
