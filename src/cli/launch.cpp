@@ -59,7 +59,7 @@ const char *kUsage =
     "      --use_fsdp                 sharded training, FSDP (ACCELERATE_USE_FSDP=true) with --fsdp_version,\n"
     "                                 --fsdp_sharding_strategy, --fsdp_reshard_after_forward, --fsdp_offload_params,\n"
     "                                 --fsdp_min_num_params, --fsdp_auto_wrap_policy,\n"
-    "                                 --fsdp_transformer_layer_cls_to_wrap, --fsdp_backward_prefetch,\n"
+    "                                 --fsdp_transformer_layer_cls_to_wrap, --fsdp_backward_prefetch[_policy],\n"
     "                                 --fsdp_state_dict_type, --fsdp_forward_prefetch, --fsdp_use_orig_params,\n"
     "                                 --fsdp_cpu_ram_efficient_loading, --fsdp_sync_module_states,\n"
     "                                 --fsdp_activation_checkpointing VALUE (each exported as FSDP_*)\n"
