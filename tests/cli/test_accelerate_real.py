@@ -19,6 +19,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -576,4 +577,5 @@ if failures:
     print("\n\n".join(failures))
     print("\n%d failure(s); files in %s" % (len(failures), tmp))
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)  # kept above, for a failure's files
 print("accel against Accelerate 0.24.1 (%s): all checks passed" % PEER)
