@@ -203,8 +203,8 @@ check("- OpenBLAS kernels: Haswell\n" in p.stdout, "env reports the kernels the 
 # kernels launch gave its workers, so it prints no warning.
 warning = "accel: warning: OpenBLAS does not know this CPU"
 with tempfile.TemporaryDirectory() as alone:
-    with open(os.path.join(alone, "processes"), "w") as f:
-        f.write("1")
+    with open(os.path.join(alone, "plan"), "w") as f:  # what the distributed run leaves: model, accumulation,
+        f.write("mlp 1 0 no 1\n")                       # clipping, mixed precision, processes
     p = run(["test", "--worker", alone, "--reference"], env=dict(HF, OPENBLAS_CORETYPE=None), code=0)
     check(p.stderr.count(warning) == (1 if advice else 0), "the accelerator's warning (%r advised): %s" % (advice, p.stderr))
     p = run(["test", "--worker", alone, "--reference"], env=dict(HF, OPENBLAS_CORETYPE="Haswell"), code=0)
@@ -305,6 +305,44 @@ for doc, expect_strategy in (({"fsdp_config": {"fsdp_sharding_strategy": "SHARD_
 p = run(["test", "-n", "2", "--use_fsdp", "--fsdp_sharding_strategy", "NO_SHARD", "--main_process_port", "0"],
         env=HF, code=0)
 check("training ok (NO_SHARD," in p.stdout, "accel test --use_fsdp: " + p.stdout + p.stderr)
+# Configs that train must pass (issue 43.2): gradient accumulation (a step after the save is a micro-step: the
+# check steps until the optimizer does, and the reference accumulates alike), the questionnaire's ZeRO-3 file
+# (accumulation 2, clipping 0.5: DeepSpeed clips inside its step, so the reference clips too), and FSDP wrap
+# classes the built-in MLP lacks (the test trains a model that has them).
+p = run(["test", "-n", "2", "--gradient_accumulation_steps", "2", "--main_process_port", "0"], env=HF, code=0)
+check("Test is a success!" in p.stdout and "accumulating 2 micro-steps" in p.stdout,
+      "accel test --gradient_accumulation_steps 2: " + p.stdout + p.stderr)
+p = run(["test", "-n", "2", "--gradient_accumulation_steps", "3", "--main_process_port", "0"], env=HF, code=0)
+check("Test is a success!" in p.stdout, "accel test --gradient_accumulation_steps 3: " + p.stdout + p.stderr)
+run(["config", "--config_file", os.path.join(tmp, "z3.yaml")], stdin="1\n\nno\n2\n0\nyes\n3\n2\nyes\n0.5\n", code=0)
+p = run(["test", "--config_file", os.path.join(tmp, "z3.yaml"), "--main_process_port", "0"], env=HF, code=0)
+check("training ok (ZERO_3," in p.stdout and "Test is a success!" in p.stdout,
+      "accel test with the questionnaire's ZeRO-3 file: " + p.stdout + p.stderr)
+dpath = os.path.join(tmp, "clip.yaml")  # a clipping value the MLP's gradients exceed
+with open(dpath, "w") as fh:
+    yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 2, "mixed_precision": "no", "use_cpu": True,
+                    "deepspeed_config": {"zero_stage": 2, "gradient_clipping": 0.05}}, fh)
+p = run(["test", "--config_file", dpath, "--main_process_port", "0"], env=HF, code=0)
+check("Test is a success!" in p.stdout, "accel test with DeepSpeed clipping 0.05: " + p.stdout + p.stderr)
+for classes, model in (("gpt_block", "gpt"), ("gpt_block,gpt_embeddings_and_head", "gpt"),
+                       ("embedding,transformer_encoder_layer", "tokens"), ("conv2d,layer_norm", "image"),
+                       ("linear", "mlp"), ("batch_norm", "image_bn"), ("GPT2Block", None)):
+    fpath = os.path.join(tmp, "wrap.yaml")
+    with open(fpath, "w") as fh:
+        yaml.safe_dump({"distributed_type": "FSDP", "num_processes": 2, "mixed_precision": "no", "use_cpu": True,
+                        "fsdp_config": {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                                        "fsdp_transformer_layer_cls_to_wrap": classes,
+                                        "fsdp_sharding_strategy": "FULL_SHARD"}}, fh)
+    p = run(["test", "--config_file", fpath, "--main_process_port", "0"], env=HF, code=0 if model else 1)
+    if model is None:  # a Python class name: no accel model has it, and the message says so (not "linear, tanh")
+        check('no model with layers of every type in ["GPT2Block"]' in p.stderr and "gpt_block" in p.stderr,
+              "accel test wrapping GPT2Block: " + p.stdout + p.stderr)
+    elif model.endswith("_bn"):  # each process normalizes its own batch: no one-process comparison
+        check("model %s" % model in p.stdout and "not compared with one process" in p.stdout and
+              "Test is a success!" in p.stdout, "accel test wrapping %s: %s%s" % (classes, p.stdout, p.stderr))
+    else:
+        check("model %s" % model in p.stdout and "equal to one process" in p.stdout and "Test is a success!" in p.stdout,
+              "accel test wrapping %s (model %s): %s%s" % (classes, model, p.stdout, p.stderr))
 p = run(["launch", "-n", "1", "--zero_stage", "3", "sh", "-c", "echo RAN"], env=HF, code=2)
 check("--zero_stage needs --use_deepspeed" in p.stderr and "RAN" not in p.stdout, "a DeepSpeed flag alone: " + p.stderr)
 p = run(["launch", "-n", "1", "--use_fsdp", "--use_deepspeed", "true"], env=HF, code=2)
