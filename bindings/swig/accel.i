@@ -41,6 +41,7 @@ accel_status_t tracker_trampoline(void *user_data, accel_tracker_event_t event, 
 %include "typemaps/strings.i"
 %include "typemaps/buffers.i"
 %include "typemaps/blobs.i"
+%include "dtypes.i"
 
 /* Language files come first so their %exception, renames and typemaps apply to what follows. */
 #if defined(SWIGPYTHON)
@@ -166,28 +167,48 @@ ACCEL_HANDLE_CLASS(Tensor)
         ACCEL_CHECK(accel_tensor_create(IN_ARRAY, IN_COUNT, ACCEL_DTYPE_UINT8, IN_SHAPE, IN_NDIM, &t));
         return accel_swig::wrap<Tensor>(t);
     }
-    /** Copy the elements (float32 tensors) into @p OUT_ARRAY, whose length must equal numel(). */
+    /** Copy the elements into @p OUT_ARRAY (length numel()) as float32, converting where exact (dtypes.i):
+     *  from float16, bfloat16, int16, int8, uint8, bool; other dtypes raise InvalidArgumentError naming both. */
     void copy_to_float32(float *OUT_ARRAY, size_t OUT_COUNT)
     {
-        ACCEL_CHECK(accel_tensor_copy_to_buffer(ACCEL_H($self, "Tensor"), OUT_ARRAY, OUT_COUNT * sizeof(float)));
+        accel_swig::copy_as(ACCEL_H($self, "Tensor"), ACCEL_DTYPE_FLOAT32, OUT_ARRAY, OUT_COUNT, ACCEL_READER_NAME("toFloatArray", "ToFloatArray"));
     }
+    /** As float64: also from float32 and int32; int64 is refused (it rounds above 2**53). */
     void copy_to_float64(double *OUT_ARRAY, size_t OUT_COUNT)
     {
-        ACCEL_CHECK(accel_tensor_copy_to_buffer(ACCEL_H($self, "Tensor"), OUT_ARRAY, OUT_COUNT * sizeof(double)));
+        accel_swig::copy_as(ACCEL_H($self, "Tensor"), ACCEL_DTYPE_FLOAT64, OUT_ARRAY, OUT_COUNT, ACCEL_READER_NAME("toDoubleArray", "ToDoubleArray"));
     }
+    /** As int32: from int16, int8, uint8, bool; floating-point and int64 tensors are refused. */
     void copy_to_int32(int32_t *OUT_ARRAY, size_t OUT_COUNT)
     {
-        ACCEL_CHECK(accel_tensor_copy_to_buffer(ACCEL_H($self, "Tensor"), OUT_ARRAY, OUT_COUNT * sizeof(int32_t)));
+        accel_swig::copy_as(ACCEL_H($self, "Tensor"), ACCEL_DTYPE_INT32, OUT_ARRAY, OUT_COUNT, ACCEL_READER_NAME("toIntArray", "ToIntArray"));
     }
+    /** As int64: from int32, int16, int8, uint8, bool; floating-point tensors are refused. */
     void copy_to_int64(int64_t *OUT_ARRAY, size_t OUT_COUNT)
     {
-        ACCEL_CHECK(accel_tensor_copy_to_buffer(ACCEL_H($self, "Tensor"), OUT_ARRAY, OUT_COUNT * sizeof(int64_t)));
+        accel_swig::copy_as(ACCEL_H($self, "Tensor"), ACCEL_DTYPE_INT64, OUT_ARRAY, OUT_COUNT, ACCEL_READER_NAME("toLongArray", "ToLongArray"));
     }
+    /** As uint8: from bool; every other dtype is refused. */
     void copy_to_uint8(uint8_t *OUT_ARRAY, size_t OUT_COUNT)
     {
-        ACCEL_CHECK(accel_tensor_copy_to_buffer(ACCEL_H($self, "Tensor"), OUT_ARRAY, OUT_COUNT));
+        accel_swig::copy_as(ACCEL_H($self, "Tensor"), ACCEL_DTYPE_UINT8, OUT_ARRAY, OUT_COUNT, ACCEL_READER_NAME("toByteArray", "ToByteArray"));
     }
 #endif
+    /** Copy the elements into @p OUT_BYTES as @p dtype (its size must be numel() * dtype_size(dtype)),
+     *  converting by the typed accessors' rule (dtypes.i); @p what names the caller in messages. */
+    void copy_as_dtype(int32_t dtype, void *OUT_BYTES, size_t OUT_NBYTES, const char *what)
+    {
+        size_t size = 0;
+        if (!ACCEL_CHECK(accel_dtype_get_size(dtype, &size)))
+            return;
+        if (OUT_NBYTES % size != 0) {
+            accel_swig::fail(ACCEL_ERR_INVALID_ARGUMENT,
+                             (std::string(what) + ": the buffer's " + std::to_string(OUT_NBYTES) + " bytes are not a whole number of " +
+                              accel_swig::dtype_text(dtype) + " elements").c_str());
+            return;
+        }
+        accel_swig::copy_as(ACCEL_H($self, "Tensor"), dtype, OUT_BYTES, OUT_NBYTES / size, what);
+    }
     /** Copy the row-major elements into @p OUT_BYTES, whose size must equal nbytes(). */
     void copy_to_bytes(void *OUT_BYTES, size_t OUT_NBYTES)
     {

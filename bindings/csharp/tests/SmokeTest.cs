@@ -324,6 +324,140 @@ namespace Accel.Tests
             Assert.IsTrue(recorder.Seen[3].StartsWith(Library.ACCEL_TRACKER_EVENT_FINISH + " -1 "), recorder.Seen[3]);
         }
 
+        // ---- typed accessors (bindings/swig/dtypes.i) and SafeHandle freeing ------------------------------
+        const int F32 = Library.ACCEL_DTYPE_FLOAT32, F64 = Library.ACCEL_DTYPE_FLOAT64, F16 = Library.ACCEL_DTYPE_FLOAT16,
+            BF16 = Library.ACCEL_DTYPE_BFLOAT16, I8 = Library.ACCEL_DTYPE_INT8, U8 = Library.ACCEL_DTYPE_UINT8,
+            I16 = Library.ACCEL_DTYPE_INT16, I32 = Library.ACCEL_DTYPE_INT32, I64 = Library.ACCEL_DTYPE_INT64,
+            BOOL = Library.ACCEL_DTYPE_BOOL;
+
+        static readonly Dictionary<int, string> DtypeNames = new Dictionary<int, string> {
+            { F32, "float32" }, { F64, "float64" }, { F16, "float16" }, { BF16, "bfloat16" }, { I8, "int8" },
+            { U8, "uint8" }, { I16, "int16" }, { I32, "int32" }, { I64, "int64" }, { BOOL, "bool" } };
+
+        // Written out independently of dtypes.i: source dtype -> the array types that take it exactly.
+        static readonly Dictionary<int, int[]> Exact = new Dictionary<int, int[]> {
+            { F32, new[] { F32, F64 } }, { F64, new[] { F64 } }, { F16, new[] { F32, F64 } }, { BF16, new[] { F32, F64 } },
+            { I8, new[] { F32, F64, I32, I64 } }, { U8, new[] { F32, F64, I32, I64, U8 } },
+            { I16, new[] { F32, F64, I32, I64 } }, { I32, new[] { F64, I32, I64 } }, { I64, new[] { I64 } },
+            { BOOL, new[] { F32, F64, I32, I64, U8 } } };
+
+        // Four values each dtype holds exactly.
+        static readonly Dictionary<int, double[]> Values = new Dictionary<int, double[]> {
+            { F32, new[] { 1.5, -2.25, 0, 3 } }, { F64, new[] { 1.5, -2.25, 0, 1e300 } },
+            { F16, new[] { 1.5, -2.25, 0, 3 } }, { BF16, new[] { 1.5, -2.25, 0, 3 } },
+            { I8, new double[] { 1, -128, 0, 127 } }, { U8, new double[] { 1, 255, 0, 3 } },
+            { I16, new double[] { 300, -32768, 0, 3 } }, { I32, new double[] { 100000, -2147483648.0, 0, 3 } },
+            { I64, new double[] { 1L << 40, -2, 0, 3 } }, { BOOL, new double[] { 1, 0, 1, 1 } } };
+
+        static byte[] Encode(int dtype, double x)
+        {
+            if (dtype == F32) return BitConverter.GetBytes((float)x);
+            if (dtype == F64) return BitConverter.GetBytes(x);
+            if (dtype == F16) return BitConverter.GetBytes((ushort)(x == 1.5 ? 0x3E00 : x == -2.25 ? 0xC080 : x == 3 ? 0x4200 : 0));
+            if (dtype == BF16) return BitConverter.GetBytes((ushort)(BitConverter.ToUInt32(BitConverter.GetBytes((float)x), 0) >> 16));
+            if (dtype == I8 || dtype == U8 || dtype == BOOL) return new[] { (byte)(long)x };
+            if (dtype == I16) return BitConverter.GetBytes((short)x);
+            if (dtype == I32) return BitConverter.GetBytes((int)x);
+            return BitConverter.GetBytes((long)x);
+        }
+
+        static double[] Read(Tensor t, int to)
+        {
+            if (to == F32) return t.ToFloatArray().Select(v => (double)v).ToArray();
+            if (to == F64) return t.ToDoubleArray();
+            if (to == I32) return t.ToIntArray().Select(v => (double)v).ToArray();
+            if (to == I64) return t.ToLongArray().Select(v => (double)v).ToArray();
+            return t.ToByteArray().Select(v => (double)v).ToArray();
+        }
+
+        [Test]
+        public void EveryDtypeThroughEveryAccessor()
+        {
+            foreach (var from in DtypeNames.Keys) {
+                var raw = Values[from].SelectMany(v => Encode(from, v)).ToArray();
+                using (var t = Tensor.FromRaw(raw, from, Values[from].Length)) {
+                    Assert.AreEqual(from, t.Dtype());
+                    foreach (var to in new[] { F32, F64, I32, I64, U8 }) {
+                        string what = DtypeNames[from] + " -> " + DtypeNames[to];
+                        if (Exact[from].Contains(to)) {
+                            Assert.IsTrue(Read(t, to).SequenceEqual(Values[from]), what);
+                        } else {
+                            var e = Assert.Throws<InvalidArgumentError>(() => Read(t, to));
+                            Assert.IsTrue(e.Message.Contains("dtype is " + DtypeNames[from] + ", and " + DtypeNames[to] + " cannot"),
+                                          what + ": " + e.Message);
+                        }
+                    }
+                }
+            }
+        }
+
+        // The cases: int32 read as floats returned reinterpreted bits, int64 a byte count.
+        [Test]
+        public void ReportedDtypeCases()
+        {
+            using (var t = Tensor.Of(new[] { 1, 2, 3, 4 }, 4)) {
+                var e = Assert.Throws<InvalidArgumentError>(() => t.ToFloatArray());
+                Assert.AreEqual("ToFloatArray: the tensor's dtype is int32, and float32 cannot hold every int32 value exactly; " +
+                                "read it as float64, int32, int64", e.Message);
+                Assert.IsTrue(t.ToDoubleArray().SequenceEqual(new double[] { 1, 2, 3, 4 }), "int32 -> float64");
+            }
+            using (var t = Tensor.Of(new long[] { 1, 2, 3, 4 }, 4)) {
+                var e = Assert.Throws<InvalidArgumentError>(() => t.ToFloatArray());
+                Assert.IsTrue(e.Message.StartsWith("ToFloatArray: the tensor's dtype is int64"), e.Message);
+            }
+        }
+
+        static void CollectEverything()
+        {
+            for (int i = 0; i < 3; ++i) {
+                GC.Collect();
+                GC.WaitForPendingFinalizers();
+            }
+        }
+
+        // Created on another thread so that no stale stack slot of this one keeps it alive (Mono scans stacks
+        // conservatively).
+        static WeakReference MakeTensor(bool dispose)
+        {
+            WeakReference weak = null;
+            var th = new System.Threading.Thread(() => {
+                var t = Tensor.Of(new float[] { 1f, 2f }, 2);
+                if (dispose) {
+                    t.Dispose();
+                    t.Dispose(); // idempotent
+                    Assert.Throws<FailedPreconditionError>(() => t.Numel());
+                }
+                weak = new WeakReference(t);
+            });
+            th.Start();
+            th.Join();
+            return weak;
+        }
+
+        [Test]
+        public void DisposeThenGcFreesOnce()
+        {
+            CollectEverything();
+            long before = AccelHandle.Releases;
+            var weak = MakeTensor(true);
+            Assert.AreEqual(before + 1, AccelHandle.Releases, "Dispose() freed the tensor");
+            CollectEverything();
+            Assert.IsFalse(weak.IsAlive, "the disposed tensor was collected");
+            Assert.AreEqual(before + 1, AccelHandle.Releases, "Dispose() and the finalizer both freed the tensor");
+        }
+
+        [Test]
+        public void UndisposedTensorIsFreedByItsSafeHandle()
+        {
+            CollectEverything();
+            long before = AccelHandle.Releases;
+            var weak = MakeTensor(false);
+            Assert.AreEqual(before, AccelHandle.Releases);
+            CollectEverything();
+            Assert.IsFalse(weak.IsAlive, "the tensor was collected");
+            Assert.AreEqual(before + 1, AccelHandle.Releases, "the SafeHandle freed the unreachable tensor");
+        }
+
 #if !NUNIT
         public static int Main()
         {

@@ -4,6 +4,7 @@ import array
 import struct
 
 from . import core as _core
+from .errors import InvalidArgumentError
 
 # dtype -> (struct/array format character, numpy dtype name)
 _FORMATS = {
@@ -86,12 +87,46 @@ def _to_bytes(self):
     return bytes(out)
 
 
-def _tolist(self):
-    fmt = _FORMATS.get(self.dtype(), (None,))[0]
-    if fmt is None:
-        raise ValueError("tolist: dtype %d has no Python equivalent; use to_bytes()" % self.dtype())
-    raw = _to_bytes(self)
-    flat = list(struct.unpack("=%d%s" % (self.numel(), fmt), raw))
+# Names as numpy and torch spell them (bfloat16 has no struct/numpy format, so it is not in _FORMATS).
+_NAMES = {code: name for code, (_, name) in _FORMATS.items()}
+_NAMES[_core.ACCEL_DTYPE_BFLOAT16] = "bfloat16"
+_BY_NAME = {name: code for code, name in _NAMES.items()}
+
+
+def _dtype_code(dtype, what):
+    """An ACCEL_DTYPE_* code from a code, a name ("float32") or a numpy dtype."""
+    if isinstance(dtype, int):
+        return dtype
+    code = _BY_NAME.get(str(dtype))
+    if code is None:
+        raise InvalidArgumentError("%s: unknown dtype %r (expected one of %s)" % (what, dtype, ", ".join(_BY_NAME)))
+    return code
+
+
+def _target(self, dtype, what, no_format_hint):
+    """The dtype to read as: `dtype`, else the tensor's own; refused where Python/numpy has no format for it."""
+    to = self.dtype() if dtype is None else _dtype_code(dtype, what)
+    if to not in _FORMATS:
+        raise InvalidArgumentError("%s: %s has no %s; pass dtype=\"float32\" (exact for %s)"
+                                   % (what, _NAMES.get(to, "dtype %d" % to), no_format_hint, _NAMES.get(to, to)))
+    return to
+
+
+def _read_as(self, to, what):
+    """The elements as raw bytes of dtype `to`, converted by the typed accessors' rule (swig/dtypes.i)."""
+    out = bytearray(self.numel() * _core.dtype_size(to))
+    self.copy_as_dtype(to, out, what)
+    return out
+
+
+def _tolist(self, dtype=None):
+    """The elements as (nested) Python numbers, read as `dtype` (default: the tensor's own; bfloat16 as
+    float32, which holds it exactly). Another dtype converts only where every value is exact in it, as
+    numpy's "safe" casting, and raises InvalidArgumentError naming both dtypes otherwise."""
+    if dtype is None and self.dtype() == _core.ACCEL_DTYPE_BFLOAT16:
+        dtype = _core.ACCEL_DTYPE_FLOAT32
+    to = _target(self, dtype, "tolist", "Python number format")
+    flat = list(struct.unpack("=%d%s" % (self.numel(), _FORMATS[to][0]), _read_as(self, to, "tolist")))
     shape = _shape(self)
     if not shape:
         return flat[0]
@@ -106,13 +141,12 @@ def _tolist(self):
     return build(0, list(shape))
 
 
-def _numpy(self):
+def _numpy(self, dtype=None):
+    """A numpy array copy, of `dtype` (default: the tensor's own), by the same rule as tolist()."""
     import numpy as np
-    name = _FORMATS.get(self.dtype(), (None, None))[1]
-    if name is None:
-        raise ValueError("numpy: dtype %d has no numpy equivalent" % self.dtype())
-    arr = np.empty(_shape(self), dtype=name)
-    self.copy_to_bytes(arr)
+    to = _target(self, dtype, "numpy", "numpy dtype")
+    arr = np.empty(_shape(self), dtype=_FORMATS[to][1])
+    self.copy_as_dtype(to, arr, "numpy")
     return arr
 
 

@@ -1,8 +1,8 @@
 /* csharp/accel_csharp.i - C# specifics: exception classes, IDisposable, names, friendly methods.
  *
  * Namespace Accel (set with -namespace), native library libaccel_csharp.so (-dllimport accel_csharp).
- * Handle classes are IDisposable (SWIG's proxies): Dispose() frees the handle (`using`), the finalizer
- * frees what is left. Exceptions: AccelError and one subclass per status (bindings/csharp/src/Errors.cs),
+ * Handle classes are IDisposable: Dispose() frees the handle (`using`); a proxy never disposed is freed by
+ * its SafeHandle (AccelHandle) once unreachable. Exceptions: AccelError and one subclass per status (bindings/csharp/src/Errors.cs),
  * each carrying the status and the library's message.
  */
 
@@ -78,6 +78,59 @@ static void accel_swig_throw_csharp()
   }
 %}
 
+/* Every proxy keeps its native object in an AccelHandle (a SafeHandle, csharp/src/AccelHandle.cs) instead of
+ * SWIG's finalizer: Dispose() disposes the handle now, the runtime's critical finalizer releases the handle
+ * of a proxy never disposed, and SafeHandle releases at most once. Calls still pass the HandleRef, which
+ * keeps the proxy (and so its handle) alive for the duration of the call. */
+%typemap(csbody) SWIGTYPE %{
+  private global::System.Runtime.InteropServices.HandleRef swigCPtr;
+  protected bool swigCMemOwn;
+  internal readonly AccelHandle swigHandle;
+
+  internal $csclassname(global::System.IntPtr cPtr, bool cMemoryOwn) {
+    swigCMemOwn = cMemoryOwn;
+    swigCPtr = new global::System.Runtime.InteropServices.HandleRef(this, cPtr);
+    swigHandle = new AccelHandle(cPtr, cMemoryOwn,
+        p => $imclassname.delete_$csclassname(new global::System.Runtime.InteropServices.HandleRef(null, p)));
+  }
+
+  internal static global::System.Runtime.InteropServices.HandleRef getCPtr($csclassname obj) {
+    return (obj == null) ? new global::System.Runtime.InteropServices.HandleRef(null, global::System.IntPtr.Zero) : obj.swigCPtr;
+  }
+
+  internal static global::System.Runtime.InteropServices.HandleRef swigRelease($csclassname obj) {
+    if (obj != null) {
+      if (!obj.swigCMemOwn)
+        throw new global::System.ApplicationException("Cannot release ownership as memory is not owned");
+      global::System.Runtime.InteropServices.HandleRef ptr = obj.swigCPtr;
+      obj.swigCMemOwn = false;
+      obj.Dispose();
+      return ptr;
+    } else {
+      return new global::System.Runtime.InteropServices.HandleRef(null, global::System.IntPtr.Zero);
+    }
+  }
+%}
+%typemap(csdispose) SWIGTYPE %{
+  public void Dispose() {
+    Dispose(true);
+    global::System.GC.SuppressFinalize(this);
+  }
+%}
+/* A proxy that no longer owns its object (swigRelease, a director disconnected) marks the handle invalid
+ * so that disposing it frees nothing. */
+%typemap(csdisposing, methodname="Dispose", methodmodifiers="protected", parameters="bool disposing") SWIGTYPE {
+    lock(this) {
+      if (swigCPtr.Handle != global::System.IntPtr.Zero) {
+        if (!swigCMemOwn)
+          swigHandle.SetHandleAsInvalid();
+        swigCMemOwn = false;
+        swigHandle.Dispose();
+        swigCPtr = new global::System.Runtime.InteropServices.HandleRef(null, global::System.IntPtr.Zero);
+      }
+    }
+  }
+
 %rename("%(camelcase)s", %$isfunction) "";
 
 /* Raw array entry points take explicit counts (SWIG's C# has no multi-argument typemaps); the public
@@ -94,6 +147,7 @@ static void accel_swig_throw_csharp()
 %csmethodmodifiers Tensor::copy_to_int64 "internal";
 %csmethodmodifiers Tensor::copy_to_uint8 "internal";
 %csmethodmodifiers Tensor::copy_to_bytes "internal";
+%csmethodmodifiers Tensor::copy_as_dtype "internal";
 %csmethodmodifiers Accelerator::register_bytes_for_checkpointing "internal";
 %csmethodmodifiers Accelerator::copy_checkpointing_bytes "internal";
 
@@ -125,10 +179,19 @@ static void accel_swig_throw_csharp()
     }
   }
 
+  // The typed accessors convert where every value of the tensor's dtype is exact in the array's type and
+  // throw InvalidArgumentError naming both dtypes otherwise (bindings/swig/dtypes.i).
+  /// <summary>The elements as float32: from float32, float16, bfloat16, int16, int8, uint8, bool.</summary>
   public float[] ToFloatArray() { var a = new float[Numel()]; CopyToFloat32(a, (ulong)a.Length); return a; }
+  /// <summary>The elements as float64: every dtype but int64.</summary>
   public double[] ToDoubleArray() { var a = new double[Numel()]; CopyToFloat64(a, (ulong)a.Length); return a; }
+  /// <summary>The elements as int32: from int32, int16, int8, uint8, bool.</summary>
   public int[] ToIntArray() { var a = new int[Numel()]; CopyToInt32(a, (ulong)a.Length); return a; }
+  /// <summary>The elements as int64: from int64, int32, int16, int8, uint8, bool.</summary>
   public long[] ToLongArray() { var a = new long[Numel()]; CopyToInt64(a, (ulong)a.Length); return a; }
+  /// <summary>The elements as uint8: from uint8 and bool.</summary>
+  public byte[] ToByteArray() { var a = new byte[Numel()]; CopyToUint8(a, (ulong)a.Length); return a; }
+  /// <summary>The raw row-major bytes of any dtype (native byte order), no conversion.</summary>
   public byte[] ToBytes() { var a = new byte[Nbytes()]; CopyToBytes(a, (ulong)a.Length); return a; }
 %}
 

@@ -1,8 +1,8 @@
 /* java/accel_java.i - Java specifics: exception classes, AutoCloseable, names, loader, friendly methods.
  *
  * Package org.accel (set with -package). Handle classes implement AutoCloseable: close() frees the
- * handle (try-with-resources), the GC frees what is left. Exceptions are unchecked: AccelError (a
- * RuntimeException) and one subclass per status (org/accel/*Error.java), each carrying the status and the
+ * handle (try-with-resources); a proxy never closed is freed by a java.lang.ref.Cleaner once unreachable.
+ * Exceptions are unchecked: AccelError (a RuntimeException) and one subclass per status (org/accel/*Error.java), each carrying the status and the
  * library's message.
  */
 
@@ -65,6 +65,73 @@ static void accel_swig_throw_java(JNIEnv *jenv)
   }
 %}
 %pragma(java) moduleclassmodifiers="public final class"
+
+/* Every proxy frees its native object through java.lang.ref.Cleaner (NativeCleaner.java), not SWIG's
+ * deprecated finalize(): delete() (= close()) cleans now, the Cleaner cleans an unreachable proxy, and
+ * Cleanable.clean() runs at most once, so close() then GC never frees twice. The action holds the pointer,
+ * never the proxy. swigCMemOwn stays for SWIG's director code; swigSetOwn keeps the action in step. */
+%typemap(javabody) SWIGTYPE %{
+  private transient long swigCPtr;
+  protected transient boolean swigCMemOwn;
+  /** Package-private for the tests (SmokeTest checks that close() then GC frees once). */
+  final transient NativeCleaner.Owner swigOwner;
+  private final transient java.lang.ref.Cleaner.Cleanable swigCleanable;
+
+  protected $javaclassname(long cPtr, boolean cMemoryOwn) {
+    swigCMemOwn = cMemoryOwn;
+    swigCPtr = cPtr;
+    swigOwner = new NativeCleaner.Owner(cPtr, cMemoryOwn, $imclassname::delete_$javaclassname);
+    swigCleanable = NativeCleaner.register(this, swigOwner);
+  }
+
+  protected static long getCPtr($javaclassname obj) {
+    return (obj == null) ? 0 : obj.swigCPtr;
+  }
+
+  private void swigSetOwn(boolean own) {
+    swigCMemOwn = own;
+    swigOwner.setOwned(own);
+  }
+
+  protected static long swigRelease($javaclassname obj) {
+    long ptr = 0;
+    if (obj != null) {
+      if (!obj.swigCMemOwn)
+        throw new RuntimeException("Cannot release ownership as memory is not owned");
+      ptr = obj.swigCPtr;
+      obj.swigSetOwn(false);
+      obj.delete();
+    }
+    return ptr;
+  }
+%}
+%typemap(javafinalize) SWIGTYPE ""
+%typemap(javadestruct, methodname="delete", methodmodifiers="public synchronized", parameters="") SWIGTYPE {
+    if (swigCPtr != 0) {
+      swigOwner.setOwned(swigCMemOwn);
+      swigCMemOwn = false;
+      swigCleanable.clean();
+      swigCPtr = 0;
+    }
+  }
+%typemap(directordisconnect, methodname="swigDirectorDisconnect") SWIGTYPE %{
+  protected void $methodname() {
+    swigSetOwn(false);
+    $jnicall;
+  }
+%}
+%typemap(directorowner_release, methodname="swigReleaseOwnership") SWIGTYPE %{
+  public void $methodname() {
+    swigSetOwn(false);
+    $jnicall;
+  }
+%}
+%typemap(directorowner_take, methodname="swigTakeOwnership") SWIGTYPE %{
+  public void $methodname() {
+    swigSetOwn(true);
+    $jnicall;
+  }
+%}
 
 /* Handles: AutoCloseable; close() == delete() (idempotent; later calls raise FailedPreconditionError). */
 %define ACCEL_JAVA_CLOSABLE(CLS)
@@ -212,11 +279,19 @@ ACCEL_JAVA_CLOSABLE(Tensor)
 
   private int elements() { return Math.toIntExact(numel()); }
 
+  // The typed accessors convert where every value of the tensor's dtype is exact in the array's type and
+  // throw InvalidArgumentError naming both dtypes otherwise (bindings/swig/dtypes.i).
+  /** The elements as float32: from float32, float16, bfloat16, int16, int8, uint8, bool. */
   public float[] toFloatArray() { float[] a = new float[elements()]; copyToFloat32(a); return a; }
+  /** The elements as float64: every dtype but int64. */
   public double[] toDoubleArray() { double[] a = new double[elements()]; copyToFloat64(a); return a; }
+  /** The elements as int32: from int32, int16, int8, uint8, bool. */
   public int[] toIntArray() { int[] a = new int[elements()]; copyToInt32(a); return a; }
+  /** The elements as int64: from int64, int32, int16, int8, uint8, bool. */
   public long[] toLongArray() { long[] a = new long[elements()]; copyToInt64(a); return a; }
-  /** The raw elements in a new direct buffer (native byte order). */
+  /** The elements as uint8 (Java's signed bytes hold the same bits): from uint8 and bool. */
+  public byte[] toByteArray() { byte[] a = new byte[elements()]; copyToUint8(a); return a; }
+  /** The raw elements of any dtype in a new direct buffer (native byte order), no conversion. */
   public java.nio.ByteBuffer toByteBuffer() {
     java.nio.ByteBuffer b = java.nio.ByteBuffer.allocateDirect(Math.toIntExact(nbytes()))
         .order(java.nio.ByteOrder.nativeOrder());
