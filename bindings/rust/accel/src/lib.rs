@@ -285,21 +285,118 @@ handle!(Tensor, sys::accel_tensor_t, sys::accel_tensor_free, "A CPU tensor owned
 pub trait Element: Copy + Default {
     /// The `ACCEL_DTYPE_*` value.
     const DTYPE: sys::accel_dtype_t;
+    /// `v` as this type; called only where [`converts_exactly`] holds, so the cast is exact.
+    fn from_exact(v: f64) -> Self;
 }
 impl Element for f32 {
     const DTYPE: sys::accel_dtype_t = sys::accel_dtype_enum_ACCEL_DTYPE_FLOAT32 as sys::accel_dtype_t;
+    fn from_exact(v: f64) -> Self {
+        v as f32
+    }
 }
 impl Element for f64 {
     const DTYPE: sys::accel_dtype_t = sys::accel_dtype_enum_ACCEL_DTYPE_FLOAT64 as sys::accel_dtype_t;
+    fn from_exact(v: f64) -> Self {
+        v
+    }
 }
 impl Element for i32 {
     const DTYPE: sys::accel_dtype_t = sys::accel_dtype_enum_ACCEL_DTYPE_INT32 as sys::accel_dtype_t;
+    fn from_exact(v: f64) -> Self {
+        v as i32
+    }
 }
 impl Element for i64 {
     const DTYPE: sys::accel_dtype_t = sys::accel_dtype_enum_ACCEL_DTYPE_INT64 as sys::accel_dtype_t;
+    fn from_exact(v: f64) -> Self {
+        v as i64
+    }
 }
 impl Element for u8 {
     const DTYPE: sys::accel_dtype_t = sys::accel_dtype_enum_ACCEL_DTYPE_UINT8 as sys::accel_dtype_t;
+    fn from_exact(v: f64) -> Self {
+        v as u8
+    }
+}
+
+/// The `ACCEL_DTYPE_*` values, as the `sys` enum's constants.
+pub mod dtype {
+    use accel_sys as sys;
+    pub const FLOAT32: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_FLOAT32 as i32;
+    pub const FLOAT64: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_FLOAT64 as i32;
+    pub const FLOAT16: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_FLOAT16 as i32;
+    pub const BFLOAT16: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_BFLOAT16 as i32;
+    pub const INT8: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_INT8 as i32;
+    pub const UINT8: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_UINT8 as i32;
+    pub const INT16: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_INT16 as i32;
+    pub const INT32: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_INT32 as i32;
+    pub const INT64: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_INT64 as i32;
+    pub const BOOL: i32 = sys::accel_dtype_enum_ACCEL_DTYPE_BOOL as i32;
+
+    /// The dtype as numpy and torch spell it ("float32"), or "dtype N" for a value this crate does not know.
+    pub fn name(dtype: i32) -> String {
+        match dtype {
+            FLOAT32 => "float32",
+            FLOAT64 => "float64",
+            FLOAT16 => "float16",
+            BFLOAT16 => "bfloat16",
+            INT8 => "int8",
+            UINT8 => "uint8",
+            INT16 => "int16",
+            INT32 => "int32",
+            INT64 => "int64",
+            BOOL => "bool",
+            _ => return format!("dtype {dtype}"),
+        }
+        .to_string()
+    }
+}
+
+/// Whether every value of dtype `from` is exact in dtype `to`: the typed accessors' rule in every binding
+/// (numpy's "safe" casting less int64 -> float64, which rounds above 2**53; float16, bfloat16 and bool are
+/// read only as themselves). The same table as bindings/swig/dtypes.i.
+pub fn converts_exactly(from: i32, to: i32) -> bool {
+    use dtype::*;
+    if from == to {
+        return true;
+    }
+    let small_int = matches!(from, BOOL | UINT8 | INT8);
+    match to {
+        FLOAT64 => small_int || matches!(from, INT16 | INT32 | FLOAT16 | BFLOAT16 | FLOAT32),
+        FLOAT32 => small_int || matches!(from, INT16 | FLOAT16 | BFLOAT16), // 24-bit significand: no int32
+        INT64 => small_int || matches!(from, INT16 | INT32),
+        INT32 => small_int || from == INT16,
+        INT16 => small_int,
+        INT8 | UINT8 => from == BOOL,
+        _ => false,
+    }
+}
+
+/// IEEE half -> f32 (subnormals, infinities and NaN included).
+fn half_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0f32 } else { 1.0 };
+    let (exp, mant) = ((h >> 10) & 0x1f, u32::from(h & 0x3ff));
+    match exp {
+        0 => sign * mant as f32 * (1.0 / 16_777_216.0), // mant * 2^-24
+        31 => f32::from_bits((u32::from(h & 0x8000) << 16) | 0x7f80_0000 | (mant << 13)),
+        _ => f32::from_bits((u32::from(h & 0x8000) << 16) | ((u32::from(exp) + 112) << 23) | (mant << 13)),
+    }
+}
+
+/// Element `i` of raw native-endian bytes of `dtype` as f64 (exact for every source `converts_exactly` takes).
+fn load_element(dtype: i32, raw: &[u8], i: usize) -> f64 {
+    let b = |n: usize| &raw[i * n..(i + 1) * n];
+    match dtype {
+        dtype::FLOAT32 => f64::from(f32::from_ne_bytes(b(4).try_into().unwrap())),
+        dtype::FLOAT16 => f64::from(half_to_f32(u16::from_ne_bytes(b(2).try_into().unwrap()))),
+        dtype::BFLOAT16 => f64::from(f32::from_bits(u32::from(u16::from_ne_bytes(b(2).try_into().unwrap())) << 16)),
+        dtype::INT8 => f64::from(raw[i] as i8),
+        dtype::UINT8 => f64::from(raw[i]),
+        dtype::BOOL => f64::from(u8::from(raw[i] != 0)),
+        dtype::INT16 => f64::from(i16::from_ne_bytes(b(2).try_into().unwrap())),
+        dtype::INT32 => f64::from(i32::from_ne_bytes(b(4).try_into().unwrap())),
+        _ => 0.0, // float64 and int64 never convert (same-dtype reads copy the bytes)
+    }
 }
 
 impl Tensor {
@@ -354,15 +451,35 @@ impl Tensor {
         Ok(v)
     }
 
-    /// The elements, copied; InvalidArgument if `T` is not the tensor's dtype.
+    /// The elements, copied, as `T`: converted where every value of the tensor's dtype is exact in `T`
+    /// ([`converts_exactly`]: an int32 tensor reads as `i32`, `i64` or `f64`, not `f32`), otherwise
+    /// `Status::InvalidArgument` naming both dtypes.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        let dtype = self.dtype()?;
-        if dtype != T::DTYPE {
-            return Err(Error::new(Status::InvalidArgument, format!("to_vec: tensor dtype is {dtype}, requested {}", T::DTYPE)));
+        let from = self.dtype()?;
+        if !converts_exactly(from, T::DTYPE) {
+            let (f, t) = (dtype::name(from), dtype::name(T::DTYPE));
+            let ok: Vec<String> = [dtype::FLOAT32, dtype::FLOAT64, dtype::INT32, dtype::INT64, dtype::UINT8]
+                .into_iter()
+                .filter(|&d| converts_exactly(from, d))
+                .map(dtype::name)
+                .collect();
+            let ok = if ok.is_empty() { "none (read the raw bytes)".to_string() } else { ok.join(", ") };
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("to_vec: the tensor's dtype is {f}, and {t} cannot hold every {f} value exactly; read it as {ok}"),
+            ));
         }
-        let mut v = vec![T::default(); self.numel()? as usize];
-        check(unsafe { sys::accel_tensor_copy_to_buffer(self.raw, v.as_mut_ptr().cast(), std::mem::size_of_val(&v[..])) })?;
-        Ok(v)
+        let n = self.numel()? as usize;
+        if from == T::DTYPE {
+            let mut v = vec![T::default(); n];
+            check(unsafe { sys::accel_tensor_copy_to_buffer(self.raw, v.as_mut_ptr().cast(), std::mem::size_of_val(&v[..])) })?;
+            return Ok(v);
+        }
+        let mut size = 0usize;
+        check(unsafe { sys::accel_dtype_get_size(from, &mut size) })?;
+        let mut raw = vec![0u8; n * size];
+        check(unsafe { sys::accel_tensor_copy_to_buffer(self.raw, raw.as_mut_ptr().cast(), raw.len()) })?;
+        Ok((0..n).map(|i| T::from_exact(load_element(from, &raw, i))).collect())
     }
 
     /// The value of a one-element tensor.
@@ -437,6 +554,16 @@ impl Model {
         Ok(Tensor { raw })
     }
 
+    /// Tokens generated by a "gpt" model after the prompt `input_ids` (int64, `[B, T]` or `[T]`): the prompt
+    /// followed by the new tokens, same rank. Options (None: greedy, 20 new tokens): `{"max_new_tokens": 20,
+    /// "do_sample": false, "temperature": 1.0, "top_k": 50, "seed": 42, "eos_token_id": null, "use_cache": true}`.
+    pub fn generate(&mut self, input_ids: &Tensor, options: Option<&str>) -> Result<Tensor> {
+        let options = opt_cstring("options_json", options)?;
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::accel_model_generate(self.raw, input_ids.raw, opt_ptr(&options), &mut raw) })?;
+        Ok(Tensor { raw })
+    }
+
     /// A copy of the gradient of `name`, or None when it has none.
     pub fn get_gradient(&self, name: &str) -> Result<Option<Tensor>> {
         let name = cstring("name", name)?;
@@ -507,6 +634,17 @@ impl DataLoader {
         let mut raw = ptr::null_mut();
         let labels = labels.map_or(ptr::null(), |t| t.raw as *const _);
         check(unsafe { sys::accel_dataloader_create_from_tensors(features.raw, labels, config.as_ptr(), &mut raw) })?;
+        Ok(DataLoader { raw })
+    }
+
+    /// A loader over one token stream (a 1-d integer tensor) for language models: windows of
+    /// `block_size + 1` tokens, inputs the first `block_size` and labels the next token of each. Config:
+    /// `{"block_size": 128 (required), "stride": block_size, "batch_size": 16, "shuffle": true, "seed": 42,
+    /// "drop_last": false}`. The loader shares the tensor's memory (the library keeps it alive).
+    pub fn from_tokens(tokens: &Tensor, config: &str) -> Result<DataLoader> {
+        let config = cstring("config_json", config)?;
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::accel_dataloader_create_from_tokens(tokens.raw, config.as_ptr(), &mut raw) })?;
         Ok(DataLoader { raw })
     }
 

@@ -1,0 +1,59 @@
+//! `DataLoader::from_tokens` and `Model::generate`: the language-model pieces of the C API.
+use accel::{Accelerator, DataLoader, Model, Optimizer, Status, Tensor};
+
+const GPT: &str = r#"{"type": "gpt", "vocab_size": 8, "n_positions": 32, "n_embd": 8, "n_layer": 1, "n_head": 2,
+    "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}"#;
+
+fn stream(n: usize) -> Tensor {
+    let tokens: Vec<i64> = (0..n as i64).map(|i| i % 8).collect();
+    Tensor::from_slice(&tokens, &[n as i64]).unwrap()
+}
+
+#[test]
+fn from_tokens_windows_and_labels() -> accel::Result<()> {
+    // 50 tokens, windows of 4 + 1 at stride 4: 12 windows, 6 batches of 2, in order.
+    let mut dl = DataLoader::from_tokens(&stream(50), r#"{"block_size": 4, "batch_size": 2, "shuffle": false}"#)?;
+    assert_eq!(dl.len()?, 6);
+    let batch = dl.next_batch()?.expect("a batch");
+    let inputs = batch.inputs()?;
+    assert_eq!(inputs.shape()?, vec![2, 4]);
+    assert_eq!(inputs.to_vec::<i64>()?, vec![0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(batch.labels()?.expect("labels").to_vec::<i64>()?, vec![1, 2, 3, 4, 5, 6, 7, 0]);
+    assert_eq!(dl.pass().count(), 5); // the rest of the pass
+
+    let e = DataLoader::from_tokens(&stream(50), r#"{"batch_size": 2}"#).err().expect("block_size is required");
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("block_size"), "{}", e.message());
+    Ok(())
+}
+
+#[test]
+fn train_on_tokens_then_generate() -> accel::Result<()> {
+    accel::set_seed(3, false, false)?;
+    let mut acc = Accelerator::new(None)?;
+    let mut model = Model::from_json(GPT)?;
+    let mut opt = Optimizer::new(&mut model, r#"{"type": "adamw", "lr": 0.01}"#)?;
+    let mut dl = DataLoader::from_tokens(&stream(200), r#"{"block_size": 8, "batch_size": 4, "seed": 1}"#)?;
+    acc.prepare(Some(&mut model), Some(&mut opt), Some(&mut dl), None)?;
+    let mut losses = Vec::new();
+    for batch in dl.pass() {
+        losses.push(acc.train_step(&mut model, &mut opt, None, &batch?, "causal_lm")?);
+    }
+    assert!(losses.len() >= 2 && losses.iter().all(|l| l.is_finite()));
+
+    model.eval()?;
+    let prompt = Tensor::from_slice(&[1i64, 2, 3], &[3])?;
+    let out = model.generate(&prompt, Some(r#"{"max_new_tokens": 5}"#))?;
+    assert_eq!(out.shape()?, vec![8]);
+    let ids = out.to_vec::<i64>()?;
+    assert_eq!(&ids[..3], &[1, 2, 3]);
+    assert!(ids.iter().all(|&t| (0..8).contains(&t)), "{ids:?}");
+    assert_eq!(model.generate(&prompt, Some(r#"{"max_new_tokens": 5}"#))?.to_vec::<i64>()?, ids, "greedy is deterministic");
+    let default = model.generate(&prompt, None)?; // 20 new tokens, greedy
+    assert_eq!(default.shape()?, vec![23]);
+
+    let e = model.generate(&prompt, Some(r#"{"max_new_tokens": "five"}"#)).err().expect("a bad option");
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("max_new_tokens"), "{}", e.message());
+    Ok(())
+}
