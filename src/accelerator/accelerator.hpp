@@ -132,6 +132,8 @@ public:
     tracking::Trackers &trackers();
 
 private:
+    // One folder's load (load_state): every file read and checked on every process, agreed, then applied.
+    void load_folder(const std::string &dir, const config::LoadStateOptions &options);
     bool writes_main_files() const;
     // The process indices that write into the folder this process's main-files writer publishes.
     std::vector<int64_t> checkpoint_writers() const;

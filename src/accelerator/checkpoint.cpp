@@ -13,6 +13,7 @@
 #include "common/files.hpp"
 #include "common/json_reader.hpp"
 #include "data_loader/data_loader_shard.hpp"
+#include "distributed/agreement.hpp"
 #include "distributed/communicator.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
@@ -307,7 +308,39 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
 {
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
     const auto &project = state_->config.project;
-    const std::string dir = ckpt::load_source(project, input_dir);
+    const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
+    // Accelerate loads into what is prepared and ignores the rest: with nothing prepared, a folder's weights
+    // and optimizer state would be dropped without a word (the RNG states alone still load).
+    if (models_.empty() && optimizers_.empty() && schedulers_.empty() && dataloaders_.empty())
+        if (auto parts = ckpt::prepared_part_entries(candidates.front()); !parts.empty()) {
+            std::string names;
+            for (const auto &p : parts) names += (names.empty() ? "" : ", ") + p;
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "load_state: \"" + candidates.front() + "\" holds " + names +
+                                                    ", but nothing is prepared to load them into; call prepare first");
+        }
+    for (size_t c = 0;; ++c) {
+        try {
+            load_folder(candidates[c], options);
+        } catch (const distributed::Rejected &e) {
+            // Automatic naming: a newest checkpoint that is damaged or incomplete (every process agreed, so every
+            // process moves on alike) gives way to the one before it. A folder named by the caller does not.
+            const bool damaged = e.code() == ACCEL_ERR_DATA_LOSS || e.code() == ACCEL_ERR_NOT_FOUND;
+            if (input_dir != nullptr || !damaged || c + 1 == candidates.size()) throw;
+            if (state_->process_index() == 0)
+                std::fprintf(stderr, "accel: warning: load_state: skipping %s, which cannot be loaded (%s: %s); trying %s\n",
+                             candidates[c].c_str(), accel_status_name(e.code()), e.what(), candidates[c + 1].c_str());
+            continue;
+        }
+        // The next automatic checkpoint follows the newest there is (a skipped one stays, for inspection).
+        if (project.automatic_checkpoint_naming && input_dir == nullptr) {
+            if (auto n = ckpt::first_number(basename_of(candidates.front()))) project_iteration_ = std::max(project_iteration_, *n + 1);
+        }
+        return candidates[c];
+    }
+}
+
+void Accelerator::load_folder(const std::string &dir, const config::LoadStateOptions &options)
+{
     auto path = [&dir](const std::string &name) { return join(dir, name); };
 
     // Phase 1: read every file and check it against its part; nothing changes yet. The weights and
@@ -316,117 +349,130 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     // A sharded state dict (a folder of pieces from every rank of the saving run) loads whatever the number
     // of processes now. A sharded model (not summoned) reads only its rank's pieces, straight into its
     // shards (`range_loads`, no gathering); any other model reads each tensor whole.
+    // Every process reads its files, then all agree (one collective) before the first collective of the load
+    // and again before anything is applied: a file one process cannot use fails the load on every process.
     std::vector<TensorList> weights(models_.size());
     std::vector<ApplyState> range_loads;
     std::vector<parallel::ShardedDataParallel *> whole_engines;
     std::vector<bool> by_range(models_.size(), false);
     // DeepSpeed's layout (a tag folder per model, holding its optimizer's files too) reads the same way.
     std::vector<std::optional<ckpt::DsFolder>> deepspeed(models_.size());
-    for (size_t i = 0; i < models_.size(); ++i) {
-        std::string sharded = path(ckpt::sharded_model_folder(i));
-        if (const std::string ds = path(ckpt::deepspeed_tag(i)); ckpt::is_deepspeed_folder(ds)) {
-            deepspeed[i] = ckpt::read_deepspeed_folder(ds);
-            sharded = ds;
-        }
-        const bool pieces = deepspeed[i] || ckpt::is_sharded_folder(sharded);
-        auto *e = sharded_of(*models_[i]);
-        const ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
-        if (!pieces || e == nullptr || e->summoned())
-            weights[i] = match_model_keys(*models_[i], pieces ? ckpt::read_source_tensors(piece_src) : ckpt::read_weights(dir, i));
-        if (e == nullptr || e->summoned()) continue;
-        // A sharded model takes its pieces by range from any layout (a whole tensor is a source of one
-        // piece): nothing gathered. A whole-model file missing some of the model's tensors (loadable when
-        // not strict) goes through the gathered model instead.
-        const ShardedSource src = pieces ? piece_src : ckpt::tensor_source(weights[i]);
-        if (!pieces && !holds_every_tensor(*models_[i], src)) continue;
-        auto [apply, names] = e->load_sharded_state_dict(*models_[i], src);
-        if (options.strict)
-            for (const auto &name : src.names())
-                if (std::find(names.begin(), names.end(), name) == names.end())
-                    fail(ACCEL_ERR_INVALID_ARGUMENT, "load_state: " + (pieces ? sharded : dir) + " holds tensor \"" +
-                                                         name + "\", which the model does not have (strict loading)");
-        range_loads.push_back(std::move(apply));
-        by_range[i] = true;
-    }
-    for (size_t i = 0; i < models_.size(); ++i)
-        if (auto *e = sharded_of(*models_[i]); e != nullptr && !by_range[i]) whole_engines.push_back(e);
     std::vector<std::function<ApplyState(const CopyFn &)>> optimizer_loads;
-    for (size_t i = 0; i < optimizers_.size(); ++i) {
-        AcceleratedOptimizer &o = *optimizers_[i];
-        const std::string sharded = path(ckpt::sharded_optimizer_folder(i));
-        // Under DeepSpeed an optimizer's state lies in its model's tag folder.
-        const auto m = static_cast<size_t>(std::find(models_.begin(), models_.end(), o.model()) - models_.begin());
-        if (m < models_.size() && deepspeed[m]) {
-            const ckpt::DsFolder &ds = *deepspeed[m];
-            const std::string what = path(ckpt::deepspeed_tag(m));
-            optimizer_loads.push_back([&o, &ds, what](const CopyFn &copy) {
-                return o.load_sharded_state_dict(*ds.optimizer_rest, ds.optimizer, what, copy);
-            });
-        } else if (ckpt::is_sharded_folder(sharded)) {
-            PyRef rest = ckpt::read_sharded_rest(sharded);
-            const ShardedSource src = ckpt::sharded_source(sharded);
-            optimizer_loads.push_back([&o, rest, src, sharded](const CopyFn &copy) {
-                return o.load_sharded_state_dict(*rest, src, sharded, copy);
-            });
-        } else {
-            const std::string name = path(indexed("optimizer", ".bin", i));
-            PyRef file = ckpt::read_object(dir, indexed("optimizer", ".bin", i), true);
-            optimizer_loads.push_back([&o, file, name](const CopyFn &copy) { return o.load_state_dict(*file, name, copy); });
-        }
-    }
     std::vector<ApplyState> apply;
-    for (size_t i = 0; i < schedulers_.size(); ++i) {
-        const std::string name = indexed("scheduler", ".bin", i);
-        apply.push_back(schedulers_[i]->load_state_dict(*ckpt::read_object(dir, name, true), path(name)));
-    }
-    for (size_t i = 0; i < dataloaders_.size(); ++i) {
-        const std::string name = indexed("dl_state_dict", ".bin", i);
-        if (PyRef d = ckpt::read_object(dir, name, false)) apply.push_back(dataloaders_[i]->load_state_dict(*d, path(name)));
-    }
-    if (GradScaler *s = scaler())
-        if (PyRef d = ckpt::read_object(dir, "scaler.pt", false)) apply.push_back(s->load_state_dict(*d, path("scaler.pt")));
-    {
-        const std::string name = ckpt::random_states_name(state_->process_index());
-        if (PyRef d = ckpt::read_object(dir, name, false)) {
-            if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, path(name) + ": not a dict");
-            apply.push_back(load_rng_state_dict(*d, path(name)));
-            // 1.x's save_state stores accumulate()'s step; 0.2x's has none and its load_state leaves the step
-            // as it is, as 1.x does when the key is missing.
-            if (d->get("step") != nullptr) {
-                const int64_t step = sd_int(*d, "step", path(name));
-                apply.push_back([this, step] { state_->step = step; });
-            }
-        }
-    }
     std::vector<std::string> custom;
-    {
-        const size_t count = ckpt::count_custom_checkpoints(dir);
-        if (count != custom_objects_.size())
-            fail(ACCEL_ERR_FAILED_PRECONDITION, "load_state: \"" + dir + "\" holds " + std::to_string(count) +
-                                                    " custom checkpoint files but " +
-                                                    std::to_string(custom_objects_.size()) +
-                                                    " objects are registered for checkpointing");
-        for (size_t i = 0; i < count; ++i) {
-            const std::string name = ckpt::custom_checkpoint_name(i);
-            PyRef v = ckpt::read_object(dir, name, true);
-            if (v->kind == PyObj::Kind::Bytes) {
-                custom.push_back(v->s);
+    std::exception_ptr failure;
+    try {
+        for (size_t i = 0; i < models_.size(); ++i) {
+            std::string sharded = path(ckpt::sharded_model_folder(i));
+            if (const std::string ds = path(ckpt::deepspeed_tag(i)); ckpt::is_deepspeed_folder(ds)) {
+                deepspeed[i] = ckpt::read_deepspeed_folder(ds);
+                sharded = ds;
+            }
+            const bool pieces = deepspeed[i] || ckpt::is_sharded_folder(sharded);
+            auto *e = sharded_of(*models_[i]);
+            const ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
+            if (!pieces || e == nullptr || e->summoned())
+                weights[i] = match_model_keys(*models_[i], pieces ? ckpt::read_source_tensors(piece_src) : ckpt::read_weights(dir, i));
+            if (e == nullptr || e->summoned()) continue;
+            // A sharded model takes its pieces by range from any layout (a whole tensor is a source of one
+            // piece): nothing gathered. A whole-model file missing some of the model's tensors (loadable when
+            // not strict) goes through the gathered model instead.
+            const ShardedSource src = pieces ? piece_src : ckpt::tensor_source(weights[i]);
+            if (!pieces && !holds_every_tensor(*models_[i], src)) continue;
+            auto [apply, names] = e->load_sharded_state_dict(*models_[i], src);
+            if (options.strict)
+                for (const auto &name : src.names())
+                    if (std::find(names.begin(), names.end(), name) == names.end())
+                        fail(ACCEL_ERR_INVALID_ARGUMENT, "load_state: " + (pieces ? sharded : dir) + " holds tensor \"" +
+                                                             name + "\", which the model does not have (strict loading)");
+            range_loads.push_back(std::move(apply));
+            by_range[i] = true;
+        }
+        for (size_t i = 0; i < models_.size(); ++i)
+            if (auto *e = sharded_of(*models_[i]); e != nullptr && !by_range[i]) whole_engines.push_back(e);
+        for (size_t i = 0; i < optimizers_.size(); ++i) {
+            AcceleratedOptimizer &o = *optimizers_[i];
+            const std::string sharded = path(ckpt::sharded_optimizer_folder(i));
+            // Under DeepSpeed an optimizer's state lies in its model's tag folder.
+            const auto m = static_cast<size_t>(std::find(models_.begin(), models_.end(), o.model()) - models_.begin());
+            if (m < models_.size() && deepspeed[m]) {
+                const ckpt::DsFolder &ds = *deepspeed[m];
+                const std::string what = path(ckpt::deepspeed_tag(m));
+                optimizer_loads.push_back([&o, &ds, what](const CopyFn &copy) {
+                    return o.load_sharded_state_dict(*ds.optimizer_rest, ds.optimizer, what, copy);
+                });
+            } else if (ckpt::is_sharded_folder(sharded)) {
+                PyRef rest = ckpt::read_sharded_rest(sharded);
+                const ShardedSource src = ckpt::sharded_source(sharded);
+                optimizer_loads.push_back([&o, rest, src, sharded](const CopyFn &copy) {
+                    return o.load_sharded_state_dict(*rest, src, sharded, copy);
+                });
             } else {
-                std::string json;
-                plain_to_json(*v, json, path(name));
-                custom.push_back(std::move(json));
+                const std::string name = path(indexed("optimizer", ".bin", i));
+                PyRef file = ckpt::read_object(dir, indexed("optimizer", ".bin", i), true);
+                optimizer_loads.push_back([&o, file, name](const CopyFn &copy) { return o.load_state_dict(*file, name, copy); });
             }
         }
+        for (size_t i = 0; i < schedulers_.size(); ++i) {
+            const std::string name = indexed("scheduler", ".bin", i);
+            apply.push_back(schedulers_[i]->load_state_dict(*ckpt::read_object(dir, name, true), path(name)));
+        }
+        for (size_t i = 0; i < dataloaders_.size(); ++i) {
+            const std::string name = indexed("dl_state_dict", ".bin", i);
+            if (PyRef d = ckpt::read_object(dir, name, false)) apply.push_back(dataloaders_[i]->load_state_dict(*d, path(name)));
+        }
+        if (GradScaler *s = scaler())
+            if (PyRef d = ckpt::read_object(dir, "scaler.pt", false)) apply.push_back(s->load_state_dict(*d, path("scaler.pt")));
+        {
+            const std::string name = ckpt::random_states_name(state_->process_index());
+            if (PyRef d = ckpt::read_object(dir, name, false)) {
+                if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, path(name) + ": not a dict");
+                apply.push_back(load_rng_state_dict(*d, path(name)));
+                // 1.x's save_state stores accumulate()'s step; 0.2x's has none and its load_state leaves the step
+                // as it is, as 1.x does when the key is missing.
+                if (d->get("step") != nullptr) {
+                    const int64_t step = sd_int(*d, "step", path(name));
+                    apply.push_back([this, step] { state_->step = step; });
+                }
+            }
+        }
+        {
+            const size_t count = ckpt::count_custom_checkpoints(dir);
+            if (count != custom_objects_.size())
+                fail(ACCEL_ERR_FAILED_PRECONDITION, "load_state: \"" + dir + "\" holds " + std::to_string(count) +
+                                                        " custom checkpoint files but " +
+                                                        std::to_string(custom_objects_.size()) +
+                                                        " objects are registered for checkpointing");
+            for (size_t i = 0; i < count; ++i) {
+                const std::string name = ckpt::custom_checkpoint_name(i);
+                PyRef v = ckpt::read_object(dir, name, true);
+                if (v->kind == PyObj::Kind::Bytes) {
+                    custom.push_back(v->s);
+                } else {
+                    std::string json;
+                    plain_to_json(*v, json, path(name));
+                    custom.push_back(std::move(json));
+                }
+            }
+        }
+    } catch (...) {
+        failure = std::current_exception();
     }
+    distributed::agree(state_->comm.get(), failure);
     // The models' and optimizers' checks (names, shapes, hyperparameters) run while their copies are
     // scheduled; nothing changes until every one has passed.
     ckpt::CopyBatch batch;
     CopyFn schedule = [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); };
     SummonWhole whole(whole_engines); // sharded weights loaded whole: then each rank keeps its shard
-    for (size_t i = 0; i < weights.size(); ++i)
-        if (!by_range[i]) models_[i]->load_state_dict(weights[i], options.strict, schedule);
     std::vector<ApplyState> install_optimizers;
-    for (auto &load : optimizer_loads) install_optimizers.push_back(load(schedule));
+    try {
+        for (size_t i = 0; i < weights.size(); ++i)
+            if (!by_range[i]) models_[i]->load_state_dict(weights[i], options.strict, schedule);
+        for (auto &load : optimizer_loads) install_optimizers.push_back(load(schedule));
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    distributed::agree(state_->comm.get(), failure);
 
     // Phase 2: apply, in Accelerate's order.
     batch.run();
@@ -434,11 +480,6 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     for (auto &f : install_optimizers) f();
     for (auto &f : apply) f();
     for (size_t i = 0; i < custom.size(); ++i) custom_objects_[i].load(custom[i]);
-    // The next automatic checkpoint follows the one loaded.
-    if (project.automatic_checkpoint_naming && input_dir == nullptr) {
-        if (auto n = ckpt::first_number(basename_of(dir))) project_iteration_ = std::max(project_iteration_, *n + 1);
-    }
-    return dir;
 }
 
 void Accelerator::save_model(const Model &model, const std::string &save_directory,

@@ -215,6 +215,23 @@ void retire_checkpoint_folder(const std::string &dir)
 
 } // namespace
 
+std::vector<std::string> prepared_part_entries(const std::string &dir)
+{
+    std::vector<std::string> out;
+    for (const auto &name : list_dir(dir)) {
+        const bool folder = is_dir(join(dir, name));
+        if (!is_checkpoint_entry(dir, name, folder)) continue;
+        // What every process writes for itself (RNG), registered objects (counted on their own) and DeepSpeed's
+        // side files are not a prepared object's state.
+        if (name.rfind("random_states", 0) == 0 || name.rfind("custom_checkpoint", 0) == 0 || name == "latest" ||
+            name == "zero_to_fp32.py" || name == "scaler.pt")
+            continue;
+        out.push_back(name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 SaveTarget save_target(const config::ProjectConfiguration &project, const char *output_dir, int64_t iteration)
 {
     SaveTarget t;
@@ -244,13 +261,13 @@ SaveTarget save_target(const config::ProjectConfiguration &project, const char *
     return t;
 }
 
-std::string load_source(const config::ProjectConfiguration &project, const char *input_dir)
+std::vector<std::string> load_sources(const config::ProjectConfiguration &project, const char *input_dir)
 {
     if (input_dir != nullptr) {
         if (input_dir[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "input_dir: must not be empty");
         std::string dir = normalize_path(input_dir);
         if (!is_dir(dir)) fail(ACCEL_ERR_NOT_FOUND, "input_dir: \"" + dir + "\" is not a folder");
-        return dir;
+        return {dir};
     }
     if (!project.automatic_checkpoint_naming)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input_dir: must not be NULL unless "
@@ -261,7 +278,9 @@ std::string load_source(const config::ProjectConfiguration &project, const char 
     remove_stale_temp_folders(base);
     auto names = sorted_checkpoints(base);
     if (names.empty()) fail(ACCEL_ERR_NOT_FOUND, "load_state: no checkpoint in \"" + base + "\"");
-    return join(base, names.back());
+    std::vector<std::string> out;
+    for (auto it = names.rbegin(); it != names.rend(); ++it) out.push_back(join(base, *it));
+    return out;
 }
 
 PreparedCheckpoint prepare_checkpoint(const SaveTarget &target, bool main)

@@ -40,8 +40,12 @@ struct SaveTarget {
 // `output_dir` may be null with automatic checkpoint naming (then it is ignored, as in Accelerate).
 // Creates the parent folders. ALREADY_EXISTS for an automatic checkpoint that exists or a path that is a file.
 SaveTarget save_target(const config::ProjectConfiguration &project, const char *output_dir, int64_t iteration);
-// The folder load_state reads: `input_dir`, or (null, automatic naming) the newest automatic checkpoint.
-std::string load_source(const config::ProjectConfiguration &project, const char *input_dir);
+// The entries of a checkpoint folder that hold a prepared object's state (weights, optimizer, scheduler and
+// loader files and folders), sorted: load_state refuses a folder with such state when nothing is prepared.
+std::vector<std::string> prepared_part_entries(const std::string &dir);
+// The folders load_state may read: `input_dir` alone, or (null, automatic naming) every automatic checkpoint,
+// newest first (load_state takes the newest that loads).
+std::vector<std::string> load_sources(const config::ProjectConfiguration &project, const char *input_dir);
 
 // One file of a checkpoint: a torch pickle of `object`, or (tensors non-null) safetensors weights with
 // metadata {"format": "pt"}, or (bytes non-null) those bytes. `name` may lie in a sub-folder ("a/b").

@@ -716,6 +716,74 @@ static void test_failed_load_changes_nothing(void)
     rig_free(&r);
 }
 
+/* load_state with nothing prepared refuses a folder that holds a prepared object's state (it would drop it
+ * silently, issue 43.3); RNG states alone still load into a bare accelerator. */
+static void test_load_state_nothing_prepared(void)
+{
+    Rig r;
+    accel_accelerator_t *bare = NULL;
+    char dir[600], rng_only[600];
+    path_of(dir, sizeof dir, "unprepared");
+    path_of(rng_only, sizeof rng_only, "unprepared_rng");
+    rig_make(&r, NULL, 5, RESUME_WIDTHS);
+    rig_train(&r, 2);
+    CHECK_OK(accel_accelerator_save_state(r.acc, dir));
+    rig_free(&r);
+    CHECK_OK(accel_accelerator_create(NULL, &bare));
+    CHECK_FAILS(accel_accelerator_load_state(bare, dir), ACCEL_ERR_FAILED_PRECONDITION, "model.safetensors, optimizer.bin");
+    CHECK_FAILS(accel_accelerator_load_state(bare, dir), ACCEL_ERR_FAILED_PRECONDITION, "call prepare first");
+    CHECK_OK(accel_accelerator_save_state(bare, rng_only));
+    CHECK_OK(accel_accelerator_load_state(bare, rng_only));
+    accel_accelerator_free(bare);
+}
+
+/* Automatic naming: a damaged newest checkpoint gives way to the one before it (a warning names it), and the
+ * numbering continues after the damaged one; a folder named by the caller is not replaced (issue 43.9). */
+static void test_resume_skips_damaged_newest(void)
+{
+    Rig r;
+    char project[600], cfg[900], base[700], newest[800], weights[900], after[900];
+    char *loaded = NULL;
+    int64_t it = -1;
+    path_of(project, sizeof project, "damaged_newest");
+    rm_rf(project);
+    snprintf(base, sizeof base, "%s/checkpoints", project);
+    snprintf(cfg, sizeof cfg, "{\"project_config\": {\"project_dir\": \"%s\", \"automatic_checkpoint_naming\": true}}",
+             project);
+    rig_make(&r, cfg, 5, RESUME_WIDTHS);
+    rig_train(&r, 2);
+    CHECK_OK(accel_accelerator_save_state(r.acc, NULL)); /* checkpoint_0 */
+    rig_train(&r, 3);
+    CHECK_OK(accel_accelerator_save_state(r.acc, NULL)); /* checkpoint_1 */
+    rig_free(&r);
+    snprintf(newest, sizeof newest, "%s/checkpoint_1", base);
+    snprintf(weights, sizeof weights, "%s/model.safetensors", newest);
+    CHECK(truncate(weights, 100) == 0);
+
+    rig_make(&r, cfg, 99, RESUME_WIDTHS);
+    CHECK_OK(accel_accelerator_load_state_with_options(r.acc, NULL, NULL, &loaded));
+    CHECK(loaded != NULL && strstr(loaded, "checkpoint_0") != NULL);
+    accel_string_free(loaded);
+    CHECK_OK(accel_accelerator_get_project_iteration(r.acc, &it));
+    CHECK(it == 2); /* after the damaged checkpoint_1, which stays for inspection */
+    CHECK_OK(accel_accelerator_save_state(r.acc, NULL)); /* checkpoint_2: what was loaded, saved again */
+    snprintf(weights, sizeof weights, "%s/checkpoint_0", base);
+    snprintf(after, sizeof after, "%s/checkpoint_2", base);
+    CHECK(same_file(weights, after, "model.safetensors"));
+    CHECK(same_file(weights, after, "optimizer.bin"));
+    CHECK_FAILS(accel_accelerator_load_state(r.acc, newest), ACCEL_ERR_DATA_LOSS, "model.safetensors");
+    rig_free(&r);
+
+    /* Every checkpoint damaged: the last one tried (the oldest) is reported. */
+    snprintf(weights, sizeof weights, "%s/checkpoint_0/model.safetensors", base);
+    CHECK(truncate(weights, 100) == 0);
+    snprintf(weights, sizeof weights, "%s/checkpoint_2/model.safetensors", base);
+    CHECK(truncate(weights, 100) == 0);
+    rig_make(&r, cfg, 99, RESUME_WIDTHS);
+    CHECK_FAILS(accel_accelerator_load_state(r.acc, NULL), ACCEL_ERR_DATA_LOSS, "checkpoint_0");
+    rig_free(&r);
+}
+
 /* ---- Python interop -------------------------------------------------------------------------- */
 
 static void test_python_interop(void)
@@ -755,6 +823,8 @@ int main(int argc, char **argv)
     test_save_model_shards();
     test_errors_and_corruption();
     test_failed_load_changes_nothing();
+    test_load_state_nothing_prepared();
+    test_resume_skips_damaged_newest();
     test_save_keeps_user_files();
     test_resume_bitwise_in_new_process();
     test_crash_safety();

@@ -8,7 +8,9 @@
  * The model widths come from ACCEL_TEST_WIDTHS ("8,32,32,4" by default). With ACCEL_TEST_GPT set, the model is
  * instead a tiny "gpt" (spec below; ACCEL_TEST_GPT=checkpointing adds activation checkpointing) trained with
  * "causal_lm" on 96 windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
- * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare; with
+ * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare (with
+ * ACCEL_TEST_LOAD_MAY_FAIL set, a refusal is printed as "load_state refused: STATUS: message" and the run ends
+ * with status 0, so that every process's answer is seen); with
  * ACCEL_TEST_SAVE_AT=K and ACCEL_TEST_SAVE_DIR=DIR it calls save_state(DIR) after optimizer step K and stops;
  * with ACCEL_TEST_SAVE_ASYNC=1 too, the save is {"async": true} and training goes on to STEPS while the files
  * are written (then wait_for_checkpoint).
@@ -101,7 +103,24 @@ int main(int argc, char **argv)
        loaded back into the same objects, and on from save_at: must equal never having left it. */
     const int reload_after = getenv("ACCEL_TEST_RELOAD_AFTER") ? atoi(getenv("ACCEL_TEST_RELOAD_AFTER")) : -1;
     int reload_at = -1, norms_at_save = 0, saved = 0;
-    if (load_dir != NULL) DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
+    if (load_dir != NULL && getenv("ACCEL_TEST_LOAD_MAY_FAIL") != NULL) {
+        /* A refused checkpoint is this run's result (every process must report it alike): say so, end cleanly. */
+        const accel_status_t st = accel_accelerator_load_state(acc, load_dir);
+        if (st != ACCEL_OK) {
+            printf("load_state refused: %s: %s\n", accel_status_name(st), accel_last_error_message());
+            fflush(stdout);
+            accel_scheduler_free(sched);
+            accel_dataloader_free(dl);
+            accel_optimizer_free(opt);
+            accel_model_free(model);
+            accel_tensor_free(features);
+            accel_tensor_free(labels);
+            accel_accelerator_free(acc);
+            return 0;
+        }
+    } else if (load_dir != NULL) {
+        DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
+    }
 
     double norms[1024];
     int num_norms = 0, done = 0;

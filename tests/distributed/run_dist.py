@@ -573,6 +573,27 @@ def expect_damaged_named(a, ckpt, tmp, env, config, victims):
                      % (victim, how, p.stdout[-2000:]))
 
 
+def expect_refused_on_every_rank(a, ckpt, tmp, env, config):
+    """load_state on every process of a copy of `ckpt` whose random_states_1.pkl (read by process 1 alone) is
+    truncated: every process refuses it with the same status, naming process 1 and the file (issue 42.2: process
+    0 used to apply the checkpoint and return ACCEL_OK), within the timeout."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
+    bad = os.path.join(tmp, "ckpt_bad_rank1")
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(ckpt, bad)
+    victim = os.path.join(bad, "random_states_1.pkl")
+    os.truncate(victim, os.path.getsize(victim) // 2)
+    p = run(launch_cmd(a, a.np) + [prog, os.path.join(tmp, "bad.bin"), str(a.batch), "1", config],
+            env=dict(env, ACCEL_TEST_LOAD=bad, ACCEL_TEST_LOAD_MAY_FAIL="1"), check=False, timeout=a.timeout)
+    for rank in range(a.np):
+        lines = [l for l in p.stdout.splitlines() if l.startswith("[rank%d]: load_state refused:" % rank)]
+        if not lines or "ACCEL_ERR_DATA_LOSS" not in lines[0] or "process 1" not in lines[0] \
+                or "random_states_1.pkl" not in lines[0]:
+            sys.exit("rank %d did not refuse the checkpoint with DATA_LOSS naming process 1 and random_states_1.pkl:\n%s"
+                     % (rank, p.stdout[-3000:]))
+    shutil.rmtree(bad, ignore_errors=True)
+
+
 def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp, env):
     """DeepSpeed's layout under deepspeed_plugin (checkpoint-format.md 2.2): the files each rank writes, `latest`,
     merge-weights equal to the weights the saving run had (bit for bit), DeepSpeed's zero_to_fp32 protocol
@@ -743,6 +764,9 @@ def scenario_resume(a):
         expect_damaged_named(a, ckpt, tmp, e, resume_config, (("pytorch_model_fsdp_0/rank1.safetensors", "missing"),
                                                               ("optimizer_0/rank0.safetensors", "truncated")))
         log("a missing and a truncated rank file are DATA_LOSS naming the file")
+    if a.launcher == "launch" and a.np == 2 and resume_np == 2 and not a.expect_deepspeed:
+        expect_refused_on_every_rank(a, ckpt, tmp, e, resume_config)
+        log("a truncated random_states_1.pkl is refused by every process alike (DATA_LOSS naming process 1)")
     if resume_config != a.config or resume_np != a.np:
         log("resumed on %d processes (batch %d each) with %s" % (resume_np, resume_batch, resume_config))
         check_close(fp, rp, a.tol, "parameters after resume with %s" % resume_config)
