@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 
+#include <cctype>
 #include <cstdlib>
 #include <limits>
 
@@ -12,6 +13,24 @@ std::optional<std::string> env_string(const char *name)
     const char *v = std::getenv(name);
     if (v == nullptr || *v == '\0') return std::nullopt;
     return std::string(v);
+}
+
+std::optional<int> torch_log_level_from_env()
+{
+    auto v = env_string("TORCH_CPP_LOG_LEVEL");
+    if (!v) return std::nullopt;
+    std::string u = *v;
+    for (char &ch : u) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    const char *names[] = {"INFO", "WARNING", "ERROR", "FATAL"};
+    for (int i = 0; i < 4; ++i)
+        if (u == names[i] || u == std::to_string(i)) return i;
+    fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable TORCH_CPP_LOG_LEVEL: expected INFO, WARNING, ERROR or FATAL "
+                                     "(or 0-3), got \"" + *v + "\"");
+}
+
+bool glog_level_in_env()
+{
+    return env_string("GLOG_minloglevel").has_value();
 }
 
 namespace {

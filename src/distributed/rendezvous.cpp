@@ -1,15 +1,18 @@
 #include "distributed/rendezvous.hpp"
 
 #include "common/error.hpp"
+#include "config/env.hpp"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -61,6 +64,42 @@ void stop_callback_thread(const std::map<int, std::string> &before)
         dup2(null_fd, fd);
         close(null_fd);
     }
+}
+
+// LibTorch logs through glog (Debian's 1.13) or c10's own logger (pip's builds), and c10d's socket code logs
+// WARNING and ERROR lines for failures that accel reports in its status message anyway: a busy port printed
+// three glog lines and "Logging before InitGoogleLogging()" before accel's own message. No C++ program calls
+// c10::initLogging, so LibTorch's TORCH_CPP_LOG_LEVEL variable is otherwise ignored; accel applies it here
+// and, without it (or glog's own GLOG_minloglevel), keeps only FATAL lines. The levels are found with dlsym
+// because libaccel does not link glog itself (libc10 loads it); a LibTorch with neither symbol is left alone.
+void set_torch_log_level()
+{
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const std::optional<int> asked = config::torch_log_level_from_env();
+        if (!asked && config::glog_level_in_env()) return;
+        const int level = asked.value_or(3); // glog's FATAL
+        for (const char *flag : {"_ZN3fLI17FLAGS_minloglevelE",        // glog: fLI::FLAGS_minloglevel
+                                 "_ZN3c1023FLAGS_caffe2_log_levelE"}) // c10 without glog: c10::FLAGS_caffe2_log_level
+            if (auto *v = static_cast<int *>(dlsym(RTLD_DEFAULT, flag))) *v = level;
+    });
+}
+
+// The hint for a failed rendezvous: a busy port names the port and how to choose another; anything else
+// (a peer that never came, a wrong address) is a timeout, with the question launchers' users need.
+std::string rendezvous_hint(const Rendezvous &r, const config::AcceleratorConfig &c, const std::string &why)
+{
+    const auto &t = c.topology;
+    if (why.find("Address already in use") != std::string::npos || why.find("errno: 98") != std::string::npos) {
+        const std::string where = c.init_process_group.init_method.rfind("tcp://", 0) == 0
+                                      ? "the port of kwargs_handlers.init_process_group.init_method"
+                                      : "accel launch --main_process_port 0 (a free port) or another number; "
+                                        "MASTER_PORT under other launchers";
+        return "port " + std::to_string(r.port) + " is already in use on this machine (another job or program "
+               "listens on it), so rank 0 cannot host the rendezvous store there; pick another port: " + where;
+    }
+    return "timeout " + std::to_string(c.init_process_group.timeout) + " s; are all " + std::to_string(t.world_size) +
+           " processes started, with the same MASTER_ADDR and MASTER_PORT?";
 }
 
 } // namespace
@@ -128,6 +167,7 @@ c10::intrusive_ptr<c10d::Store> open_store(const Rendezvous &r, const config::Ac
 {
     const auto &t = c.topology;
     const auto timeout = init_timeout(c);
+    set_torch_log_level();
     try {
         if (r.kind == Rendezvous::File) {
             c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::FileStore>(r.path, t.world_size);
@@ -137,11 +177,9 @@ c10::intrusive_ptr<c10d::Store> open_store(const Rendezvous &r, const config::Ac
         return connect_tcp(r, t.rank == 0, static_cast<size_t>(t.world_size), timeout);
     } catch (const std::exception &e) {
         const std::string msg = first_line(e.what());
-        fail(store_failure_status(msg),
-             std::string(backend) + " rendezvous at " + r.describe() + " failed on rank " + std::to_string(t.rank) +
-                 " of " + std::to_string(t.world_size) + " (timeout " + std::to_string(c.init_process_group.timeout) +
-                 " s; are all " + std::to_string(t.world_size) + " processes started, with the same MASTER_ADDR and "
-                 "MASTER_PORT?): " + msg);
+        fail(store_failure_status(msg), std::string(backend) + " rendezvous at " + r.describe() + " failed on rank " +
+                                            std::to_string(t.rank) + " of " + std::to_string(t.world_size) + " (" +
+                                            rendezvous_hint(r, c, msg) + "): " + msg);
     }
 }
 

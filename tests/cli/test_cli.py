@@ -212,6 +212,61 @@ with tempfile.TemporaryDirectory() as alone:
 p = run(["test", "-n", "2", "--main_process_port", "0"], env=dict(HF, OPENBLAS_CORETYPE=None), code=0)
 check(warning not in p.stderr, "accel test's reference runs with launch's kernels: " + p.stderr)
 
+# ---- a busy rendezvous port (issue 43.8) -------------------------------------------------------------
+# Two jobs on the same fixed port: the second fails at once, its message names the port and how to pick
+# another, and LibTorch's glog lines (c10d's bind warnings, "Logging before InitGoogleLogging()") are not
+# printed unless TORCH_CPP_LOG_LEVEL asks for them. The jobs create accelerators through libaccel's C API.
+JOB = r"""
+import ctypes, os, sys, time
+lib = ctypes.CDLL(os.path.join(sys.argv[1], "libaccel.so"))
+lib.accel_last_error_message.restype = ctypes.c_char_p
+acc = ctypes.c_void_p()
+st = lib.accel_accelerator_create(None, ctypes.byref(acc))
+if st != 0:
+    sys.stderr.write("create: %d: %s\n" % (st, lib.accel_last_error_message().decode()))
+    sys.exit(1)
+print("READY", flush=True)
+for _ in range(600):  # until the test is done with this job
+    if os.path.exists(sys.argv[2]):
+        break
+    time.sleep(0.1)
+lib.accel_accelerator_free(acc)
+"""
+import socket
+with socket.socket() as sk:
+    sk.bind(("127.0.0.1", 0))
+    busy = str(sk.getsockname()[1])
+job = os.path.join(tmp, "job.py")
+with open(job, "w") as fh:
+    fh.write(JOB)
+stop = os.path.join(tmp, "job.stop")
+e = {k: v for k, v in os.environ.items() if k not in ("TORCH_CPP_LOG_LEVEL", "GLOG_minloglevel")}
+first = subprocess.Popen([ACCEL, "launch", "-n", "2", "--main_process_port", busy, "/usr/bin/python3", job, BUILD, stop],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=e)
+ready = 0
+while ready < 2:  # both ranks of the first job hold their accelerators (rank 0 hosts the store on the port)
+    line = first.stdout.readline()
+    if not line:
+        break
+    ready += "READY" in line
+check(ready == 2, "the first job on port %s did not start: %s" % (busy, first.stderr.read() if ready < 2 else ""))
+glog = re.compile(r"^(\[rank\d+\]: )?([IWEF]\d{8} |WARNING: Logging before InitGoogleLogging)", re.M)
+p = run(["launch", "-n", "2", "--main_process_port", busy, "/usr/bin/python3", job, BUILD, stop],
+        env={"TORCH_CPP_LOG_LEVEL": None, "GLOG_minloglevel": None}, code=1)
+check("port %s is already in use" % busy in p.stderr and "--main_process_port 0" in p.stderr
+      and "are all 2 processes started" not in p.stderr, "a busy port is named, with how to pick another: " + p.stderr)
+check(not glog.search(p.stderr), "no glog lines for a busy port: " + p.stderr)
+p = run(["launch", "-n", "2", "--main_process_port", busy, "/usr/bin/python3", job, BUILD, stop],
+        env={"TORCH_CPP_LOG_LEVEL": "WARNING"}, code=1)
+check(glog.search(p.stderr) and "port %s is already in use" % busy in p.stderr,
+      "TORCH_CPP_LOG_LEVEL=WARNING shows LibTorch's warnings: " + p.stderr)
+p = run(["launch", "-n", "2", "--main_process_port", "0", "/usr/bin/python3", job, BUILD, stop],
+        env={"TORCH_CPP_LOG_LEVEL": "chatty"}, code=1)
+check("TORCH_CPP_LOG_LEVEL" in p.stderr and '"chatty"' in p.stderr, "a bad TORCH_CPP_LOG_LEVEL is named: " + p.stderr)
+open(stop, "w").close()
+first.wait(timeout=60)
+check(first.returncode == 0, "the first job ends normally: %s" % first.stderr.read())
+
 # ---- estimate-memory ------------------------------------------------------------------------------
 # GPT-2 small (124,439,808 parameters; the token embedding is the largest layer): Accelerate's figures.
 p = run(["estimate-memory", '{"type": "gpt"}'], code=0)
