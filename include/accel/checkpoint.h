@@ -128,12 +128,28 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_model(accel_acce
  * @param options_json NULL or {"strict": false, "dtype": null | "float32" | "float64" | "float16" |
  *                     "bfloat16"}: strict=true requires exactly the model's keys; dtype first rounds
  *                     floating-point weights through that type.
+ * Not strict (the default, as Accelerate's), what did not match is printed as a warning on the main process
+ * (rank 0 of the launcher's environment): the model's keys the file lacks, the file's keys the model lacks,
+ * and a file key that was loaded into a tied tensor under another name (e.g. "lm_head.weight" into the token
+ * embedding a GPT ties it to, when the file has no entry of the embedding's own name).
+ * accel_model_load_checkpoint_with_report() also returns it.
  * @return ACCEL_ERR_NOT_FOUND; ACCEL_ERR_DATA_LOSS for a corrupt file; ACCEL_ERR_INVALID_ARGUMENT for
  *         key or shape mismatches (nothing is changed then).
  * Ownership: borrows everything. Threads: not while the model is used elsewhere.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model_t *model, const char *path,
                                                                      const char *options_json) ACCEL_NOEXCEPT;
+
+/**
+ * accel_model_load_checkpoint(), also returning what did not match as JSON (PyTorch's _IncompatibleKeys, plus
+ * tied tensors): {"missing_keys": [...], "unexpected_keys": [...], "tied_keys": [{"key": "lm_head.weight",
+ * "loaded_into": "wte.weight"}]} (all empty when the file matched the model exactly).
+ * @param out_report Must not be NULL; receives the JSON (free with accel_string_free()); NULL on failure.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_checkpoint_with_report(accel_model_t *model,
+                                                                                 const char *path,
+                                                                                 const char *options_json,
+                                                                                 char **out_report) ACCEL_NOEXCEPT;
 
 /**
  * Join sharded weights into one file (accelerate.utils.merge_fsdp_weights; the `accel merge-weights`

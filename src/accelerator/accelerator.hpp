@@ -3,6 +3,7 @@
 #pragma once
 
 #include "config/checkpoint_options.hpp"
+#include "model/load_report.hpp"
 #include "ops/loss.hpp"
 #include "state/accelerator_state.hpp"
 
@@ -164,6 +165,7 @@ private:
 
 // Accelerate's load_checkpoint_in_model: weights from a .safetensors or torch file, or a folder (sharded
 // with an index, or a single weights file), into `model`.
-void load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options);
+// Returns what did not match (strict: a mismatch is an error instead).
+LoadReport load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options);
 
 } // namespace accel

@@ -466,8 +466,13 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
     SummonWhole whole(whole_engines); // sharded weights loaded whole: then each rank keeps its shard
     std::vector<ApplyState> install_optimizers;
     try {
-        for (size_t i = 0; i < weights.size(); ++i)
-            if (!by_range[i]) models_[i]->load_state_dict(weights[i], options.strict, schedule);
+        for (size_t i = 0; i < weights.size(); ++i) {
+            if (by_range[i]) continue;
+            // Not strict: what did not match is said (main process), as transformers' loaders do.
+            const LoadReport report = models_[i]->load_state_dict(weights[i], options.strict, schedule);
+            if (!report.empty() && state_->process_index() == 0)
+                std::fprintf(stderr, "accel: warning: load_state: %s, model %zu: %s\n", dir.c_str(), i, report.text().c_str());
+        }
         for (auto &load : optimizer_loads) install_optimizers.push_back(load(schedule));
     } catch (...) {
         failure = std::current_exception();
@@ -499,7 +504,7 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
     if (!hf_config.empty()) write_file_durably(join(dir, "config.json"), hf_config.data(), hf_config.size());
 }
 
-void load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options)
+LoadReport load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options)
 {
     TensorList all = match_model_keys(model, ckpt::read_model_weights(normalize_path(path)));
     if (options.dtype) {
@@ -511,8 +516,10 @@ void load_checkpoint_in_model(Model &model, const std::string &path, const confi
             if (at::isFloatingType(e.second.scalar_type())) e.second = e.second.to(to);
     }
     ckpt::CopyBatch batch;
-    model.load_state_dict(all, options.strict, [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); });
+    LoadReport report =
+        model.load_state_dict(all, options.strict, [&batch](const at::Tensor &dst, const at::Tensor &src) { batch.add(dst, src); });
     batch.run();
+    return report;
 }
 
 } // namespace accel

@@ -6,6 +6,9 @@
 #include "checkpointing/checkpointing.hpp"
 #include "common/files.hpp"
 #include "config/checkpoint_options.hpp"
+#include "config/env.hpp"
+
+#include <cstdio>
 
 using accel::fail;
 using namespace accel::capi;
@@ -128,17 +131,40 @@ ACCEL_API accel_status_t accel_accelerator_save_model(accel_accelerator_t *accel
     });
 }
 
-ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model_t *model, const char *path,
-                                                     const char *options_json) noexcept
+namespace {
+
+// Both load_checkpoint entry points: what did not match is printed on the main process (the launcher's rank 0)
+// and handed back as JSON when asked for.
+accel_status_t load_checkpoint(accel_model_t *model, const char *path, const char *options_json, char **out_report)
 {
     return guarded([&] {
+        if (out_report != nullptr) *out_report = nullptr;
         auto &m = checked(model, "model");
         const char *p = checked_string(path, "path");
         if (p[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "path: must not be empty");
         auto opts = accel::config::parse_load_checkpoint_options(options_json, "options_json");
         m.impl->check_tensor_access("load_checkpoint");
-        accel::load_checkpoint_in_model(*m.impl, p, opts);
+        const accel::LoadReport report = accel::load_checkpoint_in_model(*m.impl, p, opts);
+        if (!report.empty() && accel::config::topology_from_env().rank == 0)
+            std::fprintf(stderr, "accel: warning: load_checkpoint: %s: %s\n", p, report.text().c_str());
+        if (out_report != nullptr) *out_report = owned_string(report.json());
     });
+}
+
+} // namespace
+
+ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model_t *model, const char *path,
+                                                     const char *options_json) noexcept
+{
+    return load_checkpoint(model, path, options_json, nullptr);
+}
+
+ACCEL_API accel_status_t accel_model_load_checkpoint_with_report(accel_model_t *model, const char *path,
+                                                                 const char *options_json, char **out_report) noexcept
+{
+    if (out_report == nullptr)
+        return guarded([] { fail(ACCEL_ERR_INVALID_ARGUMENT, "out_report: must not be NULL"); });
+    return load_checkpoint(model, path, options_json, out_report);
 }
 
 ACCEL_API accel_status_t accel_accelerator_register_for_checkpointing(accel_accelerator_t *accelerator,

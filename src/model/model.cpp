@@ -1,6 +1,7 @@
 #include "model/model.hpp"
 
 #include "common/error.hpp"
+#include "common/json_reader.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <map>
@@ -120,14 +121,52 @@ NamedTensors Model::state_dict(bool dedupe_shared) const
     return out;
 }
 
-void Model::load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy)
+namespace {
+
+std::string json_list(const std::vector<std::string> &v)
+{
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + json_quote(v[i]);
+    return out + "]";
+}
+
+std::string joined(const std::vector<std::string> &v)
+{
+    std::string out;
+    for (const auto &k : v) out += (out.empty() ? "" : ", ") + k;
+    return out;
+}
+
+} // namespace
+
+std::string LoadReport::json() const
+{
+    std::string tied = "[";
+    for (size_t i = 0; i < aliased.size(); ++i)
+        tied += (i ? ", " : "") + std::string("{\"key\": ") + json_quote(aliased[i].first) +
+                ", \"loaded_into\": " + json_quote(aliased[i].second) + "}";
+    return "{\"missing_keys\": " + json_list(missing) + ", \"unexpected_keys\": " + json_list(unexpected) +
+           ", \"tied_keys\": " + tied + "]}";
+}
+
+std::string LoadReport::text() const
+{
+    std::string out;
+    if (!unexpected.empty()) out += "unexpected keys: " + joined(unexpected);
+    if (!missing.empty()) out += std::string(out.empty() ? "" : "; ") + "missing keys: " + joined(missing);
+    for (const auto &[from, to] : aliased)
+        out += std::string(out.empty() ? "" : "; ") + "\"" + from + "\" was loaded into its tied tensor \"" + to + "\"";
+    return out;
+}
+
+LoadReport Model::load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy)
 {
     std::vector<std::pair<const at::Tensor *, const at::Tensor *>> plan;
     std::set<std::string> given, raw;
+    LoadReport report;
     for (const auto &e : entries) {
         if (!raw.insert(e.first).second) fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: \"" + e.first + "\" is given twice");
     }
-    std::string unknown;
     for (const auto &e : entries) {
         // A key that is not the model's own may be another name of one of its tensors (canonical_key):
         // it is skipped when the file also holds the tensor under its own name (a tied weight saved
@@ -141,9 +180,10 @@ void Model::load_state_dict(const NamedTensors &entries, bool strict, const Copy
         given.insert(key);
         const at::Tensor *dst = find_own(key);
         if (dst == nullptr) {
-            if (strict) unknown += (unknown.empty() ? "" : ", ") + e.first;
+            report.unexpected.push_back(e.first);
             continue;
         }
+        if (key != e.first) report.aliased.emplace_back(e.first, key);
         if (!e.second.defined())
             fail(ACCEL_ERR_INVALID_ARGUMENT, "tensors: the tensor for \"" + e.first + "\" is NULL");
         if (dst->sizes() != e.second.sizes())
@@ -155,15 +195,13 @@ void Model::load_state_dict(const NamedTensors &entries, bool strict, const Copy
                                                  ", which cannot be converted to " + c10::toString(dst->scalar_type()));
         plan.emplace_back(dst, &e.second);
     }
-    if (strict) {
-        std::string missing;
-        for (const auto *list : {&parameters_, &buffers_})
-            for (const auto &e : *list)
-                if (given.count(e.first) == 0) missing += (missing.empty() ? "" : ", ") + e.first;
-        if (!unknown.empty() || !missing.empty())
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: strict load failed" +
-                                                 (unknown.empty() ? "" : "; unexpected keys: " + unknown) +
-                                                 (missing.empty() ? "" : "; missing keys: " + missing));
+    for (const auto *list : {&parameters_, &buffers_})
+        for (const auto &e : *list)
+            if (given.count(e.first) == 0) report.missing.push_back(e.first);
+    if (strict && (!report.unexpected.empty() || !report.missing.empty())) {
+        LoadReport keys = report;
+        keys.aliased.clear();
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: strict load failed; " + keys.text());
     }
     for (auto &[dst, src] : plan) {
         if (copy) {
@@ -173,6 +211,7 @@ void Model::load_state_dict(const NamedTensors &entries, bool strict, const Copy
             const_cast<at::Tensor *>(dst)->copy_(*src);
         }
     }
+    return report;
 }
 
 } // namespace accel

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config/accelerator_config.hpp"
+#include "model/load_report.hpp"
 
 #include <ATen/ATen.h>
 
@@ -61,7 +62,9 @@ public:
     // The state dict (parameters, then buffers; detached). `dedupe_shared`: tensors sharing a storage are
     // listed once, under the first name (what safetensors needs).
     NamedTensors state_dict(bool dedupe_shared) const;
-    void load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy = {});
+    // Strict: any missing or unexpected key is INVALID_ARGUMENT (nothing written).
+    // Returns what did not match (load_report.hpp).
+    LoadReport load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy = {});
 
     // Where the parameters are (the CPU for a model without any).
     at::Device device() const;

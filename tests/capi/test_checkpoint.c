@@ -468,6 +468,32 @@ static void test_rotation(void)
     accel_accelerator_free(acc);
 }
 
+/* Weights of a 2-layer MLP into a 3-layer one: loads (not strict, as Accelerate's default) and reports the
+ * third layer's keys as missing (issue 43.3: no word was said). */
+static void test_load_checkpoint_reports_missing(void)
+{
+    accel_model_t *small = NULL, *big = NULL;
+    accel_accelerator_t *acc = NULL;
+    char dir[600];
+    char *report = NULL;
+    path_of(dir, sizeof dir, "two_layers");
+    CHECK_OK(accel_accelerator_create(NULL, &acc));
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [6, 16, 3]}", &small));
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [6, 16, 3, 3]}", &big));
+    CHECK_OK(accel_accelerator_save_model(acc, small, dir, NULL));
+    CHECK_OK(accel_model_load_checkpoint_with_report(big, dir, NULL, &report));
+    CHECK(report != NULL && strstr(report, "\"missing_keys\": [\"4.weight\", \"4.bias\"]") != NULL &&
+          strstr(report, "\"unexpected_keys\": []") != NULL && strstr(report, "\"tied_keys\": []") != NULL);
+    if (report != NULL) printf("test_checkpoint: load report %s\n", report);
+    accel_string_free(report);
+    CHECK_OK(accel_model_load_checkpoint_with_report(small, dir, "{\"strict\": true}", &report));
+    CHECK(report != NULL && strcmp(report, "{\"missing_keys\": [], \"unexpected_keys\": [], \"tied_keys\": []}") == 0);
+    accel_string_free(report);
+    accel_model_free(big);
+    accel_model_free(small);
+    accel_accelerator_free(acc);
+}
+
 /* ---- save_model ------------------------------------------------------------------------------ */
 
 static void test_save_model_shards(void)
@@ -821,6 +847,7 @@ int main(int argc, char **argv)
     mkdir(g_root, 0755);
     test_rotation();
     test_save_model_shards();
+    test_load_checkpoint_reports_missing();
     test_errors_and_corruption();
     test_failed_load_changes_nothing();
     test_load_state_nothing_prepared();

@@ -193,6 +193,41 @@ static void generate(accel_model_t *m, const char *options, int64_t *out, size_t
     accel_tensor_free(p);
 }
 
+/* A file named for another architecture (Llama's names) loads without strict: what did not match is reported,
+ * and "lm_head.weight", which a GPT ties to its token embedding, is reported as loaded into that tensor (issue
+ * 43.3: it silently replaced the embedding). Strict names the keys. */
+static void test_load_checkpoint_report(void)
+{
+    accel_model_t *m = NULL;
+    char *report = NULL;
+    const char *path = "llama_named.safetensors";
+    const char *head = "{\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[23,16],\"data_offsets\":[0,1472]},"
+                       "\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[23,16],\"data_offsets\":[1472,2944]}}";
+    float values[2 * 23 * 16];
+    size_t i, hlen = strlen(head), padded = (hlen + 7) / 8 * 8;
+    uint64_t n = padded;
+    FILE *f = fopen(path, "wb");
+    for (i = 0; i < 2 * 23 * 16; ++i) values[i] = i < 23 * 16 ? 0.5f : 0.25f;
+    CHECK(f != NULL);
+    if (f == NULL) return;
+    CHECK(fwrite(&n, 8, 1, f) == 1 && fwrite(head, 1, hlen, f) == hlen);
+    for (i = hlen; i < padded; ++i) CHECK(fputc(' ', f) == ' ');
+    CHECK(fwrite(values, sizeof values, 1, f) == 1);
+    fclose(f);
+    CHECK_OK(accel_model_create_from_json(kSpec, &m));
+    CHECK_FAILS(accel_model_load_checkpoint(m, path, "{\"strict\": true}"), ACCEL_ERR_INVALID_ARGUMENT,
+                "unexpected keys: model.embed_tokens.weight");
+    CHECK_OK(accel_model_load_checkpoint_with_report(m, path, NULL, &report));
+    CHECK(report != NULL && strstr(report, "\"unexpected_keys\": [\"model.embed_tokens.weight\"]") != NULL);
+    CHECK(report != NULL && strstr(report, "{\"key\": \"lm_head.weight\", \"loaded_into\": \"transformer.wte.weight\"}") != NULL);
+    CHECK(report != NULL && strstr(report, "\"transformer.wpe.weight\"") != NULL); /* missing */
+    if (report != NULL) printf("test_gpt: load report %.160s...\n", report);
+    accel_string_free(report);
+    CHECK_FAILS(accel_model_load_checkpoint_with_report(m, path, NULL, NULL), ACCEL_ERR_INVALID_ARGUMENT, "out_report");
+    accel_model_free(m);
+    remove(path);
+}
+
 static void test_generate(void)
 {
     accel_model_t *m = NULL, *mlp = NULL;
@@ -415,6 +450,7 @@ int main(int argc, char **argv)
     test_token_loader();
     test_train_tied_save_load();
     test_generate();
+    test_load_checkpoint_report();
     test_deepspeed_auto_sizes();
     return capi_report("test_gpt");
 }
