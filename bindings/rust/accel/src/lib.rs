@@ -180,6 +180,32 @@ pub fn version_string() -> &'static str {
     unsafe { CStr::from_ptr(sys::accel_version_string()) }.to_str().unwrap_or("")
 }
 
+/// ACCEL_VERSION_NUMBER of the loaded library (major*1000000 + minor*1000 + patch).
+pub fn version_number() -> i32 {
+    unsafe { sys::accel_version_number() }
+}
+
+/// Rank of this process as the launcher's environment says (0 when not launched); no accelerator needed.
+pub fn process_index() -> Result<i32> {
+    let mut v = 0;
+    check(unsafe { sys::accel_process_get_index(&mut v) })?;
+    Ok(v)
+}
+
+/// Number of processes as the launcher's environment says (1 when not launched).
+pub fn process_count() -> Result<i32> {
+    let mut v = 0;
+    check(unsafe { sys::accel_process_get_count(&mut v) })?;
+    Ok(v)
+}
+
+/// Whether this process is rank 0, from the launcher's environment.
+pub fn process_is_main() -> Result<bool> {
+    let mut v = false;
+    check(unsafe { sys::accel_process_is_main(&mut v) })?;
+    Ok(v)
+}
+
 /// ABI version of the loaded library.
 pub fn abi_version() -> i32 {
     unsafe { sys::accel_abi_version() }
@@ -445,6 +471,13 @@ impl Tensor {
         Ok(s)
     }
 
+    /// Size of the elements in bytes (numel * element size).
+    pub fn nbytes(&self) -> Result<usize> {
+        let mut v = 0usize;
+        check(unsafe { sys::accel_tensor_get_nbytes(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
     pub fn numel(&self) -> Result<i64> {
         let mut v = 0;
         check(unsafe { sys::accel_tensor_get_numel(self.raw, &mut v) })?;
@@ -531,6 +564,20 @@ impl Model {
         check(unsafe { sys::accel_model_eval(self.raw) })
     }
 
+    /// Whether the model is in training mode (model.training).
+    pub fn is_training(&self) -> Result<bool> {
+        let mut v = false;
+        check(unsafe { sys::accel_model_is_training(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    /// Total number of parameter elements.
+    pub fn parameter_numel(&self) -> Result<i64> {
+        let mut v = 0;
+        check(unsafe { sys::accel_model_get_parameter_numel(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
     pub fn num_parameters(&self) -> Result<usize> {
         let mut v = 0usize;
         check(unsafe { sys::accel_model_get_num_parameters(self.raw, &mut v) })?;
@@ -588,6 +635,13 @@ impl Optimizer {
 
     pub fn zero_grad(&mut self) -> Result<()> {
         check(unsafe { sys::accel_optimizer_zero_grad(self.raw) })
+    }
+
+    /// Whether the last step was skipped by the gradient scaler (non-finite gradients).
+    pub fn step_was_skipped(&self) -> Result<bool> {
+        let mut v = false;
+        check(unsafe { sys::accel_optimizer_get_step_was_skipped(self.raw, &mut v) })?;
+        Ok(v)
     }
 
     pub fn lr(&self) -> Result<f64> {
@@ -663,6 +717,13 @@ impl DataLoader {
     pub fn len(&self) -> Result<i64> {
         let mut v = 0;
         check(unsafe { sys::accel_dataloader_get_length(self.raw, &mut v) })?;
+        Ok(v)
+    }
+
+    /// The epoch that seeds the next pass's shuffle.
+    pub fn epoch(&self) -> Result<i64> {
+        let mut v = 0;
+        check(unsafe { sys::accel_dataloader_get_epoch(self.raw, &mut v) })?;
         Ok(v)
     }
 

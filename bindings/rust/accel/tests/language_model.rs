@@ -57,3 +57,23 @@ fn train_on_tokens_then_generate() -> accel::Result<()> {
     assert!(e.message().contains("max_new_tokens"), "{}", e.message());
     Ok(())
 }
+
+#[test]
+fn small_getters() -> accel::Result<()> {
+    assert_eq!(accel::version_number() / 1_000_000, accel::version_string().split('.').next().unwrap().parse::<i32>().unwrap());
+    assert_eq!((accel::process_index()?, accel::process_count()?, accel::process_is_main()?), (0, 1, true));
+    let t = Tensor::from_slice(&[1i32, 2, 3], &[3])?;
+    assert_eq!(t.nbytes()?, 12);
+    let mut model = Model::from_json(r#"{"type": "mlp", "widths": [4, 8, 3]}"#)?;
+    assert_eq!(model.parameter_numel()?, 4 * 8 + 8 + 8 * 3 + 3);
+    assert!(model.is_training()?);
+    model.eval()?;
+    assert!(!model.is_training()?);
+    let opt = Optimizer::new(&mut model, r#"{"type": "sgd", "lr": 0.1}"#)?;
+    assert!(!opt.step_was_skipped()?);
+    let mut dl = DataLoader::from_tokens(&stream(50), r#"{"block_size": 4}"#)?;
+    assert_eq!(dl.epoch()?, 0);
+    dl.set_epoch(3)?;
+    assert_eq!(dl.epoch()?, 3);
+    Ok(())
+}
