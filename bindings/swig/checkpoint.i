@@ -79,6 +79,15 @@
     {
         ACCEL_CHECK(accel_model_load_checkpoint(ACCEL_H($self, "Model"), path, options_json));
     }
+    /** load_checkpoint(), returning what did not match as JSON: {"missing_keys": [...], "unexpected_keys":
+     *  [...], "tied_keys": [{"key": "lm_head.weight", "loaded_into": "wte.weight"}]} (empty lists when the file
+     *  matched the model exactly). */
+    std::string load_checkpoint_with_report(const char *path, const char *options_json = NULL)
+    {
+        char *out = NULL;
+        ACCEL_CHECK(accel_model_load_checkpoint_with_report(ACCEL_H($self, "Model"), path, options_json, &out));
+        return accel_swig::owned_string(out);
+    }
 }
 
 %inline %{

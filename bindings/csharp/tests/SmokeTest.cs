@@ -407,6 +407,25 @@ namespace Accel.Tests
             }
         }
 
+        [Test]
+        public void LoadCheckpointWithReport()
+        {
+            string dir = Path.Combine(Path.GetTempPath(), "accel-cs-report-" + Guid.NewGuid());
+            try {
+                using (var acc = new Accelerator(null))
+                using (var model = Model.FromJson("{\"type\": \"mlp\", \"widths\": [4, 8, 3]}"))
+                using (var bigger = Model.FromJson("{\"type\": \"mlp\", \"widths\": [4, 8, 3, 3]}")) {
+                    acc.Prepare(model, null, null, null);
+                    acc.SaveModel(model, dir, null);
+                    Assert.AreEqual("{\"missing_keys\": [\"4.weight\", \"4.bias\"], \"unexpected_keys\": [], \"tied_keys\": []}",
+                                    bigger.LoadCheckpointWithReport(dir));
+                    Assert.Throws<NotFoundError>(() => bigger.LoadCheckpointWithReport(Path.Combine(dir, "missing")));
+                }
+            } finally {
+                if (Directory.Exists(dir)) Directory.Delete(dir, true);
+            }
+        }
+
         static void CollectEverything()
         {
             for (int i = 0; i < 3; ++i) {

@@ -90,3 +90,15 @@ def test_numpy_dtypes():
             else:
                 with pytest.raises(accel.InvalidArgumentError, match="numpy: the tensor's dtype is %s" % source):
                     t.numpy(dtype=target)
+
+
+def test_load_checkpoint_with_report(tmp_path):
+    acc = accel.Accelerator()
+    model = accel.Model.from_json('{"type": "mlp", "widths": [4, 8, 3]}')
+    acc.prepare(model)
+    acc.save_model(model, str(tmp_path), None)
+    bigger = accel.Model.from_json('{"type": "mlp", "widths": [4, 8, 3, 3]}')
+    assert bigger.load_checkpoint_with_report(str(tmp_path)) == \
+        '{"missing_keys": ["4.weight", "4.bias"], "unexpected_keys": [], "tied_keys": []}'
+    with pytest.raises(accel.NotFoundError):
+        bigger.load_checkpoint_with_report(str(tmp_path / "missing"))

@@ -831,6 +831,14 @@ extern "C" {
         options_json: *const core::ffi::c_char,
     ) -> accel_status_t;
 }
+extern "C" {
+    pub fn accel_model_load_checkpoint_with_report(
+        model: *mut accel_model_t,
+        path: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+        out_report: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
 pub type accel_checkpoint_save_fn_t = ::core::option::Option<
     unsafe extern "C" fn(
         user_data: *mut core::ffi::c_void,

@@ -76,4 +76,15 @@ impl Model {
         let options = opt_cstring("options_json", options)?;
         check(unsafe { sys::accel_model_load_checkpoint(self.raw, path.as_ptr(), opt_ptr(&options)) })
     }
+
+    /// [`Model::load_checkpoint`], returning what did not match as JSON: `{"missing_keys": [...],
+    /// "unexpected_keys": [...], "tied_keys": [{"key": ..., "loaded_into": ...}]}` (empty lists when the file
+    /// matched the model exactly).
+    pub fn load_checkpoint_with_report(&mut self, path: &str, options: Option<&str>) -> Result<String> {
+        let path = cstring("path", path)?;
+        let options = opt_cstring("options_json", options)?;
+        let mut out: *mut c_char = ptr::null_mut();
+        check(unsafe { sys::accel_model_load_checkpoint_with_report(self.raw, path.as_ptr(), opt_ptr(&options), &mut out) })?;
+        Ok(unsafe { owned_string(out) })
+    }
 }

@@ -77,3 +77,21 @@ fn small_getters() -> accel::Result<()> {
     assert_eq!(dl.epoch()?, 3);
     Ok(())
 }
+
+#[test]
+fn load_checkpoint_with_report() -> accel::Result<()> {
+    let dir = std::env::temp_dir().join(format!("accel-rust-report-{}", std::process::id()));
+    let mut acc = Accelerator::new(None)?;
+    let mut model = Model::from_json(r#"{"type": "mlp", "widths": [4, 8, 3]}"#)?;
+    acc.prepare(Some(&mut model), None, None, None)?;
+    acc.save_model(&model, dir.to_str().unwrap(), None)?;
+    let mut bigger = Model::from_json(r#"{"type": "mlp", "widths": [4, 8, 3, 3]}"#)?;
+    assert_eq!(
+        bigger.load_checkpoint_with_report(dir.to_str().unwrap(), None)?,
+        r#"{"missing_keys": ["4.weight", "4.bias"], "unexpected_keys": [], "tied_keys": []}"#
+    );
+    let missing = dir.join("missing");
+    assert_eq!(bigger.load_checkpoint_with_report(missing.to_str().unwrap(), None).unwrap_err().status(), Status::NotFound);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

@@ -113,6 +113,18 @@ class TensorAccessTest {
     }
   }
 
+  @Test
+  void loadCheckpointWithReport(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) {
+    try (Accelerator acc = new Accelerator(null); Model model = Model.fromJson("{\"type\": \"mlp\", \"widths\": [4, 8, 3]}");
+         Model bigger = Model.fromJson("{\"type\": \"mlp\", \"widths\": [4, 8, 3, 3]}")) {
+      acc.prepare(model, null, null, null);
+      acc.saveModel(model, dir.toString(), null);
+      assertEquals("{\"missing_keys\": [\"4.weight\", \"4.bias\"], \"unexpected_keys\": [], \"tied_keys\": []}",
+          bigger.loadCheckpointWithReport(dir.toString()));
+      assertThrows(NotFoundError.class, () -> bigger.loadCheckpointWithReport(dir.resolve("missing").toString()));
+    }
+  }
+
   /** Runs System.gc() until {@code done} holds (10 s at most). */
   static boolean gcUntil(java.util.function.BooleanSupplier done) throws InterruptedException {
     for (int i = 0; i < 1000 && !done.getAsBoolean(); ++i) {
