@@ -112,7 +112,7 @@ static int evaluate(accel_model_t *model, accel_tensor_t *tokens, double *out)
         int64_t size = 0;
         int bad = failed(accel_batch_get_inputs(b, &x), "inputs") || failed(accel_batch_get_labels(b, &y), "labels") ||
                   failed(accel_batch_get_size(b, &size), "size") ||
-                  failed(accel_model_forward(model, x, &logits), "forward") ||
+                  failed(accel_model_forward_no_grad(model, x, &logits), "forward") ||
                   failed(accel_loss_compute("causal_lm", logits, y, &loss), "loss") ||
                   failed(accel_tensor_get_item(loss, &value), "loss value");
         sum += value * (double)size;
@@ -140,10 +140,16 @@ static int sample(accel_accelerator_t *acc, accel_model_t *model, const unsigned
     char text[BLOCK + 1], line[BLOCK + 100];
     accel_tensor_t *p = NULL, *o = NULL;
     for (i = 0; i < len; ++i) ids[i] = index_of[(unsigned char)prompt[i]];
-    if (failed(accel_tensor_create(ids, (size_t)len * sizeof(int64_t), ACCEL_DTYPE_INT64, &len, 1, &p), "prompt") ||
-        failed(accel_model_generate(model, p, options, &o), "generate") ||
-        failed(accel_tensor_get_numel(o, &n), "generated length") ||
-        failed(accel_tensor_copy_to_buffer(o, out, (size_t)n * sizeof(int64_t)), "generated tokens")) {
+    /* A sharded model (accel launch --use_fsdp, ZeRO-3) generates from whole parameters, gathered on every
+       process (every process samples); any other model answers FAILED_PRECONDITION and generates as it is. */
+    const accel_status_t summon = accel_accelerator_summon_full_params_begin(acc, model);
+    if (summon != ACCEL_OK && summon != ACCEL_ERR_FAILED_PRECONDITION) return failed(summon, "summon_full_params");
+    int bad = failed(accel_tensor_create(ids, (size_t)len * sizeof(int64_t), ACCEL_DTYPE_INT64, &len, 1, &p), "prompt") ||
+              failed(accel_model_generate(model, p, options, &o), "generate") ||
+              failed(accel_tensor_get_numel(o, &n), "generated length") ||
+              failed(accel_tensor_copy_to_buffer(o, out, (size_t)n * sizeof(int64_t)), "generated tokens");
+    if (summon == ACCEL_OK) bad = failed(accel_accelerator_summon_full_params_end(acc, model), "summon_full_params") || bad;
+    if (bad) {
         accel_tensor_free(p);
         accel_tensor_free(o);
         return 1;

@@ -58,7 +58,7 @@ static int accuracy(accel_model_t *model, accel_tensor_t *features, const int64_
     accel_tensor_t *outputs = NULL;
     int correct = 0;
     if (failed(accel_model_eval(model), "eval") ||
-        failed(accel_model_forward(model, features, &outputs), "forward") ||
+        failed(accel_model_forward_no_grad(model, features, &outputs), "forward") ||
         failed(accel_tensor_copy_to_buffer(outputs, logits, sizeof logits), "read logits")) {
         accel_tensor_free(outputs);
         return 1;

@@ -41,7 +41,7 @@ private:
 double accuracy(accel::Model &model, const accel::Tensor &features, const std::vector<std::int64_t> &labels)
 {
     model.eval();
-    const auto logits = model.forward(features).to_vector<float>();
+    const auto logits = model.forward_no_grad(features).to_vector<float>();
     model.train();
     int correct = 0;
     for (int i = 0; i < kNumSamples; ++i) {

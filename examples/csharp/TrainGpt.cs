@@ -83,7 +83,7 @@ static class TrainGpt
                 using (batch)
                 using (var x = batch.Inputs())
                 using (var y = batch.Labels())
-                using (var logits = model.Forward(x))
+                using (var logits = model.ForwardNoGrad(x))
                 using (var loss = Library.ComputeLoss("causal_lm", logits, y)) {
                     sum += loss.Item() * batch.Size();
                     count += batch.Size();

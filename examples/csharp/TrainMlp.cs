@@ -36,7 +36,7 @@ static class TrainMlp
     {
         model.Eval();
         float[] logits;
-        using (var outputs = model.Forward(features))
+        using (var outputs = model.ForwardNoGrad(features))
             logits = outputs.ToFloatArray();
         model.Train();
         int correct = 0;

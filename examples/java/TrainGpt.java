@@ -93,7 +93,7 @@ public final class TrainGpt {
     try (DataLoader dl = DataLoader.fromTokens(tokens,
              String.format(Locale.ROOT, "{\"block_size\": %d, \"batch_size\": %d}", BLOCK, EVAL_BATCH))) {
       for (Batch batch : dl)
-        try (batch; Tensor x = batch.inputs(); Tensor y = batch.labels(); Tensor logits = model.forward(x);
+        try (batch; Tensor x = batch.inputs(); Tensor y = batch.labels(); Tensor logits = model.forwardNoGrad(x);
              Tensor loss = Accel.computeLoss("causal_lm", logits, y)) {
           sum += loss.item() * batch.size();
           count += batch.size();

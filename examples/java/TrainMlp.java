@@ -38,7 +38,7 @@ public final class TrainMlp {
   static double accuracy(Model model, Tensor features, long[] labels) {
     model.eval();
     float[] logits;
-    try (Tensor outputs = model.forward(features)) {
+    try (Tensor outputs = model.forwardNoGrad(features)) {
       logits = outputs.toFloatArray();
     }
     model.train();

@@ -41,7 +41,7 @@ def evaluate(model, tokens):
     total, count = 0.0, 0
     dl = accel.DataLoader.from_tokens(tokens, '{"block_size": %d, "batch_size": %d}' % (BLOCK, EVAL_BATCH))
     for batch in dl:
-        with batch, batch.inputs() as x, batch.labels() as y, model.forward(x) as logits, \
+        with batch, batch.inputs() as x, batch.labels() as y, model.forward_no_grad(x) as logits, \
                 accel.compute_loss("causal_lm", logits, y) as loss:
             total += loss.item() * batch.size()
             count += batch.size()

@@ -52,7 +52,7 @@ def accuracy(model, features, labels):
     """Fraction of samples whose arg-max logit is the label, with the model in eval mode."""
     model.eval()
     logits = array.array("f", bytes(4 * NUM_SAMPLES * NUM_CLASSES))
-    with model.forward(features) as outputs:
+    with model.forward_no_grad(features) as outputs:
         outputs.copy_to_bytes(logits)
     model.train()
     correct = 0

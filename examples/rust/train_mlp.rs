@@ -32,7 +32,7 @@ impl Lcg {
 
 fn accuracy(model: &mut Model, features: &Tensor, labels: &[i64]) -> accel::Result<f64> {
     model.eval()?;
-    let logits: Vec<f32> = model.forward(features)?.to_vec()?;
+    let logits: Vec<f32> = model.forward_no_grad(features)?.to_vec()?;
     model.train()?;
     let correct = logits
         .chunks(NUM_CLASSES)

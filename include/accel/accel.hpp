@@ -281,6 +281,13 @@ public:
         check(accel_model_forward(get(), input.get(), &raw));
         return Tensor(raw);
     }
+    // Without the autograd graph (torch.no_grad()): evaluation and inference.
+    Tensor forward_no_grad(const Tensor &input)
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_model_forward_no_grad(get(), input.get(), &raw));
+        return Tensor(raw);
+    }
     void train() { check(accel_model_train(get())); }
     void eval() { check(accel_model_eval(get())); }
     std::size_t num_parameters() const

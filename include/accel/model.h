@@ -66,6 +66,17 @@ ACCEL_API void accel_model_free(accel_model_t *model) ACCEL_NOEXCEPT;
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_forward(accel_model_t *model, const accel_tensor_t *input,
                                                              accel_tensor_t **out) ACCEL_NOEXCEPT;
 
+/**
+ * accel_model_forward() without recording the autograd graph, as under `torch.no_grad()`: for evaluation and
+ * inference. Eval mode alone (accel_model_eval) does not do this, as in PyTorch: it switches dropout and
+ * batch-norm statistics off but a forward still keeps every activation for a backward. The output has no
+ * gradient history (a backward through it fails); a sharded model gathers its parameters for the forward and
+ * returns to its shards right after it, as FSDP does without a backward.
+ * Ownership: borrows @p input; free *out with accel_tensor_free().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_forward_no_grad(accel_model_t *model, const accel_tensor_t *input,
+                                                                     accel_tensor_t **out) ACCEL_NOEXCEPT;
+
 /** Switch to training mode (dropout and batch-norm statistics active), as `model.train()`. */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_train(accel_model_t *model) ACCEL_NOEXCEPT;
 /** Switch to evaluation mode, as `model.eval()`. */

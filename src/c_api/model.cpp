@@ -7,6 +7,8 @@
 #include "parallel/fsdp/zero_init.hpp"
 #include "precision/autocast.hpp"
 
+#include <ATen/core/grad_mode.h>
+
 using accel::fail;
 using namespace accel::capi;
 
@@ -45,8 +47,9 @@ ACCEL_API accel_status_t accel_model_create_from_torchscript(const char *path, a
 
 ACCEL_API void accel_model_free(accel_model_t *model) noexcept { delete model; }
 
-ACCEL_API accel_status_t accel_model_forward(accel_model_t *model, const accel_tensor_t *input,
-                                             accel_tensor_t **out) noexcept
+namespace {
+
+accel_status_t forward(accel_model_t *model, const accel_tensor_t *input, accel_tensor_t **out, bool grad)
 {
     return guarded([&] {
         out_param(out);
@@ -54,6 +57,7 @@ ACCEL_API accel_status_t accel_model_forward(accel_model_t *model, const accel_t
         auto &in = checked(input, "input");
         at::Tensor result;
         try {
+            at::AutoGradMode mode(grad && at::GradMode::is_enabled());
             result = accel::forward(*m.impl, in.tensor, !m.unwrapped);
         } catch (const c10::Error &e) {
             // LibTorch rejects an input of the wrong shape or dtype deep inside a layer: say so as an argument error.
@@ -63,6 +67,20 @@ ACCEL_API accel_status_t accel_model_forward(accel_model_t *model, const accel_t
         }
         *out = new_tensor(std::move(result));
     });
+}
+
+} // namespace
+
+ACCEL_API accel_status_t accel_model_forward(accel_model_t *model, const accel_tensor_t *input,
+                                             accel_tensor_t **out) noexcept
+{
+    return forward(model, input, out, true);
+}
+
+ACCEL_API accel_status_t accel_model_forward_no_grad(accel_model_t *model, const accel_tensor_t *input,
+                                                     accel_tensor_t **out) noexcept
+{
+    return forward(model, input, out, false);
 }
 
 ACCEL_API accel_status_t accel_model_train(accel_model_t *model) noexcept

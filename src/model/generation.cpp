@@ -35,6 +35,9 @@ at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::Gen
     auto *gpt = dynamic_cast<GptModel *>(&model);
     if (gpt == nullptr)
         fail(ACCEL_ERR_UNIMPLEMENTED, "model: generation needs a model of type \"gpt\" (accel_model_create_from_json)");
+    // Generation runs the model's layers directly (with a KV cache), not the sharding engine's gathering forward:
+    // a sharded model's parameters must be whole first (was an internal LibTorch error on empty storage).
+    model.check_tensor_access("generate");
     if (!input_ids.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "input_ids: missing");
     if (input_ids.scalar_type() != at::kLong)
         fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("input_ids: expected int64 token ids, got ") +

@@ -353,6 +353,30 @@ static void test_gradients(void)
     CHECK(g != NULL && numel_of(g) == 1);
     accel_tensor_free(g);
 
+    /* Without the graph (issue 43.7): the same values, and no backward through them, in eval mode or not (eval
+       mode alone keeps the graph, as in PyTorch). */
+    {
+        accel_tensor_t *out2 = NULL, *loss2 = NULL;
+        float a[2], b[2];
+        CHECK_OK(accel_model_eval(m));
+        accel_tensor_free(loss);
+        loss = NULL;
+        accel_tensor_free(out);
+        CHECK_OK(accel_model_forward(m, in, &out));
+        CHECK_OK(accel_loss_compute("mse", out, y, &loss));
+        CHECK_OK(accel_accelerator_backward(acc, loss)); /* eval mode: still a graph */
+        CHECK_OK(accel_model_forward_no_grad(m, in, &out2));
+        read_f32(out, a, 2);
+        read_f32(out2, b, 2);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        CHECK_OK(accel_loss_compute("mse", out2, y, &loss2));
+        CHECK(accel_accelerator_backward(acc, loss2) != ACCEL_OK);
+        CHECK_FAILS(accel_model_forward_no_grad(NULL, in, &out2), ACCEL_ERR_INVALID_ARGUMENT, "model");
+        CHECK_FAILS(accel_model_forward_no_grad(m, NULL, &out2), ACCEL_ERR_INVALID_ARGUMENT, "input");
+        accel_tensor_free(loss2);
+        accel_tensor_free(out2);
+    }
+
     accel_tensor_free(loss);
     accel_tensor_free(out);
     accel_tensor_free(in);

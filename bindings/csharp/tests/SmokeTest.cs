@@ -426,6 +426,26 @@ namespace Accel.Tests
             }
         }
 
+        [Test]
+        public void ForwardNoGrad()
+        {
+            using (var acc = new Accelerator(null))
+            using (var model = Model.FromJson("{\"type\": \"mlp\", \"widths\": [4, 8, 3]}"))
+            using (var x = Tensor.Of(new float[] { 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, -0.5f, 1f, 2f }, 2, 4))
+            using (var y = Tensor.Of(new long[] { 0, 2 }, 2)) {
+                acc.Prepare(model, null, null, null);
+                model.Eval();
+                using (var a = model.Forward(x))
+                using (var b = model.ForwardNoGrad(x))
+                using (var la = Library.ComputeLoss("cross_entropy", a, y))
+                using (var lb = Library.ComputeLoss("cross_entropy", b, y)) {
+                    Assert.AreEqual(a.ToFloatArray(), b.ToFloatArray());
+                    acc.Backward(la);
+                    Assert.Throws<InvalidArgumentError>(() => acc.Backward(lb));
+                }
+            }
+        }
+
         static void CollectEverything()
         {
             for (int i = 0; i < 3; ++i) {

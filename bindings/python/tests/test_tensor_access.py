@@ -102,3 +102,17 @@ def test_load_checkpoint_with_report(tmp_path):
         '{"missing_keys": ["4.weight", "4.bias"], "unexpected_keys": [], "tied_keys": []}'
     with pytest.raises(accel.NotFoundError):
         bigger.load_checkpoint_with_report(str(tmp_path / "missing"))
+
+
+def test_forward_no_grad():
+    """The same values as forward, without the autograd graph (issue 43.7): no backward through them."""
+    acc = accel.Accelerator()
+    model = accel.Model.from_json('{"type": "mlp", "widths": [4, 8, 3]}')
+    acc.prepare(model)
+    x = accel.tensor([[0.1, 0.2, 0.3, 0.4], [0.5, -0.5, 1.0, 2.0]])
+    y = accel.tensor([0, 2])
+    model.eval()
+    assert model.forward_no_grad(x).tolist() == model.forward(x).tolist()
+    acc.backward(accel.compute_loss("cross_entropy", model.forward(x), y))
+    with pytest.raises(accel.InvalidArgumentError, match="does not require grad"):
+        acc.backward(accel.compute_loss("cross_entropy", model.forward_no_grad(x), y))

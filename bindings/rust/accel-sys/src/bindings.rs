@@ -203,6 +203,13 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_model_forward_no_grad(
+        model: *mut accel_model_t,
+        input: *const accel_tensor_t,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_model_train(model: *mut accel_model_t) -> accel_status_t;
 }
 extern "C" {

@@ -556,6 +556,14 @@ impl Model {
         Ok(Tensor { raw })
     }
 
+    /// [`Model::forward`] without the autograd graph, as under `torch.no_grad()`: evaluation and inference
+    /// (eval mode alone keeps the graph, as in PyTorch).
+    pub fn forward_no_grad(&mut self, input: &Tensor) -> Result<Tensor> {
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::accel_model_forward_no_grad(self.raw, input.raw, &mut raw) })?;
+        Ok(Tensor { raw })
+    }
+
     pub fn train(&mut self) -> Result<()> {
         check(unsafe { sys::accel_model_train(self.raw) })
     }

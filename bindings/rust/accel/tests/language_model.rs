@@ -95,3 +95,16 @@ fn load_checkpoint_with_report() -> accel::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+#[test]
+fn forward_no_grad() -> accel::Result<()> {
+    let mut acc = Accelerator::new(None)?;
+    let mut model = Model::from_json(r#"{"type": "mlp", "widths": [4, 8, 3]}"#)?;
+    acc.prepare(Some(&mut model), None, None, None)?;
+    model.eval()?;
+    let x = Tensor::from_slice(&[0.1f32, 0.2, 0.3, 0.4, 0.5, -0.5, 1.0, 2.0], &[2, 4])?;
+    let a = model.forward(&x)?;
+    let b = model.forward_no_grad(&x)?;
+    assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+    Ok(())
+}

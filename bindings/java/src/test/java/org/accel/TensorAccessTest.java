@@ -125,6 +125,22 @@ class TensorAccessTest {
     }
   }
 
+  @Test
+  void forwardNoGrad() {
+    try (Accelerator acc = new Accelerator(null); Model model = Model.fromJson("{\"type\": \"mlp\", \"widths\": [4, 8, 3]}");
+         Tensor x = Tensor.of(new float[] {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, -0.5f, 1f, 2f}, 2, 4);
+         Tensor y = Tensor.of(new long[] {0, 2}, 2)) {
+      acc.prepare(model, null, null, null);
+      model.eval();
+      try (Tensor a = model.forward(x); Tensor b = model.forwardNoGrad(x); Tensor la = Accel.computeLoss("cross_entropy", a, y);
+           Tensor lb = Accel.computeLoss("cross_entropy", b, y)) {
+        org.junit.jupiter.api.Assertions.assertArrayEquals(a.toFloatArray(), b.toFloatArray());
+        acc.backward(la);
+        assertThrows(AccelError.class, () -> acc.backward(lb));
+      }
+    }
+  }
+
   /** Runs System.gc() until {@code done} holds (10 s at most). */
   static boolean gcUntil(java.util.function.BooleanSupplier done) throws InterruptedException {
     for (int i = 0; i < 1000 && !done.getAsBoolean(); ++i) {
