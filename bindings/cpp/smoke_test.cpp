@@ -101,6 +101,26 @@ int main(int argc, char **argv)
             EXPECT(std::string(e.status_name()) == "ACCEL_ERR_INVALID_ARGUMENT");
         }
 
+        // The header reads only a tensor's own element type, and a wrong one names both dtypes (issue 43.5).
+        try {
+            const auto ids = accel::Tensor::from(std::vector<std::int32_t>{1, 2, 3}, {3});
+            (void)ids.to_vector<float>();
+            EXPECT(!"no exception");
+        } catch (const accel::Error &e) {
+            EXPECT(e.status() == ACCEL_ERR_INVALID_ARGUMENT);
+            EXPECT(std::string(e.what()).find("the tensor's dtype is int32, the buffer's element type is float32") !=
+                   std::string::npos);
+        }
+        EXPECT((accel::Tensor::from(std::vector<std::int32_t>{1, 2, 3}, {3}).to_vector<std::int32_t>() ==
+                std::vector<std::int32_t>{1, 2, 3}));
+        // The no-grad forward gives the forward's values.
+        {
+            auto b = dl.next_batch();
+            model.eval();
+            EXPECT(model.forward_no_grad(b.inputs()).to_vector<float>() == model.forward(b.inputs()).to_vector<float>());
+            model.train();
+        }
+
         // Free the accelerator before its children: they stay usable.
         acc.reset();
         auto batch = dl.next_batch();

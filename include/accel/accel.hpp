@@ -116,6 +116,24 @@ private:
     H *raw_ = nullptr;
 };
 
+// The dtype as numpy and torch spell it, for messages.
+inline const char *dtype_name(accel_dtype_t d)
+{
+    switch (d) {
+    case ACCEL_DTYPE_FLOAT32: return "float32";
+    case ACCEL_DTYPE_FLOAT64: return "float64";
+    case ACCEL_DTYPE_FLOAT16: return "float16";
+    case ACCEL_DTYPE_BFLOAT16: return "bfloat16";
+    case ACCEL_DTYPE_INT8: return "int8";
+    case ACCEL_DTYPE_UINT8: return "uint8";
+    case ACCEL_DTYPE_INT16: return "int16";
+    case ACCEL_DTYPE_INT32: return "int32";
+    case ACCEL_DTYPE_INT64: return "int64";
+    case ACCEL_DTYPE_BOOL: return "bool";
+    default: return "an unknown dtype";
+    }
+}
+
 template <class T>
 struct dtype_of;
 template <>
@@ -225,12 +243,18 @@ public:
         check(accel_tensor_get_numel(get(), &v));
         return v;
     }
-    /** Copies the elements into @p out, whose size must equal numel() (and T the dtype). */
+    /** Copies the elements into @p out, whose size must equal numel(). T must be the tensor's own element type:
+     *  this header does not convert (the Python, Java, C# and Rust bindings convert where exact); another T is
+     *  ACCEL_ERR_INVALID_ARGUMENT naming both dtypes. */
     template <class T>
     void copy_to(span<T> out) const
     {
-        if (dtype() != detail::dtype_of<std::remove_const_t<T>>::value)
-            throw Error(ACCEL_ERR_INVALID_ARGUMENT, "copy_to: element type does not match the tensor's dtype");
+        const accel_dtype_t have = dtype(), want = detail::dtype_of<std::remove_const_t<T>>::value;
+        if (have != want)
+            throw Error(ACCEL_ERR_INVALID_ARGUMENT, std::string("copy_to: the tensor's dtype is ") +
+                                                        detail::dtype_name(have) + ", the buffer's element type is " +
+                                                        detail::dtype_name(want) + "; read it as " +
+                                                        detail::dtype_name(have));
         check(accel_tensor_copy_to_buffer(get(), out.data(), out.size_bytes()));
     }
     /** The elements, copied into a vector. */
