@@ -417,9 +417,17 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
             const std::string name = indexed("scheduler", ".bin", i);
             apply.push_back(schedulers_[i]->load_state_dict(*ckpt::read_object(dir, name, true), path(name)));
         }
+        // A file that is missing makes the resume inexact: said, as the run goes on (Accelerate 0.2x folders
+        // have no loader positions; their users skip the batches seen themselves).
+        auto inexact = [&dir](const std::string &name, const char *consequence) {
+            std::fprintf(stderr, "accel: warning: load_state: %s has no %s: %s, so training will not continue exactly as it would have\n",
+                         dir.c_str(), name.c_str(), consequence);
+        };
         for (size_t i = 0; i < dataloaders_.size(); ++i) {
             const std::string name = indexed("dl_state_dict", ".bin", i);
             if (PyRef d = ckpt::read_object(dir, name, false)) apply.push_back(dataloaders_[i]->load_state_dict(*d, path(name)));
+            else if (state_->process_index() == 0)
+                inexact(name, "the loader starts its pass from the beginning (skip the batches already seen with skip_first_batches)");
         }
         if (GradScaler *s = scaler())
             if (PyRef d = ckpt::read_object(dir, "scaler.pt", false)) apply.push_back(s->load_state_dict(*d, path("scaler.pt")));
@@ -434,6 +442,8 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
                     const int64_t step = sd_int(*d, "step", path(name));
                     apply.push_back([this, step] { state_->step = step; });
                 }
+            } else {
+                inexact(name, "this process's random generators are not restored");
             }
         }
         {

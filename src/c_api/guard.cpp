@@ -24,10 +24,49 @@ std::string first_line(const c10::Error &e)
 }
 } // namespace
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at s[i] (0 when there is none): the bindings decode messages
+// as UTF-8, and a byte from a damaged file quoted into a message must not make them fail.
+size_t utf8_sequence(const std::string &s, size_t i)
+{
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 && b >= 0xC2 ? 2 : (b >> 4) == 0xE ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    for (size_t k = 1; k < n; ++k)
+        if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return 0;
+    const auto c1 = static_cast<unsigned char>(s[i + 1 < s.size() ? i + 1 : i]);
+    if ((b == 0xE0 && c1 < 0xA0) || (b == 0xED && c1 > 0x9F) || (b == 0xF0 && c1 < 0x90) || (b == 0xF4 && c1 > 0x8F))
+        return 0; // overlong, surrogate or above U+10FFFF
+    return n;
+}
+
+// `message` with every byte that is not part of well-formed UTF-8 written as \xNN.
+std::string valid_utf8(const std::string &message)
+{
+    std::string out;
+    out.reserve(message.size());
+    for (size_t i = 0; i < message.size();) {
+        if (const size_t n = utf8_sequence(message, i)) {
+            out.append(message, i, n);
+            i += n;
+        } else {
+            static const char hex[] = "0123456789abcdef";
+            const auto b = static_cast<unsigned char>(message[i++]);
+            out += "\\x";
+            out += hex[b >> 4];
+            out += hex[b & 0xF];
+        }
+    }
+    return out;
+}
+
+} // namespace
+
 void set_last_error(const std::string &message) noexcept
 {
     try {
-        last_error = message;
+        last_error = valid_utf8(message);
     } catch (...) {
         last_error.clear();
     }

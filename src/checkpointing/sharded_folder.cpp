@@ -30,7 +30,18 @@ std::string sharded_metadata_json(const ShardedMeta &meta)
     return out;
 }
 
-bool is_sharded_folder(const std::string &dir) { return is_dir(dir) && exists(join(dir, kShardedMetadata)); }
+bool is_sharded_folder(const std::string &dir)
+{
+    if (!is_dir(dir)) return false;
+    if (exists(join(dir, kShardedMetadata))) return true;
+    // Pieces without their index are a damaged sharded checkpoint, not the absence of one: say what is missing
+    // (the callers would otherwise look for model.safetensors or optimizer.bin and name those).
+    for (const auto &name : list_dir(dir))
+        if (name.rfind("rank", 0) == 0 && name.size() > 16 && name.compare(name.size() - 12, 12, ".safetensors") == 0)
+            fail(ACCEL_ERR_DATA_LOSS, join(dir, kShardedMetadata) + " is missing: the folder holds a sharded "
+                                      "checkpoint's pieces (" + name + ", ...) without the index that says what they are");
+    return false;
+}
 
 namespace {
 

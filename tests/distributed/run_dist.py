@@ -762,8 +762,10 @@ def scenario_resume(a):
     rp, rn = split_result(resumed, n)
     if a.expect_sharded and a.launcher == "launch":
         expect_damaged_named(a, ckpt, tmp, e, resume_config, (("pytorch_model_fsdp_0/rank1.safetensors", "missing"),
-                                                              ("optimizer_0/rank0.safetensors", "truncated")))
-        log("a missing and a truncated rank file are DATA_LOSS naming the file")
+                                                              ("optimizer_0/rank0.safetensors", "truncated"),
+                                                              ("pytorch_model_fsdp_0/metadata.json", "missing"),
+                                                              ("optimizer_0/metadata.json", "missing")))
+        log("a missing and a truncated rank file, and a missing metadata.json, are DATA_LOSS naming the file")
     if a.launcher == "launch" and a.np == 2 and resume_np == 2 and not a.expect_deepspeed:
         expect_refused_on_every_rank(a, ckpt, tmp, e, resume_config)
         log("a truncated random_states_1.pkl is refused by every process alike (DATA_LOSS naming process 1)")

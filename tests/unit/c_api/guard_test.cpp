@@ -52,3 +52,20 @@ TEST(Guard, TorchCheckKeepsFirstLine)
     EXPECT_EQ(msg, "after blank lines");
     expect_no_backtrace(msg);
 }
+
+// Messages are always valid UTF-8 (issue 42.5): a byte quoted from a damaged file is written as \xNN, well-formed
+// multi-byte characters stay.
+TEST(Guard, MessagesAreValidUtf8)
+{
+    std::string msg = message_of(
+        [] {
+            return accel::capi::guarded([] {
+                accel::fail(ACCEL_ERR_DATA_LOSS, std::string("metadata.json: bad byte \xff here, caf\xc3\xa9, cut \xe2\x82"));
+            });
+        },
+        ACCEL_ERR_DATA_LOSS);
+    EXPECT_EQ(msg, "metadata.json: bad byte \\xff here, caf\xc3\xa9, cut \\xe2\\x82");
+    msg = message_of([] { return accel::capi::guarded([] { accel::fail(ACCEL_ERR_DATA_LOSS, "\xc0\xaf \xed\xa0\x80"); }); },
+                     ACCEL_ERR_DATA_LOSS);
+    EXPECT_EQ(msg, "\\xc0\\xaf \\xed\\xa0\\x80"); // overlong '/', a surrogate
+}
