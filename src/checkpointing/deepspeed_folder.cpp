@@ -434,13 +434,16 @@ DsFolder read_deepspeed_folder(const std::string &dir)
                 model_where->emplace(k->s, whole(v->tensor));
                 model_order.push_back(k->s);
             }
-    } else if (frozen != nullptr && frozen->is_dict() && !frozen->map.empty()) {
-        std::vector<PyRef> models{model};
-        for (int32_t r = 1; out.stage == 3 && r < out.world; ++r) {
-            const std::string path = join(dir, deepspeed_model_states_name(3, r));
-            if (!exists(path)) fail(ACCEL_ERR_DATA_LOSS, path + ": does not exist");
-            models.push_back(load_torch_file(path));
-        }
+    }
+    // ZeRO-3: every rank's model states file is read (DeepSpeed loads each rank's own; they are small: buffers,
+    // empty parameters, frozen fragments), so a missing, empty or truncated one is DATA_LOSS naming it.
+    std::vector<PyRef> models{model};
+    for (int32_t r = 1; out.stage == 3 && r < out.world; ++r) {
+        const std::string path = join(dir, deepspeed_model_states_name(3, r));
+        if (!exists(path)) fail(ACCEL_ERR_DATA_LOSS, path + ": does not exist");
+        models.push_back(load_torch_file(path));
+    }
+    if (out.stage != 1 && frozen != nullptr && frozen->is_dict() && !frozen->map.empty()) {
         for (const auto &[k, v] : frozen->map) {
             const std::vector<int64_t> shape = shape_of(*v, model_path + ": the shape of frozen \"" + k->s + "\"");
             Located l{shape, at::kFloat, {}};

@@ -651,10 +651,14 @@ def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp, env):
     else:
         log("SKIP the zero_to_fp32 check: /usr/bin/python3 has no torch")
     if a.launcher == "launch":
-        expect_damaged_named(a, ckpt, tmp, env, a.config,
-                             (("pytorch_model/zero_pp_rank_1_mp_rank_00_optim_states.pt", "missing"),
-                              ("pytorch_model/zero_pp_rank_0_mp_rank_00_optim_states.pt", "truncated")))
-        log("a missing and a truncated optimizer states file are DATA_LOSS naming the file")
+        victims = [("pytorch_model/zero_pp_rank_1_mp_rank_00_optim_states.pt", "missing"),
+                   ("pytorch_model/zero_pp_rank_0_mp_rank_00_optim_states.pt", "truncated")]
+        if stage == 3:  # every rank's model states file counts (issue 42.3: rank 1's was never read)
+            victims += [("pytorch_model/zero_pp_rank_1_mp_rank_00_model_states.pt", "missing"),
+                        ("pytorch_model/zero_pp_rank_1_mp_rank_00_model_states.pt", "truncated")]
+        expect_damaged_named(a, ckpt, tmp, env, a.config, victims)
+        log("missing and truncated optimizer%s states files are DATA_LOSS naming the file"
+            % (" and model" if stage == 3 else ""))
 
 
 def scenario_resume(a):
