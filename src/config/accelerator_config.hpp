@@ -90,6 +90,11 @@ struct ProcessTopology {
     std::string launcher = "none";
     std::string master_addr = "127.0.0.1"; // MASTER_ADDR
     int32_t master_port = 29500;           // MASTER_PORT
+    // torchrun's elastic agent hosts the store at MASTER_ADDR:MASTER_PORT itself
+    // (TORCHELASTIC_USE_AGENT_STORE=True): every rank connects as a client, under torch's key prefix
+    // "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>", as torch.distributed's env:// rendezvous does.
+    bool agent_store = false;
+    std::string restart_count = "0";
 };
 
 // DistributedDataParallelKwargs (src/parallel/ddp).

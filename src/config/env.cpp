@@ -78,6 +78,9 @@ ProcessTopology topology_from_env()
     if (t.master_port > 65535)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable MASTER_PORT: expected a port in 0..65535, got " +
                                              std::to_string(t.master_port));
+    // torch's own test is == "True" (torch/distributed/rendezvous.py); torchrun writes exactly that.
+    t.agent_store = env_string("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+    t.restart_count = std::to_string(env_int({"TORCHELASTIC_RESTART_COUNT"}, 0));
     return t;
 }
 

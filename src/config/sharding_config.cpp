@@ -93,6 +93,35 @@ std::unique_ptr<cJSON, void (*)(cJSON *)> object_from_env(std::initializer_list<
     return obj;
 }
 
+// The FSDP variables Accelerate's launchers export whatever was asked, read as its FullyShardedDataParallelPlugin
+// reads them (a program the real `accelerate launch` starts must not be refused for them):
+// - FSDP_MIN_NUM_PARAMS (0.24.1: 1e8 by default, 1.x: 100000000) counts only for SIZE_BASED_WRAP;
+// - FSDP_SHARDING_STRATEGY (1.x: FULL_SHARD by default) counts only with fsdp_version 1;
+// - FSDP_RESHARD_AFTER_FORWARD (1.x only: "true" by default, or an FSDP1 strategy name lower-cased from a config
+//   file) is a boolean with fsdp_version 2. With version 1 the plugin takes FSDP_SHARDING_STRATEGY when it is set
+//   (1.x's launcher always sets it) and otherwise the strategy this variable names; accel also reads true and
+//   false there as FULL_SHARD and SHARD_GRAD_OP, which is what they mean with version 2.
+void add_launcher_defaults_from_env(cJSON *obj)
+{
+    const bool v2 = env_string("FSDP_VERSION").value_or("1") == "2";
+    if (auto p = env_string("FSDP_AUTO_WRAP_POLICY"); p && upper(*p) == "SIZE_BASED_WRAP")
+        if (auto v = env_string("FSDP_MIN_NUM_PARAMS"))
+            cJSON_AddItemToObject(obj, "min_num_params", env_value("FSDP_MIN_NUM_PARAMS", *v, "int"));
+    auto strategy = env_string("FSDP_SHARDING_STRATEGY");
+    auto reshard = env_string("FSDP_RESHARD_AFTER_FORWARD");
+    if (v2) {
+        if (reshard) cJSON_AddItemToObject(obj, "reshard_after_forward", env_value("FSDP_RESHARD_AFTER_FORWARD", *reshard, "bool"));
+        return;
+    }
+    if (!strategy && reshard) {
+        const std::string r = upper(*reshard);
+        if (r == "TRUE" || r == "1" || r == "YES") strategy = "FULL_SHARD";
+        else if (r == "FALSE" || r == "0" || r == "NO") strategy = "SHARD_GRAD_OP";
+        else strategy = *reshard; // a strategy name or number, checked with the other sharding_strategy values
+    }
+    if (strategy) cJSON_AddStringToObject(obj, "sharding_strategy", strategy->c_str());
+}
+
 void parse_fsdp(JsonObject &o, AcceleratorConfig &c)
 {
     ShardingConfig &s = c.sharding;
@@ -648,10 +677,7 @@ void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c)
         parse_deepspeed(*o, c);
     } else if (fsdp_env) {
         auto obj = object_from_env({{"FSDP_VERSION", "fsdp_version", "int"},
-                                    {"FSDP_SHARDING_STRATEGY", "sharding_strategy", "string"},
-                                    {"FSDP_RESHARD_AFTER_FORWARD", "reshard_after_forward", "bool"},
                                     {"FSDP_OFFLOAD_PARAMS", "cpu_offload", "bool"},
-                                    {"FSDP_MIN_NUM_PARAMS", "min_num_params", "int"},
                                     {"FSDP_AUTO_WRAP_POLICY", "auto_wrap_policy", "string"},
                                     {"FSDP_TRANSFORMER_CLS_TO_WRAP", "transformer_cls_names_to_wrap", "list"},
                                     {"FSDP_BACKWARD_PREFETCH", "backward_prefetch", "string"},
@@ -662,7 +688,7 @@ void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c)
                                     {"FSDP_SYNC_MODULE_STATES", "sync_module_states", "bool"},
                                     {"FSDP_ACTIVATION_CHECKPOINTING", "activation_checkpointing", "bool"},
                                     {"FSDP_IGNORED_MODULES", "ignored_modules", "string"}});
-        // With a size policy from the launcher but no minimum, the launcher's default (1e8) applies.
+        add_launcher_defaults_from_env(obj.get());
         JsonObject o(obj.get(), "FSDP_* environment variables: fsdp_plugin");
         parse_fsdp(o, c);
     } else if (ds_env) {
@@ -671,6 +697,11 @@ void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c)
                                     {"ACCELERATE_DEEPSPEED_ZERO3_INIT", "zero3_init_flag", "bool"},
                                     {"ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "zero3_save_16bit_model", "bool"},
                                     {"ACCELERATE_DEEPSPEED_CONFIG_FILE", "hf_ds_config", "string"}});
+        // "none" is no file: the questionnaire's default answer, which Accelerate's launcher exports as it is
+        // and its DeepSpeedPlugin reads as no file.
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(obj.get(), "hf_ds_config");
+        if (file != nullptr && std::string(file->valuestring) == "none")
+            cJSON_DeleteItemFromObjectCaseSensitive(obj.get(), "hf_ds_config");
         JsonObject o(obj.get(), "ACCELERATE_DEEPSPEED_* environment variables: deepspeed_plugin");
         parse_deepspeed(o, c);
     }

@@ -4,6 +4,7 @@
 #include "config/env.hpp"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
@@ -174,6 +175,9 @@ c10::intrusive_ptr<c10d::Store> open_store(const Rendezvous &r, const config::Ac
             store->setTimeout(timeout);
             return store;
         }
+        if (t.agent_store) // torchrun's agent hosts the store: no rank may bind its port
+            return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + t.restart_count,
+                                                          connect_tcp(r, false, c10::nullopt, timeout));
         return connect_tcp(r, t.rank == 0, static_cast<size_t>(t.world_size), timeout);
     } catch (const std::exception &e) {
         const std::string msg = first_line(e.what());

@@ -573,6 +573,111 @@ check(mine and all(e.get("OMP_NUM_THREADS") == str(max(1, os.cpu_count() // 2)) 
 check(real and real[0].get("OMP_NUM_THREADS") == str(physical if physical > 1 else 1),
       "OMP_NUM_THREADS from accelerate launch --cpu: %s" % [e.get("OMP_NUM_THREADS") for e in real.values()])
 
+# ==== C. Accelerators created under the real launchers' environment ================================================
+# A program the real `accelerate launch` starts creates its accelerator from what that launcher exports, defaults
+# included: torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE: the agent hosts the store at MASTER_PORT, so rank 0
+# must not bind it), FSDP_MIN_NUM_PARAMS whatever the wrap policy, ACCELERATE_DEEPSPEED_CONFIG_FILE=none (the
+# questionnaire's default answer), and 1.x's FSDP_SHARDING_STRATEGY / FSDP_RESHARD_AFTER_FORWARD. Each was refused
+# at accelerator creation before (issue 43). The worker creates one through libaccel's C API and reports.
+CREATE = os.path.join(HERE, "create_accelerator.py")
+
+
+def created(name, results, expect):
+    """Every rank created its accelerator; `expect` maps a path in the effective configuration to its value."""
+    if not check(results, "C %s: no worker reported" % name):
+        return
+    before = len(failures)
+    for rank, r in sorted(results.items()):
+        if not check(r["status"] == "ACCEL_OK", "C %s, rank %d: %s: %s" % (name, rank, r["status"], r["message"])):
+            continue
+        for path, want in expect.items():
+            got = r["config"]
+            for k in path.split("."):
+                got = got.get(k) if isinstance(got, dict) else None
+            check(got == want, "C %s, rank %d: %s is %r, expected %r" % (name, rank, path, got, want))
+    if len(failures) == before:
+        print("C %s: %d worker(s) created their accelerator" % (name, len(results)))
+
+
+def real_created(name, args, expect, nproc=2):
+    counter[0] += 1
+    out = os.path.join(tmp, "create%d" % counter[0])
+    os.makedirs(out)
+    try:  # (a rank refused while its peer waits for it can leave torchrun waiting: the timeout is a failure)
+        p = subprocess.run([PY, REAL_LAUNCH, PEER] + args + ["--main_process_port", str(free_port()), CREATE, BUILD,
+                                                              out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, env=BASE, cwd=tmp, timeout=90)
+        rc, err = p.returncode, p.stderr[-3000:]
+    except subprocess.TimeoutExpired as e:
+        rc, err = "timeout", str(e.stderr)[-3000:]
+    results = {int(f[4:-5]): json.load(open(os.path.join(out, f))) for f in os.listdir(out)}
+    check(len(results) == nproc, "C %s: %d workers reported, expected %d (exit %s)\n%s"
+          % (name, len(results), nproc, rc, err))
+    created(name, results, expect)
+
+
+def env_created(name, env, expect):
+    """One process under an environment written from Accelerate 1.x's launcher source (1.x needs torch 2)."""
+    counter[0] += 1
+    out = os.path.join(tmp, "create%d" % counter[0])
+    os.makedirs(out)
+    subprocess.run([PY, CREATE, BUILD, out], env=dict(BASE, **env), cwd=tmp, timeout=120)
+    created(name, {int(f[4:-5]): json.load(open(os.path.join(out, f))) for f in os.listdir(out)}, expect)
+
+
+real_created("0.24.1 --multi_gpu -n 2 (torchrun's agent store)", ["--multi_gpu", "--num_processes", "2"] + T1,
+             {"process.world_size": 2, "fsdp_plugin": None})
+real_created("0.24.1 --use_fsdp alone (FSDP_MIN_NUM_PARAMS=100000000.0, no wrap policy)",
+             ["--use_fsdp", "--num_processes", "2"] + T1,
+             {"fsdp_plugin.sharding_strategy": "FULL_SHARD", "fsdp_plugin.auto_wrap_policy": "NO_WRAP"})
+real_created("0.24.1 --use_fsdp, transformer wrap", ["--use_fsdp", "--num_processes", "2", "--fsdp_sharding_strategy",
+                                                      "2", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+                                                      "--fsdp_transformer_layer_cls_to_wrap", "gpt_block"] + T1,
+             {"fsdp_plugin.sharding_strategy": "SHARD_GRAD_OP",
+              "fsdp_plugin.transformer_cls_names_to_wrap": ["gpt_block"]})
+real_created("0.24.1 --use_fsdp, size wrap", ["--use_fsdp", "--num_processes", "2", "--fsdp_auto_wrap_policy",
+                                               "SIZE_BASED_WRAP", "--fsdp_min_num_params", "2000"] + T1,
+             {"fsdp_plugin.auto_wrap_policy": "SIZE_BASED_WRAP", "fsdp_plugin.min_num_params": 2000})
+real_created("0.24.1 DeepSpeed file, deepspeed_config_file: none", ["--config_file", write_0241(
+    "c_ds_none", questionnaire_0241(distributed_type="DEEPSPEED", num_processes=2, deepspeed_config={
+        "deepspeed_config_file": "none", "zero3_init_flag": False, "zero_stage": 2}))[0]] + T1,
+             {"deepspeed_plugin.zero_stage": 2})
+real_created("0.24.1 --use_deepspeed flags", ["--use_deepspeed", "--num_processes", "2", "--zero_stage", "3",
+                                              "--gradient_accumulation_steps", "2"] + T1,
+             {"deepspeed_plugin.zero_stage": 3, "gradient_accumulation_steps": 2})
+
+# Accelerate 1.x's launcher (src/accelerate/utils/launch.py, prepare_multi_gpu_env and prepare_deepspeed_cmd_env, main
+# branch after v1.14.0) with its flag defaults (commands/launch.py): FSDP_VERSION, FSDP_SHARDING_STRATEGY (FULL_SHARD),
+# FSDP_RESHARD_AFTER_FORWARD (str(...).lower(): "true", or an FSDP1 strategy from a config file), FSDP_MIN_NUM_PARAMS
+# (str(int(1e8))) and the booleans are always exported. Its plugin takes FSDP_SHARDING_STRATEGY with version 1 (the
+# reshard variable only when that one is unset) and ignores it with version 2.
+FSDP_1X = {"ACCELERATE_USE_FSDP": "true", "ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_DYNAMO_BACKEND": "NO",
+           "ACCELERATE_DYNAMO_MODE": "default", "ACCELERATE_DYNAMO_USE_FULLGRAPH": "False",
+           "ACCELERATE_DYNAMO_USE_DYNAMIC": "False", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "False",
+           "FSDP_VERSION": "1", "FSDP_SHARDING_STRATEGY": "FULL_SHARD", "FSDP_RESHARD_AFTER_FORWARD": "true",
+           "FSDP_OFFLOAD_PARAMS": "false", "FSDP_MIN_NUM_PARAMS": "100000000", "FSDP_FORWARD_PREFETCH": "false",
+           "FSDP_USE_ORIG_PARAMS": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
+           "FSDP_SYNC_MODULE_STATES": "true", "FSDP_ACTIVATION_CHECKPOINTING": "false"}
+env_created("1.x --use_fsdp alone (FSDP1)", FSDP_1X, {"fsdp_plugin.fsdp_version": 1,
+                                                       "fsdp_plugin.sharding_strategy": "FULL_SHARD"})
+env_created("1.x FSDP1 file, fsdp_reshard_after_forward: SHARD_GRAD_OP (the strategy variable wins, as in 1.x)",
+            dict(FSDP_1X, FSDP_RESHARD_AFTER_FORWARD="shard_grad_op", FSDP_AUTO_WRAP_POLICY="TRANSFORMER_BASED_WRAP",
+                 FSDP_TRANSFORMER_CLS_TO_WRAP="gpt_block"),
+            {"fsdp_plugin.sharding_strategy": "FULL_SHARD", "fsdp_plugin.transformer_cls_names_to_wrap": ["gpt_block"]})
+env_created("1.x FSDP1, only the reshard variable (1.x's fallback)",
+            {k: v for k, v in dict(FSDP_1X, FSDP_RESHARD_AFTER_FORWARD="shard_grad_op").items()
+             if k != "FSDP_SHARDING_STRATEGY"}, {"fsdp_plugin.sharding_strategy": "SHARD_GRAD_OP"})
+env_created("1.x FSDP2, reshard_after_forward false", dict(FSDP_1X, FSDP_VERSION="2", FSDP_RESHARD_AFTER_FORWARD="false",
+                                                           FSDP_STATE_DICT_TYPE="SHARDED_STATE_DICT"),
+            {"fsdp_plugin.fsdp_version": 2, "fsdp_plugin.reshard_after_forward": False})
+env_created("1.x FSDP2, size wrap", dict(FSDP_1X, FSDP_VERSION="2", FSDP_AUTO_WRAP_POLICY="SIZE_BASED_WRAP",
+                                         FSDP_MIN_NUM_PARAMS="2000"),
+            {"fsdp_plugin.reshard_after_forward": True, "fsdp_plugin.min_num_params": 2000})
+env_created("1.x --use_deepspeed, config file none", {
+    "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_CONFIG_DS_FIELDS": "",
+    "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2", "ACCELERATE_DEEPSPEED_CONFIG_FILE": "none"},
+            {"deepspeed_plugin.zero_stage": 2})
+
 if failures:
     print("\n\n".join(failures))
     print("\n%d failure(s); files in %s" % (len(failures), tmp))

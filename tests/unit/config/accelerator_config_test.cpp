@@ -957,6 +957,70 @@ TEST_F(AcceleratorConfigTest, ShardingFromEnvironment)
     EXPECT_FALSE(parse_accelerator_config("{}").sharding.enabled());
 }
 
+// What Accelerate's launchers export whatever was asked (0.24.1 run; 1.x from its source, utils/launch.py) is read
+// as its plugins read it, never refused: FSDP_MIN_NUM_PARAMS only for SIZE_BASED_WRAP, FSDP_SHARDING_STRATEGY only
+// with fsdp_version 1, FSDP_RESHARD_AFTER_FORWARD a boolean with version 2 and, with version 1, the strategy only
+// when FSDP_SHARDING_STRATEGY is unset; ACCELERATE_DEEPSPEED_CONFIG_FILE=none is no file. torchrun's agent store.
+TEST_F(AcceleratorConfigTest, ShardingFromLaunchersDefaults)
+{
+    setenv("ACCELERATE_USE_FSDP", "true", 1);
+    setenv("FSDP_MIN_NUM_PARAMS", "100000000.0", 1); // 0.24.1's default, exported with any policy
+    auto c = parse_accelerator_config("{}");
+    EXPECT_EQ(c.sharding.auto_wrap_policy, "NO_WRAP");
+    setenv("FSDP_AUTO_WRAP_POLICY", "TRANSFORMER_BASED_WRAP", 1);
+    setenv("FSDP_TRANSFORMER_CLS_TO_WRAP", "gpt_block", 1);
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.wrap_classes, std::vector<std::string>{"gpt_block"});
+    setenv("FSDP_AUTO_WRAP_POLICY", "SIZE_BASED_WRAP", 1);
+    unsetenv("FSDP_TRANSFORMER_CLS_TO_WRAP");
+    setenv("FSDP_MIN_NUM_PARAMS", "2000", 1);
+    c = parse_accelerator_config("{}");
+    EXPECT_EQ(c.sharding.auto_wrap_policy, "SIZE_BASED_WRAP");
+    EXPECT_EQ(c.sharding.min_num_params, 2000);
+    unsetenv("FSDP_AUTO_WRAP_POLICY");
+    // 1.x, FSDP1: the strategy variable wins over the reshard one (true by default, or a lower-cased strategy).
+    setenv("FSDP_VERSION", "1", 1);
+    setenv("FSDP_SHARDING_STRATEGY", "FULL_SHARD", 1);
+    setenv("FSDP_RESHARD_AFTER_FORWARD", "true", 1);
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.strategy, "FULL_SHARD");
+    setenv("FSDP_RESHARD_AFTER_FORWARD", "shard_grad_op", 1);
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.strategy, "FULL_SHARD");
+    unsetenv("FSDP_SHARDING_STRATEGY");
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.strategy, "SHARD_GRAD_OP");
+    setenv("FSDP_RESHARD_AFTER_FORWARD", "false", 1);
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.strategy, "SHARD_GRAD_OP");
+    setenv("FSDP_RESHARD_AFTER_FORWARD", "NO_RESHARD", 1); // in 1.x's help, but no ShardingStrategy
+    EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_INVALID_ARGUMENT, "FSDP_* environment variables: fsdp_plugin.sharding_strategy: ");
+    // 1.x, FSDP2: FSDP_SHARDING_STRATEGY (FULL_SHARD by default) is ignored, the reshard variable is a boolean.
+    setenv("FSDP_VERSION", "2", 1);
+    setenv("FSDP_SHARDING_STRATEGY", "FULL_SHARD", 1);
+    setenv("FSDP_RESHARD_AFTER_FORWARD", "false", 1);
+    c = parse_accelerator_config("{}");
+    EXPECT_EQ(c.sharding.fsdp_version, 2);
+    EXPECT_FALSE(c.sharding.reshard_after_forward);
+    setenv("FSDP_RESHARD_AFTER_FORWARD", "full_shard", 1);
+    EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_INVALID_ARGUMENT, "environment variable FSDP_RESHARD_AFTER_FORWARD: ");
+    for (const char *k : {"FSDP_VERSION", "FSDP_SHARDING_STRATEGY", "FSDP_RESHARD_AFTER_FORWARD", "FSDP_MIN_NUM_PARAMS",
+                          "ACCELERATE_USE_FSDP"})
+        unsetenv(k);
+    setenv("ACCELERATE_USE_DEEPSPEED", "true", 1);
+    setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none", 1);
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.frontend, "deepspeed");
+    setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", "/nonexistent/ds.json", 1);
+    EXPECT_PARSE_ERROR_STARTS("{}", ACCEL_ERR_NOT_FOUND, "ACCELERATE_DEEPSPEED_* environment variables: "
+                                                         "deepspeed_plugin.hf_ds_config: cannot read");
+    unsetenv("ACCELERATE_DEEPSPEED_CONFIG_FILE");
+    unsetenv("ACCELERATE_USE_DEEPSPEED");
+    // torchrun's agent store (its TORCHELASTIC_USE_AGENT_STORE is "True" exactly, as torch tests it).
+    EXPECT_FALSE(parse_accelerator_config("{}").topology.agent_store);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+    c = parse_accelerator_config("{}");
+    EXPECT_TRUE(c.topology.agent_store);
+    EXPECT_EQ(c.topology.restart_count, "2");
+    unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+    unsetenv("TORCHELASTIC_RESTART_COUNT");
+}
+
 
 // deepspeed_plugin with fp16: DeepSpeed's loss scaler, from the fp16 block (DeepSpeed's defaults when its keys
 // are spelled out, ZeRO's class defaults when none is).
