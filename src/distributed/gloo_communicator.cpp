@@ -14,6 +14,7 @@
 
 #ifdef ACCEL_WITH_GLOO
 
+#include "distributed/collective_tracker.hpp"
 #include "distributed/rendezvous.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -40,6 +41,14 @@ using namespace std::chrono_literals;
 
 // Tags of reduce_scatter's ring steps, far from those a caller of send/recv would pick.
 constexpr int kReduceScatterTag = 1 << 24;
+// How often a waiting collective looks for the monitor's verdict.
+constexpr std::chrono::milliseconds kPollSlice{200};
+
+// A backend failure inside a numbered collective: the diagnosis can then say where the peers are.
+struct TrackedFailure : std::runtime_error {
+    TrackedFailure(const std::string &what, CollectiveTracker::Ticket t) : std::runtime_error(what), ticket(t) {}
+    CollectiveTracker::Ticket ticket;
+};
 
 c10d::ReduceOp to_c10d(ReduceOp op)
 {
@@ -77,11 +86,65 @@ std::string local_address_towards(const std::string &host, int port)
     return out;
 }
 
-// Heartbeats in the store, and the diagnosis of which rank stopped.
+// One communicator's collectives on this rank (world or group), as the monitor sees them.
+struct Tracked {
+    std::string id;               // "world", "group 3": the key of its record on the heartbeat
+    std::vector<int32_t> members; // global ranks, by rank in the communicator
+    int32_t me = 0;               // this process's global rank
+    CollectiveTracker tracker;
+    std::mutex m;
+    std::vector<c10::intrusive_ptr<c10d::Work>> p2p; // sends/receives waited in now, aborted on a verdict
+
+    // "" for the world, " of the group of ranks 0, 2" for a group.
+    std::string where() const
+    {
+        if (id == "world") return "";
+        std::string s = " of the group of ranks ";
+        for (size_t i = 0; i < members.size(); ++i) s += (i ? ", " : "") + std::to_string(members[i]);
+        return s;
+    }
+};
+
+// Works aborted after a verdict: Gloo's pairs still refer to their buffers, so they are never destroyed (the
+// communicator is poisoned; the process is about to fail).
+std::vector<c10::intrusive_ptr<c10d::Work>> *g_aborted = nullptr;
+std::mutex g_aborted_mutex;
+
+// Ends a send or receive that nobody will wait for any more, and keeps it.
+void bury(const c10::intrusive_ptr<c10d::Work> &w)
+{
+    try {
+        w->abort();
+    } catch (const std::exception &) {
+    }
+    std::lock_guard<std::mutex> g(g_aborted_mutex);
+    if (g_aborted == nullptr) g_aborted = new std::vector<c10::intrusive_ptr<c10d::Work>>();
+    g_aborted->push_back(w);
+}
+
+// ACCEL_COLLECTIVE_MISMATCH_SECONDS: how long a peer's state must contradict this rank's wait (default 5 s; 0: never
+// consult the peers, a mismatch then waits for the timeout).
+double mismatch_delay()
+{
+    const char *v = std::getenv("ACCEL_COLLECTIVE_MISMATCH_SECONDS");
+    if (v == nullptr || *v == '\0') return 5.0;
+    char *end = nullptr;
+    double d = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(d >= 0.0) || d > 1e6)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("ACCEL_COLLECTIVE_MISMATCH_SECONDS: expected seconds >= 0 (0 turns the "
+                                                     "detection of mismatched collectives off), got \"") + v + "\"");
+    return d;
+}
+
+// Heartbeats in the store, the diagnosis of which rank stopped, and the detection of mismatched collectives
+// (collective_tracker.hpp): the heartbeat carries this rank's collective records; while one of its collectives
+// has waited for kPeerCheckAfter, the peers' records are read on every beat.
 class PeerMonitor {
 public:
-    PeerMonitor(Rendezvous r, c10::intrusive_ptr<c10d::Store> shared_store, int rank, int world)
-        : r_(std::move(r)), shared_(std::move(shared_store)), rank_(rank), world_(world)
+    static constexpr double kPeerCheckAfter = 0.5; // seconds waited before the peers' records are read
+
+    PeerMonitor(Rendezvous r, c10::intrusive_ptr<c10d::Store> shared_store, int rank, int world, double mismatch_delay)
+        : r_(std::move(r)), shared_(std::move(shared_store)), rank_(rank), world_(world), delay_(mismatch_delay)
     {
         thread_ = std::thread([this] { run(); });
     }
@@ -97,8 +160,30 @@ public:
         if (thread_.joinable()) thread_.join();
     }
 
-    // A sentence naming the ranks that stopped (best effort, takes ~2 s).
-    std::string diagnose()
+    double mismatch_delay() const { return delay_; }
+
+    void track(std::shared_ptr<Tracked> t)
+    {
+        std::lock_guard<std::mutex> l(m_);
+        tracked_.push_back(std::move(t));
+    }
+
+    // This rank's first failure, published on the next beat (at once) so that peers waiting for this rank in a
+    // collective end with it instead of waiting for the timeout.
+    void publish_failure(const std::string &message)
+    {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            if (failed_.empty()) failed_ = message;
+            beat_now_ = true;
+        }
+        cv_.notify_all();
+    }
+
+    // A sentence naming the ranks that stopped (best effort, takes ~2 s). A peer that published its own failure
+    // is named with it first (*peer_failed set: this failure is a consequence). When every rank is alive and `t`
+    // waited in collective `ticket`, it says where each peer is instead.
+    std::string diagnose(bool *peer_failed, const Tracked *t = nullptr, CollectiveTracker::Ticket ticket = {})
     {
         // The heartbeat thread's own connection, not a new one: a store client connected while rank 0 is
         // dying can be reset before its callback thread is stopped, which aborts the process
@@ -115,10 +200,16 @@ public:
             auto first = read_all(*store);
             std::this_thread::sleep_for(1600ms);
             auto second = read_all(*store);
+            for (int r = 0; r < world_; ++r) {
+                PeerState p = decode_peer_state(second[static_cast<size_t>(r)]);
+                if (r == rank_ || p.failed.empty()) continue;
+                *peer_failed = true;
+                return "rank " + std::to_string(r) + " failed first: " + p.failed;
+            }
             std::vector<int> dead;
             for (int r = 0; r < world_; ++r)
                 if (r != rank_ && first[r] == second[r]) dead.push_back(r);
-            if (dead.empty()) return "every rank is still alive; a peer may be stuck outside the collective";
+            if (dead.empty()) return alive_peers(second, t, ticket);
             std::ostringstream os;
             os << (dead.size() == 1 ? "rank " : "ranks ");
             for (size_t i = 0; i < dead.size(); ++i) os << (i ? ", " : "") << dead[i];
@@ -130,6 +221,31 @@ public:
     }
 
 private:
+    // Every peer is alive: where the peers of `t` are while this rank waits in `ticket`.
+    std::string alive_peers(const std::vector<std::string> &values, const Tracked *t, CollectiveTracker::Ticket ticket)
+    {
+        if (t == nullptr || ticket.seq == 0) return "every rank is still alive; a peer may be stuck outside the collective";
+        CollectiveRecord mine = t->tracker.record();
+        mine.blocked = ticket.seq;
+        mine.blocked_kind = ticket.kind;
+        mine.blocked_purpose = ticket.purpose ? ticket.purpose : "";
+        std::string where;
+        const CollectiveRecord *last = nullptr;
+        std::vector<PeerState> states;
+        for (int32_t g : t->members) states.push_back(decode_peer_state(values[static_cast<size_t>(g)]));
+        for (size_t i = 0; i < t->members.size(); ++i) {
+            const int32_t g = t->members[i];
+            auto it = states[i].comms.find(t->id);
+            if (g == t->me || it == states[i].comms.end()) continue;
+            where += (where.empty() ? "" : ", ") + whereabouts(it->second, g);
+            last = &it->second;
+        }
+        if (where.empty()) return "every rank is still alive; a peer may be stuck outside the collective";
+        return "every rank is alive: " + where + " while rank " + std::to_string(t->me) + " waits in " +
+               describe_collective(mine.blocked_kind, mine.blocked, mine.blocked_purpose) + t->where() + "; " +
+               mismatch_advice(mine, last);
+    }
+
     c10::intrusive_ptr<c10d::Store> connection(std::chrono::milliseconds timeout)
     {
         if (r_.kind == Rendezvous::File) return shared_; // FileStore is thread-safe; extra instances would break its cleanup
@@ -148,6 +264,80 @@ private:
         return out;
     }
 
+    // The heartbeat value: the counter, this rank's failure and its collective records.
+    std::string heartbeat(uint64_t beat, const std::vector<std::shared_ptr<Tracked>> &tracked, const std::string &failed)
+    {
+        PeerState s;
+        s.beat = beat;
+        s.failed = failed;
+        for (const auto &t : tracked) s.comms[t->id] = t->tracker.record();
+        return encode_peer_state(s);
+    }
+
+    // The communicators that have waited in a collective long enough for their peers to be consulted.
+    std::vector<std::shared_ptr<Tracked>> waiting(const std::vector<std::shared_ptr<Tracked>> &tracked, double now)
+    {
+        std::vector<std::shared_ptr<Tracked>> out;
+        for (const auto &t : tracked) {
+            auto [ticket, since] = t->tracker.blocked();
+            if (ticket.seq > 0 && now - since >= kPeerCheckAfter && !t->tracker.verdict()) out.push_back(t);
+        }
+        return out;
+    }
+
+    // Applies the rule to each waiting communicator against its peers' records (read once for all of them).
+    void check_peers(c10d::Store &store, const std::vector<std::shared_ptr<Tracked>> &tracked)
+    {
+        const double now = now_seconds();
+        auto waits = waiting(tracked, now);
+        if (waits.empty()) return;
+        std::vector<PeerState> states;
+        for (const std::string &v : read_all(store)) states.push_back(decode_peer_state(v));
+        for (const auto &t : waits) check(*t, states, now);
+    }
+
+    void check(Tracked &t, const std::vector<PeerState> &states, double now)
+    {
+        const CollectiveRecord mine = t.tracker.record();
+        if (mine.blocked == 0) return;
+        const std::string here = "rank " + std::to_string(t.me) + " is in " +
+                                 describe_collective(mine.blocked_kind, mine.blocked, mine.blocked_purpose) + t.where();
+        for (int32_t g : t.members) {
+            if (g == t.me) continue;
+            const PeerState &p = states[static_cast<size_t>(g)];
+            if (!p.failed.empty()) { // it will not come: end with its cause
+                decide(t, ACCEL_ERR_ABORTED, "gloo: " + here + " but rank " + std::to_string(g) + " failed: " + p.failed);
+                return;
+            }
+        }
+        for (int32_t g : t.members) {
+            if (g == t.me) continue;
+            const PeerState &p = states[static_cast<size_t>(g)];
+            auto it = p.comms.find(t.id);
+            if (it == p.comms.end()) continue;
+            std::string c = contradiction(mine, it->second, g);
+            if (c.empty()) continue;
+            if (t.tracker.confirm(std::to_string(mine.blocked) + "|" + c, p.beat, now, delay_)) {
+                std::ostringstream os;
+                os.precision(3);
+                os << "gloo: mismatched collectives: " << here << " while " << c << "; " << mismatch_advice(mine, &it->second)
+                   << " [rank " << g << " stayed so for " << delay_
+                   << " s while alive; ACCEL_COLLECTIVE_MISMATCH_SECONDS sets this delay]";
+                decide(t, ACCEL_ERR_FAILED_PRECONDITION, os.str());
+            }
+            return; // one peer at a time: the first contradicting one
+        }
+        t.tracker.confirm("", 0, now, delay_);
+    }
+
+    // The verdict ends the wait: collectives notice it within a poll; sends and receives are aborted.
+    void decide(Tracked &t, accel_status_t code, const std::string &message)
+    {
+        t.tracker.set_verdict(code, message);
+        std::lock_guard<std::mutex> l(t.m);
+        for (auto &w : t.p2p) bury(w);
+    }
+
     void run()
     {
         c10::intrusive_ptr<c10d::Store> store;
@@ -164,15 +354,19 @@ private:
         const std::string key = "accel/heartbeat/" + std::to_string(rank_);
         std::unique_lock<std::mutex> l(m_);
         while (!stop_) {
+            auto tracked = tracked_;
+            std::string failed = failed_;
+            beat_now_ = false;
             l.unlock();
             try {
-                std::string v = std::to_string(++beat);
+                std::string v = heartbeat(++beat, tracked, failed);
                 store->set(key, std::vector<uint8_t>(v.begin(), v.end()));
+                if (delay_ > 0) check_peers(*store, tracked);
             } catch (const std::exception &) {
                 return; // the store is gone (rank 0 exited); diagnose() says so
             }
             l.lock();
-            cv_.wait_for(l, 500ms, [this] { return stop_; });
+            cv_.wait_for(l, 500ms, [this] { return stop_ || beat_now_; });
         }
     }
 
@@ -180,9 +374,13 @@ private:
     c10::intrusive_ptr<c10d::Store> shared_;
     c10::intrusive_ptr<c10d::Store> store_; // the heartbeat connection, once made
     int rank_, world_;
+    double delay_; // ACCEL_COLLECTIVE_MISMATCH_SECONDS; 0: peers are never consulted
     std::mutex m_;
     std::condition_variable cv_;
     bool stop_ = false;
+    bool beat_now_ = false;
+    std::vector<std::shared_ptr<Tracked>> tracked_;
+    std::string failed_;
     std::thread thread_;
 };
 
@@ -211,7 +409,7 @@ class GlooCommunicator;
 class GlooWork : public Work {
 public:
     GlooWork(std::shared_ptr<GlooCommunicator> owner, c10::intrusive_ptr<c10d::Work> work, const char *op,
-             at::Tensor avg_target, int32_t divisor);
+             CollectiveTracker::Ticket ticket, at::Tensor avg_target, int32_t divisor);
     void wait() override;
     double completed_at() const override { return done_->load(); }
 
@@ -219,6 +417,7 @@ private:
     std::shared_ptr<GlooCommunicator> owner_;
     c10::intrusive_ptr<c10d::Work> work_;
     const char *op_;
+    CollectiveTracker::Ticket ticket_;
     at::Tensor avg_target_;
     int32_t divisor_;
     std::shared_ptr<std::atomic<double>> done_ = std::make_shared<std::atomic<double>>(0.0);
@@ -228,9 +427,14 @@ private:
 class GlooCommunicator : public Communicator, public std::enable_shared_from_this<GlooCommunicator> {
 public:
     GlooCommunicator(std::shared_ptr<Shared> shared, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg,
-                     std::vector<int32_t> global_ranks)
-        : shared_(std::move(shared)), pg_(std::move(pg)), global_(std::move(global_ranks))
+                     std::vector<int32_t> global_ranks, std::string id)
+        : shared_(std::move(shared)), pg_(std::move(pg)), global_(std::move(global_ranks)),
+          tracked_(std::make_shared<Tracked>())
     {
+        tracked_->id = std::move(id);
+        tracked_->members = global_;
+        tracked_->me = global_[static_cast<size_t>(pg_->getRank())];
+        if (shared_->monitor) shared_->monitor->track(tracked_);
     }
 
     const char *backend() const override { return "gloo"; }
@@ -245,9 +449,10 @@ public:
             std::vector<at::Tensor> v{tensor};
             c10d::AllreduceOptions o;
             o.reduceOp = to_c10d(op);
+            auto ticket = tracked_->tracker.issue("all_reduce");
             auto w = pg_->allreduce(v, o);
-            return std::make_shared<GlooWork>(shared_from_this(), w, "allreduce", op == ReduceOp::Avg ? tensor : at::Tensor(),
-                                              size());
+            return std::make_shared<GlooWork>(shared_from_this(), w, "allreduce", ticket,
+                                              op == ReduceOp::Avg ? tensor : at::Tensor(), size());
         });
     }
 
@@ -258,7 +463,8 @@ public:
             std::vector<std::vector<at::Tensor>> out(1);
             for (int i = 0; i < size(); ++i) out[0].push_back(at::empty_like(in));
             std::vector<at::Tensor> inputs{in};
-            pg_->allgather(out, inputs)->wait(shared_->timeout);
+            auto ticket = tracked_->tracker.issue("all_gather");
+            wait_collective(*pg_->allgather(out, inputs), ticket);
             return out[0];
         });
     }
@@ -271,7 +477,8 @@ public:
             std::vector<at::Tensor> v{tensor};
             c10d::BroadcastOptions o;
             o.rootRank = root;
-            pg_->broadcast(v, o)->wait(shared_->timeout);
+            auto ticket = tracked_->tracker.issue("broadcast");
+            wait_collective(*pg_->broadcast(v, o), ticket);
             return 0;
         });
     }
@@ -298,11 +505,12 @@ public:
             auto index = [n](int64_t i) { return ((i % n) + n) % n; };
             at::Tensor work = in.narrow(0, index(r - 1) * chunk, chunk);
             at::Tensor incoming = at::empty_like(work);
+            auto ticket = tracked_->tracker.issue("reduce_scatter");
             for (int32_t step = 0; step < n - 1; ++step) {
                 std::vector<at::Tensor> out{work}, got{incoming};
                 auto sent = pg_->send(out, static_cast<int>(index(r + 1)), kReduceScatterTag + step);
-                pg_->recv(got, static_cast<int>(index(r - 1)), kReduceScatterTag + step)->wait(shared_->timeout);
-                sent->wait(shared_->timeout);
+                wait_p2p(pg_->recv(got, static_cast<int>(index(r - 1)), kReduceScatterTag + step), ticket);
+                wait_p2p(sent, ticket);
                 work = in.narrow(0, index(r - step - 2) * chunk, chunk) + incoming;
             }
             return work;
@@ -333,7 +541,8 @@ public:
     void barrier() override
     {
         guard("barrier", [&] {
-            pg_->barrier()->wait(shared_->timeout);
+            auto ticket = tracked_->tracker.issue("barrier");
+            wait_collective(*pg_->barrier(), ticket);
             return 0;
         });
     }
@@ -362,7 +571,7 @@ public:
                                                                   static_cast<int>(ranks.size()), opts);
             std::vector<int32_t> global;
             for (int32_t r : ranks) global.push_back(global_[static_cast<size_t>(r)]);
-            return std::make_shared<GlooCommunicator>(shared_, pg, global);
+            return std::make_shared<GlooCommunicator>(shared_, pg, global, "group " + std::to_string(id));
         });
     }
 
@@ -375,9 +584,85 @@ public:
             return f();
         } catch (const Error &) {
             throw;
+        } catch (const TrackedFailure &e) {
+            failed(op, e.what(), &e.ticket);
         } catch (const std::exception &e) {
-            failed(op, e.what());
+            failed(op, e.what(), nullptr);
         }
+    }
+
+    // Waits for collective `ticket`'s work in slices, so that a verdict of the monitor (a peer that is not in this
+    // collective, or that failed) ends the wait. A collective that completes within the first slice costs what a
+    // plain wait does. c10d's Work::wait(timeout) leaves the operation running when the slice expires.
+    void wait_collective(c10d::Work &w, const CollectiveTracker::Ticket &ticket)
+    {
+        CollectiveTracker::Wait waiting(tracked_->tracker, ticket);
+        try {
+            const auto deadline = std::chrono::steady_clock::now() + shared_->timeout;
+            for (;;) {
+                if (w.isCompleted()) { // returns, or throws what the operation threw
+                    w.wait();
+                    return;
+                }
+                auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+                if (left <= 0ms) throw std::runtime_error("Operation timed out!");
+                try {
+                    w.wait(std::min<std::chrono::milliseconds>(left, kPollSlice));
+                    return;
+                } catch (const std::exception &) {
+                    if (!w.isCompleted()) check_verdict(); // else: completed meanwhile, the next pass says how
+                }
+            }
+        } catch (const Error &) {
+            throw;
+        } catch (const std::exception &e) {
+            throw TrackedFailure(e.what(), ticket);
+        }
+    }
+
+    // A send or receive of collective `ticket` (reduce_scatter's ring): waited in whole, and aborted by the monitor
+    // on a verdict (Gloo's unbound buffers end a wait when aborted; a timed-out wait would close every pair).
+    void wait_p2p(const c10::intrusive_ptr<c10d::Work> &w, const CollectiveTracker::Ticket &ticket)
+    {
+        CollectiveTracker::Wait waiting(tracked_->tracker, ticket);
+        {
+            std::lock_guard<std::mutex> l(tracked_->m);
+            tracked_->p2p.push_back(w);
+        }
+        auto unregister = [&] {
+            std::lock_guard<std::mutex> l(tracked_->m);
+            tracked_->p2p.erase(std::find(tracked_->p2p.begin(), tracked_->p2p.end(), w));
+        };
+        bool done = false;
+        try {
+            check_verdict(); // one set before this work was registered aborted nothing
+            done = w->wait(shared_->timeout);
+        } catch (const Error &) {
+            unregister();
+            bury(w);
+            throw;
+        } catch (const std::exception &e) {
+            unregister();
+            check_verdict();
+            throw TrackedFailure(e.what(), ticket);
+        }
+        unregister();
+        check_verdict(); // aborted by the monitor
+        if (!done) throw TrackedFailure("the operation was aborted", ticket);
+    }
+
+    // A verdict of the monitor ends the collective: the communicator is poisoned with it, and peers learn of it
+    // from this rank's next heartbeat.
+    void check_verdict()
+    {
+        auto v = tracked_->tracker.verdict();
+        if (!v) return;
+        {
+            std::lock_guard<std::mutex> l(shared_->m);
+            if (shared_->poison.empty()) shared_->poison = v->message;
+        }
+        if (shared_->monitor) shared_->monitor->publish_failure(v->message);
+        fail(v->code, v->message);
     }
 
     void check_poison(const char *op)
@@ -387,12 +672,15 @@ public:
             fail(ACCEL_ERR_ABORTED, std::string("gloo ") + op + ": communication already failed: " + shared_->poison);
     }
 
-    [[noreturn]] void failed(const char *op, const std::string &what)
+    [[noreturn]] void failed(const char *op, const std::string &what, const CollectiveTracker::Ticket *ticket)
     {
         std::string msg = first_line(what);
         bool timed_out = msg.find("Timed out") != std::string::npos || msg.find("timed out") != std::string::npos ||
                          msg.find("timeout") != std::string::npos;
-        std::string who = shared_->monitor ? shared_->monitor->diagnose() : "";
+        bool peer_failed = false;
+        std::string who = !shared_->monitor ? ""
+                          : ticket      ? shared_->monitor->diagnose(&peer_failed, tracked_.get(), *ticket)
+                                        : shared_->monitor->diagnose(&peer_failed);
         std::string full = std::string("gloo ") + op + " failed on rank " + std::to_string(global_[rank()]) + " of " +
                            std::to_string(global_.size()) + (who.empty() ? "" : ": " + who) +
                            (timed_out ? " (timeout " + std::to_string(shared_->timeout.count() / 1000.0) + " s)" : "") +
@@ -401,7 +689,8 @@ public:
             std::lock_guard<std::mutex> l(shared_->m);
             if (shared_->poison.empty()) shared_->poison = full;
         }
-        fail(timed_out ? ACCEL_ERR_DEADLINE_EXCEEDED : ACCEL_ERR_UNAVAILABLE, full);
+        if (shared_->monitor) shared_->monitor->publish_failure(full);
+        fail(peer_failed ? ACCEL_ERR_ABORTED : timed_out ? ACCEL_ERR_DEADLINE_EXCEEDED : ACCEL_ERR_UNAVAILABLE, full);
     }
 
     std::chrono::milliseconds wait_timeout() const { return shared_->timeout; }
@@ -422,11 +711,12 @@ private:
     std::shared_ptr<Shared> shared_;
     c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
     std::vector<int32_t> global_;
+    std::shared_ptr<Tracked> tracked_;
 };
 
 GlooWork::GlooWork(std::shared_ptr<GlooCommunicator> owner, c10::intrusive_ptr<c10d::Work> work, const char *op,
-                   at::Tensor avg_target, int32_t divisor)
-    : owner_(owner), work_(std::move(work)), op_(op), avg_target_(std::move(avg_target)), divisor_(divisor)
+                   CollectiveTracker::Ticket ticket, at::Tensor avg_target, int32_t divisor)
+    : owner_(owner), work_(std::move(work)), op_(op), ticket_(ticket), avg_target_(std::move(avg_target)), divisor_(divisor)
 {
     auto done = done_;
     try {
@@ -440,7 +730,7 @@ void GlooWork::wait()
 {
     if (waited_) return;
     owner_->guard(op_, [&] {
-        work_->wait(owner_->wait_timeout());
+        owner_->wait_collective(*work_, ticket_);
         return 0;
     });
     waited_ = true;
@@ -458,6 +748,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(const config::AcceleratorCo
     const auto &t = c.topology;
     Rendezvous r = rendezvous_of(c);
     auto timeout = init_timeout(c);
+    const double delay = mismatch_delay();
     auto shared = std::make_shared<Shared>();
     shared->timeout = timeout;
     shared->store = open_store(r, c, "gloo");
@@ -477,7 +768,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(const config::AcceleratorCo
         fail(ACCEL_ERR_UNAVAILABLE, "gloo: connecting rank " + std::to_string(t.rank) + " of " +
                                         std::to_string(t.world_size) + " to its peers failed: " + first_line(e.what()));
     }
-    shared->monitor = std::make_unique<PeerMonitor>(r, shared->store, t.rank, t.world_size);
+    shared->monitor = std::make_unique<PeerMonitor>(r, shared->store, t.rank, t.world_size, delay);
     if (g_live == nullptr) {
         g_live = new std::vector<std::shared_ptr<Shared>>();
         std::atexit(stop_monitors_at_exit);
@@ -485,7 +776,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(const config::AcceleratorCo
     g_live->push_back(shared);
     std::vector<int32_t> ranks;
     for (int32_t i = 0; i < t.world_size; ++i) ranks.push_back(i);
-    return std::make_shared<GlooCommunicator>(shared, pg, ranks);
+    return std::make_shared<GlooCommunicator>(shared, pg, ranks, "world");
 }
 
 bool gloo_compiled() { return true; }

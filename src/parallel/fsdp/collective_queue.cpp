@@ -1,5 +1,7 @@
 #include "parallel/fsdp/collective_queue.hpp"
 
+#include "distributed/collective_tracker.hpp"
+
 namespace accel::parallel {
 
 void CollectiveQueue::Ticket::wait()
@@ -25,6 +27,11 @@ CollectiveQueue::Ticket CollectiveQueue::submit(std::function<void()> job)
 {
     Ticket t;
     t.state_ = std::make_shared<Ticket::State>();
+    // The job's collectives are named with what the submitting thread was doing (mismatch errors).
+    job = [purpose = distributed::CollectivePurpose::current(), job = std::move(job)] {
+        distributed::CollectivePurpose p(purpose);
+        job();
+    };
     {
         std::lock_guard<std::mutex> lock(m_);
         jobs_.emplace_back(std::move(job), t.state_);

@@ -7,6 +7,7 @@
 
 #include "common/allocator.hpp"
 #include "common/error.hpp"
+#include "distributed/collective_tracker.hpp"
 #include "distributed/communicator.hpp"
 #include "model/model.hpp"
 
@@ -459,6 +460,7 @@ struct ShardedDataParallel::Impl {
             acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
                 [weak, i](const torch::autograd::variable_list &outputs, const torch::autograd::variable_list &) {
                     if (auto impl = weak.lock()) {
+                        distributed::CollectivePurpose purpose(distributed::kShardedBackward);
                         if (!impl->active) impl->reset_backward();
                         auto &u = impl->units[impl->params[i].unit];
                         if (u.pending > 0 && --u.pending == 0) impl->unit_ready(u);
@@ -580,6 +582,7 @@ public:
 
     at::Tensor before_forward(const at::Tensor &input) override
     {
+        distributed::CollectivePurpose purpose(distributed::kShardedForward); // named in mismatch errors
         auto s = lock();
         for (size_t ui = 0; ui < s->units.size(); ++ui)
             if (s->units[ui].root) s->gather(ui);
@@ -588,6 +591,7 @@ public:
     }
     void before_layer(size_t layer) override
     {
+        distributed::CollectivePurpose purpose(distributed::kShardedForward);
         auto s = lock();
         if (layer < s->unit_of_layer.size() && s->unit_of_layer[layer] >= 0) {
             const size_t ui = static_cast<size_t>(s->unit_of_layer[layer]);
@@ -614,6 +618,7 @@ public:
             std::weak_ptr<ShardedDataParallel::Impl> weak = impl_;
             out.register_hook([weak, ui](const at::Tensor &) {
                 if (auto impl = weak.lock()) {
+                    distributed::CollectivePurpose purpose(distributed::kShardedBackward);
                     if (!impl->active) impl->reset_backward(); // the first hook of a backward
                     impl->gather(ui, -1);
                     if (impl->cfg.backward_prefetch == "BACKWARD_PRE") impl->prefetch(ui, false);
@@ -884,7 +889,11 @@ ShardedDataParallel::~ShardedDataParallel() = default;
 
 void ShardedDataParallel::set_require_sync(bool on) { impl_->require_sync = on; }
 
-void ShardedDataParallel::finish_backward() { impl_->finish(); }
+void ShardedDataParallel::finish_backward()
+{
+    distributed::CollectivePurpose purpose(distributed::kShardedBackward);
+    impl_->finish();
+}
 
 void ShardedDataParallel::abort_backward()
 {
