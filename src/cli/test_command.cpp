@@ -133,6 +133,13 @@ struct Plan {
     double clipping = 0.0;    // deepspeed_plugin.gradient_clipping: DeepSpeed clips inside its step
     std::string mixed_precision = "no";
     int32_t processes = 1;
+    // A DeepSpeed config file (ACCELERATE_DEEPSPEED_CONFIG_FILE): its optimizer and scheduler blocks take the
+    // place of Accelerate's DummyOptim / DummyScheduler, which a program must then pass (as this one does), and a
+    // batch size it fixes is the batch per process (the one-process reference cannot have it: not compared).
+    std::string ds_file;
+    bool ds_optimizer = false, ds_scheduler = false;
+    int batch = kBatch; // per process and micro-step
+    bool compare = true;
 };
 
 struct Failure {
@@ -170,8 +177,39 @@ std::string model_for(const std::vector<std::string> &wrap_classes)
                   "refused by prepare in any program)"};
 }
 
+// The DeepSpeed config file the launch exported (the effective configuration does not carry its blocks): read
+// as a program adapting to it would, for its optimizer and scheduler blocks and the batch sizes it fixes.
+void read_ds_file(Plan &p, int32_t processes)
+{
+    const char *file = std::getenv("ACCELERATE_DEEPSPEED_CONFIG_FILE");
+    if (file == nullptr || *file == '\0' || std::string(file) == "none") return;
+    std::ifstream in(file, std::ios::binary);
+    expect(in.good(), std::string("cannot read the DeepSpeed config file ") + file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string t = text.str();
+    const JsonValue ds = parse_json(t.data(), t.size(), file);
+    p.ds_file = file;
+    auto object = [&](const char *key) {
+        const JsonValue *v = ds.find(key);
+        return v != nullptr && v->kind == JsonValue::Kind::Object;
+    };
+    p.ds_optimizer = object("optimizer");
+    p.ds_scheduler = object("scheduler");
+    auto fixed = [&](const char *key) -> int64_t { // 0 when absent or "auto"
+        const JsonValue *v = ds.find(key);
+        return v != nullptr && v->kind == JsonValue::Kind::Number && v->is_uint ? static_cast<int64_t>(v->uint_value) : 0;
+    };
+    const int64_t micro = fixed("train_micro_batch_size_per_gpu"), total = fixed("train_batch_size");
+    const int64_t per_process = micro > 0 ? micro : total / std::max<int64_t>(1, p.accumulation * processes);
+    if (micro > 0 || total > 0) {
+        p.batch = static_cast<int>(std::max<int64_t>(1, per_process));
+        p.compare = false;
+    }
+}
+
 // The plan from the accelerator's effective configuration (the launch environment and config file).
-Plan plan_of(accel_accelerator_t *acc)
+Plan plan_of(accel_accelerator_t *acc, int32_t processes)
 {
     Plan p;
     check(accel_accelerator_get_gradient_accumulation_steps(acc, &p.accumulation), "gradient_accumulation_steps");
@@ -189,17 +227,21 @@ Plan plan_of(accel_accelerator_t *acc)
             p.model = model_for(names);
         }
     }
-    if (ds != nullptr && ds->kind == JsonValue::Kind::Object)
+    if (ds != nullptr && ds->kind == JsonValue::Kind::Object) {
         if (const JsonValue *clip = ds->find("gradient_clipping"); clip != nullptr && clip->kind == JsonValue::Kind::Number)
             p.clipping = std::strtod(clip->text.c_str(), nullptr);
+        read_ds_file(p, processes);
+    }
     return p;
 }
 
+// One line of words, then the DeepSpeed config file's path (which may hold spaces) on a line of its own.
 void write_plan(const std::string &path, const Plan &p)
 {
     std::ofstream f(path);
     f.precision(17);
-    f << p.model << ' ' << p.accumulation << ' ' << p.clipping << ' ' << p.mixed_precision << ' ' << p.processes << '\n';
+    f << p.model << ' ' << p.accumulation << ' ' << p.clipping << ' ' << p.mixed_precision << ' ' << p.processes << ' '
+      << p.ds_optimizer << ' ' << p.ds_scheduler << ' ' << p.batch << ' ' << p.compare << '\n' << p.ds_file << '\n';
     expect(f.good(), "cannot write " + path);
 }
 
@@ -207,8 +249,11 @@ Plan read_plan(const std::string &path)
 {
     Plan p;
     std::ifstream f(path);
-    f >> p.model >> p.accumulation >> p.clipping >> p.mixed_precision >> p.processes;
+    f >> p.model >> p.accumulation >> p.clipping >> p.mixed_precision >> p.processes >> p.ds_optimizer >>
+        p.ds_scheduler >> p.batch >> p.compare;
     expect(!f.fail() && p.processes >= 1, "the distributed run left no plan in " + path);
+    f.ignore(1);
+    std::getline(f, p.ds_file);
     return p;
 }
 
@@ -219,7 +264,11 @@ std::string reference_config(const Plan &p)
     std::ostringstream c;
     c.precision(17);
     c << "{\"mixed_precision\": \"" << p.mixed_precision << "\", \"gradient_accumulation_steps\": " << p.accumulation;
-    if (p.clipping > 0.0) c << ", \"deepspeed_plugin\": {\"zero_stage\": 0, \"gradient_clipping\": " << p.clipping << "}";
+    if (!p.ds_file.empty()) // the same DeepSpeed config: its optimizer, scheduler and clipping, on one process
+        c << ", \"deepspeed_plugin\": {\"gradient_clipping\": " << p.clipping << ", \"hf_ds_config\": "
+          << json_quote(p.ds_file) << "}";
+    else if (p.clipping > 0.0)
+        c << ", \"deepspeed_plugin\": {\"zero_stage\": 0, \"gradient_clipping\": " << p.clipping << "}";
     c << "}";
     return c.str();
 }
@@ -284,19 +333,21 @@ std::vector<float> weights_of(accel_accelerator_t *acc, accel_model_t *model)
     return out;
 }
 
-// Trains `m` for kStepsPerRank micro-steps on `data_processes` x kStepsPerRank x kBatch samples with `batch`
+// Trains `m` for kStepsPerRank micro-steps on plan.processes x kStepsPerRank x plan.batch samples with `batch`
 // samples per process and step, and returns the weights. With a checkpoint folder it then saves the state,
 // trains until the optimizer steps again (with gradient accumulation the first micro-steps only accumulate;
 // the end of the epoch always steps) and loads the state back: the weights must be the saved ones again.
-std::vector<float> train(accel_accelerator_t *acc, const TestModel &m, int32_t data_processes, int batch,
+std::vector<float> train(accel_accelerator_t *acc, const TestModel &m, const Plan &plan, int batch,
                          const std::string &checkpoint)
 {
-    const int n = data_processes * kStepsPerRank * kBatch;
+    const int n = plan.processes * kStepsPerRank * plan.batch;
     accel_tensor_t *features = nullptr, *labels = nullptr;
     accel_model_t *model = nullptr;
     accel_optimizer_t *opt = nullptr;
+    accel_scheduler_t *sched = nullptr;
     accel_dataloader_t *dl = nullptr;
     auto release = [&] {
+        accel_scheduler_free(sched);
         accel_dataloader_free(dl);
         accel_optimizer_free(opt);
         accel_model_free(model);
@@ -310,7 +361,7 @@ std::vector<float> train(accel_accelerator_t *acc, const TestModel &m, int32_t d
         *more = b != nullptr;
         if (b == nullptr) return;
         double loss = 0.0;
-        accel_status_t st = accel_accelerator_train_step(acc, model, opt, nullptr, b, m.loss, &loss);
+        accel_status_t st = accel_accelerator_train_step(acc, model, opt, sched, b, m.loss, &loss);
         accel_batch_free(b);
         check(st, "train step");
         check(accel_accelerator_get_sync_gradients(acc, stepped), "sync_gradients");
@@ -320,10 +371,19 @@ std::vector<float> train(accel_accelerator_t *acc, const TestModel &m, int32_t d
         check(accel_random_set_seed(1234, false, false), "set_seed");
         make_data(m, n, &features, &labels);
         check(accel_model_create_from_json(m.spec.c_str(), &model), "model");
-        check(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}", &opt), "optimizer");
+        // A DeepSpeed config's blocks take the dummies' places (their "auto" lr is the dummy's); the schedule's
+        // "auto" total counts optimizer steps of the whole run, which Accelerate divides by the processes.
+        check(accel_optimizer_create(model, plan.ds_optimizer ? "{\"type\": \"dummy\", \"lr\": 0.01}"
+                                                              : "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}",
+                                     &opt), "optimizer");
+        if (plan.ds_scheduler) {
+            const std::string total = std::to_string(2 * kStepsPerRank * plan.processes);
+            check(accel_scheduler_create(opt, ("{\"type\": \"dummy\", \"total_num_steps\": " + total +
+                                               ", \"warmup_num_steps\": 1}").c_str(), &sched), "scheduler");
+        }
         const std::string dl_config = "{\"batch_size\": " + std::to_string(batch) + ", \"shuffle\": false}";
         check(accel_dataloader_create_from_tensors(features, labels, dl_config.c_str(), &dl), "dataloader");
-        check(accel_accelerator_prepare(acc, model, opt, dl, nullptr), "prepare");
+        check(accel_accelerator_prepare(acc, model, opt, dl, sched), "prepare");
         bool more = true, stepped = false;
         while (more) step(&more, &stepped);
         w = weights_of(acc, model);
@@ -370,7 +430,7 @@ int worker(const std::string &dir, bool reference)
         if (reference) { // the distributed run's global batches, model and training settings in one process
             const Plan plan = read_plan(dir + "/plan");
             check(accel_accelerator_create(reference_config(plan).c_str(), &acc), "accelerator (the reference)");
-            write_floats(dir + "/reference.bin", train(acc, test_model(plan.model), plan.processes, kBatch * plan.processes, ""));
+            write_floats(dir + "/reference.bin", train(acc, test_model(plan.model), plan, plan.batch * plan.processes, ""));
             accel_accelerator_free(acc);
             return 0;
         }
@@ -414,11 +474,11 @@ int worker(const std::string &dir, bool reference)
             if (main) std::printf("accel test: collectives ok (gather, reduce, trigger)\n");
         }
         // 2. Data-parallel training; every process holds the same weights. 3. A checkpoint round trip.
-        Plan plan = plan_of(acc);
+        Plan plan = plan_of(acc, processes);
         plan.mixed_precision = mp_names[mp];
         plan.processes = processes;
         const TestModel &model = test_model(plan.model);
-        std::vector<float> w = train(acc, model, processes, kBatch, dir + "/checkpoint");
+        std::vector<float> w = train(acc, model, plan, plan.batch, dir + "/checkpoint");
         std::string strategy = "?";
         {
             char *stats = nullptr;
@@ -553,6 +613,9 @@ int test_main(int argc, char **argv)
             // the weights cannot equal one process's on the global batch; steps 1-3 above still ran.
             std::printf("accel test: not compared with one process: model %s normalizes each process's own batch\n",
                         plan.model.c_str());
+        } else if (!plan.compare) {
+            std::printf("accel test: not compared with one process: the DeepSpeed config file fixes the batch size "
+                        "per process (%d)\n", plan.batch);
         } else {
             compare_with_reference(self, dir, plan.mixed_precision);
         }

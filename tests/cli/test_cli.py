@@ -204,7 +204,7 @@ check("- OpenBLAS kernels: Haswell\n" in p.stdout, "env reports the kernels the 
 warning = "accel: warning: OpenBLAS does not know this CPU"
 with tempfile.TemporaryDirectory() as alone:
     with open(os.path.join(alone, "plan"), "w") as f:  # what the distributed run leaves: model, accumulation,
-        f.write("mlp 1 0 no 1\n")                       # clipping, mixed precision, processes
+        f.write("mlp 1 0 no 1 0 0 4 1\n\n")  # clipping, precision, processes, DeepSpeed blocks, batch, compare; file
     p = run(["test", "--worker", alone, "--reference"], env=dict(HF, OPENBLAS_CORETYPE=None), code=0)
     check(p.stderr.count(warning) == (1 if advice else 0), "the accelerator's warning (%r advised): %s" % (advice, p.stderr))
     p = run(["test", "--worker", alone, "--reference"], env=dict(HF, OPENBLAS_CORETYPE="Haswell"), code=0)
@@ -379,6 +379,23 @@ with open(dpath, "w") as fh:
                     "deepspeed_config": {"zero_stage": 2, "gradient_clipping": 0.05}}, fh)
 p = run(["test", "--config_file", dpath, "--main_process_port", "0"], env=HF, code=0)
 check("Test is a success!" in p.stdout, "accel test with DeepSpeed clipping 0.05: " + p.stdout + p.stderr)
+# A DeepSpeed config file with optimizer and scheduler blocks (the program passes Accelerate's dummies; the reference
+# uses the same file on one process), and one that fixes the batch size per process (no one-process comparison).
+for name, ds, expect in (("blocks", {"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": 2,
+                                     "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+                                     "scheduler": {"type": "WarmupDecayLR", "params": {
+                                         "warmup_num_steps": 1, "total_num_steps": "auto"}},
+                                     "train_micro_batch_size_per_gpu": "auto", "gradient_clipping": 0.05},
+                          "equal to one process"),
+                         ("fixed batch", {"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 8,
+                                          "train_batch_size": 16}, "fixes the batch size per process (8)")):
+    dsfile = os.path.join(tmp, "ds file.json")  # a space in the name: the plan carries the path
+    with open(dsfile, "w") as fh:
+        json.dump(ds, fh)
+    p = run(["test", "-n", "2", "--use_deepspeed", "--deepspeed_config_file", dsfile, "--main_process_port", "0"],
+            env=HF, code=0)
+    check(expect in p.stdout and "Test is a success!" in p.stdout,
+          "accel test with a DeepSpeed file (%s): %s%s" % (name, p.stdout, p.stderr))
 for classes, model in (("gpt_block", "gpt"), ("gpt_block,gpt_embeddings_and_head", "gpt"),
                        ("embedding,transformer_encoder_layer", "tokens"), ("conv2d,layer_norm", "image"),
                        ("linear", "mlp"), ("batch_norm", "image_bn"), ("GPT2Block", None)):
