@@ -179,7 +179,39 @@ void parse_init_process_group(JsonObject &o, InitProcessGroupKwargs &k)
         k.init_method = *m;
     }
     k.timeout = o.get_double("timeout", k.timeout, 0.0, 1e9, true);
+    auto place = [&o](const char *key, int64_t lo) -> std::optional<int32_t> {
+        if (!o.has(key)) return std::nullopt;
+        return static_cast<int32_t>(o.get_int(key, lo, lo, INT32_MAX));
+    };
+    k.rank = place("rank", 0);
+    k.world_size = place("world_size", 1);
+    k.local_rank = place("local_rank", 0);
+    k.local_world_size = place("local_world_size", 1);
+    if (k.rank.has_value() != k.world_size.has_value())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(k.rank ? "world_size" : "rank") + ": needed with " +
+                                             o.path_of(k.rank ? "rank" : "world_size") + " (both or neither)");
+    if (k.rank && *k.rank >= *k.world_size)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("rank") + ": " + std::to_string(*k.rank) + " is not below world_size " +
+                                             std::to_string(*k.world_size));
+    if ((k.local_rank || k.local_world_size) && !k.rank)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(k.local_rank ? "local_rank" : "local_world_size") +
+                                             ": only with rank and world_size");
     o.finish();
+}
+
+// The process's place from init_process_group's rank and world_size, over what the environment said.
+void apply_process_place(const InitProcessGroupKwargs &k, ProcessTopology &t)
+{
+    if (!k.rank) return;
+    t.rank = *k.rank;
+    t.world_size = *k.world_size;
+    t.launcher = "init_process_group";
+    if (k.local_rank) t.local_rank = *k.local_rank;
+    if (k.local_world_size) t.local_world_size = *k.local_world_size;
+    else if (!k.local_rank && t.local_world_size > t.world_size) t.local_world_size = t.world_size;
+    if (t.local_rank >= t.local_world_size)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.local_rank: " + std::to_string(t.local_rank) +
+                                             " is not below local_world_size " + std::to_string(t.local_world_size));
 }
 
 void parse_kwargs_handlers(JsonObject &root, AcceleratorConfig &c)
@@ -336,6 +368,7 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     // Accelerate reads ACCELERATE_FP8_* only when it builds an FP8 recipe; JSON values then override them.
     if (c.mixed_precision == ACCEL_MIXED_PRECISION_FP8) fp8_recipe_from_env(c.fp8_recipe);
     parse_kwargs_handlers(root, c);
+    apply_process_place(c.init_process_group, c.topology);
     parse_project_config(root, c.project);
     parse_sharding_plugins(root, c);
     root.require_absent("megatron_lm_plugin", "Megatron-LM parallelism is " + std::string(kNotYet));
@@ -421,7 +454,11 @@ std::string to_json(const AcceleratorConfig &c)
     else w.add("backend", c.init_process_group.backend);
     if (c.init_process_group.init_method.empty()) w.add_null("init_method");
     else w.add("init_method", c.init_process_group.init_method);
-    w.add("timeout", c.init_process_group.timeout).end_object().end_object();
+    w.add("timeout", c.init_process_group.timeout);
+    if (c.init_process_group.rank)
+        w.add("rank", static_cast<int64_t>(*c.init_process_group.rank))
+            .add("world_size", static_cast<int64_t>(*c.init_process_group.world_size));
+    w.end_object().end_object();
     w.begin_object("project_config");
     if (c.project.project_dir) w.add("project_dir", *c.project.project_dir);
     else w.add_null("project_dir");

@@ -114,6 +114,11 @@ struct InitProcessGroupKwargs {
     std::string backend;     // "" = chosen from the environment; "gloo", "mpi", "nccl"
     std::string init_method; // "" = env://; "tcp://host:port", "file:///path"
     double timeout = 1800.0; // seconds, for the rendezvous and every collective
+    // torch.distributed.init_process_group's rank and world_size (both or neither): the process's place told at
+    // run time instead of by a launcher's environment; they win over RANK / WORLD_SIZE, as in torch. local_rank
+    // and local_world_size (accel's additions; default: the environment's, else 0 and 1) say which processes
+    // share a machine.
+    std::optional<int32_t> rank, world_size, local_rank, local_world_size;
 };
 
 struct AcceleratorConfig {

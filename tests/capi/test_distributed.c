@@ -208,5 +208,29 @@ int main(int argc, char **argv)
                         "kwargs_handlers.init_process_group.timeout");
     expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"init_method\": \"udp://x\"}}}",
                         ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.init_method");
+    /* rank and world_size: both or neither, rank below world_size, local keys only with them (issue 43.10) */
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"rank\": 0}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                        "kwargs_handlers.init_process_group.world_size: needed with");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"world_size\": 2}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                        "kwargs_handlers.init_process_group.rank: needed with");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"rank\": 2, \"world_size\": 2}}}",
+                        ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.rank: 2 is not below world_size 2");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"rank\": -1, \"world_size\": 2}}}",
+                        ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.rank");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"local_rank\": 1}}}",
+                        ACCEL_ERR_INVALID_ARGUMENT, "local_rank: only with rank and world_size");
+    expect_create_fails("{\"kwargs_handlers\": {\"init_process_group\": {\"rank\": 0, \"world_size\": 2, "
+                        "\"local_rank\": 1, \"local_world_size\": 1}}}",
+                        ACCEL_ERR_INVALID_ARGUMENT, "local_rank: 1 is not below local_world_size 1");
+    {
+        /* A world of one told so explicitly: a plain single process. */
+        accel_accelerator_t *one = NULL;
+        int32_t n = 0;
+        CHECK_OK(accel_accelerator_create("{\"kwargs_handlers\": {\"init_process_group\": {\"rank\": 0, \"world_size\": 1}}}",
+                                          &one));
+        CHECK_OK(accel_accelerator_get_num_processes(one, &n));
+        CHECK(n == 1);
+        accel_accelerator_free(one);
+    }
     return capi_report("test_distributed");
 }

@@ -127,6 +127,31 @@ def run_machines(a, program, env):
     return types.SimpleNamespace(stdout="".join(outs), returncode=0)
 
 
+def run_by_hand(a, cmd, config, env):
+    """--np processes started here with no launcher's environment (no RANK, WORLD_SIZE, MASTER_*), each told its
+    place by its own config: kwargs_handlers.init_process_group rank, world_size and a tcp:// init_method, as a
+    long-running service is told at run time (issue 43.10). Returns rank 0's run."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher_vars = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                     "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+    env = {k: v for k, v in env.items() if k not in launcher_vars}
+    procs = []
+    for rank in range(a.np):
+        c = json.loads(config)
+        c.setdefault("kwargs_handlers", {}).setdefault("init_process_group", {}).update(
+            rank=rank, world_size=a.np, init_method="tcp://127.0.0.1:%d" % port, timeout=a.timeout)
+        procs.append(subprocess.Popen(cmd + [json.dumps(c)], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=a.timeout)[0] for p in procs]
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        if p.returncode != 0:
+            sys.exit("process %d (placed by init_process_group) exited with %d:\n%s" % (rank, p.returncode, out[-2000:]))
+    log("%d processes placed by init_process_group's rank/world_size/init_method, no launcher" % a.np)
+    return subprocess.CompletedProcess(cmd, 0, outs[0], "")
+
+
 def scenario_equivalence(a):
     """P processes with batch B must give the weights of 1 process with batch P*B (or, with --ref-np P,
     of P processes under --ref-config, e.g. DDP against a sharded run)."""
@@ -145,6 +170,8 @@ def scenario_equivalence(a):
     ref_config = a.ref_config or a.config
 
     def cmd_for(np_, out, batch, config):
+        if a.launcher == "by_hand":
+            return None  # run_by_hand starts the processes itself
         if a.launcher == "launch":
             return launch_cmd(a, np_) + [prog, out, str(batch), str(a.steps), config]
         if a.launcher == "mpirun":
@@ -160,6 +187,8 @@ def scenario_equivalence(a):
         ref_out = run([prog, ref, str(a.batch * a.np), str(a.steps), ref_config], env=e).stdout
     if a.machines > 1:
         p = run_machines(a, [prog, got, str(a.batch), str(a.steps), a.config], e)
+    elif a.launcher == "by_hand":
+        p = run_by_hand(a, [prog, got, str(a.batch), str(a.steps)], a.config, e)
     else:
         p = run(cmd_for(a.np, got, a.batch, a.config), env=e, timeout=a.timeout)
     if a.expect_backend and ('"backend": "%s"' % a.expect_backend) not in p.stdout:
