@@ -526,6 +526,14 @@ int worker(const std::string &dir, bool reference)
     return 0;
 }
 
+void remove_test_dir(const std::string &dir)
+{
+    try {
+        accel::remove_all(dir);
+    } catch (...) { // a temporary folder left behind is not worth failing the check
+    }
+}
+
 std::string self_path()
 {
     char buf[4096];
@@ -585,11 +593,18 @@ int test_main(int argc, char **argv)
         return 1;
     }
     const std::string dir = tmpl, self = self_path();
+    // launch_main exits by itself when it refuses the options or the config file (exit 2 / 1): the folder is
+    // removed at exit then too, by this process only (launch's children exec or _exit).
+    static std::string at_exit_dir;
+    static pid_t owner = 0;
+    at_exit_dir = dir;
+    owner = getpid();
+    std::atexit([] {
+        if (getpid() == owner && !at_exit_dir.empty()) remove_test_dir(at_exit_dir);
+    });
     auto cleanup = [&dir] {
-        try {
-            accel::remove_all(dir);
-        } catch (...) { // a temporary folder left behind is not worth failing the check
-        }
+        remove_test_dir(dir);
+        at_exit_dir.clear();
     };
     std::vector<std::string> args{"launch"};
     for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
