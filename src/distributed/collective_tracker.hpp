@@ -35,6 +35,9 @@ struct CollectiveRecord {
 struct PeerState {
     uint64_t beat = 0;
     std::string failed;
+    // The failure's status: a mismatch found by this rank (ACCEL_ERR_FAILED_PRECONDITION) is the same broken rule
+    // for its peers, which report it with that status; anything else ends them with ACCEL_ERR_ABORTED.
+    int32_t failed_code = 0;
     std::map<std::string, CollectiveRecord> comms;
 };
 

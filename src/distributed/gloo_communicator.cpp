@@ -170,11 +170,14 @@ public:
 
     // This rank's first failure, published on the next beat (at once) so that peers waiting for this rank in a
     // collective end with it instead of waiting for the timeout.
-    void publish_failure(const std::string &message)
+    void publish_failure(accel_status_t code, const std::string &message)
     {
         {
             std::lock_guard<std::mutex> l(m_);
-            if (failed_.empty()) failed_ = message;
+            if (failed_.empty()) {
+                failed_ = message;
+                failed_code_ = code;
+            }
             beat_now_ = true;
         }
         cv_.notify_all();
@@ -183,7 +186,7 @@ public:
     // A sentence naming the ranks that stopped (best effort, takes ~2 s). A peer that published its own failure
     // is named with it first (*peer_failed set: this failure is a consequence). When every rank is alive and `t`
     // waited in collective `ticket`, it says where each peer is instead.
-    std::string diagnose(bool *peer_failed, const Tracked *t = nullptr, CollectiveTracker::Ticket ticket = {})
+    std::string diagnose(accel_status_t *peer_failed, const Tracked *t = nullptr, CollectiveTracker::Ticket ticket = {})
     {
         // The heartbeat thread's own connection, not a new one: a store client connected while rank 0 is
         // dying can be reset before its callback thread is stopped, which aborts the process
@@ -203,7 +206,7 @@ public:
             for (int r = 0; r < world_; ++r) {
                 PeerState p = decode_peer_state(second[static_cast<size_t>(r)]);
                 if (r == rank_ || p.failed.empty()) continue;
-                *peer_failed = true;
+                *peer_failed = peer_status(p);
                 return "rank " + std::to_string(r) + " failed first: " + p.failed;
             }
             std::vector<int> dead;
@@ -264,12 +267,21 @@ private:
         return out;
     }
 
+    // How a rank ends when a peer failed first: with the peer's mismatch status when it found the collectives
+    // mismatched (both broke the same rule; which of them saw it first is a race), else ABORTED.
+    static accel_status_t peer_status(const PeerState &p)
+    {
+        return p.failed_code == ACCEL_ERR_FAILED_PRECONDITION ? ACCEL_ERR_FAILED_PRECONDITION : ACCEL_ERR_ABORTED;
+    }
+
     // The heartbeat value: the counter, this rank's failure and its collective records.
-    std::string heartbeat(uint64_t beat, const std::vector<std::shared_ptr<Tracked>> &tracked, const std::string &failed)
+    std::string heartbeat(uint64_t beat, const std::vector<std::shared_ptr<Tracked>> &tracked, const std::string &failed,
+                          accel_status_t failed_code)
     {
         PeerState s;
         s.beat = beat;
         s.failed = failed;
+        s.failed_code = failed_code;
         for (const auto &t : tracked) s.comms[t->id] = t->tracker.record();
         return encode_peer_state(s);
     }
@@ -306,7 +318,7 @@ private:
             if (g == t.me) continue;
             const PeerState &p = states[static_cast<size_t>(g)];
             if (!p.failed.empty()) { // it will not come: end with its cause
-                decide(t, ACCEL_ERR_ABORTED, "gloo: " + here + " but rank " + std::to_string(g) + " failed: " + p.failed);
+                decide(t, peer_status(p), "gloo: " + here + " but rank " + std::to_string(g) + " failed: " + p.failed);
                 return;
             }
         }
@@ -356,10 +368,11 @@ private:
         while (!stop_) {
             auto tracked = tracked_;
             std::string failed = failed_;
+            const accel_status_t failed_code = failed_code_;
             beat_now_ = false;
             l.unlock();
             try {
-                std::string v = heartbeat(++beat, tracked, failed);
+                std::string v = heartbeat(++beat, tracked, failed, failed_code);
                 store->set(key, std::vector<uint8_t>(v.begin(), v.end()));
                 if (delay_ > 0) check_peers(*store, tracked);
             } catch (const std::exception &) {
@@ -381,6 +394,7 @@ private:
     bool beat_now_ = false;
     std::vector<std::shared_ptr<Tracked>> tracked_;
     std::string failed_;
+    accel_status_t failed_code_ = ACCEL_OK;
     std::thread thread_;
 };
 
@@ -661,7 +675,7 @@ public:
             std::lock_guard<std::mutex> l(shared_->m);
             if (shared_->poison.empty()) shared_->poison = v->message;
         }
-        if (shared_->monitor) shared_->monitor->publish_failure(v->message);
+        if (shared_->monitor) shared_->monitor->publish_failure(v->code, v->message);
         fail(v->code, v->message);
     }
 
@@ -677,7 +691,7 @@ public:
         std::string msg = first_line(what);
         bool timed_out = msg.find("Timed out") != std::string::npos || msg.find("timed out") != std::string::npos ||
                          msg.find("timeout") != std::string::npos;
-        bool peer_failed = false;
+        accel_status_t peer_failed = ACCEL_OK;
         std::string who = !shared_->monitor ? ""
                           : ticket      ? shared_->monitor->diagnose(&peer_failed, tracked_.get(), *ticket)
                                         : shared_->monitor->diagnose(&peer_failed);
@@ -689,8 +703,11 @@ public:
             std::lock_guard<std::mutex> l(shared_->m);
             if (shared_->poison.empty()) shared_->poison = full;
         }
-        if (shared_->monitor) shared_->monitor->publish_failure(full);
-        fail(peer_failed ? ACCEL_ERR_ABORTED : timed_out ? ACCEL_ERR_DEADLINE_EXCEEDED : ACCEL_ERR_UNAVAILABLE, full);
+        const accel_status_t code = peer_failed != ACCEL_OK ? peer_failed
+                                    : timed_out                ? ACCEL_ERR_DEADLINE_EXCEEDED
+                                                               : ACCEL_ERR_UNAVAILABLE;
+        if (shared_->monitor) shared_->monitor->publish_failure(code, full);
+        fail(code, full);
     }
 
     std::chrono::milliseconds wait_timeout() const { return shared_->timeout; }

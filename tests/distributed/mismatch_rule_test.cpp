@@ -67,10 +67,13 @@ int main()
     PeerState s;
     s.beat = 42;
     s.failed = "gloo: rank 0\tfailed\nbadly";
+    s.failed_code = ACCEL_ERR_FAILED_PRECONDITION;
     s.comms["world"] = mine;
     s.comms["group 1"] = rec(3, "reduce_scatter", 0);
     PeerState back = decode_peer_state(encode_peer_state(s));
     expect(back.beat == 42 && back.failed == "gloo: rank 0 failed badly" && back.comms.size() == 2, "round trip");
+    expect(back.failed_code == ACCEL_ERR_FAILED_PRECONDITION, "the failure's status travels with it");
+    expect(decode_peer_state("beat\t3\nfailed\tolder writer\n").failed_code == 0, "an older writer's failure: no status");
     const CollectiveRecord &w = back.comms["world"];
     expect(w.issued == 5 && w.issued_kind == "all_gather" && w.blocked == 5 && w.blocked_kind == "all_gather" &&
                w.blocked_purpose == kShardedForward,
