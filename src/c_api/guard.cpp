@@ -51,7 +51,7 @@ std::string valid_utf8(const std::string &message)
             out.append(message, i, n);
             i += n;
         } else {
-            static const char hex[] = "0123456789abcdef";
+            static const char hex[] = "0123456789ABCDEF"; // upper case: "\\xff" + "rame #" would read as a backtrace
             const auto b = static_cast<unsigned char>(message[i++]);
             out += "\\x";
             out += hex[b >> 4];

@@ -371,10 +371,10 @@ static void test_gradients(void)
         CHECK(memcmp(a, b, sizeof a) == 0);
         CHECK_OK(accel_loss_compute("mse", out2, y, &loss2));
         CHECK(accel_accelerator_backward(acc, loss2) != ACCEL_OK);
-        CHECK_FAILS(accel_model_forward_no_grad(NULL, in, &out2), ACCEL_ERR_INVALID_ARGUMENT, "model");
-        CHECK_FAILS(accel_model_forward_no_grad(m, NULL, &out2), ACCEL_ERR_INVALID_ARGUMENT, "input");
         accel_tensor_free(loss2);
         accel_tensor_free(out2);
+        CHECK_FAILS(accel_model_forward_no_grad(NULL, in, &out2), ACCEL_ERR_INVALID_ARGUMENT, "model");
+        CHECK_FAILS(accel_model_forward_no_grad(m, NULL, &out2), ACCEL_ERR_INVALID_ARGUMENT, "input");
     }
 
     accel_tensor_free(loss);

@@ -51,11 +51,31 @@ bool accepts(Body &&body)
     }
 }
 
-// A C call's status: OK, or a rejection checked as above.
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
+inline bool valid_utf8(const std::string &s)
+{
+    for (size_t i = 0; i < s.size();) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 && b >= 0xC2 ? 2 : (b >> 4) == 0xE ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return false;
+        for (size_t k = 1; k < n; ++k)
+            if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+        const auto c1 = n > 1 ? static_cast<unsigned char>(s[i + 1]) : 0;
+        if ((b == 0xE0 && c1 < 0xA0) || (b == 0xED && c1 > 0x9F) || (b == 0xF0 && c1 < 0x90) || (b == 0xF4 && c1 > 0x8F))
+            return false;
+        i += n;
+    }
+    return true;
+}
+
+// A C call's status: OK, or a rejection checked as above; a message that crossed the C API is valid UTF-8 (the
+// bindings decode it as such).
 inline bool status_ok(accel_status_t status)
 {
     if (status == ACCEL_OK) return true;
-    check_message(status, accel_last_error_message());
+    const std::string msg = accel_last_error_message();
+    if (!valid_utf8(msg)) finding("a message that is not valid UTF-8: " + msg);
+    check_message(status, msg);
     return false;
 }
 

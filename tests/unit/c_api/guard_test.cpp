@@ -53,7 +53,8 @@ TEST(Guard, TorchCheckKeepsFirstLine)
     expect_no_backtrace(msg);
 }
 
-// Messages are always valid UTF-8 (issue 42.5): a byte quoted from a damaged file is written as \xNN, well-formed
+// Messages are always valid UTF-8 (issue 42.5): a byte quoted from a damaged file is written as \xNN (upper-case hex,
+// so that "\xFF" before "rame #" cannot read as a backtrace's "frame #"), well-formed
 // multi-byte characters stay.
 TEST(Guard, MessagesAreValidUtf8)
 {
@@ -64,8 +65,8 @@ TEST(Guard, MessagesAreValidUtf8)
             });
         },
         ACCEL_ERR_DATA_LOSS);
-    EXPECT_EQ(msg, "metadata.json: bad byte \\xff here, caf\xc3\xa9, cut \\xe2\\x82");
+    EXPECT_EQ(msg, "metadata.json: bad byte \\xFF here, caf\xc3\xa9, cut \\xE2\\x82");
     msg = message_of([] { return accel::capi::guarded([] { accel::fail(ACCEL_ERR_DATA_LOSS, "\xc0\xaf \xed\xa0\x80"); }); },
                      ACCEL_ERR_DATA_LOSS);
-    EXPECT_EQ(msg, "\\xc0\\xaf \\xed\\xa0\\x80"); // overlong '/', a surrogate
+    EXPECT_EQ(msg, "\\xC0\\xAF \\xED\\xA0\\x80"); // overlong '/', a surrogate
 }
