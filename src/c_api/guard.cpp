@@ -41,7 +41,8 @@ size_t utf8_sequence(const std::string &s, size_t i)
     return n;
 }
 
-// `message` with every byte that is not part of well-formed UTF-8 written as \xNN.
+// `message` with every byte that is not part of well-formed UTF-8 written as \x{NN}: the braces keep an escape
+// from running into the text around it (a bare "\xff" before "rame #" would read "...frame #...").
 std::string valid_utf8(const std::string &message)
 {
     std::string out;
@@ -51,11 +52,12 @@ std::string valid_utf8(const std::string &message)
             out.append(message, i, n);
             i += n;
         } else {
-            static const char hex[] = "0123456789ABCDEF"; // upper case: "\\xff" + "rame #" would read as a backtrace
+            static const char hex[] = "0123456789ABCDEF";
             const auto b = static_cast<unsigned char>(message[i++]);
-            out += "\\x";
+            out += "\\x{";
             out += hex[b >> 4];
             out += hex[b & 0xF];
+            out += '}';
         }
     }
     return out;

@@ -53,9 +53,9 @@ TEST(Guard, TorchCheckKeepsFirstLine)
     expect_no_backtrace(msg);
 }
 
-// Messages are always valid UTF-8 (issue 42.5): a byte quoted from a damaged file is written as \xNN (upper-case hex,
-// so that "\xFF" before "rame #" cannot read as a backtrace's "frame #"), well-formed
-// multi-byte characters stay.
+// Messages are always valid UTF-8 (issue 42.5): a byte quoted from a damaged file is written as \x{NN} (the braces
+// keep an escape from running into the text around it: "\xff" before "rame #" read as a backtrace's "frame #");
+// well-formed multi-byte characters stay.
 TEST(Guard, MessagesAreValidUtf8)
 {
     std::string msg = message_of(
@@ -65,8 +65,13 @@ TEST(Guard, MessagesAreValidUtf8)
             });
         },
         ACCEL_ERR_DATA_LOSS);
-    EXPECT_EQ(msg, "metadata.json: bad byte \\xFF here, caf\xc3\xa9, cut \\xE2\\x82");
+    EXPECT_EQ(msg, "metadata.json: bad byte \\x{FF} here, caf\xc3\xa9, cut \\x{E2}\\x{82}");
     msg = message_of([] { return accel::capi::guarded([] { accel::fail(ACCEL_ERR_DATA_LOSS, "\xc0\xaf \xed\xa0\x80"); }); },
                      ACCEL_ERR_DATA_LOSS);
-    EXPECT_EQ(msg, "\\xC0\\xAF \\xED\\xA0\\x80"); // overlong '/', a surrogate
+    EXPECT_EQ(msg, "\\x{C0}\\x{AF} \\x{ED}\\x{A0}\\x{80}"); // overlong '/', a surrogate
+    // Escapes never join the text around them into a backtrace marker.
+    msg = message_of([] { return accel::capi::guarded([] { accel::fail(ACCEL_ERR_DATA_LOSS, "\xfframe # \xbexception raised from"); }); },
+                     ACCEL_ERR_DATA_LOSS);
+    EXPECT_EQ(msg.find("frame #"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("Exception raised from"), std::string::npos) << msg;
 }
