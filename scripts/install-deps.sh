@@ -14,6 +14,7 @@ packages=(
   libprotobuf-dev protobuf-compiler python3-protobuf   # TensorBoard event files (src/tracking); Python read-back test
   bindgen                                 # bindings (bindings/): SWIG, Python, Java, C# (Mono), Rust's accel-sys check
   clang-14 libclang-rt-14-dev llvm-14 lld-14  # scripts/test-sanitizers.sh: clang build, ASan/UBSan, libFuzzer
+  mkdocs mkdocs-material doxygen python3-matplotlib  # scripts/docs.sh: the docs site, the C API reference, plots
 )
 # Rust: a rustup toolchain when there is one, else Debian's cargo.
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || packages+=(cargo)
