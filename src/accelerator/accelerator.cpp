@@ -386,10 +386,18 @@ void Accelerator::check_dataloader(const DataLoaderShard &loader) const
     // hf_ds_config: train_micro_batch_size_per_gpu "auto" is this loader's batch per process (Accelerate's fill),
     // and DeepSpeed's triangle must then hold.
     const auto &c = state_->config;
-    const auto train = c.sharding.ds_train_batch_size_to_check;
-    if (!train || loader.prepared_by() == state_) return;
+    const auto train = c.sharding.ds_train_batch_size_to_check, fixed_micro = c.sharding.ds_micro_batch_size_to_check;
+    if ((!train && !fixed_micro) || loader.prepared_by() == state_) return;
     const int64_t world = state_->comm ? state_->comm->size() : 1;
     const int64_t micro = c.dataloader.split_batches ? loader.options().batch_size / world : loader.options().batch_size;
+    // A warning, not a refusal: an evaluation loader legitimately has another batch size.
+    if (fixed_micro && micro != *fixed_micro && state_->process_index() == 0)
+        std::fprintf(stderr,
+                     "accel: warning: deepspeed_plugin.hf_ds_config.train_micro_batch_size_per_gpu is %lld but this data "
+                     "loader gives each process %lld samples per batch; the loader's batch is what trains (as under "
+                     "Accelerate); write \"auto\" or make them agree if this is the training loader\n",
+                     static_cast<long long>(*fixed_micro), static_cast<long long>(micro));
+    if (!train) return;
     const int64_t accumulation = c.gradient_accumulation.num_steps;
     if (micro * accumulation * world != *train)
         fail(ACCEL_ERR_INVALID_ARGUMENT,

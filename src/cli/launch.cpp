@@ -100,9 +100,14 @@ Options parse(int argc, char **argv)
 {
     Options o;
     int i = 1;
+    // The last flag that took the next argument as its value: when no command is left, that flag most likely
+    // swallowed it (`--zero_stage prog` with the stage forgotten), and the message should say so.
+    std::string last_spaced_flag, last_spaced_value;
     auto value = [&](const std::string &flag, const std::string &inline_value, bool has_inline) -> std::string {
         if (has_inline) return inline_value;
         if (i + 1 >= argc) usage_error(flag + ": missing value");
+        last_spaced_flag = flag;
+        last_spaced_value = argv[i + 1];
         return argv[++i];
     };
     for (; i < argc; ++i) {
@@ -160,6 +165,9 @@ Options parse(int argc, char **argv)
         }
     }
     for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+    if (o.command.empty() && !last_spaced_flag.empty())
+        usage_error("missing the command to run: " + last_spaced_flag + " took \"" + last_spaced_value +
+                    "\" as its value (did its value go missing? write " + last_spaced_flag + "=VALUE)");
     if (o.command.empty()) usage_error("missing the command to run");
     if (o.use_fsdp && o.use_deepspeed) usage_error("--use_fsdp and --use_deepspeed exclude each other");
     return o;

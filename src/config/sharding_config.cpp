@@ -12,6 +12,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -464,7 +465,16 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
     }
     JsonObject ds(node, where);
     auto zero = ds.get_object("zero_optimization");
-    if (!zero) fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": a DeepSpeed config must have a zero_optimization section");
+    if (!zero) {
+        // A misspelled section name ("zero_optimisation") would otherwise read as a missing section.
+        std::string near;
+        for (const cJSON *k = node->child; k != nullptr; k = k->next)
+            if (k->string != nullptr && std::string(k->string).rfind("zero_", 0) == 0 &&
+                std::string(k->string) != "zero_allow_untested_optimizer")
+                near += (near.empty() ? "" : ", ") + std::string("\"") + k->string + "\"";
+        fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": a DeepSpeed config must have a zero_optimization section" +
+                                             (near.empty() ? "" : " (it has " + near + ": misspelled?)"));
+    }
     if (zero->is_string("stage")) number_or_auto(*zero, "stage", 0); // "auto": the plugin's zero_stage
     else s.zero_stage = zero->get_int("stage", 0, 0, 3);              // DeepSpeed's default is 0
     for (const std::string key : {"offload_optimizer", "offload_param"})
@@ -520,6 +530,11 @@ void parse_ds_json(JsonObject &plugin, AcceleratorConfig &c)
     auto train = number_or_auto(ds, "train_batch_size", 1);
     auto micro = number_or_auto(ds, "train_micro_batch_size_per_gpu", 1);
     if (train && !micro) s.ds_train_batch_size_to_check = static_cast<int64_t>(*train);
+    if (micro) {
+        if (*micro != std::floor(*micro) || *micro < 1)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, ds.path_of("train_micro_batch_size_per_gpu") + ": expected an integer >= 1 or \"auto\"");
+        s.ds_micro_batch_size_to_check = static_cast<int64_t>(*micro);
+    }
     auto ga = number_or_auto(ds, "gradient_accumulation_steps", 1);
     if (ga) {
         if (*ga != static_cast<double>(static_cast<int64_t>(*ga)))
@@ -669,6 +684,14 @@ void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c)
     const bool ds_env = !fsdp_json && !ds_json && env_truthy("ACCELERATE_USE_DEEPSPEED");
     if ((fsdp_json && ds_json) || (fsdp_env && ds_env))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin: cannot be combined with deepspeed_plugin; choose one");
+    // The JSON plugin wins over what `accel launch --use_fsdp / --use_deepspeed` exported (Accelerate's
+    // precedence: the object passed to the Accelerator); said, since the launch line asked for the other engine.
+    const char *other = fsdp_json ? "ACCELERATE_USE_DEEPSPEED" : ds_json ? "ACCELERATE_USE_FSDP" : nullptr;
+    if (other != nullptr && env_truthy(other) && c.topology.rank == 0)
+        std::fprintf(stderr, "accel: warning: %s is set (accel launch --use_%s) but the accelerator's JSON config has "
+                             "%s, which wins: training runs %s\n",
+                     other, fsdp_json ? "deepspeed" : "fsdp", fsdp_json ? "fsdp_plugin" : "deepspeed_plugin",
+                     fsdp_json ? "FSDP" : "DeepSpeed ZeRO");
     if (fsdp_json) {
         auto o = root.get_object("fsdp_plugin");
         parse_fsdp(*o, c);

@@ -86,6 +86,9 @@ struct ShardingConfig {
     // hf_ds_config's train_batch_size when a number while train_micro_batch_size_per_gpu is "auto" or absent:
     // prepare fills the micro batch from the data loader, as Accelerate, and checks the product.
     std::optional<int64_t> ds_train_batch_size_to_check;
+    // hf_ds_config's train_micro_batch_size_per_gpu when a number: a loader whose batch per process differs is
+    // warned about (the loader's batch trains; DeepSpeed's batch arithmetic assumed this number).
+    std::optional<int64_t> ds_micro_batch_size_to_check;
 
     // hf_ds_config's optimizer / scheduler blocks: the program passes Accelerate's DummyOptim / DummyScheduler
     // ({"type": "dummy"}) and prepare builds these in their place, filling the values that were "auto" as

@@ -422,6 +422,10 @@ check("exclude each other" in p.stderr, "two engines: " + p.stderr)
 p = run(["launch", "-n", "1", "--use_deepspeed", "--zero_stage", "2", "--gradient_clipping", "0.5", "sh", "-c",
          "echo ENV $ACCELERATE_USE_DEEPSPEED $ACCELERATE_DEEPSPEED_ZERO_STAGE $ACCELERATE_GRADIENT_CLIPPING"], env=HF, code=0)
 check("ENV true 2 0.5" in p.stdout, "DeepSpeed flags exported: " + p.stdout)
+# A flag whose value was forgotten swallows the program: the message says which flag took what (issue 42.5).
+p = run(["launch", "-n", "1", "--use_deepspeed", "--zero_stage", "prog.py"], env=HF, code=2)
+check('--zero_stage took "prog.py" as its value' in p.stderr and "--zero_stage=VALUE" in p.stderr,
+      "a swallowed command: " + p.stderr)
 p = run(["test", "--help"], code=0)
 check("usage: accel test" in p.stdout, "help: " + p.stdout)
 

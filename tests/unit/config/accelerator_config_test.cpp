@@ -802,6 +802,17 @@ TEST_F(AcceleratorConfigTest, ShardingPlugins)
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"train_batch_size\": 8}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config: a DeepSpeed config must have a "
                               "zero_optimization section");
+    // A misspelled section is named (issue 42.5), a plain missing one is not given a guess.
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimisation\": {\"stage\": 2}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config: a DeepSpeed config must have a "
+                              "zero_optimization section (it has \"zero_optimisation\": misspelled?)");
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"train_micro_batch_size_per_gpu\": 4, "
+                                 "\"zero_optimization\": {\"stage\": 2}}}}");
+    EXPECT_EQ(c.sharding.ds_micro_batch_size_to_check, std::optional<int64_t>(4));
+    EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"train_micro_batch_size_per_gpu\": 2.5, "
+                              "\"zero_optimization\": {\"stage\": 2}}}}",
+                              ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.train_micro_batch_size_per_gpu: "
+                              "expected an integer");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 4}}}}",
                               ACCEL_ERR_INVALID_ARGUMENT, "deepspeed_plugin.hf_ds_config.zero_optimization.stage: ");
     EXPECT_PARSE_ERROR_STARTS("{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 2, "
@@ -955,6 +966,23 @@ TEST_F(AcceleratorConfigTest, ShardingFromEnvironment)
     unsetenv("ACCELERATE_DEEPSPEED_ZERO_STAGE");
     unsetenv("ACCELERATE_USE_DEEPSPEED");
     EXPECT_FALSE(parse_accelerator_config("{}").sharding.enabled());
+}
+
+// `accel launch --use_fsdp` with a JSON deepspeed_plugin: the JSON wins (Accelerate's precedence), and the user is
+// told the launch line's engine is not the one that runs (issue 42.5).
+TEST_F(AcceleratorConfigTest, LaunchEngineOverriddenByJsonIsSaid)
+{
+    setenv("ACCELERATE_USE_FSDP", "true", 1);
+    testing::internal::CaptureStderr();
+    auto c = parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 3}}");
+    const std::string err = testing::internal::GetCapturedStderr();
+    unsetenv("ACCELERATE_USE_FSDP");
+    EXPECT_EQ(c.sharding.frontend, "deepspeed");
+    EXPECT_NE(err.find("ACCELERATE_USE_FSDP is set (accel launch --use_fsdp) but the accelerator's JSON config has "
+                       "deepspeed_plugin, which wins: training runs DeepSpeed ZeRO"), std::string::npos) << err;
+    testing::internal::CaptureStderr();
+    parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 3}}");
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), ""); // nothing to say without the launch flag
 }
 
 // What Accelerate's launchers export whatever was asked (0.24.1 run; 1.x from its source, utils/launch.py) is read
