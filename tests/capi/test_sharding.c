@@ -338,6 +338,49 @@ static void test_deepspeed_auto_micro_batch(void)
     accel_tensor_free(ty);
 }
 
+/* Runs prepare with `loader` while stderr goes to a file; returns what was written (static buffer). */
+static const char *prepare_loader_stderr(accel_accelerator_t *acc, accel_dataloader_t *loader)
+{
+    static char text[4096];
+    char path[] = "/tmp/accel_stderr_XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    fflush(stderr);
+    dup2(fd, 2);
+    CHECK_OK(accel_accelerator_prepare(acc, NULL, NULL, loader, NULL));
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return text;
+}
+
+/* A numeric train_micro_batch_size_per_gpu unlike the loader's batch per process: the loader's batch is what
+ * trains (as under Accelerate), so the user is told once, on the main process; an equal one says nothing. */
+static void test_deepspeed_fixed_micro_batch_warns(void)
+{
+    const char *config = "{\"deepspeed_plugin\": {\"hf_ds_config\": {\"zero_optimization\": {\"stage\": 1}, "
+                         "\"train_micro_batch_size_per_gpu\": 8}}}";
+    float x[16 * NIN] = {0}, y[16 * NOUT] = {0};
+    accel_tensor_t *tx = matrix_f32(x, 16, NIN), *ty = matrix_f32(y, 16, NOUT);
+    accel_accelerator_t *acc = NULL;
+    accel_dataloader_t *same = NULL, *other = NULL;
+    CHECK_OK(accel_accelerator_create(config, &acc));
+    CHECK_OK(accel_dataloader_create_from_tensors(tx, ty, "{\"batch_size\": 8}", &same));
+    CHECK_OK(accel_dataloader_create_from_tensors(tx, ty, "{\"batch_size\": 4}", &other));
+    CHECK(strstr(prepare_loader_stderr(acc, same), "train_micro_batch_size_per_gpu") == NULL);
+    const char *said = prepare_loader_stderr(acc, other);
+    CHECK(strstr(said, "train_micro_batch_size_per_gpu is 8 but this data loader gives each process 4") != NULL);
+    if (strstr(said, "is 8 but") == NULL) fprintf(stderr, "stderr was: %s\n", said);
+    accel_dataloader_free(same);
+    accel_dataloader_free(other);
+    accel_accelerator_free(acc);
+    accel_tensor_free(tx);
+    accel_tensor_free(ty);
+}
+
 static void test_bad_wrap_class(void)
 {
     accel_accelerator_t *acc = NULL;
@@ -1156,6 +1199,7 @@ int main(void)
     test_bad_wrap_class();
     test_deepspeed_fp16_scaler();
     test_deepspeed_auto_micro_batch();
+    test_deepspeed_fixed_micro_batch_warns();
     test_optimizer_offload();
     test_param_offload();
     test_deepspeed_sizes();
