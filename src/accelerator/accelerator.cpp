@@ -11,6 +11,7 @@
 #include "parallel/ddp.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/fsdp/zero_init.hpp"
+#include "parallel/whole_gradients.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "common/offload_files.hpp"
@@ -137,7 +138,7 @@ void Accelerator::prepare_model(Model &model)
                 }
             }
             engine->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
-            sharded_.emplace_back(&model, engine);
+            wrappers_.emplace_back(&model, engine);
             if (state_->scaler && state_->comm->size() > 1) {
                 // Each rank unscales only its shards: an inf anywhere skips the step everywhere.
                 auto comm = state_->comm;
@@ -154,26 +155,25 @@ void Accelerator::prepare_model(Model &model)
         return;
     }
     // Several processes: DistributedDataParallel (weights from rank 0, bucketed gradient all-reduce).
-    if (state_->comm && state_->comm->size() > 1 && ddp_of(model) == nullptr) {
-        ddp_.emplace_back(&model, std::make_shared<parallel::DistributedDataParallel>(
-                                      model.named_parameters(), model.named_buffers(), state_->comm, state_->config.ddp));
-        ddp_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
+    if (state_->comm && state_->comm->size() > 1 && wrapper_of(model) == nullptr) {
+        wrappers_.emplace_back(&model, std::make_shared<parallel::DistributedDataParallel>(
+                                           model.named_parameters(), model.named_buffers(), state_->comm, state_->config.ddp));
+        wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
     }
     model.prepared_by = state_;
 }
 
-parallel::DistributedDataParallel *Accelerator::ddp_of(const Model &model) const
+parallel::ParallelWrapper *Accelerator::wrapper_of(const Model &model) const
 {
-    for (const auto &d : ddp_)
+    for (const auto &d : wrappers_)
         if (d.first == &model) return d.second.get();
     return nullptr;
 }
 
 parallel::ShardedDataParallel *Accelerator::sharded_of(const Model &model) const
 {
-    for (const auto &d : sharded_)
-        if (d.first == &model) return d.second.get();
-    return nullptr;
+    parallel::ParallelWrapper *w = wrapper_of(model);
+    return w != nullptr ? w->sharded() : nullptr;
 }
 
 void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer)
@@ -181,8 +181,8 @@ void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &o
     parallel::ShardedDataParallel *engine = sharded_of(*optimizer->model());
     if (engine == nullptr || optimizer->is_sharded()) return;
     std::weak_ptr<parallel::ShardedDataParallel> weak;
-    for (const auto &d : sharded_)
-        if (d.second.get() == engine) weak = d.second;
+    for (const auto &d : wrappers_)
+        if (d.second.get() == engine) weak = std::shared_ptr<parallel::ShardedDataParallel>(d.second, engine);
     const double clip = state_->config.sharding.frontend == "deepspeed" ? state_->config.sharding.gradient_clipping : 0.0;
     // The offload folder first: a path that cannot be used fails before anything changes.
     const auto &s = state_->config.sharding;
@@ -215,7 +215,7 @@ void Accelerator::free_memory()
         fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: inside accumulate(); call accumulate_end first");
     if (!autocast_scopes_.empty())
         fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: inside autocast(); call autocast_end first");
-    for (const auto &d : sharded_)
+    for (const auto &d : wrappers_)
         if (d.second->summoned())
             fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: a model's parameters are summoned; call "
                                                 "accel_accelerator_summon_full_params_end first");
@@ -224,7 +224,7 @@ void Accelerator::free_memory()
     // copies, and the state loaded over them was rounded to it).
     std::vector<PyRef> states;
     for (const auto &o : optimizers_) states.push_back(o->unsharded_state());
-    for (auto &d : sharded_) {
+    for (auto &d : wrappers_) {
         d.second->release(*d.first);
         d.first->prepared_by = nullptr;
     }
@@ -232,11 +232,9 @@ void Accelerator::free_memory()
         optimizers_[i]->unshard(states[i]);
         optimizers_[i]->prepared_by = nullptr;
     }
-    for (auto &d : ddp_) d.first->prepared_by = nullptr;
     for (const auto &m : models_) m->prepared_by = nullptr;
     for (const auto &s : schedulers_) s->prepared_by = nullptr;
-    sharded_.clear();
-    ddp_.clear();
+    wrappers_.clear();
     models_.clear();
     optimizers_.clear();
     schedulers_.clear();
@@ -247,11 +245,9 @@ void Accelerator::free_memory()
 void Accelerator::summon_full_params(Model &model, bool on)
 {
     if (model.prepared_by != state_) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: not prepared by this accelerator");
-    parallel::ShardedDataParallel *e = sharded_of(model);
-    if (e == nullptr)
-        fail(ACCEL_ERR_FAILED_PRECONDITION, "model: is not sharded (no fsdp_plugin or deepspeed_plugin); its "
-                                            "parameters are always whole");
-    e->summon_full_params(on);
+    parallel::ParallelWrapper *w = wrapper_of(model);
+    if (w == nullptr) parallel::refuse_summon_whole_model();
+    w->summon_full_params(on);
 }
 
 std::string Accelerator::memory_stats_json() const
@@ -263,28 +259,13 @@ std::string Accelerator::memory_stats_json() const
                       "\", \"models\": [";
     for (size_t i = 0; i < models_.size(); ++i) {
         const Model &m = *models_[i];
-        int64_t params = 0, grads = 0, gathered = 0, peak_gathered = 0, units = 0, peak_state = 0, buckets = 0,
-                offloaded_params = 0, all_gathers = 0, reductions = 0;
-        if (auto *e = sharded_of(m)) {
-            auto mem = e->memory();
-            params = mem.parameter_bytes;
-            grads = mem.gradient_bytes;
-            gathered = mem.gathered_bytes;
-            peak_gathered = mem.peak_gathered_bytes;
-            peak_state = mem.peak_model_state_bytes;
-            units = mem.num_units;
-            offloaded_params = mem.offloaded_parameter_bytes;
-            all_gathers = mem.all_gathers;
-            reductions = mem.reductions;
-        } else {
-            for (const auto &p : m.named_parameters()) {
-                params += p.second.numel() * static_cast<int64_t>(p.second.element_size());
-                if (p.second.grad().defined())
-                    grads += p.second.grad().numel() * static_cast<int64_t>(p.second.grad().element_size());
-            }
-            // DDP keeps a flat copy of every gradient in its buckets (reported apart from model state).
-            if (auto *d = ddp_of(m)) buckets = d->stats().bucket_bytes;
-        }
+        const parallel::ParallelWrapper *w = wrapper_of(m);
+        const parallel::WrapperMemory mem = w != nullptr ? w->memory() : parallel::whole_memory(m.parameters());
+        const int64_t params = mem.parameter_bytes, grads = mem.gradient_bytes, gathered = mem.gathered_bytes,
+                      peak_gathered = mem.peak_gathered_bytes, units = mem.num_units,
+                      peak_state = mem.peak_model_state_bytes, buckets = mem.ddp_bucket_bytes,
+                      offloaded_params = mem.offloaded_parameter_bytes, all_gathers = mem.all_gathers,
+                      reductions = mem.reductions;
         int64_t opt = 0, offloaded = 0, peak_opt = 0;
         for (const auto &o : optimizers_)
             if (o->model().get() == &m) {
@@ -343,11 +324,14 @@ std::string Accelerator::ddp_stats_json() const
 {
     std::string out = "{\"backend\": \"" + std::string(state_->comm->backend()) + "\", \"num_processes\": " +
                       std::to_string(state_->comm->size()) + ", \"models\": [";
-    for (size_t i = 0; i < ddp_.size(); ++i) {
-        auto st = ddp_[i].second->stats();
+    size_t i = 0;
+    for (const auto &w : wrappers_) {
+        const parallel::DistributedDataParallel *d = w.second->ddp();
+        if (d == nullptr) continue;
+        const auto st = d->stats();
         std::string sizes;
         for (size_t k = 0; k < st.bucket_sizes.size(); ++k) sizes += (k ? ", " : "") + std::to_string(st.bucket_sizes[k]);
-        out += std::string(i ? ", " : "") + "{\"num_buckets\": " + std::to_string(st.num_buckets) +
+        out += std::string(i++ ? ", " : "") + "{\"num_buckets\": " + std::to_string(st.num_buckets) +
                ", \"bucket_bytes\": " + std::to_string(st.bucket_bytes) + ", \"bucket_sizes\": [" + sizes +
                "], \"syncs\": " + std::to_string(st.syncs) + ", \"sync_seconds\": " + std::to_string(st.sync_seconds) +
                ", \"wait_seconds\": " + std::to_string(st.wait_seconds) +
@@ -496,8 +480,7 @@ void Accelerator::backward(const at::Tensor &loss)
     try {
         scaled.backward();
     } catch (const c10::Error &e) {
-        for (auto &d : ddp_) d.second->abort_backward(); // leave no bucket half-done
-        for (auto &d : sharded_) d.second->abort_backward();
+        for (auto &d : wrappers_) d.second->abort_backward(); // leave no bucket half-done
         // A second backward through the same graph is a call-order mistake, not an internal error.
         std::string msg = e.what_without_backtrace();
         if (msg.find("backward through the graph a second time") == std::string::npos) throw;
@@ -505,8 +488,7 @@ void Accelerator::backward(const at::Tensor &loss)
                                             "loss again from a new forward");
     }
     // DDP: wait for the buckets launched during backward and write the averaged gradients.
-    for (auto &d : ddp_) d.second->finish_backward();
-    for (auto &d : sharded_) d.second->finish_backward();
+    for (auto &d : wrappers_) d.second->finish_backward();
 }
 
 void Accelerator::accumulate_begin(const Model *model)
@@ -525,9 +507,7 @@ void Accelerator::accumulate_begin(const Model *model)
     // The model passed communicates only when sync_gradients, or on every batch with sync_each_batch
     // (no_sync otherwise). As Accelerate's accumulate(*models), other models keep syncing every batch.
     const bool sync = s.gradient.sync_gradients() || (s.num_processes() > 1 && plugin.sync_each_batch);
-    for (auto &d : ddp_)
-        if (d.first == model) d.second->set_require_sync(sync);
-    for (auto &d : sharded_)
+    for (auto &d : wrappers_)
         if (d.first == model) d.second->set_require_sync(sync);
     s.in_accumulate = true;
 }
@@ -536,8 +516,7 @@ void Accelerator::accumulate_end()
 {
     if (!state_->in_accumulate) fail(ACCEL_ERR_FAILED_PRECONDITION, "accumulate_end: no matching accumulate_begin");
     state_->in_accumulate = false;
-    for (auto &d : ddp_) d.second->set_require_sync(true); // leaving no_sync
-    for (auto &d : sharded_) d.second->set_require_sync(true);
+    for (auto &d : wrappers_) d.second->set_require_sync(true); // leaving no_sync
 }
 
 double Accelerator::clip_grad_norm(Model &model, double max_norm, double norm_type)
@@ -547,29 +526,11 @@ double Accelerator::clip_grad_norm(Model &model, double max_norm, double norm_ty
     if (!(norm_type > 0.0))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "norm_type: expected a number > 0 or INFINITY, got " + std::to_string(norm_type));
     unscale_gradients(nullptr); // the norm is that of the true (unscaled) gradients
-    // Sharded: the global norm from every rank's shards. Under DeepSpeed the step clips
-    // (gradient_clipping), so this only measures (Accelerate returns None there).
-    if (auto *e = sharded_of(model))
-        return e->clip_grad_norm(max_norm, norm_type, state_->config.sharding.frontend != "deepspeed");
-    std::vector<at::Tensor> grads;
-    for (const auto &p : model.parameters())
-        if (p.grad().defined()) grads.push_back(p.grad());
-    if (grads.empty()) return 0.0;
-    // The same operations as torch.nn.utils.clip_grad_norm_, so results match it bit for bit.
-    at::NoGradGuard no_grad;
-    at::Tensor total;
-    if (std::isinf(norm_type)) {
-        std::vector<at::Tensor> maxes;
-        for (const auto &g : grads) maxes.push_back(g.abs().max());
-        total = at::stack(maxes).max();
-    } else {
-        std::vector<at::Tensor> norms;
-        for (const auto &g : grads) norms.push_back(at::norm(g, norm_type));
-        total = at::norm(at::stack(norms), norm_type);
-    }
-    at::Tensor coef = at::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
-    for (auto &g : grads) g.mul_(coef);
-    return total.item<double>();
+    // A wrapper splitting the gradients computes the global norm from every rank's part. Under DeepSpeed
+    // the step clips (gradient_clipping), so this only measures (Accelerate returns None there).
+    const bool clip = state_->config.sharding.frontend != "deepspeed";
+    if (auto *w = wrapper_of(model)) return w->clip_grad_norm(max_norm, norm_type, clip);
+    return parallel::whole_clip_grad_norm(model.parameters(), max_norm, norm_type, true);
 }
 
 void Accelerator::clip_grad_value(Model &model, double clip_value)
@@ -577,10 +538,8 @@ void Accelerator::clip_grad_value(Model &model, double clip_value)
     if (!(clip_value >= 0.0) || std::isinf(clip_value))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "clip_value: expected a finite number >= 0, got " + std::to_string(clip_value));
     unscale_gradients(nullptr);
-    if (auto *e = sharded_of(model)) return e->clip_grad_value(clip_value);
-    at::NoGradGuard no_grad;
-    for (const auto &p : model.parameters())
-        if (p.grad().defined()) p.grad().clamp_(-clip_value, clip_value);
+    if (auto *w = wrapper_of(model)) return w->clip_grad_value(clip_value);
+    parallel::whole_clip_grad_value(model.parameters(), clip_value);
 }
 
 void Accelerator::unscale_gradients(AcceleratedOptimizer *optimizer)
@@ -638,7 +597,7 @@ double Accelerator::train_step(Model &model, AcceleratedOptimizer &optimizer, Ac
     try {
         at::Tensor out;
         try {
-            if (auto *d = ddp_of(model); d != nullptr && model.is_training()) d->broadcast_buffers();
+            if (auto *w = wrapper_of(model); w != nullptr && model.is_training()) w->before_forward();
             out = forward(model, batch.inputs, true);
         } catch (const c10::Error &e) {
             // As accel_model_forward: inputs the model cannot take are an argument error, not an internal one.

@@ -32,7 +32,7 @@ struct CheckpointObject {
     std::shared_ptr<std::string> blob;             // registered as bytes (else null: callbacks)
 };
 namespace parallel {
-class DistributedDataParallel;
+class ParallelWrapper;
 class ShardedDataParallel;
 }
 namespace tracking {
@@ -116,10 +116,10 @@ public:
     std::string memory_stats_json() const;
     // Sharded models (fsdp_plugin / deepspeed_plugin): gather every parameter / write back and free.
     void summon_full_params(Model &model, bool on);
+    // What wraps `model` for parallel training (null: nothing, one process without sharding), and its
+    // sharding engine where it is one (checkpoint layouts need the engine's own interface).
+    parallel::ParallelWrapper *wrapper_of(const Model &model) const;
     parallel::ShardedDataParallel *sharded_of(const Model &model) const;
-    std::vector<parallel::ShardedDataParallel *> sharded_engines() const;
-    // Whether save_state writes this engine's model and optimizer as SHARDED_STATE_DICT folders.
-    static bool sharded_state_dict(const parallel::ShardedDataParallel &engine);
     // Whether save_state writes this model and its optimizer in DeepSpeed's layout (deepspeed_plugin, ZeRO
     // 1-3, with a prepared optimizer over it).
     bool deepspeed_layout(const Model &model) const;
@@ -144,9 +144,8 @@ private:
     // (src/accelerator/deepspeed_checkpoint.cpp; collective).
     AcceleratedOptimizer *optimizer_of(const Model &model) const;
     void add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, size_t i, bool main);
-    parallel::DistributedDataParallel *ddp_of(const Model &model) const;
-    std::vector<std::pair<Model *, std::shared_ptr<parallel::DistributedDataParallel>>> ddp_;
-    std::vector<std::pair<Model *, std::shared_ptr<parallel::ShardedDataParallel>>> sharded_;
+    // One wrapper per wrapped model, in preparation order (parallel/wrapper.hpp).
+    std::vector<std::pair<Model *, std::shared_ptr<parallel::ParallelWrapper>>> wrappers_;
     void shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer);
     void check_owner(const std::shared_ptr<AcceleratorState> &owner, const char *what) const;
     std::shared_ptr<AcceleratorState> state_;

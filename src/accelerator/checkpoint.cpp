@@ -147,18 +147,6 @@ private:
 
 } // namespace
 
-bool Accelerator::sharded_state_dict(const parallel::ShardedDataParallel &engine)
-{
-    return engine.config().state_dict_type == "SHARDED_STATE_DICT";
-}
-
-std::vector<parallel::ShardedDataParallel *> Accelerator::sharded_engines() const
-{
-    std::vector<parallel::ShardedDataParallel *> out;
-    for (const auto &d : sharded_) out.push_back(d.second.get());
-    return out;
-}
-
 bool Accelerator::writes_main_files() const
 {
     // Rank 0 writes the "main-process" files; with save_on_each_node every node's local rank 0 does.
@@ -220,9 +208,9 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     // its partition; deepspeed_checkpoint.cpp).
     std::vector<parallel::ShardedDataParallel *> gathered;
     bool sharded_optimizers = false;
-    for (const auto &[m, e] : sharded_) {
-        if (sharded_state_dict(*e)) sharded_optimizers = true;
-        else if (!deepspeed_layout(*m)) gathered.push_back(e.get());
+    for (const auto &[m, w] : wrappers_) {
+        if (w->writes_sharded_state_dict()) sharded_optimizers = true;
+        else if (w->sharded() != nullptr && !deepspeed_layout(*m)) gathered.push_back(w->sharded());
     }
     const int64_t rank = state_->process_index();
     std::string latest;
@@ -245,12 +233,12 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
             optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
     }
     for (size_t i = 0; i < models_.size(); ++i)
-        if (auto *e = sharded_of(*models_[i]); e != nullptr && sharded_state_dict(*e))
+        if (auto *e = sharded_of(*models_[i]); e != nullptr && e->writes_sharded_state_dict())
             ckpt::add_sharded_files(files, ckpt::sharded_model_folder(i), e->sharded_state_dict(*models_[i]), rank, main);
     // 1. model weights, 2. optimizers, 3. schedulers (main process).
     if (main) {
         for (size_t i = 0; i < models_.size(); ++i) {
-            if (auto *e = sharded_of(*models_[i]); e != nullptr && (sharded_state_dict(*e) || deepspeed_layout(*models_[i])))
+            if (auto *e = sharded_of(*models_[i]); e != nullptr && (e->writes_sharded_state_dict() || deepspeed_layout(*models_[i])))
                 continue;
             const bool safe = options.safe_serialization;
             // Keys without "module." under DDP too: Accelerator._models holds the model as it was before DDP

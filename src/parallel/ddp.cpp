@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
+#include "parallel/whole_gradients.hpp"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -36,6 +37,7 @@ struct DistributedDataParallel::Impl {
     };
 
     std::vector<Param> params;
+    std::vector<at::Tensor> all_params; // frozen ones too (clipping skips them; memory counts them)
     std::vector<std::pair<std::string, at::Tensor>> buffers;
     std::vector<Bucket> buckets;
     std::vector<std::shared_ptr<torch::autograd::Node>> accumulators; // keeps the hooked nodes alive
@@ -193,6 +195,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<std::pair<std::stri
         s.wire_dtype = at::kBFloat16;
     }
     at::NoGradGuard no_grad;
+    for (auto &np : parameters) s.all_params.push_back(np.second);
     for (auto &np : parameters)
         if (np.second.requires_grad()) {
             if (!np.second.is_leaf())
@@ -288,6 +291,20 @@ void DistributedDataParallel::abort_backward()
     impl_->active = false;
 }
 DdpStats DistributedDataParallel::stats() const { return impl_->stats; }
+
+double DistributedDataParallel::clip_grad_norm(double max_norm, double norm_type, bool clip)
+{
+    return whole_clip_grad_norm(impl_->all_params, max_norm, norm_type, clip);
+}
+
+void DistributedDataParallel::clip_grad_value(double clip_value) { whole_clip_grad_value(impl_->all_params, clip_value); }
+
+WrapperMemory DistributedDataParallel::memory() const
+{
+    WrapperMemory m = whole_memory(impl_->all_params);
+    m.ddp_bucket_bytes = impl_->stats.bucket_bytes;
+    return m;
+}
 
 void DistributedDataParallel::broadcast_buffers()
 {

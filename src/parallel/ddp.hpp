@@ -8,6 +8,7 @@
 #pragma once
 
 #include "config/accelerator_config.hpp"
+#include "parallel/wrapper.hpp"
 
 #include <ATen/ATen.h>
 
@@ -32,7 +33,7 @@ struct DdpStats {
     std::vector<int64_t> bucket_sizes; // bytes per bucket, in launch order
 };
 
-class DistributedDataParallel {
+class DistributedDataParallel final : public ParallelWrapper {
 public:
     DistributedDataParallel(std::vector<std::pair<std::string, at::Tensor>> parameters,
                             std::vector<std::pair<std::string, at::Tensor>> buffers,
@@ -43,15 +44,25 @@ public:
     DistributedDataParallel &operator=(const DistributedDataParallel &) = delete;
 
     // Whether the next backward all-reduces (false inside no_sync).
-    void set_require_sync(bool on);
+    void set_require_sync(bool on) override;
     bool require_sync() const;
     // After loss.backward(): waits for every bucket and writes the averaged gradients.
-    void finish_backward();
+    void finish_backward() override;
     // After a failed backward: waits for what was launched (ignoring errors) and forgets this backward.
-    void abort_backward();
+    void abort_backward() override;
     // Broadcast buffers from rank 0 (broadcast_buffers, before a training forward).
     void broadcast_buffers();
     DdpStats stats() const;
+
+    // ParallelWrapper: every rank holds every parameter and the averaged gradients, so clipping and memory
+    // are those of a whole model (parallel/whole_gradients.hpp); before a training forward, broadcast_buffers.
+    void before_forward() override { broadcast_buffers(); }
+    double clip_grad_norm(double max_norm, double norm_type, bool clip) override;
+    void clip_grad_value(double clip_value) override;
+    WrapperMemory memory() const override;
+    // Nothing to undo: the hooks do nothing once this object is gone.
+    void release(Model &) override {}
+    DistributedDataParallel *ddp() override { return this; }
 
     struct Impl;
 

@@ -17,6 +17,7 @@
 
 #include "config/sharding_config.hpp"
 #include "parallel/fsdp/shard_layout.hpp"
+#include "parallel/wrapper.hpp"
 
 #include <ATen/ATen.h>
 
@@ -33,21 +34,9 @@ class Communicator;
 
 namespace accel::parallel {
 
-struct ShardedMemory {
-    int64_t parameter_bytes = 0;     // persistent parameter storage on this rank (shards, or full buffers)
-    int64_t gradient_bytes = 0;      // gradient storage now allocated (shards, reduced buffers, local grads)
-    int64_t gathered_bytes = 0;      // full buffers of sharded units now allocated (transient)
-    int64_t peak_gathered_bytes = 0; // the most gathered_bytes seen
-    int64_t peak_model_state_bytes = 0; // the most parameter + gradient + gathered bytes seen at a check point
-    int64_t offloaded_parameter_bytes = 0; // offload_param: "nvme" shards in files, "cpu" all parameter bytes
-    int64_t num_units = 0;
-    int64_t padding_elements = 0;
-    // Collectives of training since prepare (all-gathers of parameters, gradient reductions): one per unit,
-    // or per bucket of units under deepspeed_plugin.
-    int64_t all_gathers = 0, reductions = 0;
-};
+using ShardedMemory = WrapperMemory;
 
-class ShardedDataParallel {
+class ShardedDataParallel final : public ParallelWrapper {
 public:
     ShardedDataParallel(Model &model, std::shared_ptr<distributed::Communicator> comm,
                         const config::ShardingConfig &config);
@@ -56,10 +45,10 @@ public:
     ShardedDataParallel &operator=(const ShardedDataParallel &) = delete;
 
     // Whether the next backward reduces gradients (false inside no_sync).
-    void set_require_sync(bool on);
+    void set_require_sync(bool on) override;
     // After loss.backward(): reduces what the hooks have not (unused parameters) and frees buffers.
-    void finish_backward();
-    void abort_backward();
+    void finish_backward() override;
+    void abort_backward() override;
     // The tensors the optimizer steps (one shard per unit, gradients attached on sync steps), and how they
     // map onto the model's parameters (for state dicts in the unsharded layout).
     std::vector<at::Tensor> optimizer_params() const;
@@ -77,21 +66,23 @@ public:
     // Drops every gradient (shards, reduced buffers, local gradients): optimizer.zero_grad(set_to_none).
     void zero_grad();
     // Global gradient norm from the shards (all-reduced), clipping the gradients when `clip`.
-    double clip_grad_norm(double max_norm, double norm_type, bool clip);
-    void clip_grad_value(double clip_value);
+    double clip_grad_norm(double max_norm, double norm_type, bool clip) override;
+    void clip_grad_value(double clip_value) override;
     // summon_full_params: gather every unit (true) / write the full values back to the shards and free
     // them (false). Collective.
-    void summon_full_params(bool on);
-    bool summoned() const;
+    void summon_full_params(bool on) override;
+    bool summoned() const override;
     // The layers (indexed as the model's layer_types()) that activation checkpointing recomputes: those
     // the wrap policy made units, as Accelerate applies checkpointing with the wrap policy; every layer
     // under NO_WRAP.
     std::vector<bool> checkpointed_layers() const;
     // free_memory (collective): every parameter gets whole memory of its own again and the model's forward
     // hooks are removed, so the model is as it was before prepare; the engine does nothing afterwards.
-    void release(Model &model);
-    ShardedMemory memory() const;
+    void release(Model &model) override;
+    ShardedMemory memory() const override;
     const config::ShardingConfig &config() const;
+    bool writes_sharded_state_dict() const override { return config().state_dict_type == "SHARDED_STATE_DICT"; }
+    ShardedDataParallel *sharded() override { return this; }
 
     struct Impl;
 
