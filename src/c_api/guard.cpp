@@ -1,5 +1,8 @@
 #include "c_api/guard.hpp"
 
+#include "common/out_of_memory.hpp"
+#include "distributed/out_of_memory_notice.hpp"
+
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
@@ -78,12 +81,25 @@ namespace detail {
 
 void clear_last_error() noexcept { last_error.clear(); }
 
+namespace {
+// An allocation failure: RESOURCE_EXHAUSTED, and this process's peers (if any) learn that it ran out of memory,
+// so that one waiting for it in a collective says so instead of "may be stuck".
+accel_status_t out_of_memory(const std::string &message)
+{
+    set_last_error(message);
+    distributed::notice_out_of_memory(last_error);
+    return ACCEL_ERR_RESOURCE_EXHAUSTED;
+}
+} // namespace
+
 accel_status_t status_from_current_exception() noexcept
 {
     try {
         throw;
     } catch (const Error &e) {
         set_last_error(e.what());
+        if (e.code() == ACCEL_ERR_RESOURCE_EXHAUSTED && is_out_of_memory(e.what()))
+            distributed::notice_out_of_memory(last_error);
         return e.code();
     } catch (const c10::NotImplementedError &e) {
         set_last_error(first_line(e));
@@ -99,17 +115,13 @@ accel_status_t status_from_current_exception() noexcept
         return ACCEL_ERR_INVALID_ARGUMENT;
     } catch (const c10::Error &e) {
         std::string msg = first_line(e);
-        // LibTorch signals allocation failure as a plain c10::Error.
-        if (msg.find("DefaultCPUAllocator: can't allocate memory") != std::string::npos ||
-            msg.find("out of memory") != std::string::npos) {
-            set_last_error(msg);
-            return ACCEL_ERR_RESOURCE_EXHAUSTED;
-        }
+        // LibTorch signals allocation failure as a plain c10::Error (c10::OutOfMemoryError for CUDA's allocator).
+        if (dynamic_cast<const c10::OutOfMemoryError *>(&e) != nullptr || is_out_of_memory(msg))
+            return out_of_memory(out_of_memory_message(msg));
         set_last_error("LibTorch error: " + msg);
         return ACCEL_ERR_INTERNAL;
     } catch (const std::bad_alloc &) {
-        set_last_error("out of memory");
-        return ACCEL_ERR_RESOURCE_EXHAUSTED;
+        return out_of_memory("out of memory: an allocation failed (std::bad_alloc)");
     } catch (const std::exception &e) {
         set_last_error(e.what());
         return ACCEL_ERR_UNKNOWN;

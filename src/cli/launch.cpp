@@ -10,6 +10,7 @@
 #include "common/error.hpp"
 #include "config/config_file.hpp"
 #include "cli/launch_config.hpp"
+#include "cli/launch_watchdog.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -432,6 +433,7 @@ int launch_main(int argc, char **argv)
     }
 
     std::vector<Child> children(static_cast<size_t>(local));
+    StoppedWatchdog watchdog; // ends the job when a child stays stopped longer than the job's timeout
     struct sigaction sa{};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, nullptr);
@@ -481,6 +483,7 @@ int launch_main(int argc, char **argv)
             if (o.debug) set("ACCELERATE_DEBUG_MODE", "true");
             // The children write into pipes; tell them whether their lines end on a terminal (progress bars).
             if (stdout_tty) set("ACCEL_PROGRESS_TTY", "1");
+            if (!watchdog.folder().empty()) set("ACCEL_LAUNCH_STATE_DIR", watchdog.folder());
             for (const auto &[k, v] : extra_env) set(k.c_str(), v);
             std::vector<char *> args;
             for (auto &s : o.command) args.push_back(const_cast<char *>(s.c_str()));
@@ -506,7 +509,10 @@ int launch_main(int argc, char **argv)
     bool forwarded_signal = false;
     auto stop_others = [&](int sig) {
         for (auto &c : children)
-            if (!c.exited) kill(c.pid, sig);
+            if (!c.exited) {
+                kill(c.pid, sig);
+                if (sig != SIGKILL) kill(c.pid, SIGCONT); // a stopped process acts on the signal only once continued
+            }
     };
 
     for (;;) {
@@ -561,6 +567,23 @@ int launch_main(int argc, char **argv)
                     kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
                     kill_pending = true;
                 }
+            }
+        }
+        // A stopped child ends the job as a dead one does: it is the job's failure, killed, and the others stopped.
+        if (first_failure < 0 && !forwarded_signal) {
+            std::map<int, pid_t> live;
+            for (const auto &c : children)
+                if (!c.exited) live[c.rank] = c.pid;
+            if (auto v = watchdog.check(live)) {
+                std::fprintf(stderr, "accel launch: rank %d (pid %d) %s; ending the job\n", v->rank,
+                             static_cast<int>(v->pid), v->why.c_str());
+                for (size_t k = 0; k < children.size(); ++k)
+                    if (children[k].pid == v->pid) first_failure = static_cast<int>(k);
+                result = 128 + SIGKILL;
+                kill(v->pid, SIGKILL);
+                stop_others(SIGTERM);
+                kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+                kill_pending = true;
             }
         }
         if (g_signal != 0 && !forwarded_signal) {

@@ -58,6 +58,7 @@ std::string encode_peer_state(const PeerState &s)
     std::ostringstream os;
     os << "beat\t" << s.beat << "\n";
     if (!s.failed.empty()) os << "failed\t" << clean(s.failed) << "\t" << s.failed_code << "\n";
+    if (!s.out_of_memory.empty()) os << "oom\t" << clean(s.out_of_memory) << "\n"; // older readers skip the line
     for (const auto &[id, r] : s.comms)
         os << "comm\t" << clean(id) << "\t" << r.issued << "\t" << r.issued_kind << "\t" << clean(r.issued_purpose) << "\t"
            << r.blocked << "\t" << r.blocked_kind << "\t" << clean(r.blocked_purpose) << "\n";
@@ -75,6 +76,7 @@ PeerState decode_peer_state(const std::string &text)
             s.failed = f[1];
             s.failed_code = f.size() >= 3 ? static_cast<int32_t>(to_int(f[2])) : 0; // an older writer: no status
         }
+        else if (f.size() >= 2 && f[0] == "oom") s.out_of_memory = f[1];
         else if (f.size() >= 5 && f[0] == "comm") {
             f.resize(8);
             CollectiveRecord r;

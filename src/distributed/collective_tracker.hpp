@@ -38,6 +38,9 @@ struct PeerState {
     // The failure's status: a mismatch found by this rank (ACCEL_ERR_FAILED_PRECONDITION) is the same broken rule
     // for its peers, which report it with that status; anything else ends them with ACCEL_ERR_ABORTED.
     int32_t failed_code = 0;
+    // Its last out-of-memory outside a collective ("" when none): not a failure of the communicator (the program may
+    // go on with less), but what a peer's failing collective names as the likely cause.
+    std::string out_of_memory;
     std::map<std::string, CollectiveRecord> comms;
 };
 

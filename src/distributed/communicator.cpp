@@ -1,10 +1,13 @@
 #include "distributed/communicator.hpp"
 
 #include "common/error.hpp"
+#include "distributed/out_of_memory_notice.hpp"
 
 #include <torch/cuda.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 namespace accel::distributed {
@@ -80,6 +83,21 @@ std::mutex g_mutex;
 std::shared_ptr<Communicator> *g_comm = nullptr; // leaked on purpose: lives until exit
 std::string g_signature;
 
+// Under accel launch, its watchdog learns this job's timeout: it ends the job when a process stays stopped longer
+// (src/cli/launch_watchdog.hpp). Best effort: the file is written whole (renamed into place) or not at all.
+void tell_launcher(const config::AcceleratorConfig &c)
+{
+    const char *dir = std::getenv("ACCEL_LAUNCH_STATE_DIR");
+    if (dir == nullptr || *dir == '\0') return;
+    const std::string path = std::string(dir) + "/timeout." + std::to_string(c.topology.rank);
+    const std::string tmp = path + ".tmp";
+    FILE *f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr) return;
+    const bool ok = std::fprintf(f, "%.3f\n", c.init_process_group.timeout) > 0;
+    if (std::fclose(f) == 0 && ok) std::rename(tmp.c_str(), path.c_str());
+    else std::remove(tmp.c_str());
+}
+
 std::string signature_of(const config::AcceleratorConfig &c, const std::string &backend)
 {
     const auto &t = c.topology;
@@ -136,7 +154,23 @@ std::shared_ptr<Communicator> process_communicator(const config::AcceleratorConf
     else fail(ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.init_process_group.backend: unknown backend \"" + backend + "\"");
     g_comm = new std::shared_ptr<Communicator>(comm);
     g_signature = sig;
+    if (comm->size() > 1) tell_launcher(config);
     return comm;
+}
+
+void notice_out_of_memory(const std::string &message) noexcept
+{
+    try {
+        std::shared_ptr<Communicator> comm;
+        {
+            std::unique_lock<std::mutex> lock(g_mutex, std::try_to_lock); // never waits for a rendezvous
+            if (!lock.owns_lock() || g_comm == nullptr) return;
+            comm = *g_comm;
+        }
+        comm->note_out_of_memory(message);
+    } catch (...) {
+        // best effort: the caller's own status already says it
+    }
 }
 
 } // namespace accel::distributed

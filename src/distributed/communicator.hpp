@@ -53,6 +53,9 @@ public:
     // A communicator over `ranks` (sorted, unique, of this communicator). Collective: every rank of
     // this communicator calls it with the same list; ranks outside the list get nullptr.
     virtual std::shared_ptr<Communicator> new_group(const std::vector<int32_t> &ranks) = 0;
+    // This process ran out of memory outside a collective (out_of_memory_notice.hpp): backends with heartbeats tell
+    // the peers; the others ignore it.
+    virtual void note_out_of_memory(const std::string &) {}
 };
 
 // Steady-clock seconds (for Work::completed_at and statistics).

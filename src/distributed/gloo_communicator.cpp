@@ -4,7 +4,8 @@
 // Naming the rank that died: every rank writes a heartbeat counter into the store twice a second
 // (its own store connection, on its own thread). When a collective fails, the counters are read twice
 // 1.6 s apart; ranks whose counter did not move are named in the error. If the store itself cannot be
-// reached, rank 0 (which hosts it) is named.
+// reached, or gives no answer within 5 s (its host stopped: SIGSTOP, a debugger), rank 0 (which hosts it) is
+// named. Every read of the store has a deadline, so no failure path waits forever (issue 42.1).
 //
 // ProcessGroupGloo's header includes Gloo's own headers, which Debian's LibTorch has (libgloo-dev) and
 // pip's LibTorch wheels do not ship: CMake defines ACCEL_WITH_GLOO for this file where they are found.
@@ -14,6 +15,7 @@
 
 #ifdef ACCEL_WITH_GLOO
 
+#include "common/out_of_memory.hpp"
 #include "distributed/collective_tracker.hpp"
 #include "distributed/rendezvous.hpp"
 
@@ -150,13 +152,17 @@ public:
     }
     ~PeerMonitor() { stop(); }
 
+    // Ends the heartbeat thread, after one last beat when this rank has news (a failure) not yet published. Bounded:
+    // a thread still in a read of a silent store after 1 s has its connection shut down under it.
     void stop()
     {
         {
-            std::lock_guard<std::mutex> l(m_);
+            std::unique_lock<std::mutex> l(m_);
             stop_ = true;
+            cv_.notify_all();
+            if (!cv_.wait_for(l, 1s, [this] { return exited_; }))
+                for (int fd : sockets_) shutdown(fd, SHUT_RDWR);
         }
-        cv_.notify_all();
         if (thread_.joinable()) thread_.join();
     }
 
@@ -183,47 +189,83 @@ public:
         cv_.notify_all();
     }
 
-    // A sentence naming the ranks that stopped (best effort, takes ~2 s). A peer that published its own failure
-    // is named with it first (*peer_failed set: this failure is a consequence). When every rank is alive and `t`
-    // waited in collective `ticket`, it says where each peer is instead.
+    // A sentence naming the ranks that stopped (best effort, takes ~2 s, never more than kDiagnosisWait). A peer
+    // that published its own failure is named with it first (*peer_failed set: this failure is a consequence), then
+    // one that ran out of memory. When every rank is alive and `t` waited in collective `ticket`, it says where each
+    // peer is instead. The heartbeat thread reads the store for it (it owns the connection, and keeps beating
+    // meanwhile); when the store does not answer (its host, rank 0, stopped), that is the answer.
     std::string diagnose(accel_status_t *peer_failed, const Tracked *t = nullptr, CollectiveTracker::Ticket ticket = {})
     {
-        // The heartbeat thread's own connection, not a new one: a store client connected while rank 0 is
-        // dying can be reset before its callback thread is stopped, which aborts the process
-        // (rendezvous.cpp, stop_callback_thread).
-        c10::intrusive_ptr<c10d::Store> store;
+        std::vector<std::string> first, second;
+        {
+            std::unique_lock<std::mutex> l(m_);
+            if (!gone_) {
+                const uint64_t asked = ++diagnosis_asked_;
+                beat_now_ = true;
+                cv_.notify_all();
+                cv_.wait_for(l, kDiagnosisWait, [&] { return diagnosis_done_ >= asked || gone_; });
+                if (diagnosis_done_ >= asked) {
+                    first = diagnosis_first_;
+                    second = diagnosis_second_;
+                }
+            }
+        }
+        if (second.empty()) return store_silent();
+        for (int r = 0; r < world_; ++r) {
+            PeerState p = decode_peer_state(second[static_cast<size_t>(r)]);
+            if (r == rank_ || p.failed.empty()) continue;
+            *peer_failed = peer_status(p);
+            return p.failed_code == ACCEL_ERR_RESOURCE_EXHAUSTED ? ran_out_of_memory(r, p.failed)
+                                                                  : "rank " + std::to_string(r) + " failed first: " + p.failed;
+        }
+        for (int r = 0; r < world_; ++r) {
+            PeerState p = decode_peer_state(second[static_cast<size_t>(r)]);
+            if (r == rank_ || p.out_of_memory.empty()) continue;
+            *peer_failed = ACCEL_ERR_ABORTED;
+            return ran_out_of_memory(r, p.out_of_memory);
+        }
+        std::vector<int> dead;
+        for (int r = 0; r < world_; ++r)
+            if (r != rank_ && first[r] == second[r]) dead.push_back(r);
+        if (dead.empty()) return alive_peers(second, t, ticket);
+        std::ostringstream os;
+        os << (dead.size() == 1 ? "rank " : "ranks ");
+        for (size_t i = 0; i < dead.size(); ++i) os << (i ? ", " : "") << dead[i];
+        os << " stopped responding (no heartbeat for 1.6 s)";
+        return os.str();
+    }
+
+    // This rank ran out of memory outside a collective: said on the next beat (at once).
+    void note_out_of_memory(const std::string &message)
+    {
         {
             std::lock_guard<std::mutex> l(m_);
-            store = store_;
+            out_of_memory_ = message;
+            beat_now_ = true;
         }
-        if (!store)
-            return rank_ == 0 ? "the rendezvous store is gone"
-                              : "rank 0 (which hosts the rendezvous store at " + r_.describe() + ") is unreachable";
-        try {
-            auto first = read_all(*store);
-            std::this_thread::sleep_for(1600ms);
-            auto second = read_all(*store);
-            for (int r = 0; r < world_; ++r) {
-                PeerState p = decode_peer_state(second[static_cast<size_t>(r)]);
-                if (r == rank_ || p.failed.empty()) continue;
-                *peer_failed = peer_status(p);
-                return "rank " + std::to_string(r) + " failed first: " + p.failed;
-            }
-            std::vector<int> dead;
-            for (int r = 0; r < world_; ++r)
-                if (r != rank_ && first[r] == second[r]) dead.push_back(r);
-            if (dead.empty()) return alive_peers(second, t, ticket);
-            std::ostringstream os;
-            os << (dead.size() == 1 ? "rank " : "ranks ");
-            for (size_t i = 0; i < dead.size(); ++i) os << (i ? ", " : "") << dead[i];
-            os << (dead.size() == 1 ? " stopped" : " stopped") << " responding (no heartbeat for 1.6 s)";
-            return os.str();
-        } catch (const std::exception &) {
-            return "rank 0 (which hosts the rendezvous store at " + r_.describe() + ") stopped responding";
-        }
+        cv_.notify_all();
     }
 
 private:
+    // How long a read or write of the store may take on the heartbeat connection: a host that answers nothing for
+    // this long has stopped (its store thread serves a few small keys per beat).
+    static constexpr std::chrono::milliseconds kStoreAnswer{5000};
+    // The longest diagnose() waits: two readings 1.6 s apart, the second one at most kStoreAnswer late.
+    static constexpr std::chrono::milliseconds kDiagnosisWait{kStoreAnswer + 2600ms};
+
+    static std::string ran_out_of_memory(int r, const std::string &message)
+    {
+        return "rank " + std::to_string(r) + " ran out of memory: " + message;
+    }
+
+    // The diagnosis when the store gives no readings.
+    std::string store_silent() const
+    {
+        if (rank_ == 0) return "the rendezvous store is gone";
+        return "rank 0 (which hosts the rendezvous store at " + r_.describe() + ") stopped responding (the store gave no "
+               "answer within " + std::to_string(kStoreAnswer.count() / 1000) + " s)";
+    }
+
     // Every peer is alive: where the peers of `t` are while this rank waits in `ticket`.
     std::string alive_peers(const std::vector<std::string> &values, const Tracked *t, CollectiveTracker::Ticket ticket)
     {
@@ -249,10 +291,14 @@ private:
                mismatch_advice(mine, last);
     }
 
-    c10::intrusive_ptr<c10d::Store> connection(std::chrono::milliseconds timeout)
+    c10::intrusive_ptr<c10d::Store> connection()
     {
         if (r_.kind == Rendezvous::File) return shared_; // FileStore is thread-safe; extra instances would break its cleanup
-        return connect_tcp(r_, false, c10::nullopt, timeout);
+        std::vector<int> fds;
+        auto store = connect_tcp(r_, false, c10::nullopt, kStoreAnswer, &fds);
+        std::lock_guard<std::mutex> l(m_);
+        sockets_ = std::move(fds);
+        return store;
     }
 
     std::vector<std::string> read_all(c10d::Store &s)
@@ -276,12 +322,13 @@ private:
 
     // The heartbeat value: the counter, this rank's failure and its collective records.
     std::string heartbeat(uint64_t beat, const std::vector<std::shared_ptr<Tracked>> &tracked, const std::string &failed,
-                          accel_status_t failed_code)
+                          accel_status_t failed_code, const std::string &out_of_memory)
     {
         PeerState s;
         s.beat = beat;
         s.failed = failed;
         s.failed_code = failed_code;
+        s.out_of_memory = out_of_memory;
         for (const auto &t : tracked) s.comms[t->id] = t->tracker.record();
         return encode_peer_state(s);
     }
@@ -318,7 +365,10 @@ private:
             if (g == t.me) continue;
             const PeerState &p = states[static_cast<size_t>(g)];
             if (!p.failed.empty()) { // it will not come: end with its cause
-                decide(t, peer_status(p), "gloo: " + here + " but rank " + std::to_string(g) + " failed: " + p.failed);
+                decide(t, peer_status(p), "gloo: " + here + " but " +
+                                              (p.failed_code == ACCEL_ERR_RESOURCE_EXHAUSTED
+                                                   ? ran_out_of_memory(g, p.failed)
+                                                   : "rank " + std::to_string(g) + " failed: " + p.failed));
                 return;
             }
         }
@@ -350,37 +400,83 @@ private:
         for (auto &w : t.p2p) bury(w);
     }
 
+    // Takes the readings diagnose() asked for: the first at once, the second 1.6 s later (on a later beat).
+    void diagnosis_step(c10d::Store &store)
+    {
+        uint64_t asked;
+        {
+            std::lock_guard<std::mutex> l(m_);
+            asked = diagnosis_asked_;
+            if (diagnosis_done_ >= asked) return;
+        }
+        const double now = now_seconds();
+        if (diagnosis_taking_ == 0) {
+            diagnosis_reading_ = read_all(store);
+            diagnosis_taking_ = asked;
+            diagnosis_since_ = now;
+            return;
+        }
+        if (now - diagnosis_since_ < 1.6) return;
+        auto second = read_all(store);
+        std::lock_guard<std::mutex> l(m_);
+        diagnosis_first_ = std::move(diagnosis_reading_);
+        diagnosis_second_ = std::move(second);
+        diagnosis_done_ = diagnosis_taking_; // requests made since are served by the next pair
+        diagnosis_taking_ = 0;
+        cv_.notify_all();
+    }
+
     void run()
     {
         c10::intrusive_ptr<c10d::Store> store;
         try {
-            store = connection(10s);
+            store = connection();
         } catch (const std::exception &) {
+            ended();
             return;
         }
         {
             std::lock_guard<std::mutex> l(m_);
-            store_ = store; // TCPStore's operations take their own lock: diagnose() may use it too
+            store_ = store;
         }
         uint64_t beat = 0;
         const std::string key = "accel/heartbeat/" + std::to_string(rank_);
+        std::string published_failed, published_oom;
         std::unique_lock<std::mutex> l(m_);
-        while (!stop_) {
+        for (;;) {
+            const bool stopping = stop_;
+            if (stopping && failed_ == published_failed && out_of_memory_ == published_oom) break; // nothing new
             auto tracked = tracked_;
-            std::string failed = failed_;
+            std::string failed = failed_, oom = out_of_memory_;
             const accel_status_t failed_code = failed_code_;
             beat_now_ = false;
             l.unlock();
             try {
-                std::string v = heartbeat(++beat, tracked, failed, failed_code);
+                std::string v = heartbeat(++beat, tracked, failed, failed_code, oom);
                 store->set(key, std::vector<uint8_t>(v.begin(), v.end()));
-                if (delay_ > 0) check_peers(*store, tracked);
+                if (!stopping) {
+                    if (delay_ > 0) check_peers(*store, tracked);
+                    diagnosis_step(*store);
+                }
             } catch (const std::exception &) {
-                return; // the store is gone (rank 0 exited); diagnose() says so
+                ended(); // the store is gone (rank 0 exited) or silent (stopped): diagnose() says so
+                return;
             }
             l.lock();
+            published_failed = failed;
+            published_oom = oom;
+            if (stopping) break;
             cv_.wait_for(l, 500ms, [this] { return stop_ || beat_now_; });
         }
+        exited_ = true;
+        cv_.notify_all();
+    }
+
+    void ended()
+    {
+        std::lock_guard<std::mutex> l(m_);
+        gone_ = exited_ = true;
+        cv_.notify_all();
     }
 
     Rendezvous r_;
@@ -392,6 +488,17 @@ private:
     std::condition_variable cv_;
     bool stop_ = false;
     bool beat_now_ = false;
+    bool exited_ = false; // the heartbeat thread ended
+    bool gone_ = false;   // ... because the store failed or gave no answer
+    std::vector<int> sockets_; // the heartbeat connection's (shut down by stop() when the thread hangs in one)
+    std::string out_of_memory_;
+    // diagnose(): requests are numbered; the heartbeat thread serves them in pairs of readings
+    uint64_t diagnosis_asked_ = 0, diagnosis_done_ = 0;
+    std::vector<std::string> diagnosis_first_, diagnosis_second_;
+    // heartbeat thread only: the reading in progress
+    uint64_t diagnosis_taking_ = 0;
+    double diagnosis_since_ = 0.0;
+    std::vector<std::string> diagnosis_reading_;
     std::vector<std::shared_ptr<Tracked>> tracked_;
     std::string failed_;
     accel_status_t failed_code_ = ACCEL_OK;
@@ -598,11 +705,35 @@ public:
             return f();
         } catch (const Error &) {
             throw;
+        } catch (const std::bad_alloc &) {
+            out_of_memory(op, "std::bad_alloc");
         } catch (const TrackedFailure &e) {
+            if (is_out_of_memory(e.what())) out_of_memory(op, e.what());
             failed(op, e.what(), &e.ticket);
         } catch (const std::exception &e) {
+            if (is_out_of_memory(e.what())) out_of_memory(op, e.what());
             failed(op, e.what(), nullptr);
         }
+    }
+
+    // An allocation failed in a collective (its buffers, or Gloo's): this rank's failure, not a peer's. The
+    // communicator is poisoned (the peers may be in the collective without this rank) and the peers learn
+    // "rank r ran out of memory" on the next heartbeat.
+    [[noreturn]] void out_of_memory(const char *op, const std::string &what)
+    {
+        const std::string full = "gloo " + std::string(op) + " on rank " + std::to_string(global_[rank()]) + ": " +
+                                 out_of_memory_message(first_line(what));
+        {
+            std::lock_guard<std::mutex> l(shared_->m);
+            if (shared_->poison.empty()) shared_->poison = full;
+        }
+        if (shared_->monitor) shared_->monitor->publish_failure(ACCEL_ERR_RESOURCE_EXHAUSTED, full);
+        fail(ACCEL_ERR_RESOURCE_EXHAUSTED, full);
+    }
+
+    void note_out_of_memory(const std::string &message) override
+    {
+        if (shared_->monitor) shared_->monitor->note_out_of_memory(message);
     }
 
     // Waits for collective `ticket`'s work in slices, so that a verdict of the monitor (a peer that is not in this

@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -15,6 +17,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include <vector>
 
@@ -22,8 +26,8 @@ namespace accel::distributed {
 
 namespace {
 
-// Pipe descriptors of this process: fd -> pipe inode ("pipe:[N]").
-std::map<int, std::string> pipe_fds()
+// Descriptors of this process whose link names start with `kind` ("pipe:", "socket:"): fd -> "pipe:[inode]".
+std::map<int, std::string> fds_of(const char *kind)
 {
     std::map<int, std::string> out;
     DIR *d = opendir("/proc/self/fd");
@@ -38,7 +42,7 @@ std::map<int, std::string> pipe_fds()
         const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
         if (n <= 0) continue;
         target[n] = '\0';
-        if (std::string(target).rfind("pipe:", 0) == 0) out[static_cast<int>(fd)] = target;
+        if (std::string(target).rfind(kind, 0) == 0) out[static_cast<int>(fd)] = target;
     }
     closedir(d);
     return out;
@@ -54,7 +58,7 @@ std::map<int, std::string> pipe_fds()
 void stop_callback_thread(const std::map<int, std::string> &before)
 {
     std::map<std::string, std::vector<int>> created;
-    for (const auto &[fd, inode] : pipe_fds())
+    for (const auto &[fd, inode] : fds_of("pipe:"))
         if (before.count(fd) == 0 || before.at(fd) != inode) created[inode].push_back(fd);
     if (created.size() != 1 || created.begin()->second.size() != 2) return;
     for (int fd : created.begin()->second) {
@@ -65,6 +69,28 @@ void stop_callback_thread(const std::map<int, std::string> &before)
         dup2(null_fd, fd);
         close(null_fd);
     }
+}
+
+// LibTorch 1.13's TCPStore client reads its answers with a blocking recv() whose only deadline is the one a
+// wait() or get() sets on the socket (SO_RCVTIMEO, the store's timeout); until the first of them, and for
+// check(), add() and set() at any time, a host that stopped (SIGSTOP, a debugger, a hung machine) but whose kernel
+// keeps the connection open leaves the caller in recv() forever. So the sockets the constructor created (the
+// client's and its callback client's) get a receive and a send deadline of their own right after construction;
+// c10d turns an expiry into "Socket Timeout". Returns those sockets.
+std::vector<int> bound_socket_waits(const std::map<int, std::string> &before, std::chrono::milliseconds timeout)
+{
+    std::vector<int> created;
+    for (const auto &[fd, inode] : fds_of("socket:"))
+        if (before.count(fd) == 0 || before.at(fd) != inode) created.push_back(fd);
+    const auto ms = std::max<int64_t>(1, timeout.count());
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(ms / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+    for (int fd : created) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
+    return created;
 }
 
 // LibTorch logs through glog (Debian's 1.13) or c10's own logger (pip's builds), and c10d's socket code logs
@@ -140,8 +166,9 @@ Rendezvous rendezvous_of(const config::AcceleratorConfig &c)
 }
 
 c10::intrusive_ptr<c10d::Store> connect_tcp(const Rendezvous &r, bool server, c10::optional<size_t> workers,
-                                            std::chrono::milliseconds timeout)
+                                            std::chrono::milliseconds timeout, std::vector<int> *sockets)
 {
+    if (sockets != nullptr) sockets->clear();
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(r.port);
     o.isServer = server;
@@ -152,15 +179,21 @@ c10::intrusive_ptr<c10d::Store> connect_tcp(const Rendezvous &r, bool server, c1
     // One client construction at a time, so that the pipe it creates is the only new one of ours.
     static std::mutex m;
     std::lock_guard<std::mutex> lock(m);
-    const auto before = pipe_fds();
+    const auto before = fds_of("pipe:");
+    const auto sockets_before = fds_of("socket:");
     auto store = c10::make_intrusive<c10d::TCPStore>(r.host, o);
     stop_callback_thread(before);
+    auto fds = bound_socket_waits(sockets_before, timeout);
+    if (sockets != nullptr) *sockets = std::move(fds);
     return store;
 }
 
 accel_status_t store_failure_status(const std::string &message)
 {
-    const bool timed_out = message.find("imed out") != std::string::npos || message.find("timeout") != std::string::npos;
+    std::string lower = message;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    // "Timed out", "timeout", and c10d's "Socket Timeout" when a bounded read of the store expired
+    const bool timed_out = lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
     return timed_out ? ACCEL_ERR_DEADLINE_EXCEEDED : ACCEL_ERR_UNAVAILABLE;
 }
 

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace accel::distributed {
 
@@ -26,9 +27,11 @@ struct Rendezvous {
 // The rendezvous kwargs_handlers.init_process_group.init_method (or MASTER_ADDR/MASTER_PORT) describes.
 Rendezvous rendezvous_of(const config::AcceleratorConfig &c);
 
-// A TCPStore connection; `server` hosts it, waiting for `workers` processes when given.
+// A TCPStore connection; `server` hosts it, waiting for `workers` processes when given. A client's every read
+// and write of the store gives up after `timeout` ("Socket Timeout"), also when the host stopped without closing
+// the connection; *sockets (when given) are its sockets.
 c10::intrusive_ptr<c10d::Store> connect_tcp(const Rendezvous &r, bool server, c10::optional<size_t> workers,
-                                            std::chrono::milliseconds timeout);
+                                            std::chrono::milliseconds timeout, std::vector<int> *sockets = nullptr);
 
 // The store of this job (rank 0 hosts a TCPStore), waiting until every process joined. Failures are
 // UNAVAILABLE or DEADLINE_EXCEEDED naming `backend`, the rendezvous address and this rank.
