@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long fuzz run (README, "Tests"): each target of tests/fuzz, built by scripts/test-sanitizers.sh into
+# The long fuzz run (docs/development/sanitizers.md): each target of tests/fuzz, built by scripts/test-sanitizers.sh into
 # ${ACCEL_SANITIZE_BUILD_DIR:-build-asan}, runs SECONDS (default 600) over its corpus with its dictionary,
 # under ASan + UBSan with leak detection. Prints the executions per target and their total; exits non-zero
 # on any finding (the input is kept in build-asan/tests/fuzz/findings/). New inputs are kept in

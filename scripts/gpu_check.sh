@@ -4,7 +4,7 @@
 # fp16/bf16, checkpoints between GPU and CPU), the NCCL backend's tests in a world of one process,
 # the MLP example trained over NCCL against the same run without a backend (same losses expected), and two
 # processes on one GPU (NCCL refuses a GPU shared by two ranks: the launch must fail with that reason, not
-# hang). Run once on an H200 (README, the paragraph on building against another LibTorch). Debian's cJSON,
+# hang). Run once on an H200 (docs/get-started/install.md, "Using the library"). Debian's cJSON,
 # yaml-cpp, protobuf and GoogleTest come from .debs unpacked under /tmp (ACCEL_DEVDEBS, default .devdeps/debs:
 # `apt-get download` them there first), since nothing can be installed on that machine.
 # Writes its logs to $OUT (default /tmp/accel_gpu). Usage: bash scripts/gpu_check.sh [--headers | --build-only]

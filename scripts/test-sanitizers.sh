@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hardening pass (README, "Sanitizers, clang and fuzzing"), run by scripts/test.sh after the main suite:
+# The hardening pass (docs/development/sanitizers.md), run by scripts/test.sh after the main suite:
 # accel built with clang-14, warnings as errors, AddressSanitizer, UndefinedBehaviorSanitizer and libFuzzer
 # coverage into ${ACCEL_SANITIZE_BUILD_DIR:-build-asan}; then, under the sanitizers with leak detection on
 # (tests/sanitizers/*.supp), the unit and capi labels, the distributed tests labelled "sanitize" (one of each

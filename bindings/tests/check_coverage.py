@@ -6,8 +6,8 @@
 
 The exported functions are `nm -D --defined-only` of the library. A SWIG binding (Python, Java, C#) wraps a
 function when its native module calls it (`nm -D --undefined-only`: the symbol is imported); the Rust crate
-when its sources call `sys::<function>`. accel.hpp is not checked: it documents partial coverage (README,
-"Bindings"). An exclusion line is `<function> <binding,binding,...> <reason>`; each needs a reason, and an
+when its sources call `sys::<function>`. accel.hpp is not checked: it documents partial coverage
+(docs/guides/bindings/index.md). An exclusion line is `<function> <binding,binding,...> <reason>`; each needs a reason, and an
 entry that no longer excuses anything (the function is wrapped there, or no longer exported) is an error too,
 so the list stays true. Exits 1 listing every problem; a module not given (binding not built) is skipped.
 """

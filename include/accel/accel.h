@@ -1,4 +1,5 @@
-/* accel/accel.h - the whole public C API. */
+/** @file
+ * the whole public C API. */
 #ifndef ACCEL_ACCEL_H
 #define ACCEL_ACCEL_H
 

@@ -4,7 +4,7 @@
  * Tensor) that free their handle in the destructor; failures throw accel::Error carrying the status and
  * the library's message; accel::span is a small std::span-like view for buffers and shapes. Only the C
  * API is used, so nothing of LibTorch enters the user's build. The C API's ownership and thread rules
- * apply unchanged (see accel.h and README.md).
+ * apply unchanged (see accel.h and docs/guides/bindings/cpp.md).
  *
  *   accel::Accelerator acc(R"({"gradient_accumulation_steps": 2})");
  *   auto model = accel::Model::from_json(R"({"type": "mlp", "widths": [16, 64, 4]})");

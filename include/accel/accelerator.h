@@ -1,4 +1,5 @@
-/* accel/accelerator.h - the Accelerator: preparation, the training loop, process facts. */
+/** @file
+ * the Accelerator: preparation, the training loop, process facts. */
 #ifndef ACCEL_ACCELERATOR_H
 #define ACCEL_ACCELERATOR_H
 
@@ -25,7 +26,7 @@ ACCEL_BEGIN_DECLS
  * data-parallel; a rendezvous that fails within init_process_group.timeout is ACCEL_ERR_UNAVAILABLE
  * or ACCEL_ERR_DEADLINE_EXCEEDED. "fp16" fails with ACCEL_ERR_UNIMPLEMENTED where LibTorch
  * has no fp16 kernels for the device (CPU LibTorch 1.13) unless kwargs_handlers.autocast.enabled is
- * false, which computes in fp32 with the dynamic loss scaler. "fp8" is emulated (see README).
+ * false, which computes in fp32 with the dynamic loss scaler. "fp8" is emulated (docs/guides/mixed-precision.md).
  * Other keys (deepspeed_plugin, fsdp_plugin, project_config, ...) are accepted while they hold their
  * default; any other value is ACCEL_ERR_UNIMPLEMENTED naming the key. Unknown keys, wrong types and
  * out-of-range values are ACCEL_ERR_INVALID_ARGUMENT naming the JSON path.
@@ -33,14 +34,37 @@ ACCEL_BEGIN_DECLS
  * Ownership: free *out with accel_accelerator_free().
  * Threads: an accelerator and what it prepared may move between threads but must not be used from
  * two threads at once.
+ *
+ * @param config_json  JSON object of Accelerator(...)'s arguments, read during the call; NULL or "{}" means all
+ *                     defaults.
+ * @param out  Receives a new accelerator handle, owned by the caller, who frees it with accel_accelerator_free();
+ *             NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_create(const char *config_json,
                                                                   accel_accelerator_t **out) ACCEL_NOEXCEPT;
 
-/** Frees the handle. NULL is fine. Objects it prepared stay usable: they keep its state alive. */
+/**
+ * Frees the handle. NULL is fine. Objects it prepared stay usable: they keep its state alive.
+ *
+ * @param accelerator  The handle to free, or NULL (then nothing happens).
+ * Ownership: takes @p accelerator: it must not be used after the call.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_API void accel_accelerator_free(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
-/** The effective configuration (defaults and environment applied) as JSON. Free *out with accel_string_free(). */
+/**
+ * The effective configuration (defaults and environment applied) as JSON. Free *out with accel_string_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives a NUL-terminated string owned by the caller, who frees it with accel_string_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_config_json(const accel_accelerator_t *accelerator,
                                                                            char **out) ACCEL_NOEXCEPT;
 
@@ -49,6 +73,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_config_json(const
  * this LibTorch has CUDA, a GPU is visible and `cpu` is false; else "cpu". With device_placement (the
  * default) prepare moves models and the batches of prepared data loaders there. Free *out with
  * accel_string_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives a NUL-terminated string owned by the caller, who frees it with accel_string_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_device(const accel_accelerator_t *accelerator,
                                                                       char **out) ACCEL_NOEXCEPT;
@@ -58,19 +90,73 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_device(const acce
  * optimizers and data loaders first, then the scheduler. Handles are updated in place and bound to
  * this accelerator; preparing an object twice with the same accelerator is a no-op, with another one
  * ACCEL_ERR_FAILED_PRECONDITION. An optimizer must be created over a prepared (or the same) model.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  Model to prepare (borrowed; bound to this accelerator), or NULL.
+ * @param optimizer  Optimizer to prepare (borrowed; bound to this accelerator), or NULL.
+ * @param dataloader  Data loader to prepare (borrowed; bound to this accelerator), or NULL.
+ * @param scheduler  Scheduler to prepare (borrowed; bound to this accelerator), or NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows the handles; each prepared object keeps the accelerator's state alive, so the handles may be
+ * freed in any order.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_prepare(accel_accelerator_t *accelerator,
                                                                    accel_model_t *model,
                                                                    accel_optimizer_t *optimizer,
                                                                    accel_dataloader_t *dataloader,
                                                                    accel_scheduler_t *scheduler) ACCEL_NOEXCEPT;
+/**
+ * Prepare one model, as accel_accelerator_prepare() with only @p model.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  Model to prepare (borrowed; bound to this accelerator). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows the handles; each prepared object keeps the accelerator's state alive, so the handles may be
+ * freed in any order.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_prepare_model(accel_accelerator_t *accelerator,
                                                                          accel_model_t *model) ACCEL_NOEXCEPT;
+/**
+ * Prepare one optimizer, as accel_accelerator_prepare() with only @p optimizer.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param optimizer  Optimizer to prepare (borrowed; bound to this accelerator). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows the handles; each prepared object keeps the accelerator's state alive, so the handles may be
+ * freed in any order.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_prepare_optimizer(accel_accelerator_t *accelerator,
                                                                              accel_optimizer_t *optimizer) ACCEL_NOEXCEPT;
+/**
+ * Prepare one data loader, as accel_accelerator_prepare() with only @p dataloader.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param dataloader  Data loader to prepare (borrowed; bound to this accelerator). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows the handles; each prepared object keeps the accelerator's state alive, so the handles may be
+ * freed in any order.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_prepare_dataloader(accel_accelerator_t *accelerator,
                                                                               accel_dataloader_t *dataloader) ACCEL_NOEXCEPT;
-/** The scheduler's optimizer must have been prepared first (ACCEL_ERR_FAILED_PRECONDITION otherwise). */
+/**
+ * The scheduler's optimizer must have been prepared first (ACCEL_ERR_FAILED_PRECONDITION otherwise).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param scheduler  Scheduler to prepare (borrowed; bound to this accelerator). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows the handles; each prepared object keeps the accelerator's state alive, so the handles may be
+ * freed in any order.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_prepare_scheduler(accel_accelerator_t *accelerator,
                                                                              accel_scheduler_t *scheduler) ACCEL_NOEXCEPT;
 /**
@@ -80,14 +166,36 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_prepare_scheduler(acc
  * process's batches), and step is reset to 0. Call it between two trainings with other objects; they may be
  * prepared again (by this or another accelerator). Collective when a model is sharded. Fails with
  * ACCEL_ERR_FAILED_PRECONDITION inside accumulate/autocast or while parameters are summoned.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_free_memory(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
-/** The same as accel_accelerator_free_memory() (Accelerate's alias). */
+/**
+ * The same as accel_accelerator_free_memory() (Accelerate's alias).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_clear(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
 /**
  * A handle to the model without the accelerator's wrappers (autocast, fp32 output conversion): the same
  * parameters, usable with plain calls. Ownership: free *out with accel_model_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  A model prepared by @p accelerator (borrowed). Must not be NULL.
+ * @param out  Receives a new model handle, owned by the caller, who frees it with accel_model_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_unwrap_model(accel_accelerator_t *accelerator,
                                                                         const accel_model_t *model,
@@ -96,6 +204,13 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_unwrap_model(accel_ac
 /**
  * Backpropagate @p loss (a scalar produced by a prepared model): divides it by
  * gradient_accumulation_steps, then runs backward, as `accelerator.backward(loss)`.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param loss  Scalar loss produced through a prepared model (borrowed). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_backward(accel_accelerator_t *accelerator,
                                                                     accel_tensor_t *loss) ACCEL_NOEXCEPT;
@@ -107,30 +222,98 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_backward(accel_accele
  * is ACCEL_ERR_FAILED_PRECONDITION. As Accelerate's accumulate(*models), only `model` skips gradient
  * communication (no_sync) on non-sync micro-steps; NULL names no model, so every prepared model keeps
  * all-reducing each micro-step (the optimizer still steps only when sync_gradients).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  The model whose gradient communication is skipped on non-sync micro-steps (borrowed), or NULL for
+ *               none.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_accumulate_begin(accel_accelerator_t *accelerator,
                                                                             accel_model_t *model) ACCEL_NOEXCEPT;
-/** Leave the accumulate() context. ACCEL_ERR_FAILED_PRECONDITION without a matching begin. */
+/**
+ * Leave the accumulate() context. ACCEL_ERR_FAILED_PRECONDITION without a matching begin.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_accumulate_end(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
-/** Whether gradients are synchronised (and optimizers step) at this micro-step. */
+/**
+ * Whether gradients are synchronised (and optimizers step) at this micro-step.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_sync_gradients(const accel_accelerator_t *accelerator,
                                                                               bool *out) ACCEL_NOEXCEPT;
-/** The micro-step counter of accumulate() (Accelerate's `accelerator.step`). */
+/**
+ * The micro-step counter of accumulate() (Accelerate's `accelerator.step`).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_step(const accel_accelerator_t *accelerator,
                                                                     int64_t *out) ACCEL_NOEXCEPT;
-/** gradient_accumulation_steps in force. */
+/**
+ * gradient_accumulation_steps in force.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_gradient_accumulation_steps(
     const accel_accelerator_t *accelerator, int64_t *out) ACCEL_NOEXCEPT;
-/** Whether the active prepared data loader is yielding its last batch. */
+/**
+ * Whether the active prepared data loader is yielding its last batch.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_end_of_dataloader(const accel_accelerator_t *accelerator,
                                                                                  bool *out) ACCEL_NOEXCEPT;
-/** The mixed-precision mode in force. */
+/**
+ * The mixed-precision mode in force.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the mode (ACCEL_MIXED_PRECISION_NO on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_mixed_precision(const accel_accelerator_t *accelerator,
                                                                                accel_mixed_precision_t *out) ACCEL_NOEXCEPT;
 /**
  * Whether any prepared optimizer skipped its last step: with mixed_precision "fp16" the gradient scaler
  * skips the step (and the scheduler's) when the gradients hold inf/NaN.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_optimizer_step_was_skipped(
     const accel_accelerator_t *accelerator, bool *out) ACCEL_NOEXCEPT;
@@ -139,6 +322,10 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_optimizer_step_was_sk
  * Whether this accelerator has a gradient scaler: true for mixed_precision "fp16" unless
  * kwargs_handlers.grad_scaler.enabled is false.
  * Ownership: borrows @p accelerator. Threads: same rules as the accelerator.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_has_grad_scaler(const accel_accelerator_t *accelerator,
                                                                            bool *out) ACCEL_NOEXCEPT;
@@ -147,6 +334,10 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_has_grad_scaler(const
  * first backward, then halved (backoff_factor) after every step with inf/NaN gradients and doubled
  * (growth_factor) after growth_interval clean steps. 1.0 when there is no scaler.
  * Ownership: borrows @p accelerator. Threads: same rules as the accelerator.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_grad_scale(const accel_accelerator_t *accelerator,
                                                                           double *out) ACCEL_NOEXCEPT;
@@ -154,6 +345,10 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_grad_scale(const 
  * The gradient scaler's growth tracker: clean optimizer steps since the last change of scale (the
  * `_growth_tracker` entry of its state dict). 0 when there is no scaler.
  * Ownership: borrows @p accelerator. Threads: same rules as the accelerator.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_grad_scaler_growth_tracker(
     const accel_accelerator_t *accelerator, int64_t *out) ACCEL_NOEXCEPT;
@@ -164,6 +359,11 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_grad_scaler_growt
  * themselves. Once per optimizer step: a second call before the step is ACCEL_ERR_FAILED_PRECONDITION,
  * as is a call before any accel_accelerator_backward.
  * Ownership: borrows both handles. Threads: same rules as the accelerator.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param optimizer  Optimizer whose gradients are unscaled (borrowed), or NULL for every optimizer this accelerator
+ *                   prepared.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_unscale_gradients(accel_accelerator_t *accelerator,
                                                                              accel_optimizer_t *optimizer) ACCEL_NOEXCEPT;
@@ -176,9 +376,22 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_unscale_gradients(acc
  * Autocast state belongs to the thread: call begin and end on the same thread, and end every begin
  * before freeing the accelerator.
  * Ownership: borrows @p accelerator.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_autocast_begin(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
-/** Leave the innermost autocast scope. ACCEL_ERR_FAILED_PRECONDITION without a matching begin. */
+/**
+ * Leave the innermost autocast scope. ACCEL_ERR_FAILED_PRECONDITION without a matching begin.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_autocast_end(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
 /**
@@ -187,11 +400,31 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_autocast_end(accel_ac
  * (may be NULL). With a gradient scaler (fp16) the gradients of every prepared optimizer are unscaled
  * first (accel_accelerator_unscale_gradients), so the norm is that of the true gradients; call it once
  * per optimizer step, when sync_gradients is true.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  Model whose gradients are clipped (borrowed). Must not be NULL.
+ * @param max_norm  Largest total norm allowed; must be finite and >= 0.
+ * @param norm_type  Order of the norm: 2 (the usual), 1, any p > 0, or INFINITY for the largest absolute value.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_clip_grad_norm(accel_accelerator_t *accelerator,
                                                                           accel_model_t *model, double max_norm,
                                                                           double norm_type, double *out) ACCEL_NOEXCEPT;
-/** Clamp every gradient of @p model into [-clip_value, clip_value] (after unscaling, as clip_grad_norm). */
+/**
+ * Clamp every gradient of @p model into [-clip_value, clip_value] (after unscaling, as clip_grad_norm).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  Model whose gradients are clamped (borrowed). Must not be NULL.
+ * @param clip_value  Largest absolute value a gradient keeps; must be finite and >= 0.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_clip_grad_value(accel_accelerator_t *accelerator,
                                                                            accel_model_t *model,
                                                                            double clip_value) ACCEL_NOEXCEPT;
@@ -201,6 +434,17 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_clip_grad_value(accel
  * named loss (see accel_loss_compute) against its labels, backward, then optimizer step, scheduler
  * step (if @p scheduler is not NULL) and zero_grad, which act only on sync steps.
  * @param out_loss The undivided loss of this micro-batch; may be NULL.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  A model prepared by @p accelerator (borrowed). Must not be NULL.
+ * @param optimizer  An optimizer over @p model prepared by @p accelerator (borrowed). Must not be NULL.
+ * @param scheduler  A scheduler prepared by @p accelerator (borrowed), or NULL for none.
+ * @param batch  The batch: its inputs go through the model, its labels to the loss (borrowed). Must not be NULL.
+ * @param loss_name  Loss name or JSON object, as accel_loss_compute() takes it. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_train_step(accel_accelerator_t *accelerator,
                                                                       accel_model_t *model,
@@ -210,37 +454,117 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_train_step(accel_acce
                                                                       const char *loss_name,
                                                                       double *out_loss) ACCEL_NOEXCEPT;
 
-/** Print @p text and a newline on the main process only (accelerator.print); flushes stdout. */
+/**
+ * Print @p text and a newline on the main process only (accelerator.print); flushes stdout.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param text  NUL-terminated text (read during the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_print(const accel_accelerator_t *accelerator,
                                                                  const char *text) ACCEL_NOEXCEPT;
 
-/** Global rank of this process. */
+/**
+ * Global rank of this process.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_process_index(const accel_accelerator_t *accelerator,
                                                                              int32_t *out) ACCEL_NOEXCEPT;
-/** Rank of this process on its machine. */
+/**
+ * Rank of this process on its machine.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_local_process_index(
     const accel_accelerator_t *accelerator, int32_t *out) ACCEL_NOEXCEPT;
-/** Number of processes in the job. */
+/**
+ * Number of processes in the job.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_num_processes(const accel_accelerator_t *accelerator,
                                                                              int32_t *out) ACCEL_NOEXCEPT;
-/** Whether this is the main process (rank 0). */
+/**
+ * Whether this is the main process (rank 0).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_is_main_process(const accel_accelerator_t *accelerator,
                                                                            bool *out) ACCEL_NOEXCEPT;
-/** Whether this is the main process of its machine (local rank 0). */
+/**
+ * Whether this is the main process of its machine (local rank 0).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_is_local_main_process(
     const accel_accelerator_t *accelerator, bool *out) ACCEL_NOEXCEPT;
 
-/** Rank of this process as the launcher's environment says (0 when not launched); no accelerator needed. */
+/**
+ * Rank of this process as the launcher's environment says (0 when not launched); no accelerator needed.
+ *
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: safe from any thread.
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_get_index(int32_t *out) ACCEL_NOEXCEPT;
-/** Number of processes as the launcher's environment says (1 when not launched). */
+/**
+ * Number of processes as the launcher's environment says (1 when not launched).
+ *
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: safe from any thread.
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_get_count(int32_t *out) ACCEL_NOEXCEPT;
-/** Whether this process is rank 0. */
+/**
+ * Whether this process is rank 0.
+ *
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: safe from any thread.
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_is_main(bool *out) ACCEL_NOEXCEPT;
 
 /**
  * Seed LibTorch's default generator (and this library's), as accelerate.utils.set_seed.
  * @param device_specific Add the process index to the seed.
  * @param deterministic   Also ask LibTorch for deterministic algorithms.
+ *
+ * @param seed  The seed.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: call it while no other thread trains: it seeds process-wide generators.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_random_set_seed(uint64_t seed, bool device_specific,
                                                                bool deterministic) ACCEL_NOEXCEPT;
@@ -260,6 +584,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_random_set_seed(uint64_t seed, bo
  * accel_accelerator_pad_across_processes); a mismatch is ACCEL_ERR_INVALID_ARGUMENT naming the ranks.
  * A 0-d tensor is gathered as shape [1].
  * Ownership: borrows @p tensor; free *out with accel_tensor_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param tensor  This process's tensor (borrowed). Must not be NULL.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_gather(accel_accelerator_t *accelerator,
                                                                   const accel_tensor_t *tensor,
@@ -269,6 +601,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_gather(accel_accelera
  * only the first `remainder` rows are kept, so that the samples repeated to even out the last batch
  * are dropped and a pass over the loader gathers exactly the data set's length
  * (`accelerator.gather_for_metrics`). Ownership: borrows @p tensor; free *out with accel_tensor_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param tensor  This process's tensor (borrowed). Must not be NULL.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_gather_for_metrics(accel_accelerator_t *accelerator,
                                                                               const accel_tensor_t *tensor,
@@ -277,6 +617,15 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_gather_for_metrics(ac
  * Reduce @p tensor over all processes (`accelerator.reduce`): @p reduction is "sum", "mean", "max",
  * "min" or "none" (which sums, as Accelerate). Every rank gets the result; the input is unchanged.
  * Ownership: borrows @p tensor and @p reduction; free *out with accel_tensor_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param tensor  This process's tensor (borrowed; unchanged). Must not be NULL.
+ * @param reduction  "sum", "mean", "max", "min" or "none"; any other name is ACCEL_ERR_INVALID_ARGUMENT.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_reduce(accel_accelerator_t *accelerator,
                                                                   const accel_tensor_t *tensor,
@@ -286,6 +635,13 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_reduce(accel_accelera
  * Overwrite @p tensor, in place, with the one of process @p from_process on every process
  * (`broadcast`). Shapes and dtypes must match across processes. ACCEL_ERR_OUT_OF_RANGE if
  * @p from_process is not a rank. Ownership: borrows @p tensor (modified in place).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param tensor  The tensor to overwrite in place (borrowed). Must not be NULL.
+ * @param from_process  Rank whose values every process receives, 0 ... num_processes - 1.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_broadcast(accel_accelerator_t *accelerator,
                                                                      accel_tensor_t *tensor,
@@ -295,6 +651,17 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_broadcast(accel_accel
  * filling with @p pad_index, the data at the start (or at the end when @p pad_first)
  * (`accelerator.pad_across_processes`). A @p dim out of range returns the tensor unchanged.
  * Ownership: borrows @p tensor; free *out with accel_tensor_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param tensor  This process's tensor (borrowed). Must not be NULL.
+ * @param dim  Dimension to pad; negative counts from the end.
+ * @param pad_index  Value written into the padding.
+ * @param pad_first  Pad before the data instead of after it.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_pad_across_processes(accel_accelerator_t *accelerator,
                                                                                 const accel_tensor_t *tensor,
@@ -306,6 +673,15 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_pad_across_processes(
  * the first n % P ranks get n / P + 1 contiguous rows, the others n / P. With @p apply_padding every
  * share is padded to n / P + 1 rows (when n % P != 0) by repeating the global last row. Needs no
  * communication. Ownership: borrows @p tensor; free *out with accel_tensor_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param tensor  The whole tensor, the same on every process (borrowed). Must not be NULL.
+ * @param apply_padding  Pad every share to the same number of rows by repeating the last row.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_split_between_processes(accel_accelerator_t *accelerator,
                                                                                    const accel_tensor_t *tensor,
@@ -313,42 +689,118 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_split_between_process
                                                                                    accel_tensor_t **out) ACCEL_NOEXCEPT;
 /**
  * `set_trigger`: raise this process's trigger (local, no communication), e.g. when its loss diverged.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_set_trigger(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 /**
  * `check_trigger`: *out is true on every process when any process called set_trigger since the last
  * check_trigger that returned true (one all-reduce: call it on every process, at the same point); the
  * trigger is then cleared. *out is false on failure.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_check_trigger(accel_accelerator_t *accelerator,
                                                                           bool *out) ACCEL_NOEXCEPT;
-/** Block until every process reaches this call (`wait_for_everyone`, a barrier). */
+/**
+ * Block until every process reaches this call (`wait_for_everyone`, a barrier).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_wait_for_everyone(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 /**
  * Enter `main_process_first()`: the other processes wait here until the main process (rank 0) calls
  * accel_accelerator_main_process_first_end(), so the main process runs the block first. Every process
  * must call begin and end exactly once per block; pairs nest.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_main_process_first_begin(
     accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
-/** Leave `main_process_first()` (the main process waits here for the others). ACCEL_ERR_FAILED_PRECONDITION without a begin. */
+/**
+ * Leave `main_process_first()` (the main process waits here for the others). ACCEL_ERR_FAILED_PRECONDITION without a begin.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_main_process_first_end(
     accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
-/** As main_process_first_begin with the local main process (local rank 0) of each machine (`local_main_process_first`). */
+/**
+ * As main_process_first_begin with the local main process (local rank 0) of each machine (`local_main_process_first`).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_local_main_process_first_begin(
     accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
-/** Leave `local_main_process_first()`. Pairs with accel_accelerator_local_main_process_first_begin(). */
+/**
+ * Leave `local_main_process_first()`. Pairs with accel_accelerator_local_main_process_first_begin().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_local_main_process_first_end(
     accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
-/** Number of processes on this machine (LOCAL_WORLD_SIZE). */
+/**
+ * Number of processes on this machine (LOCAL_WORLD_SIZE).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_num_local_processes(
     const accel_accelerator_t *accelerator, int32_t *out) ACCEL_NOEXCEPT;
-/** Whether this is the last process (rank num_processes - 1). */
+/**
+ * Whether this is the last process (rank num_processes - 1).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_is_last_process(const accel_accelerator_t *accelerator,
                                                                            bool *out) ACCEL_NOEXCEPT;
 /**
  * The communication backend in use: "single" (one process), "gloo", "mpi" or "nccl". *out is a static string:
  * never free it.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives a static NUL-terminated string (never free it); NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_distributed_backend(
     const accel_accelerator_t *accelerator, const char **out) ACCEL_NOEXCEPT;
@@ -358,11 +810,18 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_distributed_backe
  * "sync_seconds" (first bucket launched to last one reduced, summed over syncs), "wait_seconds" (time
  * spent waiting after backward)}]}. For benchmarks and diagnostics; keys may be added.
  * Ownership: free *out with accel_string_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives a NUL-terminated string owned by the caller, who frees it with accel_string_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(const accel_accelerator_t *accelerator,
                                                                               char **out) ACCEL_NOEXCEPT;
 
-/* ---- Sharded training (fsdp_plugin / deepspeed_plugin; see README "Sharded training") ---- */
+/* ---- Sharded training (fsdp_plugin / deepspeed_plugin; docs/guides/sharded-training.md) ---- */
 
 /**
  * Memory accounting of this process, as JSON: {"rank", "num_processes", "strategy" ("NONE", "DDP", an FSDP
@@ -378,6 +837,13 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(co
  * "gradient_reductions" (the sharding engine's collectives since prepare: one per unit under FSDP, one per bucket
  * of consecutive units under deepspeed_plugin; 0 unsharded)}], "peak_rss_bytes"}. One entry per
  * prepared model, in preparation order. Ownership: free *out with accel_string_free().
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives a NUL-terminated string owned by the caller, who frees it with accel_string_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_memory_stats_json(
     const accel_accelerator_t *accelerator, char **out) ACCEL_NOEXCEPT;
@@ -388,17 +854,54 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_memory_stats_json
  * buffers. Between them no forward or backward may run.
  * @return ACCEL_ERR_FAILED_PRECONDITION when the model is not sharded, not prepared by @p accelerator, or
  *         begin/end do not pair.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  A sharded model prepared by @p accelerator (borrowed). Must not be NULL.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_summon_full_params_begin(accel_accelerator_t *accelerator,
                                                                                    accel_model_t *model) ACCEL_NOEXCEPT;
+/**
+ * Ends accel_accelerator_summon_full_params_begin(): writes the values back to the shards and frees the full buffers. Collective.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  The model passed to accel_accelerator_summon_full_params_begin() (borrowed). Must not be NULL.
+ * @return ACCEL_OK; ACCEL_ERR_FAILED_PRECONDITION without a matching begin.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_summon_full_params_end(accel_accelerator_t *accelerator,
                                                                                  accel_model_t *model) ACCEL_NOEXCEPT;
 
-/** Rank of this process on its machine from the launcher's environment (0 when not launched). */
+/**
+ * Rank of this process on its machine from the launcher's environment (0 when not launched).
+ *
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: safe from any thread.
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_get_local_index(int32_t *out) ACCEL_NOEXCEPT;
-/** Number of processes on this machine from the launcher's environment (1 when not launched). */
+/**
+ * Number of processes on this machine from the launcher's environment (1 when not launched).
+ *
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: safe from any thread.
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_get_local_count(int32_t *out) ACCEL_NOEXCEPT;
-/** Whether this process is local rank 0. */
+/**
+ * Whether this process is local rank 0.
+ *
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: safe from any thread.
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_is_local_main(bool *out) ACCEL_NOEXCEPT;
 
 ACCEL_END_DECLS

@@ -1,4 +1,5 @@
-/* accel/checkpoint.h - save_state / load_state, save_model, loading weights, registered objects. */
+/** @file
+ * save_state / load_state, save_model, loading weights, registered objects. */
 #ifndef ACCEL_CHECKPOINT_H
 #define ACCEL_CHECKPOINT_H
 
@@ -68,6 +69,13 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_load_state(accel_acce
  *                     too); a failure of the background write is returned by that call.
  * @param out_dir      Receives the folder written (free with accel_string_free()); may be NULL when
  *                     not wanted.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param output_dir  Folder to write, as for accel_accelerator_save_state(); NULL with automatic checkpoint naming.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_state_with_options(accel_accelerator_t *accelerator,
                                                                                    const char *output_dir,
@@ -86,6 +94,8 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_state_with_optio
  *         process's files did not arrive within the init_process_group timeout), reported once.
  *
  * Threads: same rules as the accelerator; collective when a save is pending (all ranks call it).
+ *
+ * Ownership: borrows its arguments for the call; keeps none of them.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_wait_for_checkpoint(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
@@ -96,6 +106,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_wait_for_checkpoint(a
  *                     unexpected weight keys; map_location is null, "cpu" or "on_device" (the same in
  *                     this CPU build).
  * @param out_dir      Receives the folder loaded (free with accel_string_free()); may be NULL.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param input_dir  Folder to load, as for accel_accelerator_load_state(); NULL with automatic checkpoint naming
+ *                   (the newest checkpoint).
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_load_state_with_options(accel_accelerator_t *accelerator,
                                                                                    const char *input_dir,
@@ -108,11 +126,17 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_load_state_with_optio
  * "weight_map"}) when they exceed max_shard_size. Tensors sharing storage (tied weights) are saved once.
  * Only the main process writes.
  *
- * @param options_json NULL or {"max_shard_size": "10GB" | "200MB" | <bytes>, "safe_serialization": true}
+ * @param options_json NULL or {"max_shard_size": "10GB" | "200MB" | \<bytes\>, "safe_serialization": true}
  *                     (false: pytorch_model.bin / pytorch_model-0000i-of-0000N.bin + .bin.index.json).
  * @return ACCEL_ERR_ALREADY_EXISTS if @p save_directory is a file; ACCEL_ERR_FAILED_PRECONDITION if
  *         @p model was prepared by another accelerator.
  * Ownership: borrows everything.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param model  The model whose weights are saved (borrowed). Must not be NULL.
+ * @param save_directory  Folder to write into (created if missing). Must not be NULL.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_model(accel_accelerator_t *accelerator,
                                                                       const accel_model_t *model,
@@ -136,6 +160,9 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save_model(accel_acce
  * @return ACCEL_ERR_NOT_FOUND; ACCEL_ERR_DATA_LOSS for a corrupt file; ACCEL_ERR_INVALID_ARGUMENT for
  *         key or shape mismatches (nothing is changed then).
  * Ownership: borrows everything. Threads: not while the model is used elsewhere.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param path  File or folder to load (read during the call). Must not be NULL.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model_t *model, const char *path,
                                                                      const char *options_json) ACCEL_NOEXCEPT;
@@ -145,6 +172,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_checkpoint(accel_model
  * tied tensors): {"missing_keys": [...], "unexpected_keys": [...], "tied_keys": [{"key": "lm_head.weight",
  * "loaded_into": "wte.weight"}]} (all empty when the file matched the model exactly).
  * @param out_report Must not be NULL; receives the JSON (free with accel_string_free()); NULL on failure.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param path  File or folder to load, as for accel_model_load_checkpoint(). Must not be NULL.
+ * @param options_json  NULL or options, as for accel_model_load_checkpoint().
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_checkpoint_with_report(accel_model_t *model,
                                                                                  const char *path,
@@ -171,6 +206,10 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_checkpoint_with_report
  *         damaged file (a missing or truncated rank file included); ACCEL_ERR_INVALID_ARGUMENT for an
  *         output name that does not fit the format, or a folder holding several models' weights;
  *         ACCEL_ERR_UNIMPLEMENTED for pickle shards as input, or pickle output of a dtype LibTorch 1.13 lacks.
+ *
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_checkpoint_merge_weights(const char *checkpoint_dir,
                                                                         const char *output_path,
@@ -190,10 +229,15 @@ typedef accel_status_t (*accel_checkpoint_load_fn_t)(void *user_data, const uint
  * Register an object whose state is saved as custom_checkpoint_{index}.pkl (a pickled Python bytes
  * object) by save_state and handed back by load_state (Accelerator.register_for_checkpointing).
  *
- * @param save_fn, load_fn Must not be NULL. They run on the calling thread during save/load_state.
+ * @param save_fn,load_fn Must not be NULL. They run on the calling thread during save/load_state.
  * @param user_data        Passed to both callbacks; must stay valid while the accelerator lives.
  * @param out_index        Receives the object's index (0, 1, ... in registration order).
  * Ownership: borrows @p user_data.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_for_checkpointing(accel_accelerator_t *accelerator,
                                                                                       accel_checkpoint_save_fn_t save_fn,
@@ -205,8 +249,14 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_for_checkpoi
  * Register a byte blob for checkpointing: save_state stores its current bytes and load_state replaces
  * them; read them with accel_accelerator_get_checkpointing_bytes().
  *
- * @param data, len The initial bytes (copied; @p data may be NULL when @p len is 0).
+ * @param data,len  The initial bytes (copied; @p data may be NULL when @p len is 0).
  * @param out_index Receives the object's index.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_bytes_for_checkpointing(
     accel_accelerator_t *accelerator, const uint8_t *data, size_t len, int32_t *out_index) ACCEL_NOEXCEPT;
@@ -218,13 +268,29 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_bytes_for_ch
  *         @p index was registered with callbacks.
  * Ownership: *out_data is borrowed; it stays valid until the next load_state or register call on this
  * accelerator, or until the accelerator is freed.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param index  Index returned by accel_accelerator_register_bytes_for_checkpointing().
+ * @param out_data  Receives a pointer to the bytes (borrowed, see Ownership). Must not be NULL.
+ * @param out_len  Receives the result (0 / false on failure). Must not be NULL.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_checkpointing_bytes(const accel_accelerator_t *accelerator,
                                                                                    int32_t index,
                                                                                    const uint8_t **out_data,
                                                                                    size_t *out_len) ACCEL_NOEXCEPT;
 
-/** ProjectConfiguration.iteration: the number the next automatic checkpoint gets. */
+/**
+ * ProjectConfiguration.iteration: the number the next automatic checkpoint gets.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_project_iteration(const accel_accelerator_t *accelerator,
                                                                                  int64_t *out) ACCEL_NOEXCEPT;
 

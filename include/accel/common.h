@@ -1,4 +1,5 @@
-/* accel/common.h - export, linkage and attribute macros shared by every public header. */
+/** @file
+ * export, linkage and attribute macros shared by every public header. */
 #ifndef ACCEL_COMMON_H
 #define ACCEL_COMMON_H
 
@@ -40,5 +41,26 @@
 #  define ACCEL_NODISCARD
 #  define ACCEL_DEPRECATED(msg)
 #endif
+
+/**
+ * @def ACCEL_API
+ * Marks a declaration as part of the library's interface: default visibility on GCC and Clang, dllexport while
+ * building the library (ACCEL_BUILDING) and dllimport otherwise on Windows; empty for ACCEL_STATIC and SWIG.
+ *
+ * @def ACCEL_BEGIN_DECLS
+ * `extern "C" {` in C++, empty in C: the headers declare C functions in both languages.
+ *
+ * @def ACCEL_END_DECLS
+ * Closes ACCEL_BEGIN_DECLS.
+ *
+ * @def ACCEL_NOEXCEPT
+ * `noexcept` in C++, empty in C: no function lets an exception cross the ABI.
+ *
+ * @def ACCEL_NODISCARD
+ * Warns when a caller ignores the returned status (GCC, Clang).
+ *
+ * @def ACCEL_DEPRECATED(msg)
+ * Marks a declaration as deprecated, with @p msg naming its replacement (GCC, Clang).
+ */
 
 #endif /* ACCEL_COMMON_H */

@@ -1,4 +1,5 @@
-/* accel/model.h - models: built from a JSON spec or loaded from TorchScript. */
+/** @file
+ * models: built from a JSON spec or loaded from TorchScript. */
 #ifndef ACCEL_MODEL_H
 #define ACCEL_MODEL_H
 
@@ -44,6 +45,13 @@ ACCEL_BEGIN_DECLS
  * this function; a TorchScript model is ACCEL_ERR_UNIMPLEMENTED at prepare time).
  * Errors name the JSON path, e.g. `layers[2].out_features: expected an integer >= 1, got -3`.
  * Ownership: free *out with accel_model_free().
+ *
+ * @param spec_json  The model spec, a JSON object as above (read during the call). Must not be NULL.
+ * @param out  Receives a new model handle, owned by the caller, who frees it with accel_model_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_create_from_json(const char *spec_json,
                                                                       accel_model_t **out) ACCEL_NOEXCEPT;
@@ -51,17 +59,39 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_create_from_json(const char
 /**
  * Load a TorchScript module saved with `torch.jit.save` (Python) or `torch::jit::save`.
  * @return ACCEL_ERR_NOT_FOUND if the file does not exist; ACCEL_ERR_DATA_LOSS if it cannot be read.
+ *
+ * @param path  The TorchScript file (read during the call). Must not be NULL.
+ * @param out  Receives a new model handle, owned by the caller, who frees it with accel_model_free(); NULL on
+ *             failure. Must not be NULL.
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_create_from_torchscript(const char *path,
                                                                              accel_model_t **out) ACCEL_NOEXCEPT;
 
-/** Frees the handle. NULL is fine; any order relative to optimizers and accelerators is safe. */
+/**
+ * Frees the handle. NULL is fine; any order relative to optimizers and accelerators is safe.
+ *
+ * @param model  The handle to free, or NULL (then nothing happens).
+ * Ownership: takes @p model: it must not be used after the call.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_API void accel_model_free(accel_model_t *model) ACCEL_NOEXCEPT;
 
 /**
  * Run the model on @p input. Prepared models run under the accelerator's autocast when mixed precision
  * is on, and return fp32 outputs.
  * Ownership: borrows @p input; free *out with accel_tensor_free().
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param input  The input batch (borrowed). Must not be NULL.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_forward(accel_model_t *model, const accel_tensor_t *input,
                                                              accel_tensor_t **out) ACCEL_NOEXCEPT;
@@ -73,47 +103,139 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_forward(accel_model_t *mode
  * gradient history (a backward through it fails); a sharded model gathers its parameters for the forward and
  * returns to its shards right after it, as FSDP does without a backward.
  * Ownership: borrows @p input; free *out with accel_tensor_free().
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param input  The input batch (borrowed). Must not be NULL.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_forward_no_grad(accel_model_t *model, const accel_tensor_t *input,
                                                                      accel_tensor_t **out) ACCEL_NOEXCEPT;
 
-/** Switch to training mode (dropout and batch-norm statistics active), as `model.train()`. */
+/**
+ * Switch to training mode (dropout and batch-norm statistics active), as `model.train()`.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_train(accel_model_t *model) ACCEL_NOEXCEPT;
-/** Switch to evaluation mode, as `model.eval()`. */
+/**
+ * Switch to evaluation mode, as `model.eval()`.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_eval(accel_model_t *model) ACCEL_NOEXCEPT;
-/** Whether the model is in training mode. */
+/**
+ * Whether the model is in training mode.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_is_training(const accel_model_t *model,
                                                                  bool *out) ACCEL_NOEXCEPT;
 
-/** Number of parameters (named_parameters() entries). */
+/**
+ * Number of parameters (named_parameters() entries).
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_num_parameters(const accel_model_t *model,
                                                                         size_t *out) ACCEL_NOEXCEPT;
-/** Total number of parameter elements. */
+/**
+ * Total number of parameter elements.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_parameter_numel(const accel_model_t *model,
                                                                          int64_t *out) ACCEL_NOEXCEPT;
 /**
  * Name of parameter @p index, in named_parameters() order ("0.weight", "fc1.bias", ...).
  * Ownership: *out is borrowed and valid until the model is freed.
  * @return ACCEL_ERR_OUT_OF_RANGE if index >= accel_model_get_num_parameters().
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param index  0 ... accel_model_get_num_parameters() - 1.
+ * @param out  Receives the name (borrowed, see Ownership); NULL on failure. Must not be NULL.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_parameter_name(const accel_model_t *model, size_t index,
                                                                         const char **out) ACCEL_NOEXCEPT;
 /**
  * A copy of the parameter or buffer @p name (a state-dict key).
  * @return ACCEL_ERR_NOT_FOUND for an unknown key. Free *out with accel_tensor_free().
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param name  State-dict key (read during the call). Must not be NULL.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_tensor(const accel_model_t *model, const char *name,
                                                                 accel_tensor_t **out) ACCEL_NOEXCEPT;
 /**
  * A copy of the gradient of parameter @p name; *out is NULL (and ACCEL_OK) when it has none.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param name  Parameter name (read during the call). Must not be NULL.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_gradient(const accel_model_t *model, const char *name,
                                                                   accel_tensor_t **out) ACCEL_NOEXCEPT;
 
-/** Number of state-dict entries (parameters then buffers). */
+/**
+ * Number of state-dict entries (parameters then buffers).
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param out  Receives the result (0 / false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_state_dict_size(const accel_model_t *model,
                                                                          size_t *out) ACCEL_NOEXCEPT;
-/** State-dict key @p index. Ownership: borrowed, valid until the model is freed. */
+/**
+ * State-dict key @p index. Ownership: borrowed, valid until the model is freed.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param index  0 ... accel_model_get_state_dict_size() - 1.
+ * @param out  Receives the key (borrowed, see Ownership); NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_state_dict_key(const accel_model_t *model, size_t index,
                                                                         const char **out) ACCEL_NOEXCEPT;
 /**
@@ -123,6 +245,13 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_state_dict_key(const ac
  *               (ACCEL_ERR_INVALID_ARGUMENT naming the keys); when false, unknown and missing keys
  *               are skipped.
  * Nothing is changed unless every entry is valid.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param count  Number of entries of @p keys and @p tensors.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_state_dict(accel_model_t *model, const char *const *keys,
                                                                      const accel_tensor_t *const *tensors,
@@ -134,7 +263,7 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_state_dict(accel_model
  * using a KV cache so a step runs the new token only.
  * @param input_ids Prompt token ids, int64 [B, T] or [T] (T >= 1).
  * @param options_json NULL or {"max_new_tokens": 20, "do_sample": false, "temperature": 1.0 (> 0),
- *        "top_k": 50 (0: the whole vocabulary), "seed": <uint64>, "eos_token_id": null, "use_cache": true}.
+ *        "top_k": 50 (0: the whole vocabulary), "seed": \<uint64\>, "eos_token_id": null, "use_cache": true}.
  *        Greedy (do_sample false) takes the argmax; sampling divides the logits by temperature, keeps the
  *        top_k scores and draws from their softmax with a generator of its own seeded with "seed" (without
  *        "seed", one is drawn from LibTorch's default generator), so the same seed gives the same text and
@@ -147,6 +276,8 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_state_dict(accel_model
  *         argument or JSON key; ACCEL_ERR_OUT_OF_RANGE for token ids outside [0, vocab_size).
  * Ownership: borrows @p model and @p input_ids; free *out with accel_tensor_free().
  * Threads: not while the model is used elsewhere.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_generate(accel_model_t *model, const accel_tensor_t *input_ids,
                                                               const char *options_json,

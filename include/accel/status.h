@@ -1,4 +1,5 @@
-/* accel/status.h - status codes and the per-thread error message. */
+/** @file
+ * status codes and the per-thread error message. */
 #ifndef ACCEL_STATUS_H
 #define ACCEL_STATUS_H
 
@@ -9,8 +10,9 @@ ACCEL_BEGIN_DECLS
 /** Every fallible function returns one of these; 0 is success. The set only grows:
  *  treat an unknown value as a generic error. */
 typedef int32_t accel_status_t;
+/** Values of accel_status_t. */
 enum accel_status_enum {
-    ACCEL_OK = 0,
+    ACCEL_OK = 0,                      /**< success */
     ACCEL_ERR_CANCELLED = 1,           /**< a callback asked to stop */
     ACCEL_ERR_UNKNOWN = 2,             /**< unclassified failure */
     ACCEL_ERR_INVALID_ARGUMENT = 3,    /**< NULL handle, bad JSON, unknown key, wrong type, dtype or shape */
@@ -32,13 +34,29 @@ enum accel_status_enum {
  * The message of the calling thread's last failed accel_* call; "" after a
  * successful call. Never NULL. Valid until the next accel_* call on this thread.
  * Threads: safe from any thread (per-thread storage).
+ *
+ * @return The message, in thread-local storage owned by the library: never free it.
+ * Ownership: takes no pointer; returns a value.
  */
 ACCEL_API const char *accel_last_error_message(void) ACCEL_NOEXCEPT;
 
-/** Static name of a status ("ACCEL_ERR_INVALID_ARGUMENT"); "ACCEL_ERR_UNRECOGNIZED" for unknown values. */
+/**
+ * Static name of a status ("ACCEL_ERR_INVALID_ARGUMENT"); "ACCEL_ERR_UNRECOGNIZED" for unknown values.
+ *
+ * @param status  Any value.
+ * @return A static string: never free it.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: safe from any thread.
+ */
 ACCEL_API const char *accel_status_name(accel_status_t status) ACCEL_NOEXCEPT;
 
-/** Frees a string the library handed out through a `char **out` parameter. NULL is fine. */
+/**
+ * Frees a string the library handed out through a `char **out` parameter. NULL is fine.
+ *
+ * @param str  A string from a `char **out` parameter, or NULL.
+ * Ownership: takes @p str: it must not be used after the call.
+ * Threads: safe from any thread.
+ */
 ACCEL_API void accel_string_free(char *str) ACCEL_NOEXCEPT;
 
 ACCEL_END_DECLS

@@ -1,4 +1,5 @@
-/* accel/tracking.h - experiment trackers: init_trackers, log, end_training, get_tracker, callback trackers. */
+/** @file
+ * experiment trackers: init_trackers, log, end_training, get_tracker, callback trackers. */
 #ifndef ACCEL_TRACKING_H
 #define ACCEL_TRACKING_H
 
@@ -10,6 +11,7 @@ ACCEL_BEGIN_DECLS
 
 /** What a callback tracker is told (the `event` argument of accel_tracker_fn_t). */
 typedef int32_t accel_tracker_event_t;
+/** Values of accel_tracker_event_t. */
 enum accel_tracker_event_enum {
     /** init_trackers: json is {"project_name": "...", "config": {...}, "init_kwargs": {...}}; step is -1. */
     ACCEL_TRACKER_EVENT_INIT = 0,
@@ -39,6 +41,8 @@ typedef accel_status_t (*accel_tracker_fn_t)(void *user_data, accel_tracker_even
  * @return ACCEL_OK; ACCEL_ERR_INVALID_ARGUMENT for a NULL/empty/taken name or NULL @p fn;
  *         ACCEL_ERR_FAILED_PRECONDITION after init_trackers.
  * Ownership: copies @p name, borrows @p user_data. Threads: same rules as the accelerator.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_add_tracker(accel_accelerator_t *accelerator, const char *name,
                                                                        accel_tracker_fn_t fn,
@@ -48,9 +52,9 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_add_tracker(accel_acc
  * Start every tracker (Accelerator.init_trackers): those named by the config's "log_with" ("jsonl",
  * "csv", "tensorboard", or "all") and the callback trackers. On the main process only (others check
  * their arguments and do nothing, as Accelerate): files go to
- * <project_config.logging_dir>/<project_name>/: metrics.jsonl (one JSON object a line), metrics.csv
+ * \<project_config.logging_dir\>/\<project_name\>/: metrics.jsonl (one JSON object a line), metrics.csv
  * (step,wall_time,key,value) with config.json, and a TensorBoard event file
- * events.out.tfevents.<time>.<host>.<pid>.<n> that TensorBoard opens (the run configuration is a text
+ * events.out.tfevents.\<time\>.\<host\>.\<pid\>.\<n\> that TensorBoard opens (the run configuration is a text
  * summary "config").
  *
  * @param project_name     A folder name (no '/'). Must not be NULL.
@@ -63,6 +67,9 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_add_tracker(accel_acc
  *         ACCEL_ERR_FAILED_PRECONDITION when there are no trackers or init_trackers already ran;
  *         ACCEL_ERR_PERMISSION_DENIED when a folder or file cannot be created; a callback's status.
  * Threads: same rules as the accelerator. Not collective.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * Ownership: borrows its arguments for the call; keeps none of them.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_init_trackers(accel_accelerator_t *accelerator,
                                                                          const char *project_name,
@@ -76,8 +83,13 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_init_trackers(accel_a
  *                    objects of those (keys joined as "outer/inner"). Must not be NULL or empty.
  * @param step        The step, or a negative value for none (TensorBoard then records step 0, JSONL null).
  * @return ACCEL_OK (also when no tracker was configured at all: like Accelerate, nothing happens);
- *         ACCEL_ERR_INVALID_ARGUMENT naming values_json.<key>; ACCEL_ERR_FAILED_PRECONDITION when trackers
+ *         ACCEL_ERR_INVALID_ARGUMENT naming values_json.\<key\>; ACCEL_ERR_FAILED_PRECONDITION when trackers
  *         are configured but init_trackers was not called; a callback's status; a write error.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_log(accel_accelerator_t *accelerator, const char *values_json,
                                                                int64_t step) ACCEL_NOEXCEPT;
@@ -86,6 +98,11 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_log(accel_accelerator
  * Finish every tracker (Accelerator.end_training): close and flush the files, send FINISH to callback
  * trackers. Afterwards init_trackers may be called again. Unlike Accelerate, the process group is kept.
  * @return ACCEL_OK (also when nothing was started); a callback's status or a close error.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_end_training(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
@@ -97,6 +114,12 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_end_training(accel_ac
  * @param out Receives a string to free with accel_string_free().
  * @return ACCEL_OK; ACCEL_ERR_NOT_FOUND for an unknown name; ACCEL_ERR_FAILED_PRECONDITION before
  *         init_trackers.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param name  The tracker's name ("jsonl", "csv", "tensorboard" or a callback tracker's). Must not be NULL.
+ * Ownership: borrows its handle arguments for the call; the caller owns what *out receives.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_tracker_json(accel_accelerator_t *accelerator,
                                                                             const char *name, char **out) ACCEL_NOEXCEPT;

@@ -1,4 +1,5 @@
-/* accel/types.h - opaque handles and enumerations. */
+/** @file
+ * opaque handles and enumerations. */
 #ifndef ACCEL_TYPES_H
 #define ACCEL_TYPES_H
 
@@ -23,26 +24,28 @@ typedef struct accel_tensor accel_tensor_t;
 
 /** Element types of tensors. Values are only ever appended. */
 typedef int32_t accel_dtype_t;
+/** Values of accel_dtype_t. */
 enum accel_dtype_enum {
-    ACCEL_DTYPE_FLOAT32 = 0,
-    ACCEL_DTYPE_FLOAT64 = 1,
-    ACCEL_DTYPE_FLOAT16 = 2,
-    ACCEL_DTYPE_BFLOAT16 = 3,
-    ACCEL_DTYPE_INT8 = 4,
-    ACCEL_DTYPE_UINT8 = 5,
-    ACCEL_DTYPE_INT16 = 6,
-    ACCEL_DTYPE_INT32 = 7,
-    ACCEL_DTYPE_INT64 = 8,
-    ACCEL_DTYPE_BOOL = 9
+    ACCEL_DTYPE_FLOAT32 = 0,  /**< torch.float32 */
+    ACCEL_DTYPE_FLOAT64 = 1,  /**< torch.float64 */
+    ACCEL_DTYPE_FLOAT16 = 2,  /**< torch.float16 */
+    ACCEL_DTYPE_BFLOAT16 = 3, /**< torch.bfloat16 */
+    ACCEL_DTYPE_INT8 = 4,     /**< torch.int8 */
+    ACCEL_DTYPE_UINT8 = 5,    /**< torch.uint8 */
+    ACCEL_DTYPE_INT16 = 6,    /**< torch.int16 */
+    ACCEL_DTYPE_INT32 = 7,    /**< torch.int32 */
+    ACCEL_DTYPE_INT64 = 8,    /**< torch.int64 */
+    ACCEL_DTYPE_BOOL = 9      /**< torch.bool (one byte per element) */
 };
 
 /** Mixed-precision modes (the config's "mixed_precision" strings "no", "fp16", "bf16", "fp8"). */
 typedef int32_t accel_mixed_precision_t;
+/** Values of accel_mixed_precision_t. */
 enum accel_mixed_precision_enum {
-    ACCEL_MIXED_PRECISION_NO = 0,
-    ACCEL_MIXED_PRECISION_FP16 = 1,
-    ACCEL_MIXED_PRECISION_BF16 = 2,
-    ACCEL_MIXED_PRECISION_FP8 = 3
+    ACCEL_MIXED_PRECISION_NO = 0,   /**< "no": fp32 */
+    ACCEL_MIXED_PRECISION_FP16 = 1, /**< "fp16" */
+    ACCEL_MIXED_PRECISION_BF16 = 2, /**< "bf16" */
+    ACCEL_MIXED_PRECISION_FP8 = 3   /**< "fp8" (emulated) */
 };
 
 ACCEL_END_DECLS

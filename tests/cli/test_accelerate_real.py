@@ -10,7 +10,7 @@ A. config files the real 0.24.1 writes (ClusterConfig.to_yaml_file / to_json_fil
 B1. files `accel config` writes are read by the real 0.24.1 loader (load_config_from_file), with the values accel
    meant (what `accel env` shows for the same file);
 B2. the environment `accel launch` gives its workers is the one the real `accelerate launch` gives for the same flags
-   or config file, key by key, but for the differences README lists ("The accel command"), which DIFFERENCES below
+   or config file, key by key, but for the differences docs/guides/launching.md lists, which DIFFERENCES below
    asserts: a new difference fails, and so does a listed one that went away.
 
 Usage: test_accelerate_real.py BUILD_DIR [PEER_DIR]. Skips (exit 77) when this python has no torch or the peer is
@@ -275,7 +275,7 @@ for mp in ("no", "fp16", "bf16", "fp8"):  # JSON in a file named .yaml, as write
     path = os.path.join(tmp, "basic_%s.yaml" % mp)
     write_basic_config(mp, path)
     accepted("0.24.1 write_basic_config(%s)" % mp, [path], dict(CPU, ACCELERATE_MIXED_PRECISION=mp))
-# What accel cannot do: an error naming the key (README: "are errors").
+# What accel cannot do: an error naming the key (docs/guides/launching.md: "are errors").
 refused("0.24.1 Megatron-LM", write_0241("q_megatron", questionnaire_0241(
     distributed_type="MEGATRON_LM", num_processes=2, megatron_lm_config={
         "megatron_lm_tp_degree": 2, "megatron_lm_sequence_parallelism": True, "megatron_lm_pp_degree": 2,
@@ -436,12 +436,12 @@ for ext in (".yaml", ".json"):
     read_by_real("update of a 0.24.1 file", path, {"distributed_type": "FSDP", "fsdp_config": {
         "fsdp_sharding_strategy": 1, "fsdp_backward_prefetch_policy": "BACKWARD_PRE",
         "fsdp_cpu_ram_efficient_loading": True, "fsdp_sync_module_states": True}})
-# fp8: 0.24.1 has no fp8_config key (1.x's); its loader refuses such a file (README lists it).
+# fp8: 0.24.1 has no fp8_config key (1.x's); its loader refuses such a file (docs/guides/launching.md lists it).
 path = os.path.join(tmp, "accel_fp8.yaml")
 accel_config(["--config_file", path], "0\nyes\n3\n1\nno\n1\n2\n16\n0\n")
 try:
     load_config_from_file(path)
-    check(False, "B1 fp8: Accelerate 0.24.1 read fp8_config (README says it refuses the key): update README")
+    check(False, "B1 fp8: Accelerate 0.24.1 read fp8_config (docs/guides/launching.md says it refuses the key): update the page")
 except ValueError as e:
     check("fp8_config" in str(e), "B1 fp8: 0.24.1's refusal names fp8_config: %s" % e)
 
@@ -561,7 +561,7 @@ for name, accel_args, real_args, agreed in CASES:
               % (name, rank, len(same), " ".join(k for k in same if k.startswith(("ACCELERATE_", "FSDP_"))),
                  len(got)))
 
-# OMP_NUM_THREADS by default (README): Accelerate's simple launcher gives the one process it starts the physical
+# OMP_NUM_THREADS by default (docs/guides/launching.md): Accelerate's simple launcher gives the one process it starts the physical
 # cores (when more than 1), torchrun 1; accel launch gives each process the online cores / its processes here.
 port = ["--main_process_port", str(free_port())]
 pa, mine = accel_launch(["--cpu", "--num_processes", "2"] + port)

@@ -1,4 +1,4 @@
-"""The typed accessors' rule (bindings/swig/dtypes.i, README "Bindings"): tolist(dtype=) and numpy(dtype=)
+"""The typed accessors' rule (bindings/swig/dtypes.i, docs/guides/bindings/index.md): tolist(dtype=) and numpy(dtype=)
 read a tensor as another dtype where every value of its dtype is exact there, and refuse otherwise with
 InvalidArgumentError naming both dtypes."""
 

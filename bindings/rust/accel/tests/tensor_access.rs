@@ -1,4 +1,4 @@
-//! The typed accessors' rule (README "Bindings"): `Tensor::to_vec::<T>()` converts where every value of the
+//! The typed accessors' rule (docs/guides/bindings/index.md): `Tensor::to_vec::<T>()` converts where every value of the
 //! tensor's dtype is exact in `T`, and is `Status::InvalidArgument` naming both dtypes otherwise.
 use accel::{dtype, Status, Tensor};
 

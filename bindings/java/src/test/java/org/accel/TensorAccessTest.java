@@ -15,7 +15,7 @@ import java.util.function.Function;
 import org.junit.jupiter.api.Test;
 
 /**
- * The typed accessors' rule (bindings/swig/dtypes.i, README "Bindings"): a tensor reads into an array of
+ * The typed accessors' rule (bindings/swig/dtypes.i, docs/guides/bindings/index.md): a tensor reads into an array of
  * another type when every value of its dtype is exact there, and is refused otherwise with both dtypes
  * named; and the Cleaner-based freeing of proxies.
  */
