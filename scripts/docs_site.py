@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Stages docs/ with its generated parts and builds the site; see scripts/docs.sh. Usage: docs_site.py BUILD_DIR."""
 import html.parser
+import json
 import os
 import re
 import shutil
@@ -41,6 +42,36 @@ def status_table(text):
     table = "| code | status | meaning |\n| --- | --- | --- |\n" + "".join(
         "| %s | `%s` | %s |\n" % (num, name, what or "success") for name, num, what in rows)
     return text.replace("<!-- accel-statuses -->", table)
+
+
+def config_defaults(build, text):
+    """`<!-- accel-config-defaults -->` becomes every accelerator config key with its type and default, as the
+    built library reports its effective configuration (scripts/docs_config_keys.py, in a clean environment)."""
+    if "<!-- accel-config-defaults -->" not in text:
+        return text
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ACCELERATE_", "FSDP_", "OMPI_", "PMI_", "SLURM_", "MASTER_", "LOCAL_"))
+           and k not in ("RANK", "WORLD_SIZE")}
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "docs_config_keys.py"), build],
+                       capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        fail("scripts/docs_config_keys.py: %s" % p.stderr)
+        return text
+    config = json.loads(p.stdout)
+    config.pop("process", None)   # facts about the process, not configuration
+    rows = []
+
+    def walk(prefix, value):
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(prefix + "." + k if prefix else k, v)
+            return
+        kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
+                dict: "object", type(None): "null (unset)"}[type(value)]
+        rows.append("| `%s` | %s | `%s` |" % (prefix, kind, json.dumps(value)))
+    walk("", config)
+    table = "| key (Accelerate's name) | type | default |\n| --- | --- | --- |\n" + "\n".join(rows) + "\n"
+    return text.replace("<!-- accel-config-defaults -->", table)
 
 
 def environment_index(pages, text):
@@ -177,7 +208,7 @@ def main():
                 rel = os.path.relpath(os.path.join(d, f), docs)
                 pages[rel] = open(os.path.join(d, f)).read()
     for rel, text in pages.items():
-        new = environment_index(pages, status_table(command_help(accel, text)))
+        new = config_defaults(build, environment_index(pages, status_table(command_help(accel, text))))
         if new != text:
             open(os.path.join(docs, rel), "w").write(new)
     header_doc_paths()
