@@ -48,7 +48,64 @@ def run_python(source, build, program, tmp):
     return None if p.returncode == 0 else "exit %d:\n%s%s" % (p.returncode, p.stdout, p.stderr)
 
 
-RUNNERS = {"c": (run_c, ".c"), "python": (run_python, ".py")}
+def run_java(source, build, program, tmp):
+    jar = os.path.join(build, "bindings", "java", "accel.jar")
+    if not os.path.exists(jar) or not shutil.which("javac"):
+        return "skip: the Java binding is not built (%s) or javac is missing" % jar
+    # javac wants the file named after its public class.
+    named = os.path.join(tmp, "HarnessQuickTour.java")
+    os.rename(program, named)
+    p = subprocess.run(["javac", "-cp", jar, "-d", tmp, named], capture_output=True, text=True)
+    if p.returncode != 0:
+        return "does not compile:\n" + p.stderr
+    p = subprocess.run(["java", "-cp", jar + ":" + tmp, "HarnessQuickTour"], capture_output=True, text=True,
+                       timeout=300)
+    print(p.stdout, end="")
+    return None if p.returncode == 0 else "exit %d:\n%s%s" % (p.returncode, p.stdout, p.stderr)
+
+
+def run_csharp(source, build, program, tmp):
+    out = os.path.join(build, "bindings", "csharp")
+    if not os.path.exists(os.path.join(out, "Accel.dll")) or not shutil.which("mcs") or not shutil.which("mono"):
+        return "skip: the C# binding is not built (%s) or Mono is missing" % out
+    exe = os.path.join(tmp, "snippet.exe")
+    p = subprocess.run(["mcs", "-nologo", "-r:" + os.path.join(out, "Accel.dll"), "-out:" + exe, program],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return "does not compile:\n" + p.stdout + p.stderr
+    shutil.copy(os.path.join(out, "Accel.dll"), tmp)   # Mono loads the assembly from the program's folder
+    env = dict(os.environ, LD_LIBRARY_PATH=out + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    p = subprocess.run(["mono", exe], capture_output=True, text=True, timeout=300, env=env)
+    print(p.stdout, end="")
+    return None if p.returncode == 0 else "exit %d:\n%s%s" % (p.returncode, p.stdout, p.stderr)
+
+
+def run_rust(source, build, program, tmp):
+    cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
+    target = os.path.join(build, "bindings", "rust", "target")
+    if not os.path.exists(cargo) or not os.path.isdir(target):
+        return "skip: cargo is missing or the Rust crates are not built (%s)" % target
+    crate = os.path.join(tmp, "quick_tour")
+    os.makedirs(os.path.join(crate, "src"))
+    os.rename(program, os.path.join(crate, "src", "main.rs"))
+    open(os.path.join(crate, "Cargo.toml"), "w").write(
+        '[package]\nname = "quick_tour"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\n'
+        'accel = { path = "%s" }\n\n[workspace]\n' % os.path.join(source, "bindings", "rust", "accel"))
+    # The crates' own build settings (bindings/CMakeLists.txt), and their target folder, so that they are
+    # not compiled again.
+    env = dict(os.environ, CARGO_NET_OFFLINE="true", CARGO_TARGET_DIR=target, ACCEL_LIB_DIR=build,
+               ACCEL_INCLUDE_DIRS=os.path.join(source, "include") + ":" + os.path.join(build, "include"),
+               LD_LIBRARY_PATH=build + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    if shutil.which("bindgen"):
+        env["ACCEL_BINDGEN"] = shutil.which("bindgen")
+    p = subprocess.run([cargo, "run", "--offline", "--quiet", "--manifest-path", os.path.join(crate, "Cargo.toml")],
+                       capture_output=True, text=True, timeout=600, env=env)
+    print(p.stdout, end="")
+    return None if p.returncode == 0 else "exit %d:\n%s%s" % (p.returncode, p.stdout, p.stderr)
+
+
+RUNNERS = {"c": (run_c, ".c"), "python": (run_python, ".py"), "java": (run_java, ".java"),
+           "csharp": (run_csharp, ".cs"), "rust": (run_rust, ".rs")}
 
 
 def main():
