@@ -6,6 +6,7 @@
 #include "common/allocator.hpp"
 #include "common/blas_kernels.hpp"
 #include "common/error.hpp"
+#include "common/out_of_memory.hpp"
 #include "data_loader/data_loader_shard.hpp"
 #include "distributed/communicator.hpp"
 #include "parallel/ddp.hpp"
@@ -600,6 +601,8 @@ double Accelerator::train_step(Model &model, AcceleratedOptimizer &optimizer, Ac
             if (auto *w = wrapper_of(model); w != nullptr && model.is_training()) w->before_forward();
             out = forward(model, batch.inputs, true);
         } catch (const c10::Error &e) {
+            fail_if_out_of_memory(e.what_without_backtrace(), "batch: running the model on inputs of shape " +
+                                                                  c10::str(batch.inputs.sizes()));
             // As accel_model_forward: inputs the model cannot take are an argument error, not an internal one.
             fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: the model cannot run on inputs of shape " +
                                                  c10::str(batch.inputs.sizes()) + " and dtype " +

@@ -2,6 +2,7 @@
 
 #include "c_api/guard.hpp"
 #include "c_api/handles.hpp"
+#include "common/out_of_memory.hpp"
 #include "config/generation_config.hpp"
 #include "model/generation.hpp"
 #include "parallel/fsdp/zero_init.hpp"
@@ -60,6 +61,8 @@ accel_status_t forward(accel_model_t *model, const accel_tensor_t *input, accel_
             at::AutoGradMode mode(grad && at::GradMode::is_enabled());
             result = accel::forward(*m.impl, in.tensor, !m.unwrapped);
         } catch (const c10::Error &e) {
+            accel::fail_if_out_of_memory(e.what_without_backtrace(), "input: running the model on a tensor of shape " +
+                                                                         c10::str(in.tensor.sizes()));
             // LibTorch rejects an input of the wrong shape or dtype deep inside a layer: say so as an argument error.
             fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("input: the model cannot run on a tensor of shape ") +
                                                  c10::str(in.tensor.sizes()) + " and dtype " +

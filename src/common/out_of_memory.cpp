@@ -1,5 +1,7 @@
 #include "common/out_of_memory.hpp"
 
+#include "common/error.hpp"
+
 #include <cctype>
 
 namespace accel {
@@ -44,6 +46,11 @@ std::string out_of_memory_message(const std::string &what)
     if (line.rfind("out of memory", 0) == 0) return line;              // said so already
     return std::string("out of memory") + (size.empty() ? "" : " (an allocation of " + size + " failed)") +
            (line.empty() ? "" : ": " + line);
+}
+
+void fail_if_out_of_memory(const std::string &what, const std::string &context)
+{
+    if (is_out_of_memory(what)) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, context + ": " + out_of_memory_message(what));
 }
 
 } // namespace accel

@@ -15,4 +15,8 @@ bool is_out_of_memory(const std::string &what);
 // such a message: its first line, with the size when the allocator named one.
 std::string out_of_memory_message(const std::string &what);
 
+// When `what` is an allocation failure, throws ACCEL_ERR_RESOURCE_EXHAUSTED with "<context>: out of memory ...";
+// returns otherwise. For the catch blocks that turn other LibTorch errors into argument errors (a forward pass).
+void fail_if_out_of_memory(const std::string &what, const std::string &context);
+
 } // namespace accel

@@ -10,10 +10,15 @@
  *          wait forever either). Exit 3 when so, 1 otherwise.
  *   idle   after "ready" every rank computes without any collective for 300 s: only a watchdog (accel launch's)
  *          can end the job. Exit 0 if nothing ended it.
+ *   oom    (no SIGSTOP) rank ACCEL_TEST_VICTIM runs out of memory in its next forward (a batch whose hidden
+ *          activation needs 4 GiB under an address-space limit 1 GiB above its use, as `ulimit -v` would set):
+ *          it must get RESOURCE_EXHAUSTED saying "out of memory", then ends as a program does. The other rank's
+ *          step must fail naming "rank R ran out of memory" (not "may be stuck"). Exit 3 when so.
  */
 #include "dist_common.h"
 
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +29,19 @@ static double now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The address space in use now (VmSize), in bytes; 0 when unknown. */
+static unsigned long long address_space_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    if (f == NULL) return 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024ULL;
 }
 
 struct run {
@@ -71,7 +89,9 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_accelerator_get_process_index(r.acc, &rank));
     DIST_CHECK(accel_tensor_create(x, sizeof x, ACCEL_DTYPE_FLOAT32, xs, 2, &r.x));
     DIST_CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &r.y));
-    DIST_CHECK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [8, 16, 4], \"activation\": \"tanh\"}",
+    const int oom = strcmp(mode, "oom") == 0;
+    DIST_CHECK(accel_model_create_from_json(oom ? "{\"type\": \"mlp\", \"widths\": [8, 4096, 4]}"
+                                                : "{\"type\": \"mlp\", \"widths\": [8, 16, 4], \"activation\": \"tanh\"}",
                                             &r.model));
     DIST_CHECK(accel_optimizer_create(r.model, "{\"type\": \"sgd\", \"lr\": 0.01}", &r.opt));
     DIST_CHECK(accel_accelerator_prepare(r.acc, r.model, r.opt, NULL, NULL));
@@ -84,7 +104,39 @@ int main(int argc, char **argv)
         printf("rank %d: nothing ended the job\n", rank);
         return 0;
     }
-    if (strcmp(mode, "train") != 0) {
+    if (oom && rank == victim) {
+        /* 2^18 rows: the hidden activation is 2^18 x 4096 floats, 4 GiB */
+        enum { BIG = 1 << 18 };
+        float *bx = calloc((size_t)BIG * F, sizeof(float));
+        int64_t *by = calloc(BIG, sizeof(int64_t));
+        DIST_EXPECT(bx != NULL && by != NULL, "cannot allocate the big batch");
+        const int64_t bxs[2] = {BIG, F}, bys[1] = {BIG};
+        accel_tensor_free(r.x);
+        accel_tensor_free(r.y);
+        DIST_CHECK(accel_tensor_create(bx, (size_t)BIG * F * sizeof(float), ACCEL_DTYPE_FLOAT32, bxs, 2, &r.x));
+        DIST_CHECK(accel_tensor_create(by, (size_t)BIG * sizeof(int64_t), ACCEL_DTYPE_INT64, bys, 1, &r.y));
+        free(bx);
+        free(by);
+        const unsigned long long now_as = address_space_now();
+        struct rlimit lim;
+        DIST_EXPECT(now_as > 0 && getrlimit(RLIMIT_AS, &lim) == 0, "cannot read the address space");
+        lim.rlim_cur = (rlim_t)(now_as + (1ULL << 30));
+        DIST_EXPECT(setrlimit(RLIMIT_AS, &lim) == 0, "cannot limit the address space");
+        double t0 = now();
+        accel_status_t st = train_step(&r);
+        const char *msg = accel_last_error_message();
+        printf("rank %d: step on %d rows under a 1 GiB margin: %s after %.1f s: %s\n", rank, BIG,
+               accel_status_name(st), now() - t0, st == ACCEL_OK ? "" : msg);
+        int ok = st == ACCEL_ERR_RESOURCE_EXHAUSTED && strstr(msg, "out of memory") != NULL;
+        accel_tensor_free(r.x);
+        accel_tensor_free(r.y);
+        accel_optimizer_free(r.opt);
+        accel_model_free(r.model);
+        accel_accelerator_free(r.acc);
+        fflush(stdout);
+        return ok ? 3 : 1;
+    }
+    if (strcmp(mode, "train") != 0 && !oom) {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
@@ -98,10 +150,15 @@ int main(int argc, char **argv)
         }
         const char *msg = accel_last_error_message();
         printf("rank %d: step %ld failed after %.1f s: %s: %s\n", rank, step, now() - t0, accel_status_name(st), msg);
-        char named[32];
-        snprintf(named, sizeof named, "rank %d", victim);
-        ok = (st == ACCEL_ERR_DEADLINE_EXCEEDED || st == ACCEL_ERR_UNAVAILABLE) && strstr(msg, named) != NULL;
-        if (!ok) printf("rank %d: expected DEADLINE_EXCEEDED or UNAVAILABLE naming %s\n", rank, named);
+        char named[64];
+        if (oom) {
+            snprintf(named, sizeof named, "rank %d ran out of memory", victim);
+            ok = st != ACCEL_ERR_RESOURCE_EXHAUSTED && strstr(msg, named) != NULL;
+        } else {
+            snprintf(named, sizeof named, "rank %d", victim);
+            ok = (st == ACCEL_ERR_DEADLINE_EXCEEDED || st == ACCEL_ERR_UNAVAILABLE) && strstr(msg, named) != NULL;
+        }
+        if (!ok) printf("rank %d: expected a failure naming \"%s\"\n", rank, named);
         break;
     }
     /* The ordinary end of a program: every handle freed, then exit (atexit handlers, LibTorch's statics). */

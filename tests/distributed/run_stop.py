@@ -7,6 +7,8 @@ Usage: run_stop.py MODE --bin BUILD_DIR --victim R [--launch] [--config JSON] [-
       then it freed everything and returned from main); under accel launch, the launcher must end the job, its
       output naming rank R, and leave no process behind.
   idle: no rank is in a collective; accel launch's watchdog must end the job, naming rank R as stopped.
+  oom: no SIGSTOP: rank R runs out of memory in a forward (an address-space limit); by hand, both ranks must exit 3:
+      R with RESOURCE_EXHAUSTED, the other with a failure naming "rank R ran out of memory".
   Every process that does not end by itself must do so within --timeout + --within seconds of the SIGSTOP
   (default 10). The stopped process is always continued and killed at the end."""
 import argparse
@@ -53,9 +55,29 @@ class Reader:
         return "\n".join(self.lines)
 
 
+def check_oom(a, procs, readers, limit):
+    """Both ranks (by hand) exit 3 within the limit: the victim out of memory, the other naming it."""
+    t0 = time.time()
+    for r, p in enumerate(procs):
+        try:
+            p.wait(timeout=max(0.1, limit + 30 - (time.time() - t0)))
+        except subprocess.TimeoutExpired:
+            sys.exit("rank %d still running %.0f s after the ranks were ready: hung" % (r, time.time() - t0))
+    elapsed = time.time() - t0
+    for rd in readers:
+        rd.t.join(timeout=5)
+    print("run_stop: oom, rank %d out of memory: both exited %.1f s after ready (exit statuses %s)" %
+          (a.victim, elapsed, [p.returncode for p in procs]), flush=True)
+    if [p.returncode for p in procs] != [3, 3]:
+        sys.exit("expected both ranks to exit 3 (failed as expected)")
+    if elapsed > limit:
+        sys.exit("took %.1f s, more than the timeout + %g s" % (elapsed, a.within))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["train", "idle"])
+    ap.add_argument("mode", choices=["train", "idle", "oom"])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--victim", type=int, required=True)
     ap.add_argument("--launch", action="store_true")
@@ -97,11 +119,13 @@ def main():
                         pids[r] = int(line.rsplit("pid ", 1)[1].rstrip(")"))
             time.sleep(0.05)
         victim_pid = pids[a.victim]
+        limit = a.timeout + a.within
+        if a.mode == "oom":
+            return check_oom(a, procs, readers, limit)
         time.sleep(0.3)
         os.kill(victim_pid, signal.SIGSTOP)
         stopped_at = time.time()
         print("run_stop: SIGSTOP to rank %d (pid %d)" % (a.victim, victim_pid), flush=True)
-        limit = a.timeout + a.within
         waited = procs if a.launch else [p for r, p in enumerate(procs) if r != a.victim]
         for p in waited:
             try:
