@@ -9,6 +9,7 @@
 #include "common/out_of_memory.hpp"
 #include "data_loader/data_loader_shard.hpp"
 #include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/fsdp/zero_init.hpp"
@@ -49,6 +50,14 @@ void warn_generic_blas_once(bool main_process)
     });
 }
 
+// The mesh of this job: what the plugins imply (sharded: (1, world), or (nodes, per node) for HYBRID_SHARD;
+// otherwise DDP's (world, 1)).
+distributed::MeshShape mesh_shape_of(const config::AcceleratorConfig &c, int32_t world)
+{
+    if (c.sharding.enabled()) return parallel::sharded_mesh_shape(c.sharding, world);
+    return distributed::mesh_shape(world, 1, 1, 1);
+}
+
 } // namespace
 
 Accelerator::Accelerator(const char *config_json)
@@ -73,6 +82,8 @@ Accelerator::Accelerator(const char *config_json)
     }
     // One communicator per process, created by the first accelerator (a world of one: "single").
     state_->comm = distributed::process_communicator(c);
+    // Every sub-communicator of the mesh is made here, once, in one order on every rank (collective).
+    state_->mesh = std::make_shared<distributed::DeviceMesh>(mesh_shape_of(c, state_->comm->size()), state_->comm);
     warn_generic_blas_once(state_->process_index() == 0 && !state_->places_on_device());
     // Gloo and MPI move host memory here: GPU tensors between processes need nccl.
     if (state_->places_on_device() && state_->comm->size() > 1 && std::string(state_->comm->backend()) != "nccl")
@@ -129,7 +140,7 @@ void Accelerator::prepare_model(Model &model)
         if (sharded_of(model) == nullptr) {
             if (model.prepared_by != nullptr)
                 fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already prepared");
-            auto engine = std::make_shared<parallel::ShardedDataParallel>(model, state_->comm, state_->config.sharding);
+            auto engine = std::make_shared<parallel::ShardedDataParallel>(model, *state_->mesh, state_->config.sharding);
             if (state_->config.sharding.activation_checkpointing) {
                 try {
                     model.set_activation_checkpointing(engine->checkpointed_layers());
@@ -157,8 +168,10 @@ void Accelerator::prepare_model(Model &model)
     }
     // Several processes: DistributedDataParallel (weights from rank 0, bucketed gradient all-reduce).
     if (state_->comm && state_->comm->size() > 1 && wrapper_of(model) == nullptr) {
+        // Gradients are averaged over every data-parallel process (dp_cp; the world unless tp or cp split it).
         wrappers_.emplace_back(&model, std::make_shared<parallel::DistributedDataParallel>(
-                                           model.named_parameters(), model.named_buffers(), state_->comm, state_->config.ddp));
+                                           model.named_parameters(), model.named_buffers(),
+                                           state_->mesh->group(distributed::MeshDim::DpCp), state_->config.ddp));
         wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
     }
     model.prepared_by = state_;
@@ -373,7 +386,7 @@ void Accelerator::check_dataloader(const DataLoaderShard &loader) const
     const auto &c = state_->config;
     const auto train = c.sharding.ds_train_batch_size_to_check, fixed_micro = c.sharding.ds_micro_batch_size_to_check;
     if ((!train && !fixed_micro) || loader.prepared_by() == state_) return;
-    const int64_t world = state_->comm ? state_->comm->size() : 1;
+    const int64_t world = state_->data_parallel_size(); // the data shards, each its own micro-batch
     const int64_t micro = c.dataloader.split_batches ? loader.options().batch_size / world : loader.options().batch_size;
     // A warning, not a refusal: an evaluation loader legitimately has another batch size.
     if (fixed_micro && micro != *fixed_micro && state_->process_index() == 0)

@@ -46,8 +46,9 @@ ShardSpec DataLoaderShard::shard_spec() const
 {
     ShardSpec s;
     if (state_) {
-        s.num_processes = state_->num_processes();
-        s.process_index = state_->process_index();
+        // Data shards are the mesh's data-parallel ranks (tensor / context parallel peers share a batch).
+        s.num_processes = state_->data_parallel_size();
+        s.process_index = state_->data_parallel_rank();
         s.split_batches = state_->config.dataloader.split_batches;
         s.even_batches = state_->config.dataloader.even_batches;
     }
@@ -58,7 +59,7 @@ void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
 {
     if (in_pass_) fail(ACCEL_ERR_FAILED_PRECONDITION, "dataloader: cannot be prepared in the middle of a pass");
     ShardSpec s;
-    s.num_processes = state->num_processes();
+    s.num_processes = state->data_parallel_size();
     s.split_batches = state->config.dataloader.split_batches;
     // BatchSamplerShard's check (also for 1). Accelerate skips it when dispatching, where a batch_size that
     // is not a multiple of P yields empty or duplicated slices; accel keeps one rule for both modes.
@@ -156,7 +157,7 @@ void DataLoaderShard::begin_pass()
     if (state_) {
         if (!options_.drop_last) {
             const int64_t total_batch = shard_spec().split_batches ? options_.batch_size
-                                                                   : options_.batch_size * state_->num_processes();
+                                                                   : options_.batch_size * state_->data_parallel_size();
             progress_.remainder = data_->size() % total_batch;
         }
         state_->gradient.enter_dataloader(&progress_);

@@ -16,6 +16,7 @@ namespace accel {
 class GradScaler;
 namespace distributed {
 class Communicator;
+class DeviceMesh;
 }
 
 struct AcceleratorState {
@@ -27,6 +28,9 @@ struct AcceleratorState {
     bool in_accumulate = false;  // between accumulate_begin and accumulate_end
     std::shared_ptr<GradScaler> scaler; // mixed_precision "fp16" with kwargs_handlers.grad_scaler.enabled
     std::shared_ptr<distributed::Communicator> comm; // the process's communicator (src/distributed)
+    // The processes on the parallelism dimensions (parallelism_config, or what the plugins imply), built
+    // once by the accelerator over `comm`; parts take their group and rank from it.
+    std::shared_ptr<distributed::DeviceMesh> mesh;
     std::vector<bool> main_process_first; // open main_process_first_begin calls: true if this rank waits at end
     // Accelerate's accelerator.device: cuda:(LOCAL_RANK % GPUs) where the LibTorch has CUDA and a GPU is
     // visible and `cpu` is false, else the CPU.
@@ -37,6 +41,10 @@ struct AcceleratorState {
 
     int32_t num_processes() const { return config.topology.world_size; }
     int32_t process_index() const { return config.topology.rank; }
+    // The data shards: processes with different (dp_replicate, dp_shard) coordinates get different batches;
+    // the tensor and context parallel ranks of one data shard get the same one.
+    int32_t data_parallel_size() const;
+    int32_t data_parallel_rank() const;
 };
 
 } // namespace accel

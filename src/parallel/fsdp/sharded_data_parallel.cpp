@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "distributed/collective_tracker.hpp"
 #include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
 #include "model/model.hpp"
 
 #include <torch/csrc/autograd/function.h>
@@ -90,9 +91,11 @@ struct ShardedDataParallel::Impl {
     };
 
     config::ShardingConfig cfg;
-    // The processes that share the shards: everyone, or (HYBRID_SHARD) this node's; `replicas` links the
-    // nodes' same local ranks (null unless hybrid). world / rank are within `comm`.
-    std::shared_ptr<distributed::Communicator> comm, replicas;
+    // From the device mesh: the processes that share the shards (dp_shard_cp: everyone, or under HYBRID_SHARD
+    // this node's); `replicas` links the shard groups' same positions (dp_replicate; null when it is one
+    // process); `data` is every data-parallel process (dp_cp), which gradients are averaged over and
+    // sync_module_states broadcasts to. world / rank are within `comm`, total_world is data's size.
+    std::shared_ptr<distributed::Communicator> comm, replicas, data;
     int32_t world = 1, rank = 0, total_world = 1;
     std::vector<Param> params;
     std::vector<Unit> units;
@@ -684,29 +687,36 @@ config::ShardingConfig with_auto_sizes(config::ShardingConfig c, int64_t h)
 
 } // namespace
 
+distributed::MeshShape sharded_mesh_shape(const config::ShardingConfig &config, int32_t world)
+{
+    // HYBRID_SHARD: shards within a node (hybrid_group_size processes), replicas across the nodes.
+    const int32_t g = config.hybrid_group_size;
+    if (g > 0 && world % g != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(frontend_key(config)) + ".sharding_strategy: HYBRID_SHARD needs the " +
+                                             std::to_string(world) + " processes to be whole nodes of " +
+                                             std::to_string(g));
+    return g > 0 ? distributed::mesh_shape(world / g, g, 1, 1) : distributed::mesh_shape(1, world, 1, 1);
+}
+
 ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distributed::Communicator> comm,
+                                         const config::ShardingConfig &config)
+    : ShardedDataParallel(model, distributed::DeviceMesh(sharded_mesh_shape(config, comm->size()), comm), config)
+{
+}
+
+ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::DeviceMesh &mesh,
                                          const config::ShardingConfig &given)
     : impl_(std::make_shared<Impl>())
 {
+    using distributed::MeshDim;
     const config::ShardingConfig config = with_auto_sizes(given, model.hidden_size());
     Impl &s = *impl_;
     s.cfg = config;
-    s.comm = comm;
-    s.total_world = comm->size();
-    if (config.hybrid_group_size > 0) {
-        // Every rank creates every group, in the same order (new_group is collective over the world).
-        const int32_t g = config.hybrid_group_size, nodes = comm->size() / g;
-        for (int32_t node = 0; node < nodes; ++node) {
-            std::vector<int32_t> ranks;
-            for (int32_t i = 0; i < g; ++i) ranks.push_back(node * g + i);
-            if (auto c = comm->new_group(ranks)) s.comm = c;
-        }
-        for (int32_t local = 0; local < g; ++local) {
-            std::vector<int32_t> ranks;
-            for (int32_t node = 0; node < nodes; ++node) ranks.push_back(node * g + local);
-            if (auto c = comm->new_group(ranks)) s.replicas = c;
-        }
-    }
+    s.comm = mesh.group(MeshDim::DpShardCp);
+    if (mesh.size(MeshDim::DpReplicate) > 1) s.replicas = mesh.group(MeshDim::DpReplicate);
+    s.data = mesh.group(MeshDim::DpCp);
+    s.total_world = s.data->size();
+    const std::shared_ptr<distributed::Communicator> &comm = mesh.world(); // offload file names: the process's rank
     s.world = s.comm->size();
     s.rank = s.comm->rank();
     const std::string key = frontend_key(config);
@@ -844,7 +854,7 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
             if (partitioned && partitioned->holds(p.tensor)) partitioned->gather_into(p.tensor, dst);
             else dst.copy_(p.tensor.detach().reshape({-1}));
         }
-        if (config.sync_module_states && s.total_world > 1) comm->broadcast(u.full, 0);
+        if (config.sync_module_states && s.total_world > 1) s.data->broadcast(u.full, 0);
         at::Tensor slice = u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel);
         u.shard = s.separate_shards() ? slice.clone() : slice;
         if (s.low_precision()) u.full = u.full.to(s.param_dtype); // the 16-bit copy the model computes with
@@ -863,7 +873,7 @@ ShardedDataParallel::ShardedDataParallel(Model &model, std::shared_ptr<distribut
         for (const auto &b : model.named_buffers()) {
             if (!b.second.defined()) continue;
             at::Tensor t = b.second.contiguous();
-            comm->broadcast(t, 0);
+            s.data->broadcast(t, 0);
             if (t.data_ptr() != b.second.data_ptr()) b.second.copy_(t);
         }
     if (s.buffer_dtype != at::kFloat) {

@@ -30,14 +30,25 @@ class Model;
 }
 namespace accel::distributed {
 class Communicator;
+class DeviceMesh;
+struct MeshShape;
 }
 
 namespace accel::parallel {
 
 using ShardedMemory = WrapperMemory;
 
+// The mesh today's sharding configs imply on `world` processes: (dp_replicate, dp_shard) = (1, world), or
+// (nodes, processes per node) for HYBRID_SHARD(_ZERO2).
+distributed::MeshShape sharded_mesh_shape(const config::ShardingConfig &config, int32_t world);
+
 class ShardedDataParallel final : public ParallelWrapper {
 public:
+    // Shards over the mesh's dp_shard_cp group, replicates over dp_replicate (HSDP; HYBRID_SHARD), averages
+    // gradients over dp_cp. Collective over the data-parallel processes.
+    ShardedDataParallel(Model &model, const distributed::DeviceMesh &mesh, const config::ShardingConfig &config);
+    // Over `comm` laid out as the sharding config alone says (sharded_mesh_shape): for tests and callers
+    // without an accelerator.
     ShardedDataParallel(Model &model, std::shared_ptr<distributed::Communicator> comm,
                         const config::ShardingConfig &config);
     ~ShardedDataParallel();
