@@ -14,6 +14,8 @@
  *          activation needs 4 GiB under an address-space limit 1 GiB above its use, as `ulimit -v` would set):
  *          it must get RESOURCE_EXHAUSTED saying "out of memory", then ends as a program does. The other rank's
  *          step must fail naming "rank R ran out of memory" (not "may be stuck"). Exit 3 when so.
+ *   oom_collective  the same inside a collective: every rank gathers 200 MB, rank ACCEL_TEST_VICTIM with 256 MB of
+ *          address space to spare (its second 200 MB receive buffer cannot be allocated).
  */
 #include "dist_common.h"
 
@@ -42,6 +44,27 @@ static unsigned long long address_space_now(void)
         if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
     fclose(f);
     return kb * 1024ULL;
+}
+
+/* Limits this process's address space to `margin` bytes above what it uses now (as `ulimit -v` would). */
+static void limit_address_space(unsigned long long margin)
+{
+    const unsigned long long now_as = address_space_now();
+    struct rlimit lim;
+    DIST_EXPECT(now_as > 0 && getrlimit(RLIMIT_AS, &lim) == 0, "cannot read the address space");
+    lim.rlim_cur = (rlim_t)(now_as + margin);
+    DIST_EXPECT(setrlimit(RLIMIT_AS, &lim) == 0, "cannot limit the address space");
+}
+
+/* Prints how `what` ended; returns whether as expected: the victim out of memory, the other rank naming it. */
+static int expect_oom(int rank, int victim, const char *what, accel_status_t st, double waited)
+{
+    const char *msg = st == ACCEL_OK ? "" : accel_last_error_message();
+    char named[64];
+    snprintf(named, sizeof named, "rank %d ran out of memory", victim);
+    printf("rank %d: %s: %s after %.1f s: %s\n", rank, what, accel_status_name(st), waited, msg);
+    if (rank == victim) return st == ACCEL_ERR_RESOURCE_EXHAUSTED && strstr(msg, "out of memory") != NULL;
+    return st != ACCEL_OK && st != ACCEL_ERR_RESOURCE_EXHAUSTED && strstr(msg, named) != NULL;
 }
 
 struct run {
@@ -117,17 +140,10 @@ int main(int argc, char **argv)
         DIST_CHECK(accel_tensor_create(by, (size_t)BIG * sizeof(int64_t), ACCEL_DTYPE_INT64, bys, 1, &r.y));
         free(bx);
         free(by);
-        const unsigned long long now_as = address_space_now();
-        struct rlimit lim;
-        DIST_EXPECT(now_as > 0 && getrlimit(RLIMIT_AS, &lim) == 0, "cannot read the address space");
-        lim.rlim_cur = (rlim_t)(now_as + (1ULL << 30));
-        DIST_EXPECT(setrlimit(RLIMIT_AS, &lim) == 0, "cannot limit the address space");
+        limit_address_space(1ULL << 30);
         double t0 = now();
         accel_status_t st = train_step(&r);
-        const char *msg = accel_last_error_message();
-        printf("rank %d: step on %d rows under a 1 GiB margin: %s after %.1f s: %s\n", rank, BIG,
-               accel_status_name(st), now() - t0, st == ACCEL_OK ? "" : msg);
-        int ok = st == ACCEL_ERR_RESOURCE_EXHAUSTED && strstr(msg, "out of memory") != NULL;
+        int ok = expect_oom(rank, victim, "step on 262144 rows under a 1 GiB margin", st, now() - t0);
         accel_tensor_free(r.x);
         accel_tensor_free(r.y);
         accel_optimizer_free(r.opt);
@@ -136,7 +152,22 @@ int main(int argc, char **argv)
         fflush(stdout);
         return ok ? 3 : 1;
     }
-    if (strcmp(mode, "train") != 0 && !oom) {
+    if (strcmp(mode, "oom_collective") == 0) {
+        enum { BIG = 50 << 20 }; /* floats: 200 MB */
+        float *v = calloc(BIG, sizeof(float));
+        DIST_EXPECT(v != NULL, "cannot allocate 200 MB");
+        accel_tensor_t *t = dist_tensor_f32(v, BIG), *out = NULL;
+        free(v);
+        if (rank == victim) limit_address_space(256ULL << 20);
+        double t0 = now();
+        accel_status_t st = accel_accelerator_gather(r.acc, t, &out);
+        int ok = expect_oom(rank, victim, "gather of 200 MB", st, now() - t0);
+        accel_tensor_free(out);
+        accel_tensor_free(t);
+        fflush(stdout);
+        _exit(ok ? 3 : 1); /* the peer's gather may still hold its buffers: no clean shutdown */
+    }
+    if (strcmp(mode, "train") != 0 && !oom) { /* oom: the other rank trains on until its step fails */
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
@@ -148,16 +179,15 @@ int main(int argc, char **argv)
             usleep(20000);
             continue;
         }
+        if (oom) {
+            ok = expect_oom(rank, victim, "step while the victim is out of memory", st, now() - t0);
+            break;
+        }
         const char *msg = accel_last_error_message();
         printf("rank %d: step %ld failed after %.1f s: %s: %s\n", rank, step, now() - t0, accel_status_name(st), msg);
         char named[64];
-        if (oom) {
-            snprintf(named, sizeof named, "rank %d ran out of memory", victim);
-            ok = st != ACCEL_ERR_RESOURCE_EXHAUSTED && strstr(msg, named) != NULL;
-        } else {
-            snprintf(named, sizeof named, "rank %d", victim);
-            ok = (st == ACCEL_ERR_DEADLINE_EXCEEDED || st == ACCEL_ERR_UNAVAILABLE) && strstr(msg, named) != NULL;
-        }
+        snprintf(named, sizeof named, "rank %d", victim);
+        ok = (st == ACCEL_ERR_DEADLINE_EXCEEDED || st == ACCEL_ERR_UNAVAILABLE) && strstr(msg, named) != NULL;
         if (!ok) printf("rank %d: expected a failure naming \"%s\"\n", rank, named);
         break;
     }

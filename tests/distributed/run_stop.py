@@ -9,6 +9,7 @@ Usage: run_stop.py MODE --bin BUILD_DIR --victim R [--launch] [--config JSON] [-
   idle: no rank is in a collective; accel launch's watchdog must end the job, naming rank R as stopped.
   oom: no SIGSTOP: rank R runs out of memory in a forward (an address-space limit); by hand, both ranks must exit 3:
       R with RESOURCE_EXHAUSTED, the other with a failure naming "rank R ran out of memory".
+  oom_collective: the same with rank R out of memory inside a collective (a gather).
   Every process that does not end by itself must do so within --timeout + --within seconds of the SIGSTOP
   (default 10). The stopped process is always continued and killed at the end."""
 import argparse
@@ -77,7 +78,7 @@ def check_oom(a, procs, readers, limit):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["train", "idle", "oom"])
+    ap.add_argument("mode", choices=["train", "idle", "oom", "oom_collective"])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--victim", type=int, required=True)
     ap.add_argument("--launch", action="store_true")
@@ -120,7 +121,7 @@ def main():
             time.sleep(0.05)
         victim_pid = pids[a.victim]
         limit = a.timeout + a.within
-        if a.mode == "oom":
+        if a.mode.startswith("oom"):
             return check_oom(a, procs, readers, limit)
         time.sleep(0.3)
         os.kill(victim_pid, signal.SIGSTOP)
