@@ -3,11 +3,13 @@
 //   per block: a = h + dropout(c_proj(attn(ln_1(h)))),  h' = a + dropout(mlp.c_proj(act(mlp.c_fc(ln_2(a)))))
 //   attn: q, k, v = split(c_attn(x)); softmax(mask(q k^T / sqrt(head_dim))) v, heads merged
 //   logits = ln_f(h_L) lm_head^T, lm_head = wte when tied
-// Conv1D layers are y = addmm(bias, x, weight) with weight [in, out], exactly as HF's Conv1D.
+// Conv1D layers are y = addmm(bias, x, weight) with weight [in, out], exactly as HF's Conv1D (the linear
+// seam's InOut layout, model/linear.hpp).
 #include "model/gpt_model.hpp"
 
 #include "common/error.hpp"
 #include "model/activation_checkpoint.hpp"
+#include "model/transformer_block.hpp"
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
@@ -17,15 +19,18 @@
 
 namespace accel {
 
+// One GPT-2 block: accel's transformer block (pre-norm, causal) with HF's names for its parts: ln_1 = norm1,
+// attn.c_attn = qkv, attn.c_proj = out_proj, ln_2 = norm2, mlp.c_fc = fc1, mlp.c_proj = fc2, the four
+// Conv1D layers ([in, out] weights) behind the linear seam.
 struct GptBlock {
     int64_t index = 0;
+    TransformerBlock block;
     // In HF's named_parameters() order within transformer.h.<index>.
-    at::Tensor ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b, ln_2_w, ln_2_b, c_fc_w, c_fc_b,
-        mlp_proj_w, mlp_proj_b;
     std::vector<at::Tensor> params() const
     {
-        return {ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b,
-                ln_2_w, ln_2_b, c_fc_w, c_fc_b, mlp_proj_w, mlp_proj_b};
+        const TransformerBlock &b = block;
+        return {b.norm1_weight, b.norm1_bias, b.qkv->weight(), b.qkv->bias(), b.out_proj->weight(), b.out_proj->bias(),
+                b.norm2_weight, b.norm2_bias, b.fc1->weight(), b.fc1->bias(), b.fc2->weight(),      b.fc2->bias()};
     }
     static const std::vector<std::string> &names()
     {
@@ -39,58 +44,29 @@ struct GptBlock {
 
 namespace {
 
-// HF's Conv1D.
-at::Tensor conv1d(const at::Tensor &x, const at::Tensor &w, const at::Tensor &b)
-{
-    auto out_sizes = x.sizes().vec();
-    out_sizes.back() = w.size(1);
-    return at::addmm(b, x.reshape({-1, x.size(-1)}), w).view(out_sizes);
-}
-
-at::Tensor activation(const std::string &name, const at::Tensor &x)
-{
-    if (name == "gelu_new" || name == "gelu_pytorch_tanh") return at::gelu(x, "tanh");
-    if (name == "gelu") return at::gelu(x);
-    if (name == "relu") return at::relu(x);
-    return at::silu(x);
-}
-
 at::Tensor maybe_dropout(const at::Tensor &x, double p, bool train) { return train && p > 0.0 ? at::dropout(x, p, true) : x; }
 
 // One block. With `kv` (generation), its keys and values are appended to kv->first/second.
-at::Tensor block_forward(const GptBlock &b, const config::GptConfig &c, const at::Tensor &x, bool train,
-                         std::pair<at::Tensor, at::Tensor> *kv)
+at::Tensor block_forward(const GptBlock &b, const at::Tensor &x, bool train, std::pair<at::Tensor, at::Tensor> *kv)
 {
-    const int64_t B = x.size(0), T = x.size(1), C = c.n_embd, H = c.n_head, D = C / H;
-    at::Tensor h = at::layer_norm(x, {C}, b.ln_1_w, b.ln_1_b, c.layer_norm_epsilon);
-    at::Tensor qkv = conv1d(h, b.c_attn_w, b.c_attn_b);
-    auto parts = qkv.split(C, -1);
-    auto heads = [&](const at::Tensor &t) { return t.view({B, T, H, D}).transpose(1, 2); };
-    at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-    int64_t past = 0;
-    if (kv != nullptr) {
-        if (kv->first.defined()) {
-            past = kv->first.size(2);
-            k = at::cat({kv->first, k}, 2);
-            v = at::cat({kv->second, v}, 2);
-        }
-        kv->first = k;
-        kv->second = v;
-    }
-    at::Tensor att = at::matmul(q, k.transpose(-1, -2));
-    if (c.scale_attn_weights) att = att / std::sqrt(static_cast<double>(D));
-    if (c.scale_attn_by_inverse_layer_idx) att = att / static_cast<double>(b.index + 1);
-    // Query i (absolute position past + i) sees keys 0 .. past + i.
-    at::Tensor mask = at::ones({T, past + T}, x.options().dtype(at::kBool)).triu(past + 1);
-    att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
-    att = at::softmax(att, -1).to(v.scalar_type());
-    att = maybe_dropout(att, c.attn_pdrop, train);
-    at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({B, T, C});
-    y = maybe_dropout(conv1d(y, b.attn_proj_w, b.attn_proj_b), c.resid_pdrop, train);
-    at::Tensor a = x + y;
-    h = at::layer_norm(a, {C}, b.ln_2_w, b.ln_2_b, c.layer_norm_epsilon);
-    h = conv1d(activation(c.activation_function, conv1d(h, b.c_fc_w, b.c_fc_b)), b.mlp_proj_w, b.mlp_proj_b);
-    return a + maybe_dropout(h, c.resid_pdrop, train);
+    return b.block.forward(x, train, kv);
+}
+
+// HF's GPT2Block as options of the shared block: pre-norm, causal, scores divided by sqrt(head_dim) and by
+// the layer index + 1 as the config asks, dropout attn_pdrop on the weights and resid_pdrop on both branches.
+TransformerBlockOptions block_options(const config::GptConfig &c, int64_t index)
+{
+    TransformerBlockOptions o;
+    o.n_head = c.n_head;
+    o.layer_norm_eps = c.layer_norm_epsilon;
+    o.activation = c.activation_function;
+    o.norm_first = true;
+    o.causal = true;
+    if (c.scale_attn_weights) o.score_divisors.push_back(std::sqrt(static_cast<double>(c.n_embd / c.n_head)));
+    if (c.scale_attn_by_inverse_layer_idx) o.score_divisors.push_back(static_cast<double>(index + 1));
+    o.attn_dropout = c.attn_pdrop;
+    o.resid_dropout = c.resid_pdrop;
+    return o;
 }
 
 at::Tensor normal(at::IntArrayRef sizes, double std)
@@ -123,18 +99,21 @@ GptModel::GptModel(const config::GptConfig &config, const ParameterFn &on_parame
     for (int64_t i = 0; i < c.n_layer; ++i) {
         auto b = std::make_shared<GptBlock>();
         b->index = i;
-        b->ln_1_w = made(ones(C));
-        b->ln_1_b = made(zeros(C));
-        b->c_attn_w = made(normal({C, 3 * C}, std));
-        b->c_attn_b = made(zeros(3 * C));
-        b->attn_proj_w = made(normal({C, C}, proj_std));
-        b->attn_proj_b = made(zeros(C));
-        b->ln_2_w = made(ones(C));
-        b->ln_2_b = made(zeros(C));
-        b->c_fc_w = made(normal({C, c.inner()}, std));
-        b->c_fc_b = made(zeros(c.inner()));
-        b->mlp_proj_w = made(normal({c.inner(), C}, proj_std));
-        b->mlp_proj_b = made(zeros(C));
+        TransformerBlock &tb = b->block;
+        tb.options = block_options(c, i);
+        // Drawn in HF's parameter order (the generator's sequence decides the weights).
+        tb.norm1_weight = made(ones(C));
+        tb.norm1_bias = made(zeros(C));
+        at::Tensor c_attn_w = made(normal({C, 3 * C}, std)), c_attn_b = made(zeros(3 * C));
+        at::Tensor attn_proj_w = made(normal({C, C}, proj_std)), attn_proj_b = made(zeros(C));
+        tb.norm2_weight = made(ones(C));
+        tb.norm2_bias = made(zeros(C));
+        at::Tensor c_fc_w = made(normal({C, c.inner()}, std)), c_fc_b = made(zeros(c.inner()));
+        at::Tensor mlp_proj_w = made(normal({c.inner(), C}, proj_std)), mlp_proj_b = made(zeros(C));
+        tb.qkv = make_linear(c_attn_w, c_attn_b, Linear::Layout::InOut);
+        tb.out_proj = make_linear(attn_proj_w, attn_proj_b, Linear::Layout::InOut);
+        tb.fc1 = make_linear(c_fc_w, c_fc_b, Linear::Layout::InOut);
+        tb.fc2 = make_linear(mlp_proj_w, mlp_proj_b, Linear::Layout::InOut);
         const auto p = b->params();
         for (size_t k = 0; k < p.size(); ++k)
             params.emplace_back("transformer.h." + std::to_string(i) + "." + GptBlock::names()[k], p[k]);
@@ -151,8 +130,8 @@ GptModel::GptModel(const config::GptConfig &config, const ParameterFn &on_parame
         params.emplace_back("lm_head.weight", lm_head_);
     }
     for (auto &p : params) p.second.requires_grad_(true);
+    lm_head_linear_ = make_linear(lm_head_, {}, Linear::Layout::OutIn);
     checkpointed_.assign(static_cast<size_t>(c.n_layer), c.activation_checkpointing);
-    shared_config_ = std::make_shared<const config::GptConfig>(c);
     set_tensors(std::move(params), {});
 }
 
@@ -203,24 +182,23 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         if (hooks) hooks->before_layer(i + 1);
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const GptBlock> block = blocks_[i];
-            std::shared_ptr<const config::GptConfig> config = shared_config_;
             h = checkpoint_layer(h, block->params(),
-                                 [block, config, train](const at::Tensor &x) {
-                                     return block_forward(*block, *config, x, train, nullptr);
+                                 [block, train](const at::Tensor &x) {
+                                     return block_forward(*block, x, train, nullptr);
                                  },
                                  train && (c.attn_pdrop > 0.0 || c.resid_pdrop > 0.0));
         } else if (cache != nullptr) {
             std::pair<at::Tensor, at::Tensor> kv{cache->keys[i], cache->values[i]};
-            h = block_forward(*blocks_[i], c, h, false, &kv);
+            h = block_forward(*blocks_[i], h, false, &kv);
             cache->keys[i] = kv.first;
             cache->values[i] = kv.second;
         } else {
-            h = block_forward(*blocks_[i], c, h, train, nullptr);
+            h = block_forward(*blocks_[i], h, train, nullptr);
         }
         if (hooks) h = hooks->after_layer(i + 1, h);
     }
     h = at::layer_norm(h, {c.n_embd}, ln_f_w_, ln_f_b_, c.layer_norm_epsilon);
-    at::Tensor logits = at::linear(h, lm_head_);
+    at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
     return unbatched ? logits.squeeze(0) : logits;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "config/gpt_config.hpp"
+#include "model/linear.hpp"
 #include "model/model.hpp"
 
 #include <memory>
@@ -51,8 +52,8 @@ protected:
 private:
     at::Tensor run(const at::Tensor &input, GptKvCache *cache);
     config::GptConfig config_;
-    std::shared_ptr<const config::GptConfig> shared_config_; // held by pending recomputations
     at::Tensor wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_; // lm_head_ is wte_ when tied
+    std::shared_ptr<Linear> lm_head_linear_;             // over lm_head_
     std::vector<std::shared_ptr<GptBlock>> blocks_;
     bool training_ = true;
     std::vector<bool> checkpointed_; // per block

@@ -5,7 +5,9 @@
 #include "config/model_spec.hpp"
 #include "model/activation_checkpoint.hpp"
 #include "model/gpt_model.hpp"
-#include "precision/fp8.hpp"
+#include "model/linear.hpp"
+#include "model/transformer_block.hpp"
+#include "precision/fp8_linear.hpp"
 
 #include <ATen/autocast_mode.h>
 #include <torch/nn/modules/activation.h>
@@ -21,8 +23,36 @@
 #include <sys/sysinfo.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace accel {
+
+// PyTorch's TransformerEncoderLayer computed by accel's block over the layer's own parameters (their names,
+// self_attn.in_proj_weight and so on, and the module's initialisation stay LibTorch's): q scaled by
+// 1/sqrt(head_dim) before the product, dropout p on the attention weights, on both residual branches and after
+// the activation; layer norms with the layer's eps; (seq, batch, feature) inside, as PyTorch computes it.
+std::shared_ptr<TransformerBlock> encoder_layer_block(const torch::nn::TransformerEncoderLayerImpl &layer, bool norm_first)
+{
+    const auto &o = layer.options;
+    auto b = std::make_shared<TransformerBlock>();
+    b->options.seq_first = true;
+    b->options.norm_first = norm_first;
+    b->options.n_head = o.nhead();
+    b->options.layer_norm_eps = layer.norm1->options.eps();
+    b->options.activation = c10::get_if<torch::enumtype::kGELU>(&o.activation()) != nullptr ? "gelu" : "relu";
+    b->options.query_scale = 1.0 / std::sqrt(static_cast<double>(o.d_model() / o.nhead()));
+    b->options.attn_dropout = b->options.resid_dropout = b->options.mlp_dropout = o.dropout();
+    const auto &attn = layer.self_attn;
+    b->qkv = make_linear(attn->in_proj_weight, attn->in_proj_bias, Linear::Layout::OutIn);
+    b->out_proj = make_linear(attn->out_proj->weight, attn->out_proj->bias, Linear::Layout::OutIn);
+    b->fc1 = make_linear(layer.linear1->weight, layer.linear1->bias, Linear::Layout::OutIn);
+    b->fc2 = make_linear(layer.linear2->weight, layer.linear2->bias, Linear::Layout::OutIn);
+    b->norm1_weight = layer.norm1->weight;
+    b->norm1_bias = layer.norm1->bias;
+    b->norm2_weight = layer.norm2->weight;
+    b->norm2_bias = layer.norm2->bias;
+    return b;
+}
 
 namespace {
 
@@ -39,8 +69,14 @@ public:
         : seq_(std::move(seq)), batch_first_(std::move(batch_first)), types_(std::move(types))
     {
         set_tensors(to_named(seq_->named_parameters(true)), to_named(seq_->named_buffers(true)));
-        for (const auto &m : *seq_) linear_.push_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m.ptr()));
-        fp8_.resize(linear_.size());
+        // Linear layers compute through the linear seam over the module's own parameters (which keep their
+        // names, "<layer>.weight" / "<layer>.bias"); fp8 or a tensor-parallel layer replaces the seam's object.
+        for (const auto &m : *seq_) {
+            auto lin = std::dynamic_pointer_cast<torch::nn::LinearImpl>(m.ptr());
+            linear_.push_back(lin ? make_linear(lin->weight, lin->bias, Linear::Layout::OutIn) : nullptr);
+            auto enc = std::dynamic_pointer_cast<torch::nn::TransformerEncoderLayerImpl>(m.ptr());
+            blocks_.push_back(enc ? encoder_layer_block(*enc, false) : nullptr);
+        }
         checkpointed_.assign(linear_.size(), false);
         size_t i = 0;
         for (const auto &m : *seq_) {
@@ -52,11 +88,10 @@ public:
         }
     }
 
-    // Sequential::forward, layer by layer, so that Linear layers can take the FP8 path inside an
-    // fp8 scope and batch-first transformer layers get their (seq, batch, feature) input.
+    // Sequential::forward, layer by layer, so that Linear layers compute through the linear seam (fp8
+    // inside an fp8 scope) and batch-first transformer layers get their (seq, batch, feature) input.
     at::Tensor forward(const at::Tensor &input) override
     {
-        const bool fp8_on = fp8::enabled();
         at::Tensor x = input;
         size_t i = 0;
         ForwardHooks *hooks = forward_hooks.get();
@@ -71,14 +106,16 @@ public:
                 (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) &&
                 norm_weight_[i].scalar_type() == at::kFloat)
                 x = x.to(at::kFloat);
-            if (fp8_on && fp8_[i]) {
-                x = fp8::linear(x, linear_[i]->weight, linear_[i]->bias, fp8_[i]);
-            } else if (grad_on && checkpointed_[i]) {
+            const bool train = seq_->is_training();
+            if (grad_on && checkpointed_[i]) {
                 x = checkpoint_layer(x, m.ptr()->parameters(true),
-                                     [m, batch_first = batch_first_[i]](const at::Tensor &in) mutable { return layer_forward(m, batch_first, in); },
-                                     seq_->is_training());
+                                     [m, lin = linear_[i], block = blocks_[i], batch_first = batch_first_[i],
+                                      train](const at::Tensor &in) mutable {
+                                         return layer_forward(m, lin.get(), block.get(), batch_first, train, in);
+                                     },
+                                     train);
             } else {
-                x = layer_forward(m, batch_first_[i], x);
+                x = layer_forward(m, linear_[i].get(), blocks_[i].get(), batch_first_[i], train, x);
             }
             if (hooks) x = hooks->after_layer(i, x);
             ++i;
@@ -92,7 +129,7 @@ public:
         size_t i = 0;
         for (const auto &m : *seq_) {
             const bool on = i < layers.size() && layers[i] && types_[i] != "batch_norm" && !m.ptr()->parameters(true).empty();
-            if (on && fp8_[i])
+            if (on && linear_[i] && linear_[i]->stateful_forward())
                 fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: layer " + std::to_string(i) + " computes in fp8, "
                                               "whose scaling state would be updated again by the recomputation");
             checkpointed_[i++] = on;
@@ -120,27 +157,39 @@ public:
     std::vector<std::string> layer_types() const override { return types_; }
     void enable_fp8(const config::FP8RecipeKwargs &recipe) override
     {
+        // A layer whose forward is already stateful is already fp8 (enable_fp8 runs once per prepare).
+        auto plain = [this](size_t i) { return linear_[i] && !linear_[i]->stateful_forward(); };
         for (size_t i = 0; i < linear_.size(); ++i) // checked first: nothing changes when one is refused
-            if (linear_[i] && !fp8_[i] && checkpointed_[i])
+            if (plain(i) && checkpointed_[i])
                 fail(ACCEL_ERR_UNIMPLEMENTED, "fp8: layer " + std::to_string(i) + " is recomputed in backward "
                                               "(activation_checkpointing), which would update its scaling state again");
         for (size_t i = 0; i < linear_.size(); ++i)
-            if (linear_[i] && !fp8_[i]) fp8_[i] = c10::make_intrusive<fp8::LinearState>(recipe);
+            if (plain(i)) linear_[i] = fp8::make_fp8_linear(linear_[i], recipe);
     }
 
 private:
     torch::nn::Sequential seq_;
     std::vector<bool> batch_first_;                               // per layer
     std::vector<std::string> types_;                              // per layer: the spec's type name
-    std::vector<std::shared_ptr<torch::nn::LinearImpl>> linear_;  // per layer; null if not a linear layer
-    std::vector<c10::intrusive_ptr<fp8::LinearState>> fp8_;       // per layer; set by enable_fp8
+    std::vector<std::shared_ptr<Linear>> linear_;                 // per layer; null if not a linear layer
     std::vector<bool> checkpointed_;                              // per layer: recomputed in backward
     std::vector<at::Tensor> norm_weight_; // per layer: a parameter of a layer whose input goes into a layer norm
 
-    static at::Tensor layer_forward(torch::nn::AnyModule &m, bool batch_first, const at::Tensor &x)
+    std::vector<std::shared_ptr<const TransformerBlock>> blocks_; // per layer; null if not a transformer layer
+
+    // A layer: linear layers and transformer layers through accel's seams, the others as their module.
+    static at::Tensor layer_forward(torch::nn::AnyModule &m, Linear *lin, const TransformerBlock *block, bool batch_first,
+                                    bool train, const at::Tensor &x)
     {
-        // Transformer layers take (seq, batch, feature); a batch-first spec gives (batch, seq, feature).
-        return batch_first ? m.forward(x.transpose(0, 1)).transpose(0, 1) : m.forward(x);
+        if (lin) return lin->forward(x);
+        if (!block) return m.forward(x);
+        // The block computes on (seq, batch, feature) as PyTorch's layer does; a batch_first spec gives (batch,
+        // seq, feature), and an unbatched (seq, feature) is a batch of one.
+        if (x.dim() == 2) return block->forward(x.unsqueeze(1), train).squeeze(1);
+        if (x.dim() != 3)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "transformer_encoder_layer: expected a 2-D or 3-D input, got shape " +
+                                                 c10::str(x.sizes()));
+        return batch_first ? block->forward(x.transpose(0, 1), train).transpose(0, 1) : block->forward(x, train);
     }
 };
 
