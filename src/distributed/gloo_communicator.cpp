@@ -41,6 +41,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// "6 s", "0.5 s": a duration for messages (std::to_string would write "6.000000").
+std::string seconds(std::chrono::milliseconds d)
+{
+    std::ostringstream os;
+    os << static_cast<double>(d.count()) / 1000.0 << " s";
+    return os.str();
+}
+
 // Tags of reduce_scatter's ring steps, far from those a caller of send/recv would pick.
 constexpr int kReduceScatterTag = 1 << 24;
 // How often a waiting collective looks for the monitor's verdict.
@@ -199,11 +207,11 @@ public:
         std::vector<std::string> first, second;
         {
             std::unique_lock<std::mutex> l(m_);
-            if (!gone_) {
+            if (!exited_) {
                 const uint64_t asked = ++diagnosis_asked_;
                 beat_now_ = true;
                 cv_.notify_all();
-                cv_.wait_for(l, kDiagnosisWait, [&] { return diagnosis_done_ >= asked || gone_; });
+                cv_.wait_for(l, kDiagnosisWait, [&] { return diagnosis_done_ >= asked || exited_; });
                 if (diagnosis_done_ >= asked) {
                     first = diagnosis_first_;
                     second = diagnosis_second_;
@@ -475,7 +483,7 @@ private:
     void ended()
     {
         std::lock_guard<std::mutex> l(m_);
-        gone_ = exited_ = true;
+        exited_ = true;
         cv_.notify_all();
     }
 
@@ -488,8 +496,7 @@ private:
     std::condition_variable cv_;
     bool stop_ = false;
     bool beat_now_ = false;
-    bool exited_ = false; // the heartbeat thread ended
-    bool gone_ = false;   // ... because the store failed or gave no answer
+    bool exited_ = false; // the heartbeat thread ended (stopped, or the store failed or gave no answer)
     std::vector<int> sockets_; // the heartbeat connection's (shut down by stop() when the thread hangs in one)
     std::string out_of_memory_;
     // diagnose(): requests are numbered; the heartbeat thread serves them in pairs of readings
@@ -828,7 +835,7 @@ public:
                                         : shared_->monitor->diagnose(&peer_failed);
         std::string full = std::string("gloo ") + op + " failed on rank " + std::to_string(global_[rank()]) + " of " +
                            std::to_string(global_.size()) + (who.empty() ? "" : ": " + who) +
-                           (timed_out ? " (timeout " + std::to_string(shared_->timeout.count() / 1000.0) + " s)" : "") +
+                           (timed_out ? " (timeout " + seconds(shared_->timeout) + ")" : "") +
                            " [" + msg + "]";
         {
             std::lock_guard<std::mutex> l(shared_->m);
