@@ -7,6 +7,7 @@
 #include "checkpointing/async_save.hpp"
 #include "checkpointing/checkpointing.hpp"
 #include "checkpointing/deepspeed_folder.hpp"
+#include "checkpointing/integrity.hpp"
 #include "checkpointing/mapped_tensor.hpp"
 #include "checkpointing/sharded_folder.hpp"
 #include "common/error.hpp"
@@ -349,10 +350,16 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
     std::vector<ApplyState> apply;
     std::vector<std::string> custom;
     std::exception_ptr failure;
+    ckpt::TrustScope trusted; // files checked against the folder's record are not checked again
     try {
+        // Every file save_state recorded, as recorded: each process checks the top-level files it reads (every
+        // one but the other processes' RNG states); the SHARDED and DeepSpeed sub-folders check theirs when read.
+        ckpt::verify_folder_manifest(dir, [this](const std::string &name) {
+            return name.rfind("random_states_", 0) != 0 || name == ckpt::random_states_name(state_->process_index());
+        });
         for (size_t i = 0; i < models_.size(); ++i) {
             std::string sharded = path(ckpt::sharded_model_folder(i));
-            if (const std::string ds = path(ckpt::deepspeed_tag(i)); ckpt::is_deepspeed_folder(ds)) {
+            if (const std::string ds = ckpt::deepspeed_load_folder(dir, i); ckpt::is_deepspeed_folder(ds)) {
                 deepspeed[i] = ckpt::read_deepspeed_folder(ds);
                 sharded = ds;
             }

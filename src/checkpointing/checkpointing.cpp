@@ -1,6 +1,7 @@
 #include "checkpointing/checkpointing.hpp"
 
 #include "checkpointing/deepspeed_folder.hpp"
+#include "checkpointing/integrity.hpp"
 #include "checkpointing/merge_weights.hpp"
 #include "checkpointing/sharded_folder.hpp"
 #include "checkpointing/temp_folder.hpp"
@@ -195,7 +196,7 @@ bool is_checkpoint_entry(const std::string &dir, const std::string &name, bool f
            numbered("optimizer", ".bin", true) || numbered("scheduler", ".bin", true) ||
            numbered("sampler", ".bin", true) || numbered("dl_state_dict", ".bin", true) || name == "scaler.pt" ||
            numbered("random_states", ".pkl", false) || numbered("custom_checkpoint", ".pkl", false) ||
-           name == "latest" || name == "zero_to_fp32.py";
+           name == "latest" || name == "zero_to_fp32.py" || name == kChecksumManifest;
 }
 
 // Rotation (total_limit): the old folder is first renamed to a locked temp name, so that a save killed while
@@ -224,7 +225,7 @@ std::vector<std::string> prepared_part_entries(const std::string &dir)
         // What every process writes for itself (RNG), registered objects (counted on their own) and DeepSpeed's
         // side files are not a prepared object's state.
         if (name.rfind("random_states", 0) == 0 || name.rfind("custom_checkpoint", 0) == 0 || name == "latest" ||
-            name == "zero_to_fp32.py" || name == "scaler.pt")
+            name == "zero_to_fp32.py" || name == "scaler.pt" || name == kChecksumManifest)
             continue;
         out.push_back(name);
     }
@@ -319,6 +320,9 @@ void write_checkpoint_files(const PreparedCheckpoint &p, const std::vector<Check
         }
     }
     run_jobs(jobs, threads);
+    std::vector<std::string> names;
+    for (const auto &f : files) names.push_back(f.name);
+    note_written_files(p.tmp, names); // the main process records them when it publishes
     std::set<std::string> subfolders; // their entries must be durable too
     for (const auto &f : files)
         if (f.name.find('/') != std::string::npos) subfolders.insert(parent_of(join(p.tmp, f.name)));
@@ -329,6 +333,7 @@ void publish_checkpoint(PreparedCheckpoint &p)
 {
     if (!p.main) return;
     const std::string &dir = p.target.dir;
+    seal_checkpoint_folder(p.tmp);
     publish_dir(p.tmp, dir, [&dir](const std::string &name, bool folder) { return is_checkpoint_entry(dir, name, folder); });
     // Rotation only once the new checkpoint is complete.
     for (const auto &old : p.target.rotate_out) retire_checkpoint_folder(old);
@@ -392,7 +397,14 @@ void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &fo
     if (state.rest) files.push_back({folder + "/state.bin", state.rest, nullptr, nullptr});
 }
 
-PyRef read_sharded_rest(const std::string &dir) { return read_object(dir, "state.bin", true); }
+PyRef read_sharded_rest(const std::string &dir)
+{
+    // The folder is a sharded state dict (its metadata.json is there): a state.bin gone is damage, not absence.
+    if (!exists(join(dir, "state.bin")))
+        fail(ACCEL_ERR_DATA_LOSS, "\"" + join(dir, "state.bin") + "\" is missing: a sharded optimizer folder holds it "
+                                  "(the optimizer's state besides its tensors)");
+    return read_object(dir, "state.bin", true);
+}
 
 ShardedSource sharded_source(const std::string &dir)
 {
@@ -563,7 +575,7 @@ size_t merge_weights(const std::string &input, const std::string &output, bool s
 {
     // DeepSpeed's layout (a tag folder, or a save_state folder holding pytorch_model/): the float32
     // parameters joined from every rank's partition (what DeepSpeed's zero_to_fp32.py does), the buffers.
-    const std::string ds = is_deepspeed_folder(input) ? input : join(input, deepspeed_tag(0));
+    const std::string ds = is_deepspeed_folder(input) ? input : deepspeed_load_folder(input, 0);
     if (is_deepspeed_folder(ds)) {
         const TensorList tensors = read_source_tensors(read_deepspeed_folder(ds).model);
         write_weights_file(output, tensors, safe);

@@ -88,7 +88,7 @@ void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &fo
 TensorList read_sharded_tensors(const std::string &dir);
 // Every tensor of such a source, whole, in its order.
 TensorList read_source_tensors(const ShardedSource &src);
-// The rest (state.bin) of a sharded folder (NOT_FOUND when missing).
+// The rest (state.bin) of a sharded folder (DATA_LOSS when missing).
 PyRef read_sharded_rest(const std::string &dir);
 // A sharded folder (checked whole when this is called) as a source to read by ranges; it stays mapped while
 // the source lives.

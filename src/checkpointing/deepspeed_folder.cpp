@@ -1,5 +1,6 @@
 #include "checkpointing/deepspeed_folder.hpp"
 
+#include "checkpointing/integrity.hpp"
 #include "checkpointing/torch_archive.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
@@ -9,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <memory>
 
@@ -279,12 +281,34 @@ Located whole(const at::Tensor &t)
 bool is_deepspeed_folder(const std::string &dir)
 {
     if (!is_dir(dir)) return false;
-    const std::string tail = "_mp_rank_00_optim_states.pt";
-    for (const auto &name : list_dir(dir))
-        if (name.find("zero_pp_rank_") != std::string::npos && name.size() > tail.size() &&
-            name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
-            return true;
+    // Either kind of file: a tag folder that lost its optimizer states is a damaged DeepSpeed checkpoint (named
+    // by read_deepspeed_folder), not some other layout.
+    for (const std::string tail : {"_mp_rank_00_optim_states.pt", "_mp_rank_00_model_states.pt"})
+        for (const auto &name : list_dir(dir))
+            if (name.rfind("mp_rank_00", 0) == 0 || name.find("zero_pp_rank_") != std::string::npos)
+                if (name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
+                    return true;
     return false;
+}
+
+std::string deepspeed_load_folder(const std::string &dir, size_t i)
+{
+    const std::string own = join(dir, deepspeed_tag(i));
+    const std::string latest = join(dir, "latest");
+    // Accelerate's own tags come first (it passes DeepSpeed the tag; `latest` then only repeats the last one). A
+    // `latest` that is not a plain file, or beside another layout's weights, is not DeepSpeed's but the user's.
+    struct stat st {};
+    if (i != 0 || is_dir(own) || ::lstat(latest.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return own;
+    for (const char *other : {"model.safetensors", "pytorch_model.bin", "pytorch_model_fsdp_0"})
+        if (exists(join(dir, other))) return own;
+    std::string tag = read_small_file(latest, 4096);
+    while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+    while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.front()))) tag.erase(0, 1);
+    // The tag must be a folder of `dir`: nothing outside it is opened.
+    if (tag.empty() || tag == "." || tag == ".." || tag.find('/') != std::string::npos || !is_dir(join(dir, tag)))
+        fail(ACCEL_ERR_DATA_LOSS, "\"" + latest + "\" names tag \"" + tag.substr(0, 200) + "\", which is not a folder of \"" +
+                                      dir + "\": the checkpoint's newest tag is missing or `latest` is damaged");
+    return join(dir, tag);
 }
 
 bool holds_only_deepspeed_files(const std::string &dir)
@@ -295,13 +319,15 @@ bool holds_only_deepspeed_files(const std::string &dir)
     for (const auto &name : list_dir(dir)) {
         struct stat st {};
         if (::lstat(join(dir, name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-        if (!ends_with(name, "_model_states.pt") && !ends_with(name, "_optim_states.pt")) return false;
+        if (!ends_with(name, "_model_states.pt") && !ends_with(name, "_optim_states.pt") && name != kChecksumManifest)
+            return false;
     }
     return true;
 }
 
 DsFolder read_deepspeed_folder(const std::string &dir)
 {
+    verify_folder_manifest(dir); // every file accel wrote here, as recorded (none for DeepSpeed's own folders)
     DsFolder out;
     const bool bf16 = exists(join(dir, deepspeed_optim_states_name(0, true)));
     auto optim_path = [&](int32_t r) { return join(dir, deepspeed_optim_states_name(r, bf16)); };

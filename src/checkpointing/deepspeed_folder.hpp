@@ -73,9 +73,15 @@ struct DsFolder {
     ShardedSource optimizer;
     PyRef optimizer_rest;
 };
-// Whether `dir` (a tag folder) holds DeepSpeed optimizer states files.
+// Whether `dir` (a tag folder) holds DeepSpeed model or optimizer states files.
 bool is_deepspeed_folder(const std::string &dir);
-// Whether the folder holds nothing but DeepSpeed's state files (*_model_states.pt, *_optim_states.pt): a tag
+// The tag folder of model `i` in the save_state folder `dir`: <dir>/pytorch_model{_i} (Accelerate names the tag
+// and passes it to DeepSpeed), else, for model 0, the tag <dir>/latest names (DeepSpeed's load_checkpoint with
+// tag=None: a folder saved by DeepSpeed itself), unless `latest` is a link or the folder holds another layout's
+// weights. DATA_LOSS naming `latest` when it names no folder.
+std::string deepspeed_load_folder(const std::string &dir, size_t i);
+// Whether the folder holds nothing but DeepSpeed's state files (*_model_states.pt, *_optim_states.pt, and accel's
+// record of them, accel_checksums.json): a tag
 // folder of an earlier save, which a save into the same folder may replace whole.
 bool holds_only_deepspeed_files(const std::string &dir);
 DsFolder read_deepspeed_folder(const std::string &dir);

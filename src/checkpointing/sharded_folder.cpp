@@ -1,5 +1,6 @@
 #include "checkpointing/sharded_folder.hpp"
 
+#include "checkpointing/integrity.hpp"
 #include "common/error.hpp"
 #include "common/json_reader.hpp"
 
@@ -45,10 +46,8 @@ bool is_sharded_folder(const std::string &dir)
 
 namespace {
 
-ShardedMeta parse_meta(const std::string &path)
+ShardedMeta parse_meta(const JsonValue &root, const std::string &path)
 {
-    const std::string text = read_small_file(path, 1u << 30);
-    const JsonValue root = parse_json(text.data(), text.size(), path);
     auto bad = [&path](const std::string &what) -> void { fail(ACCEL_ERR_DATA_LOSS, path + ": " + what); };
     auto uint_of = [&](const JsonValue *v, const std::string &what) -> uint64_t {
         if (v == nullptr || v->kind != JsonValue::Kind::Number || !v->is_uint) bad(what + " is not a non-negative integer");
@@ -112,7 +111,13 @@ ShardedFolder::ShardedFolder(const std::string &dir) : dir_(dir)
 {
     const std::string meta_path = join(dir, kShardedMetadata);
     if (!exists(meta_path)) fail(ACCEL_ERR_DATA_LOSS, "\"" + meta_path + "\" is missing (a sharded state dict folder must hold it)");
-    meta_ = parse_meta(meta_path);
+    const std::string text = read_small_file(meta_path, 1u << 30);
+    const JsonValue root = parse_json(text.data(), text.size(), meta_path);
+    // The record of the folder's files (save_state adds it once every rank has written): checked first, so a
+    // damaged piece or an edited index is named rather than loaded.
+    if (checkpoint_verification_enabled())
+        if (auto sums = read_sealed_checksums(text, root, meta_path)) verify_files(dir, *sums);
+    meta_ = parse_meta(root, meta_path);
     std::vector<StHeader> headers;
     for (int32_t r = 0; r < meta_.world_size; ++r) {
         const std::string path = join(dir, sharded_rank_file(r));

@@ -1,6 +1,7 @@
 #include "checkpointing/torch_archive.hpp"
 
 #include "common/files.hpp"
+#include "checkpointing/integrity.hpp"
 #include "checkpointing/mapped_tensor.hpp"
 #include "common/job_pool.hpp"
 #include "common/error.hpp"
@@ -115,6 +116,9 @@ PyRef load_torch_file(const std::string &path)
         // file (copy-on-write), so loading copies each byte once, into wherever the caller puts it (with
         // pread, see CopyBatch; the map is therefore not populated up front).
         auto file = std::make_shared<MappedFile>(path);
+        // Storages are read through their offsets, past miniz's CRC check: every member is checked here
+        // first (unless the whole file was just checked against save_state's record of it).
+        if (checkpoint_verification_enabled() && !is_trusted(path)) verify_zip_crcs(*file);
         caffe2::serialize::PyTorchStreamReader reader(path);
         if (!reader.hasRecord("data.pkl")) fail(ACCEL_ERR_DATA_LOSS, path + ": not a torch.save archive (no data.pkl)");
         auto [pkl_ptr, pkl_size] = reader.getRecord("data.pkl");

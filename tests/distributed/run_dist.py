@@ -632,7 +632,7 @@ def check_deepspeed_checkpoint(a, ckpt, weights_at_save, tmp, env):
     got = sorted(os.listdir(folder))
     want = sorted(["zero_pp_rank_%d_mp_rank_00_optim_states.pt" % r for r in range(nproc)] +
                   (["zero_pp_rank_%d_mp_rank_00_model_states.pt" % r for r in range(nproc)] if stage == 3
-                   else ["mp_rank_00_model_states.pt"]))
+                   else ["mp_rank_00_model_states.pt"]) + ["accel_checksums.json"])  # accel's record of them
     if got != want:
         sys.exit("pytorch_model/ holds %s, expected %s" % (got, want))
     if open(os.path.join(ckpt, "latest")).read() != "pytorch_model":

@@ -179,12 +179,14 @@ def same_weights(p, q):
 
 
 def compare_files(accel_dir, peer_dir, nproc, tag):
-    """Every file both write holds the same values (accel also writes dl_state_dict.bin and RNG's "step", as 1.x)."""
+    """Every file both write holds the same values (accel also writes dl_state_dict.bin and RNG's "step", as 1.x,
+    and accel_checksums.json, its record of the files, which Accelerate does not read)."""
     if not (os.path.isdir(accel_dir) and os.path.isdir(peer_dir)):
         return expect(False, f"{tag}: both saved a folder")
     a_files, p_files = set(os.listdir(accel_dir)), set(os.listdir(peer_dir))
-    expect(a_files - p_files == {"dl_state_dict.bin"} and p_files <= a_files,
-           f"{tag}: accel writes Accelerate 0.24.1's files plus dl_state_dict.bin ({sorted(a_files)} vs {sorted(p_files)})")
+    expect(a_files - p_files == {"dl_state_dict.bin", "accel_checksums.json"} and p_files <= a_files,
+           f"{tag}: accel writes Accelerate 0.24.1's files plus dl_state_dict.bin and accel_checksums.json "
+           f"({sorted(a_files)} vs {sorted(p_files)})")
     for name in sorted(p_files):
         a, p = torch.load(os.path.join(accel_dir, name)), torch.load(os.path.join(peer_dir, name))
         if name.startswith("random_states_"):
