@@ -45,6 +45,16 @@ int64_t to_int(const std::string &s)
     }
 }
 
+// The heartbeat counter: unsigned, so that what encode_peer_state writes (up to 2^64 - 1) reads back the same.
+uint64_t to_uint(const std::string &s)
+{
+    try {
+        return std::stoull(s);
+    } catch (const std::exception &) {
+        return 0;
+    }
+}
+
 std::string rank_name(int32_t r) { return "rank " + std::to_string(r); }
 
 } // namespace
@@ -70,8 +80,8 @@ PeerState decode_peer_state(const std::string &text)
     PeerState s;
     for (const std::string &line : split(text, '\n')) {
         std::vector<std::string> f = split(line, '\t');
-        if (f.size() == 1) s.beat = static_cast<uint64_t>(to_int(f[0])); // a bare counter
-        else if (f.size() >= 2 && f[0] == "beat") s.beat = static_cast<uint64_t>(to_int(f[1]));
+        if (f.size() == 1) s.beat = to_uint(f[0]); // a bare counter
+        else if (f.size() >= 2 && f[0] == "beat") s.beat = to_uint(f[1]);
         else if (f.size() >= 2 && f[0] == "failed") {
             s.failed = f[1];
             s.failed_code = f.size() >= 3 ? static_cast<int32_t>(to_int(f[2])) : 0; // an older writer: no status
