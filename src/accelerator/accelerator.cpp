@@ -50,10 +50,12 @@ void warn_generic_blas_once(bool main_process)
     });
 }
 
-// The mesh of this job: what the plugins imply (sharded: (1, world), or (nodes, per node) for HYBRID_SHARD;
-// otherwise DDP's (world, 1)).
+// The mesh of this job: parallelism_config's sizes (checked against the job when parsed), else what the plugins
+// imply (sharded: (1, world), or (nodes, per node) for HYBRID_SHARD; otherwise DDP's (world, 1)).
 distributed::MeshShape mesh_shape_of(const config::AcceleratorConfig &c, int32_t world)
 {
+    if (const auto &p = c.parallelism; p.given)
+        return distributed::mesh_shape(p.dp_replicate_size, p.dp_shard_size, p.cp_size, p.tp_size);
     if (c.sharding.enabled()) return parallel::sharded_mesh_shape(c.sharding, world);
     return distributed::mesh_shape(world, 1, 1, 1);
 }

@@ -18,6 +18,8 @@ namespace accel::config {
 // sharding_config.cpp
 void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c);
 void write_sharding(JsonWriter &w, const ShardingConfig &s);
+// parallelism_config.cpp (after the sharding plugins: its checks need them)
+void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c);
 
 namespace {
 
@@ -372,7 +374,7 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     parse_project_config(root, c.project);
     parse_sharding_plugins(root, c);
     root.require_absent("megatron_lm_plugin", "Megatron-LM parallelism is " + std::string(kNotYet));
-    root.require_absent("parallelism_config", "ParallelismConfig (tensor/context parallel) is " + std::string(kNotYet));
+    parse_parallelism_config(root, c);
     root.require_absent("dynamo_plugin", "torch.compile (dynamo) has no LibTorch counterpart; it is " + std::string(kNotYet));
     auto dynamo = root.get_optional_string("dynamo_backend");
     if (dynamo && *dynamo != "no" && *dynamo != "NO")
@@ -470,6 +472,18 @@ std::string to_json(const AcceleratorConfig &c)
     w.add("iteration", c.project.iteration).add("save_on_each_node", c.project.save_on_each_node).end_object();
     w.add("log_with", c.log_with);
     write_sharding(w, c.sharding);
+    if (c.parallelism.given) { // only when given: the effective config of other runs stays as it was
+        const ParallelismConfig &p = c.parallelism;
+        w.begin_object("parallelism_config")
+            .add("dp_replicate_size", static_cast<int64_t>(p.dp_replicate_size))
+            .add("dp_shard_size", static_cast<int64_t>(p.dp_shard_size))
+            .add("tp_size", static_cast<int64_t>(p.tp_size))
+            .add("cp_size", static_cast<int64_t>(p.cp_size))
+            .add("sp_size", static_cast<int64_t>(p.sp_size))
+            .add("cp_backend", p.cp_backend)
+            .add("sp_backend", p.sp_backend)
+            .end_object();
+    }
     w.begin_object("process")
         .add("rank", static_cast<int64_t>(c.topology.rank))
         .add("world_size", static_cast<int64_t>(c.topology.world_size))

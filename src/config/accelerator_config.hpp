@@ -1,6 +1,7 @@
 // Typed form of the accelerator's JSON config (Accelerator(...) arguments and plugins).
 #pragma once
 
+#include "config/parallelism_config.hpp"
 #include "config/sharding_config.hpp"
 
 #include <accel/types.h>
@@ -139,6 +140,7 @@ struct AcceleratorConfig {
     // log_with: built-in trackers ("jsonl", "csv", "tensorboard"; "all" expanded), src/tracking/.
     std::vector<std::string> log_with;
     ShardingConfig sharding; // fsdp_plugin / deepspeed_plugin (src/parallel/fsdp)
+    ParallelismConfig parallelism; // parallelism_config: the device mesh's sizes (src/distributed/device_mesh)
     bool malloc_tuning = true; // ACCEL_MALLOC_TUNING (environment only: a process-wide setting)
 };
 

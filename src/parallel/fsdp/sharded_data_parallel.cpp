@@ -392,6 +392,8 @@ struct ShardedDataParallel::Impl {
             } else {
                 allreduce_sum(*comm, in);
                 g = std::move(in);
+                // NO_SHARD / ZeRO-1 under dp_replicate > 1 (parallelism_config): the replicas' sums too.
+                if (replicas) allreduce_sum(*replicas, g);
             }
             g = g.to(at::kFloat); // the master shards' gradients are float32 whatever was reduced
             int64_t at = 0;

@@ -1,0 +1,141 @@
+// parallelism_config (Accelerate's ParallelismConfig): sizes from JSON or the PARALLELISM_CONFIG_* environment,
+// checked against the job, the plugins and what accel builds today.
+#include "config/parallelism_config.hpp"
+
+#include "common/error.hpp"
+#include "config/accelerator_config.hpp"
+#include "config/env.hpp"
+#include "config/json.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <optional>
+
+namespace accel::config {
+
+namespace {
+
+struct SizeKey {
+    const char *key;        // JSON key under parallelism_config
+    const char *env;        // what Accelerate's __post_init__ reads when the field is None
+    int32_t ParallelismConfig::*field;
+    const char *unbuilt;    // non-null: a size > 1 is ACCEL_ERR_UNIMPLEMENTED, saying this
+};
+
+const SizeKey kSizes[] = {
+    {"dp_replicate_size", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", &ParallelismConfig::dp_replicate_size, nullptr},
+    {"dp_shard_size", "PARALLELISM_CONFIG_DP_SHARD_SIZE", &ParallelismConfig::dp_shard_size, nullptr},
+    {"tp_size", "PARALLELISM_CONFIG_TP_SIZE", &ParallelismConfig::tp_size, "tensor parallelism is not built yet"},
+    {"cp_size", "PARALLELISM_CONFIG_CP_SIZE", &ParallelismConfig::cp_size, "context parallelism is not built yet"},
+    {"sp_size", "PARALLELISM_CONFIG_SP_SIZE", &ParallelismConfig::sp_size,
+     "sequence parallelism (DeepSpeed ALST/Ulysses) is not built yet"},
+};
+
+// An environment size as Accelerate's int(os.environ[...]): an integer (surrounding blanks allowed).
+std::optional<int64_t> env_size(const char *name)
+{
+    const auto v = env_string(name);
+    if (!v) return std::nullopt;
+    errno = 0;
+    char *end = nullptr;
+    const long long x = std::strtoll(v->c_str(), &end, 10);
+    while (end != nullptr && std::isspace(static_cast<unsigned char>(*end))) ++end;
+    if (end == v->c_str() || *end != '\0' || errno == ERANGE || x < INT32_MIN || x > INT32_MAX)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected an integer, got \"" + *v + "\"");
+    return x;
+}
+
+bool env_true(const char *name)
+{
+    std::string v = env_string(name).value_or("false");
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    return v == "true";
+}
+
+// The handlers' fields as Accelerate names them; they only matter once their dimension is built, but a
+// typo is refused now.
+void parse_handlers(JsonObject &o, ParallelismConfig &p)
+{
+    if (auto tp = o.get_object("tp_handler")) { // TorchTensorParallelConfig
+        tp->get_bool("enable_async_tp", false);
+        tp->finish();
+    }
+    if (auto cp = o.get_object("cp_handler")) { // TorchContextParallelConfig
+        p.cp_comm_strategy = cp->get_enum("cp_comm_strategy", p.cp_comm_strategy, {"allgather", "alltoall"});
+        cp->finish();
+    }
+    if (auto sp = o.get_object("sp_handler")) { // DeepSpeedSequenceParallelConfig
+        sp->get_optional_int("sp_seq_length", 1, INT32_MAX);
+        sp->get_bool("sp_seq_length_is_variable", true);
+        sp->get_optional_string("sp_attn_implementation");
+        sp->finish();
+    }
+}
+
+} // namespace
+
+void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
+{
+    ParallelismConfig &p = c.parallelism;
+    std::optional<JsonObject> obj = root.get_object("parallelism_config");
+    // As Accelerate: a ParallelismConfig() exists when one is passed or ACCELERATE_USE_PARALLELISM_CONFIG is true
+    // (accelerate launch --parallelism_config_*); its fields default to the environment, then 1.
+    if (!obj && !env_true("ACCELERATE_USE_PARALLELISM_CONFIG")) return;
+    p.given = true;
+    const std::string prefix = obj ? obj->path() : std::string("parallelism_config");
+    for (const SizeKey &k : kSizes) {
+        int64_t v = 1;
+        std::string where = std::string("environment variable ") + k.env;
+        if (obj && obj->has(k.key)) {
+            v = obj->get_int(k.key, 1, INT32_MIN, INT32_MAX);
+            where = obj->path_of(k.key);
+        } else if (auto e = env_size(k.env)) {
+            v = *e;
+        }
+        if (v < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": must be at least 1, got " + std::to_string(v));
+        p.*k.field = static_cast<int32_t>(v);
+        if (v > 1 && k.unbuilt != nullptr)
+            fail(ACCEL_ERR_UNIMPLEMENTED, where + ": " + std::to_string(v) + ": " + k.unbuilt + "; use 1 (the data "
+                                          "dimensions dp_replicate_size and dp_shard_size are supported)");
+    }
+    p.cp_backend = env_string("PARALLELISM_CONFIG_CP_BACKEND").value_or(p.cp_backend);
+    p.sp_backend = env_string("PARALLELISM_CONFIG_SP_BACKEND").value_or(p.sp_backend);
+    if (auto v = env_string("PARALLELISM_CONFIG_CP_COMM_STRATEGY")) p.cp_comm_strategy = *v;
+    if (obj) {
+        p.cp_backend = obj->get_enum("cp_backend", p.cp_backend, {"torch"});
+        p.sp_backend = obj->get_enum("sp_backend", p.sp_backend, {"deepspeed"});
+        parse_handlers(*obj, p);
+        obj->finish();
+    }
+    if (p.cp_backend != "torch")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable PARALLELISM_CONFIG_CP_BACKEND: expected \"torch\", got \"" + p.cp_backend + "\"");
+    if (p.sp_backend != "deepspeed")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable PARALLELISM_CONFIG_SP_BACKEND: expected \"deepspeed\", got \"" +
+                                             p.sp_backend + "\"");
+
+    const int32_t world = std::max(1, c.topology.world_size);
+    const int64_t total = static_cast<int64_t>(p.dp_replicate_size) * p.dp_shard_size * p.tp_size * p.cp_size * p.sp_size;
+    // Accelerate: an all-ones config on several processes replicates over all of them (DDP).
+    if (total == 1) p.dp_replicate_size = world;
+    else if (total != world)
+        fail(ACCEL_ERR_INVALID_ARGUMENT,
+             prefix + ": dp_replicate_size (" + std::to_string(p.dp_replicate_size) + ") x dp_shard_size (" +
+                 std::to_string(p.dp_shard_size) + ") x tp_size (" + std::to_string(p.tp_size) + ") x cp_size (" +
+                 std::to_string(p.cp_size) + ") x sp_size (" + std::to_string(p.sp_size) + ") = " + std::to_string(total) +
+                 " processes, but the job has " + std::to_string(world) + " (num_processes)");
+    const std::string plugin = c.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin";
+    if (p.dp_shard_size > 1 && !c.sharding.enabled())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".dp_shard_size: " + std::to_string(p.dp_shard_size) +
+                                             " shards the model, which needs fsdp_plugin or deepspeed_plugin; for "
+                                             "DDP over every process use dp_replicate_size");
+    // HYBRID_SHARD's node groups give way to the mesh: its replicas must then be dp_replicate_size's.
+    if (c.sharding.enabled() && c.sharding.strategy.rfind("HYBRID_SHARD", 0) == 0 && p.dp_replicate_size == 1 && world > 1)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, plugin + ".sharding_strategy: " + c.sharding.strategy +
+                                             " with parallelism_config replicates over dp_replicate_size, which is 1; "
+                                             "set dp_replicate_size (nodes) and dp_shard_size (processes per node)");
+}
+
+} // namespace accel::config

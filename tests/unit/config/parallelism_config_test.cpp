@@ -1,0 +1,160 @@
+// config/parallelism_config: parallelism_config's keys and checks, and the PARALLELISM_CONFIG_* environment
+// read as Accelerate reads it (only with ACCELERATE_USE_PARALLELISM_CONFIG=true, or under a given object).
+#include "common/error.hpp"
+#include "config/accelerator_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+#include <unistd.h>
+
+using accel::Error;
+using accel::config::AcceleratorConfig;
+using accel::config::parse_accelerator_config;
+using accel::config::to_json;
+
+namespace {
+
+const char *const kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "ACCELERATE_USE_PARALLELISM_CONFIG",
+                             "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "PARALLELISM_CONFIG_DP_SHARD_SIZE",
+                             "PARALLELISM_CONFIG_TP_SIZE", "PARALLELISM_CONFIG_CP_SIZE", "PARALLELISM_CONFIG_SP_SIZE",
+                             "PARALLELISM_CONFIG_CP_BACKEND", "PARALLELISM_CONFIG_SP_BACKEND", "ACCELERATE_USE_FSDP",
+                             "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_MIXED_PRECISION"};
+
+// A job of `world` processes as the launcher describes it (rank 0); every variable above restored after.
+class ParallelismConfigTest : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        for (const char *v : kVars)
+            if (const char *x = std::getenv(v)) saved_[v] = x;
+        for (const char *v : kVars) unsetenv(v);
+    }
+    void TearDown() override
+    {
+        for (const char *v : kVars) unsetenv(v);
+        for (const auto &kv : saved_) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+    }
+    static void world(int n)
+    {
+        setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+        setenv("RANK", "0", 1);
+        setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+        setenv("LOCAL_RANK", "0", 1);
+    }
+
+private:
+    std::map<std::string, std::string> saved_;
+};
+
+// The error parse_accelerator_config throws (code ACCEL_OK when none: the test then fails on the code).
+Error error_of(const std::string &json)
+{
+    try {
+        parse_accelerator_config(json.c_str());
+    } catch (const Error &e) {
+        return e;
+    }
+    return Error(ACCEL_OK, "no error for " + json);
+}
+
+#define EXPECT_REFUSED(json, code_, text)                                                                              \
+    do {                                                                                                               \
+        const Error e_ = error_of(json);                                                                               \
+        EXPECT_EQ(e_.code(), code_) << e_.what();                                                                      \
+        EXPECT_NE(std::string(e_.what()).find(text), std::string::npos) << e_.what();                                  \
+    } while (0)
+
+} // namespace
+
+TEST_F(ParallelismConfigTest, AbsentOrNullIsNotGiven)
+{
+    world(2);
+    EXPECT_FALSE(parse_accelerator_config("{}").parallelism.given);
+    EXPECT_FALSE(parse_accelerator_config("{\"parallelism_config\": null}").parallelism.given);
+    // The environment alone counts only with ACCELERATE_USE_PARALLELISM_CONFIG=true, as in Accelerate.
+    setenv("PARALLELISM_CONFIG_DP_SHARD_SIZE", "2", 1);
+    EXPECT_FALSE(parse_accelerator_config("{}").parallelism.given);
+}
+
+TEST_F(ParallelismConfigTest, DataDimensions)
+{
+    world(4);
+    const AcceleratorConfig c = parse_accelerator_config(
+        "{\"fsdp_plugin\": {}, \"parallelism_config\": {\"dp_replicate_size\": 2, \"dp_shard_size\": 2}}");
+    EXPECT_TRUE(c.parallelism.given);
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 2);
+    EXPECT_EQ(c.parallelism.dp_shard_size, 2);
+    EXPECT_EQ(c.parallelism.tp_size, 1);
+    EXPECT_NE(to_json(c).find("\"parallelism_config\""), std::string::npos);
+    // All ones on several processes: dp_replicate takes them all (DDP), as Accelerate's _validate_accelerator.
+    const AcceleratorConfig d = parse_accelerator_config("{\"parallelism_config\": {}}");
+    EXPECT_EQ(d.parallelism.dp_replicate_size, 4);
+    // Handlers and backends under Accelerate's names.
+    parse_accelerator_config("{\"parallelism_config\": {\"dp_replicate_size\": 4, \"cp_backend\": \"torch\", \"sp_backend\": "
+                             "\"deepspeed\", \"tp_handler\": {\"enable_async_tp\": false}, \"cp_handler\": "
+                             "{\"cp_comm_strategy\": \"alltoall\"}, \"sp_handler\": {\"sp_seq_length\": 128, "
+                             "\"sp_seq_length_is_variable\": true, \"sp_attn_implementation\": \"sdpa\"}}}");
+}
+
+TEST_F(ParallelismConfigTest, EnvironmentAsAccelerateReadsIt)
+{
+    world(4);
+    setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true", 1);
+    setenv("ACCELERATE_USE_FSDP", "true", 1);
+    setenv("PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "2", 1);
+    setenv("PARALLELISM_CONFIG_DP_SHARD_SIZE", "2", 1);
+    AcceleratorConfig c = parse_accelerator_config("{}");
+    EXPECT_TRUE(c.parallelism.given);
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 2);
+    EXPECT_EQ(c.parallelism.dp_shard_size, 2);
+    // A JSON key wins over its variable; the others still come from the environment.
+    c = parse_accelerator_config("{\"parallelism_config\": {\"dp_replicate_size\": 1, \"dp_shard_size\": 4}}");
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 1);
+    EXPECT_EQ(c.parallelism.dp_shard_size, 4);
+    setenv("PARALLELISM_CONFIG_TP_SIZE", "two", 1);
+    EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "PARALLELISM_CONFIG_TP_SIZE");
+    setenv("PARALLELISM_CONFIG_TP_SIZE", "2", 1);
+    EXPECT_REFUSED("{}", ACCEL_ERR_UNIMPLEMENTED, "PARALLELISM_CONFIG_TP_SIZE: 2: tensor parallelism is not built yet");
+}
+
+TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
+{
+    world(4);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.tp_size: 2: tensor parallelism is not built yet");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"cp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.cp_size: 4: context parallelism is not built yet");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.sp_size: 4: sequence parallelism");
+}
+
+TEST_F(ParallelismConfigTest, BadConfigsNameTheKey)
+{
+    world(4);
+    EXPECT_REFUSED("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"dp_replicate_size\": 2, \"dp_shard_size\": 4}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "= 8 processes, but the job has 4");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 0}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.dp_shard_size: must be at least 1, got 0");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_replicate_size\": -1}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.dp_replicate_size: must be at least 1, got -1");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": \"4\"}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.dp_shard_size");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2.5}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.dp_shard_size");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.pp_size");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"cp_handler\": {\"cp_comm_strategy\": \"ring\"}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.cp_handler.cp_comm_strategy");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"tp_handler\": {\"async\": true}}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.tp_handler.async");
+    EXPECT_REFUSED("{\"parallelism_config\": 4}", ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config");
+    // Sharding the model needs a sharding plugin; HYBRID_SHARD's replicas must be the mesh's.
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 4}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.dp_shard_size: 4 shards the model, which needs fsdp_plugin or deepspeed_plugin");
+    setenv("LOCAL_WORLD_SIZE", "2", 1); // two nodes of two
+    EXPECT_REFUSED("{\"fsdp_plugin\": {\"sharding_strategy\": \"HYBRID_SHARD\"}, \"parallelism_config\": {\"dp_shard_size\": 4}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.sharding_strategy: HYBRID_SHARD with parallelism_config");
+}
