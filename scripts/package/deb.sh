@@ -9,6 +9,15 @@ trap 'rm -rf "$work"' EXIT
   cat "$work/cpack.log" >&2; exit 1; }
 debs=("$work"/out/*.deb)
 [ -e "${debs[0]}" ] || { cat "$work/cpack.log" >&2; echo "deb: cpack made no .deb" >&2; exit 1; }
+# dpkg-shlibdeps says nothing when it reads a library being relinked (a build running beside this one): a
+# package of ELF files without Depends is such a run, not a package to ship.
+for d in "${debs[@]}"; do
+  if [ -z "$(dpkg-deb -f "$d" Depends)" ] && dpkg-deb -c "$d" | grep -q '\.so'; then
+    cat "$work/cpack.log" >&2
+    echo "deb: $(basename "$d") has shared objects but no Depends: was the build folder being relinked? Rerun." >&2
+    exit 1
+  fi
+done
 rm -f "$ACCEL_DIST"/*.deb
 cp "${debs[@]}" "$ACCEL_DIST/"
 for d in "$ACCEL_DIST"/*.deb; do
