@@ -70,6 +70,11 @@ const char *kUsage =
     "                                 (exported as ACCELERATE_DEEPSPEED_* / ACCELERATE_GRADIENT_CLIPPING)\n"
     "                                 (distributed_type FSDP / DEEPSPEED with fsdp_config / deepspeed_config in the\n"
     "                                 config file do the same; the library checks the values)\n"
+    "      --parallelism_config_dp_replicate_size N, --parallelism_config_dp_shard_size N,\n"
+    "      --parallelism_config_tp_size N, --parallelism_config_cp_size N, --parallelism_config_sp_size N,\n"
+    "      --parallelism_config_cp_backend B, --parallelism_config_sp_backend B,\n"
+    "      --parallelism_config_cp_comm_strategy S   the device mesh (exported as PARALLELISM_CONFIG_* with\n"
+    "                                 ACCELERATE_USE_PARALLELISM_CONFIG=true; --use_parallelism_config alone: all 1)\n"
     "      --debug                    ACCELERATE_DEBUG_MODE=true\n"
     "  -q, --quiet                    no launcher messages\n"
     "      --                         end of flags\n";
@@ -79,8 +84,34 @@ struct Options {
     std::optional<std::string> main_process_ip, mixed_precision, config_file;
     bool cpu = false, debug = false, quiet = false, use_fsdp = false, use_deepspeed = false;
     std::map<std::string, std::string> sharding_flags; // flag name (fsdp_version, zero_stage, ...) -> value
+    bool use_parallelism_config = false;
+    std::map<std::string, std::string> parallelism_env; // PARALLELISM_CONFIG_* -> value
     std::vector<std::string> command;
 };
+
+// accelerate launch's --parallelism_config_* flags and the variables its launcher exports for them (the library
+// checks the values; sizes are checked as integers here).
+struct ParallelismFlag {
+    const char *flag, *env;
+    bool size;
+};
+const ParallelismFlag kParallelismFlags[] = {
+    {"--parallelism_config_dp_replicate_size", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", true},
+    {"--parallelism_config_dp_shard_size", "PARALLELISM_CONFIG_DP_SHARD_SIZE", true},
+    {"--parallelism_config_tp_size", "PARALLELISM_CONFIG_TP_SIZE", true},
+    {"--parallelism_config_cp_size", "PARALLELISM_CONFIG_CP_SIZE", true},
+    {"--parallelism_config_sp_size", "PARALLELISM_CONFIG_SP_SIZE", true},
+    {"--parallelism_config_cp_backend", "PARALLELISM_CONFIG_CP_BACKEND", false},
+    {"--parallelism_config_sp_backend", "PARALLELISM_CONFIG_SP_BACKEND", false},
+    {"--parallelism_config_cp_comm_strategy", "PARALLELISM_CONFIG_CP_COMM_STRATEGY", false},
+};
+
+const ParallelismFlag *find_parallelism_flag(const std::string &flag)
+{
+    for (const auto &f : kParallelismFlags)
+        if (flag == f.flag) return &f;
+    return nullptr;
+}
 
 [[noreturn]] void usage_error(const std::string &msg)
 {
@@ -159,6 +190,12 @@ Options parse(int argc, char **argv)
             o.use_fsdp = true;
         } else if (flag == "--use_deepspeed") {
             o.use_deepspeed = true;
+        } else if (flag == "--use_parallelism_config") {
+            o.use_parallelism_config = true;
+        } else if (const ParallelismFlag *pf = find_parallelism_flag(flag)) {
+            std::string v = value(flag, inline_value, has_inline);
+            if (pf->size) v = std::to_string(to_int(flag, v, 1, 4096));
+            o.parallelism_env[pf->env] = v;
         } else if (flag.rfind("--", 0) == 0 && config::find_sharding_setting(flag.substr(2)) != nullptr) {
             o.sharding_flags[flag.substr(2)] = value(flag, inline_value, has_inline);
         } else {
@@ -380,6 +417,11 @@ int launch_main(int argc, char **argv)
         else if (!o.quiet)
             std::fprintf(stderr, "accel launch: warning: --%s does not apply (accel launch starts the processes "
                                  "itself; give an nvme path in the program's deepspeed_plugin config)\n", name.c_str());
+    }
+    // As accelerate launch: any --parallelism_config_* flag turns the ParallelismConfig on.
+    if (o.use_parallelism_config || !o.parallelism_env.empty()) {
+        extra_env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true";
+        for (const auto &[k, v] : o.parallelism_env) extra_env[k] = v;
     }
     if (o.grad_accum) extra_env.erase("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"); // the flag (or top-level key) wins
     if (o.use_fsdp) {

@@ -422,6 +422,13 @@ check("exclude each other" in p.stderr, "two engines: " + p.stderr)
 p = run(["launch", "-n", "1", "--use_deepspeed", "--zero_stage", "2", "--gradient_clipping", "0.5", "sh", "-c",
          "echo ENV $ACCELERATE_USE_DEEPSPEED $ACCELERATE_DEEPSPEED_ZERO_STAGE $ACCELERATE_GRADIENT_CLIPPING"], env=HF, code=0)
 check("ENV true 2 0.5" in p.stdout, "DeepSpeed flags exported: " + p.stdout)
+# --parallelism_config_* flags: exported as accelerate launch exports them, with the switch (issue 33).
+p = run(["launch", "-n", "1", "--parallelism_config_dp_replicate_size", "1", "--parallelism_config_dp_shard_size=1",
+         "sh", "-c", "echo ENV $ACCELERATE_USE_PARALLELISM_CONFIG $PARALLELISM_CONFIG_DP_REPLICATE_SIZE "
+         "$PARALLELISM_CONFIG_DP_SHARD_SIZE ${PARALLELISM_CONFIG_TP_SIZE:-unset}"], env=HF, code=0)
+check("ENV true 1 1 unset" in p.stdout, "parallelism flags exported: " + p.stdout + p.stderr)
+p = run(["launch", "-n", "1", "--parallelism_config_tp_size", "0", "true"], env=HF, code=2)
+check("--parallelism_config_tp_size: expected an integer in 1..4096" in p.stderr, "a bad parallelism size: " + p.stderr)
 # A flag whose value was forgotten swallows the program: the message says which flag took what (issue 42.5).
 p = run(["launch", "-n", "1", "--use_deepspeed", "--zero_stage", "prog.py"], env=HF, code=2)
 check('--zero_stage took "prog.py" as its value' in p.stderr and "--zero_stage=VALUE" in p.stderr,
