@@ -314,13 +314,22 @@ void note_written_files(const std::string &tmp, const std::vector<std::string> &
 {
     if (names.empty()) return;
     // Each file is read back once, just written (from the page cache): what is recorded is what the disk holds.
-    std::vector<FileSum> sums(names.size());
+    // A file every process writes (dl_state_dict.bin, the same bytes from each) may be cut short under the reader
+    // by another writer's O_TRUNC: noted "?", for the main process to read once all have finished.
+    std::vector<std::optional<FileSum>> sums(names.size());
     std::vector<std::function<void()>> jobs;
-    for (size_t i = 0; i < names.size(); ++i) jobs.emplace_back([&, i] { sums[i] = file_sum(join(tmp, names[i])); });
+    for (size_t i = 0; i < names.size(); ++i)
+        jobs.emplace_back([&, i] {
+            try {
+                sums[i] = file_sum(join(tmp, names[i]));
+            } catch (const Error &) {
+            }
+        });
     run_jobs(jobs, io_threads());
     std::string text;
     for (size_t i = 0; i < names.size(); ++i)
-        text += hex8(sums[i].crc32) + " " + std::to_string(sums[i].size) + " " + names[i] + "\n";
+        text += (sums[i] ? hex8(sums[i]->crc32) + " " + std::to_string(sums[i]->size) : std::string("? ?")) + " " +
+                names[i] + "\n";
     char host[256] = {0};
     if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
     write_file_durably(join(tmp, std::string(kNotePrefix) + host + "-" + std::to_string(::getpid())), text.data(), text.size());
@@ -340,17 +349,18 @@ void seal_checkpoint_folder(const std::string &tmp)
             const std::string line = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
             at = end == std::string::npos ? text.size() : end + 1;
             const size_t s1 = line.find(' '), s2 = s1 == std::string::npos ? s1 : line.find(' ', s1 + 1);
-            auto crc = parse_hex8(line.substr(0, s1));
+            const bool unknown = line.compare(0, 4, "? ? ") == 0;
+            auto crc = unknown ? std::optional<uint32_t>(0) : parse_hex8(line.substr(0, s1));
             if (s2 == std::string::npos || !crc) fail(ACCEL_ERR_INTERNAL, path + ": malformed line \"" + line + "\"");
             const std::string name = line.substr(s2 + 1);
             const size_t slash = name.rfind('/');
             const std::string folder = slash == std::string::npos ? "" : name.substr(0, slash);
-            by_folder[folder][name.substr(slash + 1)] = FileSum{std::stoull(line.substr(s1 + 1, s2 - s1 - 1)), *crc};
-            writers[name] += 1;
+            by_folder[folder][name.substr(slash + 1)] = FileSum{unknown ? 0 : std::stoull(line.substr(s1 + 1, s2 - s1 - 1)), *crc};
+            writers[name] += unknown ? 2 : 1; // unknown: read again below
         }
         remove_all(path);
     }
-    // A file every process writes (dl_state_dict.bin: the same bytes from each) may have been cut short by
+    // A file several processes wrote (dl_state_dict.bin: the same bytes from each) may have been cut short by
     // another writer's O_TRUNC while one of them read it back: read once more, now that all have finished.
     for (const auto &[name, count] : writers) {
         if (count < 2) continue;
