@@ -11,6 +11,7 @@ as Accelerate or DeepSpeed write: it must load exactly.
 run_damage.py --bin BUILD --layout NAME --config JSON
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -84,6 +85,20 @@ def damage(path, how):
         edit_text(path)
 
 
+def remove_records(folder):
+    """Removes accel's records of the files: every accel_checksums.json and the checksums of metadata.json."""
+    for root, _, fs in os.walk(folder):
+        for name in fs:
+            path = os.path.join(root, name)
+            if name == "accel_checksums.json":
+                os.remove(path)
+            elif name == "metadata.json":
+                meta = json.load(open(path))
+                meta.pop("checksums", None)
+                meta.pop("self_crc32", None)
+                json.dump(meta, open(path, "w"), indent=2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -110,16 +125,24 @@ def main():
         # not there: DATA_LOSS naming `latest`.
         if "latest" in files:
             cases += [("latest", "renamed_tag"), ("latest", "missing_tag")]
+        # Rank files (each process's own) deleted, emptied or truncated in a folder without accel's records, as
+        # Accelerate and DeepSpeed write them: still DATA_LOSS, from the readers' own checks.
+        rank_file = re.compile(r"(^|/)(rank\d+\.safetensors|random_states_\d+\.pkl|.*rank_\d+_mp_rank_00_\w+_states\.pt)$")
+        for f in files:
+            if rank_file.search(f):
+                # (A missing random_states_{r}.pkl is an inexact resume with a warning, as in Accelerate, not damage.)
+                hows = ("empty", "truncate") if "random_states" in f else ("delete", "empty", "truncate")
+                cases += [(f, "norecord_" + h) for h in hows]
         case_dirs = []
         for i, (f, how) in enumerate(cases):
             d = os.path.join(tmp, "case%03d" % i)
             shutil.copytree(ckpt, d)
             case_dirs.append(d)
-            if how in ("renamed_tag", "missing_tag"):
-                for root, _, fs in os.walk(d):
-                    for name in fs:
-                        if name == "accel_checksums.json":
-                            os.remove(os.path.join(root, name))
+            if how in ("renamed_tag", "missing_tag") or how.startswith("norecord_"):
+                remove_records(d)
+            if how.startswith("norecord_"):
+                damage(os.path.join(d, f), how[len("norecord_"):])
+            elif how in ("renamed_tag", "missing_tag"):
                 tag = open(os.path.join(d, "latest")).read().strip()
                 os.rename(os.path.join(d, tag), os.path.join(d, "global_step3"))
                 open(os.path.join(d, "latest"), "w").write("global_step3" if how == "renamed_tag" else "global_step9")
