@@ -110,6 +110,13 @@
         ACCEL_CHECK(accel_accelerator_get_ddp_stats_json(ACCEL_H($self, "Accelerator"), &s));
         return accel_swig::owned_string(s);
     }
+    /** This process's place on the device mesh (data, shard, tensor, context, pipeline parallel ranks and sizes), as JSON. */
+    std::string parallel_ranks_json() const
+    {
+        char *s = NULL;
+        ACCEL_CHECK(accel_accelerator_get_parallel_ranks_json(ACCEL_H($self, "Accelerator"), &s));
+        return accel_swig::owned_string(s);
+    }
     /** Per-rank bytes of parameters, gradients, optimizer state and gathered buffers, and peak RSS, as JSON. */
     std::string memory_stats_json() const
     {

@@ -516,6 +516,13 @@ public:
         check(accel_accelerator_accumulate_begin(get(), model.get()));
         return Scope(get(), accel_accelerator_accumulate_end);
     }
+    /** This process's place on the device mesh (data, shard, tensor, context, pipeline parallel ranks), as JSON. */
+    std::string parallel_ranks_json() const
+    {
+        char *s = nullptr;
+        check(accel_accelerator_get_parallel_ranks_json(get(), &s));
+        return detail::owned_string(s);
+    }
     /** Per-rank bytes of parameters, gradients, optimizer state and gathered buffers, and peak RSS, as JSON. */
     std::string memory_stats_json() const
     {

@@ -820,6 +820,26 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_distributed_backe
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(const accel_accelerator_t *accelerator,
                                                                               char **out) ACCEL_NOEXCEPT;
+/**
+ * This process's place on the device mesh (parallelism_config; docs/guides/parallelism.md), as JSON with
+ * Accelerate's names: {"world_size", "rank", "data_parallel_rank" / "data_parallel_size" (the dp_replicate
+ * dimension, as Accelerate's data_parallel_rank), "data_parallel_shard_rank" / "_size" (dp_shard),
+ * "tensor_parallel_rank" / "_size", "context_parallel_rank" / "_size", "pipeline_parallel_rank" / "_size"
+ * (always 0 / 1 until pipeline parallelism exists), "mesh": {"dp_replicate", "dp_shard", "cp", "tp", "dp",
+ * "dp_shard_cp", "dp_cp": {"size", "rank"}}} ("dp": the data shards, which get different batches). Without a
+ * parallelism_config the mesh is what the plugins imply: (processes, 1) for DDP, (1, processes) sharded. Keys may
+ * be added. No communication.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param out  Receives a NUL-terminated string owned by the caller, who frees it with accel_string_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: free *out with accel_string_free().
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_parallel_ranks_json(
+    const accel_accelerator_t *accelerator, char **out) ACCEL_NOEXCEPT;
 
 /* ---- Sharded training (fsdp_plugin / deepspeed_plugin; docs/guides/sharded-training.md) ---- */
 

@@ -336,6 +336,27 @@ void Accelerator::main_process_first_end()
     if (is_main) state_->comm->barrier();
 }
 
+std::string Accelerator::parallel_ranks_json() const
+{
+    using distributed::MeshDim;
+    const distributed::DeviceMesh &m = *state_->mesh;
+    std::string out = "{\"world_size\": " + std::to_string(m.shape().world()) + ", \"rank\": " + std::to_string(m.rank());
+    const std::pair<const char *, MeshDim> named[] = {{"data_parallel", MeshDim::DpReplicate},
+                                                      {"data_parallel_shard", MeshDim::DpShard},
+                                                      {"tensor_parallel", MeshDim::Tp},
+                                                      {"context_parallel", MeshDim::Cp}};
+    for (const auto &[name, dim] : named)
+        out += std::string(", \"") + name + "_rank\": " + std::to_string(m.rank_in(dim)) + ", \"" + name +
+               "_size\": " + std::to_string(m.size(dim));
+    out += ", \"pipeline_parallel_rank\": 0, \"pipeline_parallel_size\": 1, \"mesh\": {";
+    for (int32_t d = 0; d < distributed::kMeshGroups; ++d) {
+        const auto dim = static_cast<MeshDim>(d);
+        out += std::string(d ? ", \"" : "\"") + distributed::mesh_dim_name(dim) + "\": {\"size\": " +
+               std::to_string(m.size(dim)) + ", \"rank\": " + std::to_string(m.rank_in(dim)) + "}";
+    }
+    return out + "}}";
+}
+
 std::string Accelerator::ddp_stats_json() const
 {
     std::string out = "{\"backend\": \"" + std::string(state_->comm->backend()) + "\", \"num_processes\": " +

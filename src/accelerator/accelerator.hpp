@@ -111,6 +111,8 @@ public:
     void main_process_first_end();
     // DDP statistics of every prepared model, as JSON (benchmarks, diagnostics).
     std::string ddp_stats_json() const;
+    // This process's place on the device mesh with Accelerate's rank names (accel_accelerator_get_parallel_ranks_json).
+    std::string parallel_ranks_json() const;
     // Per-rank bytes of parameters, gradients, optimizer state and gathered buffers of every prepared
     // model, and the process's peak RSS, as JSON (accel_accelerator_get_memory_stats_json).
     std::string memory_stats_json() const;

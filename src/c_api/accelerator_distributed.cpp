@@ -152,6 +152,16 @@ ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(const accel_accele
     });
 }
 
+ACCEL_API accel_status_t accel_accelerator_get_parallel_ranks_json(const accel_accelerator_t *accelerator,
+                                                                   char **out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        auto &a = acc_of(accelerator);
+        *out = owned_string(a.parallel_ranks_json());
+    });
+}
+
 ACCEL_API accel_status_t accel_accelerator_get_memory_stats_json(const accel_accelerator_t *accelerator,
                                                                  char **out) noexcept
 {

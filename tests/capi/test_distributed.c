@@ -159,6 +159,26 @@ int main(int argc, char **argv)
     CHECK_OK(accel_accelerator_get_ddp_stats_json(acc, &json));
     CHECK(strstr(json, "\"models\": []") != NULL);
     accel_string_free(json);
+    /* the device mesh of a world of one: every dimension 1, every rank 0 (Accelerate's names) */
+    CHECK_OK(accel_accelerator_get_parallel_ranks_json(acc, &json));
+    CHECK(strstr(json, "\"world_size\": 1, \"rank\": 0") != NULL);
+    CHECK(strstr(json, "\"data_parallel_rank\": 0, \"data_parallel_size\": 1") != NULL);
+    CHECK(strstr(json, "\"tensor_parallel_rank\": 0, \"tensor_parallel_size\": 1") != NULL);
+    CHECK(strstr(json, "\"pipeline_parallel_rank\": 0, \"pipeline_parallel_size\": 1") != NULL);
+    CHECK(strstr(json, "\"dp_shard_cp\": {\"size\": 1, \"rank\": 0}") != NULL);
+    accel_string_free(json);
+    CHECK_FAILS(accel_accelerator_get_parallel_ranks_json(acc, NULL), ACCEL_ERR_INVALID_ARGUMENT, "out");
+    CHECK_FAILS(accel_accelerator_get_parallel_ranks_json(NULL, &json), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
+    {
+        /* parallelism_config through the C API: the data dimensions accepted, tensor parallelism named */
+        accel_accelerator_t *other = NULL;
+        CHECK_OK(accel_accelerator_create("{\"parallelism_config\": {\"dp_replicate_size\": 1}}", &other));
+        accel_accelerator_free(other);
+        other = NULL;
+        CHECK_FAILS(accel_accelerator_create("{\"parallelism_config\": {\"tp_size\": 2}}", &other), ACCEL_ERR_UNIMPLEMENTED,
+                    "parallelism_config.tp_size: 2: tensor parallelism is not built yet");
+        CHECK(other == NULL);
+    }
 
     /* batch indices: shuffled with a seed, every sample once per pass */
     float x[10];

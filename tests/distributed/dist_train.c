@@ -218,6 +218,9 @@ int main(int argc, char **argv)
         DIST_CHECK(accel_accelerator_get_ddp_stats_json(acc, &stats));
         printf("ddp stats: %s\n", stats);
         accel_string_free(stats);
+        DIST_CHECK(accel_accelerator_get_parallel_ranks_json(acc, &stats));
+        printf("parallel ranks: %s\n", stats);
+        accel_string_free(stats);
     }
     if (summon == ACCEL_OK) DIST_CHECK(accel_accelerator_summon_full_params_end(acc, model));
     accel_scheduler_free(sched);

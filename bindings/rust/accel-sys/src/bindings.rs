@@ -755,6 +755,12 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_get_parallel_ranks_json(
+        accelerator: *const accel_accelerator_t,
+        out: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_get_memory_stats_json(
         accelerator: *const accel_accelerator_t,
         out: *mut *mut core::ffi::c_char,

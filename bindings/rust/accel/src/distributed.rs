@@ -165,6 +165,14 @@ impl Accelerator {
         Ok(unsafe { crate::owned_string(s) })
     }
 
+    /// This process's place on the device mesh (data, shard, tensor, context, pipeline parallel ranks and sizes,
+    /// and every mesh group), as JSON.
+    pub fn parallel_ranks_json(&self) -> Result<String> {
+        let mut s: *mut c_char = ptr::null_mut();
+        check(unsafe { sys::accel_accelerator_get_parallel_ranks_json(self.raw, &mut s) })?;
+        Ok(unsafe { crate::owned_string(s) })
+    }
+
     /// Per-rank bytes of parameters, gradients, optimizer state and gathered buffers, and peak RSS, as JSON.
     pub fn memory_stats_json(&self) -> Result<String> {
         let mut s: *mut c_char = ptr::null_mut();
