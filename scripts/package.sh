@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
        exit 2 ;;
   esac
 done
-[ ${#kinds[@]} -gt 0 ] || kinds=(tarball deb wheel)
+[ ${#kinds[@]} -gt 0 ] || kinds=(tarball deb wheel jar)
 
 export ACCEL_ROOT=$root
 export ACCEL_BUILD=$(cd "$root" && mkdir -p "${ACCEL_BUILD_DIR:-build}" && cd "${ACCEL_BUILD_DIR:-build}" && pwd)

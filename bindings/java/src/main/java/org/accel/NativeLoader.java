@@ -3,6 +3,7 @@ package org.accel;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
@@ -14,9 +15,11 @@ import java.util.List;
  * <ol>
  *   <li>the file named by the system property {@code accel.native.library}, if set;</li>
  *   <li>every directory of {@code java.library.path};</li>
- *   <li>the copy inside the jar under {@code native/<os>-<arch>/}, extracted to a temporary file.</li>
+ *   <li>the copy inside the jar under {@code native/<os>-<arch>/}, extracted to a temporary folder.</li>
  * </ol>
- * The JNI library finds {@code libaccel.so.<ABI>} through its RPATH or the system's library path.
+ * The JNI library finds {@code libaccel.so.<ABI>} through its RPATH or the system's library path. A jar that
+ * carries libaccel too (scripts/package.sh jar) lists it in {@code native/<os>-<arch>/LIBRARIES}, one file a line
+ * in load order: those are extracted beside the JNI library and loaded first.
  * When nothing loads, the {@link UnsatisfiedLinkError} lists every path tried and why it failed.
  */
 public final class NativeLoader {
@@ -64,27 +67,64 @@ public final class NativeLoader {
       if (tryLoad(new File(dir, file), tried))
         return;
     }
-    String resource = "/native/" + platform() + "/" + file;
-    try (InputStream in = NativeLoader.class.getResourceAsStream(resource)) {
-      if (in == null) {
+    String folder = "/native/" + platform() + "/";
+    String resource = folder + file;
+    try {
+      if (NativeLoader.class.getResource(resource) == null) {
         tried.add("jar:" + resource + " (not in the jar)");
       } else {
-        Path tmp = Files.createTempFile(library, file);
-        tmp.toFile().deleteOnExit();
-        Files.copy(in, tmp, StandardCopyOption.REPLACE_EXISTING);
-        if (tryLoad(tmp.toFile(), tried))
+        // The original file names in one folder: the JNI library's $ORIGIN RUNPATH finds libaccel there too.
+        Path dir = Files.createTempDirectory("accel-native");
+        dir.toFile().deleteOnExit();
+        for (String dependency : bundledLibraries(folder)) {
+          File f = extract(folder + dependency, dir.resolve(dependency));
+          if (!tryLoad(f, tried)) {
+            tried.set(tried.size() - 1, "jar:" + folder + dependency + " -> " + tried.get(tried.size() - 1));
+            throw failure(file, tried);
+          }
+        }
+        if (tryLoad(extract(resource, dir.resolve(file)), tried))
           return;
         tried.set(tried.size() - 1, "jar:" + resource + " -> " + tried.get(tried.size() - 1));
       }
     } catch (IOException e) {
       tried.add("jar:" + resource + " (" + e + ")");
     }
+    throw failure(file, tried);
+  }
+
+  /** The libraries listed in the jar's {@code <folder>LIBRARIES}, or none when the jar has no such list. */
+  private static List<String> bundledLibraries(String folder) throws IOException {
+    List<String> names = new ArrayList<>();
+    try (InputStream in = NativeLoader.class.getResourceAsStream(folder + "LIBRARIES")) {
+      if (in == null)
+        return names;
+      for (String line : new String(in.readAllBytes(), StandardCharsets.UTF_8).split("\n")) {
+        String name = line.trim();
+        if (!name.isEmpty())
+          names.add(name);
+      }
+    }
+    return names;
+  }
+
+  private static File extract(String resource, Path target) throws IOException {
+    try (InputStream in = NativeLoader.class.getResourceAsStream(resource)) {
+      if (in == null)
+        throw new IOException(resource + " is listed but not in the jar");
+      Files.copy(in, target, StandardCopyOption.REPLACE_EXISTING);
+    }
+    target.toFile().deleteOnExit();
+    return target.toFile();
+  }
+
+  private static UnsatisfiedLinkError failure(String file, List<String> tried) {
     StringBuilder msg = new StringBuilder("accel: cannot load the native library " + file + "; tried:");
     for (String t : tried)
       msg.append("\n  ").append(t);
     msg.append("\nSet -Djava.library.path=<dir with ").append(file)
         .append("> or -Daccel.native.library=<file>; libaccel.so must be on its RPATH or the library path.");
-    throw new UnsatisfiedLinkError(msg.toString());
+    return new UnsatisfiedLinkError(msg.toString());
   }
 
   private static boolean tryLoad(File f, List<String> tried) {
