@@ -30,12 +30,17 @@ namespace accel {
 // PyTorch's TransformerEncoderLayer computed by accel's block over the layer's own parameters (their names,
 // self_attn.in_proj_weight and so on, and the module's initialisation stay LibTorch's): q scaled by
 // 1/sqrt(head_dim) before the product, dropout p on the attention weights, on both residual branches and after
-// the activation; layer norms with the layer's eps; (seq, batch, feature) inside, as PyTorch computes it.
-std::shared_ptr<TransformerBlock> encoder_layer_block(const torch::nn::TransformerEncoderLayerImpl &layer, bool norm_first)
+// the activation; layer norms with the layer's eps.
+std::shared_ptr<TransformerBlock> encoder_layer_block(const torch::nn::TransformerEncoderLayerImpl &layer, bool norm_first,
+                                                      bool batch_first)
 {
     const auto &o = layer.options;
     auto b = std::make_shared<TransformerBlock>();
-    b->options.seq_first = true;
+    // batch_first computes on (batch, seq, feature) as it comes, without transposing: the input's gradient then
+    // has the layout PyTorch's batch_first layer gives it (contiguous). Transposed, it reached a gelu before the
+    // layer as a permuted tensor, and LibTorch 1.13's CPU gelu backward computes wrong values for a permuted
+    // grad_output (relu and tanh do not): conv2d, gelu, flatten, this layer trained to NaN.
+    b->options.seq_first = !batch_first;
     b->options.norm_first = norm_first;
     b->options.n_head = o.nhead();
     b->options.layer_norm_eps = layer.norm1->options.eps();
@@ -75,7 +80,7 @@ public:
             auto lin = std::dynamic_pointer_cast<torch::nn::LinearImpl>(m.ptr());
             linear_.push_back(lin ? make_linear(lin->weight, lin->bias, Linear::Layout::OutIn) : nullptr);
             auto enc = std::dynamic_pointer_cast<torch::nn::TransformerEncoderLayerImpl>(m.ptr());
-            blocks_.push_back(enc ? encoder_layer_block(*enc, false) : nullptr);
+            blocks_.push_back(enc ? encoder_layer_block(*enc, false, batch_first_[blocks_.size()]) : nullptr);
         }
         checkpointed_.assign(linear_.size(), false);
         size_t i = 0;
@@ -88,8 +93,8 @@ public:
         }
     }
 
-    // Sequential::forward, layer by layer, so that Linear layers compute through the linear seam (fp8
-    // inside an fp8 scope) and batch-first transformer layers get their (seq, batch, feature) input.
+    // Sequential::forward, layer by layer, so that linear and transformer layers compute through accel's
+    // seams (fp8 inside an fp8 scope).
     at::Tensor forward(const at::Tensor &input) override
     {
         at::Tensor x = input;
@@ -109,13 +114,12 @@ public:
             const bool train = seq_->is_training();
             if (grad_on && checkpointed_[i]) {
                 x = checkpoint_layer(x, m.ptr()->parameters(true),
-                                     [m, lin = linear_[i], block = blocks_[i], batch_first = batch_first_[i],
-                                      train](const at::Tensor &in) mutable {
-                                         return layer_forward(m, lin.get(), block.get(), batch_first, train, in);
+                                     [m, lin = linear_[i], block = blocks_[i], train](const at::Tensor &in) mutable {
+                                         return layer_forward(m, lin.get(), block.get(), train, in);
                                      },
                                      train);
             } else {
-                x = layer_forward(m, linear_[i].get(), blocks_[i].get(), batch_first_[i], train, x);
+                x = layer_forward(m, linear_[i].get(), blocks_[i].get(), train, x);
             }
             if (hooks) x = hooks->after_layer(i, x);
             ++i;
@@ -178,18 +182,19 @@ private:
     std::vector<std::shared_ptr<const TransformerBlock>> blocks_; // per layer; null if not a transformer layer
 
     // A layer: linear layers and transformer layers through accel's seams, the others as their module.
-    static at::Tensor layer_forward(torch::nn::AnyModule &m, Linear *lin, const TransformerBlock *block, bool batch_first,
-                                    bool train, const at::Tensor &x)
+    static at::Tensor layer_forward(torch::nn::AnyModule &m, Linear *lin, const TransformerBlock *block, bool train,
+                                    const at::Tensor &x)
     {
         if (lin) return lin->forward(x);
         if (!block) return m.forward(x);
-        // The block computes on (seq, batch, feature) as PyTorch's layer does; a batch_first spec gives (batch,
-        // seq, feature), and an unbatched (seq, feature) is a batch of one.
-        if (x.dim() == 2) return block->forward(x.unsqueeze(1), train).squeeze(1);
+        // (seq, batch, feature), or (batch, seq, feature) with batch_first; an unbatched (seq, feature) is a
+        // batch of one, as in PyTorch.
+        const int64_t batch_dim = block->options.seq_first ? 1 : 0;
+        if (x.dim() == 2) return block->forward(x.unsqueeze(batch_dim), train).squeeze(batch_dim);
         if (x.dim() != 3)
             fail(ACCEL_ERR_INVALID_ARGUMENT, "transformer_encoder_layer: expected a 2-D or 3-D input, got shape " +
                                                  c10::str(x.sizes()));
-        return batch_first ? block->forward(x.transpose(0, 1), train).transpose(0, 1) : block->forward(x, train);
+        return block->forward(x, train);
     }
 };
 

@@ -33,8 +33,7 @@ struct TransformerBlockOptions {
     bool norm_first = false; // GPT-2 and norm_first=True: x + f(norm(x)); else PyTorch's norm(x + f(x))
     bool causal = false;     // each position sees itself and the earlier ones (decoders)
     // The layout of the block's input and residual stream: [T, B, C] as PyTorch's layer takes it without
-    // batch_first (and computes inside even with it), else [B, T, C]. Dropout masks follow the memory order,
-    // so each keeps the masks its original draws from the same seed.
+    // batch_first, else [B, T, C]. Dropout masks follow the memory order.
     bool seq_first = false;
     // Scaling of the attention scores: PyTorch's MultiheadAttention multiplies q by query_scale before the
     // product; HF's GPT-2 divides the product by each of score_divisors in turn (sqrt(head_dim), then the
@@ -58,10 +57,11 @@ struct TransformerBlock {
     at::Tensor forward(const at::Tensor &x, bool train, std::pair<at::Tensor, at::Tensor> *kv = nullptr) const;
 };
 
-// PyTorch's TransformerEncoderLayer (its parameters, options and layout; norm_first as Python's option, which
-// LibTorch's C++ layer lacks) as a block over the same tensors. Defined beside the JSON-spec models (nn_model.cpp),
-// which already pay for LibTorch's module headers.
-std::shared_ptr<TransformerBlock> encoder_layer_block(const torch::nn::TransformerEncoderLayerImpl &layer, bool norm_first);
+// PyTorch's TransformerEncoderLayer (its parameters and options; norm_first and batch_first as Python's options,
+// which LibTorch's C++ layer lacks) as a block over the same tensors. Defined beside the JSON-spec models
+// (nn_model.cpp), which already pay for LibTorch's module headers.
+std::shared_ptr<TransformerBlock> encoder_layer_block(const torch::nn::TransformerEncoderLayerImpl &layer, bool norm_first,
+                                                      bool batch_first);
 
 // HF's activation functions by name (TransformerBlockOptions::activation).
 at::Tensor activation(const std::string &name, const at::Tensor &x);

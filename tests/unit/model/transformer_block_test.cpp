@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -99,16 +100,22 @@ TEST(TransformerBlock, EncoderLayerMatchesLibTorch)
             auto mine = p.model->named_parameters();
             auto theirs = p.ref->named_parameters();
             ASSERT_EQ(mine.size(), theirs.size());
-            for (size_t i = 0; i < mine.size(); ++i)
-                EXPECT_LE(max_diff(mine[i].second.grad(), theirs[i].value().grad()), 1e-6) << what << ": " << mine[i].first;
+            // Relative to the gradient's size: batch_first sums a weight's gradient over (batch, seq) rows where
+            // LibTorch's layer, transposing, sums over (seq, batch): another order of the same terms.
+            for (size_t i = 0; i < mine.size(); ++i) {
+                const at::Tensor &want = theirs[i].value().grad();
+                const float scale = std::max(1.0f, want.abs().max().item<float>());
+                EXPECT_LE(max_diff(mine[i].second.grad(), want), 1e-6 * scale) << what << ": " << mine[i].first;
+            }
         }
 }
 
 // With dropout in training mode the same seed draws the same masks in the same order: the attention weights,
-// the attention output, after the activation, the MLP output.
+// the attention output, after the activation, the MLP output. (batch_first computes on (batch, seq, feature)
+// where LibTorch's layer transposes to (seq, batch, feature): its masks are drawn in that other order.)
 TEST(TransformerBlock, EncoderLayerDropoutMasksMatchLibTorch)
 {
-    for (bool batch_first : {false, true}) {
+    for (bool batch_first : {false}) {
         Pair p("gelu", batch_first, 0.3);
         p.model->train(true);
         p.ref->train(true);
@@ -140,7 +147,7 @@ TEST(TransformerBlock, NormFirstMatchesPythonsComposition)
     for (const std::string activation : {"relu", "gelu"}) {
         at::manual_seed(7);
         auto layer = reference(activation, 0.0);
-        auto block = accel::encoder_layer_block(*layer, true);
+        auto block = accel::encoder_layer_block(*layer, true, false);
         at::Tensor x = at::randn({kSeq, kBatch, kModel});
         at::Tensor xa = x.clone().requires_grad_(), xr = x.clone().requires_grad_();
         at::Tensor ya = block->forward(xa, false);
@@ -155,6 +162,41 @@ TEST(TransformerBlock, NormFirstMatchesPythonsComposition)
         yr.backward(g);
         EXPECT_LE(max_diff(xa.grad(), xr.grad()), 1e-6) << activation;
     }
+}
+
+// conv2d, gelu, flatten(start_dim 2), a batch_first layer: the conv's gradient equals LibTorch's computed with a
+// contiguous gradient at the gelu. (The layer computed by transposing its input, as LibTorch's does, handed the
+// gelu a permuted gradient; LibTorch 1.13's CPU gelu backward gets that wrong, and this model trained to NaN.)
+TEST(TransformerBlock, GeluBeforeABatchFirstLayer)
+{
+    const char *json = R"({"type": "sequential", "layers": [
+        {"type": "conv2d", "in_channels": 1, "out_channels": 4, "kernel_size": 3, "padding": 1}, {"type": "gelu"},
+        {"type": "flatten", "start_dim": 2},
+        {"type": "transformer_encoder_layer", "d_model": 9, "nhead": 3, "dim_feedforward": 16, "dropout": 0.0,
+         "batch_first": true},
+        {"type": "flatten"}, {"type": "linear", "in_features": 36, "out_features": 3}]})";
+    at::manual_seed(8);
+    auto model = accel::make_model_from_json(json);
+    std::map<std::string, at::Tensor> w;
+    for (const auto &[name, t] : model->named_parameters()) w[name] = t;
+    at::Tensor x = at::randn({8, 1, 3, 3}) * 3;
+    model->forward(x).pow(2).mean().backward();
+
+    // The reference in two stages: everything after the gelu, then the gelu and conv with a contiguous gradient.
+    nn::TransformerEncoderLayer layer(nn::TransformerEncoderLayerOptions(9, 3).dim_feedforward(16).dropout(0.0));
+    {
+        at::NoGradGuard no_grad;
+        for (auto &p : layer->named_parameters()) p.value().copy_(w.at("3." + p.key()));
+    }
+    at::Tensor cw = w.at("0.weight").detach().clone().requires_grad_(), cb = w.at("0.bias").detach().clone().requires_grad_();
+    at::Tensor g = at::gelu(at::conv2d(x, cw, cb, 1, 1));
+    at::Tensor gd = g.detach().requires_grad_();
+    at::Tensor z = layer->forward(gd.flatten(2).transpose(0, 1)).transpose(0, 1).flatten(1);
+    at::linear(z, w.at("5.weight").detach(), w.at("5.bias").detach()).pow(2).mean().backward();
+    g.backward(gd.grad().contiguous());
+    EXPECT_TRUE(w.at("0.weight").grad().isfinite().all().item<bool>());
+    EXPECT_LE(max_diff(w.at("0.weight").grad(), cw.grad()), 1e-5) << w.at("0.weight").grad() << cw.grad();
+    EXPECT_LE(max_diff(w.at("0.bias").grad(), cb.grad()), 1e-5);
 }
 
 // Not a test (disabled; run with --gtest_also_run_disabled_tests): forward + backward time of accel's block
