@@ -16,7 +16,7 @@ packages=(
   clang-14 libclang-rt-14-dev llvm-14 lld-14  # scripts/test-sanitizers.sh: clang build, ASan/UBSan, libFuzzer
   mkdocs mkdocs-material doxygen python3-matplotlib  # scripts/docs.sh: the docs site, the C API reference, plots
   python3-build lintian maven libmaven-install-plugin-java libmaven-compiler-plugin-java libmaven-jar-plugin-java
-  libmaven-resources-plugin-java          # scripts/package.sh: the wheel, lintian on the .debs, the Maven artifact
+  libmaven-resources-plugin-java nuget    # scripts/package.sh: the wheel, lintian on the .debs, the Maven artifact, the .nupkg
 )
 # Rust: a rustup toolchain when there is one, else Debian's cargo.
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || packages+=(cargo)
