@@ -5,7 +5,8 @@
 #   wheel    accel-<version>-cp3X-cp3X-linux_x86_64.whl  (SWIG module + libaccel, python3 -m build)
 #   jar      accel-<version>.jar + accel-<version>.pom  (JNI library and libaccel under native/linux-amd64/)
 #   nupkg    Accel.<version>.nupkg  (Accel.dll under lib/net45/, the native libraries under runtimes/linux-x64/native/)
-# Usage: bash scripts/package.sh [--no-build] [--out DIR] [tarball|deb|wheel|jar|nupkg ...]   (default: all)
+#   crates   accel-sys-<version>.crate, accel-<version>.crate  (cargo package; accel-sys finds libaccel by pkg-config)
+# Usage: bash scripts/package.sh [--no-build] [--out DIR] [tarball|deb|wheel|jar|nupkg|crates ...]   (default: all)
 # The version of every artifact is project(accel VERSION ...) in CMakeLists.txt. The build folder is
 # ${ACCEL_BUILD_DIR:-build}; without --no-build it is configured and built first (scripts/build.sh).
 set -euo pipefail
@@ -18,12 +19,12 @@ while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
     --no-build) build=0; shift ;;
-    tarball|deb|wheel|jar|nupkg) kinds+=("$1"); shift ;;
-    *) echo "package.sh: unknown argument '$1' (expected --out DIR, --no-build, tarball, deb, wheel, jar or nupkg)" >&2
+    tarball|deb|wheel|jar|nupkg|crates) kinds+=("$1"); shift ;;
+    *) echo "package.sh: unknown argument '$1' (expected --out DIR, --no-build, tarball, deb, wheel, jar, nupkg or crates)" >&2
        exit 2 ;;
   esac
 done
-[ ${#kinds[@]} -gt 0 ] || kinds=(tarball deb wheel jar nupkg)
+[ ${#kinds[@]} -gt 0 ] || kinds=(tarball deb wheel jar nupkg crates)
 
 export ACCEL_ROOT=$root
 export ACCEL_BUILD=$(cd "$root" && mkdir -p "${ACCEL_BUILD_DIR:-build}" && cd "${ACCEL_BUILD_DIR:-build}" && pwd)

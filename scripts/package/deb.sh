@@ -12,7 +12,8 @@ debs=("$work"/out/*.deb)
 # dpkg-shlibdeps says nothing when it reads a library being relinked (a build running beside this one): a
 # package of ELF files without Depends is such a run, not a package to ship.
 for d in "${debs[@]}"; do
-  if [ -z "$(dpkg-deb -f "$d" Depends)" ] && dpkg-deb -c "$d" | grep -q '\.so'; then
+  listing=$(dpkg-deb -c "$d")   # whole: grep -q stopping early would SIGPIPE dpkg-deb
+  if [ -z "$(dpkg-deb -f "$d" Depends)" ] && grep -q '\.so' <<<"$listing"; then
     cat "$work/cpack.log" >&2
     echo "deb: $(basename "$d") has shared objects but no Depends: was the build folder being relinked? Rerun." >&2
     exit 1

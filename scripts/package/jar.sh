@@ -5,20 +5,17 @@
 # `mvn install:install-file -Dfile=accel-<version>.jar -DpomFile=accel-<version>.pom` puts it in a repository.
 # Called by scripts/package.sh.
 set -euo pipefail
+. "$(dirname "$0")/common.sh"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-for c in java runtime; do
-  cmake --install "$ACCEL_BUILD" --component $c --prefix "$stage/install" --strip >/dev/null
-done
+stage_components "$stage/install" java runtime
 jar=$(find "$stage/install" -name accel.jar | head -n1)
 jni=$(find "$stage/install" -name libaccel_java.so | head -n1)
 [ -f "$jar" ] && [ -f "$jni" ] || { echo "jar: the build has no Java bindings (ACCEL_BUILD_JAVA=OFF?)" >&2; exit 1; }
-soname=$(readelf -d "$stage"/install/lib*/libaccel.so.*.*.* | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p' | head -n1)
 native=$stage/native/native/linux-amd64
 mkdir -p "$native"
 cp "$jni" "$native/"
-cp "$(readlink -f "$(ls "$stage"/install/lib*/"$soname")")" "$native/$soname"
-echo "$soname" >"$native/LIBRARIES"
+copy_libaccel "$stage/install" "$native" >"$native/LIBRARIES"
 out=$ACCEL_DIST/accel-$ACCEL_VERSION.jar
 cp "$jar" "$out" && chmod u+w "$out"
 jar uf "$out" -C "$stage/native" native

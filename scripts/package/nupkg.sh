@@ -4,20 +4,18 @@
 # by Mono's `nuget pack` (Debian's nuget). .NET loads runtimes/<rid>/native/ by itself; under Mono the folder goes
 # on LD_LIBRARY_PATH or beside the program. Called by scripts/package.sh.
 set -euo pipefail
+. "$(dirname "$0")/common.sh"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-for c in csharp runtime; do
-  cmake --install "$ACCEL_BUILD" --component $c --prefix "$stage/install" --strip >/dev/null
-done
+stage_components "$stage/install" csharp runtime
 dll=$(find "$stage/install" -name Accel.dll | head -n1)
 glue=$(find "$stage/install" -name libaccel_csharp.so | head -n1)
 [ -f "$dll" ] && [ -f "$glue" ] || { echo "nupkg: the build has no C# bindings (ACCEL_BUILD_CSHARP=OFF?)" >&2; exit 1; }
-soname=$(readelf -d "$stage"/install/lib*/libaccel.so.*.*.* | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p' | head -n1)
 pkg=$stage/pkg
 mkdir -p "$pkg/lib/net45" "$pkg/runtimes/linux-x64/native"
 cp "$dll" "$pkg/lib/net45/"
 cp "$glue" "$pkg/runtimes/linux-x64/native/"
-cp "$(readlink -f "$(ls "$stage"/install/lib*/"$soname")")" "$pkg/runtimes/linux-x64/native/$soname"
+copy_libaccel "$stage/install" "$pkg/runtimes/linux-x64/native" >/dev/null
 cat >"$pkg/Accel.nuspec" <<XML
 <?xml version="1.0" encoding="utf-8"?>
 <package xmlns="http://schemas.microsoft.com/packaging/2010/07/nuspec.xsd">

@@ -5,18 +5,16 @@
 # Python and linux_x86_64: libaccel's own dependencies (LibTorch 1.13, cJSON, yaml-cpp, protobuf, Open MPI) are
 # the system's, as libaccel1's Depends list them. Called by scripts/package.sh.
 set -euo pipefail
+. "$(dirname "$0")/common.sh"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-for c in python runtime; do
-  cmake --install "$ACCEL_BUILD" --component $c --prefix "$stage/install" --strip >/dev/null
-done
+stage_components "$stage/install" python runtime
 src=$stage/src
 pkg=$(dirname "$(find "$stage/install" -name _core.so -path '*/accel/*' | head -n1)")
 [ -d "$pkg" ] || { echo "wheel: the build has no Python module (ACCEL_BUILD_PYTHON=OFF?)" >&2; exit 1; }
 mkdir -p "$src"
 cp -r "$pkg" "$src/accel"
-soname=$(readelf -d "$stage"/install/lib*/libaccel.so.*.*.* | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p' | head -n1)
-cp "$(readlink -f "$(ls "$stage"/install/lib*/"$soname")")" "$src/accel/$soname"
+copy_libaccel "$stage/install" "$src/accel" >/dev/null
 python=/usr/bin/python3
 pyver=$($python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 pynext=$($python -c 'import sys; print("%d.%d" % (sys.version_info[0], sys.version_info[1] + 1))')

@@ -27,7 +27,9 @@ for p in libaccel-dev accel-tools python3-accel; do
     *) echo "FAIL: $p does not depend on libaccel$abi (= $version-1)" >&2; exit 1 ;;
   esac
 done
-dpkg-deb -c "$work/dist/libaccel${abi}_$version-1_amd64.deb" | grep -q "libaccel.so.$abi -> " ||
+# The listing is read whole: grep -q stopping early would kill dpkg-deb with SIGPIPE and fail the pipeline.
+listing=$(dpkg-deb -c "$work/dist/libaccel${abi}_$version-1_amd64.deb")
+grep -q "libaccel.so.$abi -> " <<<"$listing" ||
   { echo "FAIL: libaccel$abi has no libaccel.so.$abi link" >&2; exit 1; }
 # Every Depends is satisfiable here (nothing is installed: --simulate).
 dpkg --simulate --force-not-root -i "$work"/dist/*.deb >"$work/simulate.log" 2>&1 || {

@@ -32,5 +32,5 @@ expect_loaded_from() {
 
 # expect_two_steps OUTPUT: the consumer trained two steps (its last line says so).
 expect_two_steps() {
-  printf '%s\n' "$1" | grep -q ": 2 steps, loss " || { echo "FAIL: no '2 steps' line in: $1" >&2; return 1; }
+  grep -q ": 2 steps, loss " <<<"$1" || { echo "FAIL: no '2 steps' line in: $1" >&2; return 1; }
 }
