@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# check_debs.sh ROOT BUILD: builds the Debian packages (scripts/package.sh deb), checks their names, versions and
-# Depends (from dpkg-shlibdeps: LibTorch, cJSON, yaml-cpp, protobuf; libaccel1 at the same version), that this
+# check_debs.sh ROOT BUILD PYTHON (1 when the Python bindings are built): builds the Debian packages
+# (scripts/package.sh deb), checks their names, versions and Depends (from dpkg-shlibdeps: LibTorch, cJSON, yaml-cpp, protobuf; libaccel1 at the same version), that this
 # system could install them (dpkg --simulate), unpacks them with dpkg-deb -x into a fresh root, and trains two steps
 # through it: tests/packages/consumer built with the root's accel.pc and find_package(accel), the Python module
 # of python3-accel, and the root's `accel env`; libaccel must come from the root every time.
-root=$1 build=$2
+root=$1 build=$2 python=$3
 . "$root/tests/packages/lib.sh"
 consumer=$root/tests/packages/consumer
 make_work
@@ -12,7 +12,9 @@ bash "$root/scripts/package.sh" --no-build --out "$work/dist" deb >"$work/packag
   cat "$work/package.log" >&2; exit 1; }
 version=$(sed -n 's/^project(accel VERSION \([0-9][0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
 abi=$(sed -n 's/^set(ACCEL_ABI_VERSION \([0-9]*\)).*/\1/p' "$root/CMakeLists.txt")
-for p in libaccel$abi libaccel-dev accel-tools python3-accel; do
+packages=(libaccel$abi libaccel-dev accel-tools)
+[ "$python" != 1 ] || packages+=(python3-accel)
+for p in "${packages[@]}"; do
   deb=$work/dist/${p}_$version-1_amd64.deb
   [ -f "$deb" ] || { echo "FAIL: no $(basename "$deb") (made: $(ls "$work/dist"))" >&2; exit 1; }
   echo "$p: Depends: $(dpkg-deb -f "$deb" Depends)"
@@ -21,7 +23,7 @@ depends=$(dpkg-deb -f "$work/dist/libaccel${abi}_$version-1_amd64.deb" Depends)
 for d in libtorch libcjson libyaml-cpp libprotobuf-lite; do
   case "$depends" in *"$d"*) ;; *) echo "FAIL: libaccel$abi does not depend on $d*: $depends" >&2; exit 1 ;; esac
 done
-for p in libaccel-dev accel-tools python3-accel; do
+for p in "${packages[@]:1}"; do
   case "$(dpkg-deb -f "$work/dist/${p}_$version-1_amd64.deb" Depends)" in
     *"libaccel$abi (= $version-1)"*) ;;
     *) echo "FAIL: $p does not depend on libaccel$abi (= $version-1)" >&2; exit 1 ;;
@@ -50,9 +52,11 @@ out=$(clean_env "$work/cmake/train_two_steps")
 echo "$out"; expect_two_steps "$out"; expect_loaded_from "$out" "$usr/lib" "$build"
 
 # Python: python3-accel's module finds libaccel1's library by its RUNPATH.
-out=$(cd "$work" && clean_env PYTHONPATH="$usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 \
-  /usr/bin/python3 "$consumer/train_two_steps.py")
-echo "$out"; expect_two_steps "$out"; expect_loaded_from "$out" "$usr/lib" "$build"
+if [ "$python" = 1 ]; then
+  out=$(cd "$work" && clean_env PYTHONPATH="$usr/lib/python3/dist-packages" PYTHONDONTWRITEBYTECODE=1 \
+    /usr/bin/python3 "$consumer/train_two_steps.py")
+  echo "$out"; expect_two_steps "$out"; expect_loaded_from "$out" "$usr/lib" "$build"
+fi
 
 # accel-tools.
 clean_env "$usr/bin/accel" env >"$work/env.txt"
