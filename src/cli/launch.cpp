@@ -397,6 +397,7 @@ int launch_main(int argc, char **argv)
         if (!o.grad_accum && cfg.gradient_accumulation_steps) o.grad_accum = cfg.gradient_accumulation_steps;
         if (o.mixed_precision == "fp8") extra_env = cfg.fp8_env;
         for (const auto &[k, v] : cfg.dynamo_env) dynamo_env[k] = v;
+        for (const auto &[k, v] : cfg.parallelism_env) extra_env[k] = v; // flags override them below
         ds_fields = cfg.deepspeed_fields;
         if (cfg.mixed_precision_given && !mixed_precision_flag) ds_fields.emplace_back("mixed_precision");
         if (cfg.gpu_ids && *cfg.gpu_ids != "all") extra_env["CUDA_VISIBLE_DEVICES"] = *cfg.gpu_ids;

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cerrno>
@@ -205,7 +206,15 @@ struct EngineSection {
     const char *key;
     const char *engine_type; // distributed_type that uses it
 };
-const EngineSection kEngineSections[] = {{"megatron_lm_config", "MEGATRON_LM"}, {"parallelism_config", "FSDP"}};
+const EngineSection kEngineSections[] = {{"megatron_lm_config", "MEGATRON_LM"}};
+
+// parallelism_config's keys (Accelerate 1.10+: the launcher's --parallelism_config_* flags), without their
+// "parallelism_config_" prefix; each becomes PARALLELISM_CONFIG_<NAME>. The sizes that are not built yet.
+const char *const kParallelismKeys[] = {"dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size",
+                                        "cp_backend", "sp_backend", "cp_comm_strategy", "sp_seq_length",
+                                        "sp_seq_length_is_variable", "sp_attn_implementation"};
+const std::pair<const char *, const char *> kUnbuiltParallelism[] = {
+    {"tp_size", "tensor parallelism"}, {"cp_size", "context parallelism"}, {"sp_size", "sequence parallelism"}};
 
 // A YAML scalar or list as the text of an environment variable (lists comma-joined, as the launcher's flags).
 std::string env_text(const Reader &r, const std::string &where, const YAML::Node &n)
@@ -518,16 +527,36 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         }
         if (fsdp) fsdp_env_for_library(c.sharding_env);
     }
+    // parallelism_config: exported as accelerate launch exports its --parallelism_config_* flags (the library
+    // checks the values); the dimensions not built yet are refused here already, naming the key.
+    if (auto sec = section("parallelism_config")) {
+        out["parallelism_config"] = *sec;
+        const std::string prefix = "parallelism_config_";
+        for (const auto &kv : *sec) {
+            const std::string k = kv.first.Scalar(), where = "parallelism_config." + k;
+            const std::string name = k.rfind(prefix, 0) == 0 ? k.substr(prefix.size()) : std::string();
+            if (std::find_if(std::begin(kParallelismKeys), std::end(kParallelismKeys),
+                             [&](const char *x) { return name == x; }) == std::end(kParallelismKeys))
+                fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key (expected parallelism_config_ and one of "
+                                                                  "dp_replicate_size, dp_shard_size, tp_size, cp_size, "
+                                                                  "sp_size, cp_backend, sp_backend, cp_comm_strategy, ...)");
+            if (is_null(kv.second)) continue;
+            const std::string value = env_text(r, where, kv.second);
+            for (const auto &[size, what] : kUnbuiltParallelism)
+                if (name == size && value != "1")
+                    fail(ACCEL_ERR_UNIMPLEMENTED, r.where(where) + ": " + value + ": " + what + " is not yet supported by accel");
+            std::string var = "PARALLELISM_CONFIG_" + name;
+            std::transform(var.begin(), var.end(), var.begin(), [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+            c.parallelism_env[var] = value;
+        }
+        c.parallelism_env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true";
+    }
     for (const auto &s : kEngineSections) {
         auto n = section(s.key);
         if (!n) continue;
         out[s.key] = *n;
         if (c.distributed_type == s.engine_type)
-            fail(ACCEL_ERR_UNIMPLEMENTED, r.where(s.key) + ": " +
-                                              (std::string(s.key) == "parallelism_config"
-                                                   ? "tensor, context and sequence parallelism are"
-                                                   : "Megatron-LM is") +
-                                              " not yet supported by accel");
+            fail(ACCEL_ERR_UNIMPLEMENTED, r.where(s.key) + ": Megatron-LM is not yet supported by accel");
         warn(s.key, std::string("ignored: distributed_type is ") + c.distributed_type + ", not " + s.engine_type);
     }
     if (auto sec = section("dynamo_config")) {

@@ -46,6 +46,9 @@ struct ClusterConfig {
     // ACCELERATE_DYNAMO_* from dynamo_config, as `accelerate launch` exports them (the launcher sets its
     // defaults for the others). accel programs run uncompiled whatever they say (a warning).
     std::map<std::string, std::string> dynamo_env;
+    // parallelism_config: PARALLELISM_CONFIG_* and ACCELERATE_USE_PARALLELISM_CONFIG=true, as `accelerate launch`
+    // exports them from its --parallelism_config_* flags (empty when the file has no such section).
+    std::map<std::string, std::string> parallelism_env;
     // Keys read but without effect here, each "key: why" (printed as warnings by the commands).
     std::vector<std::string> warnings;
     // Every top-level key with Accelerate's defaults filled in, values as YAML flow text, sorted by key

@@ -141,7 +141,10 @@ TEST(ConfigFile, ErrorsNameTheFileAndTheKey)
                   .find("mixture-of-experts"),
               std::string::npos);
     EXPECT_NE(error_of("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_tp_size: 2\n")
-                  .find("parallelism_config: tensor, context and sequence parallelism are not yet supported"),
+                  .find("parallelism_config.parallelism_config_tp_size: 2: tensor parallelism is not yet supported"),
+              std::string::npos);
+    EXPECT_NE(error_of("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_dp_size: 2\n")
+                  .find("parallelism_config.parallelism_config_dp_size: unknown key"),
               std::string::npos);
     EXPECT_NE(error_of("distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: /h\n").find("mpirun_config.mpirun_hostfile"),
               std::string::npos);
@@ -291,4 +294,21 @@ TEST(ConfigFile, ShardingValuesOfBothAccelerateVersions)
     EXPECT_EQ(d.sharding_env.at("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"), "cpu");
     EXPECT_EQ(d.deepspeed_fields, (std::vector<std::string>{"deepspeed_config_file", "zero3_init_flag", "offload_param_device"}));
     EXPECT_TRUE(d.mixed_precision_given);
+}
+
+// parallelism_config (Accelerate 1.10+): its parallelism_config_* keys become the variables accelerate launch exports.
+TEST(ConfigFile, ParallelismSectionBecomesLaunchVariables)
+{
+    const ClusterConfig c = parse_cluster_config("distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n  fsdp_version: 2\n"
+                                                 "parallelism_config:\n  parallelism_config_dp_replicate_size: 2\n"
+                                                 "  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 1\n"
+                                                 "  parallelism_config_cp_comm_strategy: alltoall\n",
+                                                 "p.yaml");
+    EXPECT_EQ(c.parallelism_env.at("ACCELERATE_USE_PARALLELISM_CONFIG"), "true");
+    EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_DP_REPLICATE_SIZE"), "2");
+    EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_DP_SHARD_SIZE"), "2");
+    EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_TP_SIZE"), "1");
+    EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_CP_COMM_STRATEGY"), "alltoall");
+    EXPECT_NE(c.yaml.find("parallelism_config_dp_shard_size: 2"), std::string::npos) << c.yaml;
+    EXPECT_TRUE(parse_cluster_config("distributed_type: MULTI_CPU\n", "q.yaml").parallelism_env.empty());
 }
