@@ -3,8 +3,8 @@ through accel's C API, written as an Accelerate user writes it (prepare, then pe
 accelerator.backward, optimizer.step, optimizer.zero_grad), on the same data (the same formula).
 
 Run with PYTHONPATH=tests/peers/accelerate-0.24.1 on Debian's python3-torch; several processes get torchrun's
-variables (Gloo on this CPU). Usage: vs_accelerate.py [STEPS] [WARMUP] [plain]. Prints on the main process
-`steps/s X` for the STEPS steps after WARMUP, timed as a whole (the data loader included, as in the C loop)."""
+variables (Gloo on this CPU). Usage: vs_accelerate.py [STEPS] [WARMUP] [plain|set_to_none]. Prints on the main
+process `steps/s X` for the STEPS steps after WARMUP, timed as a whole (the data loader included, as in the C loop)."""
 import sys
 import time
 
@@ -16,7 +16,12 @@ IN, OUT, BATCH = 512, 10, 64
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
 warmup = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 # "plain": the same loop in PyTorch without Accelerate (1 process), to tell Accelerate's cost from Python's.
-plain = len(sys.argv) > 3 and sys.argv[3] == "plain"
+# "set_to_none": zero_grad(set_to_none=True), what accel does (Accelerate 1.x's default on torch 2; 0.24.1 on
+# torch 1.13 zeroes the gradients in place instead, and the next backward adds into them).
+mode = sys.argv[3] if len(sys.argv) > 3 else ""
+if mode not in ("", "plain", "set_to_none"):
+    sys.exit("usage: vs_accelerate.py [STEPS] [WARMUP] [plain|set_to_none]")
+plain = mode == "plain"
 
 accelerator = None if plain else Accelerator(cpu=True)
 set_seed(0)
@@ -41,7 +46,7 @@ for i, (inputs, labels) in enumerate(loader):
     loss = loss_fn(model(inputs), labels)
     loss.backward() if plain else accelerator.backward(loss)
     optimizer.step()
-    optimizer.zero_grad()
+    optimizer.zero_grad(set_to_none=True) if mode == "set_to_none" else optimizer.zero_grad()
     if i >= warmup:
         done += 1
     if i + 1 == steps + warmup:
@@ -49,4 +54,4 @@ for i, (inputs, labels) in enumerate(loader):
 seconds = time.monotonic() - t0
 if plain or accelerator.is_main_process:
     print("%s processes %d steps %d seconds %.3f steps/s %.2f last loss %.4f threads %d"
-          % ("pytorch" if plain else "accelerate", world, done, seconds, done / seconds, loss.item(), torch.get_num_threads()))
+          % (mode or "accelerate", world, done, seconds, done / seconds, loss.item(), torch.get_num_threads()))

@@ -103,6 +103,25 @@ def plot_all(text, out_dir):
     ax.legend(fontsize=8, ncol=4, loc="upper left")
     ax.set_title("Sharded training, 2 processes", fontsize=10)
     save(fig, "sharded.svg")
+
+    # 4. accel against the real Python Accelerate: median steps/s of the same training, per case.
+    header, rows = table(text, "accel vs Python Accelerate", "case")
+    sides = [(1, "accel (C API)", "#4a7ebb"), (2, "Python Accelerate 0.24.1", "#9bbb59")]
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    width = 0.8 / len(sides)
+    for i, (col, name, color) in enumerate(sides):
+        ax.bar([k + i * width for k in range(len(rows))], [number(r[col]) for r in rows], width, label=name,
+               color=color)
+    for k, r in enumerate(rows):   # the ratio above each pair, as the table gives it
+        top = max(number(r[1]), number(r[2]))
+        ax.annotate("× %s" % r[3].replace("*", ""), (k + width / 2, top), textcoords="offset points",
+                    xytext=(0, 3), ha="center", fontsize=8)
+    ax.set_xticks([k + width / 2 for k in range(len(rows))], [r[0] for r in rows])
+    ax.set_ylabel("median steps/s (higher is better)")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title("Same MLP training, accel vs Accelerate, 1 thread per process", fontsize=10)
+    save(fig, "vs_accelerate.svg")
     return written
 
 
