@@ -1,4 +1,4 @@
-// Process-wide allocation behaviour that training needs (see README, "Memory").
+// Process-wide allocation behaviour that training needs (see docs/concepts/differences.md, "Memory").
 #pragma once
 
 namespace accel {
