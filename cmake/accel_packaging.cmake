@@ -78,7 +78,7 @@ set(CPACK_COMPONENT_PYTHON_DESCRIPTION
 The accel module for Python 3: libaccel's C API through SWIG, with the
 Accelerator, models, optimizers, data loaders and checkpoints.")
 
-# Debian's changelog.Debian.gz in each package. EXCLUDE_FROM_ALL: CPack installs each component by name and
+# Debian's changelog.Debian.gz and copyright (policy 12.5) in each package. EXCLUDE_FROM_ALL: CPack installs each component by name and
 # gets it; a plain `cmake --install` (the tarball) does not.
 string(TIMESTAMP ACCEL_DEB_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
 foreach(comp IN LISTS CPACK_COMPONENTS_ALL)
@@ -87,8 +87,8 @@ foreach(comp IN LISTS CPACK_COMPONENTS_ALL)
   set(_dir ${CMAKE_BINARY_DIR}/debian/${ACCEL_DEB_PACKAGE})
   configure_file(${CMAKE_SOURCE_DIR}/cmake/debian/changelog.in ${_dir}/changelog.Debian @ONLY)
   execute_process(COMMAND gzip -9nf ${_dir}/changelog.Debian)
-  install(FILES ${_dir}/changelog.Debian.gz DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${ACCEL_DEB_PACKAGE}
-    COMPONENT ${comp} EXCLUDE_FROM_ALL)
+  install(FILES ${_dir}/changelog.Debian.gz ${CMAKE_SOURCE_DIR}/cmake/debian/copyright
+    DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${ACCEL_DEB_PACKAGE} COMPONENT ${comp} EXCLUDE_FROM_ALL)
 endforeach()
 
 include(CPack)

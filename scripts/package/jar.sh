@@ -32,6 +32,12 @@ cat >"$ACCEL_DIST/accel-$ACCEL_VERSION.pom" <<POM
   <description>Accelerate-style distributed training for any language, via a C ABI: the Java bindings, with the
     JNI library and libaccel for linux-amd64 inside (LibTorch 1.13, cJSON, yaml-cpp, protobuf and Open MPI are
     the system's, as Debian 12's libaccel1 lists them).</description>
+  <licenses>
+    <license>
+      <name>Apache-2.0</name>
+      <url>https://www.apache.org/licenses/LICENSE-2.0</url>
+    </license>
+  </licenses>
   <properties>
     <maven.compiler.release>17</maven.compiler.release>
   </properties>

@@ -23,6 +23,7 @@ cat >"$pkg/Accel.nuspec" <<XML
     <id>Accel</id>
     <version>$ACCEL_VERSION</version>
     <authors>accel</authors>
+    <licenseUrl>https://www.apache.org/licenses/LICENSE-2.0</licenseUrl>
     <description>Accelerate-style distributed training for any language, via a C ABI: the C# bindings, with the
       native libraries for linux-x64 (LibTorch 1.13, cJSON, yaml-cpp, protobuf and Open MPI are the system's, as
       Debian 12's libaccel1 lists them).</description>

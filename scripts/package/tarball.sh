@@ -8,6 +8,6 @@ name=accel-$ACCEL_VERSION-linux-x86_64
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cmake --install "$ACCEL_BUILD" --prefix "$stage/$name" --strip >/dev/null
-cp "$ACCEL_ROOT/CHANGELOG.md" "$stage/$name/"
+cp "$ACCEL_ROOT/CHANGELOG.md" "$ACCEL_ROOT/LICENSE" "$stage/$name/"
 tar -C "$stage" --owner=0 --group=0 --sort=name -czf "$ACCEL_DIST/$name.tar.gz" "$name"
 echo "tarball: $ACCEL_DIST/$name.tar.gz"

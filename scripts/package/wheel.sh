@@ -14,6 +14,7 @@ pkg=$(dirname "$(find "$stage/install" -name _core.so -path '*/accel/*' | head -
 [ -d "$pkg" ] || { echo "wheel: the build has no Python module (ACCEL_BUILD_PYTHON=OFF?)" >&2; exit 1; }
 mkdir -p "$src"
 cp -r "$pkg" "$src/accel"
+cp "$ACCEL_ROOT/LICENSE" "$src/"
 copy_libaccel "$stage/install" "$src/accel" >/dev/null
 python=/usr/bin/python3
 pyver=$($python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -28,6 +29,7 @@ name = "accel"
 version = "$ACCEL_VERSION"
 description = "Accelerate-style distributed training for any language, via a C ABI (Python bindings)"
 requires-python = ">=$pyver,<$pynext"
+license = {text = "Apache-2.0"}
 
 [tool.setuptools]
 packages = ["accel"]

@@ -29,6 +29,9 @@ for p in "${packages[@]:1}"; do
     *) echo "FAIL: $p does not depend on libaccel$abi (= $version-1)" >&2; exit 1 ;;
   esac
 done
+for p in "${packages[@]}"; do
+  expect_license "$p's copyright file" "$(dpkg-deb --fsys-tarfile "$work/dist/${p}_$version-1_amd64.deb" | tar -xO ./usr/share/doc/$p/copyright 2>/dev/null)"
+done
 # The listing is read whole: grep -q stopping early would kill dpkg-deb with SIGPIPE and fail the pipeline.
 listing=$(dpkg-deb -c "$work/dist/libaccel${abi}_$version-1_amd64.deb")
 grep -q "libaccel.so.$abi -> " <<<"$listing" ||

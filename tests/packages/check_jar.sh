@@ -9,6 +9,7 @@ make_work
 bash "$root/scripts/package.sh" --no-build --out "$work/dist" jar >"$work/package.log" 2>&1 || {
   cat "$work/package.log" >&2; exit 1; }
 version=$(sed -n 's/^project(accel VERSION \([0-9][0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
+expect_license "the pom" "$(grep -A2 "<licenses>" "$work/dist/accel-$version.pom")"
 mvn=(mvn -B -q -Dstyle.color=never -s "$root/tests/packages/maven-settings.xml" -Dmaven.repo.local="$work/m2")
 clean_env "${mvn[@]}" org.apache.maven.plugins:maven-install-plugin:3.1.0:install-file \
   -Dfile="$work/dist/accel-$version.jar" -DpomFile="$work/dist/accel-$version.pom" >"$work/mvn.log" 2>&1 || {

@@ -10,6 +10,7 @@ bash "$root/scripts/package.sh" --no-build --out "$work/feed" nupkg >"$work/pack
   cat "$work/package.log" >&2; exit 1; }
 version=$(sed -n 's/^project(accel VERSION \([0-9][0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
 [ -f "$work/feed/Accel.$version.nupkg" ] || { echo "FAIL: no Accel.$version.nupkg in the feed" >&2; exit 1; }
+expect_license "the nuspec" "$(unzip -p "$work/feed/Accel.$version.nupkg" Accel.nuspec | grep "<license")"
 clean_env HOME="$work/home" nuget install Accel -Version "$version" -Source "$work/feed" \
   -OutputDirectory "$work/packages" -NonInteractive >"$work/nuget.log" 2>&1 || { cat "$work/nuget.log" >&2; exit 1; }
 restored=$work/packages/Accel.$version

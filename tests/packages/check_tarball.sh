@@ -13,6 +13,7 @@ prefix=$(ls -d "$work"/opt/accel-*)
 for d in include/accel lib lib/pkgconfig lib/cmake/accel bin; do
   [ -d "$prefix/$d" ] || { echo "FAIL: the tarball has no $d/" >&2; exit 1; }
 done
+expect_license "the tarball's LICENSE" "$(cat "$prefix/LICENSE" 2>/dev/null)"
 [ -f "$prefix/include/accel/accel.hpp" ] || { echo "FAIL: the tarball has no include/accel/accel.hpp" >&2; exit 1; }
 
 # 1. pkg-config, from where the tarball was unpacked (${pcfiledir}).

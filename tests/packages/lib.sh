@@ -34,3 +34,10 @@ expect_loaded_from() {
 expect_two_steps() {
   grep -q ": 2 steps, loss " <<<"$1" || { echo "FAIL: no '2 steps' line in: $1" >&2; return 1; }
 }
+
+# expect_license WHAT TEXT: a package's license statement or file (TEXT) names Apache-2.0 or its URL (the nuspec of
+# Debian's NuGet 2.8 has licenseUrl, no license expression), as LICENSE does.
+expect_license() {
+  grep -q "Apache-2.0\|Apache License\|apache.org/licenses/LICENSE-2.0" <<<"$2" || { echo "FAIL: $1 states no license (Apache-2.0)" >&2; return 1; }
+  echo "ok: $1 states the license"
+}
