@@ -1,7 +1,7 @@
 #include "data_loader/data_loader_dispatcher.hpp"
 
 #include "common/error.hpp"
-#include "data_loader/data_loader_shard.hpp"
+#include "data_loader/dataset.hpp"
 #include "distributed/communicator.hpp"
 
 #include <algorithm>
@@ -89,7 +89,7 @@ void broadcast_bytes(distributed::Communicator &comm, at::Tensor &t)
 
 } // namespace
 
-std::optional<Batch> DataLoaderDispatcher::next(const TensorDataset &data, DataLoaderProgress &progress)
+std::optional<Batch> DataLoaderDispatcher::next(const Dataset &data, DataLoaderProgress &progress)
 {
     if (done_) return std::nullopt;
     const bool root = spec_.process_index == 0;
@@ -100,8 +100,10 @@ std::optional<Batch> DataLoaderDispatcher::next(const TensorDataset &data, DataL
             const DispatchStep &s = steps_[next_];
             idx = at::empty({static_cast<int64_t>(s.indices.size())}, at::kLong);
             std::memcpy(idx.data_ptr<int64_t>(), s.indices.data(), s.indices.size() * sizeof(int64_t));
-            features = data.features.index_select(0, idx).contiguous();
-            if (data.labels.defined()) labels = data.labels.index_select(0, idx).contiguous();
+            // The shapes go out with every step, so batches may differ in shape (pad-to-longest collates).
+            Batch got = data.get_batch(idx);
+            features = got.inputs.contiguous();
+            if (got.labels.defined()) labels = got.labels.contiguous();
             int64_t *h = head.data_ptr<int64_t>();
             h[kHasBatch] = 1;
             h[kObserved] = s.observed;

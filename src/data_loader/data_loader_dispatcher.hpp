@@ -6,6 +6,7 @@
 #pragma once
 
 #include "data_loader/batch_sampler_shard.hpp"
+#include "data_loader/dataset.hpp"
 #include "state/gradient_state.hpp"
 
 #include <ATen/ATen.h>
@@ -22,8 +23,7 @@ namespace accel {
 namespace distributed {
 class Communicator;
 }
-struct Batch;
-struct TensorDataset;
+class Dataset;
 
 struct DispatchSpec {
     int32_t num_processes = 1;
@@ -64,7 +64,7 @@ public:
     // Collective (every rank calls it the same number of times): this process's slice of the next
     // step, or nullopt when the pass is over. On the last step `progress` gets end_of_dataloader and
     // remainder = the observed size, so gather_for_metrics drops the padding.
-    std::optional<Batch> next(const TensorDataset &data, DataLoaderProgress &progress);
+    std::optional<Batch> next(const Dataset &data, DataLoaderProgress &progress);
 
     const DispatchSpec &spec() const { return spec_; }
 

@@ -23,7 +23,7 @@ bool dispatches_batches(const AcceleratorState &state)
 }
 } // namespace
 
-DataLoaderShard::DataLoaderShard(std::shared_ptr<const TensorDataset> data, config::DataLoaderOptions options)
+DataLoaderShard::DataLoaderShard(std::shared_ptr<const Dataset> data, config::DataLoaderOptions options)
     : data_(std::move(data)), options_(options)
 {
     if (options_.seed) {
@@ -213,9 +213,7 @@ std::optional<Batch> DataLoaderShard::next()
     progress_.end_of_dataloader = position_ == batches_.size();
     at::Tensor idx = at::empty({static_cast<int64_t>(indices.size())}, at::kLong);
     std::memcpy(idx.data_ptr<int64_t>(), indices.data(), indices.size() * sizeof(int64_t));
-    Batch b;
-    b.inputs = data_->features.index_select(0, idx);
-    if (data_->labels.defined()) b.labels = data_->labels.index_select(0, idx);
+    Batch b = data_->get_batch(idx);
     b.indices = idx;
     return placed(std::move(b));
 }

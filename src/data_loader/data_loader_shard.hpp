@@ -1,4 +1,4 @@
-// DataLoaderShard: batches of an in-memory tensor dataset, shuffled by a seedable sampler, sharded
+// DataLoaderShard: batches of a map-style dataset (dataset.hpp), shuffled by a seedable sampler, sharded
 // across processes once prepared, telling the gradient state when its last batch is out. It is the
 // loader behind every accel_dataloader_t: with dataloader_config.dispatch_batches and several processes
 // its batches come from a DataLoaderDispatcher instead (rank 0 reads, everyone gets a slice), while the
@@ -8,6 +8,7 @@
 #include "config/dataloader_options.hpp"
 #include "data_loader/batch_sampler_shard.hpp"
 #include "data_loader/data_loader_dispatcher.hpp"
+#include "data_loader/dataset.hpp"
 #include "state/gradient_state.hpp"
 #include "state/state_dict.hpp"
 
@@ -20,22 +21,9 @@ namespace accel {
 
 struct AcceleratorState;
 
-struct TensorDataset {
-    at::Tensor features;
-    at::Tensor labels; // undefined when the loader has no labels
-    int64_t size() const { return features.size(0); }
-};
-
-struct Batch {
-    at::Tensor inputs;
-    at::Tensor labels;
-    at::Tensor indices; // int64 sample indices into the dataset (after shuffling and sharding)
-    int64_t size() const { return inputs.size(0); }
-};
-
 class DataLoaderShard {
 public:
-    DataLoaderShard(std::shared_ptr<const TensorDataset> data, config::DataLoaderOptions options);
+    DataLoaderShard(std::shared_ptr<const Dataset> data, config::DataLoaderOptions options);
     const config::DataLoaderOptions &options() const { return options_; }
     ~DataLoaderShard();
     DataLoaderShard(const DataLoaderShard &) = delete;
@@ -92,7 +80,7 @@ private:
     // Binds to a state (after prepare's checks), creating the dispatcher when the state asks for one.
     void attach(std::shared_ptr<AcceleratorState> state);
 
-    std::shared_ptr<const TensorDataset> data_;
+    std::shared_ptr<const Dataset> data_;
     config::DataLoaderOptions options_;
     uint64_t seed_ = 0;
     int64_t epoch_ = 0;          // Accelerate's `iteration`: pass k shuffles with seed + k

@@ -420,7 +420,9 @@ TEST(Accelerator, TrainStepRequiresPreparedObjects)
     auto opt = std::make_shared<accel::AcceleratedOptimizer>(
         model, accel::config::parse_optimizer_config("{\"type\": \"sgd\"}"));
     auto data = dataset(2);
-    accel::Batch batch{data->features, data->labels, at::Tensor()};
+    accel::Batch batch; // (by member: Batch gains fields)
+    batch.inputs = data->features;
+    batch.labels = data->labels;
     EXPECT_ACCEL_ERROR(acc.train_step(*model, *opt, nullptr, batch, accel::LossKind::Mse),
                        ACCEL_ERR_FAILED_PRECONDITION, "model: not prepared by this accelerator");
     acc.prepare_model(*model);
