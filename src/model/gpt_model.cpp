@@ -32,6 +32,20 @@ struct GptBlock {
         return {b.norm1_weight, b.norm1_bias, b.qkv->weight(), b.qkv->bias(), b.out_proj->weight(), b.out_proj->bias(),
                 b.norm2_weight, b.norm2_bias, b.fc1->weight(), b.fc1->bias(), b.fc2->weight(),      b.fc2->bias()};
     }
+    // What a recomputation takes as inputs: the parameters and any a decorator added to a linear (LoRA).
+    std::vector<at::Tensor> checkpoint_params() const
+    {
+        std::vector<at::Tensor> out = params();
+        for (const Linear *l : {block.qkv.get(), block.out_proj.get(), block.fc1.get(), block.fc2.get()})
+            for (const auto &t : l->added_parameters()) out.push_back(t);
+        return out;
+    }
+    bool random_linears() const
+    {
+        for (const Linear *l : {block.qkv.get(), block.out_proj.get(), block.fc1.get(), block.fc2.get()})
+            if (l->random_forward()) return true;
+        return false;
+    }
     static const std::vector<std::string> &names()
     {
         static const std::vector<std::string> n = {
@@ -182,11 +196,11 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         if (hooks) hooks->before_layer(i + 1);
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const GptBlock> block = blocks_[i];
-            h = checkpoint_layer(h, block->params(),
+            h = checkpoint_layer(h, block->checkpoint_params(),
                                  [block, train](const at::Tensor &x) {
                                      return block_forward(*block, x, train, nullptr);
                                  },
-                                 train && (c.attn_pdrop > 0.0 || c.resid_pdrop > 0.0));
+                                 train && (c.attn_pdrop > 0.0 || c.resid_pdrop > 0.0 || block->random_linears()));
         } else if (cache != nullptr) {
             std::pair<at::Tensor, at::Tensor> kv{cache->keys[i], cache->values[i]};
             h = block_forward(*blocks_[i], h, false, &kv);
@@ -217,6 +231,20 @@ std::vector<ModuleUnit> GptModel::units() const
     // Tied: the head's weight belongs to transformer.wte (listed there).
     out.push_back({"lm_head", "linear", config_.tie_word_embeddings ? std::vector<std::string>{}
                                                                      : std::vector<std::string>{"lm_head.weight"}});
+    return with_inserted_parameters(std::move(out));
+}
+
+std::vector<LinearSlot> GptModel::linear_slots()
+{
+    std::vector<LinearSlot> out;
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+        const std::string h = "transformer.h." + std::to_string(i) + ".";
+        TransformerBlock &b = blocks_[i]->block;
+        out.push_back({h + "attn.c_attn", &b.qkv, i + 1});
+        out.push_back({h + "attn.c_proj", &b.out_proj, i + 1});
+        out.push_back({h + "mlp.c_fc", &b.fc1, i + 1});
+        out.push_back({h + "mlp.c_proj", &b.fc2, i + 1});
+    }
     return out;
 }
 

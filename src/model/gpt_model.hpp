@@ -45,6 +45,8 @@ public:
     const config::GptConfig &config() const { return config_; }
     std::string hf_config_json() const override { return config::gpt_config_to_hf_json(config_); }
     int64_t hidden_size() const override { return config_.n_embd; } // GPT2Config.hidden_size is n_embd
+    // Per block: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj (the tied lm_head is not a slot).
+    std::vector<LinearSlot> linear_slots() override;
 
 protected:
     std::string canonical_key(const std::string &key) const override;

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <vector>
 
 namespace accel {
 
@@ -29,6 +30,11 @@ public:
     // Whether a forward updates state of its own (fp8's amax history), so that recomputing it in backward
     // (activation checkpointing) would change the result of training.
     virtual bool stateful_forward() const { return false; }
+    // Tensors a decorator adds to the computation (LoRA's A and B): a recomputed layer (activation
+    // checkpointing) takes them as inputs too, so that their gradients reach them.
+    virtual std::vector<at::Tensor> added_parameters() const { return {}; }
+    // Whether a forward in training draws random numbers (LoRA's dropout): a recomputation restores the generator.
+    virtual bool random_forward() const { return false; }
 
     // The weight as [out, in], whatever the layout (a view for InOut).
     at::Tensor weight_out_in() const { return layout() == Layout::OutIn ? weight() : weight().t(); }

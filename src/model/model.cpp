@@ -4,6 +4,7 @@
 #include "common/json_reader.hpp"
 
 #include <ATen/core/grad_mode.h>
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -101,6 +102,31 @@ void Model::set_tensors(NamedTensors parameters, NamedTensors buffers)
 {
     parameters_ = std::move(parameters);
     buffers_ = std::move(buffers);
+}
+
+void Model::insert_parameters_after(const std::string &after, NamedTensors added)
+{
+    auto it = std::find_if(parameters_.begin(), parameters_.end(), [&](const auto &p) { return p.first == after; });
+    if (it == parameters_.end()) fail(ACCEL_ERR_INTERNAL, "model: no parameter \"" + after + "\" to insert after");
+    std::string previous = after;
+    for (const auto &[name, t] : added) {
+        if (find_own(name) != nullptr) fail(ACCEL_ERR_INTERNAL, "model: parameter \"" + name + "\" exists already");
+        inserted_.emplace_back(name, previous);
+        previous = name;
+    }
+    parameters_.insert(it + 1, added.begin(), added.end());
+}
+
+std::vector<ModuleUnit> Model::with_inserted_parameters(std::vector<ModuleUnit> units) const
+{
+    for (const auto &[name, previous] : inserted_)
+        for (auto &u : units) {
+            auto at = std::find(u.parameter_names.begin(), u.parameter_names.end(), previous);
+            if (at == u.parameter_names.end()) continue;
+            u.parameter_names.insert(at + 1, name);
+            break;
+        }
+    return units;
 }
 
 NamedTensors Model::state_dict(bool dedupe_shared) const

@@ -15,6 +15,7 @@
 namespace accel {
 
 struct AcceleratorState;
+class Linear;
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -24,6 +25,14 @@ struct ModuleUnit {
     std::string name;                         // module path, e.g. "transformer.h.3" ("" for none)
     std::string type;                         // layer-type name: "gpt_block", "embedding", "linear", ...
     std::vector<std::string> parameter_names; // full names, as in named_parameters(), in that order
+};
+
+// A linear layer of a model where a decorator (LoRA, later tensor-parallel or quantized layers) can take
+// its place: assigning *linear replaces what the model computes with (linear.hpp's seam).
+struct LinearSlot {
+    std::string module;              // HF module path: "transformer.h.0.attn.c_attn", "model.layers.0.self_attn.q_proj"
+    std::shared_ptr<Linear> *linear; // the model's own pointer, valid for the model's life
+    size_t layer;                    // the top-level layer it belongs to (layer_types()'s index; 0 without layers)
 };
 
 // What a sharding engine (src/parallel/fsdp) does around a forward: gather a unit's parameters just
@@ -96,6 +105,8 @@ public:
     // Hugging Face's config.hidden_size (0 when the model has none): Accelerate fills DeepSpeed's "auto" bucket
     // sizes from it.
     virtual int64_t hidden_size() const { return 0; }
+    // The linear layers a decorator may replace, in forward order (empty: none, e.g. TorchScript).
+    virtual std::vector<LinearSlot> linear_slots() { return {}; }
 
     // Set by a sharding engine when the model is prepared (null otherwise).
     std::shared_ptr<ForwardHooks> forward_hooks;
@@ -116,11 +127,21 @@ protected:
     virtual std::string canonical_key(const std::string &key) const { return key; }
     // Subclasses call this once their module exists.
     void set_tensors(NamedTensors parameters, NamedTensors buffers);
+    // Registers a decorator's own parameters (LoRA's adapters) right after the parameter named `after`, so that
+    // a layer's parameters stay contiguous (parameter_layers(), sharding units). Only before the model is handed
+    // out: names already lent as C strings would move.
+    void insert_parameters_after(const std::string &after, NamedTensors added);
+    // `units` with each inserted parameter listed right after the one it was inserted after: subclasses'
+    // units() end with it.
+    std::vector<ModuleUnit> with_inserted_parameters(std::vector<ModuleUnit> units) const;
+    // Code that decorates linear slots (src/model/lora.cpp) registers the decorators' parameters.
+    friend struct LinearDecorating;
 
 private:
     const at::Tensor *find_own(const std::string &key) const;
     NamedTensors parameters_;
     NamedTensors buffers_;
+    std::vector<std::pair<std::string, std::string>> inserted_; // (inserted parameter, the one it follows)
     uint64_t placement_ = 0;
 };
 

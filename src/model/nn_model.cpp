@@ -113,7 +113,10 @@ public:
                 x = x.to(at::kFloat);
             const bool train = seq_->is_training();
             if (grad_on && checkpointed_[i]) {
-                x = checkpoint_layer(x, m.ptr()->parameters(true),
+                std::vector<at::Tensor> params = m.ptr()->parameters(true);
+                if (linear_[i])
+                    for (const auto &t : linear_[i]->added_parameters()) params.push_back(t); // LoRA's adapters
+                x = checkpoint_layer(x, params,
                                      [m, lin = linear_[i], block = blocks_[i], train](const at::Tensor &in) mutable {
                                          return layer_forward(m, lin.get(), block.get(), train, in);
                                      },
@@ -154,6 +157,14 @@ public:
             out.push_back(std::move(u));
             ++i;
         }
+        return with_inserted_parameters(std::move(out));
+    }
+    // Each linear layer, named by its index as PEFT names a module of an nn.Sequential ("0", "2", ...).
+    std::vector<LinearSlot> linear_slots() override
+    {
+        std::vector<LinearSlot> out;
+        for (size_t i = 0; i < linear_.size(); ++i)
+            if (linear_[i]) out.push_back({std::to_string(i), &linear_[i], i});
         return out;
     }
     void train(bool on) override { seq_->train(on); }
@@ -164,6 +175,10 @@ public:
         // A layer whose forward is already stateful is already fp8 (enable_fp8 runs once per prepare).
         auto plain = [this](size_t i) { return linear_[i] && !linear_[i]->stateful_forward(); };
         for (size_t i = 0; i < linear_.size(); ++i) // checked first: nothing changes when one is refused
+            if (plain(i) && !linear_[i]->added_parameters().empty())
+                fail(ACCEL_ERR_UNIMPLEMENTED, "fp8: layer " + std::to_string(i) + " has LoRA adapters, which the fp8 "
+                                              "emulation would not compute; use bf16 for LoRA training");
+        for (size_t i = 0; i < linear_.size(); ++i)
             if (plain(i) && checkpointed_[i])
                 fail(ACCEL_ERR_UNIMPLEMENTED, "fp8: layer " + std::to_string(i) + " is recomputed in backward "
                                               "(activation_checkpointing), which would update its scaling state again");
