@@ -57,6 +57,9 @@ public:
     std::optional<JsonObject> get_object(const char *key);
     // Elements of the array under `key` as objects (error if not an array of objects).
     std::vector<JsonObject> get_object_array(const char *key);
+    // Accepts the key with any value, unread: a key of a foreign format that changes nothing here (e.g. a
+    // Hugging Face config.json's "eos_token_id", an integer or a list).
+    void accept(const char *key) { item(key); }
     // The key must be absent or null: anything else is ACCEL_ERR_UNIMPLEMENTED (`why` says what is missing).
     void require_absent(const char *key, const std::string &why);
     // Fails with ACCEL_ERR_INVALID_ARGUMENT on the first key that no lookup used.

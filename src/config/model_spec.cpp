@@ -154,8 +154,9 @@ ModelSpec parse_model_spec(const char *json)
     JsonDocument doc(json, "spec_json");
     JsonObject root(doc.root(), "");
     ModelSpec spec;
-    std::string type = root.get_enum("type", "", {"mlp", "sequential", "gpt"});
-    if (type.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\", \"sequential\" or \"gpt\")");
+    std::string type = root.get_enum("type", "", {"mlp", "sequential", "gpt", "llama"});
+    if (type.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\", \"sequential\", \"gpt\" or \"llama\")");
     if (type == "gpt") {
         const GptConfig c = parse_gpt_config(root);
         // transformer.wte, .wpe; per block c_attn + attn.c_proj (4 C^2), c_fc + mlp.c_proj (2 C inner), biases
@@ -169,6 +170,24 @@ ModelSpec parse_model_spec(const char *json)
         b.store(all);
         spec.bytes = all.bytes;
         spec.gpt = c;
+        return spec;
+    }
+    if (type == "llama") {
+        const LlamaConfig c = parse_llama_config(root);
+        // embed_tokens; per layer q, k, v, o (with their biases), gate/up/down (with theirs), two norms; the final
+        // norm; an untied lm_head.
+        const int64_t C = c.hidden_size, I = c.intermediate_size, q = c.num_attention_heads * c.head_dim,
+                      kv = c.num_key_value_heads * c.head_dim;
+        LayerSpec all;
+        ByteCount b("vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+                    "num_key_value_heads, head_dim");
+        b.add({c.vocab_size, C}).add({c.num_hidden_layers, 2 * q + 2 * kv, C}).add({c.num_hidden_layers, 3 * C, I});
+        b.add({c.num_hidden_layers, (c.qkv_bias() ? q + 2 * kv : 0) + (c.o_bias() ? C : 0) + 2 * C});
+        b.add({c.num_hidden_layers, c.mlp_bias ? 2 * I + C : 0}).add({C});
+        if (!c.tie_word_embeddings) b.add({c.vocab_size, C});
+        b.store(all);
+        spec.bytes = all.bytes;
+        spec.llama = c;
         return spec;
     }
     if (type == "mlp") {

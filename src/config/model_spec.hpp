@@ -1,7 +1,9 @@
-// Typed form of a model's JSON spec ({"type": "mlp"}, {"type": "sequential", "layers": [...]} or {"type": "gpt"}).
+// Typed form of a model's JSON spec ({"type": "mlp"}, {"type": "sequential", "layers": [...]}, {"type": "gpt"} or
+// {"type": "llama"}).
 #pragma once
 
 #include "config/gpt_config.hpp"
+#include "config/llama_config.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -48,6 +50,7 @@ struct ModelSpec {
     std::vector<LayerSpec> layers; // an mlp spec is expanded into linear/activation/dropout layers
     uint64_t bytes = 0;            // sum of the layers' bytes (at most INT64_MAX); a gpt model's parameter bytes
     std::optional<GptConfig> gpt;  // {"type": "gpt"}: a GPT-2 decoder (src/model/gpt_model.cpp), no layers
+    std::optional<LlamaConfig> llama; // {"type": "llama"}: the Llama family (src/model/llama_model.cpp), no layers
 };
 
 // Parses a spec. Sizes whose byte count overflows are ACCEL_ERR_INVALID_ARGUMENT naming their keys.

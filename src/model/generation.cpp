@@ -2,12 +2,15 @@
 
 #include "common/error.hpp"
 #include "model/gpt_model.hpp"
+#include "model/llama_model.hpp"
 #include "precision/autocast.hpp"
 #include "state/accelerator_state.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <functional>
+#include <memory>
 #include <optional>
 
 namespace accel {
@@ -28,13 +31,46 @@ at::Tensor pick(const at::Tensor &logits, const config::GenerationConfig &o, at:
     return at::multinomial(at::softmax(scores, -1).cpu(), 1, false, gen).squeeze(-1).to(logits.device());
 }
 
+// What the loop below needs of a decoder: its forward with a key/value cache of its own, and its limits.
+struct Decoder {
+    std::function<at::Tensor(const at::Tensor &)> step; // next tokens -> logits [B, T, V], the cache grows
+    int64_t vocab_size = 0;
+    int64_t max_positions = 0; // 0: none (rotary embeddings extend to any position)
+    const char *max_positions_key = "";
+};
+
+// The decoder behind `model` with a fresh cache (or none: each step reruns the whole sequence).
+Decoder decoder_of(Model &model, bool use_cache)
+{
+    if (auto *gpt = dynamic_cast<GptModel *>(&model)) {
+        auto cache = std::make_shared<GptKvCache>();
+        Decoder d;
+        d.step = [gpt, cache, use_cache](const at::Tensor &x) {
+            return use_cache ? gpt->forward_cached(x, *cache) : gpt->forward(x);
+        };
+        d.vocab_size = gpt->config().vocab_size;
+        d.max_positions = gpt->config().n_positions;
+        d.max_positions_key = "n_positions";
+        return d;
+    }
+    if (auto *llama = dynamic_cast<LlamaModel *>(&model)) {
+        auto cache = std::make_shared<LlamaKvCache>();
+        Decoder d;
+        d.step = [llama, cache, use_cache](const at::Tensor &x) {
+            return use_cache ? llama->forward_cached(x, *cache) : llama->forward(x);
+        };
+        d.vocab_size = llama->config().vocab_size;
+        return d;
+    }
+    fail(ACCEL_ERR_UNIMPLEMENTED, "model: generation needs a model of type \"gpt\" or \"llama\" "
+                                  "(accel_model_create_from_json)");
+}
+
 } // namespace
 
 at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::GenerationConfig &o, bool wrapped)
 {
-    auto *gpt = dynamic_cast<GptModel *>(&model);
-    if (gpt == nullptr)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "model: generation needs a model of type \"gpt\" (accel_model_create_from_json)");
+    Decoder dec = decoder_of(model, o.use_cache);
     // Generation runs the model's layers directly (with a KV cache), not the sharding engine's gathering forward:
     // a sharded model's parameters must be whole first (was an internal LibTorch error on empty storage).
     model.check_tensor_access("generate");
@@ -45,15 +81,14 @@ at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::Gen
     if ((input_ids.dim() != 1 && input_ids.dim() != 2) || input_ids.size(-1) < 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input_ids: expected a non-empty [batch, seq] or [seq], got shape " +
                                              c10::str(input_ids.sizes()));
-    const auto &c = gpt->config();
     const int64_t T = input_ids.size(-1);
-    if (T + o.max_new_tokens > c.n_positions)
+    if (dec.max_positions > 0 && T + o.max_new_tokens > dec.max_positions)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "max_new_tokens: " + std::to_string(T) + " prompt tokens + " +
-                                             std::to_string(o.max_new_tokens) + " new ones exceed n_positions " +
-                                             std::to_string(c.n_positions));
-    if (o.eos_token_id && *o.eos_token_id >= c.vocab_size)
+                                             std::to_string(o.max_new_tokens) + " new ones exceed " +
+                                             dec.max_positions_key + " " + std::to_string(dec.max_positions));
+    if (o.eos_token_id && *o.eos_token_id >= dec.vocab_size)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "eos_token_id: " + std::to_string(*o.eos_token_id) +
-                                             " is not below vocab_size " + std::to_string(c.vocab_size));
+                                             " is not below vocab_size " + std::to_string(dec.vocab_size));
     const bool unbatched = input_ids.dim() == 1;
     at::Tensor ids = (unbatched ? input_ids.unsqueeze(0) : input_ids).contiguous().to(model.device());
 
@@ -76,20 +111,18 @@ at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::Gen
             autocast.emplace(model.device().type(), autocast_dtype(*s), s->config.autocast.cache_enabled);
 
     at::NoGradGuard no_grad;
-    const bool was_training = gpt->is_training();
-    gpt->train(false);
+    const bool was_training = model.is_training();
+    model.train(false);
     struct Restore {
-        GptModel *m;
+        Model *m;
         bool on;
         ~Restore() { m->train(on); }
-    } restore{gpt, was_training};
+    } restore{&model, was_training};
 
-    GptKvCache cache;
     at::Tensor finished = at::zeros({ids.size(0)}, ids.options().dtype(at::kBool));
     at::Tensor out = ids;
     for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-        at::Tensor logits = o.use_cache ? gpt->forward_cached(step == 0 ? out : out.narrow(1, -1, 1), cache)
-                                        : gpt->forward(out);
+        at::Tensor logits = dec.step(o.use_cache && step > 0 ? out.narrow(1, -1, 1) : out);
         at::Tensor next = pick(logits.select(1, -1), o, gen);
         if (o.eos_token_id) {
             next = next.masked_fill(finished, *o.eos_token_id);

@@ -1,4 +1,4 @@
-// Text generation with a GPT model: greedy, or sampling with temperature and top-k from a seeded
+// Text generation with a decoder (a gpt or llama model): greedy, or sampling with temperature and top-k from a seeded
 // generator of its own, with a KV cache (Hugging Face's model.generate for decoder-only models).
 #pragma once
 
@@ -13,7 +13,7 @@ class Model;
 // input_ids [B, T] or [T] int64 -> [B, T + n] (or [T + n]), n <= max_new_tokens (fewer when every row
 // produced eos_token_id). Runs without gradients and without dropout; the model's mode is unchanged.
 // `wrapped`: a prepared model's handle (its accelerator's autocast applies), not an unwrapped one.
-// UNIMPLEMENTED for models that are not GPT models.
+// UNIMPLEMENTED for other models.
 at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::GenerationConfig &options,
                     bool wrapped);
 

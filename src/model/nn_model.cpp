@@ -5,6 +5,7 @@
 #include "config/model_spec.hpp"
 #include "model/activation_checkpoint.hpp"
 #include "model/gpt_model.hpp"
+#include "model/llama_model.hpp"
 #include "model/linear.hpp"
 #include "model/transformer_block.hpp"
 #include "precision/fp8_linear.hpp"
@@ -278,10 +279,13 @@ void check_fits(const config::ModelSpec &spec)
 {
     const uint64_t ceiling = memory_ceiling();
     if (spec.bytes <= ceiling) return;
-    if (spec.gpt)
-        fail(ACCEL_ERR_RESOURCE_EXHAUSTED, "vocab_size, n_positions, n_embd, n_layer, n_inner: the model's parameters "
-                                           "need " + std::to_string(spec.bytes) + " bytes, more than this machine's "
-                                           "memory and swap (" + std::to_string(ceiling) + " bytes)");
+    if (spec.gpt || spec.llama)
+        fail(ACCEL_ERR_RESOURCE_EXHAUSTED, std::string(spec.gpt ? "vocab_size, n_positions, n_embd, n_layer, n_inner"
+                                                                : "vocab_size, hidden_size, intermediate_size, "
+                                                                  "num_hidden_layers") +
+                                               ": the model's parameters need " + std::to_string(spec.bytes) +
+                                               " bytes, more than this machine's memory and swap (" +
+                                               std::to_string(ceiling) + " bytes)");
     const config::LayerSpec *largest = &spec.layers.front();
     for (const auto &l : spec.layers)
         if (l.bytes > largest->bytes) largest = &l;
@@ -298,6 +302,7 @@ std::shared_ptr<Model> make_model_from_json(const char *spec_json, const Paramet
     config::ModelSpec spec = config::parse_model_spec(spec_json);
     check_fits(spec);
     if (spec.gpt) return std::make_shared<GptModel>(*spec.gpt, on_parameter);
+    if (spec.llama) return std::make_shared<LlamaModel>(*spec.llama, on_parameter);
     torch::nn::Sequential seq;
     std::vector<bool> batch_first;
     std::vector<std::string> types;

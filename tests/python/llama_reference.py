@@ -290,14 +290,17 @@ class Model:
         return F.linear(h, head)
 
 
-def logits(config, weights, ids):
+# `model` (optional, in the three functions below): a Model whose dynamic-rope state (the longest sequence seen)
+# carries over from earlier calls, as it does on one transformers (or accel) model object.
+
+def logits(config, weights, ids, model=None):
     with torch.no_grad():
-        return Model(config, weights).forward(ids)
+        return (model or Model(config, weights)).forward(ids)
 
 
-def generate(config, weights, ids, max_new_tokens, use_cache=True):
+def generate(config, weights, ids, max_new_tokens, use_cache=True, model=None):
     """Greedy decoding (argmax of the last position's logits), with or without the key/value cache."""
-    m = Model(config, weights)
+    m = model or Model(config, weights)
     cache = [None] * m.c["num_hidden_layers"] if use_cache else None
     out = ids
     with torch.no_grad():
@@ -308,7 +311,7 @@ def generate(config, weights, ids, max_new_tokens, use_cache=True):
     return out
 
 
-def train(config, weights, batches, lr, optimizer="sgd"):
+def train(config, weights, batches, lr, optimizer="sgd", model=None):
     """A plain loop: per batch (inputs, labels) the causal_lm loss (cross entropy of logits [B T, V] against labels
     [B T], mean), backward, one torch.optim step (SGD without momentum, or AdamW with torch's defaults and
     weight_decay 0.01). Returns the losses and the trained weights (tied weights as one tensor)."""
@@ -316,6 +319,8 @@ def train(config, weights, batches, lr, optimizer="sgd"):
     params = [w[n] for n, _ in layout(config)]
     opt = torch.optim.SGD(params, lr=lr) if optimizer == "sgd" else torch.optim.AdamW(params, lr=lr)
     m = Model(config, w)
+    if model is not None:
+        m.rope = model.rope
     losses = []
     for inputs, labels in batches:
         out = m.forward(inputs)

@@ -1,0 +1,388 @@
+// The Llama family as transformers' modeling_llama.py computes it (eager attention), Mistral's sliding window and
+// Qwen2's q/k/v biases included:
+//   h = embed_tokens[ids]
+//   per layer: h = h + o_proj(attn(rms(h; input_layernorm)));  h = h + down(act(gate(x)) * up(x)), x = rms(h; post_..)
+//   attn: q, k, v projections split in heads, rotary embedding on q and k, k and v heads repeated
+//         num_attention_heads / num_key_value_heads times, softmax(mask(q kᵀ · head_dim^-½)) (in float32) v
+//   logits = lm_head(rms(h; norm))
+// tests/python/llama_reference.py writes the same equations with the same operations in the same order (so that
+// with one thread the two agree bit for bit); its header has the rotary scaling rules.
+#include "model/llama_model.hpp"
+
+#include "common/error.hpp"
+#include "model/activation_checkpoint.hpp"
+#include "model/transformer_block.hpp" // activation()
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace accel {
+
+struct LlamaLayer {
+    int64_t index = 0;
+    std::shared_ptr<Linear> q, k, v, o, gate, up, down;
+    at::Tensor input_norm, post_norm;
+    int64_t window = 0; // sliding window (0: none)
+
+    // In transformers' named_parameters() order within model.layers.<index>, with their names.
+    NamedTensors named(const std::string &prefix) const
+    {
+        NamedTensors out;
+        auto add = [&](const char *name, const std::shared_ptr<Linear> &l) {
+            out.emplace_back(prefix + name + ".weight", l->weight());
+            if (l->bias().defined()) out.emplace_back(prefix + name + ".bias", l->bias());
+        };
+        add("self_attn.q_proj", q);
+        add("self_attn.k_proj", k);
+        add("self_attn.v_proj", v);
+        add("self_attn.o_proj", o);
+        add("mlp.gate_proj", gate);
+        add("mlp.up_proj", up);
+        add("mlp.down_proj", down);
+        out.emplace_back(prefix + "input_layernorm.weight", input_norm);
+        out.emplace_back(prefix + "post_attention_layernorm.weight", post_norm);
+        return out;
+    }
+    std::vector<at::Tensor> params() const
+    {
+        std::vector<at::Tensor> out;
+        for (auto &p : named("")) out.push_back(p.second);
+        return out;
+    }
+};
+
+namespace {
+
+// LlamaRMSNorm: in float32, cast back to the input's dtype before the weight.
+at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &w, double eps)
+{
+    at::Tensor x32 = x.to(at::kFloat);
+    at::Tensor var = x32.pow(2).mean(-1, true);
+    return w * (x32 * at::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+at::Tensor rotate_half(const at::Tensor &x)
+{
+    auto halves = x.chunk(2, -1);
+    return at::cat({-halves[1], halves[0]}, -1);
+}
+
+at::Tensor apply_rope(const at::Tensor &x, const at::Tensor &cos, const at::Tensor &sin)
+{
+    return x * cos + rotate_half(x) * sin;
+}
+
+// 1 / theta^(2j / dim), j < dim / 2, in float32 (modeling_rope_utils' default rule).
+at::Tensor base_inv_freq(double theta, int64_t dim)
+{
+    at::Tensor exps = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+    return at::reciprocal(at::pow(theta, exps));
+}
+
+// inv_freq under config.rope_scaling for a forward whose sequence length (as dynamic_rope_update keeps it) is
+// `seq_len`.
+at::Tensor scaled_inv_freq(const config::LlamaConfig &c, int64_t seq_len)
+{
+    const auto &rs = c.rope_scaling;
+    const int64_t dim = c.head_dim;
+    if (rs.type == "linear") return base_inv_freq(c.rope_theta, dim) / rs.factor;
+    if (rs.type == "dynamic") {
+        const double m = static_cast<double>(c.max_position_embeddings);
+        const double s = static_cast<double>(std::max(seq_len, c.max_position_embeddings));
+        const double theta = c.rope_theta * std::pow(rs.factor * s / m - (rs.factor - 1.0),
+                                                     static_cast<double>(dim) / static_cast<double>(dim - 2));
+        return base_inv_freq(theta, dim);
+    }
+    if (rs.type == "llama3") {
+        // Wavelengths longer than the original context / low_freq_factor are scaled by 1 / factor, shorter than
+        // it / high_freq_factor kept, those between interpolated smoothly.
+        at::Tensor inv = base_inv_freq(c.rope_theta, dim);
+        const double old = static_cast<double>(rs.original_max_position_embeddings);
+        const double lo = rs.low_freq_factor, hi = rs.high_freq_factor;
+        at::Tensor wavelen = at::reciprocal(inv) * (2 * M_PI);
+        at::Tensor scaled = at::where(wavelen > old / lo, inv / rs.factor, inv);
+        at::Tensor smooth = (at::reciprocal(wavelen) * old - lo) / (hi - lo);
+        at::Tensor smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled;
+        at::Tensor medium = at::logical_not(wavelen < old / hi) & at::logical_not(wavelen > old / lo);
+        return at::where(medium, smoothed, scaled);
+    }
+    return base_inv_freq(c.rope_theta, dim);
+}
+
+at::Tensor maybe_dropout(const at::Tensor &x, double p, bool train) { return train && p > 0.0 ? at::dropout(x, p, true) : x; }
+
+// [B, kv, S, D] -> [B, kv * n_rep, S, D], kv head j serving query heads j n_rep .. (j + 1) n_rep - 1 (repeat_kv).
+at::Tensor repeat_kv(const at::Tensor &x, int64_t n_rep)
+{
+    if (n_rep == 1) return x;
+    const int64_t B = x.size(0), kv = x.size(1), S = x.size(2), D = x.size(3);
+    return x.unsqueeze(2).expand({B, kv, n_rep, S, D}).reshape({B, kv * n_rep, S, D});
+}
+
+struct Rotary {
+    at::Tensor cos, sin;
+};
+
+// One decoder layer on h [B, T, C]. With `kv` (generation) its keys and values of the earlier positions come in
+// kv->first / second and leave extended by T.
+at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, const at::Tensor &h, const Rotary &rope,
+                         int64_t past, bool train, std::pair<at::Tensor, at::Tensor> *kv)
+{
+    const int64_t B = h.size(0), T = h.size(1), H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
+    at::Tensor x = rms_norm(h, l.input_norm, c.rms_norm_eps);
+    at::Tensor q = l.q->forward(x).view({B, T, H, D}).transpose(1, 2);
+    at::Tensor k = l.k->forward(x).view({B, T, KV, D}).transpose(1, 2);
+    at::Tensor v = l.v->forward(x).view({B, T, KV, D}).transpose(1, 2);
+    q = apply_rope(q, rope.cos, rope.sin);
+    k = apply_rope(k, rope.cos, rope.sin);
+    if (kv != nullptr) {
+        if (kv->first.defined()) {
+            k = at::cat({kv->first, k}, 2);
+            v = at::cat({kv->second, v}, 2);
+        }
+        kv->first = k;
+        kv->second = v;
+    }
+    const int64_t S = k.size(2);
+    at::Tensor scores = at::matmul(q, repeat_kv(k, H / KV).transpose(2, 3)) * std::pow(static_cast<double>(D), -0.5);
+    // Query at absolute position past + i sees keys j <= past + i (and, with a window W, past + i - j < W).
+    at::Tensor qpos = at::arange(past, past + T, h.options().dtype(at::kLong)).unsqueeze(1);
+    at::Tensor kpos = at::arange(0, S, h.options().dtype(at::kLong)).unsqueeze(0);
+    at::Tensor hidden = kpos > qpos;
+    if (l.window > 0) hidden = hidden | ((qpos - kpos) >= l.window);
+    scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+    at::Tensor att = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    att = maybe_dropout(att, c.attention_dropout, train);
+    at::Tensor y = at::matmul(att, repeat_kv(v, H / KV)).transpose(1, 2).reshape({B, T, H * D});
+    at::Tensor a = h + l.o->forward(y);
+    x = rms_norm(a, l.post_norm, c.rms_norm_eps);
+    return a + l.down->forward(activation(c.hidden_act, l.gate->forward(x)) * l.up->forward(x));
+}
+
+at::Tensor normal(at::IntArrayRef sizes, double std) { return at::empty(sizes, at::kFloat).normal_(0.0, std); }
+
+std::string layer_class(const config::LlamaConfig &c)
+{
+    if (c.model_type == "mistral") return "MistralDecoderLayer";
+    if (c.model_type == "qwen2") return "Qwen2DecoderLayer";
+    return "LlamaDecoderLayer";
+}
+
+} // namespace
+
+LlamaModel::LlamaModel(const config::LlamaConfig &config, const ParameterFn &on_parameter) : config_(config)
+{
+    auto made = [&on_parameter](const at::Tensor &t) {
+        if (on_parameter) on_parameter(t);
+        return t;
+    };
+    const auto &c = config_;
+    const int64_t C = c.hidden_size, H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
+    // transformers' LlamaPreTrainedModel._init_weights: Linear and Embedding weights ~ N(0, initializer_range),
+    // biases 0, the padding row 0, RMSNorm weights 1; drawn in parameter order.
+    const double std = c.initializer_range;
+    auto linear = [&](int64_t out, int64_t in, bool bias) {
+        at::Tensor w = made(normal({out, in}, std));
+        at::Tensor b = bias ? made(at::zeros({out}, at::kFloat)) : at::Tensor();
+        return make_linear(w, b, Linear::Layout::OutIn);
+    };
+    embed_ = normal({c.vocab_size, C}, std);
+    if (c.pad_token_id) embed_[*c.pad_token_id].zero_();
+    made(embed_);
+    NamedTensors params = {{"model.embed_tokens.weight", embed_}};
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+        auto l = std::make_shared<LlamaLayer>();
+        l->index = i;
+        l->window = c.window(i);
+        l->q = linear(H * D, C, c.qkv_bias());
+        l->k = linear(KV * D, C, c.qkv_bias());
+        l->v = linear(KV * D, C, c.qkv_bias());
+        l->o = linear(C, H * D, c.o_bias());
+        l->gate = linear(c.intermediate_size, C, c.mlp_bias);
+        l->up = linear(c.intermediate_size, C, c.mlp_bias);
+        l->down = linear(C, c.intermediate_size, c.mlp_bias);
+        l->input_norm = made(at::ones({C}, at::kFloat));
+        l->post_norm = made(at::ones({C}, at::kFloat));
+        for (auto &p : l->named("model.layers." + std::to_string(i) + ".")) params.push_back(std::move(p));
+        layers_.push_back(std::move(l));
+    }
+    norm_w_ = made(at::ones({C}, at::kFloat));
+    params.emplace_back("model.norm.weight", norm_w_);
+    if (c.tie_word_embeddings) {
+        lm_head_ = embed_;
+    } else {
+        lm_head_ = made(normal({c.vocab_size, C}, std));
+        params.emplace_back("lm_head.weight", lm_head_);
+    }
+    for (auto &p : params) p.second.requires_grad_(true);
+    lm_head_linear_ = make_linear(lm_head_, {}, Linear::Layout::OutIn);
+    checkpointed_.assign(static_cast<size_t>(c.num_hidden_layers), c.activation_checkpointing);
+    rope_seq_len_ = c.max_position_embeddings;
+    set_tensors(std::move(params), {});
+}
+
+LlamaModel::~LlamaModel() = default;
+
+at::Tensor LlamaModel::forward(const at::Tensor &input) { return run(input, nullptr); }
+
+at::Tensor LlamaModel::forward_cached(const at::Tensor &input, LlamaKvCache &cache) { return run(input, &cache); }
+
+std::pair<at::Tensor, at::Tensor> LlamaModel::rotary(int64_t past, int64_t T, const at::Device &device,
+                                                     at::ScalarType dtype)
+{
+    int64_t seq_len = past + T;
+    if (config_.rope_scaling.type == "dynamic") {
+        // dynamic_rope_update: grow to the longest sequence seen; back to the original below max_position_embeddings.
+        const int64_t m = config_.max_position_embeddings;
+        if (seq_len > rope_seq_len_) rope_seq_len_ = seq_len;
+        if (seq_len < m && rope_seq_len_ > m) rope_seq_len_ = m;
+        seq_len = rope_seq_len_;
+    }
+    at::Tensor inv = scaled_inv_freq(config_, seq_len);
+    at::Tensor freqs = at::outer(at::arange(past, past + T, at::kLong).to(at::kFloat), inv);
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    return {emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
+}
+
+at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
+{
+    const auto &c = config_;
+    if (!input.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: missing");
+    if (input.scalar_type() != at::kLong && input.scalar_type() != at::kInt)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("input: a llama model takes token ids (int64 or int32), got ") +
+                                             c10::toString(input.scalar_type()));
+    if (input.dim() != 1 && input.dim() != 2)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: a llama model takes token ids [batch, seq] or [seq], got shape " +
+                                             c10::str(input.sizes()));
+    const bool unbatched = input.dim() == 1;
+    at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
+    const int64_t T = ids.size(1);
+    if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
+    if (ids.numel() > 0) {
+        auto [lo, hi] = at::aminmax(ids);
+        const int64_t l = lo.item<int64_t>(), h = hi.item<int64_t>();
+        if (l < 0 || h >= c.vocab_size)
+            fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(l < 0 ? l : h) + " is outside [0, " +
+                                             std::to_string(c.vocab_size) + ")");
+    }
+    if (cache != nullptr && cache->keys.size() != layers_.size()) {
+        if (!cache->keys.empty()) fail(ACCEL_ERR_INTERNAL, "llama: KV cache of another model");
+        cache->keys.resize(layers_.size());
+        cache->values.resize(layers_.size());
+    }
+    const int64_t past = cache != nullptr ? cache->length() : 0;
+    const bool train = training_ && cache == nullptr;
+    ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
+    if (hooks) hooks->before_layer(0);
+    at::Tensor h = at::embedding(embed_, ids, c.pad_token_id ? *c.pad_token_id : -1);
+    const auto cs = rotary(past, T, h.device(), h.scalar_type());
+    const Rotary rope{cs.first, cs.second};
+    const bool checkpoint = cache == nullptr && at::GradMode::is_enabled();
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        if (hooks) hooks->before_layer(i + 1);
+        if (checkpoint && checkpointed_[i]) {
+            std::shared_ptr<const LlamaLayer> layer = layers_[i];
+            const config::LlamaConfig cfg = c;
+            h = checkpoint_layer(h, layer->params(),
+                                 [layer, cfg, rope, train](const at::Tensor &x) {
+                                     return layer_forward(*layer, cfg, x, rope, 0, train, nullptr);
+                                 },
+                                 train && c.attention_dropout > 0.0);
+        } else if (cache != nullptr) {
+            std::pair<at::Tensor, at::Tensor> kv{cache->keys[i], cache->values[i]};
+            h = layer_forward(*layers_[i], c, h, rope, past, false, &kv);
+            cache->keys[i] = kv.first;
+            cache->values[i] = kv.second;
+        } else {
+            h = layer_forward(*layers_[i], c, h, rope, 0, train, nullptr);
+        }
+        if (hooks) h = hooks->after_layer(i + 1, h);
+    }
+    h = rms_norm(h, norm_w_, c.rms_norm_eps);
+    at::Tensor logits = lm_head_linear_->forward(h);
+    if (hooks) logits = hooks->after_layer(0, logits);
+    return unbatched ? logits.squeeze(0) : logits;
+}
+
+std::vector<ModuleUnit> LlamaModel::units() const
+{
+    std::vector<ModuleUnit> out;
+    out.push_back({"model.embed_tokens", "embedding", {"model.embed_tokens.weight"}});
+    const std::string type = layer_class(config_);
+    for (const auto &l : layers_) {
+        ModuleUnit u{"model.layers." + std::to_string(l->index), type, {}};
+        for (const auto &p : l->named(u.name + ".")) u.parameter_names.push_back(p.first);
+        out.push_back(std::move(u));
+    }
+    out.push_back({"model.norm", "rms_norm", {"model.norm.weight"}});
+    // Tied: the head's weight belongs to model.embed_tokens (listed there).
+    out.push_back({"lm_head", "linear", config_.tie_word_embeddings ? std::vector<std::string>{}
+                                                                     : std::vector<std::string>{"lm_head.weight"}});
+    return out;
+}
+
+std::vector<std::string> LlamaModel::layer_types() const
+{
+    std::vector<std::string> out{"llama_embeddings_and_head"};
+    out.insert(out.end(), layers_.size(), layer_class(config_));
+    return out;
+}
+
+std::vector<size_t> LlamaModel::parameter_layers() const
+{
+    static const std::string prefix = "model.layers.";
+    std::vector<size_t> out;
+    for (const auto &p : named_parameters()) {
+        size_t layer = 0;
+        if (p.first.compare(0, prefix.size(), prefix) == 0)
+            layer = 1 + static_cast<size_t>(std::stoul(p.first.substr(prefix.size())));
+        out.push_back(layer);
+    }
+    return out;
+}
+
+void LlamaModel::set_activation_checkpointing(const std::vector<bool> &layers)
+{
+    for (size_t i = 0; i < checkpointed_.size(); ++i) checkpointed_[i] = i + 1 < layers.size() && layers[i + 1];
+}
+
+bool LlamaModel::activation_checkpointing() const
+{
+    return std::find(checkpointed_.begin(), checkpointed_.end(), true) != checkpointed_.end();
+}
+
+std::vector<LinearSlot> LlamaModel::linear_slots()
+{
+    std::vector<LinearSlot> out;
+    for (auto &l : layers_) {
+        const std::string p = "model.layers." + std::to_string(l->index) + ".";
+        const size_t layer = static_cast<size_t>(l->index) + 1;
+        out.push_back({p + "self_attn.q_proj", &l->q, layer});
+        out.push_back({p + "self_attn.k_proj", &l->k, layer});
+        out.push_back({p + "self_attn.v_proj", &l->v, layer});
+        out.push_back({p + "self_attn.o_proj", &l->o, layer});
+        out.push_back({p + "mlp.gate_proj", &l->gate, layer});
+        out.push_back({p + "mlp.up_proj", &l->up, layer});
+        out.push_back({p + "mlp.down_proj", &l->down, layer});
+    }
+    return out;
+}
+
+std::string LlamaModel::canonical_key(const std::string &key) const
+{
+    if (config_.tie_word_embeddings && key == "lm_head.weight") return "model.embed_tokens.weight";
+    // transformers before 4.31 saved each layer's rotary buffer (self_attn.rotary_emb.inv_freq): recomputed here,
+    // as transformers ignores it on load.
+    static const std::string inv_freq = ".rotary_emb.inv_freq";
+    if (key.size() > inv_freq.size() && key.compare(key.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0)
+        return "";
+    // A LlamaModel checkpoint (the base model without the head): the same names without "model.".
+    static const std::string prefix = "model.";
+    if (key.compare(0, prefix.size(), prefix) != 0 && key.compare(0, 8, "lm_head.") != 0) return prefix + key;
+    return key;
+}
+
+} // namespace accel
