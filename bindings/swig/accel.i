@@ -404,6 +404,19 @@ struct StateDictEntries {};
         ACCEL_CHECK(accel_model_get_gradient(ACCEL_H($self, "Model"), name, &t));
         return accel_swig::wrap<Tensor>(t);
     }
+    /** Freeze (false) or unfreeze (true) every parameter whose name matches the glob @p name_glob (`*` matches
+     *  any characters): frozen parameters get no gradient and no optimizer state. Before the optimizer is created. */
+    void set_requires_grad(const char *name_glob, bool requires_grad)
+    {
+        ACCEL_CHECK(accel_model_set_requires_grad(ACCEL_H($self, "Model"), name_glob, requires_grad));
+    }
+    /** Whether parameter @p name trains (false when frozen). */
+    bool requires_grad(const char *name) const
+    {
+        bool v = false;
+        ACCEL_CHECK(accel_model_get_requires_grad(ACCEL_H($self, "Model"), name, &v));
+        return v;
+    }
     /** Number of state-dict entries (parameters, then buffers). */
     int64_t state_dict_size() const
     {

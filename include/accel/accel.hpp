@@ -340,6 +340,18 @@ public:
         check(accel_model_get_gradient(get(), name.c_str(), &raw));
         return Tensor(raw);
     }
+    /** Freezes (false) or unfreezes (true) the parameters whose names match @p name_glob; before the optimizer. */
+    void set_requires_grad(const std::string &name_glob, bool requires_grad)
+    {
+        check(accel_model_set_requires_grad(get(), name_glob.c_str(), requires_grad));
+    }
+    /** Whether parameter @p name trains (false when frozen). */
+    bool requires_grad(const std::string &name) const
+    {
+        bool v = false;
+        check(accel_model_get_requires_grad(get(), name.c_str(), &v));
+        return v;
+    }
 };
 
 class Optimizer : public detail::Handle<accel_optimizer_t, accel_optimizer_free> {

@@ -215,6 +215,44 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_gradient(const accel_mo
                                                                   accel_tensor_t **out) ACCEL_NOEXCEPT;
 
 /**
+ * Freeze or unfreeze parameters (PyTorch's `param.requires_grad_(False)`, as fine-tuning does): every parameter
+ * whose name matches the shell-style @p name_glob (fnmatch: `*` matches any characters, dots included, as in an
+ * optimizer's "param_groups"). A frozen parameter gets no gradient (one it had is dropped), no optimizer state,
+ * no DDP bucket and no sharded gradient, is left out of clip_grad_norm's total, keeps its bytes through
+ * training, and is still saved and loaded with the model. The spec key "frozen" (accel_model_create_from_json)
+ * does the same at creation.
+ *
+ * Freeze before accel_optimizer_create: the optimizer and the accelerator's wrappers decide what trains when
+ * they are built, so a call while an optimizer over the model lives, or once the model is prepared, is
+ * ACCEL_ERR_FAILED_PRECONDITION (free that optimizer, or free_memory the accelerator, first).
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param name_glob  Parameter name or glob (read during the call). Must not be NULL; a glob matching no parameter
+ *                   is ACCEL_ERR_INVALID_ARGUMENT naming it.
+ * @param requires_grad  false freezes, true makes trainable again.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_set_requires_grad(accel_model_t *model, const char *name_glob,
+                                                                       bool requires_grad) ACCEL_NOEXCEPT;
+/**
+ * Whether parameter @p name trains (false: frozen by accel_model_set_requires_grad or the spec's "frozen").
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL.
+ * @param name  Parameter name (read during the call). Must not be NULL; ACCEL_ERR_NOT_FOUND if the model has no
+ *              such parameter.
+ * @param out  Receives the result (false on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_requires_grad(const accel_model_t *model, const char *name,
+                                                                       bool *out) ACCEL_NOEXCEPT;
+
+/**
  * Number of state-dict entries (parameters then buffers).
  *
  * @param model  The model (borrowed for the call). Must not be NULL.

@@ -167,6 +167,30 @@ ACCEL_API accel_status_t accel_model_get_gradient(const accel_model_t *model, co
     });
 }
 
+ACCEL_API accel_status_t accel_model_set_requires_grad(accel_model_t *model, const char *name_glob,
+                                                       bool requires_grad) noexcept
+{
+    return guarded([&] {
+        auto &m = checked(model, "model");
+        m.impl->set_requires_grad(checked_string(name_glob, "name_glob"), requires_grad);
+    });
+}
+
+ACCEL_API accel_status_t accel_model_get_requires_grad(const accel_model_t *model, const char *name, bool *out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        auto &m = checked(model, "model");
+        const char *key = checked_string(name, "name");
+        for (const auto &p : m.impl->named_parameters())
+            if (p.first == key) {
+                *out = p.second.requires_grad();
+                return;
+            }
+        fail(ACCEL_ERR_NOT_FOUND, std::string("name: the model has no parameter \"") + key + "\"");
+    });
+}
+
 ACCEL_API accel_status_t accel_model_get_state_dict_size(const accel_model_t *model, size_t *out) noexcept
 {
     return guarded([&] {

@@ -140,6 +140,17 @@ LayerSpec parse_layer(JsonObject &o)
     return l;
 }
 
+// "frozen": a glob or an array of globs, non-empty (whether each matches a parameter is checked on the built model).
+std::vector<std::string> parse_frozen(JsonObject &root)
+{
+    std::vector<std::string> out = root.get_string_or_array("frozen", {});
+    for (size_t i = 0; i < out.size(); ++i)
+        if (out[i].empty())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, root.path_of("frozen") + "[" + std::to_string(i) +
+                                                 "]: expected a parameter name or glob, got \"\"");
+    return out;
+}
+
 LayerSpec activation_layer(const std::string &name)
 {
     LayerSpec l;
@@ -157,6 +168,7 @@ ModelSpec parse_model_spec(const char *json)
     std::string type = root.get_enum("type", "", {"mlp", "sequential", "gpt", "llama"});
     if (type.empty())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\", \"sequential\", \"gpt\" or \"llama\")");
+    spec.frozen = parse_frozen(root);
     if (type == "gpt") {
         const GptConfig c = parse_gpt_config(root);
         // transformer.wte, .wpe; per block c_attn + attn.c_proj (4 C^2), c_fc + mlp.c_proj (2 C inner), biases

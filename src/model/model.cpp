@@ -5,6 +5,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <algorithm>
+#include <fnmatch.h>
 #include <map>
 #include <set>
 
@@ -49,6 +50,51 @@ std::vector<size_t> Model::parameter_layers() const
         }
     }
     return out;
+}
+
+size_t Model::set_requires_grad(const std::string &glob, bool requires_grad, const std::string &what)
+{
+    if (prepared_by)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "model: set_requires_grad(\"" + glob + "\") after the model was prepared; "
+                                            "freeze parameters before accel_accelerator_prepare (and before "
+                                            "accel_optimizer_create), as the wrappers decide then what trains");
+    for (const auto &h : holders_)
+        if (!h.expired())
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "model: set_requires_grad(\"" + glob + "\") while an optimizer holds "
+                                                "the model's parameters; freeze parameters before accel_optimizer_create "
+                                                "(free the optimizer and create a new one to change them)");
+    std::vector<at::Tensor *> matched;
+    for (auto &[name, p] : parameters_)
+        if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) matched.push_back(&p);
+    // A literal name that is another spelling of a parameter (a tied head's "lm_head.weight") means that one.
+    if (matched.empty()) {
+        const std::string own = canonical_key(glob);
+        for (auto &[name, p] : parameters_)
+            if (!own.empty() && name == own) matched.push_back(&p);
+    }
+    if (matched.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": \"" + glob + "\" matches no parameter of the model (names as "
+                                         "accel_model_get_parameter_name lists them; `*` matches any characters)");
+    for (at::Tensor *p : matched) {
+        if (requires_grad && !p->is_floating_point())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": \"" + glob + "\" matches a parameter of dtype " +
+                                                 std::string(c10::toString(p->scalar_type())) +
+                                                 ", which cannot require gradients");
+    }
+    for (at::Tensor *p : matched) {
+        p->requires_grad_(requires_grad);
+        if (!requires_grad) p->mutable_grad() = at::Tensor(); // not counted by clipping, not stepped
+    }
+    return matched.size();
+}
+
+std::shared_ptr<void> Model::hold_parameters()
+{
+    auto token = std::make_shared<char>(0);
+    holders_.erase(std::remove_if(holders_.begin(), holders_.end(), [](const auto &h) { return h.expired(); }),
+                   holders_.end());
+    holders_.push_back(token);
+    return token;
 }
 
 void Model::enable_fp8(const config::FP8RecipeKwargs &)

@@ -75,6 +75,17 @@ public:
     // Returns what did not match (load_report.hpp).
     LoadReport load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy = {});
 
+    // Frozen parameters (Hugging Face fine-tuning's param.requires_grad_(False)): the flag is the parameter's
+    // at::Tensor::requires_grad, and every consumer asks it (optimizer creation, DDP buckets, the sharding
+    // engine, clipping). Sets it on every parameter whose name matches the shell-style `glob` (fnmatch, `*`
+    // crosses dots, as in param_groups); a frozen parameter's gradient is dropped. Returns how many matched.
+    // INVALID_ARGUMENT when the glob matches no parameter; FAILED_PRECONDITION once the model is prepared or an
+    // optimizer holds its parameters (they decided what trains when they were built). `what` names the glob's
+    // argument in messages.
+    size_t set_requires_grad(const std::string &glob, bool requires_grad, const std::string &what = "name_glob");
+    // An optimizer over this model holds the returned token while it lives: set_requires_grad is refused then.
+    std::shared_ptr<void> hold_parameters();
+
     // Where the parameters are (the CPU for a model without any).
     at::Device device() const;
     // Moves every parameter (with its gradient) and buffer to `device` in place: the tensor objects stay
@@ -143,6 +154,7 @@ private:
     NamedTensors buffers_;
     std::vector<std::pair<std::string, std::string>> inserted_; // (inserted parameter, the one it follows)
     uint64_t placement_ = 0;
+    std::vector<std::weak_ptr<void>> holders_; // hold_parameters()' tokens
 };
 
 // `on_parameter` (optional) is called with each parameter as soon as its layer (a GPT model: its tensor, or

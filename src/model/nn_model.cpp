@@ -295,12 +295,15 @@ void check_fits(const config::ModelSpec &spec)
                                            std::to_string(ceiling) + " bytes)");
 }
 
-} // namespace
-
-std::shared_ptr<Model> make_model_from_json(const char *spec_json, const ParameterFn &on_parameter)
+// The spec's "frozen" globs, whatever the model type (one place for every type the spec builds).
+std::shared_ptr<Model> with_frozen(std::shared_ptr<Model> model, const std::vector<std::string> &frozen)
 {
-    config::ModelSpec spec = config::parse_model_spec(spec_json);
-    check_fits(spec);
+    for (size_t i = 0; i < frozen.size(); ++i) model->set_requires_grad(frozen[i], false, "frozen[" + std::to_string(i) + "]");
+    return model;
+}
+
+std::shared_ptr<Model> build_model(const config::ModelSpec &spec, const ParameterFn &on_parameter)
+{
     if (spec.gpt) return std::make_shared<GptModel>(*spec.gpt, on_parameter);
     if (spec.llama) return std::make_shared<LlamaModel>(*spec.llama, on_parameter);
     torch::nn::Sequential seq;
@@ -314,6 +317,15 @@ std::shared_ptr<Model> make_model_from_json(const char *spec_json, const Paramet
         batch_first.push_back(l.type == "transformer_encoder_layer" && l.batch_first);
     }
     return std::make_shared<NnModel>(std::move(seq), std::move(batch_first), std::move(types));
+}
+
+} // namespace
+
+std::shared_ptr<Model> make_model_from_json(const char *spec_json, const ParameterFn &on_parameter)
+{
+    config::ModelSpec spec = config::parse_model_spec(spec_json);
+    check_fits(spec);
+    return with_frozen(build_model(spec, on_parameter), spec.frozen);
 }
 
 } // namespace accel

@@ -93,7 +93,7 @@ void set_options_of_groups(optim::Optimizer &o, std::vector<std::unique_ptr<opti
 } // namespace
 
 AcceleratedOptimizer::AcceleratedOptimizer(std::shared_ptr<Model> model, const config::OptimizerConfig &config)
-    : config_(config), model_(std::move(model))
+    : config_(config), model_(std::move(model)), holds_model_(model_->hold_parameters())
 {
     std::vector<std::string> names;
     std::vector<at::Tensor> params;

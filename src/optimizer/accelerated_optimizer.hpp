@@ -136,6 +136,7 @@ private:
     ApplyState inner_load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
     bool may_act() const; // false while accumulating gradients
     std::shared_ptr<Model> model_;
+    std::shared_ptr<void> holds_model_; // Model::hold_parameters(): what trains stays as it was when built
     uint64_t placement_seen_ = 0; // model_->placement() when the state last followed the parameters
     std::unique_ptr<torch::optim::Optimizer> optimizer_;
     std::unique_ptr<OptimizerOffload> offload_; // after optimizer_: destroyed first

@@ -207,13 +207,12 @@ DistributedDataParallel::DistributedDataParallel(std::vector<std::pair<std::stri
             s.params.push_back(std::move(p));
         }
 
-    // Parameters are broadcast from rank 0 so that every rank starts from the same weights.
-    if (!s.params.empty()) {
-        for (auto &p : s.params) {
-            at::Tensor t = p.tensor.detach().contiguous();
-            s.comm->broadcast(t, 0);
-            if (t.data_ptr() != p.tensor.data_ptr()) p.tensor.detach().copy_(t);
-        }
+    // Parameters are broadcast from rank 0 so that every rank starts from the same weights: frozen ones too
+    // (DDP's _sync_module_states sends the whole state dict), which no gradient reduction would ever align.
+    for (const at::Tensor &param : s.all_params) {
+        at::Tensor t = param.detach().contiguous();
+        s.comm->broadcast(t, 0);
+        if (t.data_ptr() != param.data_ptr()) param.detach().copy_(t);
     }
     for (auto &b : s.buffers) { // buffers too, whatever broadcast_buffers says (DDP's sync_module_states)
         if (!b.second.defined()) continue;

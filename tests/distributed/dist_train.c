@@ -15,6 +15,9 @@
  * with ACCEL_TEST_SAVE_ASYNC=1 too, the save is {"async": true} and training goes on to STEPS while the files
  * are written (then wait_for_checkpoint).
  * With ACCEL_TEST_FREE_AT=K it calls free_memory after step K and prepares the same objects again.
+ * ACCEL_TEST_FROZEN="glob,glob" freezes those parameters (accel_model_set_requires_grad) before the optimizer is
+ * created; rank 0 then checks that each frozen parameter ends with the bytes it had before prepare (its seed's,
+ * which every rank must have been given).
  * Sharding tests: ACCEL_TEST_OPTIMIZER (optimizer JSON), ACCEL_TEST_CLIP (max norm, default 1000),
  * ACCEL_TEST_SCHEDULER (scheduler JSON, prepared and stepped every step). ACCEL_TEST_ACCUMULATE_NO_MODEL=1
  * enters accumulate with no model (Accelerate's accumulate()): gradients are then all-reduced every micro-step. A sharded model's weights are
@@ -26,6 +29,18 @@
 #include <string.h>
 
 enum { N = 96, F = 8, C = 4 };
+
+/* A malloc'ed float32 copy of the model's tensor `name`. */
+static float *dist_copy_tensor(const accel_model_t *model, const char *name)
+{
+    accel_tensor_t *t = NULL;
+    DIST_CHECK(accel_model_get_tensor(model, name, &t));
+    const int64_t n = dist_numel(t);
+    float *buf = malloc((size_t)n * sizeof(float));
+    DIST_CHECK(accel_tensor_copy_to_buffer(t, buf, (size_t)n * sizeof(float)));
+    accel_tensor_free(t);
+    return buf;
+}
 
 int main(int argc, char **argv)
 {
@@ -84,6 +99,22 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_tensor_create(x, sizeof x, ACCEL_DTYPE_FLOAT32, xs, 2, &features));
     DIST_CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &labels));
     DIST_CHECK(accel_model_create_from_json(spec, &model));
+    float *frozen_before[64] = {NULL};
+    if (getenv("ACCEL_TEST_FROZEN") != NULL) {
+        char globs[512];
+        snprintf(globs, sizeof globs, "%s", getenv("ACCEL_TEST_FROZEN"));
+        for (char *g = strtok(globs, ","); g != NULL; g = strtok(NULL, ",")) DIST_CHECK(accel_model_set_requires_grad(model, g, false));
+        size_t count = 0;
+        DIST_CHECK(accel_model_get_num_parameters(model, &count));
+        DIST_EXPECT(count <= 64, "too many parameters (%zu) for the frozen check", count);
+        for (size_t i = 0; i < count; ++i) {
+            const char *name = NULL;
+            bool trains = true;
+            DIST_CHECK(accel_model_get_parameter_name(model, i, &name));
+            DIST_CHECK(accel_model_get_requires_grad(model, name, &trains));
+            if (!trains) frozen_before[i] = dist_copy_tensor(model, name);
+        }
+    }
     DIST_CHECK(accel_optimizer_create(model, opt_config, &opt));
     if (sched_config != NULL) DIST_CHECK(accel_scheduler_create(opt, sched_config, &sched));
     if (gpt != NULL) {
@@ -197,6 +228,9 @@ int main(int argc, char **argv)
             int64_t n = dist_numel(p);
             float *buf = malloc((size_t)n * sizeof(float));
             DIST_CHECK(accel_tensor_copy_to_buffer(p, buf, (size_t)n * sizeof(float)));
+            DIST_EXPECT(frozen_before[i] == NULL || memcmp(frozen_before[i], buf, (size_t)n * sizeof(float)) == 0,
+                        "frozen parameter %s changed in training", name);
+            free(frozen_before[i]);
             fwrite(buf, sizeof(float), (size_t)n, f);
             free(buf);
             accel_tensor_free(p);

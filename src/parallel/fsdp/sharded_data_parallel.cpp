@@ -871,13 +871,16 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
         if (partitioned) return_free_memory();
     }
     if (partitioned) partitioned->restore_all(); // frozen parameters: whole, as without the flag
+    // Frozen parameters stay whole on every rank (no gradient, no shard, no optimizer state: use_orig_params'
+    // mixed units), so sync_module_states sends them as it sends buffers.
     if (config.sync_module_states && s.total_world > 1)
-        for (const auto &b : model.named_buffers()) {
-            if (!b.second.defined()) continue;
-            at::Tensor t = b.second.contiguous();
-            s.data->broadcast(t, 0);
-            if (t.data_ptr() != b.second.data_ptr()) b.second.copy_(t);
-        }
+        for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
+            for (const auto &[name, tensor] : *list) {
+                if (!tensor.defined() || (list == &model.named_parameters() && tensor.requires_grad())) continue;
+                at::Tensor t = tensor.detach().contiguous();
+                s.data->broadcast(t, 0);
+                if (t.data_ptr() != tensor.data_ptr()) tensor.detach().copy_(t);
+            }
     if (s.buffer_dtype != at::kFloat) {
         std::set<const c10::TensorImpl *> seen;
         for (const auto &b : model.named_buffers())

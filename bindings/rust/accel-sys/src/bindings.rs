@@ -252,6 +252,20 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_model_set_requires_grad(
+        model: *mut accel_model_t,
+        name_glob: *const core::ffi::c_char,
+        requires_grad: bool,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_model_get_requires_grad(
+        model: *const accel_model_t,
+        name: *const core::ffi::c_char,
+        out: *mut bool,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_model_get_state_dict_size(
         model: *const accel_model_t,
         out: *mut usize,

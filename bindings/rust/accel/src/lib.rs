@@ -626,6 +626,22 @@ impl Model {
         check(unsafe { sys::accel_model_get_gradient(self.raw, name.as_ptr(), &mut raw) })?;
         Ok(if raw.is_null() { None } else { Some(Tensor { raw }) })
     }
+
+    /// Freezes (`false`) or unfreezes (`true`) every parameter whose name matches the glob `name_glob` (`*`
+    /// matches any characters): frozen parameters get no gradient and no optimizer state. Call it before
+    /// creating the optimizer (afterwards: FailedPrecondition).
+    pub fn set_requires_grad(&mut self, name_glob: &str, requires_grad: bool) -> Result<()> {
+        let name_glob = cstring("name_glob", name_glob)?;
+        check(unsafe { sys::accel_model_set_requires_grad(self.raw, name_glob.as_ptr(), requires_grad) })
+    }
+
+    /// Whether parameter `name` trains (false when frozen).
+    pub fn requires_grad(&self, name: &str) -> Result<bool> {
+        let name = cstring("name", name)?;
+        let mut v = false;
+        check(unsafe { sys::accel_model_get_requires_grad(self.raw, name.as_ptr(), &mut v) })?;
+        Ok(v)
+    }
 }
 
 impl Optimizer {
