@@ -34,7 +34,8 @@ const char *kEstimateUsage =
     "file, or safetensors weights: model.safetensors, model.safetensors.index.json, or a folder holding one.\n"
     "A JSON spec or TorchScript file is built in memory (float32) to count its parameters; safetensors\n"
     "weights are counted from their headers only. A layer is a module that owns parameters directly; a\n"
-    "GPT-2 block (transformer.h.<i>) counts as one layer, as transformers' _no_split_modules makes it.\n"
+    "GPT-2 block (transformer.h.<i>) or Llama decoder layer (model.layers.<i>) counts as one layer, as\n"
+    "transformers' _no_split_modules makes it.\n"
     "\n"
     "  --dtypes   any of float32 float16 bfloat16 int8 int4 (default: float32 float16 int8 int4)\n"
     "\n"
@@ -46,18 +47,18 @@ struct Tensor {
 };
 
 // The module a parameter belongs to, for "largest layer": its name without the last part, except that
-// GPT-2 blocks ("...h.<i>.…") are one layer.
+// decoder blocks are one layer: GPT-2's "...h.<i>.…" and the Llama family's "...layers.<i>.…" (transformers'
+// _no_split_modules: GPT2Block, LlamaDecoderLayer).
 std::string layer_of(const std::string &name)
 {
-    for (size_t pos = name.find(".h."); pos != std::string::npos; pos = name.find(".h.", pos + 1)) {
-        size_t end = pos + 3;
-        while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-        if (end > pos + 3 && end < name.size() && name[end] == '.') return name.substr(0, end);
-    }
-    if (name.rfind("h.", 0) == 0) { // a GPT-2 file saved without the "transformer." prefix
-        size_t end = 2;
-        while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-        if (end > 2 && end < name.size() && name[end] == '.') return name.substr(0, end);
+    for (const std::string list : {"h.", "layers."}) {
+        // "<list><digits>." at the start of the name or after a dot.
+        for (size_t pos = name.find(list); pos != std::string::npos; pos = name.find(list, pos + 1)) {
+            if (pos > 0 && name[pos - 1] != '.') continue;
+            size_t end = pos + list.size();
+            while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+            if (end > pos + list.size() && end < name.size() && name[end] == '.') return name.substr(0, end);
+        }
     }
     auto dot = name.rfind('.');
     return dot == std::string::npos ? name : name.substr(0, dot);

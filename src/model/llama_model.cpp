@@ -46,11 +46,24 @@ struct LlamaLayer {
         out.emplace_back(prefix + "post_attention_layernorm.weight", post_norm);
         return out;
     }
-    std::vector<at::Tensor> params() const
+    std::vector<const Linear *> linears() const
+    {
+        return {q.get(), k.get(), v.get(), o.get(), gate.get(), up.get(), down.get()};
+    }
+    // What a recomputation takes as inputs: the parameters and any a decorator added to a linear (LoRA's).
+    std::vector<at::Tensor> checkpoint_params() const
     {
         std::vector<at::Tensor> out;
         for (auto &p : named("")) out.push_back(p.second);
+        for (const Linear *l : linears())
+            for (const auto &t : l->added_parameters()) out.push_back(t);
         return out;
+    }
+    bool random_linears() const
+    {
+        for (const Linear *l : linears())
+            if (l->random_forward()) return true;
+        return false;
     }
 };
 
@@ -286,11 +299,11 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const LlamaLayer> layer = layers_[i];
             const config::LlamaConfig cfg = c;
-            h = checkpoint_layer(h, layer->params(),
+            h = checkpoint_layer(h, layer->checkpoint_params(),
                                  [layer, cfg, rope, train](const at::Tensor &x) {
                                      return layer_forward(*layer, cfg, x, rope, 0, train, nullptr);
                                  },
-                                 train && c.attention_dropout > 0.0);
+                                 train && (c.attention_dropout > 0.0 || layer->random_linears()));
         } else if (cache != nullptr) {
             std::pair<at::Tensor, at::Tensor> kv{cache->keys[i], cache->values[i]};
             h = layer_forward(*layers_[i], c, h, rope, past, false, &kv);
@@ -321,7 +334,7 @@ std::vector<ModuleUnit> LlamaModel::units() const
     // Tied: the head's weight belongs to model.embed_tokens (listed there).
     out.push_back({"lm_head", "linear", config_.tie_word_embeddings ? std::vector<std::string>{}
                                                                      : std::vector<std::string>{"lm_head.weight"}});
-    return out;
+    return with_inserted_parameters(std::move(out));
 }
 
 std::vector<std::string> LlamaModel::layer_types() const

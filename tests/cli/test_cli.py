@@ -281,6 +281,13 @@ check(rows.get("float32") == ["147.24 MB", "474.7 MB", "1.85 GB"], "gpt-2 float3
 check(rows.get("float16") == ["73.62 MB", "237.35 MB", "949.4 MB"], "gpt-2 float16 row: %s" % p.stdout)
 check(rows.get("int4") == ["18.4 MB", "59.34 MB", "N/A"], "gpt-2 int4 row: %s" % p.stdout)
 check("Memory Usage for loading" in p.stdout and "┌" in p.stdout and "┘" in p.stdout, "table: " + p.stdout)
+# A llama spec: a decoder layer (model.layers.<i>, 65,664 parameters = 256.5 KB) is one layer, larger than the
+# embedding (6,400); 144,192 parameters in all.
+p = run(["estimate-memory", '{"type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 256, '
+         '"num_hidden_layers": 2, "num_attention_heads": 4}', "--dtypes", "float32"], code=0)
+rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]] for line in p.stdout.splitlines()
+        if line.startswith("│") and line.count("│") == 5}
+check(rows.get("float32") == ["256.5 KB", "563.25 KB", "2.2 MB"], "llama float32 row: %s" % p.stdout)
 
 
 def write_safetensors(path, tensors):
