@@ -6,8 +6,9 @@
  * parameter order) followed by every total gradient norm (float64) to OUT_FILE. Started as P processes
  * with batch B it must produce the weights of one process with batch P*B.
  * The model widths come from ACCEL_TEST_WIDTHS ("8,32,32,4" by default). With ACCEL_TEST_GPT set, the model is
- * instead a tiny "gpt" (spec below; ACCEL_TEST_GPT=checkpointing adds activation checkpointing) trained with
- * "causal_lm" on 96 windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
+ * instead a tiny "gpt" (spec below; ACCEL_TEST_GPT=checkpointing adds activation checkpointing; ACCEL_TEST_GPT=llama
+ * makes it a tiny "llama" with grouped-query attention and a tied head instead) trained with "causal_lm" on 96
+ * windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
  * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare (with
  * ACCEL_TEST_LOAD_MAY_FAIL set, a refusal is printed as "load_state refused: STATUS: message" and the run trains
  * no step and ends with status 0, so that every process's answer is seen); with
@@ -74,7 +75,7 @@ int main(int argc, char **argv)
     char *memory = NULL;
     accel_tensor_t *features = NULL, *labels = NULL;
     const int64_t xs[2] = {N, F}, ys[1] = {N};
-    char spec[256], dl_config[128];
+    char spec[400], dl_config[128];
     const char *gpt = getenv("ACCEL_TEST_GPT");
     static int64_t tokens[N * 8 + 1];
     const int64_t token_count = N * 8 + 1;
@@ -86,6 +87,11 @@ int main(int argc, char **argv)
                  "{\"type\": \"gpt\", \"vocab_size\": 11, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 2,"
                  " \"n_head\": 2, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0,"
                  " \"activation_checkpointing\": %s}", strcmp(gpt, "checkpointing") == 0 ? "true" : "false");
+        if (strcmp(gpt, "llama") == 0)
+            snprintf(spec, sizeof spec,
+                     "{\"type\": \"llama\", \"vocab_size\": 11, \"hidden_size\": 8, \"intermediate_size\": 12,"
+                     " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
+                     " \"tie_word_embeddings\": true, \"initializer_range\": 0.2}");
         snprintf(dl_config, sizeof dl_config, "{\"block_size\": 8, \"batch_size\": %d, \"shuffle\": true, \"seed\": 7}",
                  batch);
         for (int64_t i = 0; i < token_count; ++i) tokens[i] = (i * 7 + i / 5) % 11;
@@ -239,10 +245,11 @@ int main(int argc, char **argv)
             accel_tensor_t *head = NULL, *wte = NULL;
             static float a[11 * 8], b[11 * 8];
             DIST_CHECK(accel_model_get_tensor(model, "lm_head.weight", &head));
-            DIST_CHECK(accel_model_get_tensor(model, "transformer.wte.weight", &wte));
+            DIST_CHECK(accel_model_get_tensor(model, strcmp(gpt, "llama") == 0 ? "model.embed_tokens.weight"
+                                                                               : "transformer.wte.weight", &wte));
             DIST_CHECK(accel_tensor_copy_to_buffer(head, a, sizeof a));
             DIST_CHECK(accel_tensor_copy_to_buffer(wte, b, sizeof b));
-            DIST_EXPECT(memcmp(a, b, sizeof a) == 0, "lm_head.weight differs from transformer.wte.weight");
+            DIST_EXPECT(memcmp(a, b, sizeof a) == 0, "lm_head.weight differs from the token embedding");
             accel_tensor_free(head);
             accel_tensor_free(wte);
         }

@@ -94,6 +94,13 @@ def gpt_numel(vocab=11, positions=8, e=8, layers=2):
     return vocab * e + positions * e + layers * block + 2 * e
 
 
+def llama_numel(vocab=11, e=8, inner=12, layers=2, heads=2, kv=1):
+    """Parameters of dist_train's llama spec (tied head; head_dim e / heads)."""
+    d = e // heads
+    layer = e * heads * d * 2 + 2 * e * kv * d + 3 * e * inner + 2 * e
+    return vocab * e + layers * layer + e
+
+
 def memory_stats(out):
     """model_state_bytes (and the rest) of every rank's "memory stats: {...}" line."""
     import json
@@ -201,7 +208,7 @@ def scenario_equivalence(a):
         m = re.search(r'"syncs": (\d+)', p.stdout)
         if not m or int(m.group(1)) != a.expect_syncs:
             sys.exit("expected %d synchronised backward passes, stats say %s" % (a.expect_syncs, m and m.group(1)))
-    n = gpt_numel() if a.gpt else widths_numel(widths)
+    n = (llama_numel() if a.gpt == "llama" else gpt_numel()) if a.gpt else widths_numel(widths)
     rp, rn = split_result(ref, n)
     gp, gn = split_result(got, n)
     if len(rn) != len(gn):
@@ -893,7 +900,7 @@ def main():
     ap.add_argument("--merge-full-config", default=None, help="resume: also save with this (FULL) config and check "
                     "that accel merge-weights of the sharded checkpoint equals it byte for byte")
     ap.add_argument("--widths", default="8,32,32,4")
-    ap.add_argument("--gpt", default=None, help="train dist_train's gpt model: plain or checkpointing")
+    ap.add_argument("--gpt", default=None, help="train dist_train's gpt model: plain or checkpointing; or its llama model: llama")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--expect-param-offload", choices=["cpu", "nvme"], default=None,
                     help="equivalence: check the parameter offload accounting against the reference run")
