@@ -72,7 +72,25 @@
 #endif
 }
 
+%newobject Model::from_pretrained;
 %extend Model {
+    /** A model from a Hugging Face folder (transformers' from_pretrained, no download): config.json's
+     *  model_type (gpt2, llama, mistral, qwen2) picks the model; the weights come from model.safetensors, shards
+     *  with model.safetensors.index.json, or pytorch_model.bin. @p options_json e.g. {"strict": false,
+     *  "torch_dtype": "bfloat16"} (not strict: what did not match is printed as a warning). */
+    static Model *from_pretrained(const char *path, const char *options_json = NULL)
+    {
+        accel_model_t *m = NULL;
+        ACCEL_CHECK(accel_model_from_pretrained(path, options_json, &m));
+        return accel_swig::wrap<Model>(m);
+    }
+    /** Write a Hugging Face folder (config.json and safetensors, sharded by max_shard_size with the index) that
+     *  transformers' from_pretrained loads; a prepared model is gathered on the main process (every process
+     *  calls this). @p options_json e.g. {"max_shard_size": "200MB", "safe_serialization": false}. */
+    void save_pretrained(const char *path, const char *options_json = NULL)
+    {
+        ACCEL_CHECK(accel_model_save_pretrained(ACCEL_H($self, "Model"), path, options_json));
+    }
     /** Load weights from a .safetensors / torch.save file or a (sharded) checkpoint folder;
      *  @p options_json e.g. {"strict": true, "dtype": "bfloat16"}. */
     void load_checkpoint(const char *path, const char *options_json = NULL)

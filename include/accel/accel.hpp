@@ -299,6 +299,30 @@ public:
         check(accel_model_create_from_torchscript(path.c_str(), &raw));
         return Model(raw);
     }
+    /** A model from a Hugging Face folder (config.json + safetensors / pytorch_model.bin), as transformers'
+     *  from_pretrained; @p options e.g. {"strict": false, "torch_dtype": "bfloat16"} ("" for none). */
+    static Model from_pretrained(const std::string &path, const std::string &options = "")
+    {
+        accel_model_t *raw = nullptr;
+        check(accel_model_from_pretrained(path.c_str(), options.empty() ? nullptr : options.c_str(), &raw));
+        return Model(raw);
+    }
+    /** from_pretrained(), also returning what did not match as JSON in @p report. */
+    static Model from_pretrained_with_report(const std::string &path, const std::string &options, std::string &report)
+    {
+        accel_model_t *raw = nullptr;
+        char *text = nullptr;
+        check(accel_model_from_pretrained_with_report(path.c_str(), options.empty() ? nullptr : options.c_str(), &raw,
+                                                      &text));
+        Model m(raw);
+        report = detail::owned_string(text);
+        return m;
+    }
+    /** Writes a Hugging Face folder that transformers' from_pretrained loads (every process of a prepared model). */
+    void save_pretrained(const std::string &path, const std::string &options = "")
+    {
+        check(accel_model_save_pretrained(get(), path.c_str(), options.empty() ? nullptr : options.c_str()));
+    }
     Tensor forward(const Tensor &input)
     {
         accel_tensor_t *raw = nullptr;

@@ -71,6 +71,74 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_create_from_torchscript(con
                                                                              accel_model_t **out) ACCEL_NOEXCEPT;
 
 /**
+ * Build a model from a Hugging Face folder (transformers' PreTrainedModel.from_pretrained, no download):
+ * config.json's model_type picks the spec ("gpt2" -> {"type": "gpt"} with GPT2Config's keys; "llama",
+ * "mistral", "qwen2" -> {"type": "llama"}; anything else is ACCEL_ERR_UNIMPLEMENTED naming it), then the
+ * weights are loaded from model.safetensors.index.json with its shards, model.safetensors,
+ * pytorch_model.bin.index.json with its shards, or pytorch_model.bin (the first present, in that order).
+ * The parameters take the dtype the weights are stored in (transformers' torch_dtype "auto").
+ * While an accelerator with deepspeed_plugin.zero3_init_flag lives, the model is built partitioned (as by
+ * accel_model_create_from_json) and each process copies only its slice of each parameter out of the mapped
+ * safetensors files (a pytorch_model.bin is read whole); the weights are then float32.
+ *
+ * @param path  The folder (read during the call). Must not be NULL.
+ * @param options_json  NULL or {"strict": true, "torch_dtype": "auto" | "float32" | "bfloat16" | "float16" |
+ *                      "float64", "frozen": [...], "lora": {...}}: strict=false loads what matches and
+ *                      reports the rest (printed on the main process; accel_model_from_pretrained_with_report()
+ *                      returns it); "frozen" and "lora" are model options handed on into the spec.
+ * @param out  Receives a new model handle, owned by the caller, who frees it with accel_model_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK; ACCEL_ERR_NOT_FOUND (no folder, no config.json, no weights, a shard the index names is
+ *         absent); ACCEL_ERR_INVALID_ARGUMENT for bad JSON, a config key the model refuses (named), a tensor of
+ *         the wrong shape, and (strict) a missing or unexpected tensor, each naming the tensor and its file;
+ *         ACCEL_ERR_DATA_LOSS for a damaged weights or index file; ACCEL_ERR_UNIMPLEMENTED for an unsupported
+ *         model_type.
+ * Ownership: borrows its arguments for the call; the caller owns what *out receives.
+ * Threads: any thread; collective (every process, the same folders in the same order) under zero3_init_flag.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_from_pretrained(const char *path, const char *options_json,
+                                                                     accel_model_t **out) ACCEL_NOEXCEPT;
+
+/**
+ * accel_model_from_pretrained(), also returning what did not match as JSON, as
+ * accel_model_load_checkpoint_with_report() does: {"missing_keys": [...], "unexpected_keys": [...],
+ * "tied_keys": [...]}.
+ *
+ * @param path  The folder, as for accel_model_from_pretrained(). Must not be NULL.
+ * @param options_json  NULL or options, as for accel_model_from_pretrained().
+ * @param out  Receives a new model handle, owned by the caller, who frees it with accel_model_free(); NULL on
+ *             failure. Must not be NULL.
+ * @param out_report  Receives the JSON (free with accel_string_free()); NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; the caller owns what *out and *out_report receive.
+ * Threads: as accel_model_from_pretrained().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_from_pretrained_with_report(const char *path,
+                                                                                 const char *options_json,
+                                                                                 accel_model_t **out,
+                                                                                 char **out_report) ACCEL_NOEXCEPT;
+
+/**
+ * Write a Hugging Face folder that transformers' from_pretrained (and accel_model_from_pretrained()) loads:
+ * config.json (with torch_dtype) and the weights, as model.safetensors or shards of at most max_shard_size
+ * with model.safetensors.index.json (pytorch_model.bin with safe_serialization false). A prepared model is
+ * gathered whole on the main process by its accelerator under every parallel mode (DDP, FSDP, DeepSpeed):
+ * then every process calls this, as with accel_accelerator_save_model(), and the main process writes.
+ *
+ * @param model  A "gpt" or "llama" model (others have no config.json: ACCEL_ERR_FAILED_PRECONDITION).
+ *               Must not be NULL.
+ * @param path  The folder, created if needed (read during the call). Must not be NULL.
+ * @param options_json  NULL or {"max_shard_size": "10GB", "safe_serialization": true, "adapter_only": false,
+ *                      "merge": false}; adapter_only and merge concern LoRA adapters.
+ * @return ACCEL_OK; ACCEL_ERR_FAILED_PRECONDITION (no config; the preparing accelerator was freed; a model
+ *         built partitioned and not prepared); ACCEL_ERR_ALREADY_EXISTS when @p path is a file.
+ * Ownership: borrows its arguments for the call.
+ * Threads: same rules as the owning accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_save_pretrained(accel_model_t *model, const char *path,
+                                                                     const char *options_json) ACCEL_NOEXCEPT;
+
+/**
  * Frees the handle. NULL is fine; any order relative to optimizers and accelerators is safe.
  *
  * @param model  The handle to free, or NULL (then nothing happens).

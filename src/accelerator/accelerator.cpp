@@ -65,6 +65,7 @@ distributed::MeshShape mesh_shape_of(const config::AcceleratorConfig &c, int32_t
 Accelerator::Accelerator(const char *config_json)
     : state_(std::make_shared<AcceleratorState>(config::parse_accelerator_config(config_json)))
 {
+    state_->accelerator = this;
     project_iteration_ = state_->config.project.iteration;
     tune_allocator_once(state_->config.malloc_tuning);
     const auto &c = state_->config;
@@ -98,6 +99,7 @@ Accelerator::Accelerator(const char *config_json)
 // Scopes left open by autocast_begin are closed in reverse order (on the freeing thread).
 Accelerator::~Accelerator()
 {
+    state_->accelerator = nullptr;
     while (!autocast_scopes_.empty()) autocast_scopes_.pop_back();
     pending_save_.reset(); // waits for the files (a failure is printed: nobody is left to report it to)
 }

@@ -17,6 +17,7 @@
 #include "distributed/agreement.hpp"
 #include "distributed/communicator.hpp"
 #include "model/model.hpp"
+#include "model/pretrained.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "precision/grad_scaler.hpp"
@@ -502,11 +503,8 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
     std::unique_ptr<SummonWhole> whole;
     if (auto *e = sharded_of(model)) whole = std::make_unique<SummonWhole>(std::vector<parallel::ShardedDataParallel *>{e});
     if (!writes_main_files()) return;
-    ckpt::write_model_weights(dir, model.state_dict(options.safe_serialization), options.safe_serialization,
-                              options.max_shard_size);
-    // What save_pretrained writes beside the weights, for models that have a transformers counterpart.
-    const std::string hf_config = model.hf_config_json();
-    if (!hf_config.empty()) write_file_durably(join(dir, "config.json"), hf_config.data(), hf_config.size());
+    // The weights, and config.json for models that have a transformers counterpart: save_pretrained's folder.
+    write_pretrained(model, dir, options);
 }
 
 LoadReport load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options)

@@ -654,6 +654,12 @@ void write_model_weights(const std::string &dir, const TensorList &sd, bool safe
     fsync_dir(dir);
 }
 
+TensorList read_weights_file(const std::string &path)
+{
+    const bool st = path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+    return st ? load_safetensors(path).tensors : tensors_from_pickle(*load_torch_file(path), path);
+}
+
 TensorList read_model_weights(const std::string &path_in)
 {
     const std::string path = normalize_path(path_in);
@@ -677,9 +683,7 @@ TensorList read_model_weights(const std::string &path_in)
     }
     TensorList all;
     for (const auto &f : files) {
-        const bool st = f.size() >= 12 && f.compare(f.size() - 12, 12, ".safetensors") == 0;
-        TensorList part = st ? load_safetensors(f).tensors : tensors_from_pickle(*load_torch_file(f), f);
-        for (auto &e : part) all.push_back(std::move(e));
+        for (auto &e : read_weights_file(f)) all.push_back(std::move(e));
     }
     return all;
 }

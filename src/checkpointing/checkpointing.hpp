@@ -111,6 +111,8 @@ void write_model_weights(const std::string &dir, const TensorList &state_dict, b
                          uint64_t max_shard_size);
 // A .safetensors or torch file, or a folder (sharded with an index, or a single weights file).
 TensorList read_model_weights(const std::string &path);
+// One weights file: safetensors (by its extension; mapped, not copied) or a torch.save state dict.
+TensorList read_weights_file(const std::string &path);
 
 // Accelerate's merge_fsdp_weights (`accel merge-weights`): joins the weights of `input` (merge_weights.hpp's
 // MergeSource: safetensors shards with an index, or a SHARDED_STATE_DICT folder) into the file `output`:

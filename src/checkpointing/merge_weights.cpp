@@ -15,7 +15,7 @@
 
 namespace accel::ckpt {
 
-std::vector<std::string> index_shard_files(const std::string &index_path)
+std::vector<std::pair<std::string, std::string>> index_weight_map(const std::string &index_path)
 {
     std::string text = read_small_file(index_path, 256u << 20);
     JsonValue root = parse_json(text.data(), text.size(), index_path);
@@ -24,15 +24,22 @@ std::vector<std::string> index_shard_files(const std::string &index_path)
     const JsonValue *map = root.find("weight_map");
     if (map == nullptr) map = &root;
     if (map->kind != JsonValue::Kind::Object) fail(ACCEL_ERR_DATA_LOSS, index_path + ": weight_map is not an object");
-    std::set<std::string> files;
+    std::vector<std::pair<std::string, std::string>> out;
     for (const auto &[name, v] : map->members) {
         if (v.kind != JsonValue::Kind::String)
             fail(ACCEL_ERR_DATA_LOSS, index_path + ": weight_map[\"" + name + "\"] is not a file name");
         if (v.text.empty() || v.text.find('/') != std::string::npos || v.text == "." || v.text == "..")
             fail(ACCEL_ERR_DATA_LOSS, index_path + ": weight_map[\"" + name + "\"] = \"" + v.text +
                                           "\" is not a plain file name in the index's folder");
-        files.insert(v.text);
+        out.emplace_back(name, v.text);
     }
+    return out;
+}
+
+std::vector<std::string> index_shard_files(const std::string &index_path)
+{
+    std::set<std::string> files;
+    for (const auto &entry : index_weight_map(index_path)) files.insert(entry.second);
     return {files.begin(), files.end()};
 }
 

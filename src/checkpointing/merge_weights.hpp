@@ -42,6 +42,10 @@ private:
 // Returns the number of tensors written.
 size_t merge_safetensors_shards(const std::string &input, const std::string &output);
 
+// An index's weight_map (model.safetensors.index.json, pytorch_model.bin.index.json; or a bare name -> file
+// object): (tensor name, shard file) in the file's order, each file a plain name in the index's folder
+// (DATA_LOSS otherwise; duplicate names are refused by the reader).
+std::vector<std::pair<std::string, std::string>> index_weight_map(const std::string &index_path);
 // The shard file names an index lists, distinct and sorted (validated: plain names, no folders).
 std::vector<std::string> index_shard_files(const std::string &index_path);
 

@@ -104,22 +104,26 @@ SaveModelOptions parse_save_model_options(const char *json, const char *what)
     return o;
 }
 
+std::optional<accel_dtype_t> get_dtype(JsonObject &root, const char *key)
+{
+    auto d = root.get_optional_string(key);
+    if (!d) return std::nullopt;
+    std::string v = d->rfind("torch.", 0) == 0 ? d->substr(6) : *d;
+    if (v == "float32" || v == "float") return ACCEL_DTYPE_FLOAT32;
+    if (v == "float64" || v == "double") return ACCEL_DTYPE_FLOAT64;
+    if (v == "float16" || v == "half") return ACCEL_DTYPE_FLOAT16;
+    if (v == "bfloat16") return ACCEL_DTYPE_BFLOAT16;
+    fail(ACCEL_ERR_INVALID_ARGUMENT, root.path_of(key) + ": expected \"float32\", \"float64\", \"float16\" or "
+                                                         "\"bfloat16\", got \"" + *d + "\"");
+}
+
 LoadCheckpointOptions parse_load_checkpoint_options(const char *json, const char *what)
 {
     LoadCheckpointOptions o;
     JsonDocument doc(json == nullptr ? "{}" : json, what);
     JsonObject root(doc.root(), what);
     o.strict = root.get_bool("strict", false);
-    if (auto d = root.get_optional_string("dtype")) {
-        std::string v = d->rfind("torch.", 0) == 0 ? d->substr(6) : *d;
-        if (v == "float32" || v == "float") o.dtype = ACCEL_DTYPE_FLOAT32;
-        else if (v == "float64" || v == "double") o.dtype = ACCEL_DTYPE_FLOAT64;
-        else if (v == "float16" || v == "half") o.dtype = ACCEL_DTYPE_FLOAT16;
-        else if (v == "bfloat16") o.dtype = ACCEL_DTYPE_BFLOAT16;
-        else
-            fail(ACCEL_ERR_INVALID_ARGUMENT, root.path_of("dtype") + ": expected \"float32\", \"float64\", \"float16\" or "
-                                                                     "\"bfloat16\", got \"" + *d + "\"");
-    }
+    o.dtype = get_dtype(root, "dtype");
     root.finish();
     return o;
 }

@@ -34,6 +34,11 @@ struct LoadCheckpointOptions {
     std::optional<accel_dtype_t> dtype; // floating-point tensors are converted to it first
 };
 
+class JsonObject;
+// A torch dtype under `key` ("float32", "torch.bfloat16", "half", ...; floating types only), or nullopt when
+// absent.
+std::optional<accel_dtype_t> get_dtype(JsonObject &o, const char *key);
+
 // NULL = defaults. `what` names the argument in messages ("options_json").
 SaveStateOptions parse_save_state_options(const char *json, const char *what);
 LoadStateOptions parse_load_state_options(const char *json, const char *what);

@@ -57,6 +57,9 @@ public:
     std::optional<JsonObject> get_object(const char *key);
     // Elements of the array under `key` as objects (error if not an array of objects).
     std::vector<JsonObject> get_object_array(const char *key);
+    // The value under `key` of any type, unread (null when absent or null): for values handed on to another
+    // parser as they are.
+    const cJSON *get_raw(const char *key) { return item(key); }
     // Accepts the key with any value, unread: a key of a foreign format that changes nothing here (e.g. a
     // Hugging Face config.json's "eos_token_id", an integer or a list).
     void accept(const char *key) { item(key); }

@@ -13,6 +13,7 @@
 
 namespace accel {
 
+class Accelerator;
 class GradScaler;
 namespace distributed {
 class Communicator;
@@ -32,6 +33,9 @@ struct AcceleratorState {
     // once by the accelerator over `comm`; parts take their group and rank from it.
     std::shared_ptr<distributed::DeviceMesh> mesh;
     std::vector<bool> main_process_first; // open main_process_first_begin calls: true if this rank waits at end
+    // The accelerator over this state while it lives (null after it is freed): a prepared model's
+    // save_pretrained gathers and writes through its save_model.
+    Accelerator *accelerator = nullptr;
     // Accelerate's accelerator.device: cuda:(LOCAL_RANK % GPUs) where the LibTorch has CUDA and a GPU is
     // visible and `cpu` is false, else the CPU.
     c10::Device device{c10::kCPU};

@@ -46,6 +46,9 @@ public:
     // Collective (every process, the same parameters in the same order): the values of `param` into `dst`
     // (flat, its numel); its slice is dropped. The parameter's own storage stays freed.
     void gather_into(const at::Tensor &param, const at::Tensor &dst);
+    // Not collective: this process's slice of `param` from `whole` (its full values, any dtype, any shape of
+    // its numel), e.g. a tensor over a mapped weights file: only the slice's bytes are read.
+    void load_slice(const at::Tensor &param, const at::Tensor &whole);
     // Collective: every parameter still held gets its storage and values back, in partition order.
     void restore_all();
     // Whether any parameter is partitioned and not gathered yet.

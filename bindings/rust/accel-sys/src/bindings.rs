@@ -193,6 +193,28 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_model_from_pretrained(
+        path: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+        out: *mut *mut accel_model_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_model_from_pretrained_with_report(
+        path: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+        out: *mut *mut accel_model_t,
+        out_report: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_model_save_pretrained(
+        model: *mut accel_model_t,
+        path: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_model_free(model: *mut accel_model_t);
 }
 extern "C" {

@@ -1,7 +1,7 @@
 //! accel/checkpoint.h: save/load state with options, save_model, loading weights into a model, byte
 //! blobs registered for checkpointing. (Callback registration, accel_accelerator_register_for_checkpointing,
 //! is reachable through `accel_sys` only.)
-use crate::{check, cstring, opt_cstring, opt_ptr, owned_string, sys, Accelerator, Model, Result};
+use crate::{check, check_abi, cstring, opt_cstring, opt_ptr, owned_string, sys, Accelerator, Model, Result};
 use std::os::raw::c_char;
 use std::ptr;
 
@@ -86,5 +86,39 @@ impl Model {
         let mut out: *mut c_char = ptr::null_mut();
         check(unsafe { sys::accel_model_load_checkpoint_with_report(self.raw, path.as_ptr(), opt_ptr(&options), &mut out) })?;
         Ok(unsafe { owned_string(out) })
+    }
+
+    /// A model from a Hugging Face folder (transformers' `from_pretrained`, no download): `config.json`'s
+    /// `model_type` (gpt2, llama, mistral, qwen2) picks the model, the weights come from `model.safetensors`,
+    /// shards with `model.safetensors.index.json`, or `pytorch_model.bin`. `options`, e.g. `{"strict": false,
+    /// "torch_dtype": "bfloat16"}`.
+    pub fn from_pretrained(path: &str, options: Option<&str>) -> Result<Model> {
+        check_abi()?;
+        let path = cstring("path", path)?;
+        let options = opt_cstring("options_json", options)?;
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::accel_model_from_pretrained(path.as_ptr(), opt_ptr(&options), &mut raw) })?;
+        Ok(Model { raw })
+    }
+
+    /// [`Model::from_pretrained`], also returning what did not match as JSON (`{"missing_keys": [...],
+    /// "unexpected_keys": [...], "tied_keys": [...]}`; with `{"strict": false}`).
+    pub fn from_pretrained_with_report(path: &str, options: Option<&str>) -> Result<(Model, String)> {
+        check_abi()?;
+        let path = cstring("path", path)?;
+        let options = opt_cstring("options_json", options)?;
+        let mut raw = ptr::null_mut();
+        let mut out: *mut c_char = ptr::null_mut();
+        check(unsafe { sys::accel_model_from_pretrained_with_report(path.as_ptr(), opt_ptr(&options), &mut raw, &mut out) })?;
+        Ok((Model { raw }, unsafe { owned_string(out) }))
+    }
+
+    /// Write a Hugging Face folder (`config.json` and safetensors, sharded by `max_shard_size` with the
+    /// index) that transformers' `from_pretrained` loads. A prepared model is gathered on the main process:
+    /// every process calls this. `options`, e.g. `{"max_shard_size": "200MB"}`.
+    pub fn save_pretrained(&mut self, path: &str, options: Option<&str>) -> Result<()> {
+        let path = cstring("path", path)?;
+        let options = opt_cstring("options_json", options)?;
+        check(unsafe { sys::accel_model_save_pretrained(self.raw, path.as_ptr(), opt_ptr(&options)) })
     }
 }

@@ -1,0 +1,218 @@
+#include "model/pretrained.hpp"
+
+#include "checkpointing/checkpointing.hpp"
+#include "checkpointing/mapped_tensor.hpp"
+#include "checkpointing/merge_weights.hpp"
+#include "common/error.hpp"
+#include "common/files.hpp"
+#include "config/pretrained_config.hpp"
+#include "parallel/fsdp/zero_init.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <map>
+#include <set>
+
+namespace accel {
+
+namespace {
+
+// config.json's limit: larger is not a config.
+constexpr size_t kMaxConfigBytes = 16u << 20;
+
+// A folder's weights, each tensor with the file it came from (messages name both).
+struct FolderWeights {
+    NamedTensors tensors;
+    std::map<std::string, std::string> file_of; // tensor name -> file path
+    std::vector<std::string> files;
+};
+
+void add_file(FolderWeights &w, const std::string &path)
+{
+    for (auto &[name, t] : ckpt::read_weights_file(path)) {
+        auto [it, fresh] = w.file_of.emplace(name, path);
+        if (!fresh)
+            fail(ACCEL_ERR_DATA_LOSS, "tensor \"" + name + "\" is in both " + it->second + " and " + path);
+        w.tensors.emplace_back(name, std::move(t));
+    }
+    w.files.push_back(path);
+}
+
+// transformers' order: a safetensors index, model.safetensors, a torch index, pytorch_model.bin.
+FolderWeights read_folder_weights(const std::string &dir)
+{
+    FolderWeights w;
+    for (const char *index_name : {"model.safetensors.index.json", "pytorch_model.bin.index.json"}) {
+        const std::string index = join(dir, index_name);
+        if (!exists(index)) continue;
+        const auto weight_map = ckpt::index_weight_map(index);
+        std::set<std::string> read;
+        for (const auto &[name, file] : weight_map) {
+            if (!read.insert(file).second) continue;
+            const std::string path = join(dir, file);
+            if (!exists(path))
+                fail(ACCEL_ERR_NOT_FOUND, index + ": tensor \"" + name + "\" is in shard " + file + ", which does not exist");
+            add_file(w, path);
+        }
+        for (const auto &[name, file] : weight_map)
+            if (w.file_of.count(name) == 0)
+                fail(ACCEL_ERR_DATA_LOSS, index + ": tensor \"" + name + "\" is listed in " + file +
+                                              ", which does not hold it");
+        return w;
+    }
+    for (const char *file : {"model.safetensors", "pytorch_model.bin"}) {
+        const std::string path = join(dir, file);
+        if (!exists(path)) continue;
+        add_file(w, path);
+        return w;
+    }
+    fail(ACCEL_ERR_NOT_FOUND, "path: \"" + dir + "\" holds no weights (model.safetensors, model.safetensors.index.json, "
+                                                 "pytorch_model.bin or pytorch_model.bin.index.json)");
+}
+
+const char *dtype_name(at::ScalarType t)
+{
+    switch (t) {
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    case at::kDouble: return "float64";
+    default: return "float32";
+    }
+}
+
+at::ScalarType scalar_type(accel_dtype_t d)
+{
+    switch (d) {
+    case ACCEL_DTYPE_BFLOAT16: return at::kBFloat16;
+    case ACCEL_DTYPE_FLOAT16: return at::kHalf;
+    case ACCEL_DTYPE_FLOAT64: return at::kDouble;
+    default: return at::kFloat;
+    }
+}
+
+// The dtype the model takes: torch_dtype when given, else the stored weights' (transformers' "auto": the
+// first floating-point tensor's), else float32.
+at::ScalarType target_dtype(const FolderWeights &w, const config::FromPretrainedOptions &o)
+{
+    if (o.torch_dtype) return scalar_type(*o.torch_dtype);
+    for (const auto &e : w.tensors)
+        if (at::isFloatingType(e.second.scalar_type())) return e.second.scalar_type();
+    return at::kFloat;
+}
+
+// nn.Module.to(dtype) for the floating-point parameters and buffers, in place: the tensor objects stay the
+// same (the model's layers hold them), only their data changes.
+void convert_floating(Model &model, at::ScalarType dtype)
+{
+    at::NoGradGuard no_grad;
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
+        for (const auto &e : *list)
+            if (e.second.defined() && at::isFloatingType(e.second.scalar_type()) && e.second.scalar_type() != dtype)
+                const_cast<at::Tensor &>(e.second).set_data(e.second.to(dtype));
+}
+
+std::string file_of(const FolderWeights &w, const std::string &name)
+{
+    auto it = w.file_of.find(name);
+    return it == w.file_of.end() ? std::string("?") : it->second;
+}
+
+// Shapes first, each mismatch naming the tensor and its file (transformers' "size mismatch" error).
+void check_shapes(const Model &model, const FolderWeights &w)
+{
+    for (const auto &[name, t] : w.tensors) {
+        const at::Tensor *dst = model.find_tensor(name);
+        if (dst != nullptr && dst->sizes() != t.sizes())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "tensor \"" + name + "\" in " + file_of(w, name) + " has shape " +
+                                                 c10::str(t.sizes()) + ", the model's is " + c10::str(dst->sizes()));
+    }
+}
+
+void check_strict(const LoadReport &report, const FolderWeights &w, const std::string &dir)
+{
+    if (!report.unexpected.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "tensor \"" + report.unexpected[0] + "\" in " + file_of(w, report.unexpected[0]) +
+                                             " is not a tensor of the model" +
+                                             (report.unexpected.size() > 1 ? " (and " + std::to_string(report.unexpected.size() - 1) + " more)" : "") +
+                                             "; {\"strict\": false} skips such tensors");
+    if (!report.missing.empty()) {
+        std::string files;
+        for (const auto &f : w.files) files += (files.empty() ? "" : ", ") + basename_of(f);
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "tensor \"" + report.missing[0] + "\" of the model is in none of the weight files of " +
+                                             dir + " (" + files + ")" +
+                                             (report.missing.size() > 1 ? " (and " + std::to_string(report.missing.size() - 1) + " more missing)" : "") +
+                                             "; {\"strict\": false} keeps such tensors as initialised");
+    }
+}
+
+std::shared_ptr<Model> build(const std::string &dir, const config::FromPretrainedOptions &options,
+                             const std::shared_ptr<parallel::PartitionedAtInit> &partitioned)
+{
+    const std::string config_path = join(dir, "config.json");
+    if (!exists(config_path)) fail(ACCEL_ERR_NOT_FOUND, "path: \"" + dir + "\" has no config.json");
+    const std::string text = read_small_file(config_path, kMaxConfigBytes);
+    const std::string spec = config::spec_from_hf_config(text, config_path, options.model_options);
+    ParameterFn partition;
+    if (partitioned) partition = [&partitioned](const at::Tensor &p) { partitioned->partition(p); };
+    try {
+        return make_model_from_json(spec.c_str(), partition);
+    } catch (const Error &e) {
+        throw Error(e.code(), config_path + ": " + e.what());
+    }
+}
+
+} // namespace
+
+PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPretrainedOptions &options)
+{
+    const std::string dir = normalize_path(dir_in);
+    if (!exists(dir)) fail(ACCEL_ERR_NOT_FOUND, "path: \"" + dir + "\" does not exist");
+    if (!is_dir(dir)) fail(ACCEL_ERR_INVALID_ARGUMENT, "path: \"" + dir + "\" is a file; from_pretrained reads a folder");
+    // zero3_init_flag: built partitioned while such an accelerator lives, as accel_model_create_from_json.
+    auto partitioned = parallel::PartitionedAtInit::for_new_model();
+    if (partitioned && options.torch_dtype && *options.torch_dtype != ACCEL_DTYPE_FLOAT32)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "torch_dtype: under zero3_init_flag the partitioned weights are float32 "
+                                      "(mixed_precision gives bf16 compute); leave torch_dtype out or \"float32\"");
+    PretrainedModel out;
+    out.model = build(dir, options, partitioned);
+    Model &model = *out.model;
+    // The model's files are read once they are known to match what config.json built (a mapped safetensors
+    // file is paged in only where a copy reads it).
+    const FolderWeights w = read_folder_weights(dir);
+    check_shapes(model, w);
+    const bool sliced = partitioned && partitioned->holds_any();
+    if (!sliced) convert_floating(model, target_dtype(w, options));
+    std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+    out.report = model.load_state_dict(w.tensors, false, [&copies](const at::Tensor &dst, const at::Tensor &src) {
+        copies.emplace_back(dst, src);
+    });
+    if (options.strict) check_strict(out.report, w, dir);
+    ckpt::CopyBatch batch;
+    for (auto &[dst, src] : copies) {
+        // Partitioned: this process's slice only, out of the mapped file (the rest is never paged in).
+        if (sliced && partitioned->holds(dst)) partitioned->load_slice(dst, src);
+        else batch.add(dst, src);
+    }
+    batch.run();
+    if (sliced) model.forward_hooks = partitioned;
+    return out;
+}
+
+void write_pretrained(const Model &model, const std::string &dir, const config::SaveModelOptions &options)
+{
+    const NamedTensors sd = model.state_dict(options.safe_serialization);
+    ckpt::write_model_weights(dir, sd, options.safe_serialization, options.max_shard_size);
+    std::string hf = model.hf_config_json();
+    if (hf.empty()) return;
+    at::ScalarType dtype = at::kFloat;
+    for (const auto &e : model.named_parameters())
+        if (at::isFloatingType(e.second.scalar_type())) {
+            dtype = e.second.scalar_type();
+            break;
+        }
+    hf = config::hf_config_with_dtype(hf, dtype_name(dtype));
+    write_file_durably(join(dir, "config.json"), hf.data(), hf.size());
+}
+
+} // namespace accel
