@@ -40,6 +40,17 @@ int main(int argc, char **argv)
         accel::DataLoader dl(features, &labels, R"({"batch_size": 4})");
         acc->prepare(&model, &opt, &dl, &sched);
         EXPECT(acc->gradient_accumulation_steps() == 2);
+        // Object collectives in one process (several: tests/distributed/dist_objects.c).
+        EXPECT(acc->gather_object(std::string("a\0b", 3)) == std::vector<std::string>{std::string("a\0b", 3)});
+        EXPECT(acc->broadcast_object_list({"x", ""}) == (std::vector<std::string>{"x", ""}));
+        EXPECT(acc->broadcast_object("y") == "y");
+        EXPECT(acc->gather_object_json("[1, 2]") == "[1, 2]" && acc->broadcast_object_json("{}") == "{}");
+        try {
+            (void)acc->gather_object_json("{}");
+            EXPECT(false);
+        } catch (const accel::Error &e) {
+            EXPECT(e.status() == ACCEL_ERR_INVALID_ARGUMENT);
+        }
 
         const std::string p0 = model.parameter_name(0);
         const auto before = model.get_tensor(p0).to_vector<float>();

@@ -176,3 +176,158 @@ bool process_is_local_main()
     return v;
 }
 %}
+
+/* ---- Object collectives (gather_object, broadcast_object_list, broadcast_object; helpers in typemaps/blobs.i).
+ * The SWIG layer moves bytes and JSON text; each language's own layer (python/, java/, csharp/ .i files) turns
+ * them into its native types: Python pickles (as Accelerate does), Java and C# use byte arrays. */
+
+/* Byte strings received by an object collective; read with count(), item_size() and copy_item(). */
+ACCEL_HANDLE_CLASS(ObjectList)
+%extend ObjectList {
+    ~ObjectList() { accel_object_list_free($self->h); delete $self; }
+    /** Free the list now; later calls raise FailedPreconditionError. */
+    void close() { accel_object_list_free($self->h); $self->h = NULL; }
+    /** Number of entries. */
+    int64_t count() const
+    {
+        size_t n = 0;
+        const accel_object_list_t *l = ACCEL_H($self, "ObjectList");
+        if (l)
+            ACCEL_CHECK(accel_object_list_get_count(l, &n));
+        return (int64_t)n;
+    }
+    /** Size in bytes of entry @p index. */
+    int64_t item_size(int64_t index) const
+    {
+        size_t n = 0;
+        accel_swig::object_item($self, index, &n);
+        return (int64_t)n;
+    }
+#if defined(SWIGPYTHON)
+    /** Copy entry @p index into a writable buffer of item_size(index) bytes. */
+    void copy_item(int64_t index, void *OUT_BYTES, size_t OUT_NBYTES) const
+    {
+        accel_swig::copy_object_item($self, index, OUT_BYTES, OUT_NBYTES);
+    }
+#else
+    /** Copy entry @p index into an array of item_size(index) bytes. */
+    void copy_item(int64_t index, uint8_t *OUT_ARRAY, size_t OUT_COUNT) const
+    {
+        accel_swig::copy_object_item($self, index, OUT_ARRAY, OUT_COUNT);
+    }
+#endif
+}
+
+/* The entries a process passes to broadcast_object_list (ignored on the receiving processes). */
+%nodefaultctor ObjectItems;
+struct ObjectItems {};
+%extend ObjectItems {
+    ObjectItems() { return new ObjectItems(); }
+    ~ObjectItems() { delete $self; }
+#if defined(SWIGPYTHON)
+    void add(const void *IN_BYTES, size_t IN_NBYTES)
+    {
+        $self->items.emplace_back((const char *)IN_BYTES, IN_NBYTES);
+    }
+#else
+    void add(const uint8_t *IN_ARRAY, size_t IN_COUNT)
+    {
+        $self->items.emplace_back((const char *)IN_ARRAY, IN_COUNT);
+    }
+#endif
+}
+
+%newobject Accelerator::gather_object_list;
+%newobject Accelerator::broadcast_object_entries;
+%newobject Accelerator::broadcast_object_entry;
+%extend Accelerator {
+#if defined(SWIGPYTHON)
+    /** Every process's bytes in rank order (accel_accelerator_gather_object); prefer gather_object_bytes(). */
+    ObjectList *gather_object_list(const void *IN_BYTES, size_t IN_NBYTES)
+    {
+        return accel_swig::gather_object(ACCEL_H($self, "Accelerator"), IN_BYTES, IN_NBYTES);
+    }
+    /** Process @p from_process's bytes (accel_accelerator_broadcast_object); prefer broadcast_object_bytes(). */
+    ObjectList *broadcast_object_entry(const void *IN_BYTES, size_t IN_NBYTES, int32_t from_process)
+    {
+        return accel_swig::broadcast_object(ACCEL_H($self, "Accelerator"), IN_BYTES, IN_NBYTES, from_process);
+    }
+#else
+    ObjectList *gather_object_list(const uint8_t *IN_ARRAY, size_t IN_COUNT)
+    {
+        return accel_swig::gather_object(ACCEL_H($self, "Accelerator"), IN_ARRAY, IN_COUNT);
+    }
+    ObjectList *broadcast_object_entry(const uint8_t *IN_ARRAY, size_t IN_COUNT, int32_t from_process)
+    {
+        return accel_swig::broadcast_object(ACCEL_H($self, "Accelerator"), IN_ARRAY, IN_COUNT, from_process);
+    }
+#endif
+    /** Process @p from_process's entries on every process (accel_accelerator_broadcast_object_list). */
+    ObjectList *broadcast_object_entries(const ObjectItems *items, int32_t from_process)
+    {
+        return accel_swig::broadcast_object_list(ACCEL_H($self, "Accelerator"), items, from_process);
+    }
+    /** Each process's JSON array, concatenated in rank order into one JSON array (gather_object over JSON). */
+    std::string gather_object_json(const char *json)
+    {
+        char *s = NULL;
+        ACCEL_CHECK(accel_accelerator_gather_object_json(ACCEL_H($self, "Accelerator"), json, &s));
+        return accel_swig::owned_string(s);
+    }
+    /** Process @p from_process's JSON value on every process; the others may pass null/None. */
+    std::string broadcast_object_json(const char *json, int32_t from_process = 0)
+    {
+        char *s = NULL;
+        ACCEL_CHECK(accel_accelerator_broadcast_object_json(ACCEL_H($self, "Accelerator"), json, from_process, &s));
+        return accel_swig::owned_string(s);
+    }
+}
+
+#if defined(SWIGPYTHON)
+%extend ObjectList {
+%pythoncode %{
+    def to_list(self):
+        """Every entry as bytes."""
+        out = []
+        for i in range(self.count()):
+            b = bytearray(self.item_size(i))
+            self.copy_item(i, b)
+            out.append(bytes(b))
+        return out
+%}
+}
+
+%extend Accelerator {
+%pythoncode %{
+    def gather_object_bytes(self, data):
+        """Every process's bytes-like ``data``, as a list of bytes in rank order."""
+        return self.gather_object_list(data).to_list()
+
+    def broadcast_object_bytes(self, data, from_process=0):
+        """Process ``from_process``'s bytes on every process (the others' ``data`` is ignored: pass b"")."""
+        return self.broadcast_object_entry(data, from_process).to_list()[0]
+
+    def broadcast_object_bytes_list(self, items, from_process=0):
+        """Process ``from_process``'s list of bytes-like items on every process (the others' are ignored)."""
+        entries = ObjectItems()
+        if self.process_index() == from_process:
+            for item in items:
+                entries.add(item)
+        return self.broadcast_object_entries(entries, from_process).to_list()
+
+    def gather_object(self, obj):
+        """``accelerator.gather_object``: ``obj`` is a list (any picklable items); returns every process's
+        items, rank 0's first. Objects travel pickled, as in Accelerate."""
+        import pickle
+        return [x for part in self.gather_object_bytes(pickle.dumps(obj)) for x in pickle.loads(part)]
+
+    def broadcast_object_list(self, object_list, from_process=0):
+        """``broadcast_object_list``: ``object_list`` is replaced in place (and returned) by process
+        ``from_process``'s list, pickled as in Accelerate."""
+        import pickle
+        mine = pickle.dumps(list(object_list)) if self.process_index() == from_process else b""
+        object_list[:] = pickle.loads(self.broadcast_object_bytes(mine, from_process))
+        return object_list
+%}
+}
+#endif

@@ -486,6 +486,26 @@ private:
     }
 };
 
+namespace detail {
+/** Copies every entry of an object collective's result and frees the list. */
+inline std::vector<std::string> take_objects(accel_object_list_t *list)
+{
+    std::vector<std::string> out;
+    std::size_t n = 0;
+    accel_status_t st = accel_object_list_get_count(list, &n);
+    for (std::size_t i = 0; st == ACCEL_OK && i < n; ++i) {
+        const std::uint8_t *data = nullptr;
+        std::size_t size = 0;
+        st = accel_object_list_get_item(list, i, &data, &size);
+        if (st == ACCEL_OK)
+            out.emplace_back(reinterpret_cast<const char *>(data), size);
+    }
+    accel_object_list_free(list);
+    check(st);
+    return out;
+}
+} // namespace detail
+
 class Accelerator : public detail::Handle<accel_accelerator_t, accel_accelerator_free> {
 public:
     using Handle::Handle;
@@ -564,6 +584,49 @@ public:
     {
         char *s = nullptr;
         check(accel_accelerator_get_memory_stats_json(get(), &s));
+        return detail::owned_string(s);
+    }
+    /** gather_object: every process's bytes in rank order (collective). */
+    std::vector<std::string> gather_object(const std::string &bytes)
+    {
+        accel_object_list_t *l = nullptr;
+        check(accel_accelerator_gather_object(get(), reinterpret_cast<const std::uint8_t *>(bytes.data()), bytes.size(),
+                                              &l));
+        return detail::take_objects(l);
+    }
+    /** broadcast_object_list: process @p from_process's list on every process (the others' list is ignored). */
+    std::vector<std::string> broadcast_object_list(const std::vector<std::string> &items, std::int32_t from_process = 0)
+    {
+        std::vector<const std::uint8_t *> data;
+        std::vector<std::size_t> sizes;
+        for (const std::string &item : items) {
+            data.push_back(reinterpret_cast<const std::uint8_t *>(item.data()));
+            sizes.push_back(item.size());
+        }
+        accel_object_list_t *l = nullptr;
+        check(accel_accelerator_broadcast_object_list(get(), data.data(), sizes.data(), data.size(), from_process, &l));
+        return detail::take_objects(l);
+    }
+    /** broadcast_object: process @p from_process's bytes on every process (the others' bytes are ignored). */
+    std::string broadcast_object(const std::string &bytes, std::int32_t from_process = 0)
+    {
+        accel_object_list_t *l = nullptr;
+        check(accel_accelerator_broadcast_object(get(), reinterpret_cast<const std::uint8_t *>(bytes.data()),
+                                                 bytes.size(), from_process, &l));
+        return detail::take_objects(l).at(0);
+    }
+    /** gather_object over JSON: each process's JSON array, concatenated in rank order. */
+    std::string gather_object_json(const std::string &json)
+    {
+        char *s = nullptr;
+        check(accel_accelerator_gather_object_json(get(), json.c_str(), &s));
+        return detail::owned_string(s);
+    }
+    /** broadcast_object over JSON: process @p from_process's JSON value on every process. */
+    std::string broadcast_object_json(const std::string &json, std::int32_t from_process = 0)
+    {
+        char *s = nullptr;
+        check(accel_accelerator_broadcast_object_json(get(), json.c_str(), from_process, &s));
         return detail::owned_string(s);
     }
     /** Sharded models: gather every parameter (collective); _end writes them back to the shards. */

@@ -687,6 +687,144 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_split_between_process
                                                                                    const accel_tensor_t *tensor,
                                                                                    bool apply_padding,
                                                                                    accel_tensor_t **out) ACCEL_NOEXCEPT;
+/* ---- Object collectives (`gather_object`, `broadcast_object_list`, `broadcast_object`) ----------------
+ * Python objects become bytes here: each process passes byte strings (a serialization of its choice) or JSON
+ * text. Sizes travel first, so the objects may differ in length from process to process; an empty object (0
+ * bytes) is fine. A process whose input is invalid (NULL data with a size, malformed JSON) makes the call fail
+ * on every process with ACCEL_ERR_INVALID_ARGUMENT naming that process, instead of leaving its peers waiting.
+ * With one process these return the input. Results arrive as an accel_object_list_t (one byte string per
+ * entry) or as JSON text. Collectives: call them on every process, in the same order. */
+
+/**
+ * `gather_object`: every process's byte string, in rank order (entry r is process r's). Accelerate's
+ * gather_object takes a list per process and concatenates them; with bytes, each process contributes one
+ * entry (accel_accelerator_gather_object_json concatenates JSON arrays as Accelerate does).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param data  This process's bytes (borrowed; copied). May be NULL only when @p size is 0.
+ * @param size  Number of bytes at @p data; 0 for an empty object.
+ * @param out  Receives a new list of num_processes entries, owned by the caller, who frees it with
+ *             accel_object_list_free(); NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows @p data for the call.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_gather_object(accel_accelerator_t *accelerator,
+                                                                         const uint8_t *data, size_t size,
+                                                                         accel_object_list_t **out) ACCEL_NOEXCEPT;
+/**
+ * `broadcast_object_list`: process @p from_process's list of byte strings on every process. The other
+ * processes' lists are ignored (pass NULL and 0), so the result always has the sender's length.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param items  On @p from_process: @p count pointers to the entries (an entry may be NULL when its size is 0).
+ *               Ignored elsewhere.
+ * @param sizes  On @p from_process: @p count byte counts. Ignored elsewhere.
+ * @param count  On @p from_process: number of entries (0: an empty list). Ignored elsewhere.
+ * @param from_process  Rank whose list every process receives, 0 ... num_processes - 1 (ACCEL_ERR_OUT_OF_RANGE
+ *                      otherwise; every process must pass the same).
+ * @param out  Receives a new list, owned by the caller, who frees it with accel_object_list_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows @p items and @p sizes for the call.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_broadcast_object_list(accel_accelerator_t *accelerator,
+                                                                                 const uint8_t *const *items,
+                                                                                 const size_t *sizes, size_t count,
+                                                                                 int32_t from_process,
+                                                                                 accel_object_list_t **out) ACCEL_NOEXCEPT;
+/**
+ * `broadcast_object`: process @p from_process's byte string on every process, as a list of one entry. The
+ * other processes' @p data is ignored (pass NULL and 0).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param data  On @p from_process: the bytes (may be NULL when @p size is 0). Ignored elsewhere.
+ * @param size  On @p from_process: number of bytes at @p data. Ignored elsewhere.
+ * @param from_process  Rank whose bytes every process receives, 0 ... num_processes - 1.
+ * @param out  Receives a new list of one entry, owned by the caller, who frees it with accel_object_list_free();
+ *             NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows @p data for the call.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_broadcast_object(accel_accelerator_t *accelerator,
+                                                                            const uint8_t *data, size_t size,
+                                                                            int32_t from_process,
+                                                                            accel_object_list_t **out) ACCEL_NOEXCEPT;
+/**
+ * `gather_object` over JSON: each process passes a JSON array (Accelerate's gather_object takes a list per
+ * process); *out is one JSON array holding every process's elements, rank 0's first (each process's text kept
+ * as written). A value that is not an array is ACCEL_ERR_INVALID_ARGUMENT (wrap a single value as [value]).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param json  This process's JSON array, NUL-terminated UTF-8 (borrowed). Must not be NULL.
+ * @param out  Receives a NUL-terminated string owned by the caller, who frees it with accel_string_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows @p json for the call.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_gather_object_json(accel_accelerator_t *accelerator,
+                                                                              const char *json,
+                                                                              char **out) ACCEL_NOEXCEPT;
+/**
+ * `broadcast_object` / `broadcast_object_list` over JSON: process @p from_process's JSON value (any value; a
+ * list is an array) as text on every process. The other processes' @p json is ignored (may be NULL).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param json  On @p from_process: a JSON value, NUL-terminated UTF-8 (must not be NULL there). Ignored elsewhere.
+ * @param from_process  Rank whose value every process receives, 0 ... num_processes - 1.
+ * @param out  Receives a NUL-terminated string owned by the caller, who frees it with accel_string_free(); NULL on
+ *             failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows @p json for the call.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_broadcast_object_json(accel_accelerator_t *accelerator,
+                                                                                 const char *json,
+                                                                                 int32_t from_process,
+                                                                                 char **out) ACCEL_NOEXCEPT;
+/**
+ * Number of entries of an object list.
+ *
+ * @param list  The list (borrowed). Must not be NULL.
+ * @param out  Receives the count (0 on failure). Must not be NULL.
+ * @return ACCEL_OK, or ACCEL_ERR_INVALID_ARGUMENT naming the NULL argument.
+ * Ownership: borrows @p list.
+ * Threads: a list may be read from several threads at once; it must not be freed meanwhile.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_object_list_get_count(const accel_object_list_t *list,
+                                                                     size_t *out) ACCEL_NOEXCEPT;
+/**
+ * Entry @p index of an object list: a pointer to its bytes and their number. The bytes belong to the list and
+ * stay valid until accel_object_list_free(); copy them to keep them longer. An empty entry has size 0 and a
+ * non-NULL pointer.
+ *
+ * @param list  The list (borrowed). Must not be NULL.
+ * @param index  0 ... count - 1 (ACCEL_ERR_OUT_OF_RANGE otherwise).
+ * @param out_data  Receives the borrowed pointer (NULL on failure). Must not be NULL.
+ * @param out_size  Receives the number of bytes (0 on failure). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: *out_data is borrowed from @p list.
+ * Threads: a list may be read from several threads at once; it must not be freed meanwhile.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_object_list_get_item(const accel_object_list_t *list, size_t index,
+                                                                    const uint8_t **out_data,
+                                                                    size_t *out_size) ACCEL_NOEXCEPT;
+/**
+ * Free an object list and every entry's bytes. NULL is fine.
+ *
+ * @param list  The list to free (may be NULL).
+ * Ownership: takes @p list; borrowed entry pointers become invalid.
+ * Threads: not while another thread reads the list.
+ */
+ACCEL_API void accel_object_list_free(accel_object_list_t *list) ACCEL_NOEXCEPT;
 /**
  * `set_trigger`: raise this process's trigger (local, no communication), e.g. when its loss diverged.
  *

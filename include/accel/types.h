@@ -21,6 +21,8 @@ typedef struct accel_dataloader accel_dataloader_t;
 typedef struct accel_batch accel_batch_t;
 /** An n-dimensional array owned by the library. */
 typedef struct accel_tensor accel_tensor_t;
+/** Byte strings received by an object collective (accel_accelerator_gather_object and the broadcasts). */
+typedef struct accel_object_list accel_object_list_t;
 
 /** Element types of tensors. Values are only ever appended. */
 typedef int32_t accel_dtype_t;

@@ -442,6 +442,18 @@ def scenario_collectives(a):
         os.unlink(marker)
 
 
+def scenario_objects(a):
+    """dist_objects on a.np processes: gloo under accel launch, mpi under mpirun; every process reports."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_objects")
+    if a.launcher == "launch":
+        p = run(launch_cmd(a, a.np) + [prog, "gloo"])
+    else:
+        p = run(mpirun_cmd(a.np) + [prog, "mpi"])
+    ok = re.findall(r"objects: ok rank (\d+) of %d" % a.np, p.stdout)
+    if sorted(int(r) for r in ok) != list(range(a.np)):
+        sys.exit("expected 'objects: ok' from ranks 0..%d, got %s" % (a.np - 1, ok))
+
+
 def run_on_free_port(make_cmd, attempts=3):
     """Runs make_cmd(port) on a port free when chosen; another test running beside this one may take it before
     rank 0 binds it ("Address already in use"), so that failure alone is retried with a new port."""

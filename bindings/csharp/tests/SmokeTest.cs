@@ -497,6 +497,27 @@ namespace Accel.Tests
             Assert.AreEqual(before + 1, AccelHandle.Releases, "the SafeHandle freed the unreachable tensor");
         }
 
+        [Test]
+        public void ObjectCollectivesInOneProcess()
+        {
+            // Several processes: tests/distributed/dist_objects.c.
+            using (var acc = new Accelerator()) {
+                var all = acc.GatherObject(new byte[] { 1, 0, 2 });
+                Assert.AreEqual(1, all.Length);
+                Assert.IsTrue(all[0].SequenceEqual(new byte[] { 1, 0, 2 }), "gathered bytes");
+                Assert.AreEqual(0, acc.GatherObject(new byte[0])[0].Length);
+                Assert.IsTrue(acc.BroadcastObject(new byte[] { 9 }, 0).SequenceEqual(new byte[] { 9 }), "broadcast");
+                var list = acc.BroadcastObjectList(new List<byte[]> { new byte[] { 7 }, new byte[0] }, 0);
+                Assert.AreEqual(2, list.Length);
+                Assert.IsTrue(list[0].SequenceEqual(new byte[] { 7 }) && list[1].Length == 0, "broadcast list");
+                Assert.AreEqual("[1, {\"a\": 2}]", acc.GatherObjectJson("[1, {\"a\": 2}]"));
+                Assert.AreEqual("{\"k\": [true]}", acc.BroadcastObjectJson("{\"k\": [true]}", 0));
+                var e = Assert.Throws<InvalidArgumentError>(() => acc.GatherObjectJson("{\"a\": 1}"));
+                Assert.IsTrue(e.Message.Contains("expected a JSON array"), e.Message);
+                Assert.Throws<OutOfRangeError>(() => acc.BroadcastObject(new byte[] { 1 }, 1));
+            }
+        }
+
 #if !NUNIT
         public static int Main()
         {

@@ -150,6 +150,11 @@ static void accel_swig_throw_csharp()
 %csmethodmodifiers Tensor::copy_as_dtype "internal";
 %csmethodmodifiers Accelerator::register_bytes_for_checkpointing "internal";
 %csmethodmodifiers Accelerator::copy_checkpointing_bytes "internal";
+%csmethodmodifiers Accelerator::gather_object_list "internal";
+%csmethodmodifiers Accelerator::broadcast_object_entry "internal";
+%csmethodmodifiers Accelerator::broadcast_object_entries "internal";
+%csmethodmodifiers ObjectList::copy_item "internal";
+%csmethodmodifiers ObjectItems::add "internal";
 
 %ignore Accelerator::close;
 %ignore Model::close;
@@ -158,6 +163,7 @@ static void accel_swig_throw_csharp()
 %ignore DataLoader::close;
 %ignore Batch::close;
 %ignore Tensor::close;
+%ignore ObjectList::close;
 
 %typemap(cscode) Tensor %{
   /// <summary>A float32 tensor holding a copy of <paramref name="data"/> with the given shape.</summary>
@@ -252,6 +258,39 @@ static void accel_swig_throw_csharp()
     var a = new byte[CheckpointingBytesSize(index)];
     CopyCheckpointingBytes(index, a, (ulong)a.Length);
     return a;
+  }
+
+  /// <summary>Every entry of an object collective's result; the list is disposed afterwards.</summary>
+  private static byte[][] ObjectBytes(ObjectList list) {
+    using (list) {
+      var out_ = new byte[list.Count()][];
+      for (long i = 0; i < out_.Length; ++i) {
+        out_[i] = new byte[list.ItemSize(i)];
+        list.CopyItem(i, out_[i], (ulong)out_[i].Length);
+      }
+      return out_;
+    }
+  }
+
+  /// <summary>Accelerate's gather_object: every process's bytes, in rank order.</summary>
+  public byte[][] GatherObject(byte[] data) {
+    return ObjectBytes(GatherObjectList(data, (ulong)data.Length));
+  }
+
+  /// <summary>broadcast_object: process fromProcess's bytes on every process (the others' are ignored).</summary>
+  public byte[] BroadcastObject(byte[] data, int fromProcess) {
+    data = data ?? new byte[0];
+    return ObjectBytes(BroadcastObjectEntry(data, (ulong)data.Length, fromProcess))[0];
+  }
+
+  /// <summary>broadcast_object_list: process fromProcess's list on every process (the others' are ignored;
+  /// pass null).</summary>
+  public byte[][] BroadcastObjectList(global::System.Collections.Generic.IList<byte[]> items, int fromProcess) {
+    using (var e = new ObjectItems()) {
+      if (items != null && ProcessIndex() == fromProcess)
+        foreach (var item in items) e.Add(item, (ulong)item.Length);
+      return ObjectBytes(BroadcastObjectEntries(e, fromProcess));
+    }
   }
 %}
 

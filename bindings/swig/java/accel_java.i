@@ -151,6 +151,14 @@ ACCEL_JAVA_CLOSABLE(Optimizer)
 ACCEL_JAVA_CLOSABLE(Scheduler)
 ACCEL_JAVA_CLOSABLE(Batch)
 ACCEL_JAVA_CLOSABLE(Tensor)
+ACCEL_JAVA_CLOSABLE(ObjectList)
+%typemap(javainterfaces) ObjectItems "AutoCloseable"
+%typemap(javacode) ObjectItems %{
+  @Override
+  public void close() {
+    delete();
+  }
+%}
 %typemap(javainterfaces) StateDictEntries "AutoCloseable"
 %typemap(javacode) StateDictEntries %{
   @Override
@@ -247,6 +255,39 @@ ACCEL_JAVA_CLOSABLE(Tensor)
     byte[] out = new byte[Math.toIntExact(checkpointingBytesSize(index))];
     copyCheckpointingBytes(index, out);
     return out;
+  }
+
+  /** Every entry of an object collective's result, the list closed afterwards. */
+  private static java.util.List<byte[]> objectBytes(ObjectList list) {
+    try (ObjectList l = list) {
+      java.util.List<byte[]> out = new java.util.ArrayList<>();
+      for (long i = 0; i < l.count(); ++i) {
+        byte[] b = new byte[Math.toIntExact(l.itemSize(i))];
+        l.copyItem(i, b);
+        out.add(b);
+      }
+      return out;
+    }
+  }
+
+  /** Accelerate's {@code gather_object}: every process's bytes, in rank order. */
+  public java.util.List<byte[]> gatherObject(byte[] data) {
+    return objectBytes(gatherObjectList(data));
+  }
+
+  /** {@code broadcast_object}: process {@code fromProcess}'s bytes on every process (the others' are ignored). */
+  public byte[] broadcastObject(byte[] data, int fromProcess) {
+    return objectBytes(broadcastObjectEntry(data == null ? new byte[0] : data, fromProcess)).get(0);
+  }
+
+  /** {@code broadcast_object_list}: process {@code fromProcess}'s list on every process (the others' are ignored;
+   *  pass null). */
+  public java.util.List<byte[]> broadcastObjectList(java.util.List<byte[]> items, int fromProcess) {
+    try (ObjectItems e = new ObjectItems()) {
+      if (items != null && processIndex() == fromProcess)
+        for (byte[] item : items) e.add(item);
+      return objectBytes(broadcastObjectEntries(e, fromProcess));
+    }
   }
 %}
 

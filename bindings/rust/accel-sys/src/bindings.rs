@@ -93,6 +93,12 @@ pub struct accel_tensor {
     _unused: [u8; 0],
 }
 pub type accel_tensor_t = accel_tensor;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct accel_object_list {
+    _unused: [u8; 0],
+}
+pub type accel_object_list_t = accel_object_list;
 pub type accel_dtype_t = i32;
 pub const accel_dtype_enum_ACCEL_DTYPE_FLOAT32: accel_dtype_enum = 0;
 pub const accel_dtype_enum_ACCEL_DTYPE_FLOAT64: accel_dtype_enum = 1;
@@ -731,6 +737,65 @@ extern "C" {
         apply_padding: bool,
         out: *mut *mut accel_tensor_t,
     ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_gather_object(
+        accelerator: *mut accel_accelerator_t,
+        data: *const u8,
+        size: usize,
+        out: *mut *mut accel_object_list_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_broadcast_object_list(
+        accelerator: *mut accel_accelerator_t,
+        items: *const *const u8,
+        sizes: *const usize,
+        count: usize,
+        from_process: i32,
+        out: *mut *mut accel_object_list_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_broadcast_object(
+        accelerator: *mut accel_accelerator_t,
+        data: *const u8,
+        size: usize,
+        from_process: i32,
+        out: *mut *mut accel_object_list_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_gather_object_json(
+        accelerator: *mut accel_accelerator_t,
+        json: *const core::ffi::c_char,
+        out: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_broadcast_object_json(
+        accelerator: *mut accel_accelerator_t,
+        json: *const core::ffi::c_char,
+        from_process: i32,
+        out: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_object_list_get_count(
+        list: *const accel_object_list_t,
+        out: *mut usize,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_object_list_get_item(
+        list: *const accel_object_list_t,
+        index: usize,
+        out_data: *mut *const u8,
+        out_size: *mut usize,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_object_list_free(list: *mut accel_object_list_t);
 }
 extern "C" {
     pub fn accel_accelerator_set_trigger(accelerator: *mut accel_accelerator_t) -> accel_status_t;

@@ -223,3 +223,77 @@ pub fn process_is_local_main() -> Result<bool> {
     check(unsafe { sys::accel_process_is_local_main(&mut v) })?;
     Ok(v)
 }
+
+/// Runs an object collective and copies its `accel_object_list_t` into owned byte vectors (the list is freed).
+fn object_list_out(f: impl FnOnce(*mut *mut sys::accel_object_list_t) -> sys::accel_status_t) -> Result<Vec<Vec<u8>>> {
+    struct List(*mut sys::accel_object_list_t);
+    impl Drop for List {
+        fn drop(&mut self) {
+            unsafe { sys::accel_object_list_free(self.0) }
+        }
+    }
+    let mut raw = ptr::null_mut();
+    check(f(&mut raw))?;
+    let list = List(raw);
+    let mut count = 0usize;
+    check(unsafe { sys::accel_object_list_get_count(list.0, &mut count) })?;
+    (0..count)
+        .map(|i| {
+            let (mut data, mut size) = (ptr::null(), 0usize);
+            check(unsafe { sys::accel_object_list_get_item(list.0, i, &mut data, &mut size) })?;
+            Ok(unsafe { std::slice::from_raw_parts(data, size) }.to_vec())
+        })
+        .collect()
+}
+
+/// Object collectives (Accelerate's `gather_object`, `broadcast_object_list`, `broadcast_object`): byte strings
+/// the caller serialised, or JSON text. Objects may differ in length between processes; bad input on one
+/// process fails the call on every process naming it.
+impl Accelerator {
+    /// Every process's bytes, in rank order (one entry per process).
+    pub fn gather_object(&mut self, object: &[u8]) -> Result<Vec<Vec<u8>>> {
+        object_list_out(|out| unsafe { sys::accel_accelerator_gather_object(self.raw, object.as_ptr(), object.len(), out) })
+    }
+
+    /// Process `from_process`'s list on every process; the other processes' `objects` are ignored.
+    pub fn broadcast_object_list<B: AsRef<[u8]>>(&mut self, objects: &[B], from_process: i32) -> Result<Vec<Vec<u8>>> {
+        let items: Vec<*const u8> = objects.iter().map(|o| o.as_ref().as_ptr()).collect();
+        let sizes: Vec<usize> = objects.iter().map(|o| o.as_ref().len()).collect();
+        object_list_out(|out| unsafe {
+            sys::accel_accelerator_broadcast_object_list(
+                self.raw,
+                items.as_ptr(),
+                sizes.as_ptr(),
+                items.len(),
+                from_process,
+                out,
+            )
+        })
+    }
+
+    /// Process `from_process`'s bytes on every process; the other processes' `object` is ignored.
+    pub fn broadcast_object(&mut self, object: &[u8], from_process: i32) -> Result<Vec<u8>> {
+        let mut all = object_list_out(|out| unsafe {
+            sys::accel_accelerator_broadcast_object(self.raw, object.as_ptr(), object.len(), from_process, out)
+        })?;
+        Ok(all.pop().unwrap_or_default())
+    }
+
+    /// Each process's JSON array, concatenated in rank order into one JSON array (Accelerate's `gather_object`).
+    pub fn gather_object_json(&mut self, json: &str) -> Result<String> {
+        let json = cstring("json", json)?;
+        let mut s: *mut c_char = ptr::null_mut();
+        check(unsafe { sys::accel_accelerator_gather_object_json(self.raw, json.as_ptr(), &mut s) })?;
+        Ok(unsafe { crate::owned_string(s) })
+    }
+
+    /// Process `from_process`'s JSON value on every process; the others may pass `None`.
+    pub fn broadcast_object_json(&mut self, json: Option<&str>, from_process: i32) -> Result<String> {
+        let json = crate::opt_cstring("json", json)?;
+        let mut s: *mut c_char = ptr::null_mut();
+        check(unsafe {
+            sys::accel_accelerator_broadcast_object_json(self.raw, crate::opt_ptr(&json), from_process, &mut s)
+        })?;
+        Ok(unsafe { crate::owned_string(s) })
+    }
+}
