@@ -1,6 +1,6 @@
 /* The "llama" model through the C API. Without arguments: its keys (unknown ones and unsupported values refused by
- * name, config.json's inert keys accepted), Hugging Face's parameter names, layer types for FSDP's wrap policy,
- * greedy generation with and without the KV cache, activation checkpointing training like the plain forward.
+ * name, config.json's inert keys accepted), Hugging Face's parameter names, greedy generation with and without the
+ * KV cache, activation checkpointing training like the plain forward, bf16 mixed precision.
  * With "reference DIR" it is the accel side of tests/capi/llama_check.py: DIR holds spec.json, an HF folder
  * written by tests/python/llama_reference.py, ids.bin / labels.bin (int64 [B, T]) and params.txt ("B T new_tokens
  * steps lr"); it writes accel_logits.bin (float32 [B, T, V]), accel_gen_cache.bin / accel_gen_nocache.bin (int64
@@ -152,8 +152,8 @@ static void test_generation(void)
     CHECK(a[0] == 3 && a[15] == 1);
 }
 
-/* Loss after `steps` SGD steps on a fixed batch, with or without activation checkpointing. */
-static double train_loss(bool checkpointing, int steps)
+/* Loss after `steps` SGD steps on a fixed batch, with or without activation checkpointing, under `config`. */
+static double train_loss_with(bool checkpointing, int steps, const char *config)
 {
     accel_model_t *m = NULL;
     accel_optimizer_t *opt = NULL;
@@ -167,7 +167,7 @@ static double train_loss(bool checkpointing, int steps)
     snprintf(spec, sizeof spec, "%.*s, \"activation_checkpointing\": %s}", (int)strlen(kSmall) - 1, kSmall,
              checkpointing ? "true" : "false");
     CHECK_OK(accel_random_set_seed(5, false, false));
-    CHECK_OK(accel_accelerator_create(NULL, &acc));
+    CHECK_OK(accel_accelerator_create(config, &acc));
     CHECK_OK(accel_model_create_from_json(spec, &m));
     CHECK_OK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));
     CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
@@ -192,12 +192,26 @@ static double train_loss(bool checkpointing, int steps)
     return value;
 }
 
+static double train_loss(bool checkpointing, int steps) { return train_loss_with(checkpointing, steps, NULL); }
+
 static void test_checkpointing(void)
 {
     double plain = train_loss(false, 4), recomputed = train_loss(true, 4), first = train_loss(false, 1);
     printf("test_llama: loss %.6f -> %.6f after 4 SGD steps (checkpointed %.6f)\n", first, plain, recomputed);
     CHECK(plain == recomputed);
     CHECK(plain < first);
+}
+
+/* bf16 mixed precision (autocast: the projections in bf16, RMSNorm and softmax in float32): close to float32, not
+ * equal (so autocast did apply). */
+static void test_bf16(void)
+{
+    const char *bf16 = "{\"mixed_precision\": \"bf16\"}";
+    double fp32 = train_loss(false, 4), mixed = train_loss_with(false, 4, bf16), mixed_ckpt = train_loss_with(true, 4, bf16);
+    printf("test_llama: bf16 loss after 4 steps %.6f (float32 %.6f, bf16 checkpointed %.6f)\n", mixed, fp32, mixed_ckpt);
+    CHECK(mixed == mixed); /* not NaN */
+    CHECK(fabs(mixed - fp32) < 0.05 && mixed != fp32);
+    CHECK(mixed_ckpt == mixed);
 }
 
 /* ---- the accel side of llama_check.py ---------------------------------------------------------------------- */
@@ -323,5 +337,6 @@ int main(int argc, char **argv)
     test_names();
     test_generation();
     test_checkpointing();
+    test_bf16();
     return capi_report("test_llama");
 }
