@@ -378,9 +378,82 @@ static int test_reference(void)
     return capi_report("test_pretrained reference");
 }
 
+static void write_bytes(const char *dir, const char *name, const void *data, size_t n)
+{
+    char path[1024];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    CHECK(f != NULL && fwrite(data, 1, n, f) == n);
+    if (f) fclose(f);
+}
+
+/* The accel side of pretrained_check.py: DIR/folder through from_pretrained (strict), `steps` training steps on
+ * DIR/ids.bin and DIR/labels.bin (int64 [steps, B, T]) with the causal_lm loss, the losses into
+ * DIR/accel_losses.bin (float64) and save_pretrained into DIR/accel_out. */
+static int train_llama(const char *dir)
+{
+    char path[1024], params[200], optimizer[16] = "", options[160];
+    long B = 0, T = 0, steps = 0, n, i;
+    double lr = 0, losses[64];
+    int64_t *ids = NULL, *labels = NULL, shape[2];
+    accel_model_t *m = NULL;
+    accel_accelerator_t *acc = NULL;
+    accel_optimizer_t *opt = NULL;
+
+    snprintf(path, sizeof path, "%s/params.txt", dir);
+    n = read_file(path, params, sizeof params - 1);
+    params[n > 0 ? n : 0] = '\0';
+    CHECK(sscanf(params, "%ld %ld %ld %lf %15s", &B, &T, &steps, &lr, optimizer) == 5 && steps <= 64 && B * T > 0);
+    if (capi_failures) return capi_report("test_pretrained llama");
+    ids = (int64_t *)calloc((size_t)(steps * B * T), sizeof(int64_t));
+    labels = (int64_t *)calloc((size_t)(steps * B * T), sizeof(int64_t));
+    snprintf(path, sizeof path, "%s/ids.bin", dir);
+    CHECK(read_file(path, ids, (size_t)(steps * B * T) * 8) == steps * B * T * 8);
+    snprintf(path, sizeof path, "%s/labels.bin", dir);
+    CHECK(read_file(path, labels, (size_t)(steps * B * T) * 8) == steps * B * T * 8);
+
+    snprintf(path, sizeof path, "%s/folder", dir);
+    CHECK_OK(accel_model_from_pretrained(path, "{\"strict\": true}", &m));
+    CHECK_OK(accel_accelerator_create(NULL, &acc));
+    /* torch.optim.SGD without momentum, torch.optim.AdamW with its defaults (weight_decay 0.01). */
+    if (strcmp(optimizer, "adamw") == 0)
+        snprintf(options, sizeof options, "{\"type\": \"adamw\", \"lr\": %.17g, \"weight_decay\": 0.01}", lr);
+    else
+        snprintf(options, sizeof options, "{\"type\": \"sgd\", \"lr\": %.17g}", lr);
+    CHECK_OK(accel_optimizer_create(m, options, &opt));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+    shape[0] = B;
+    shape[1] = T;
+    for (i = 0; i < steps && capi_failures == 0; ++i) {
+        accel_tensor_t *x = tensor_i64(ids + i * B * T, shape, 2), *y = tensor_i64(labels + i * B * T, shape, 2);
+        accel_tensor_t *out = NULL, *loss = NULL;
+        CHECK_OK(accel_model_forward(m, x, &out));
+        CHECK_OK(accel_loss_compute("causal_lm", out, y, &loss));
+        CHECK_OK(accel_optimizer_zero_grad(opt));
+        CHECK_OK(accel_accelerator_backward(acc, loss));
+        CHECK_OK(accel_optimizer_step(opt));
+        CHECK_OK(accel_tensor_get_item(loss, &losses[i]));
+        accel_tensor_free(x);
+        accel_tensor_free(y);
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+    }
+    write_bytes(dir, "accel_losses.bin", losses, (size_t)steps * sizeof(double));
+    snprintf(path, sizeof path, "%s/accel_out", dir);
+    CHECK_OK(accel_model_save_pretrained(m, path, "{\"max_shard_size\": \"20KB\"}"));
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+    free(ids);
+    free(labels);
+    return capi_report("test_pretrained llama");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "reference") == 0) return test_reference();
+    if (argc > 2 && strcmp(argv[1], "llama") == 0) return train_llama(argv[2]);
     test_round_trips();
     test_dtypes();
     test_mismatches();
