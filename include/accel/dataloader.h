@@ -201,6 +201,154 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_size(const accel_batch_
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_indices(const accel_batch_t *batch,
                                                                  accel_tensor_t **out) ACCEL_NOEXCEPT;
 
+/* ---- Datasets from the caller's code ------------------------------------------------------------- */
+
+/**
+ * The callbacks of a dataset written by the caller. Every callback returns ACCEL_OK or an error status;
+ * with an error, call accel_callback_set_error() just before returning to give the message that
+ * accel_dataloader_next() then reports (the bindings do it with the exception's text).
+ * Threads: with "num_workers" > 0, a map dataset's get (and the collate) run on the loader's worker threads,
+ * several at once: they must be safe to call concurrently. Otherwise every callback runs on the thread that
+ * calls accel_dataloader_next(). release runs once, on the thread that frees the last loader sharing it.
+ */
+/** The number of samples (len(dataset)), asked once when the loader is created. */
+typedef accel_status_t (*accel_dataset_length_fn_t)(void *user_data, int64_t *out);
+/**
+ * Sample @p index (0 <= index < length): its inputs in *out_inputs (required) and its labels in *out_labels
+ * (leave NULL for none; all samples alike). accel takes both tensor handles (it frees them).
+ */
+typedef accel_status_t (*accel_dataset_get_fn_t)(void *user_data, int64_t index, accel_tensor_t **out_inputs,
+                                                 accel_tensor_t **out_labels);
+/**
+ * The next sample of an iterable dataset, as accel_dataset_get_fn_t; leave *out_inputs NULL at the end of
+ * the pass.
+ */
+typedef accel_status_t (*accel_dataset_next_fn_t)(void *user_data, accel_tensor_t **out_inputs,
+                                                  accel_tensor_t **out_labels);
+/** Starts pass @p epoch of an iterable dataset (iter(dataset) after dataset.set_epoch(epoch)). */
+typedef accel_status_t (*accel_dataset_set_epoch_fn_t)(void *user_data, int64_t epoch);
+/**
+ * The iterable dataset's position as bytes (torchdata's Stateful.state_dict()): *out_data stays owned by the
+ * caller and must stay valid until the next callback of this dataset.
+ */
+typedef accel_status_t (*accel_dataset_state_fn_t)(void *user_data, const uint8_t **out_data, size_t *out_len);
+/** Puts the iterable dataset back where state() said it was (after set_epoch of the saved pass). */
+typedef accel_status_t (*accel_dataset_load_state_fn_t)(void *user_data, const uint8_t *data, size_t len);
+/** Frees @p user_data once no loader uses the dataset any more. */
+typedef void (*accel_dataset_release_fn_t)(void *user_data);
+
+/** A map-style dataset (PyTorch's Dataset: __len__ and __getitem__). */
+typedef struct accel_map_dataset {
+    accel_dataset_length_fn_t length;   /**< required */
+    accel_dataset_get_fn_t get;         /**< required */
+    accel_dataset_release_fn_t release; /**< may be NULL */
+    void *user_data;                    /**< passed to every callback */
+} accel_map_dataset_t;
+
+/** An iterable dataset (PyTorch's IterableDataset, with torchdata's state_dict/load_state_dict). */
+typedef struct accel_iterable_dataset {
+    accel_dataset_set_epoch_fn_t set_epoch;   /**< required */
+    accel_dataset_next_fn_t next;             /**< required */
+    accel_dataset_state_fn_t state;           /**< NULL: a resume re-reads the pass and skips what was taken */
+    accel_dataset_load_state_fn_t load_state; /**< NULL exactly when state is NULL */
+    accel_dataset_release_fn_t release;       /**< may be NULL */
+    void *user_data;                          /**< passed to every callback */
+} accel_iterable_dataset_t;
+
+/**
+ * The caller's collate (PyTorch's collate_fn): @p count samples, their inputs in @p inputs and their labels
+ * in @p labels (NULL when the samples have none), borrowed for the call. Set *out_inputs (required),
+ * *out_labels and *out_attention_mask (optional) to new tensor handles with the batch along dimension 0;
+ * accel takes them.
+ */
+typedef accel_status_t (*accel_collate_fn_t)(void *user_data, const accel_tensor_t *const *inputs,
+                                             const accel_tensor_t *const *labels, size_t count,
+                                             accel_tensor_t **out_inputs, accel_tensor_t **out_labels,
+                                             accel_tensor_t **out_attention_mask);
+
+/**
+ * Gives the message of the error status a callback is about to return: accel_dataloader_next() reports
+ * it with that status. Call it last, just before returning (any other accel call clears it).
+ *
+ * @param message  UTF-8 text, copied; NULL clears it.
+ * Ownership: copies @p message.
+ * Threads: per thread; call it on the thread the callback runs on.
+ */
+ACCEL_API void accel_callback_set_error(const char *message) ACCEL_NOEXCEPT;
+
+/**
+ * A loader over a map-style dataset of the caller's: the same sampler, shuffling, sharding across processes,
+ * dispatching and save_state positions as accel_dataloader_create_from_tensors, the samples read with
+ * dataset->get and collated:
+ *   {"batch_size": 1, "shuffle": false, "seed": \<uint64\>, "drop_last": false, "num_workers": 0,
+ *    "prefetch_factor": 2, "collate": "stack" | "pad", "pad_token_id": 0, "label_pad_token_id": -100,
+ *    "causal_lm": false}
+ * "stack": every sample's inputs (and labels) must have the same shape; a sample that differs is an
+ * ACCEL_ERR_INVALID_ARGUMENT naming its index. "pad" (variable-length token sequences, 1-d integer inputs):
+ * inputs padded on the right to the longest with pad_token_id, an attention mask (1 = token, 0 = padding;
+ * accel_batch_get_attention_mask()) and labels set to label_pad_token_id at padding; without labels the
+ * labels are the inputs; "causal_lm": sample tokens t become inputs t[:-1] and labels t[1:] (what the
+ * "causal_lm" loss expects) before padding.
+ * "num_workers" threads read batches ahead ("prefetch_factor" batches each); the batches and their order are
+ * the same for any number of workers.
+ *
+ * @param dataset  The callbacks, copied during the call (user_data is kept). Must not be NULL.
+ * @param collate  The caller's collate, or NULL for the config's "collate".
+ * @param collate_user_data  Passed to @p collate; must stay valid while the loader lives.
+ * @param config_json  JSON object as above, read during the call; NULL means all defaults.
+ * @param out  Receives a new data loader handle, owned by the caller, who frees it with accel_dataloader_free();
+ *             NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()); a failing
+ *         length callback's status and message.
+ * Ownership: on success the loader owns dataset->user_data (released with dataset->release); on failure the
+ * caller keeps it.
+ * Threads: see accel_map_dataset_t; the loader itself follows the rules of docs/concepts/ownership-threads.md.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_map_dataset(
+    const accel_map_dataset_t *dataset, accel_collate_fn_t collate, void *collate_user_data, const char *config_json,
+    accel_dataloader_t **out) ACCEL_NOEXCEPT;
+
+/**
+ * A loader over an iterable dataset of the caller's (a stream with no length): batches of "batch_size"
+ * consecutive samples, collated as in accel_dataloader_create_from_map_dataset (same keys; "shuffle" and
+ * "seed" are refused: shuffle in the dataset). Prepared on several processes it is sharded as Accelerate
+ * does: with dataloader_config.dispatch_batches (the default for iterable datasets) rank 0 alone reads and
+ * sends every process its slice; with dispatch_batches false every process reads the whole stream and keeps
+ * its part (IterableDatasetShard). accel_dataloader_get_length() is ACCEL_ERR_FAILED_PRECONDITION (no len).
+ * save_state keeps the dataset's state() after the last batch taken; load_state calls set_epoch and
+ * load_state, so the next batches are those the uninterrupted run would have had (on the same number of
+ * processes; on another one the pass restarts, with a warning). "num_workers" > 0: one thread reads ahead.
+ *
+ * @param dataset  The callbacks, copied during the call (user_data is kept). Must not be NULL.
+ * @param collate  The caller's collate, or NULL for the config's "collate".
+ * @param collate_user_data  Passed to @p collate; must stay valid while the loader lives.
+ * @param config_json  JSON object as above, read during the call; NULL means all defaults.
+ * @param out  Receives a new data loader handle, owned by the caller, who frees it with accel_dataloader_free();
+ *             NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: on success the loader owns dataset->user_data (released with dataset->release); on failure the
+ * caller keeps it.
+ * Threads: the callbacks run on the thread calling accel_dataloader_next(), or on the loader's one reading
+ * thread with "num_workers" > 0 (never two at once).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_iterable_dataset(
+    const accel_iterable_dataset_t *dataset, accel_collate_fn_t collate, void *collate_user_data,
+    const char *config_json, accel_dataloader_t **out) ACCEL_NOEXCEPT;
+
+/**
+ * The batch's attention mask (1 = token, 0 = padding) from the "pad" collate or the caller's collate;
+ * *out is NULL when the batch has none.
+ *
+ * @param batch  The batch (borrowed for the call). Must not be NULL.
+ * @param out  Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free(); NULL when
+ *             there is none or on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows @p batch; the caller owns what *out receives.
+ * Threads: same rules as the data loader that yielded the batch.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_batch_get_attention_mask(const accel_batch_t *batch,
+                                                                        accel_tensor_t **out) ACCEL_NOEXCEPT;
+
 ACCEL_END_DECLS
 
 #endif /* ACCEL_DATALOADER_H */

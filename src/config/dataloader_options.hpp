@@ -11,6 +11,8 @@ struct DataLoaderOptions {
     bool shuffle = false;
     std::optional<uint64_t> seed;
     bool drop_last = false;
+    int64_t num_workers = 0;     // threads reading batches ahead (0: on the thread asking for the batch)
+    int64_t prefetch_factor = 2; // batches read ahead per worker
 };
 
 DataLoaderOptions parse_dataloader_options(const char *json);
@@ -23,5 +25,23 @@ struct TokenDataLoaderOptions {
 };
 
 TokenDataLoaderOptions parse_token_dataloader_options(const char *json);
+
+// How samples of the caller's datasets become a batch ("collate").
+struct CollateOptions {
+    enum class Kind { Stack, Pad };
+    Kind kind = Kind::Stack;
+    int64_t pad_token_id = 0;
+    int64_t label_pad_token_id = -100; // the index the losses ignore
+    bool causal_lm = false;            // pad: tokens t -> inputs t[:-1], labels t[1:]
+};
+
+// A loader over the caller's map-style or iterable dataset.
+struct CallbackDataLoaderOptions {
+    DataLoaderOptions loader;
+    CollateOptions collate;
+};
+
+// `iterable`: "shuffle" and "seed" are refused (a stream is shuffled by its dataset).
+CallbackDataLoaderOptions parse_callback_dataloader_options(const char *json, bool iterable);
 
 } // namespace accel::config

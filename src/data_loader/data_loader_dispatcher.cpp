@@ -73,10 +73,20 @@ void DataLoaderDispatcher::begin(const IndexBatches &inner, int64_t skip_steps)
     next_ = static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(skip_steps, 0), static_cast<int64_t>(steps_.size())));
 }
 
+void DataLoaderDispatcher::begin_stream()
+{
+    done_ = false;
+    steps_.clear();
+    next_ = 0;
+    failure_ = nullptr;
+}
+
 namespace {
 
 // The step descriptor (Accelerate's broadcast_object_list of the data structure and stop flag).
-enum Field { kHasBatch, kObserved, kSize, kIsLast, kFeatDtype, kFeatDim, kLabelDtype, kLabelDim, kFields };
+enum Field {
+    kHasBatch, kObserved, kSize, kIsLast, kFeatDtype, kFeatDim, kLabelDtype, kLabelDim, kMaskDtype, kMaskDim, kFields
+};
 
 // Broadcasts any dtype as raw bytes, so the backend's dtype support does not matter.
 void broadcast_bytes(distributed::Communicator &comm, at::Tensor &t)
@@ -87,33 +97,65 @@ void broadcast_bytes(distributed::Communicator &comm, at::Tensor &t)
     comm.broadcast(bytes, 0);
 }
 
+// A field of the step (inputs, labels or attention mask): its dtype and rank in the descriptor (-1: none).
+void describe(int64_t *h, Field dtype, Field dim, const at::Tensor &t)
+{
+    h[dtype] = t.defined() ? static_cast<int64_t>(t.scalar_type()) : -1;
+    h[dim] = t.defined() ? t.dim() : 0;
+}
+
+at::Tensor allocate(const int64_t *h, Field dtype, Field dim, const int64_t *shape)
+{
+    if (h[dtype] < 0) return {};
+    return at::empty(at::IntArrayRef(shape, static_cast<size_t>(h[dim])),
+                     at::TensorOptions().dtype(static_cast<at::ScalarType>(h[dtype])));
+}
+
 } // namespace
 
 std::optional<Batch> DataLoaderDispatcher::next(const Dataset &data, DataLoaderProgress &progress)
 {
+    return next_from(
+        [&]() -> std::optional<DispatchedStep> {
+            if (next_ >= steps_.size()) return std::nullopt;
+            const DispatchStep &s = steps_[next_];
+            at::Tensor idx = at::empty({static_cast<int64_t>(s.indices.size())}, at::kLong);
+            std::memcpy(idx.data_ptr<int64_t>(), s.indices.data(), s.indices.size() * sizeof(int64_t));
+            DispatchedStep d;
+            d.batch = data.get_batch(idx);
+            d.batch.indices = idx;
+            d.observed = s.observed;
+            d.is_last = next_ + 1 == steps_.size();
+            ++next_;
+            return d;
+        },
+        progress);
+}
+
+std::optional<Batch> DataLoaderDispatcher::next_from(const std::function<std::optional<DispatchedStep>()> &make,
+                                                     DataLoaderProgress &progress)
+{
     if (done_) return std::nullopt;
     const bool root = spec_.process_index == 0;
     at::Tensor head = at::zeros({kFields}, at::kLong);
-    at::Tensor idx, features, labels;
-    if (root && failure_ == nullptr && next_ < steps_.size()) {
+    at::Tensor idx, features, labels, mask;
+    if (root && failure_ == nullptr) {
         try {
-            const DispatchStep &s = steps_[next_];
-            idx = at::empty({static_cast<int64_t>(s.indices.size())}, at::kLong);
-            std::memcpy(idx.data_ptr<int64_t>(), s.indices.data(), s.indices.size() * sizeof(int64_t));
-            // The shapes go out with every step, so batches may differ in shape (pad-to-longest collates).
-            Batch got = data.get_batch(idx);
-            features = got.inputs.contiguous();
-            if (got.labels.defined()) labels = got.labels.contiguous();
-            int64_t *h = head.data_ptr<int64_t>();
-            h[kHasBatch] = 1;
-            h[kObserved] = s.observed;
-            h[kSize] = idx.numel();
-            h[kIsLast] = next_ + 1 == steps_.size();
-            h[kFeatDtype] = static_cast<int64_t>(features.scalar_type());
-            h[kFeatDim] = features.dim();
-            h[kLabelDtype] = labels.defined() ? static_cast<int64_t>(labels.scalar_type()) : -1;
-            h[kLabelDim] = labels.defined() ? labels.dim() : 0;
-            ++next_;
+            if (std::optional<DispatchedStep> s = make()) {
+                // The shapes go out with every step, so batches may differ in shape (pad-to-longest collates).
+                idx = s->batch.indices.contiguous();
+                features = s->batch.inputs.contiguous();
+                if (s->batch.labels.defined()) labels = s->batch.labels.contiguous();
+                if (s->batch.attention_mask.defined()) mask = s->batch.attention_mask.contiguous();
+                int64_t *h = head.data_ptr<int64_t>();
+                h[kHasBatch] = 1;
+                h[kObserved] = s->observed;
+                h[kSize] = idx.numel();
+                h[kIsLast] = s->is_last;
+                describe(h, kFeatDtype, kFeatDim, features);
+                describe(h, kLabelDtype, kLabelDim, labels);
+                describe(h, kMaskDtype, kMaskDim, mask);
+            }
         } catch (...) {
             failure_ = std::current_exception();
         }
@@ -131,31 +173,31 @@ std::optional<Batch> DataLoaderDispatcher::next(const Dataset &data, DataLoaderP
         done_ = true;
         return std::nullopt;
     }
-    at::Tensor shapes = at::empty({h[kFeatDim] + h[kLabelDim]}, at::kLong);
+    at::Tensor shapes = at::empty({h[kFeatDim] + h[kLabelDim] + h[kMaskDim]}, at::kLong);
     if (root) {
         int64_t *p = shapes.data_ptr<int64_t>();
-        for (int64_t d = 0; d < features.dim(); ++d) *p++ = features.size(d);
-        for (int64_t d = 0; labels.defined() && d < labels.dim(); ++d) *p++ = labels.size(d);
+        for (const at::Tensor *t : {&features, &labels, &mask})
+            for (int64_t d = 0; t->defined() && d < t->dim(); ++d) *p++ = t->size(d);
     }
     comm_->broadcast(shapes, 0);
     if (!root) {
         const int64_t *p = shapes.data_ptr<int64_t>();
         idx = at::empty({h[kSize]}, at::kLong);
-        features = at::empty(at::IntArrayRef(p, static_cast<size_t>(h[kFeatDim])),
-                             at::TensorOptions().dtype(static_cast<at::ScalarType>(h[kFeatDtype])));
-        if (h[kLabelDtype] >= 0)
-            labels = at::empty(at::IntArrayRef(p + h[kFeatDim], static_cast<size_t>(h[kLabelDim])),
-                               at::TensorOptions().dtype(static_cast<at::ScalarType>(h[kLabelDtype])));
+        features = allocate(h, kFeatDtype, kFeatDim, p);
+        labels = allocate(h, kLabelDtype, kLabelDim, p + h[kFeatDim]);
+        mask = allocate(h, kMaskDtype, kMaskDim, p + h[kFeatDim] + h[kLabelDim]);
     }
     broadcast_bytes(*comm_, idx);
     broadcast_bytes(*comm_, features);
     if (labels.defined()) broadcast_bytes(*comm_, labels);
+    if (mask.defined()) broadcast_bytes(*comm_, mask);
 
     const auto [begin, end] = dispatch_slice(h[kObserved], h[kSize], spec_);
     Batch b;
     b.indices = idx.narrow(0, begin, end - begin);
     b.inputs = features.narrow(0, begin, end - begin);
     if (labels.defined()) b.labels = labels.narrow(0, begin, end - begin);
+    if (mask.defined()) b.attention_mask = mask.narrow(0, begin, end - begin);
     if (h[kIsLast] != 0) {
         done_ = true;
         progress.end_of_dataloader = true;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -54,6 +55,14 @@ std::pair<int64_t, int64_t> dispatch_slice(int64_t observed, int64_t size, const
 // drop_last → inner // P; else ceil(inner / P).
 int64_t dispatched_length(int64_t inner_batches, const DispatchSpec &spec);
 
+// A step as rank 0 made it: the collated batch (tail padding included), how many of its samples are real,
+// and whether it is the pass's last.
+struct DispatchedStep {
+    Batch batch;
+    int64_t observed = 0;
+    bool is_last = false;
+};
+
 class DataLoaderDispatcher {
 public:
     DataLoaderDispatcher(std::shared_ptr<distributed::Communicator> comm, DispatchSpec spec);
@@ -65,6 +74,12 @@ public:
     // step, or nullopt when the pass is over. On the last step `progress` gets end_of_dataloader and
     // remainder = the observed size, so gather_for_metrics drops the padding.
     std::optional<Batch> next(const Dataset &data, DataLoaderProgress &progress);
+
+    // A pass whose steps rank 0 makes as it goes (an iterable dataset: no index batches up front).
+    void begin_stream();
+    // As next(), rank 0's step from `make` (called on rank 0 only; nullopt: the pass is over; an exception
+    // stops every rank and is rethrown on rank 0). The step's batch carries its indices.
+    std::optional<Batch> next_from(const std::function<std::optional<DispatchedStep>()> &make, DataLoaderProgress &progress);
 
     const DispatchSpec &spec() const { return spec_; }
 

@@ -37,6 +37,11 @@ DataLoaderShard::DataLoaderShard(std::shared_ptr<const Dataset> data, config::Da
     }
 }
 
+DataLoaderShard::DataLoaderShard(std::shared_ptr<IterableLoader> iterable, config::DataLoaderOptions options)
+    : iterable_(std::move(iterable)), options_(options)
+{
+}
+
 DataLoaderShard::~DataLoaderShard()
 {
     if (in_pass_) end_pass();
@@ -58,6 +63,11 @@ ShardSpec DataLoaderShard::shard_spec() const
 void DataLoaderShard::prepare(std::shared_ptr<AcceleratorState> state)
 {
     if (in_pass_) fail(ACCEL_ERR_FAILED_PRECONDITION, "dataloader: cannot be prepared in the middle of a pass");
+    if (iterable_) {
+        iterable_->attach(state);
+        state_ = std::move(state);
+        return;
+    }
     ShardSpec s;
     s.num_processes = state->data_parallel_size();
     s.split_batches = state->config.dataloader.split_batches;
@@ -121,6 +131,9 @@ IndexBatches DataLoaderShard::pass_batches(int64_t epoch) const
 
 int64_t DataLoaderShard::length() const
 {
+    if (iterable_)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "dataloader: an iterable dataset has no length (len() of its loader is "
+                                            "undefined, as in PyTorch); count the batches as they come");
     int64_t full;
     if (dispatcher_) {
         const int64_t n = data_->size(), bs = options_.batch_size;
@@ -133,6 +146,7 @@ int64_t DataLoaderShard::length() const
 
 void DataLoaderShard::set_epoch(int64_t epoch)
 {
+    if (iterable_) return iterable_->set_epoch(epoch);
     if (epoch < 0) fail(ACCEL_ERR_OUT_OF_RANGE, "epoch: expected >= 0, got " + std::to_string(epoch));
     if (in_pass_) end_pass();
     epoch_ = epoch;
@@ -154,6 +168,10 @@ void DataLoaderShard::begin_pass()
     batches_ = pass_batches(epoch_);
     position_ = static_cast<size_t>(std::min<int64_t>(skip_batches_, static_cast<int64_t>(batches_.size())));
     in_pass_ = true;
+    if (options_.num_workers > 0 && position_ < batches_.size())
+        // Workers read this pass's batches ahead, in order; they only read batches_ (fixed until end_pass).
+        prefetcher_ = std::make_unique<Prefetcher>([this](size_t k) { return read_batch(batches_[k]); }, position_,
+                                                   batches_.size(), options_.num_workers, options_.prefetch_factor);
     if (state_) {
         if (!options_.drop_last) {
             const int64_t total_batch = shard_spec().split_batches ? options_.batch_size
@@ -189,12 +207,18 @@ void DataLoaderShard::end_pass()
 {
     if (state_) state_->gradient.leave_dataloader(&progress_);
     in_pass_ = false;
+    prefetcher_.reset(); // stops the workers (before the batches they index go)
     batches_.clear();
     position_ = 0;
 }
 
 std::optional<Batch> DataLoaderShard::next()
 {
+    if (iterable_) {
+        std::optional<Batch> b = iterable_->next();
+        if (b) return placed(std::move(*b));
+        return b;
+    }
     if (!in_pass_) begin_pass();
     std::optional<Batch> dispatched;
     if (dispatcher_) dispatched = dispatcher_->next(*data_, progress_);
@@ -211,11 +235,17 @@ std::optional<Batch> DataLoaderShard::next()
     const auto &indices = batches_[position_++];
     // Accelerate looks one batch ahead; with a known pass length the last batch is simply the last index.
     progress_.end_of_dataloader = position_ == batches_.size();
+    if (prefetcher_) return placed(prefetcher_->take(position_ - 1));
+    return placed(read_batch(indices));
+}
+
+Batch DataLoaderShard::read_batch(const std::vector<int64_t> &indices) const
+{
     at::Tensor idx = at::empty({static_cast<int64_t>(indices.size())}, at::kLong);
     std::memcpy(idx.data_ptr<int64_t>(), indices.data(), indices.size() * sizeof(int64_t));
     Batch b = data_->get_batch(idx);
     b.indices = idx;
-    return placed(std::move(b));
+    return b;
 }
 
 Batch DataLoaderShard::placed(Batch b) const
@@ -232,6 +262,11 @@ Batch DataLoaderShard::placed(Batch b) const
 
 std::shared_ptr<DataLoaderShard> DataLoaderShard::skip_first_batches(int64_t num_batches) const
 {
+    if (iterable_) {
+        auto out = std::make_shared<DataLoaderShard>(iterable_->skip_first_batches(num_batches), options_);
+        out->state_ = state_;
+        return out;
+    }
     if (num_batches < 0) fail(ACCEL_ERR_OUT_OF_RANGE, "num_batches: expected >= 0, got " + std::to_string(num_batches));
     config::DataLoaderOptions options = options_;
     options.seed = seed_; // the same order, and no draw from the default generator
@@ -244,6 +279,7 @@ std::shared_ptr<DataLoaderShard> DataLoaderShard::skip_first_batches(int64_t num
 
 PyRef DataLoaderShard::state_dict() const
 {
+    if (iterable_) return iterable_->state_dict();
     // torchdata's StatefulDataLoader.state_dict() of a single-process iterator (what Accelerate 1.x saves
     // for use_stateful_dataloader; it fast-forwards by _num_yielded), plus accel's sampler seed and pass.
     auto p = position();
@@ -264,6 +300,7 @@ PyRef DataLoaderShard::state_dict() const
 
 ApplyState DataLoaderShard::load_state_dict(const PyObj &d, const std::string &what)
 {
+    if (iterable_) return iterable_->load_state_dict(d, what);
     if (!d.is_dict()) fail(ACCEL_ERR_DATA_LOSS, what + ": not a dict");
     // accel's own keys, or those of accel before 0.1's interchange work (_iteration, _sampler_seed); a
     // state torchdata wrote (Accelerate) has only _num_yielded: this loader's seed and pass are kept.

@@ -9,6 +9,8 @@
 #include "data_loader/batch_sampler_shard.hpp"
 #include "data_loader/data_loader_dispatcher.hpp"
 #include "data_loader/dataset.hpp"
+#include "data_loader/iterable_loader.hpp"
+#include "data_loader/prefetcher.hpp"
 #include "state/gradient_state.hpp"
 #include "state/state_dict.hpp"
 
@@ -24,6 +26,8 @@ struct AcceleratorState;
 class DataLoaderShard {
 public:
     DataLoaderShard(std::shared_ptr<const Dataset> data, config::DataLoaderOptions options);
+    // A loader over an iterable dataset: every call below goes to `iterable` (no sampler, no length).
+    DataLoaderShard(std::shared_ptr<IterableLoader> iterable, config::DataLoaderOptions options);
     const config::DataLoaderOptions &options() const { return options_; }
     ~DataLoaderShard();
     DataLoaderShard(const DataLoaderShard &) = delete;
@@ -32,7 +36,7 @@ public:
     // The next batch, or nullopt at the end of a pass (the next call starts pass epoch + 1).
     std::optional<Batch> next();
     int64_t length() const;
-    int64_t epoch() const { return epoch_; }
+    int64_t epoch() const { return iterable_ ? iterable_->epoch() : epoch_; }
     void set_epoch(int64_t epoch);
     // A loader over the same data whose current pass skips its first `num_batches` batches.
     std::shared_ptr<DataLoaderShard> skip_first_batches(int64_t num_batches) const;
@@ -72,6 +76,8 @@ public:
 
 private:
     Batch placed(Batch b) const;
+    // The collated samples `indices`, with their indices (any thread: prefetch workers).
+    Batch read_batch(const std::vector<int64_t> &indices) const;
     // `gen` takes rank 0's state.
     void synchronize(at::Generator gen) const;
     void begin_pass();
@@ -81,6 +87,8 @@ private:
     void attach(std::shared_ptr<AcceleratorState> state);
 
     std::shared_ptr<const Dataset> data_;
+    std::shared_ptr<IterableLoader> iterable_; // instead of data_ for an iterable dataset
+    std::unique_ptr<Prefetcher> prefetcher_;   // num_workers > 0: the current pass's batches, read ahead
     config::DataLoaderOptions options_;
     uint64_t seed_ = 0;
     int64_t epoch_ = 0;          // Accelerate's `iteration`: pass k shuffles with seed + k

@@ -314,7 +314,9 @@ static void test_bad_inputs(void)
     BAD_CONFIG("{\"batch_size\": 4, \"shuffle\": \"yes\"}", "shuffle");
     BAD_CONFIG("{\"seed\": -1}", "seed");
     BAD_CONFIG("{\"drop_last\": 1}", "drop_last");
-    BAD_CONFIG("{\"batch_size\": 4, \"num_workers\": 2}", "num_workers: unknown key");
+    BAD_CONFIG("{\"batch_size\": 4, \"num_worker\": 2}", "num_worker: unknown key");
+    BAD_CONFIG("{\"num_workers\": -1}", "num_workers");
+    BAD_CONFIG("{\"prefetch_factor\": 0}", "prefetch_factor");
     BAD_CONFIG("{\"batch_size\": 4", "malformed JSON");
     BAD_CONFIG("4", "JSON object");
 

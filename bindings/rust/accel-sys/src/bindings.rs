@@ -379,6 +379,101 @@ extern "C" {
         out: *mut i64,
     ) -> accel_status_t;
 }
+pub type accel_dataset_length_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(user_data: *mut core::ffi::c_void, out: *mut i64) -> accel_status_t,
+>;
+pub type accel_dataset_get_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut core::ffi::c_void,
+        index: i64,
+        out_inputs: *mut *mut accel_tensor_t,
+        out_labels: *mut *mut accel_tensor_t,
+    ) -> accel_status_t,
+>;
+pub type accel_dataset_next_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut core::ffi::c_void,
+        out_inputs: *mut *mut accel_tensor_t,
+        out_labels: *mut *mut accel_tensor_t,
+    ) -> accel_status_t,
+>;
+pub type accel_dataset_set_epoch_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(user_data: *mut core::ffi::c_void, epoch: i64) -> accel_status_t,
+>;
+pub type accel_dataset_state_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut core::ffi::c_void,
+        out_data: *mut *const u8,
+        out_len: *mut usize,
+    ) -> accel_status_t,
+>;
+pub type accel_dataset_load_state_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut core::ffi::c_void,
+        data: *const u8,
+        len: usize,
+    ) -> accel_status_t,
+>;
+pub type accel_dataset_release_fn_t =
+    ::core::option::Option<unsafe extern "C" fn(user_data: *mut core::ffi::c_void)>;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct accel_map_dataset {
+    pub length: accel_dataset_length_fn_t,
+    pub get: accel_dataset_get_fn_t,
+    pub release: accel_dataset_release_fn_t,
+    pub user_data: *mut core::ffi::c_void,
+}
+pub type accel_map_dataset_t = accel_map_dataset;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct accel_iterable_dataset {
+    pub set_epoch: accel_dataset_set_epoch_fn_t,
+    pub next: accel_dataset_next_fn_t,
+    pub state: accel_dataset_state_fn_t,
+    pub load_state: accel_dataset_load_state_fn_t,
+    pub release: accel_dataset_release_fn_t,
+    pub user_data: *mut core::ffi::c_void,
+}
+pub type accel_iterable_dataset_t = accel_iterable_dataset;
+pub type accel_collate_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut core::ffi::c_void,
+        inputs: *const *const accel_tensor_t,
+        labels: *const *const accel_tensor_t,
+        count: usize,
+        out_inputs: *mut *mut accel_tensor_t,
+        out_labels: *mut *mut accel_tensor_t,
+        out_attention_mask: *mut *mut accel_tensor_t,
+    ) -> accel_status_t,
+>;
+extern "C" {
+    pub fn accel_callback_set_error(message: *const core::ffi::c_char);
+}
+extern "C" {
+    pub fn accel_dataloader_create_from_map_dataset(
+        dataset: *const accel_map_dataset_t,
+        collate: accel_collate_fn_t,
+        collate_user_data: *mut core::ffi::c_void,
+        config_json: *const core::ffi::c_char,
+        out: *mut *mut accel_dataloader_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_dataloader_create_from_iterable_dataset(
+        dataset: *const accel_iterable_dataset_t,
+        collate: accel_collate_fn_t,
+        collate_user_data: *mut core::ffi::c_void,
+        config_json: *const core::ffi::c_char,
+        out: *mut *mut accel_dataloader_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_batch_get_attention_mask(
+        batch: *const accel_batch_t,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
 extern "C" {
     pub fn accel_dataloader_create_from_tensors(
         features: *const accel_tensor_t,
