@@ -40,6 +40,22 @@ ACCEL_BEGIN_DECLS
  *   mask buffers (h.N.attn.bias, h.N.attn.masked_bias) older transformers versions stored. Each block
  *   transformer.h.N is a unit of type "gpt_block" for wrap policies. mixed_precision "fp8" is not
  *   supported for gpt models (ACCEL_ERR_UNIMPLEMENTED at prepare time).
+ *
+ *   {"type": "llama", ...}: the Llama family (Llama, Mistral, Qwen2) as transformers' LlamaForCausalLM /
+ *   MistralForCausalLM / Qwen2ForCausalLM, with their config keys by HF name and the defaults of the config
+ *   class "model_type" names ("llama" when absent, "mistral", "qwen2"): "vocab_size", "hidden_size",
+ *   "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads" (grouped-query
+ *   attention), "head_dim", "hidden_act" ("silu"), "rms_norm_eps", "rope_theta", "rope_scaling" (null or
+ *   {"rope_type": "linear" | "dynamic" | "llama3", "factor", ...}), "max_position_embeddings",
+ *   "attention_bias", "mlp_bias", "tie_word_embeddings", "sliding_window" (mistral; qwen2 with
+ *   "use_sliding_window" and "max_window_layers"), "attention_dropout", "pad_token_id", "initializer_range",
+ *   and accel's "activation_checkpointing". config.json's keys that change nothing here (torch_dtype,
+ *   architectures, bos/eos_token_id, use_cache, transformers_version, pretraining_tp 1) are accepted, so a
+ *   config.json with "type": "llama" added is a spec; other keys are refused by name. Parameters are HF's
+ *   (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ..., model.norm.weight, lm_head.weight,
+ *   which names the embedding when tied); each decoder layer is a unit of type "LlamaDecoderLayer"
+ *   ("MistralDecoderLayer", "Qwen2DecoderLayer"). Input and output as for "gpt". Details:
+ *   docs/guides/fine-tuning.md.
  * Models prepared with
  * mixed_precision "fp8" run their linear layers through accel's emulated FP8 path (only models from
  * this function; a TorchScript model is ACCEL_ERR_UNIMPLEMENTED at prepare time).
@@ -364,7 +380,7 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_state_dict(accel_model
                                                                      size_t count, bool strict) ACCEL_NOEXCEPT;
 
 /**
- * Generate tokens with a model of type "gpt" (Hugging Face's model.generate for a decoder-only model):
+ * Generate tokens with a model of type "gpt" or "llama" (Hugging Face's model.generate for a decoder-only model):
  * each step appends one token per row, chosen from the last position's logits greedily or by sampling,
  * using a KV cache so a step runs the new token only.
  * @param input_ids Prompt token ids, int64 [B, T] or [T] (T >= 1).
@@ -374,11 +390,11 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_load_state_dict(accel_model
  *        top_k scores and draws from their softmax with a generator of its own seeded with "seed" (without
  *        "seed", one is drawn from LibTorch's default generator), so the same seed gives the same text and
  *        the process's random state is not consumed. A row that produced eos_token_id repeats it; the
- *        call stops early when every row has. T + max_new_tokens must not exceed n_positions.
+ *        call stops early when every row has. For "gpt", T + max_new_tokens must not exceed n_positions.
  * @param out Receives int64 [B, T + n] (or [T + n]): the prompt followed by n <= max_new_tokens tokens.
  * Runs without gradients and without dropout (the model's train/eval mode is left as it was); a prepared
  * model runs under its accelerator's autocast.
- * @return ACCEL_ERR_UNIMPLEMENTED for models that are not "gpt"; ACCEL_ERR_INVALID_ARGUMENT naming the
+ * @return ACCEL_ERR_UNIMPLEMENTED for models that are neither "gpt" nor "llama"; ACCEL_ERR_INVALID_ARGUMENT naming the
  *         argument or JSON key; ACCEL_ERR_OUT_OF_RANGE for token ids outside [0, vocab_size).
  * Ownership: borrows @p model and @p input_ids; free *out with accel_tensor_free().
  * Threads: not while the model is used elsewhere.
