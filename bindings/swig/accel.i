@@ -547,6 +547,7 @@ ACCEL_HANDLE_CLASS(DataLoader)
 %newobject DataLoader::next_batch;
 %newobject DataLoader::skip_first_batches;
 %newobject DataLoader::from_tokens;
+%newobject DataLoader::from_files;
 %extend DataLoader {
     /** A loader over (features[i], labels[i]); labels may be null/None. Config: {"batch_size": 64,
      *  "shuffle": true, "seed": 42, "drop_last": false}. The loader shares the tensors' memory. */
@@ -564,6 +565,17 @@ ACCEL_HANDLE_CLASS(DataLoader)
     {
         accel_dataloader_t *d = NULL;
         ACCEL_CHECK(accel_dataloader_create_from_tokens(ACCEL_H(tokens, "Tensor"), config_json, &d));
+        return accel_swig::wrap<DataLoader>(d);
+    }
+    /** A loader over datasets in files, read without loading them (memory-mapped, each batch read with
+     *  pread): a token stream {"format": "tokens", "files": ["train-*.bin"], "dtype": "uint16",
+     *  "block_size": 1024} (also "npy" 1-d arrays, or "safetensors" with "tensor"), or samples
+     *  {"format": "npy", "features": "x.npy", "labels": "y.npy"} / {"format": "safetensors", "file": "d.safetensors",
+     *  "features": "x", "labels": "y"}; plus the loader keys (batch_size, shuffle, seed, drop_last). */
+    static DataLoader *from_files(const char *config_json)
+    {
+        accel_dataloader_t *d = NULL;
+        ACCEL_CHECK(accel_dataloader_create_from_files(config_json, &d));
         return accel_swig::wrap<DataLoader>(d);
     }
     ~DataLoader() { accel_dataloader_free($self->h); delete $self; }

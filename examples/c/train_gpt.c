@@ -3,12 +3,16 @@
  * accel's C API, with periodic validation, save_state / resume, and a few lines of sampled text.
  *
  *   ./train_gpt [--steps N] [--eval-every N] [--max-val-loss X] [--save DIR] [--save-every N]
- *               [--stop-at N] [--resume DIR] [--text-dir DIR] [--config '<accelerator config JSON>']
+ *               [--stop-at N] [--resume DIR] [--text-dir DIR | --tokens DIR] [--config '<accelerator config JSON>']
  *   (--config '{"log_with": "tensorboard", "project_config": {"logging_dir": "runs"}}' logs every step's loss
  *   and learning rate to runs/train_gpt/; on a terminal the main process draws a progress bar)
  *
  * The text is every regular file of --text-dir (symbolic links skipped, names sorted), bytes as
- * characters; the last 10 % is the validation split. The model is a 4-layer GPT-2 ({"type": "gpt"},
+ * characters; the last 10 % is the validation split. With --tokens DIR it trains instead from token files that
+ * prepare_tokens.py wrote from that text (DIR/train.bin, DIR/val.bin: one uint8 character id per character,
+ * DIR/vocab.bin: the characters), read without loading them (accel_dataloader_create_from_files), as a
+ * corpus larger than memory is read; the samples, and so the losses, are those of the text (the test
+ * example.train_gpt_token_file compares them). The model is a 4-layer GPT-2 ({"type": "gpt"},
  * n_embd 128, 4 heads, 128 positions) trained with AdamW and a cosine schedule on windows of 128
  * characters (accel_dataloader_create_from_tokens) with the "causal_lm" loss. Every --eval-every steps
  * it prints the mean training loss and the validation loss (the whole split, every rank). With --save DIR,
@@ -93,8 +97,21 @@ static unsigned char *read_texts(const char *dir, size_t *out_len)
     return text;
 }
 
+/* A token loader with the loader keys `keys`: over `tokens` in memory, or over the uint8 token file `file`
+ * when it is not NULL (--tokens). */
+static accel_status_t token_loader(accel_tensor_t *tokens, const char *file, const char *keys, accel_dataloader_t **out)
+{
+    char json[4500];
+    if (file == NULL) {
+        snprintf(json, sizeof json, "{%s}", keys);
+        return accel_dataloader_create_from_tokens(tokens, json, out);
+    }
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"files\": \"%s\", \"dtype\": \"uint8\", %s}", file, keys);
+    return accel_dataloader_create_from_files(json, out);
+}
+
 /* Mean causal_lm loss over a whole split (every window of BLOCK + 1 characters, stride BLOCK). */
-static int evaluate(accel_model_t *model, accel_tensor_t *tokens, double *out)
+static int evaluate(accel_model_t *model, accel_tensor_t *tokens, const char *file, double *out)
 {
     accel_dataloader_t *dl = NULL;
     accel_batch_t *b = NULL;
@@ -102,9 +119,8 @@ static int evaluate(accel_model_t *model, accel_tensor_t *tokens, double *out)
     int64_t n = 0;
     int rc = 1;
     char config[100];
-    snprintf(config, sizeof config, "{\"block_size\": %d, \"batch_size\": %d}", BLOCK, EVAL_BATCH);
-    if (failed(accel_model_eval(model), "eval") ||
-        failed(accel_dataloader_create_from_tokens(tokens, config, &dl), "validation loader"))
+    snprintf(config, sizeof config, "\"block_size\": %d, \"batch_size\": %d", BLOCK, EVAL_BATCH);
+    if (failed(accel_model_eval(model), "eval") || failed(token_loader(tokens, file, config, &dl), "validation loader"))
         goto done;
     while (accel_dataloader_next(dl, &b) == ACCEL_OK && b != NULL) {
         accel_tensor_t *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
@@ -162,6 +178,27 @@ static int sample(accel_accelerator_t *acc, accel_model_t *model, const unsigned
     return failed(accel_accelerator_print(acc, line), "print");
 }
 
+/* --tokens DIR: the characters of DIR/vocab.bin (prepare_tokens.py) and the token files' total length. */
+static int read_vocab(const char *dir, unsigned char *chars, int64_t *vocab, size_t *total, char *train, char *val)
+{
+    char path[4200];
+    struct stat st;
+    FILE *f;
+    snprintf(path, 4200, "%s/vocab.bin", dir);
+    snprintf(train, 4200, "%s/train.bin", dir);
+    snprintf(val, 4200, "%s/val.bin", dir);
+    if ((f = fopen(path, "rb")) == NULL) {
+        fprintf(stderr, "train_gpt: cannot read %s (write it with prepare_tokens.py)\n", path);
+        return 1;
+    }
+    *vocab = (int64_t)fread(chars, 1, 256, f);
+    fclose(f);
+    *total = 0;
+    if (stat(train, &st) == 0) *total += (size_t)st.st_size;
+    if (stat(val, &st) == 0) *total += (size_t)st.st_size;
+    return *vocab == 0;
+}
+
 /* The step a state folder was saved at, from its name "step_<N>" (as Accelerate's examples do). */
 static int step_of(const char *dir, int64_t *out)
 {
@@ -196,7 +233,8 @@ int main(int argc, char **argv)
     int64_t loss_count = 0;
     int64_t step = 0;
     bool main_process = false;
-    char json[600], line[300], state_dir[4200];
+    char json[4600], line[300], state_dir[4200], train_file[4200], val_file[4200];
+    const char *token_dir = NULL;
     int rc = 1;
     clock_t started;
 
@@ -210,6 +248,7 @@ int main(int argc, char **argv)
         else if (v != NULL && strcmp(argv[a], "--stop-at") == 0) stop_at = atoll(v);
         else if (v != NULL && strcmp(argv[a], "--resume") == 0) resume_dir = v;
         else if (v != NULL && strcmp(argv[a], "--text-dir") == 0) text_dir = v;
+        else if (v != NULL && strcmp(argv[a], "--tokens") == 0) token_dir = v;
         else if (v != NULL && strcmp(argv[a], "--config") == 0) config = v;
         else {
             fprintf(stderr, "train_gpt: unknown or incomplete argument %s (see the comment at the top of train_gpt.c)\n",
@@ -223,6 +262,12 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    if (token_dir != NULL) {
+        if (read_vocab(token_dir, chars, &vocab, &text_len, train_file, val_file))
+            goto done;
+        for (i = 0; i < 256; ++i) index_of[i] = -1;
+        for (i = 0; i < vocab; ++i) index_of[chars[i]] = i;
+    } else {
     /* Characters: the distinct bytes of the text, in byte order. */
     if ((text = read_texts(text_dir, &text_len)) == NULL || text_len < 20 * (BLOCK + 1)) {
         fprintf(stderr, "train_gpt: not enough text in %s\n", text_dir);
@@ -249,6 +294,7 @@ int main(int argc, char **argv)
                                        &val_tokens), "validation tokens"))
             goto done;
     }
+    }
 
     if (failed(accel_random_set_seed(1337, false, false), "seed") ||
         failed(accel_accelerator_create(config, &acc), "create accelerator") ||
@@ -266,9 +312,9 @@ int main(int argc, char **argv)
              (long long)(steps / 20), (long long)steps);
     if (failed(accel_scheduler_create(opt, json, &sched), "create scheduler"))
         goto done;
-    snprintf(json, sizeof json, "{\"block_size\": %d, \"stride\": %d, \"batch_size\": %d, \"shuffle\": true,"
-             " \"seed\": 7, \"drop_last\": true}", BLOCK, BLOCK / 2, BATCH);
-    if (failed(accel_dataloader_create_from_tokens(train_tokens, json, &train), "train loader") ||
+    snprintf(json, sizeof json, "\"block_size\": %d, \"stride\": %d, \"batch_size\": %d, \"shuffle\": true,"
+             " \"seed\": 7, \"drop_last\": true", BLOCK, BLOCK / 2, BATCH);
+    if (failed(token_loader(train_tokens, token_dir ? train_file : NULL, json, &train), "train loader") ||
         failed(accel_accelerator_prepare(acc, model, opt, train, sched), "prepare"))
         goto done;
     if (resume_dir != NULL && (step_of(resume_dir, &step) || failed(accel_accelerator_load_state(acc, resume_dir), "load_state")))
@@ -322,7 +368,7 @@ int main(int argc, char **argv)
             if (show_bar)
                 progress_clear();
             interval_start = progress_now();
-            if (evaluate(model, val_tokens, &val_loss))
+            if (evaluate(model, val_tokens, token_dir ? val_file : NULL, &val_loss))
                 goto done;
             snprintf(line, sizeof line, "step %5lld  train loss %.4f  val loss %.4f  (%.0f s CPU)", (long long)step,
                      loss_sum / (double)loss_count, val_loss, (double)(clock() - started) / CLOCKS_PER_SEC);
@@ -351,7 +397,7 @@ int main(int argc, char **argv)
         goto done;
     }
 
-    if (val_loss < 0.0 && evaluate(model, val_tokens, &val_loss)) /* resumed at the end: nothing trained */
+    if (val_loss < 0.0 && evaluate(model, val_tokens, token_dir ? val_file : NULL, &val_loss)) /* resumed at the end: nothing trained */
         goto done;
     if (sample(acc, model, chars, index_of, "This program is free software", "{\"max_new_tokens\": 90}",
                "greedy") ||

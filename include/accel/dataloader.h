@@ -1,5 +1,5 @@
 /** @file
- * data loaders over in-memory tensors. */
+ * data loaders over in-memory tensors and files. */
 #ifndef ACCEL_DATALOADER_H
 #define ACCEL_DATALOADER_H
 
@@ -56,6 +56,42 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_tensors(co
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_tokens(const accel_tensor_t *tokens,
                                                                              const char *config_json,
                                                                              accel_dataloader_t **out) ACCEL_NOEXCEPT;
+
+/**
+ * A loader over datasets in files, read without loading them: the files are memory-mapped and each batch
+ * reads only its own windows or rows (pread into the batch), so a corpus larger than memory trains with a
+ * resident set of a few batches. Sharding, shuffling, skip_first_batches and save_state / load_state
+ * positions work as for accel_dataloader_create_from_tensors.
+ *
+ * A token stream, cut into windows as accel_dataloader_create_from_tokens cuts them (same samples):
+ *   {"format": "tokens", "files": ["train-*.bin"], "dtype": "uint16", "block_size": 1024, "stride": block_size}
+ *     raw little-endian token files (nanoGPT's train.bin, Megatron's .bin); dtype "uint8", "uint16",
+ *     "int32", "int64" (also "int8", "int16", "uint32", "uint64"), tokens widened to int64.
+ *   {"format": "npy", "files": [...], "block_size": ...}  1-d integer .npy arrays.
+ *   {"format": "safetensors", "files": [...], "tensor": "tokens", "block_size": ...}  a 1-d integer tensor of
+ *     each file.
+ *   "files" is one path or a list of paths and glob patterns (a pattern's matches in sorted order); the files
+ *   are one stream in that order, so a window may span two files.
+ * Samples along dimension 0:
+ *   {"format": "npy", "features": "x.npy", "labels": "y.npy"}  (labels optional)
+ *   {"format": "safetensors", "file": "data.safetensors", "features": "x", "labels": "y"}  tensor names.
+ * Plus the loader keys of accel_dataloader_create_from_tensors ("batch_size", "shuffle", "seed", "drop_last",
+ * ...). "dtype" may also be given for npy / safetensors: it must then match the file.
+ *
+ * @param config_json  JSON object as above, read during the call. Must not be NULL.
+ * @param out  Receives a new data loader handle, owned by the caller, who frees it with accel_dataloader_free();
+ *             NULL on failure. Must not be NULL.
+ * @return ACCEL_OK; ACCEL_ERR_INVALID_ARGUMENT naming the key (a wrong dtype name, windows larger than the
+ *         stream, ...); ACCEL_ERR_NOT_FOUND naming a missing file, a pattern matching none, or a missing tensor;
+ *         ACCEL_ERR_DATA_LOSS naming a file whose header lies (an .npy shape the file does not hold);
+ *         ACCEL_ERR_UNIMPLEMENTED for fortran-order or big-endian arrays. A file that becomes shorter while the
+ *         loader reads it fails accel_dataloader_next() with ACCEL_ERR_DATA_LOSS naming it.
+ * Ownership: the loader keeps the files open until it and every loader made from it are freed.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_files(const char *config_json,
+                                                                            accel_dataloader_t **out) ACCEL_NOEXCEPT;
 
 /**
  * Frees the handle. NULL is fine.

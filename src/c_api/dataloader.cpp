@@ -3,6 +3,7 @@
 #include "c_api/guard.hpp"
 #include "c_api/handles.hpp"
 #include "config/dataloader_options.hpp"
+#include "data_loader/file_datasets.hpp"
 
 using accel::fail;
 using namespace accel::capi;
@@ -55,6 +56,17 @@ ACCEL_API accel_status_t accel_dataloader_create_from_tokens(const accel_tensor_
         data->features = windows.narrow(1, 0, options.block_size);
         data->labels = windows.narrow(1, 1, options.block_size);
         emit(out, std::make_shared<accel::DataLoaderShard>(std::move(data), options.loader));
+    });
+}
+
+ACCEL_API accel_status_t accel_dataloader_create_from_files(const char *config_json, accel_dataloader_t **out) noexcept
+{
+    return guarded([&] {
+        out_param(out);
+        if (config_json == nullptr)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "config_json: required (at least \"format\" and the files)");
+        auto options = accel::config::parse_file_dataloader_options(config_json);
+        emit(out, std::make_shared<accel::DataLoaderShard>(accel::open_file_dataset(options), options.loader));
     });
 }
 

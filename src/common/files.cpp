@@ -101,7 +101,7 @@ void OutFile::close()
     if (::close(fd) != 0) fail_errno(errno, "cannot close", path_);
 }
 
-MappedFile::MappedFile(const std::string &path) : path_(path)
+MappedFile::MappedFile(const std::string &path, Access access) : path_(path)
 {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail_errno(errno, "cannot open", path);
@@ -118,15 +118,19 @@ MappedFile::MappedFile(const std::string &path) : path_(path)
     size_ = static_cast<size_t>(st.st_size);
     if (size_ > 0) {
         // Copy-on-write: tensors made over the map may be written to without touching the file.
-        void *p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        void *p = access == Access::Sequential ? ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0)
+                                               : ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
             int e = errno;
             ::close(fd);
             fail_errno(e, "cannot map", path);
         }
-        // Checkpoints are read front to back once.
-        ::madvise(p, size_, MADV_SEQUENTIAL);
-        ::madvise(p, size_, MADV_WILLNEED);
+        if (access == Access::Sequential) {
+            ::madvise(p, size_, MADV_SEQUENTIAL);
+            ::madvise(p, size_, MADV_WILLNEED);
+        } else {
+            ::madvise(p, size_, MADV_RANDOM);
+        }
         data_ = static_cast<const uint8_t *>(p);
     }
     fd_ = fd;

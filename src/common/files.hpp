@@ -39,12 +39,17 @@ private:
     uint64_t flushed_ = 0; // bytes before this offset have had writeback started
 };
 
-// A file mapped copy-on-write (MAP_PRIVATE): the file is never modified. Empty files map to null, size 0.
+// A file mapped copy-on-write (MAP_PRIVATE; read-only shared for Access::Random): the file is never
+// modified. Empty files map to null, size 0.
 // The descriptor stays open so that large ranges can be read with read_at() straight into their
 // destination (one copy, no page-table work), instead of through the map.
 class MappedFile {
 public:
-    explicit MappedFile(const std::string &path);
+    // How the map will be read: front to back once (checkpoints: the kernel starts reading the whole file at
+    // once), or scattered (datasets larger than memory: no read-ahead of the file, and a read-only shared map,
+    // which costs no commit charge, where a writable private map larger than RAM + swap is refused).
+    enum class Access { Sequential, Random };
+    explicit MappedFile(const std::string &path, Access access = Access::Sequential);
     ~MappedFile();
     MappedFile(const MappedFile &) = delete;
     MappedFile &operator=(const MappedFile &) = delete;

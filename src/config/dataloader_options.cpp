@@ -63,4 +63,46 @@ CallbackDataLoaderOptions parse_callback_dataloader_options(const char *json, bo
     return c;
 }
 
+FileDataLoaderOptions parse_file_dataloader_options(const char *json)
+{
+    JsonDocument doc(json == nullptr ? "{}" : json, "config_json");
+    JsonObject o(doc.root(), "");
+    FileDataLoaderOptions f;
+    f.loader = read_loader_keys(o);
+    if (!o.has("format")) fail(ACCEL_ERR_INVALID_ARGUMENT, "format: required (\"tokens\", \"npy\" or \"safetensors\")");
+    const std::string format = o.get_enum("format", "tokens", {"tokens", "npy", "safetensors"});
+    f.format = format == "npy" ? FileDataLoaderOptions::Format::Npy
+               : format == "safetensors" ? FileDataLoaderOptions::Format::Safetensors
+                                         : FileDataLoaderOptions::Format::Tokens;
+    f.files = o.get_string_or_array("files", {});
+    f.dtype = o.get_string("dtype", "");
+    f.features = o.get_string("features", "");
+    f.labels = o.get_string("labels", "");
+    const bool st = f.format == FileDataLoaderOptions::Format::Safetensors;
+    if (st) {
+        f.tensor = o.get_string("tensor", "");
+        f.file = o.get_string("file", "");
+    }
+    if (f.format == FileDataLoaderOptions::Format::Tokens && f.dtype.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "dtype: required for raw token files (\"uint8\", \"uint16\", \"int32\" or \"int64\")");
+    if (f.samples()) {
+        if (f.format == FileDataLoaderOptions::Format::Tokens)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "features: raw token files are one stream (use \"files\"); sample tensors come "
+                                             "from \"npy\" or \"safetensors\" files");
+        if (!f.files.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "files: give either \"files\" (a token stream) or \"features\" (samples)");
+        if (st && f.file.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "file: required (the safetensors file holding \"features\")");
+        for (const char *key : {"block_size", "stride"})
+            if (o.has(key)) fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + ": only for token streams (\"files\")");
+    } else {
+        if (f.files.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "files: required (token files or glob patterns), or \"features\"");
+        if (!f.labels.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "labels: only with \"features\" (a token stream's labels are its next tokens)");
+        if (st && f.tensor.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "tensor: required (the token tensor of each safetensors file)");
+        if (!o.has("block_size")) fail(ACCEL_ERR_INVALID_ARGUMENT, "block_size: required (tokens per input sequence)");
+        f.block_size = o.get_int("block_size", 0, 1, INT32_MAX);
+        f.stride = o.get_int("stride", f.block_size, 1, INT32_MAX);
+    }
+    o.finish();
+    return f;
+}
+
 } // namespace accel::config

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace accel::config {
 
@@ -43,5 +45,25 @@ struct CallbackDataLoaderOptions {
 
 // `iterable`: "shuffle" and "seed" are refused (a stream is shuffled by its dataset).
 CallbackDataLoaderOptions parse_callback_dataloader_options(const char *json, bool iterable);
+
+// A loader over datasets in files (accel_dataloader_create_from_files): a token stream from "files"
+// (format "tokens": raw little-endian token files of "dtype"; "npy": 1-d arrays; "safetensors": the
+// tensor "tensor" of each file) cut into windows, or, with "features", sample tensors (.npy paths, or tensor
+// names of the safetensors "file").
+struct FileDataLoaderOptions {
+    enum class Format { Tokens, Npy, Safetensors };
+    DataLoaderOptions loader;
+    Format format = Format::Tokens;
+    std::vector<std::string> files; // paths or glob patterns, in stream order
+    std::string dtype;              // raw token files: required; others: checked against the file when given
+    std::string tensor;             // safetensors token streams: the tensor's name
+    std::string file;               // safetensors samples: the file
+    std::string features, labels;   // samples: .npy paths or safetensors tensor names (labels optional)
+    int64_t block_size = 0;         // token streams: required
+    int64_t stride = 0;
+    bool samples() const { return !features.empty(); }
+};
+
+FileDataLoaderOptions parse_file_dataloader_options(const char *json);
 
 } // namespace accel::config

@@ -490,6 +490,12 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_dataloader_create_from_files(
+        config_json: *const core::ffi::c_char,
+        out: *mut *mut accel_dataloader_t,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_dataloader_free(dataloader: *mut accel_dataloader_t);
 }
 extern "C" {

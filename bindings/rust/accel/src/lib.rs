@@ -726,6 +726,17 @@ impl DataLoader {
         Ok(DataLoader { raw })
     }
 
+    /// A loader over datasets in files, read without loading them (memory-mapped, each batch read with
+    /// pread): a token stream `{"format": "tokens", "files": ["train-*.bin"], "dtype": "uint16",
+    /// "block_size": 1024}` (also `"npy"` 1-d arrays, or `"safetensors"` with `"tensor"`), or samples
+    /// `{"format": "npy", "features": "x.npy", "labels": "y.npy"}`; plus the loader keys.
+    pub fn from_files(config: &str) -> Result<DataLoader> {
+        let config = cstring("config_json", config)?;
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::accel_dataloader_create_from_files(config.as_ptr(), &mut raw) })?;
+        Ok(DataLoader { raw })
+    }
+
     /// The next batch of the current pass, or None at its end (the next call starts the next pass).
     pub fn next_batch(&mut self) -> Result<Option<Batch>> {
         let mut raw = ptr::null_mut();

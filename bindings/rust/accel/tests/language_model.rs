@@ -108,3 +108,30 @@ fn forward_no_grad() -> accel::Result<()> {
     assert_eq!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
     Ok(())
 }
+
+#[test]
+fn from_files_equals_from_tokens() -> accel::Result<()> {
+    // The same 50 tokens as a uint16 token file: the same windows as from_tokens.
+    let path = std::env::temp_dir().join(format!("accel_rust_tokens_{}.bin", std::process::id()));
+    let bytes: Vec<u8> = (0..50u16).flat_map(|i| (i % 8).to_le_bytes()).collect();
+    std::fs::write(&path, bytes).expect("write the token file");
+    let config = format!(
+        r#"{{"format": "tokens", "files": "{}", "dtype": "uint16", "block_size": 4, "batch_size": 2, "shuffle": true, "seed": 5}}"#,
+        path.display()
+    );
+    let mut files = DataLoader::from_files(&config)?;
+    let mut memory = DataLoader::from_tokens(&stream(50), r#"{"block_size": 4, "batch_size": 2, "shuffle": true, "seed": 5}"#)?;
+    assert_eq!(files.len()?, memory.len()?);
+    while let Some(a) = files.next_batch()? {
+        let b = memory.next_batch()?.expect("as many batches");
+        assert_eq!(a.inputs()?.to_vec::<i64>()?, b.inputs()?.to_vec::<i64>()?);
+        assert_eq!(a.labels()?.expect("labels").to_vec::<i64>()?, b.labels()?.expect("labels").to_vec::<i64>()?);
+    }
+    std::fs::remove_file(&path).ok();
+    let e = DataLoader::from_files(r#"{"format": "tokens", "files": "/nonexistent/t.bin", "dtype": "uint16", "block_size": 4}"#)
+        .err()
+        .expect("a missing file");
+    assert_eq!(e.status(), Status::NotFound);
+    assert!(e.message().contains("/nonexistent/t.bin"), "{}", e.message());
+    Ok(())
+}

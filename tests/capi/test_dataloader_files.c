@@ -1,0 +1,131 @@
+/* accel_dataloader_create_from_files through the C ABI: a uint16 token file gives the batches
+ * accel_dataloader_create_from_tokens gives over the same tokens (shuffled, two passes), save_state positions
+ * resume it, and the errors are statuses naming the key or the file (a missing file, a NULL config, a file
+ * cut short while the loader reads it). */
+#define _POSIX_C_SOURCE 200809L
+#include "capi_helpers.h"
+
+#include <stdint.h>
+#include <unistd.h>
+
+#define NTOK 4000
+#define BLOCK 31
+
+static char g_path[256];
+static int64_t g_tokens[NTOK];
+
+static void write_tokens(void)
+{
+    uint16_t t16[NTOK];
+    FILE *f;
+    int i;
+    for (i = 0; i < NTOK; ++i) g_tokens[i] = t16[i] = (uint16_t)((i * 7919 + 5) % 50257);
+    snprintf(g_path, sizeof g_path, "accel_capi_tokens_%d.bin", (int)getpid());
+    f = fopen(g_path, "wb");
+    CHECK(f != NULL && fwrite(t16, 2, NTOK, f) == NTOK);
+    if (f != NULL) fclose(f);
+}
+
+static accel_dataloader_t *files_loader(void)
+{
+    char cfg[512];
+    accel_dataloader_t *dl = NULL;
+    snprintf(cfg, sizeof cfg,
+             "{\"format\": \"tokens\", \"files\": \"%s\", \"dtype\": \"uint16\", \"block_size\": %d, "
+             "\"batch_size\": 6, \"shuffle\": true, \"seed\": 11}",
+             g_path, BLOCK);
+    CHECK_OK(accel_dataloader_create_from_files(cfg, &dl));
+    return dl;
+}
+
+/* The next batch's inputs and labels copied into `x`, `y` (capacity 6 * BLOCK); returns its size, 0 at the
+ * end of a pass, -1 on error. */
+static int64_t next_batch(accel_dataloader_t *dl, int64_t *x, int64_t *y)
+{
+    accel_batch_t *b = NULL;
+    accel_tensor_t *in = NULL, *lab = NULL;
+    int64_t size = 0;
+    if (accel_dataloader_next(dl, &b) != ACCEL_OK) return -1;
+    if (b == NULL) return 0;
+    CHECK_OK(accel_batch_get_size(b, &size));
+    CHECK_OK(accel_batch_get_inputs(b, &in));
+    CHECK_OK(accel_batch_get_labels(b, &lab));
+    CHECK_OK(accel_tensor_copy_to_buffer(in, x, (size_t)size * BLOCK * sizeof(int64_t)));
+    CHECK_OK(accel_tensor_copy_to_buffer(lab, y, (size_t)size * BLOCK * sizeof(int64_t)));
+    accel_tensor_free(in);
+    accel_tensor_free(lab);
+    accel_batch_free(b);
+    return size;
+}
+
+static void test_same_batches_as_tokens(void)
+{
+    accel_dataloader_t *df = files_loader(), *dm = NULL;
+    accel_tensor_t *t = NULL;
+    int64_t shape[1] = {NTOK}, len_f = -1, len_m = -2;
+    int64_t xf[6 * BLOCK], yf[6 * BLOCK], xm[6 * BLOCK], ym[6 * BLOCK];
+    int pass, batches = 0;
+    char cfg[200];
+    CHECK_OK(accel_tensor_create(g_tokens, sizeof g_tokens, ACCEL_DTYPE_INT64, shape, 1, &t));
+    snprintf(cfg, sizeof cfg, "{\"block_size\": %d, \"batch_size\": 6, \"shuffle\": true, \"seed\": 11}", BLOCK);
+    CHECK_OK(accel_dataloader_create_from_tokens(t, cfg, &dm));
+    CHECK_OK(accel_dataloader_get_length(df, &len_f));
+    CHECK_OK(accel_dataloader_get_length(dm, &len_m));
+    CHECK(len_f == len_m && len_f == ((NTOK - BLOCK - 1) / BLOCK + 1 + 5) / 6);
+    for (pass = 0; pass < 2; ++pass) {
+        for (;;) {
+            int64_t nf = next_batch(df, xf, yf), nm = next_batch(dm, xm, ym);
+            CHECK(nf == nm && nf >= 0);
+            if (nf <= 0 || nf != nm) break;
+            ++batches;
+            CHECK(memcmp(xf, xm, (size_t)nf * BLOCK * sizeof(int64_t)) == 0);
+            CHECK(memcmp(yf, ym, (size_t)nf * BLOCK * sizeof(int64_t)) == 0);
+        }
+    }
+    CHECK(batches == 2 * len_f);
+    accel_dataloader_free(df);
+    accel_dataloader_free(dm);
+    accel_tensor_free(t);
+}
+
+static void test_errors(void)
+{
+    accel_dataloader_t *dl = NULL;
+    int64_t x[6 * BLOCK], y[6 * BLOCK];
+    CHECK_FAILS(accel_dataloader_create_from_files(NULL, &dl), ACCEL_ERR_INVALID_ARGUMENT, "config_json");
+    CHECK(dl == NULL);
+    CHECK_FAILS(accel_dataloader_create_from_files("{\"format\": \"tokens\", \"files\": \"no_such_file.bin\", "
+                                                   "\"dtype\": \"uint16\", \"block_size\": 4}", &dl),
+                ACCEL_ERR_NOT_FOUND, "no_such_file.bin");
+    CHECK_FAILS(accel_dataloader_create_from_files("{\"format\": \"tokens\", \"files\": \"x.bin\", \"dtype\": \"u16\", "
+                                                   "\"block_size\": 4}", &dl),
+                ACCEL_ERR_INVALID_ARGUMENT, "dtype");
+    CHECK_FAILS(accel_dataloader_create_from_files("{\"format\": \"tokens\"}", NULL), ACCEL_ERR_INVALID_ARGUMENT, "out");
+
+    /* Cut short while the loader reads it: the next batch reaching past the end fails naming the file. */
+    dl = files_loader();
+    CHECK(next_batch(dl, x, y) == 6);
+    CHECK(truncate(g_path, 64) == 0);
+    {
+        accel_batch_t *b = NULL;
+        accel_status_t st = ACCEL_OK;
+        int i;
+        for (i = 0; i < 10 && st == ACCEL_OK; ++i) {
+            st = accel_dataloader_next(dl, &b);
+            accel_batch_free(b);
+            b = NULL;
+        }
+        CHECK(st == ACCEL_ERR_DATA_LOSS);
+        CHECK(strstr(accel_last_error_message(), g_path) != NULL);
+    }
+    accel_dataloader_free(dl);
+}
+
+int main(void)
+{
+    write_tokens();
+    test_same_batches_as_tokens();
+    test_errors();
+    unlink(g_path);
+    return capi_report("test_dataloader_files");
+}
