@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 
 #include <cctype>
+#include <sys/sysinfo.h>
 
 namespace accel {
 
@@ -51,6 +52,13 @@ std::string out_of_memory_message(const std::string &what)
 void fail_if_out_of_memory(const std::string &what, const std::string &context)
 {
     if (is_out_of_memory(what)) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, context + ": " + out_of_memory_message(what));
+}
+
+uint64_t memory_ceiling()
+{
+    struct sysinfo si {};
+    if (sysinfo(&si) != 0) return UINT64_MAX;
+    return (static_cast<uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
 }
 
 } // namespace accel

@@ -4,6 +4,7 @@
 // because LibTorch 1.13 throws most of them as a plain c10::Error. No LibTorch here.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace accel {
@@ -18,5 +19,10 @@ std::string out_of_memory_message(const std::string &what);
 // When `what` is an allocation failure, throws ACCEL_ERR_RESOURCE_EXHAUSTED with "<context>: out of memory ...";
 // returns otherwise. For the catch blocks that turn other LibTorch errors into argument errors (a forward pass).
 void fail_if_out_of_memory(const std::string &what, const std::string &context);
+
+// Bytes this process could ever hold: physical memory plus swap (UINT64_MAX when unknown). A model larger than
+// that cannot be allocated (and Linux's default overcommit heuristic refuses such an allocation anyway): saying so
+// before LibTorch tries gives RESOURCE_EXHAUSTED naming the sizes instead of an allocator error.
+uint64_t memory_ceiling();
 
 } // namespace accel

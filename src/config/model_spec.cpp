@@ -165,6 +165,7 @@ ModelSpec parse_model_spec(const char *json)
     JsonDocument doc(json, "spec_json");
     JsonObject root(doc.root(), "");
     ModelSpec spec;
+    if (auto lora = root.get_object("lora")) spec.lora = parse_lora_config(*lora);
     std::string type = root.get_enum("type", "", {"mlp", "sequential", "gpt", "llama"});
     if (type.empty())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\", \"sequential\", \"gpt\" or \"llama\")");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "config/gpt_config.hpp"
+#include "config/lora_config.hpp"
 #include "config/llama_config.hpp"
 
 #include <cstdint>
@@ -50,10 +51,13 @@ struct ModelSpec {
     std::vector<LayerSpec> layers; // an mlp spec is expanded into linear/activation/dropout layers
     uint64_t bytes = 0;            // sum of the layers' bytes (at most INT64_MAX); a gpt model's parameter bytes
     std::optional<GptConfig> gpt;  // {"type": "gpt"}: a GPT-2 decoder (src/model/gpt_model.cpp), no layers
+    // "lora": PEFT's LoraConfig keys (src/model/lora.hpp adapts the built model), for every model type; read before
+    // the type's own keys so that each type's parser accepts it.
+    std::optional<LoraConfig> lora;
+    std::optional<LlamaConfig> llama; // {"type": "llama"}: the Llama family (src/model/llama_model.cpp), no layers
     // "frozen": globs over parameter names (Model::set_requires_grad(glob, false)), for every model type; read
     // before the type's own keys so that each type's parser accepts it.
     std::vector<std::string> frozen;
-    std::optional<LlamaConfig> llama; // {"type": "llama"}: the Llama family (src/model/llama_model.cpp), no layers
 };
 
 // Parses a spec. Sizes whose byte count overflows are ACCEL_ERR_INVALID_ARGUMENT naming their keys.

@@ -2,11 +2,13 @@
 #include "model/model.hpp"
 
 #include "common/error.hpp"
+#include "common/out_of_memory.hpp"
 #include "config/model_spec.hpp"
 #include "model/activation_checkpoint.hpp"
 #include "model/gpt_model.hpp"
 #include "model/llama_model.hpp"
 #include "model/linear.hpp"
+#include "model/lora.hpp"
 #include "model/transformer_block.hpp"
 #include "precision/fp8_linear.hpp"
 
@@ -20,8 +22,6 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/modules/transformerlayer.h>
-
-#include <sys/sysinfo.h>
 
 #include <algorithm>
 #include <cmath>
@@ -265,16 +265,6 @@ void add_layer(torch::nn::Sequential &seq, const config::LayerSpec &l)
     }
 }
 
-// Bytes this process could ever hold: physical memory plus swap. A model larger than that cannot be
-// allocated (and Linux's default overcommit heuristic refuses such an allocation anyway); saying so before
-// LibTorch tries gives RESOURCE_EXHAUSTED naming the sizes instead of an allocator error.
-uint64_t memory_ceiling()
-{
-    struct sysinfo si {};
-    if (sysinfo(&si) != 0) return UINT64_MAX;
-    return (static_cast<uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
-}
-
 void check_fits(const config::ModelSpec &spec)
 {
     const uint64_t ceiling = memory_ceiling();
@@ -321,11 +311,19 @@ std::shared_ptr<Model> build_model(const config::ModelSpec &spec, const Paramete
 
 } // namespace
 
+// The spec's "lora" object: adapters on the built model, its other parameters frozen.
+static std::shared_ptr<Model> with_lora(std::shared_ptr<Model> model, const std::optional<config::LoraConfig> &lora,
+                                        const ParameterFn &on_parameter)
+{
+    if (lora) apply_lora(*model, *lora, on_parameter);
+    return model;
+}
+
 std::shared_ptr<Model> make_model_from_json(const char *spec_json, const ParameterFn &on_parameter)
 {
     config::ModelSpec spec = config::parse_model_spec(spec_json);
     check_fits(spec);
-    return with_frozen(build_model(spec, on_parameter), spec.frozen);
+    return with_frozen(with_lora(build_model(spec, on_parameter), spec.lora, on_parameter), spec.frozen);
 }
 
 } // namespace accel

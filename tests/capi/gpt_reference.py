@@ -100,9 +100,15 @@ def read_safetensors(path):
     return out
 
 
-def logits(w, ids):
+def logits(w, ids, adapter=None):
+    """`adapter(x, module)` (optional): a term added to each Conv1D layer's output, e.g. LoRA's update
+    (tests/python/lora_reference.py); x is float64."""
     c = CONFIG
     w = {k: v.double() for k, v in w.items()}
+
+    def conv1d(x, p):
+        y = x @ w[p + ".weight"] + w[p + ".bias"]
+        return y if adapter is None else y + adapter(x, p)
     n, hd = c["n_head"], c["n_embd"] // c["n_head"]
     eps = c["layer_norm_epsilon"]
 
@@ -119,7 +125,7 @@ def logits(w, ids):
     for i in range(c["n_layer"]):
         p = f"transformer.h.{i}."
         x = ln(h, p + "ln_1")
-        qkv = x @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
+        qkv = conv1d(x, p + "attn.c_attn")
         q, k, v = (t.reshape(B, T, n, hd).transpose(1, 2) for t in qkv.split(c["n_embd"], -1))
         s = q @ k.transpose(-1, -2) / math.sqrt(hd)
         future = torch.arange(T)[None, :] > torch.arange(T)[:, None]
@@ -127,10 +133,9 @@ def logits(w, ids):
         a = torch.exp(s - s.max(-1, keepdim=True).values)
         a = a / a.sum(-1, keepdim=True)
         y = (a @ v).transpose(1, 2).reshape(B, T, c["n_embd"])
-        h = h + y @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        h = h + conv1d(y, p + "attn.c_proj")
         x = ln(h, p + "ln_2")
-        h = h + gelu_new(x @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"]) @ w[p + "mlp.c_proj.weight"] \
-            + w[p + "mlp.c_proj.bias"]
+        h = h + conv1d(gelu_new(conv1d(x, p + "mlp.c_fc")), p + "mlp.c_proj")
     return ln(h, "transformer.ln_f") @ w["transformer.wte.weight"].T
 
 
