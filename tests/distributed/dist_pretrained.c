@@ -1,0 +1,47 @@
+/* Pretrained folders on several processes (run_dist.py's "pretrained" scenario).
+ *   dist_pretrained write SRC              one process: a seeded llama model saved with save_pretrained, in shards
+ *   dist_pretrained load SRC OUT CONFIG    every process: an accelerator of CONFIG, from_pretrained(SRC) (under
+ *                                          zero3_init_flag partitioned: each process copies only its slices, and
+ *                                          the model cannot be read whole before it is prepared), prepare with an
+ *                                          optimizer, save_pretrained(OUT) from every process (gathered on the main
+ *                                          process). run_dist.py checks that OUT holds SRC's tensors bit for bit. */
+#include "dist_common.h"
+
+#include <string.h>
+
+static const char *kSpec = "{\"type\": \"llama\", \"vocab_size\": 11, \"hidden_size\": 8, \"intermediate_size\": 12,"
+                           " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1}";
+
+int main(int argc, char **argv)
+{
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_tensor_t *t = NULL;
+    int32_t rank = 0;
+    if (argc == 3 && strcmp(argv[1], "write") == 0) {
+        DIST_CHECK(accel_random_set_seed(5, false, false));
+        DIST_CHECK(accel_model_create_from_json(kSpec, &m));
+        DIST_CHECK(accel_model_save_pretrained(m, argv[2], "{\"max_shard_size\": 700}"));
+        accel_model_free(m);
+        return 0;
+    }
+    DIST_EXPECT(argc == 5 && strcmp(argv[1], "load") == 0, "usage: dist_pretrained write SRC | load SRC OUT CONFIG");
+    DIST_CHECK(accel_accelerator_create(argv[4], &acc));
+    DIST_CHECK(accel_accelerator_get_process_index(acc, &rank));
+    DIST_CHECK(accel_model_from_pretrained(argv[2], "{\"strict\": true}", &m));
+    if (strstr(argv[4], "zero3_init_flag") != NULL) {
+        accel_status_t st = accel_model_get_tensor(m, "model.embed_tokens.weight", &t);
+        DIST_EXPECT(st == ACCEL_ERR_FAILED_PRECONDITION && t == NULL,
+                    "a model loaded under zero3_init_flag is partitioned until prepared (got %s)", accel_status_name(st));
+    }
+    DIST_CHECK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));
+    DIST_CHECK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+    DIST_CHECK(accel_model_save_pretrained(m, argv[3], "{\"max_shard_size\": 700}"));
+    DIST_CHECK(accel_accelerator_wait_for_everyone(acc));
+    printf("pretrained: ok rank %d\n", (int)rank);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+    return 0;
+}
