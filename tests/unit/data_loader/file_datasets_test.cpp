@@ -426,3 +426,17 @@ TEST(FileDatasets, SparseFourGiBCorpusIsNotLoaded)
     EXPECT_GT(last.inputs.sum().item<int64_t>(), 0);
     ::unlink(big.c_str());
 }
+
+// Prefetch workers read a file dataset's batches from several threads at once (pread at independent
+// offsets): the batches are those of the loader without workers.
+TEST(FileDatasets, WorkersGiveTheSameBatches)
+{
+    const auto tokens = token_values(20000, 50000);
+    const std::string path = write_file("workers.bin", token_bytes(tokens, ElemType::U16));
+    auto files = open(R"({"format": "tokens", "files": ")" + path + R"(", "dtype": "uint16", "block_size": 64})");
+    auto with_workers = loader_options(4);
+    with_workers.num_workers = 3;
+    with_workers.prefetch_factor = 2;
+    DataLoaderShard plain(files, loader_options(4)), threaded(files, with_workers);
+    for (int epoch = 0; epoch < 2; ++epoch) expect_same_batches(all_batches(threaded), all_batches(plain));
+}
