@@ -9,8 +9,12 @@
  * the data vs_accelerate.py builds from the same formula, through the C API (prepare, then train_step: forward,
  * cross entropy, backward, step, zero_grad), and prints on the main process `steps/s X` for the STEPS steps
  * after WARMUP, timed as a whole (the data loader's next batch included, as in the Python loop).
+ * ACCEL_BENCH_DETERMINISTIC=1 seeds with set_seed(0, deterministic=true) (LibTorch's deterministic algorithms), to
+ * measure what that mode costs.
  */
 #include "bench_common.h"
+
+#include <string.h>
 
 enum { IN = 512, OUT = 10, BATCH = 64 };
 
@@ -28,7 +32,8 @@ int main(int argc, char **argv)
     accel_tensor_t *features = NULL, *labels = NULL;
     int32_t world = 1, rank = 0;
 
-    CHECK(accel_random_set_seed(0, false, false));
+    const char *det = getenv("ACCEL_BENCH_DETERMINISTIC");
+    CHECK(accel_random_set_seed(0, false, det != NULL && strcmp(det, "1") == 0));
     CHECK(accel_accelerator_create(NULL, &acc));
     CHECK(accel_accelerator_get_num_processes(acc, &world));
     CHECK(accel_accelerator_get_process_index(acc, &rank));
