@@ -116,3 +116,23 @@ def test_forward_no_grad():
     acc.backward(accel.compute_loss("cross_entropy", model.forward(x), y))
     with pytest.raises(accel.InvalidArgumentError, match="does not require grad"):
         acc.backward(accel.compute_loss("cross_entropy", model.forward_no_grad(x), y))
+
+
+GPT = ('{"type": "gpt", "vocab_size": 23, "n_positions": 16, "n_embd": 16, "n_layer": 2, "n_head": 2,'
+       ' "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}')
+
+
+def test_pretrained_round_trip(tmp_path):
+    """save_pretrained writes shards with the index; from_pretrained gives the same parameters, bit for bit."""
+    model = accel.Model.from_json(GPT)
+    model.save_pretrained(str(tmp_path / "gpt"), '{"max_shard_size": "10KB"}')
+    assert (tmp_path / "gpt" / "model.safetensors.index.json").exists()
+    back = accel.Model.from_pretrained(str(tmp_path / "gpt"))
+    assert back.num_parameters() == model.num_parameters()
+    for i in range(model.num_parameters()):
+        name = model.parameter_name(i)
+        assert back.get_tensor(name).numpy().tobytes() == model.get_tensor(name).numpy().tobytes(), name
+    with pytest.raises(accel.NotFoundError, match="has no config.json"):
+        accel.Model.from_pretrained(str(tmp_path))
+    with pytest.raises(accel.FailedPreconditionError, match="no Hugging Face counterpart"):
+        accel.Model.from_json('{"type": "mlp", "widths": [4, 3]}').save_pretrained(str(tmp_path / "mlp"))

@@ -97,6 +97,28 @@ fn load_checkpoint_with_report() -> accel::Result<()> {
 }
 
 #[test]
+fn pretrained_round_trip() -> accel::Result<()> {
+    let dir = std::env::temp_dir().join(format!("accel-rust-pretrained-{}", std::process::id()));
+    let folder = dir.to_str().unwrap();
+    let mut model = Model::from_json(r#"{"type": "gpt", "vocab_size": 23, "n_positions": 16, "n_embd": 16, "n_layer": 2, "n_head": 2}"#)?;
+    model.save_pretrained(folder, Some(r#"{"max_shard_size": "10KB"}"#))?;
+    assert!(dir.join("model.safetensors.index.json").exists());
+    let (back, report) = Model::from_pretrained_with_report(folder, None)?;
+    assert_eq!(report, r#"{"missing_keys": [], "unexpected_keys": [], "tied_keys": []}"#);
+    assert_eq!(back.num_parameters()?, model.num_parameters()?);
+    for i in 0..model.num_parameters()? {
+        let name = model.parameter_name(i)?.to_string();
+        assert_eq!(model.get_tensor(&name)?.to_vec::<f32>()?, back.get_tensor(&name)?.to_vec::<f32>()?, "{}", name);
+    }
+    match Model::from_pretrained(dir.join("missing").to_str().unwrap(), None) {
+        Err(e) => assert_eq!(e.status(), Status::NotFound),
+        Ok(_) => panic!("a missing folder loaded"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[test]
 fn forward_no_grad() -> accel::Result<()> {
     let mut acc = Accelerator::new(None)?;
     let mut model = Model::from_json(r#"{"type": "mlp", "widths": [4, 8, 3]}"#)?;
