@@ -7,7 +7,9 @@
  * MODEL "mlp": the medium MLP (widths 1024,1024,1024,10, batch 64 per process); "transformer": 8
  * transformer_encoder_layer blocks (d_model 256, 4 heads, feed-forward 1024, sequences of 16, batch 16
  * per process), flattened into a linear classifier; "gpt": a GPT-2 decoder of 8 blocks (n_embd 256, 4 heads,
- * vocabulary 2048, sequences of 32 tokens, batch 8 per process, loss causal_lm, tied head). AdamW. Each step is forward, loss, backward, optimizer
+ * vocabulary 2048, sequences of 32 tokens, batch 8 per process, loss causal_lm, tied head); "gpt_lora" that GPT with
+ * LoRA adapters (r 8, lora_alpha 16) on c_attn (PEFT's default for gpt2), "gpt_lora_all" on every linear layer
+ * (bench/lora_memory.sh). AdamW. Each step is forward, loss, backward, optimizer
  * step, zero_grad, timed on every rank. Every rank prints one line:
  *   shard_step rank R median_step_ms T memory {accel_accelerator_get_memory_stats_json after the last step,
  *   before zero_grad}
@@ -22,10 +24,14 @@
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: shard_step mlp|transformer|gpt STEPS WARMUP CONFIG\n");
+        fprintf(stderr, "usage: shard_step mlp|transformer|gpt|gpt_lora|gpt_lora_all STEPS WARMUP CONFIG\n");
         return 2;
     }
-    const int transformer = strcmp(argv[1], "transformer") == 0, gpt = strcmp(argv[1], "gpt") == 0;
+    const int transformer = strcmp(argv[1], "transformer") == 0, gpt = strncmp(argv[1], "gpt", 3) == 0;
+    const char *lora = strcmp(argv[1], "gpt_lora") == 0       ? ", \"lora\": {\"r\": 8, \"lora_alpha\": 16}"
+                       : strcmp(argv[1], "gpt_lora_all") == 0 ? ", \"lora\": {\"r\": 8, \"lora_alpha\": 16, "
+                                                                "\"target_modules\": \"all-linear\"}"
+                                                              : "";
     const int steps = atoi(argv[2]), warmup = atoi(argv[3]);
     const char *config = argv[4];
     enum { SEQ = 16, D = 256, CLASSES = 10, GPT_SEQ = 32, VOCAB = 2048 };
@@ -36,8 +42,8 @@ int main(int argc, char **argv)
     if (gpt) {
         snprintf(spec, sizeof spec,
                  "{\"type\": \"gpt\", \"vocab_size\": %d, \"n_positions\": %d, \"n_embd\": %d, \"n_layer\": 8, "
-                 "\"n_head\": 4, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}",
-                 VOCAB, GPT_SEQ, D);
+                 "\"n_head\": 4, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0%s}",
+                 VOCAB, GPT_SEQ, D, lora);
     } else if (transformer) {
         int n = snprintf(spec, sizeof spec, "{\"type\": \"sequential\", \"layers\": [");
         for (int i = 0; i < 8; ++i)
