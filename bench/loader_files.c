@@ -4,7 +4,7 @@
  * Rounds alternate between the two; medians are printed with the ratio file / memory (goal >= 0.95).
  * It also times the two ways to take one window out of the file, pread into the batch and memcpy out of
  * the map, which is how the loader's read path was chosen (the map's copy can SIGBUS on a file cut short).
- *   bench_loader_files [rounds] [tokens_millions] [folder]
+ *   bench_loader_files [rounds] [tokens_millions] [folder] [gpt_steps]   (gpt_steps 0: the loader only)
  * The file is written to `folder` (default /tmp) and left in the page cache (a warm corpus); deleted at exit. */
 #include "bench_common.h"
 
@@ -138,9 +138,11 @@ static void window_reads(const char *path, int64_t ntokens, double *pread_ns, do
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines as they come, also into a file */
     const int rounds = argc > 1 ? atoi(argv[1]) : 5;
     const int64_t ntokens = (int64_t)(argc > 2 ? atof(argv[2]) : 32) * 1000000;
     const char *folder = argc > 3 ? argv[3] : "/tmp";
+    const int gpt_steps = argc > 4 ? atoi(argv[4]) : 20;
     char path[512];
     snprintf(path, sizeof path, "%s/accel_bench_tokens_%d.bin", folder, (int)getpid());
 
@@ -179,17 +181,18 @@ int main(int argc, char **argv)
     accel_dataloader_free(df);
     accel_dataloader_free(dm);
 
-    for (int r = 0; r < rounds; ++r) {
+    for (int r = 0; r < rounds && gpt_steps > 0; ++r) {
         df = file_loader(path);
         dm = memory_loader(tokens);
-        rf[r] = gpt_rate(df, 20);
-        rm[r] = gpt_rate(dm, 20);
+        rf[r] = gpt_rate(df, gpt_steps);
+        rm[r] = gpt_rate(dm, gpt_steps);
         accel_dataloader_free(df);
         accel_dataloader_free(dm);
     }
     qsort(rf, (size_t)rounds, sizeof(double), cmp);
     qsort(rm, (size_t)rounds, sizeof(double), cmp);
-    printf("GPT step (2 layers, n_embd 64, vocabulary %d, batch %d x %d): file %.2f steps/s, memory %.2f: ratio %.3f\n", VOCAB, BATCH,
+    if (gpt_steps > 0)
+        printf("GPT step (2 layers, n_embd 64, vocabulary %d, batch %d x %d): file %.2f steps/s, memory %.2f: ratio %.3f\n", VOCAB, BATCH,
            BLOCK, rf[rounds / 2], rm[rounds / 2], rf[rounds / 2] / rm[rounds / 2]);
     free(rf);
     free(rm);

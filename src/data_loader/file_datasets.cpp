@@ -115,16 +115,21 @@ Batch TokenWindowDataset::get_batch(const at::Tensor &indices) const
 {
     const at::Tensor idx = indices.to(at::kLong).contiguous();
     const int64_t n = idx.numel(), w = block_size_ + 1;
-    at::Tensor windows = at::empty({n, w}, at::kLong);
-    int64_t *out = windows.data_ptr<int64_t>();
+    Batch b;
+    // Contiguous, as create_from_tokens' index_select makes them; each window goes through a small buffer that
+    // stays in cache, so the batch's memory is written once (measured: a [n, w] tensor narrowed and copied
+    // twice cost more than the reads).
+    b.inputs = at::empty({n, block_size_}, at::kLong);
+    b.labels = at::empty({n, block_size_}, at::kLong);
+    int64_t *in = b.inputs.data_ptr<int64_t>(), *lab = b.labels.data_ptr<int64_t>();
+    std::vector<int64_t> window(static_cast<size_t>(w));
+    const size_t row = static_cast<size_t>(block_size_) * sizeof(int64_t);
     for (int64_t i = 0; i < n; ++i) {
         const int64_t k = checked_index(idx.data_ptr<int64_t>(), i, windows_);
-        stream_.read(static_cast<uint64_t>(k * stride_), static_cast<uint64_t>(w), out + i * w);
+        stream_.read(static_cast<uint64_t>(k * stride_), static_cast<uint64_t>(w), window.data());
+        std::memcpy(in + i * block_size_, window.data(), row);
+        std::memcpy(lab + i * block_size_, window.data() + 1, row);
     }
-    Batch b;
-    // Contiguous, as create_from_tokens' index_select makes them.
-    b.inputs = windows.narrow(1, 0, block_size_).contiguous();
-    b.labels = windows.narrow(1, 1, block_size_).contiguous();
     return b;
 }
 
