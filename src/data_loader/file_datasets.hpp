@@ -1,9 +1,9 @@
 // Datasets read from files without loading them (accel_dataloader_create_from_files): token corpora as one
 // logical stream cut into windows, and sample tensors whose first dimension is the sample. The files are
 // memory-mapped for random access (no read-ahead of the whole file), and a batch reads only its own windows
-// or rows, with pread straight into the batch: a file that became shorter since it was opened is then an
-// error naming it, never a SIGBUS (a read through the map would fault), and it measured as fast as copying
-// out of the map (bench/loader_files.c).
+// or rows, with pread: a file that became shorter since it was opened is then an error naming it, never a
+// SIGBUS (a read through the map would fault). A 2 KB window's pread costs about 0.5 us more than a memcpy out
+// of the map, and the loader still matches the in-memory one (bench/loader_files.c).
 #pragma once
 
 #include "common/files.hpp"
