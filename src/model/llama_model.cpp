@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 namespace accel {
 
@@ -139,10 +140,21 @@ struct Rotary {
     at::Tensor cos, sin;
 };
 
-// One decoder layer on h [B, T, C]. With `kv` (generation) its keys and values of the earlier positions come in
-// kv->first / second and leave extended by T.
+// The positions a query does not see, [T, past + T] (true: hidden): query at absolute position past + i sees keys
+// j <= past + i, and with a sliding window W only those with past + i - j < W.
+at::Tensor hidden_keys(int64_t past, int64_t T, int64_t window, const at::TensorOptions &options)
+{
+    at::Tensor qpos = at::arange(past, past + T, options.dtype(at::kLong)).unsqueeze(1);
+    at::Tensor kpos = at::arange(0, past + T, options.dtype(at::kLong)).unsqueeze(0);
+    at::Tensor hidden = kpos > qpos;
+    if (window > 0) hidden = hidden | ((qpos - kpos) >= window);
+    return hidden;
+}
+
+// One decoder layer on h [B, T, C], `hidden` from hidden_keys(). With `kv` (generation) its keys and values of the
+// earlier positions come in kv->first / second and leave extended by T.
 at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, const at::Tensor &h, const Rotary &rope,
-                         int64_t past, bool train, std::pair<at::Tensor, at::Tensor> *kv)
+                         const at::Tensor &hidden, bool train, std::pair<at::Tensor, at::Tensor> *kv)
 {
     const int64_t B = h.size(0), T = h.size(1), H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
     at::Tensor x = rms_norm(h, l.input_norm, c.rms_norm_eps);
@@ -159,13 +171,7 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
         kv->first = k;
         kv->second = v;
     }
-    const int64_t S = k.size(2);
     at::Tensor scores = at::matmul(q, repeat_kv(k, H / KV).transpose(2, 3)) * std::pow(static_cast<double>(D), -0.5);
-    // Query at absolute position past + i sees keys j <= past + i (and, with a window W, past + i - j < W).
-    at::Tensor qpos = at::arange(past, past + T, h.options().dtype(at::kLong)).unsqueeze(1);
-    at::Tensor kpos = at::arange(0, S, h.options().dtype(at::kLong)).unsqueeze(0);
-    at::Tensor hidden = kpos > qpos;
-    if (l.window > 0) hidden = hidden | ((qpos - kpos) >= l.window);
     scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
     at::Tensor att = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
     att = maybe_dropout(att, c.attention_dropout, train);
@@ -254,10 +260,16 @@ std::pair<at::Tensor, at::Tensor> LlamaModel::rotary(int64_t past, int64_t T, co
         if (seq_len < m && rope_seq_len_ > m) rope_seq_len_ = m;
         seq_len = rope_seq_len_;
     }
+    // Training repeats the same positions every step: the last cos/sin are kept (they need no gradient).
+    RotaryCache &rc = rotary_cache_;
+    if (rc.cos.defined() && rc.past == past && rc.T == T && rc.seq_len == seq_len && rc.cos.device() == device &&
+        rc.cos.scalar_type() == dtype)
+        return {rc.cos, rc.sin};
     at::Tensor inv = scaled_inv_freq(config_, seq_len);
     at::Tensor freqs = at::outer(at::arange(past, past + T, at::kLong).to(at::kFloat), inv);
     at::Tensor emb = at::cat({freqs, freqs}, -1);
-    return {emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
+    rc = {past, T, seq_len, emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
+    return {rc.cos, rc.sin};
 }
 
 at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
@@ -293,6 +305,12 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
     at::Tensor h = at::embedding(embed_, ids, c.pad_token_id ? *c.pad_token_id : -1);
     const auto cs = rotary(past, T, h.device(), h.scalar_type());
     const Rotary rope{cs.first, cs.second};
+    std::map<int64_t, at::Tensor> masks; // by sliding window: made once per forward
+    auto hidden_for = [&](int64_t window) -> const at::Tensor & {
+        at::Tensor &m = masks[window];
+        if (!m.defined()) m = hidden_keys(past, T, window, h.options());
+        return m;
+    };
     const bool checkpoint = cache == nullptr && at::GradMode::is_enabled();
     for (size_t i = 0; i < layers_.size(); ++i) {
         if (hooks) hooks->before_layer(i + 1);
@@ -300,17 +318,17 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
             std::shared_ptr<const LlamaLayer> layer = layers_[i];
             const config::LlamaConfig cfg = c;
             h = checkpoint_layer(h, layer->checkpoint_params(),
-                                 [layer, cfg, rope, train](const at::Tensor &x) {
-                                     return layer_forward(*layer, cfg, x, rope, 0, train, nullptr);
+                                 [layer, cfg, rope, train, hidden = hidden_for(layer->window)](const at::Tensor &x) {
+                                     return layer_forward(*layer, cfg, x, rope, hidden, train, nullptr);
                                  },
                                  train && (c.attention_dropout > 0.0 || layer->random_linears()));
         } else if (cache != nullptr) {
             std::pair<at::Tensor, at::Tensor> kv{cache->keys[i], cache->values[i]};
-            h = layer_forward(*layers_[i], c, h, rope, past, false, &kv);
+            h = layer_forward(*layers_[i], c, h, rope, hidden_for(layers_[i]->window), false, &kv);
             cache->keys[i] = kv.first;
             cache->values[i] = kv.second;
         } else {
-            h = layer_forward(*layers_[i], c, h, rope, 0, train, nullptr);
+            h = layer_forward(*layers_[i], c, h, rope, hidden_for(layers_[i]->window), train, nullptr);
         }
         if (hooks) h = hooks->after_layer(i + 1, h);
     }

@@ -66,6 +66,10 @@ private:
     std::vector<bool> checkpointed_; // per decoder layer
     // transformers' dynamic_rope_update: the longest sequence seen (dynamic rope_scaling only).
     int64_t rope_seq_len_ = 0;
+    struct RotaryCache {
+        int64_t past = 0, T = 0, seq_len = 0;
+        at::Tensor cos, sin;
+    } rotary_cache_;
 };
 
 } // namespace accel
