@@ -126,6 +126,28 @@ class TensorAccessTest {
   }
 
   @Test
+  void pretrainedRoundTrip(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) {
+    String gpt = "{\"type\": \"gpt\", \"vocab_size\": 23, \"n_positions\": 16, \"n_embd\": 16, \"n_layer\": 2,"
+        + " \"n_head\": 2}";
+    String folder = dir.resolve("gpt").toString();
+    try (Model model = Model.fromJson(gpt)) {
+      model.savePretrained(folder, "{\"max_shard_size\": \"10KB\"}");
+      assertTrue(java.nio.file.Files.exists(dir.resolve("gpt").resolve("model.safetensors.index.json")));
+      try (Model back = Model.fromPretrained(folder, null)) {
+        assertEquals(model.numParameters(), back.numParameters());
+        for (long i = 0; i < model.numParameters(); ++i) {
+          String name = model.parameterName(i);
+          try (Tensor a = model.getTensor(name); Tensor b = back.getTensor(name)) {
+            assertArrayEquals(a.toFloatArray(), b.toFloatArray(), name);
+          }
+        }
+      }
+      NotFoundError e = assertThrows(NotFoundError.class, () -> Model.fromPretrained(dir.toString(), null));
+      assertTrue(e.getMessage().contains("has no config.json"), e.getMessage());
+    }
+  }
+
+  @Test
   void forwardNoGrad() {
     try (Accelerator acc = new Accelerator(null); Model model = Model.fromJson("{\"type\": \"mlp\", \"widths\": [4, 8, 3]}");
          Tensor x = Tensor.of(new float[] {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, -0.5f, 1f, 2f}, 2, 4);
