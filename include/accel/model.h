@@ -99,9 +99,12 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_create_from_torchscript(con
  *
  * @param path  The folder (read during the call). Must not be NULL.
  * @param options_json  NULL or {"strict": true, "torch_dtype": "auto" | "float32" | "bfloat16" | "float16" |
- *                      "float64", "frozen": [...], "lora": {...}}: strict=false loads what matches and
- *                      reports the rest (printed on the main process; accel_model_from_pretrained_with_report()
- *                      returns it); "frozen" and "lora" are model options handed on into the spec.
+ *                      "float64", "frozen": [...], "lora": {...}, "adapter": "<folder>"}: strict=false loads
+ *                      what matches and reports the rest (printed on the main process;
+ *                      accel_model_from_pretrained_with_report() returns it); "frozen" and "lora" are model
+ *                      options handed on into the spec (new LoRA adapters are not expected in the folder);
+ *                      "adapter" puts a PEFT LoRA adapter folder (adapter_config.json +
+ *                      adapter_model.safetensors, as PeftModel.from_pretrained reads it) on the loaded model.
  * @param out  Receives a new model handle, owned by the caller, who frees it with accel_model_free(); NULL on
  *             failure. Must not be NULL.
  * @return ACCEL_OK; ACCEL_ERR_NOT_FOUND (no folder, no config.json, no weights, a shard the index names is
@@ -145,9 +148,12 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_from_pretrained_with_report
  *               Must not be NULL.
  * @param path  The folder, created if needed (read during the call). Must not be NULL.
  * @param options_json  NULL or {"max_shard_size": "10GB", "safe_serialization": true, "adapter_only": false,
- *                      "merge": false}; adapter_only and merge concern LoRA adapters.
+ *                      "merge": false}: for a model with LoRA adapters, adapter_only writes PEFT's adapter folder
+ *                      instead (adapter_model.safetensors under PEFT's key names + adapter_config.json), merge
+ *                      the weights with the adapters merged in (W + scaling B A) under the base model's names.
  * @return ACCEL_OK; ACCEL_ERR_FAILED_PRECONDITION (no config; the preparing accelerator was freed; a model
- *         built partitioned and not prepared); ACCEL_ERR_ALREADY_EXISTS when @p path is a file.
+ *         built partitioned and not prepared; adapter_only or merge without adapters); ACCEL_ERR_ALREADY_EXISTS
+ *         when @p path is a file; ACCEL_ERR_INVALID_ARGUMENT for adapter_only and merge together.
  * Ownership: borrows its arguments for the call.
  * Threads: same rules as the owning accelerator.
  */

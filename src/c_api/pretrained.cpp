@@ -8,6 +8,7 @@
 #include "config/env.hpp"
 #include "common/files.hpp"
 #include "config/pretrained_config.hpp"
+#include "model/lora.hpp"
 #include "model/pretrained.hpp"
 
 #include <cstdio>
@@ -59,9 +60,12 @@ ACCEL_API accel_status_t accel_model_save_pretrained(accel_model_t *model, const
         const char *p = checked_string(path, "path");
         if (p[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "path: must not be empty");
         const auto options = accel::config::parse_save_pretrained_options(options_json, "options_json");
-        if (options.adapter_only || options.merge)
-            fail(ACCEL_ERR_UNIMPLEMENTED, std::string("options_json.") + (options.adapter_only ? "adapter_only" : "merge") +
-                                              ": LoRA adapters are not available in this build");
+        // Checked on every process (only the main one writes).
+        if ((options.weights.adapter_only || options.weights.merge) && !accel::has_lora(*m.impl))
+            fail(ACCEL_ERR_FAILED_PRECONDITION, std::string("options_json.") +
+                                                    (options.weights.adapter_only ? "adapter_only" : "merge") +
+                                                    ": the model has no LoRA adapters (give its spec or from_pretrained's "
+                                                    "options a \"lora\" object)");
         if (m.impl->hf_config_json().empty())
             fail(ACCEL_ERR_FAILED_PRECONDITION, "model: has no Hugging Face counterpart (save_pretrained writes \"gpt\" "
                                                 "and \"llama\" models); accel_accelerator_save_model writes its weights");

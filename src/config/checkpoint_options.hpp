@@ -22,6 +22,9 @@ struct LoadStateOptions {
 struct SaveModelOptions {
     uint64_t max_shard_size = 10000000000ULL; // "10GB"
     bool safe_serialization = true;
+    // save_pretrained's LoRA options (parse_save_pretrained_options; save_model's parser leaves them false):
+    bool adapter_only = false; // PEFT's adapter folder only (adapter_model.safetensors + adapter_config.json)
+    bool merge = false;        // the adapters merged into the base weights, under the base model's names
 };
 
 struct MergeWeightsOptions {

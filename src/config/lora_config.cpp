@@ -6,7 +6,9 @@
 #include <cjson/cJSON.h>
 
 #include <cmath>
+#include <iterator>
 #include <regex>
+#include <set>
 
 namespace accel::config {
 
@@ -16,7 +18,10 @@ double LoraConfig::scaling() const
     return use_rslora ? lora_alpha / std::sqrt(rank) : lora_alpha / rank;
 }
 
-LoraConfig parse_lora_config(JsonObject &o)
+namespace {
+
+// The keys that change the computation, shared by the spec's "lora" object and adapter_config.json.
+LoraConfig read_lora_keys(JsonObject &o)
 {
     LoraConfig c;
     c.r = o.get_int("r", c.r, 1, int64_t(1) << 31);
@@ -50,8 +55,65 @@ LoraConfig parse_lora_config(JsonObject &o)
                          o.path_of("target_modules") + "[" + std::to_string(i) + "]: expected a module name, got \"\"");
         }
     }
+    return c;
+}
+
+// A value that leaves a PEFT option at its default: null, false, an empty object or array.
+bool is_default(const cJSON *v)
+{
+    return cJSON_IsNull(v) || cJSON_IsFalse(v) || ((cJSON_IsObject(v) || cJSON_IsArray(v)) && v->child == nullptr);
+}
+
+} // namespace
+
+LoraConfig parse_lora_config(JsonObject &o)
+{
+    LoraConfig c = read_lora_keys(o);
     o.finish();
     return c;
+}
+
+namespace {
+
+LoraConfig peft_adapter_config(const std::string &text, const std::string &what)
+{
+    JsonDocument doc(text.c_str(), what);
+    JsonObject o(doc.root(), "");
+    const std::string type = o.get_string("peft_type", "LORA");
+    if (type != "LORA")
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("peft_type") + ": \"" + type + "\" adapters are not supported (LoRA only)");
+    LoraConfig c = read_lora_keys(o);
+    if (!c.targets_given)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("target_modules") + ": required in an adapter's config");
+    // Bookkeeping: what PEFT records about the adapter without changing what it computes (fan_in_fan_out follows
+    // the layer's own layout here; init_lora_weights only decides the initial values, which the file replaces;
+    // megatron_core and qalora_group_size only matter with megatron_config / use_qalora, which must be defaults;
+    // runtime_config is how PEFT places adapters on devices).
+    static const char *const kIgnored[] = {"task_type",        "base_model_name_or_path", "revision",
+                                           "inference_mode",   "fan_in_fan_out",          "init_lora_weights",
+                                           "auto_mapping",     "peft_version",            "megatron_core",
+                                           "qalora_group_size", "runtime_config"};
+    std::set<std::string> known(std::begin(kIgnored), std::end(kIgnored));
+    for (const char *k : {"peft_type", "r", "lora_alpha", "lora_dropout", "target_modules", "bias", "use_rslora"})
+        known.insert(k);
+    for (const cJSON *v = o.node()->child; v != nullptr; v = v->next)
+        if (v->string != nullptr && known.count(v->string) == 0 && !is_default(v))
+            fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of(v->string) + ": " + describe(v) + " is not supported (LoRA adapters "
+                                          "with PEFT's defaults for everything but r, lora_alpha, lora_dropout, "
+                                          "target_modules, bias and use_rslora)");
+    return c;
+}
+
+} // namespace
+
+LoraConfig parse_peft_adapter_config(const std::string &text, const std::string &what)
+{
+    try {
+        return peft_adapter_config(text, what);
+    } catch (const Error &e) {
+        const std::string msg = e.what();
+        throw Error(e.code(), msg.rfind(what, 0) == 0 ? msg : what + ": " + msg);
+    }
 }
 
 std::vector<std::string> default_lora_targets(const std::string &hf_config_json)

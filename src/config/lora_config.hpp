@@ -33,6 +33,12 @@ struct LoraConfig {
 // Parses the object at `o` (its path names the keys in messages) and finishes it.
 LoraConfig parse_lora_config(JsonObject &o);
 
+// A PEFT adapter_config.json's text (`what` names the file in messages): peft_type must be "LORA"; the keys above
+// are read; PEFT's bookkeeping keys (task_type, base_model_name_or_path, inference_mode, fan_in_fan_out, ...) are
+// ignored; any other key must hold its default (null, false, {} or []), else ACCEL_ERR_UNIMPLEMENTED naming it
+// (use_dora, modules_to_save, rank_pattern, ...: features accel does not build).
+LoraConfig parse_peft_adapter_config(const std::string &text, const std::string &what);
+
 // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the model_type in a Hugging Face config.json
 // text (gpt2: c_attn; llama, mistral, qwen2: q_proj, v_proj); empty when the type has none or there is no config.
 std::vector<std::string> default_lora_targets(const std::string &hf_config_json);

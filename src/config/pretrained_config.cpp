@@ -63,6 +63,7 @@ FromPretrainedOptions parse_from_pretrained_options(const char *json, const char
     JsonDocument doc(json == nullptr ? "{}" : json, what);
     JsonObject root(doc.root(), what);
     o.strict = root.get_bool("strict", true);
+    o.adapter = root.get_string("adapter", "");
     if (!(root.is_string("torch_dtype") && root.get_string("torch_dtype", "") == "auto"))
         o.torch_dtype = get_dtype(root, "torch_dtype");
     for (const char *key : kForwarded) {
@@ -81,8 +82,10 @@ SavePretrainedOptions parse_save_pretrained_options(const char *json, const char
     SavePretrainedOptions o;
     JsonDocument doc(json == nullptr ? "{}" : json, what);
     JsonObject root(doc.root(), what);
-    o.adapter_only = root.get_bool("adapter_only", false);
-    o.merge = root.get_bool("merge", false);
+    const bool adapter_only = root.get_bool("adapter_only", false), merge = root.get_bool("merge", false);
+    if (adapter_only && merge)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(what) + ": adapter_only and merge exclude each other (the "
+                                         "adapters alone, or the base weights with the adapters merged in)");
     // The rest are save_model's options: read by its parser from the same text without these two keys.
     JsonPtr rest(cJSON_Duplicate(doc.root(), true));
     if (rest.p == nullptr) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, std::string(what) + ": out of memory");
@@ -91,6 +94,8 @@ SavePretrainedOptions parse_save_pretrained_options(const char *json, const char
     std::unique_ptr<char, void (*)(void *)> text(cJSON_PrintUnformatted(rest.p), cJSON_free);
     if (!text) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, std::string(what) + ": out of memory");
     o.weights = parse_save_model_options(text.get(), what);
+    o.weights.adapter_only = adapter_only;
+    o.weights.merge = merge;
     return o;
 }
 

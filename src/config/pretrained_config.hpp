@@ -20,13 +20,14 @@ struct FromPretrainedOptions {
     std::optional<accel_dtype_t> torch_dtype;
     // Model options handed on into the spec as they are ("frozen", "lora"): key and JSON text.
     std::vector<std::pair<std::string, std::string>> model_options;
+    // A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) to put on the loaded model
+    // (PeftModel.from_pretrained(model, adapter)); "" for none.
+    std::string adapter;
 };
 FromPretrainedOptions parse_from_pretrained_options(const char *json, const char *what);
 
 struct SavePretrainedOptions {
-    SaveModelOptions weights; // max_shard_size, safe_serialization (save_model's)
-    bool adapter_only = false; // LoRA adapters only (PEFT's adapter_model.safetensors)
-    bool merge = false;        // LoRA adapters merged into the base weights
+    SaveModelOptions weights; // max_shard_size, safe_serialization (save_model's), adapter_only, merge
 };
 SavePretrainedOptions parse_save_pretrained_options(const char *json, const char *what);
 

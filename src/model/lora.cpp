@@ -175,6 +175,39 @@ std::set<std::string> adapter_parameter_names(const Model &model)
     return out;
 }
 
+void load_adapter(Model &model, const std::string &dir_in)
+{
+    const std::string dir = normalize_path(dir_in);
+    const std::string cfg_path = join(dir, "adapter_config.json"), st_path = join(dir, "adapter_model.safetensors");
+    if (!is_regular_file(cfg_path)) fail(ACCEL_ERR_NOT_FOUND, "adapter: \"" + dir + "\" has no adapter_config.json");
+    if (!is_regular_file(st_path))
+        fail(ACCEL_ERR_NOT_FOUND, "adapter: \"" + dir + "\" has no adapter_model.safetensors" +
+                                      (exists(join(dir, "adapter_model.bin"))
+                                           ? std::string(" (adapter_model.bin, PEFT's pickle form, is not read)")
+                                           : std::string()));
+    if (has_lora(model)) fail(ACCEL_ERR_FAILED_PRECONDITION, "adapter: the model has LoRA adapters already");
+    const config::LoraConfig c = config::parse_peft_adapter_config(read_small_file(cfg_path, 1 << 20), cfg_path);
+    const ckpt::LoadedSafetensors file = ckpt::load_safetensors(st_path);
+    NamedTensors entries;
+    std::set<std::string> given;
+    for (const auto &[key, t] : file.tensors) {
+        if (key.rfind(kPeftPrefix, 0) != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "adapter: tensor \"" + key + "\" in " + st_path + " is not under PEFT's \"" +
+                                                 kPeftPrefix + "\" prefix");
+        entries.emplace_back(key.substr(kPeftPrefix.size()), t);
+        given.insert(entries.back().first);
+    }
+    apply_lora(model, c);
+    for (const auto &name : adapter_parameter_names(model))
+        if (given.count(name) == 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "adapter: " + st_path + " has no \"" + kPeftPrefix + name +
+                                                 "\" (adapter_config.json's target_modules adapt that layer)");
+    const LoadReport report = model.load_state_dict(entries, false);
+    if (!report.unexpected.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "adapter: tensor \"" + kPeftPrefix + report.unexpected.front() + "\" in " +
+                                             st_path + " is not a tensor of the model");
+}
+
 void save_adapter(const Model &model, const std::string &dir, const AdapterSaveOptions &options)
 {
     const std::vector<Adapted> layers = adapted_layers(model);

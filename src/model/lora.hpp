@@ -31,6 +31,12 @@ struct AdapterSaveOptions {
     const NamedTensors *state = nullptr;
 };
 
+// PEFT's PeftModel.from_pretrained(model, dir): `dir`/adapter_config.json's LoRA settings applied to `model` (which
+// has no adapters yet; FAILED_PRECONDITION otherwise) and `dir`/adapter_model.safetensors's tensors, under PEFT's
+// names, loaded into them. Every adapter must be in the file and every tensor in the file must be the model's
+// (INVALID_ARGUMENT naming it; the model is then unusable). NOT_FOUND without those files.
+void load_adapter(Model &model, const std::string &dir);
+
 // PEFT's save_pretrained of a LoRA model: `dir`/adapter_model.safetensors (the adapters, and the trained biases
 // with bias "all"/"lora_only", under PEFT's key names; metadata format "pt") and `dir`/adapter_config.json.
 // Creates `dir`. FAILED_PRECONDITION when the model has no adapters.

@@ -6,11 +6,13 @@
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "config/pretrained_config.hpp"
+#include "model/lora.hpp"
 #include "parallel/fsdp/zero_init.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -106,9 +108,12 @@ at::ScalarType target_dtype(const FolderWeights &w, const config::FromPretrained
 void convert_floating(Model &model, at::ScalarType dtype)
 {
     at::NoGradGuard no_grad;
+    // LoRA adapters stay float32 over a 16-bit base, as PEFT keeps them (autocast_adapter_dtype).
+    const std::set<std::string> adapters = adapter_parameter_names(model);
     for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
         for (const auto &e : *list)
-            if (e.second.defined() && at::isFloatingType(e.second.scalar_type()) && e.second.scalar_type() != dtype)
+            if (e.second.defined() && at::isFloatingType(e.second.scalar_type()) && e.second.scalar_type() != dtype &&
+                adapters.count(e.first) == 0)
                 const_cast<at::Tensor &>(e.second).set_data(e.second.to(dtype));
 }
 
@@ -187,6 +192,11 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     out.report = model.load_state_dict(w.tensors, false, [&copies](const at::Tensor &dst, const at::Tensor &src) {
         copies.emplace_back(dst, src);
     });
+    // LoRA adapters are new tensors (a "lora" option): no base folder holds them, as with PEFT's get_peft_model.
+    const std::set<std::string> adapters = adapter_parameter_names(model);
+    auto &missing = out.report.missing;
+    missing.erase(std::remove_if(missing.begin(), missing.end(), [&](const auto &n) { return adapters.count(n) != 0; }),
+                  missing.end());
     if (options.strict) check_strict(out.report, w, dir);
     ckpt::CopyBatch batch;
     for (auto &[dst, src] : copies) {
@@ -195,13 +205,21 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
         else batch.add(dst, src);
     }
     batch.run();
+    if (!options.adapter.empty()) {
+        if (sliced)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "options.adapter: under zero3_init_flag (a partitioned model); load the "
+                                          "adapter without the flag, or give a \"lora\" option and load_state");
+        load_adapter(model, options.adapter);
+    }
     if (sliced) model.forward_hooks = partitioned;
     return out;
 }
 
 void write_pretrained(const Model &model, const std::string &dir, const config::SaveModelOptions &options)
 {
-    const NamedTensors sd = model.state_dict(options.safe_serialization);
+    // LoRA: PEFT's adapter folder alone, or the weights with the adapters merged in (merge_and_unload).
+    if (options.adapter_only) return save_adapter(model, dir);
+    const NamedTensors sd = options.merge ? merged_state_dict(model) : model.state_dict(options.safe_serialization);
     ckpt::write_model_weights(dir, sd, options.safe_serialization, options.max_shard_size);
     std::string hf = model.hf_config_json();
     if (hf.empty()) return;

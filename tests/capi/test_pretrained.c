@@ -288,8 +288,10 @@ static void test_refusals(void)
     CHECK_FAILS(accel_model_from_pretrained_with_report("pt_bad", NULL, &out, NULL), ACCEL_ERR_INVALID_ARGUMENT,
                 "out_report");
     CHECK(report == NULL);
-    CHECK_FAILS(accel_model_save_pretrained(m, "pt_x", "{\"adapter_only\": true}"), ACCEL_ERR_UNIMPLEMENTED,
-                "adapter_only");
+    CHECK_FAILS(accel_model_save_pretrained(m, "pt_x", "{\"adapter_only\": true}"), ACCEL_ERR_FAILED_PRECONDITION,
+                "has no LoRA adapters");
+    CHECK_FAILS(accel_model_save_pretrained(m, "pt_x", "{\"adapter_only\": true, \"merge\": true}"),
+                ACCEL_ERR_INVALID_ARGUMENT, "exclude each other");
     CHECK_FAILS(accel_model_save_pretrained(m, "pt_x", "{\"max_shard_size\": \"10 parsecs\"}"),
                 ACCEL_ERR_INVALID_ARGUMENT, "max_shard_size");
     CHECK_FAILS(accel_model_save_pretrained(m, "pt_cfg/config.json", NULL), ACCEL_ERR_ALREADY_EXISTS, "is a file");

@@ -5,8 +5,10 @@
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "config/optimizer_config.hpp"
+#include "config/pretrained_config.hpp"
 #include "model/gpt_model.hpp"
 #include "model/lora.hpp"
+#include "model/pretrained.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 
 #include <ATen/core/grad_mode.h>
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <tuple>
 
 namespace {
 
@@ -288,6 +291,97 @@ TEST(Lora, AdapterFilesAsPeftWritesThem)
         ADD_FAILURE() << "saved a model without adapters";
     } catch (const accel::Error &e) {
         EXPECT_EQ(e.code(), ACCEL_ERR_FAILED_PRECONDITION);
+    }
+    accel::remove_all(tmpl);
+}
+
+// save_pretrained's merge folder loads as a plain model computing what the adapted one computes; from_pretrained with
+// a "lora" option loads a base folder strictly (the adapters are new) and keeps the adapters float32 over a bf16 base.
+TEST(Lora, PretrainedFoldersMergeAndAdapt)
+{
+    char tmpl[] = "/tmp/accel_lora_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = std::string(tmpl) + "/merged";
+    auto m = gpt(R"({"r": 4, "target_modules": ["c_attn", "c_fc"]})");
+    randomize_adapters(*m);
+    accel::config::SaveModelOptions merge;
+    merge.merge = true;
+    accel::write_pretrained(*m, dir, merge);
+    accel::config::FromPretrainedOptions plain;
+    auto base = accel::from_pretrained(dir, plain).model;
+    EXPECT_EQ(base->find_tensor("transformer.h.0.attn.c_attn.lora_A.weight"), nullptr);
+    {
+        at::NoGradGuard no_grad;
+        EXPECT_TRUE(at::allclose(base->forward(ids()), m->forward(ids()), 1e-5, 1e-5));
+    }
+    accel::config::FromPretrainedOptions adapt;
+    adapt.model_options = {{"lora", R"({"r": 2})"}};
+    adapt.torch_dtype = ACCEL_DTYPE_BFLOAT16;
+    auto fresh = accel::from_pretrained(dir, adapt);
+    EXPECT_TRUE(fresh.report.missing.empty());
+    EXPECT_EQ(fresh.model->find_tensor("transformer.h.1.attn.c_attn.lora_A.weight")->scalar_type(), at::kFloat);
+    EXPECT_EQ(fresh.model->find_tensor("transformer.h.1.attn.c_attn.weight")->scalar_type(), at::kBFloat16);
+    accel::remove_all(tmpl);
+}
+
+// An adapter folder written by save_adapter loads back onto the base model (from_pretrained's "adapter" option) and
+// computes what the adapted model computed; adapter_config.json is read as PEFT writes it (its bookkeeping keys and
+// defaults accepted, features accel does not build refused by name).
+TEST(Lora, AdapterFolderLoadsBackOntoTheBase)
+{
+    char tmpl[] = "/tmp/accel_lora_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string root = tmpl;
+    auto m = gpt(R"({"r": 4, "lora_alpha": 12, "target_modules": ["c_attn", "mlp.c_proj"], "bias": "lora_only"})");
+    randomize_adapters(*m);
+    {
+        at::NoGradGuard no_grad;
+        at::Tensor(*m->find_tensor("transformer.h.0.attn.c_attn.bias")).add_(0.25); // a trained bias travels too
+    }
+    accel::save_adapter(*m, root + "/adapter");
+    accel::write_pretrained(*gpt(""), root + "/base", {}); // the same seed: m's base weights
+    accel::config::FromPretrainedOptions opts;
+    opts.adapter = root + "/adapter";
+    auto loaded = accel::from_pretrained(root + "/base", opts).model;
+    EXPECT_EQ(loaded->named_parameters().size(), m->named_parameters().size());
+    {
+        at::NoGradGuard no_grad;
+        EXPECT_TRUE(at::allclose(loaded->forward(ids()), m->forward(ids()), 1e-6, 1e-6));
+    }
+    EXPECT_TRUE(loaded->find_tensor("transformer.h.1.mlp.c_proj.lora_B.weight")->requires_grad());
+    try {
+        accel::load_adapter(*loaded, root + "/adapter");
+        ADD_FAILURE() << "adapters loaded twice";
+    } catch (const accel::Error &e) {
+        EXPECT_EQ(e.code(), ACCEL_ERR_FAILED_PRECONDITION);
+    }
+    // PEFT's own file: its bookkeeping and default-valued keys pass; a feature accel lacks is named.
+    const std::string peft = R"({"alpha_pattern": {}, "base_model_name_or_path": "gpt2", "bias": "none",
+        "fan_in_fan_out": true, "inference_mode": true, "init_lora_weights": true, "layers_to_transform": null,
+        "loftq_config": {}, "lora_alpha": 16, "lora_dropout": 0.05, "megatron_core": "megatron.core",
+        "modules_to_save": null, "peft_type": "LORA", "r": 8, "rank_pattern": {}, "revision": null,
+        "target_modules": ["c_attn"], "task_type": "CAUSAL_LM", "use_dora": false, "use_rslora": false})";
+    const auto c = accel::config::parse_peft_adapter_config(peft, "adapter_config.json");
+    EXPECT_EQ(c.r, 8);
+    EXPECT_DOUBLE_EQ(c.scaling(), 2.0);
+    EXPECT_EQ(c.target_modules, std::vector<std::string>{"c_attn"});
+    for (const auto &[edit, code, key] : std::vector<std::tuple<std::string, accel_status_t, std::string>>{
+             {R"("use_dora": true)", ACCEL_ERR_UNIMPLEMENTED, "use_dora"},
+             {R"("modules_to_save": ["lm_head"])", ACCEL_ERR_UNIMPLEMENTED, "modules_to_save"},
+             {R"("peft_type": "IA3")", ACCEL_ERR_UNIMPLEMENTED, "peft_type"},
+             {R"("r": 0)", ACCEL_ERR_INVALID_ARGUMENT, "r"}}) {
+        const std::string name = edit.substr(0, edit.find(':'));
+        std::string text = peft;
+        const size_t at = text.find(name + ": ");
+        const size_t end = text.find_first_of(",}", text.find(':', at));
+        text.replace(at, end - at, edit);
+        try {
+            accel::config::parse_peft_adapter_config(text, "dir/adapter_config.json");
+            ADD_FAILURE() << "accepted " << edit;
+        } catch (const accel::Error &e) {
+            EXPECT_EQ(e.code(), code) << e.what();
+            EXPECT_EQ(std::string(e.what()).rfind("dir/adapter_config.json: " + key, 0), 0u) << e.what();
+        }
     }
     accel::remove_all(tmpl);
 }
