@@ -9,6 +9,9 @@
  * instead a tiny "gpt" (spec below; ACCEL_TEST_GPT=checkpointing adds activation checkpointing; ACCEL_TEST_GPT=llama
  * makes it a tiny "llama" with grouped-query attention and a tied head instead) trained with "causal_lm" on 96
  * windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
+ * File datasets: with ACCEL_TEST_FILES=PREFIX the same data is written to files of each process's own
+ * (PREFIX.<rank>.x.npy and .y.npy for the MLP, PREFIX.<rank>.bin as uint8 tokens for the gpt) and read back
+ * with accel_dataloader_create_from_files.
  * Resume tests: with ACCEL_TEST_LOAD=DIR the run starts with load_state(DIR) after prepare (with
  * ACCEL_TEST_LOAD_MAY_FAIL set, a refusal is printed as "load_state refused: STATUS: message" and the run trains
  * no step and ends with status 0, so that every process's answer is seen); with
@@ -30,6 +33,20 @@
 #include <string.h>
 
 enum { N = 96, F = 8, C = 4 };
+
+/* Writes a C-order .npy file (format 1.0) of `nbytes` bytes of data. */
+static void dist_write_npy(const char *path, const char *descr, const char *shape, const void *data, size_t nbytes)
+{
+    char h[128];
+    int len = snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    while ((10 + len + 1) % 64 != 0) h[len++] = ' ';
+    h[len++] = '\n';
+    const unsigned char hlen[2] = {(unsigned char)(len & 0xff), (unsigned char)(len >> 8)};
+    FILE *f = fopen(path, "wb");
+    DIST_EXPECT(f != NULL && fwrite("\x93NUMPY\x01\x00", 1, 8, f) == 8 && fwrite(hlen, 1, 2, f) == 2 &&
+                    fwrite(h, 1, (size_t)len, f) == (size_t)len && fwrite(data, 1, nbytes, f) == nbytes && fclose(f) == 0,
+                "cannot write %s", path);
+}
 
 /* A malloc'ed float32 copy of the model's tensor `name`. */
 static float *dist_copy_tensor(const accel_model_t *model, const char *name)
@@ -123,7 +140,31 @@ int main(int argc, char **argv)
     }
     DIST_CHECK(accel_optimizer_create(model, opt_config, &opt));
     if (sched_config != NULL) DIST_CHECK(accel_scheduler_create(opt, sched_config, &sched));
-    if (gpt != NULL) {
+    const char *files = getenv("ACCEL_TEST_FILES");
+    if (files != NULL) {
+        /* The same samples from files on disk: the loader's options are dl_config's. */
+        char x_path[400], y_path[400], files_config[1000];
+        if (gpt != NULL) {
+            unsigned char bytes[N * 8 + 1];
+            for (int64_t i = 0; i < token_count; ++i) bytes[i] = (unsigned char)tokens[i];
+            snprintf(x_path, sizeof x_path, "%s.%d.bin", files, (int)rank);
+            FILE *f = fopen(x_path, "wb");
+            DIST_EXPECT(f != NULL && fwrite(bytes, 1, sizeof bytes, f) == sizeof bytes && fclose(f) == 0, "cannot write %s", x_path);
+            snprintf(files_config, sizeof files_config, "{\"format\": \"tokens\", \"files\": \"%s\", \"dtype\": \"uint8\", %s",
+                     x_path, dl_config + 1);
+        } else {
+            char shape[32];
+            snprintf(x_path, sizeof x_path, "%s.%d.x.npy", files, (int)rank);
+            snprintf(y_path, sizeof y_path, "%s.%d.y.npy", files, (int)rank);
+            snprintf(shape, sizeof shape, "(%d, %d)", N, F);
+            dist_write_npy(x_path, "<f4", shape, x, sizeof x);
+            snprintf(shape, sizeof shape, "(%d,)", N);
+            dist_write_npy(y_path, "<i8", shape, y, sizeof y);
+            snprintf(files_config, sizeof files_config, "{\"format\": \"npy\", \"features\": \"%s\", \"labels\": \"%s\", %s",
+                     x_path, y_path, dl_config + 1);
+        }
+        DIST_CHECK(accel_dataloader_create_from_files(files_config, &dl));
+    } else if (gpt != NULL) {
         accel_tensor_t *stream = NULL;
         DIST_CHECK(accel_tensor_create(tokens, sizeof tokens, ACCEL_DTYPE_INT64, &token_count, 1, &stream));
         DIST_CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
