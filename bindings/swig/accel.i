@@ -543,6 +543,9 @@ ACCEL_HANDLE_CLASS(Batch)
     }
 }
 
+/* Datasets from the caller's code (before DataLoader: its factories use them). */
+%include "datasets.i"
+
 ACCEL_HANDLE_CLASS(DataLoader)
 %newobject DataLoader::next_batch;
 %newobject DataLoader::skip_first_batches;

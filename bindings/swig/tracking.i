@@ -8,25 +8,6 @@
 %include <accel/tracking.h>
 
 %feature("director") TrackerCallback;
-#if defined(SWIGPYTHON)
-/* A Python exception in on_event fails the accel call: its text becomes the message (the Python error
- * is cleared, the call raises AccelError instead). */
-%feature("director:except") {
-    if ($error != NULL) {
-        PyObject *type = NULL, *value = NULL, *tb = NULL;
-        PyErr_Fetch(&type, &value, &tb);
-        PyObject *text = value ? PyObject_Str(value) : NULL;
-        const char *utf8 = text ? PyUnicode_AsUTF8(text) : NULL;
-        std::string message = utf8 ? utf8 : "a Python exception";
-        PyErr_Clear();
-        Py_XDECREF(text);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        throw std::runtime_error(message);
-    }
-}
-#endif
 %inline %{
 /** A tracker written in this language (Accelerate's GeneralTracker): subclass it, override on_event and
  *  add it with Accelerator.add_tracker before init_trackers. Called on the main process only, on the thread

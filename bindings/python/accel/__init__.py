@@ -30,7 +30,8 @@ if _core.abi_version() != _core.BUILT_ABI_VERSION:
         % (_core.abi_version(), _core.BUILT_ABI_VERSION, _core.BUILT_ABI_VERSION))
 
 from .core import (  # noqa: E402
-    Accelerator, Batch, DataLoader, Model, Optimizer, Scheduler, StateDictEntries, Tensor, TrackerCallback,
+    Accelerator, Batch, Collate, DataLoader, IterableDataset, MapDataset, Model, Optimizer, Sample, SampleList,
+    Scheduler, StateDictEntries, Tensor, TrackerCallback,
     abi_version, build_info_json, compute_loss, dtype_size, merge_weights, process_count, process_index,
     process_is_local_main, process_is_main, process_local_count, process_local_index, set_seed, status_name,
     version_number, version_string,
@@ -49,10 +50,14 @@ _install_tensor_helpers(Tensor, Model)
 from ._process import install as _install_process_decorators  # noqa: E402
 
 _install_process_decorators(Accelerator)
+from ._datasets import install as _install_datasets  # noqa: E402
+
+_install_datasets(DataLoader)
 
 __version__ = version_string()
 __all__ = [
-    "Accelerator", "Batch", "DataLoader", "Model", "Optimizer", "Scheduler", "Tensor", "TrackerCallback", "tensor",
+    "Accelerator", "Batch", "Collate", "DataLoader", "IterableDataset", "MapDataset", "Model", "Optimizer", "Sample",
+    "SampleList", "Scheduler", "Tensor", "TrackerCallback", "tensor",
     "abi_version", "build_info_json", "compute_loss", "dtype_size", "merge_weights", "process_count", "process_index",
     "process_is_local_main", "process_is_main", "process_local_count", "process_local_index", "set_seed",
     "status_name", "version_number", "version_string",

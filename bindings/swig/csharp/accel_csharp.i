@@ -296,6 +296,25 @@ static void accel_swig_throw_csharp()
 
 %typemap(csinterfaces) DataLoader "global::System.IDisposable, global::System.Collections.Generic.IEnumerable<Batch>"
 %typemap(cscode) DataLoader %{
+  /// <summary>The datasets and collate of FromMapDataset / FromIterableDataset, alive as long as the loader.</summary>
+  private readonly global::System.Collections.Generic.List<object> datasets = new global::System.Collections.Generic.List<object>();
+
+  internal void KeepDatasets(object dataset, object collate) {
+    datasets.Add(dataset);
+    if (collate != null)
+      datasets.Add(collate);
+  }
+
+  /// <summary>FromMapDataset with the config's collate.</summary>
+  public static DataLoader FromMapDataset(MapDataset dataset, string configJson) {
+    return FromMapDataset(dataset, configJson, null);
+  }
+
+  /// <summary>FromIterableDataset with the config's collate.</summary>
+  public static DataLoader FromIterableDataset(IterableDataset dataset, string configJson) {
+    return FromIterableDataset(dataset, configJson, null);
+  }
+
   /// <summary>One pass over the loader; dispose each Batch (using) or let the GC free it.</summary>
   public global::System.Collections.Generic.IEnumerator<Batch> GetEnumerator() {
     for (Batch b = NextBatch(); b != null; b = NextBatch())

@@ -175,6 +175,25 @@ ACCEL_JAVA_CLOSABLE(ObjectList)
     delete();
   }
 
+  /** The datasets and collate of fromMapDataset / fromIterableDataset, alive as long as the loader. */
+  private final java.util.List<Object> datasets = new java.util.ArrayList<>();
+
+  void keepDatasets(Object dataset, Object collate) {
+    datasets.add(dataset);
+    if (collate != null)
+      datasets.add(collate);
+  }
+
+  /** fromMapDataset with the config's collate. */
+  public static DataLoader fromMapDataset(MapDataset dataset, String configJson) {
+    return fromMapDataset(dataset, configJson, null);
+  }
+
+  /** fromIterableDataset with the config's collate. */
+  public static DataLoader fromIterableDataset(IterableDataset dataset, String configJson) {
+    return fromIterableDataset(dataset, configJson, null);
+  }
+
   /** One pass over the loader; close each Batch (try-with-resources) or let the GC free it. */
   @Override
   public java.util.Iterator<Batch> iterator() {

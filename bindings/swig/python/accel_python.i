@@ -208,3 +208,22 @@ import contextlib as _contextlib
 %pythonappend Accelerator::add_tracker %{
     self.__dict__.setdefault("_accel_tracker_callbacks", []).append(callback)
 %}
+
+/* Every director (TrackerCallback, the datasets of datasets.i): a Python exception in a method becomes a
+ * std::runtime_error with its text, which the trampoline turns into the callback's error (the Python error
+ * is cleared; the accel call raises AccelError instead). */
+%feature("director:except") {
+    if ($error != NULL) {
+        PyObject *type = NULL, *value = NULL, *tb = NULL;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *text = value ? PyObject_Str(value) : NULL;
+        const char *utf8 = text ? PyUnicode_AsUTF8(text) : NULL;
+        std::string message = utf8 ? utf8 : "a Python exception";
+        PyErr_Clear();
+        Py_XDECREF(text);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        throw std::runtime_error(message);
+    }
+}

@@ -31,10 +31,12 @@ use std::os::raw::c_char;
 use std::ptr;
 
 mod checkpoint;
+mod datasets;
 mod distributed;
 mod precision;
 mod tracking;
 pub use tracking::{TrackerEvent, TrackerFn};
+pub use datasets::{dataset_error, Collated, IterableDataset, NoCollate, Sample, SampleRef};
 pub use distributed::{process_is_local_main, process_local_count, process_local_index, Scope};
 
 /// The ABI version these declarations were generated for; checked against the loaded library by
