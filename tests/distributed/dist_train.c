@@ -7,7 +7,8 @@
  * with batch B it must produce the weights of one process with batch P*B.
  * The model widths come from ACCEL_TEST_WIDTHS ("8,32,32,4" by default). With ACCEL_TEST_GPT set, the model is
  * instead a tiny "gpt" (spec below; ACCEL_TEST_GPT=checkpointing adds activation checkpointing; ACCEL_TEST_GPT=llama
- * makes it a tiny "llama" with grouped-query attention and a tied head instead) trained with "causal_lm" on 96
+ * makes it a tiny "llama" with grouped-query attention and a tied head instead; ACCEL_TEST_GPT=lora gives the gpt
+ * LoRA adapters on every linear layer, the rest frozen by the spec) trained with "causal_lm" on 96
  * windows of 8 tokens cut from a fixed token stream (accel_dataloader_create_from_tokens).
  * File datasets: with ACCEL_TEST_FILES=PREFIX the same data is written to files of each process's own
  * (PREFIX.<rank>.x.npy and .y.npy for the MLP, PREFIX.<rank>.bin as uint8 tokens for the gpt) and read back
@@ -109,6 +110,11 @@ int main(int argc, char **argv)
                      "{\"type\": \"llama\", \"vocab_size\": 11, \"hidden_size\": 8, \"intermediate_size\": 12,"
                      " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
                      " \"tie_word_embeddings\": true, \"initializer_range\": 0.2}");
+        if (strcmp(gpt, "lora") == 0) /* adapters on every linear layer; the spec freezes the rest */
+            snprintf(spec, sizeof spec,
+                     "{\"type\": \"gpt\", \"vocab_size\": 11, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 2,"
+                     " \"n_head\": 2, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0,"
+                     " \"lora\": {\"r\": 2, \"lora_alpha\": 4, \"target_modules\": \"all-linear\"}}");
         snprintf(dl_config, sizeof dl_config, "{\"block_size\": 8, \"batch_size\": %d, \"shuffle\": true, \"seed\": 7}",
                  batch);
         for (int64_t i = 0; i < token_count; ++i) tokens[i] = (i * 7 + i / 5) % 11;
@@ -123,9 +129,11 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &labels));
     DIST_CHECK(accel_model_create_from_json(spec, &model));
     float *frozen_before[64] = {NULL};
-    if (getenv("ACCEL_TEST_FROZEN") != NULL) {
+    /* Frozen: the parameters of ACCEL_TEST_FROZEN's globs, or the base of a LoRA model (frozen by its spec). */
+    const int lora = gpt != NULL && strcmp(gpt, "lora") == 0;
+    if (getenv("ACCEL_TEST_FROZEN") != NULL || lora) {
         char globs[512];
-        snprintf(globs, sizeof globs, "%s", getenv("ACCEL_TEST_FROZEN"));
+        snprintf(globs, sizeof globs, "%s", lora ? "" : getenv("ACCEL_TEST_FROZEN"));
         for (char *g = strtok(globs, ","); g != NULL; g = strtok(NULL, ",")) DIST_CHECK(accel_model_set_requires_grad(model, g, false));
         size_t count = 0;
         DIST_CHECK(accel_model_get_num_parameters(model, &count));
