@@ -117,6 +117,47 @@ static void test_names(void)
     accel_model_free(m);
 }
 
+/* Standard deviation of a model tensor's values (-1 when unreadable). */
+static double std_of(const accel_model_t *m, const char *name)
+{
+    size_t n = 0, i;
+    float *v = model_tensor_f32(m, name, &n);
+    double sum = 0, sq = 0;
+    for (i = 0; i < n; ++i) sum += v[i], sq += (double)v[i] * v[i];
+    free(v);
+    return n > 1 ? sqrt(sq / (double)n - (sum / (double)n) * (sum / (double)n)) : -1;
+}
+
+/* transformers' _init_weights: N(0, initializer_range) weights, zero biases, unit norms, a zero padding row. */
+static void test_init(void)
+{
+    accel_model_t *m = NULL;
+    size_t n = 0, i;
+    float *v;
+    int ok = 1;
+    CHECK_OK(accel_random_set_seed(3, false, false));
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"llama\", \"vocab_size\": 300, \"hidden_size\": 64,"
+                                          " \"intermediate_size\": 96, \"num_hidden_layers\": 1, \"num_attention_heads\": 4,"
+                                          " \"attention_bias\": true, \"initializer_range\": 0.05, \"pad_token_id\": 7}", &m));
+    CHECK(fabs(std_of(m, "model.embed_tokens.weight") - 0.05) < 0.003);
+    CHECK(fabs(std_of(m, "model.layers.0.self_attn.q_proj.weight") - 0.05) < 0.005);
+    CHECK(fabs(std_of(m, "model.layers.0.mlp.down_proj.weight") - 0.05) < 0.005);
+    CHECK(fabs(std_of(m, "lm_head.weight") - 0.05) < 0.003);
+    v = model_tensor_f32(m, "model.embed_tokens.weight", &n);
+    for (i = 7 * 64; v != NULL && i < 8 * 64; ++i) ok &= v[i] == 0.0f;
+    CHECK(v != NULL && n == 300 * 64 && ok);
+    free(v);
+    v = model_tensor_f32(m, "model.layers.0.self_attn.o_proj.bias", &n);
+    for (i = 0, ok = 1; v != NULL && i < n; ++i) ok &= v[i] == 0.0f;
+    CHECK(v != NULL && n == 64 && ok);
+    free(v);
+    v = model_tensor_f32(m, "model.layers.0.post_attention_layernorm.weight", &n);
+    for (i = 0, ok = 1; v != NULL && i < n; ++i) ok &= v[i] == 1.0f;
+    CHECK(v != NULL && n == 64 && ok);
+    free(v);
+    accel_model_free(m);
+}
+
 /* Greedy tokens of `spec` (seeded weights) for a fixed prompt, with or without the cache. */
 static void greedy(const char *spec, bool use_cache, int64_t *out, size_t n)
 {
@@ -335,6 +376,7 @@ int main(int argc, char **argv)
     if (argc > 2 && strcmp(argv[1], "reference") == 0) return reference(argv[2]);
     test_keys();
     test_names();
+    test_init();
     test_generation();
     test_checkpointing();
     test_bf16();
