@@ -139,6 +139,10 @@ FileTensorDataset::FileTensorDataset(FileTensor features, std::optional<FileTens
     for (const FileTensor *t : {&features_, labels_ ? &*labels_ : nullptr}) {
         if (t == nullptr) continue;
         if (t->shape.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, t->what + ": a scalar has no samples (dimension 0)");
+        // Samples of no elements would let a tiny header claim any number of them (an index of 10^12 entries).
+        for (size_t d = 1; d < t->shape.size(); ++d)
+            if (t->shape[d] == 0)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, t->what + ": samples of no elements (dimension " + std::to_string(d) + " is 0)");
         scalar_type(t->span.type, t->what); // refused now rather than at the first batch
     }
     if (labels_ && labels_->shape[0] != features_.shape[0])

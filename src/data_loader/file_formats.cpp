@@ -226,18 +226,17 @@ NpyHeader parse_npy_header(const uint8_t *bytes, size_t len, uint64_t file_size,
     // not discovered as a short read in the middle of training.
     const uint64_t available = file_size - out.data_offset;
     uint64_t expected = elem_size(out.type);
-    for (int64_t d : out.shape) {
-        if (d != 0 && expected > available / static_cast<uint64_t>(d) + 1)
-            bad(what, "npy header: shape " + [&] {
-                std::string s;
-                for (int64_t x : out.shape) s += (s.empty() ? "" : ", ") + std::to_string(x);
-                return "(" + s + ")";
-            }() + " needs more bytes than the file has");
-        expected *= static_cast<uint64_t>(d);
-    }
-    if (expected != available)
-        bad(what, "npy header: its shape and dtype make " + std::to_string(expected) + " data bytes, the file has " +
+    bool overflow = false;
+    for (int64_t d : out.shape) overflow |= __builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected);
+    for (int64_t d : out.shape) overflow &= d != 0; // a zero dimension makes the array empty whatever the rest
+    if (overflow) expected = UINT64_MAX;            // more than any file holds: reported below
+    if (expected != available) {
+        std::string shape;
+        for (int64_t x : out.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(x);
+        bad(what, "npy header: its shape (" + shape + ") and dtype " + elem_name(out.type) + " make " +
+                      (overflow ? std::string("more than 2^64") : std::to_string(expected)) + " data bytes, the file has " +
                       std::to_string(available));
+    }
     return out;
 }
 

@@ -332,6 +332,10 @@ TEST(FileDatasets, NpyAndSafetensorsSamplesEqualTensorLoader)
                  ACCEL_ERR_INVALID_ARGUMENT, "y_short.npy\": 36 samples");
     const std::string lying = write_file("lying.npy", npy_bytes("<f4", "(38, 3, 4)", xb));
     expect_error([&] { open(R"({"format": "npy", "features": ")" + lying + "\"}"); }, ACCEL_ERR_DATA_LOSS, "lying.npy");
+    // No bytes per sample: the header alone would claim 10^12 samples.
+    const std::string empty_rows = write_file("empty_rows.npy", npy_bytes("<f4", "(1000000000000, 0)", ""));
+    expect_error([&] { open(R"({"format": "npy", "features": ")" + empty_rows + "\"}"); }, ACCEL_ERR_INVALID_ARGUMENT,
+                 "samples of no elements");
 }
 
 // ---- sharding and resume -----------------------------------------------------------------------------
