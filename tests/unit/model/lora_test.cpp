@@ -11,6 +11,7 @@
 #include "model/pretrained.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <cjson/cJSON.h>
 #include <gtest/gtest.h>
@@ -384,6 +385,39 @@ TEST(Lora, AdapterFolderLoadsBackOntoTheBase)
         }
     }
     accel::remove_all(tmpl);
+}
+
+// Under bf16 autocast (mixed_precision "bf16") the adapters stay float32 parameters with float32 gradients, and the
+// adapted model computes and differentiates what it does in float32, to bf16's precision.
+TEST(Lora, Bf16AutocastComputesWithFloat32Adapters)
+{
+    std::map<std::string, at::Tensor> grads[2];
+    at::Tensor logits[2];
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+        auto m = gpt(R"({"r": 4, "target_modules": ["c_attn", "c_fc"]})");
+        randomize_adapters(*m);
+        if (bf16) {
+            at::autocast::set_cpu_enabled(true);
+            at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+        }
+        logits[bf16] = m->forward(ids()).to(at::kFloat);
+        if (bf16) {
+            at::autocast::set_cpu_enabled(false);
+            at::autocast::clear_cache();
+        }
+        at::cross_entropy_loss(logits[bf16].view({-1, 37}), ids().view({-1})).backward();
+        for (const auto &[n, p] : m->named_parameters())
+            if (p.requires_grad()) {
+                EXPECT_EQ(p.scalar_type(), at::kFloat) << n;
+                EXPECT_EQ(p.grad().scalar_type(), at::kFloat) << n;
+                grads[bf16][n] = p.grad();
+            }
+    }
+    EXPECT_TRUE(at::allclose(logits[1], logits[0], 0.05, 0.05)) << (logits[1] - logits[0]).abs().max().item<float>();
+    for (const auto &[n, g] : grads[0]) {
+        const double scale = g.abs().max().item<double>();
+        EXPECT_LT((grads[1][n] - g).abs().max().item<double>(), 0.1 * scale + 1e-6) << n;
+    }
 }
 
 } // namespace
