@@ -129,3 +129,35 @@ def test_llama_lora_forward_and_backward_equal_the_reference():
         for n in adapters:
             assert torch.allclose(to_torch(model.get_gradient(n)).double(), ref.t[n].grad, rtol=1e-3, atol=1e-5), n
         assert all(model.get_gradient(n) is None for n in names if ".lora_" not in n)
+
+
+def test_save_state_and_save_model_keep_the_adapters(tmp_path):
+    """save_state / load_state resume a LoRA model and its optimizer bit for bit; save_model writes the base and the
+    adapters under accel's names (config.json stays the base model's)."""
+    import llama_reference
+    with accel.Accelerator("{}") as acc, accel.Model.from_json(gpt_spec(LORA)) as model, \
+            accel.Optimizer(model, '{"type": "adamw", "lr": 0.01}') as opt:
+        acc.prepare(model, opt)
+        x = accel.tensor(torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(1)).numpy())
+
+        def step():
+            with model.forward(x) as out, accel.compute_loss("causal_lm", out, x) as loss:
+                acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+
+        names = model.parameter_names()
+        base = {n: to_torch(model.get_tensor(n)) for n in names if ".lora_" not in n}
+        step()
+        acc.save_state(str(tmp_path / "state"))
+        step()
+        after = {n: to_torch(model.get_tensor(n)) for n in names}
+        step()
+        acc.load_state(str(tmp_path / "state"))
+        step()
+        for n in names:
+            assert torch.equal(to_torch(model.get_tensor(n)), after[n]), n
+            if n in base:
+                assert torch.equal(after[n], base[n]), n + " is frozen but changed"
+        acc.save_model(model, str(tmp_path / "model"))
+        assert sorted(llama_reference.read_folder(str(tmp_path / "model"))) == sorted(names)
