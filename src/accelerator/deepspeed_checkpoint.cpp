@@ -223,16 +223,22 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
             s.shared_params.emplace_back(name, it->second);
             continue;
         }
-        s.module.emplace_back(name, stage == 3 ? at::empty({0}, p.options()) : p.detach());
-        if (index.count(name)) continue;
+        if (index.count(name)) {
+            s.module.emplace_back(name, stage == 3 ? at::empty({0}, p.options()) : p.detach());
+            continue;
+        }
+        // A frozen parameter as it is kept: its float32 master where it computes in bf16 (DeepSpeed itself has
+        // only the 16-bit copy; the master makes a resumed run equal the uninterrupted one).
+        const at::Tensor own = engine.own_value(p);
+        s.module.emplace_back(name, stage == 3 ? at::empty({0}, own.options()) : own);
         s.frozen_shapes.emplace_back(name, p.sizes().vec());
         if (stage == 3) {
             const int64_t n = p.numel(), ps = (n + world - 1) / world, lo = std::min(n, rank * ps), hi = std::min(n, lo + ps);
-            at::Tensor fragment = at::zeros({ps}, p.options());
-            if (hi > lo) fragment.narrow(0, 0, hi - lo).copy_(p.detach().reshape({-1}).narrow(0, lo, hi - lo));
+            at::Tensor fragment = at::zeros({ps}, own.options());
+            if (hi > lo) fragment.narrow(0, 0, hi - lo).copy_(own.reshape({-1}).narrow(0, lo, hi - lo));
             s.frozen_fragments.emplace_back(name, fragment);
         } else {
-            s.frozen_fragments.emplace_back(name, p.detach());
+            s.frozen_fragments.emplace_back(name, own);
         }
     }
     for (const auto &[name, b] : model.named_buffers()) {

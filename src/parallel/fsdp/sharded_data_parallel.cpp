@@ -110,6 +110,9 @@ struct ShardedDataParallel::Impl {
     // are kept in buffer_dtype (`cast_buffers`: each with its own dtype, which checkpoints and release see).
     at::ScalarType param_dtype = at::kFloat, reduce_dtype = at::kFloat, buffer_dtype = at::kFloat;
     std::vector<std::pair<at::Tensor, at::ScalarType>> cast_buffers;
+    // Frozen floating-point parameters compute in param_dtype too (FSDP casts a unit's frozen parameters with
+    // the rest); each keeps its own-dtype master here, which summon, release and checkpoints see.
+    std::vector<std::pair<at::Tensor, at::Tensor>> cast_frozen; // (parameter, master)
     std::string key; // "fsdp_plugin" or "deepspeed_plugin", for messages
     std::unique_ptr<ParamOffload> offload; // offload_param_device other than "none"
     // DeepSpeed's buckets, in elements: consecutive units move in one collective while they fit:
@@ -146,9 +149,22 @@ struct ShardedDataParallel::Impl {
     // A tensor's dtype in checkpoints: a buffer cast to buffer_dtype keeps its own.
     at::ScalarType own_dtype(const at::Tensor &t) const
     {
+        if (const at::Tensor *m = frozen_master(t)) return m->scalar_type();
         for (const auto &[b, dtype] : cast_buffers)
             if (b.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return dtype;
         return t.scalar_type();
+    }
+    const at::Tensor *frozen_master(const at::Tensor &t) const
+    {
+        for (const auto &[p, master] : cast_frozen)
+            if (p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return &master;
+        return nullptr;
+    }
+    // A tensor's values as checkpoints see them: a frozen parameter's master while it computes in param_dtype.
+    at::Tensor own_value(const at::Tensor &t) const
+    {
+        const at::Tensor *m = frozen_master(t);
+        return m ? *m : t.detach();
     }
     // The shard is a tensor of its own (not a view of the full buffer) when the full buffer is freed between
     // uses or is 16-bit.
@@ -488,6 +504,8 @@ struct ShardedDataParallel::Impl {
     void cast_buffers_to(bool own_dtype)
     {
         for (auto &[b, dtype] : cast_buffers) b.set_data(b.detach().to(own_dtype ? dtype : buffer_dtype));
+        // Own: the parameter is its master (writes while summoned land there); else a param_dtype copy of it.
+        for (auto &[p, master] : cast_frozen) p.set_data(own_dtype ? master : master.to(param_dtype));
     }
 
     // 16-bit parameters, summoned: the float32 masters joined whole (collective when they are sharded) and
@@ -887,8 +905,15 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
             if (b.second.defined() && b.second.is_floating_point() && b.second.scalar_type() != s.buffer_dtype &&
                 seen.insert(b.second.unsafeGetTensorImpl()).second)
                 s.cast_buffers.emplace_back(b.second, b.second.scalar_type());
-        s.cast_buffers_to(false);
     }
+    if (s.low_precision()) {
+        std::set<const c10::TensorImpl *> seen;
+        for (const auto &[name, p] : model.named_parameters())
+            if (!p.requires_grad() && p.is_floating_point() && p.scalar_type() != s.param_dtype &&
+                seen.insert(p.unsafeGetTensorImpl()).second)
+                s.cast_frozen.emplace_back(p, p.detach());
+    }
+    s.cast_buffers_to(false);
     if (offload) {
         // The shards go to their files now (nvme): from here on they are read from there.
         s.offload = std::move(offload);
@@ -1003,7 +1028,7 @@ ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
                 e.local = l.local_piece(k, shards[ui]);
             } else if (t.numel() > 0) { // frozen parameters and buffers are whole on every rank
                 e.pieces.push_back(TensorPiece{0, 0, t.numel()});
-                if (l.shard_rank == 0) e.local = t.detach().reshape({-1}).to(e.dtype);
+                if (l.shard_rank == 0) e.local = s.own_value(t).reshape({-1}).to(e.dtype);
             }
             out.tensors.push_back(std::move(e));
         }
@@ -1041,7 +1066,9 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
             names.push_back(name);
             auto it = trainable.find(t.unsafeGetTensorImpl());
             if (it == trainable.end()) { // frozen parameters and buffers are whole on every rank
-                if (t.numel() > 0) reads.push_back({name, 0, t.detach()});
+                if (t.numel() == 0) continue;
+                reads.push_back({name, 0, s.own_value(t)});
+                if (s.frozen_master(t)) reads.push_back({name, 0, t.detach()}); // its param_dtype copy too
                 continue;
             }
             const size_t k = it->second;
@@ -1066,6 +1093,8 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
     };
     return {std::move(apply), std::move(names)};
 }
+
+at::Tensor ShardedDataParallel::own_value(const at::Tensor &tensor) const { return impl_->own_value(tensor); }
 
 void ShardedDataParallel::after_optimizer_step()
 {

@@ -72,6 +72,9 @@ public:
     // names it takes and what reads this rank's pieces straight into its shards (whole tensors where they
     // are not sharded). No communication.
     std::pair<ApplyState, std::vector<std::string>> load_sharded_state_dict(const Model &model, const ShardedSource &src);
+    // A frozen parameter's (or a buffer's) values as checkpoints keep them: while it computes in a 16-bit
+    // param_dtype, its own-dtype master.
+    at::Tensor own_value(const at::Tensor &tensor) const;
     // After the optimizer stepped the shards: all-gather them into the full buffers (when those persist).
     void after_optimizer_step();
     // Drops every gradient (shards, reduced buffers, local gradients): optimizer.zero_grad(set_to_none).
