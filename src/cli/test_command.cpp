@@ -41,7 +41,8 @@ const char *kTestUsage =
     "Checks that this machine and config can train: starts a built-in program under `accel launch` with the\n"
     "given options (the config file is found as launch finds it: --config_file, ACCELERATE_CONFIG_FILE, then\n"
     "$HF_HOME/accelerate/default_config.yaml), which runs collectives, trains a small model data-parallel\n"
-    "(an MLP, or one with the layer types an FSDP wrap policy names: a GPT for gpt_block, ...), checks that\n"
+    "(an MLP, or one with the layer types an FSDP wrap policy names: a GPT for gpt_block, a Llama for\n"
+    "LlamaDecoderLayer, ...), checks that\n"
     "every process holds the same weights, and saves and loads a checkpoint; then trains the same model in one\n"
     "process on the same global batches, with the same accumulation and clipping, and compares the weights.\n"
     "\n"
@@ -115,6 +116,19 @@ const std::vector<TestModel> &test_models()
          R"({"type": "gpt", "vocab_size": 16, "n_positions": 8, "n_embd": 16, "n_layer": 2, "n_head": 2,
              "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0})",
          {"gpt_embeddings_and_head", "gpt_block"}, "tokens", "causal_lm", false},
+        // The Llama family: decoder layers typed by transformers' class names, as Llama users' FSDP configs write them.
+        {"llama",
+         R"({"type": "llama", "vocab_size": 16, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": true})",
+         {"llama_embeddings_and_head", "LlamaDecoderLayer"}, "tokens", "causal_lm", false},
+        {"mistral",
+         R"({"type": "llama", "model_type": "mistral", "vocab_size": 16, "hidden_size": 16, "intermediate_size": 24,
+             "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "sliding_window": 4})",
+         {"llama_embeddings_and_head", "MistralDecoderLayer"}, "tokens", "causal_lm", false},
+        {"qwen2",
+         R"({"type": "llama", "model_type": "qwen2", "vocab_size": 16, "hidden_size": 16, "intermediate_size": 24,
+             "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": true})",
+         {"llama_embeddings_and_head", "Qwen2DecoderLayer"}, "tokens", "causal_lm", false},
         {"image_bn", image_spec(true), with({"conv2d", "batch_norm"}), "image", "cross_entropy", true},
         {"tokens_bn", tokens_spec(true), with({"embedding", "batch_norm"}), "tokens", "cross_entropy", true},
     };
