@@ -179,14 +179,15 @@ TEST(Lora, GptEqualsItsMergedWeights)
     EXPECT_GT((got - gpt("")->forward(ids())).abs().max().item<float>(), 1e-2); // the adapters do change the result
 }
 
-// Recomputed blocks give the adapters the same gradients, lora dropout included (the generator is restored).
-TEST(Lora, ActivationCheckpointingChangesNoGradient)
+// Recomputed blocks (gpt) and decoder layers (llama) give the adapters the same gradients, lora dropout included
+// (the generator is restored).
+void checkpointing_changes_no_gradient(const std::string &model, const std::string &targets)
 {
     std::map<std::string, at::Tensor> grads[2];
     for (int ckpt = 0; ckpt < 2; ++ckpt) {
         at::manual_seed(3);
-        std::string json = std::string(kGpt) + ", \"activation_checkpointing\": " + (ckpt ? "true" : "false") +
-                           R"(, "lora": {"r": 4, "lora_dropout": 0.3, "target_modules": ["c_attn", "c_fc"]}})";
+        std::string json = model + ", \"activation_checkpointing\": " + (ckpt ? "true" : "false") +
+                           R"(, "lora": {"r": 4, "lora_dropout": 0.3, "target_modules": )" + targets + "}}";
         auto m = accel::make_model_from_json(json.c_str());
         ASSERT_EQ(m->activation_checkpointing(), ckpt == 1);
         randomize_adapters(*m);
@@ -201,6 +202,13 @@ TEST(Lora, ActivationCheckpointingChangesNoGradient)
         EXPECT_TRUE(at::allclose(grads[1][n], g, 1e-6, 1e-7)) << n;
         EXPECT_GT(g.abs().max().item<float>(), 0.0f) << n;
     }
+}
+
+TEST(Lora, ActivationCheckpointingChangesNoGradient)
+{
+    checkpointing_changes_no_gradient(kGpt, R"(["c_attn", "c_fc"])");
+    checkpointing_changes_no_gradient(R"({"type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 24,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)", R"(["q_proj", "down_proj"])");
 }
 
 // AdamW holds state for the adapters only; training leaves every base weight's bytes as they were.
