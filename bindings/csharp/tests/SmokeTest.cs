@@ -427,6 +427,31 @@ namespace Accel.Tests
         }
 
         [Test]
+        public void PretrainedRoundTrip()
+        {
+            string dir = Path.Combine(Path.GetTempPath(), "accel-cs-pretrained-" + Guid.NewGuid());
+            try {
+                using (var model = Model.FromJson("{\"type\": \"gpt\", \"vocab_size\": 23, \"n_positions\": 16, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 2}")) {
+                    model.SavePretrained(dir, "{\"max_shard_size\": \"10KB\"}");
+                    Assert.IsTrue(File.Exists(Path.Combine(dir, "model.safetensors.index.json")));
+                    using (var back = Model.FromPretrained(dir, null)) {
+                        Assert.AreEqual(model.NumParameters(), back.NumParameters());
+                        for (long i = 0; i < model.NumParameters(); ++i) {
+                            string name = model.ParameterName(i);
+                            using (var a = model.GetTensor(name))
+                            using (var b = back.GetTensor(name))
+                                Assert.IsTrue(a.ToFloatArray().SequenceEqual(b.ToFloatArray()), name);
+                        }
+                    }
+                    var e = Assert.Throws<NotFoundError>(() => Model.FromPretrained(Path.Combine(dir, "missing"), null));
+                    Assert.IsTrue(e.Message.Contains("does not exist"), e.Message);
+                }
+            } finally {
+                if (Directory.Exists(dir)) Directory.Delete(dir, true);
+            }
+        }
+
+        [Test]
         public void ForwardNoGrad()
         {
             using (var acc = new Accelerator(null))
