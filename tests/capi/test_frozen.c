@@ -116,6 +116,14 @@ static void test_spec_key(void)
     CHECK(!trains(m, "transformer.wte.weight") && !trains(m, "transformer.wpe.weight") && trains(m, "transformer.ln_f.weight"));
     accel_model_free(m);
     m = NULL;
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"llama\", \"vocab_size\": 29, \"hidden_size\": 16,"
+                                          " \"intermediate_size\": 24, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+                                          " \"num_key_value_heads\": 2, \"frozen\": [\"model.embed_tokens.weight\","
+                                          " \"model.layers.0.*\"]}", &m));
+    CHECK(!trains(m, "model.embed_tokens.weight") && !trains(m, "model.layers.0.self_attn.q_proj.weight"));
+    CHECK(trains(m, "model.layers.1.mlp.down_proj.weight") && trains(m, "model.norm.weight"));
+    accel_model_free(m);
+    m = NULL;
 
     CHECK_FAILS(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [4, 2], \"frozen\": [\"0.*\", \"head.*\"]}", &m),
                 ACCEL_ERR_INVALID_ARGUMENT, "frozen[1]: \"head.*\" matches no parameter");
