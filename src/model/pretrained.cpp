@@ -200,9 +200,15 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     if (options.strict) check_strict(out.report, w, dir);
     ckpt::CopyBatch batch;
     for (auto &[dst, src] : copies) {
-        // Partitioned: this process's slice only, out of the mapped file (the rest is never paged in).
-        if (sliced && partitioned->holds(dst)) partitioned->load_slice(dst, src);
-        else batch.add(dst, src);
+        // Partitioned: this process's slice only, out of the file (the rest is never read).
+        if (sliced && partitioned->holds(dst)) {
+            int64_t offset = 0;
+            const at::Tensor mine = partitioned->slice_of(dst, offset);
+            // A range of a mapped file's tensor: CopyBatch preads just those bytes (not through the map).
+            batch.add(mine, src.reshape({-1}).narrow(0, offset, mine.numel()));
+        } else {
+            batch.add(dst, src);
+        }
     }
     batch.run();
     if (!options.adapter.empty()) {

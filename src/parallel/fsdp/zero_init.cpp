@@ -109,17 +109,15 @@ void PartitionedAtInit::gather_into(const at::Tensor &param, const at::Tensor &d
     slices_.erase(it);
 }
 
-void PartitionedAtInit::load_slice(const at::Tensor &param, const at::Tensor &whole)
+at::Tensor PartitionedAtInit::slice_of(const at::Tensor &param, int64_t &offset)
 {
     auto it = find(param);
     if (it == slices_.end()) fail(ACCEL_ERR_INTERNAL, "zero3_init_flag: a parameter that was not partitioned");
-    if (whole.numel() != param.numel())
-        fail(ACCEL_ERR_INTERNAL, "zero3_init_flag: a slice's source has another number of elements");
-    at::NoGradGuard no_grad;
     // The same split as partition(): ceil(n / world) elements per process, the last ones padded.
     const int64_t n = param.numel(), per = it->mine.numel();
     const int64_t begin = std::min(n, comm_->rank() * per), end = std::min(n, begin + per);
-    it->mine.narrow(0, 0, end - begin).copy_(whole.reshape({-1}).narrow(0, begin, end - begin));
+    offset = begin;
+    return it->mine.narrow(0, 0, end - begin);
 }
 
 void PartitionedAtInit::restore_all()

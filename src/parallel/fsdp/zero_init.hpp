@@ -46,9 +46,10 @@ public:
     // Collective (every process, the same parameters in the same order): the values of `param` into `dst`
     // (flat, its numel); its slice is dropped. The parameter's own storage stays freed.
     void gather_into(const at::Tensor &param, const at::Tensor &dst);
-    // Not collective: this process's slice of `param` from `whole` (its full values, any dtype, any shape of
-    // its numel), e.g. a tensor over a mapped weights file: only the slice's bytes are read.
-    void load_slice(const at::Tensor &param, const at::Tensor &whole);
+    // This process's slice of `param`, to write into (a flat view of the elements it keeps, without the padding),
+    // and `offset`, where the slice starts in the flattened parameter. Not collective: from_pretrained fills it
+    // with the matching range of a weights file, so that no process reads more than its slices.
+    at::Tensor slice_of(const at::Tensor &param, int64_t &offset);
     // Collective: every parameter still held gets its storage and values back, in partition order.
     void restore_all();
     // Whether any parameter is partitioned and not gathered yet.
