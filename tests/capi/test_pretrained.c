@@ -148,6 +148,15 @@ static void test_round_trips(void)
     CHECK_OK(accel_model_from_pretrained("pt_bin", NULL, &back));
     CHECK(back != NULL && same_parameters(m, back));
     accel_model_free(back);
+    back = NULL;
+    /* pytorch_model-0000i-of-0000n.bin shards with pytorch_model.bin.index.json (the single file is removed first:
+     * the index comes before it in transformers' order, but the test must not pass by reading the old file). */
+    CHECK(remove("pt_bin/pytorch_model.bin") == 0);
+    CHECK_OK(accel_model_save_pretrained(m, "pt_bin", "{\"safe_serialization\": false, \"max_shard_size\": \"10KB\"}"));
+    CHECK(file_exists("pt_bin/pytorch_model.bin.index.json") && file_exists("pt_bin/pytorch_model-00001-of-00004.bin"));
+    CHECK_OK(accel_model_from_pretrained("pt_bin", NULL, &back));
+    CHECK(back != NULL && same_parameters(m, back));
+    accel_model_free(back);
     accel_model_free(other);
     accel_model_free(m);
 }
