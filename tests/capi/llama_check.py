@@ -7,7 +7,7 @@ Mistral's sliding window, Qwen2, and sharded folders with an index.
 Per config: the reference writes an HF folder; accel loads it (strict) and its logits must equal the reference's
 within 1e-5 (fp32), greedy generation must give the same tokens (with and without the KV cache), and a few SGD
 steps on the causal_lm loss must give the reference loop's losses and weights (1e-5); save_model's config.json
-must be what the reference's config says.
+must be what the reference's config says. A bfloat16 folder computes in bfloat16 as the reference does.
 """
 import json
 import os
@@ -108,6 +108,38 @@ def check(name, config, driver, work):
     return failures
 
 
+def check_bf16(driver, work):
+    """A bfloat16 folder loads with its dtype kept (from_pretrained) and computes in bfloat16 as the reference does
+    on the same bfloat16 weights: logits within 1e-2 relative to their scale, the same greedy tokens."""
+    name, config = "bf16_gqa", dict(BASE, num_key_value_heads=2, tie_word_embeddings=True)
+    d = os.path.join(work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    weights = R.random_weights(config, seed=3)
+    R.write_folder(d, config, weights, dtype=torch.bfloat16)
+    ids = torch.randint(0, config["vocab_size"], (B, T), generator=torch.Generator().manual_seed(5))
+    with open(os.path.join(d, "ids.bin"), "wb") as f:
+        f.write(ids.numpy().astype("<i8").tobytes())
+    with open(os.path.join(d, "params.txt"), "w") as f:
+        f.write(f"{B} {T} {NEW} {STEPS} {LR!r}\n")
+    r = subprocess.run([driver, "bf16", d], capture_output=True, text=True)
+    if r.returncode != 0:
+        return [f"{name}: driver failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"]
+    wb = {k: v.to(torch.bfloat16) for k, v in weights.items()}
+    want = R.logits(config, wb, ids)
+    with open(os.path.join(d, "accel_logits_bf16.bin"), "rb") as f:
+        got = torch.frombuffer(bytearray(f.read()), dtype=torch.int16).view(torch.bfloat16).reshape(want.shape)
+    err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+    want_gen = R.generate(config, wb, ids, NEW)
+    with open(os.path.join(d, "accel_gen_bf16.bin"), "rb") as f:
+        got_gen = torch.frombuffer(bytearray(f.read()), dtype=torch.int64).reshape(want_gen.shape)
+    print(f"{name}: bfloat16 logits, max difference {err:.3g} of their scale (bit for bit: {torch.equal(got, want)}),"
+          f" generation {'equal' if torch.equal(got_gen, want_gen) else 'DIFFERENT'}")
+    failures = [] if err <= 1e-2 else [f"{name}: bfloat16 logits differ by {err:.3g}"]
+    if not torch.equal(got_gen, want_gen):
+        failures.append(f"{name}: bfloat16 greedy tokens {got_gen.tolist()} vs {want_gen.tolist()}")
+    return failures
+
+
 def main():
     driver, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -115,6 +147,7 @@ def main():
     bad = []
     for name, config in CONFIGS:
         bad += [f"{name}: {f}" for f in check(name, config, driver, work)]
+    bad += check_bf16(driver, work)
     if bad:
         sys.exit("\n".join(bad))
     print(f"llama_check: {len(CONFIGS)} configs equal the reference")

@@ -4,7 +4,8 @@
  * With "reference DIR" it is the accel side of tests/capi/llama_check.py: DIR holds spec.json, an HF folder
  * written by tests/python/llama_reference.py, ids.bin / labels.bin (int64 [B, T]) and params.txt ("B T new_tokens
  * steps lr"); it writes accel_logits.bin (float32 [B, T, V]), accel_gen_cache.bin / accel_gen_nocache.bin (int64
- * [B, T + new_tokens]), accel_losses.bin (float64 [steps]) and the trained weights (save_model) in DIR/accel_out. */
+ * [B, T + new_tokens]), accel_losses.bin (float64 [steps]) and the trained weights (save_model) in DIR/accel_out.
+ * With "bf16 DIR" (a bfloat16 folder) it writes the logits and greedy tokens of the model computing in bfloat16. */
 #include "capi_helpers.h"
 
 static const char *kSmall = "{\"type\": \"llama\", \"vocab_size\": 29, \"hidden_size\": 16, \"intermediate_size\": 24,"
@@ -371,9 +372,51 @@ static int reference(const char *dir)
     return capi_report("test_llama reference");
 }
 
+/* "bf16 DIR": DIR is a bfloat16 folder; from_pretrained keeps the stored dtype, so the model computes in bfloat16:
+ * its logits (raw bfloat16 [B, T, V]) go to accel_logits_bf16.bin and its greedy tokens (with the cache) to
+ * accel_gen_bf16.bin, for llama_check.py to compare with the reference computing in bfloat16. */
+static int bf16(const char *dir)
+{
+    char path[1024], params[200];
+    long B = 0, T = 0, new_tokens = 0, steps = 0, n;
+    double lr = 0;
+    int64_t ids[4096], shape[2];
+    accel_model_t *m = NULL;
+    accel_tensor_t *x = NULL, *out = NULL;
+    accel_dtype_t dtype = 0;
+    char options[100];
+    snprintf(path, sizeof path, "%s/params.txt", dir);
+    n = read_file(path, params, sizeof params - 1);
+    params[n > 0 ? n : 0] = '\0';
+    CHECK(sscanf(params, "%ld %ld %ld %ld %lf", &B, &T, &new_tokens, &steps, &lr) == 5 && B * T <= 4096);
+    if (capi_failures) return capi_report("test_llama bf16");
+    snprintf(path, sizeof path, "%s/ids.bin", dir);
+    CHECK(read_file(path, ids, sizeof ids) == B * T * 8);
+    shape[0] = B;
+    shape[1] = T;
+    x = tensor_i64(ids, shape, 2);
+    CHECK_OK(accel_model_from_pretrained(dir, NULL, &m));
+    CHECK_OK(accel_model_forward_no_grad(m, x, &out));
+    CHECK_OK(accel_tensor_get_dtype(out, &dtype));
+    CHECK(dtype == ACCEL_DTYPE_BFLOAT16);
+    write_tensor(dir, "accel_logits_bf16.bin", out, (size_t)numel_of(out) * 2);
+    accel_tensor_free(out);
+    out = NULL;
+    snprintf(options, sizeof options, "{\"max_new_tokens\": %ld}", new_tokens);
+    CHECK_OK(accel_model_generate(m, x, options, &out));
+    CHECK(numel_of(out) == B * (T + new_tokens));
+    if (numel_of(out) == B * (T + new_tokens))
+        write_tensor(dir, "accel_gen_bf16.bin", out, (size_t)(B * (T + new_tokens)) * sizeof(int64_t));
+    accel_tensor_free(out);
+    accel_tensor_free(x);
+    accel_model_free(m);
+    return capi_report("test_llama bf16");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[1], "reference") == 0) return reference(argv[2]);
+    if (argc > 2 && strcmp(argv[1], "bf16") == 0) return bf16(argv[2]);
     test_keys();
     test_names();
     test_init();
