@@ -179,6 +179,29 @@ static void test_training_keeps_frozen(void)
     accel_accelerator_free(acc);
 }
 
+/* Sharded (FULL_SHARD, one process): frozen parameters stay whole and count in the memory statistics' parameter
+ * bytes beside the trainable shards: 40 frozen + 18 trainable floats. */
+static void test_sharded_memory(void)
+{
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    char *stats = NULL;
+    const char *at;
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [4, 8, 2], \"frozen\": [\"0.*\"]}", &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adam\"}", &opt));
+    CHECK_OK(accel_accelerator_create("{\"fsdp_plugin\": {}}", &acc));
+    CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
+    CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &stats));
+    at = stats != NULL ? strstr(stats, "\"parameter_bytes\": ") : NULL;
+    CHECK(at != NULL && atoll(at + strlen("\"parameter_bytes\": ")) == (40 + 18) * 4);
+    if (at == NULL || atoll(at + strlen("\"parameter_bytes\": ")) != (40 + 18) * 4) fprintf(stderr, "stats: %s\n", stats);
+    accel_string_free(stats);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+}
+
 /* ---- against Python's torch ------------------------------------------------------------------------------ */
 
 #define REF_N 32
@@ -256,5 +279,6 @@ int main(int argc, char **argv)
     test_globs_and_refusals();
     test_spec_key();
     test_training_keeps_frozen();
+    test_sharded_memory();
     return capi_report("test_frozen");
 }

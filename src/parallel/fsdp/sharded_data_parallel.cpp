@@ -113,6 +113,7 @@ struct ShardedDataParallel::Impl {
     // Frozen floating-point parameters compute in param_dtype too (FSDP casts a unit's frozen parameters with
     // the rest); each keeps its own-dtype master here, which summon, release and checkpoints see.
     std::vector<std::pair<at::Tensor, at::Tensor>> cast_frozen; // (parameter, master)
+    std::vector<at::Tensor> frozen; // every frozen parameter once: whole on this rank, counted in parameter_bytes
     std::string key; // "fsdp_plugin" or "deepspeed_plugin", for messages
     std::unique_ptr<ParamOffload> offload; // offload_param_device other than "none"
     // DeepSpeed's buckets, in elements: consecutive units move in one collective while they fit:
@@ -192,6 +193,8 @@ struct ShardedDataParallel::Impl {
             if (!params_sharded()) n += bytes_of(u.full); // the whole (possibly 16-bit) parameters persist
             if (separate_shards() && !shard_out(u)) n += bytes_of(u.shard);
         }
+        for (const auto &p : frozen) n += bytes_of(p);
+        for (const auto &[p, master] : cast_frozen) n += bytes_of(master);
         return n;
     }
 
@@ -906,12 +909,14 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
                 seen.insert(b.second.unsafeGetTensorImpl()).second)
                 s.cast_buffers.emplace_back(b.second, b.second.scalar_type());
     }
-    if (s.low_precision()) {
+    {
         std::set<const c10::TensorImpl *> seen;
-        for (const auto &[name, p] : model.named_parameters())
-            if (!p.requires_grad() && p.is_floating_point() && p.scalar_type() != s.param_dtype &&
-                seen.insert(p.unsafeGetTensorImpl()).second)
+        for (const auto &[name, p] : model.named_parameters()) {
+            if (p.requires_grad() || !p.defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+            s.frozen.push_back(p);
+            if (s.low_precision() && p.is_floating_point() && p.scalar_type() != s.param_dtype)
                 s.cast_frozen.emplace_back(p, p.detach());
+        }
     }
     s.cast_buffers_to(false);
     if (offload) {
