@@ -9,7 +9,9 @@
 #include "common/blas_kernels.hpp"
 #include "common/error.hpp"
 #include "config/config_file.hpp"
+#include "config/dynamo.hpp"
 #include "cli/launch_config.hpp"
+#include "cli/cpu_affinity.hpp"
 #include "cli/launch_watchdog.hpp"
 
 #include <arpa/inet.h>
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -76,6 +79,11 @@ const char *kUsage =
     "      --parallelism_config_cp_comm_strategy S   the device mesh (exported as PARALLELISM_CONFIG_* with\n"
     "                                 ACCELERATE_USE_PARALLELISM_CONFIG=true; --use_parallelism_config alone: all 1)\n"
     "      --debug                    ACCELERATE_DEBUG_MODE=true\n"
+    "      --enable_cpu_affinity      each local process bound to its own block of CPUs (sched_setaffinity), with\n"
+    "                                 OMP_NUM_THREADS the block's size; ACCELERATE_CPU_AFFINITY=1\n"
+    "      --dynamo_backend B, --dynamo_mode M, --dynamo_use_fullgraph, --dynamo_use_dynamic   exported as\n"
+    "                                 ACCELERATE_DYNAMO_*; libaccel runs backends \"no\" and \"eager\" and refuses\n"
+    "                                 the others (torch.compile exists only in Python PyTorch)\n"
     "  -q, --quiet                    no launcher messages\n"
     "      --                         end of flags\n";
 
@@ -85,7 +93,9 @@ struct Options {
     bool cpu = false, debug = false, quiet = false, use_fsdp = false, use_deepspeed = false;
     std::map<std::string, std::string> sharding_flags; // flag name (fsdp_version, zero_stage, ...) -> value
     bool use_parallelism_config = false;
+    bool enable_cpu_affinity = false; // --enable_cpu_affinity or the file's enable_cpu_affinity: true
     std::map<std::string, std::string> parallelism_env; // PARALLELISM_CONFIG_* -> value
+    std::map<std::string, std::string> dynamo_env;      // ACCELERATE_DYNAMO_* from --dynamo_* flags
     std::vector<std::string> command;
 };
 
@@ -117,6 +127,25 @@ const ParallelismFlag *find_parallelism_flag(const std::string &flag)
 {
     std::fprintf(stderr, "accel launch: %s\n\n%s", msg.c_str(), kUsage);
     std::exit(2);
+}
+
+std::string upper_ascii(std::string s)
+{
+    for (char &ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return s;
+}
+
+// --dynamo_backend, upper-cased as Accelerate's launcher does. An unknown name is a usage error; a backend that needs
+// torch.compile is exported (a Python Accelerate program may use it) with a warning that libaccel refuses it.
+std::string dynamo_backend_flag(const std::string &flag, const std::string &v)
+{
+    try {
+        return config::check_dynamo_backend(v, flag);
+    } catch (const Error &e) {
+        if (e.code() != ACCEL_ERR_UNIMPLEMENTED) usage_error(e.what());
+        std::fprintf(stderr, "accel launch: warning: %s; it is exported for Python Accelerate programs\n", e.what());
+        return upper_ascii(v);
+    }
 }
 
 int to_int(const std::string &flag, const std::string &v, int min, int max)
@@ -190,6 +219,14 @@ Options parse(int argc, char **argv)
             o.use_fsdp = true;
         } else if (flag == "--use_deepspeed") {
             o.use_deepspeed = true;
+        } else if (flag == "--enable_cpu_affinity") {
+            o.enable_cpu_affinity = true;
+        } else if (flag == "--dynamo_backend") {
+            o.dynamo_env["ACCELERATE_DYNAMO_BACKEND"] = dynamo_backend_flag(flag, value(flag, inline_value, has_inline));
+        } else if (flag == "--dynamo_mode") {
+            o.dynamo_env["ACCELERATE_DYNAMO_MODE"] = value(flag, inline_value, has_inline);
+        } else if (flag == "--dynamo_use_fullgraph" || flag == "--dynamo_use_dynamic") {
+            o.dynamo_env["ACCELERATE_" + upper_ascii(flag.substr(2))] = "True"; // store_true flags, Python's str(True)
         } else if (flag == "--use_parallelism_config") {
             o.use_parallelism_config = true;
         } else if (const ParallelismFlag *pf = find_parallelism_flag(flag)) {
@@ -392,6 +429,7 @@ int launch_main(int argc, char **argv)
         if (!o.main_process_ip && cfg.main_process_ip) o.main_process_ip = cfg.main_process_ip;
         if (!o.main_process_port && cfg.main_process_port) o.main_process_port = cfg.main_process_port;
         if (!o.mixed_precision) o.mixed_precision = cfg.mixed_precision;
+        if (cfg.enable_cpu_affinity) o.enable_cpu_affinity = true;
         if (!o.cpu) o.cpu = cfg.use_cpu;
         if (!o.debug) o.debug = cfg.debug;
         if (!o.grad_accum && cfg.gradient_accumulation_steps) o.grad_accum = cfg.gradient_accumulation_steps;
@@ -430,8 +468,10 @@ int launch_main(int argc, char **argv)
         config::fsdp_env_for_library(extra_env);
     }
     if (o.use_deepspeed) deepspeed_env(ds_fields, extra_env);
-    else // Accelerate's DeepSpeed launcher exports no dynamo settings (0.24.1 and 1.x)
+    else { // Accelerate's DeepSpeed launcher exports no dynamo settings (0.24.1 and 1.x)
+        for (const auto &[k, v] : o.dynamo_env) dynamo_env[k] = v; // flags win over the file
         for (const auto &[k, v] : dynamo_env) extra_env[k] = v;
+    }
 
     // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
     if (!o.num_machines)
@@ -473,6 +513,23 @@ int launch_main(int argc, char **argv)
             std::fprintf(stderr, "accel launch: OpenBLAS does not know this CPU (it chose its generic %s kernels); "
                                  "running with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n",
                          core->chosen.c_str(), core->suggested.c_str());
+    }
+
+    // --enable_cpu_affinity: local process i gets block i of the launcher's CPUs and as many OpenMP threads
+    // (--num_cpu_threads_per_process still wins), as Accelerate binds each process to its own cores.
+    std::vector<std::vector<int>> cpu_blocks(static_cast<size_t>(local));
+    if (o.enable_cpu_affinity) {
+        const std::vector<int> cpus = allowed_cpus();
+        for (int i = 0; i < local; ++i) cpu_blocks[static_cast<size_t>(i)] = cpu_block(cpus, i, local);
+        if (cpu_blocks[0].empty())
+            std::fprintf(stderr, "accel launch: warning: --enable_cpu_affinity: %d processes cannot have disjoint CPU "
+                                 "sets on %zu CPUs (%s); not pinned\n", local, cpus.size(), cpu_list_text(cpus).c_str());
+        else if (!o.quiet)
+            for (int i = 0; i < local; ++i)
+                std::fprintf(stderr, "accel launch: local process %d on CPUs %s (OMP_NUM_THREADS=%s)\n", i,
+                             cpu_list_text(cpu_blocks[static_cast<size_t>(i)]).c_str(),
+                             o.threads ? threads.c_str()
+                                       : std::to_string(cpu_blocks[static_cast<size_t>(i)].size()).c_str());
     }
 
     std::vector<Child> children(static_cast<size_t>(local));
@@ -520,6 +577,16 @@ int launch_main(int argc, char **argv)
             set("TORCHELASTIC_MAX_RESTARTS", "0");
             set("TORCHELASTIC_RUN_ID", "none");
             set("OMP_NUM_THREADS", threads);
+            if (o.enable_cpu_affinity) {
+                set("ACCELERATE_CPU_AFFINITY", "1");
+                const std::vector<int> &block = cpu_blocks[static_cast<size_t>(i)];
+                if (!block.empty()) {
+                    if (!o.threads) set("OMP_NUM_THREADS", std::to_string(block.size()));
+                    if (!bind_to_cpus(block))
+                        std::fprintf(stderr, "accel launch: warning: cannot bind to CPUs %s: %s\n",
+                                     cpu_list_text(block).c_str(), std::strerror(errno));
+                }
+            }
             set("ACCELERATE_USE_CPU", o.cpu ? "True" : "False");
             set("ACCELERATE_MIXED_PRECISION", o.mixed_precision.value_or("no"));
             if (o.grad_accum) set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", std::to_string(*o.grad_accum));

@@ -1,6 +1,7 @@
 #include "config/accelerator_config.hpp"
 
 #include "common/error.hpp"
+#include "config/dynamo.hpp"
 #include "config/env.hpp"
 #include "config/tracking_config.hpp"
 #include "config/json.hpp"
@@ -24,6 +25,35 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c);
 namespace {
 
 constexpr const char *kNotYet = "not yet supported by accel";
+
+// The backend an accelerator uses: dynamo_plugin.backend or dynamo_backend (not both, as Accelerate), else
+// ACCELERATE_DYNAMO_BACKEND, else "NO"; the plugin's other fields are checked for type.
+std::string parse_dynamo(JsonObject &root)
+{
+    std::string backend;
+    if (auto plugin = root.get_object("dynamo_plugin")) {
+        // TorchDynamoPlugin's fields: with "no" or "eager" nothing is compiled, so mode, fullgraph, dynamic, options
+        // and the rest change nothing (as in Accelerate with backend "no"); they are still type-checked.
+        if (auto b = plugin->get_optional_string("backend")) backend = check_dynamo_backend(*b, plugin->path_of("backend"));
+        plugin->get_enum("mode", "default", {"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"});
+        plugin->get_bool("fullgraph", false);
+        plugin->get_bool("dynamic", false);
+        plugin->get_bool("disable", false);
+        plugin->get_bool("use_regional_compilation", false);
+        plugin->get_object("options"); // any object: the backend's own options
+        plugin->finish();
+    }
+    if (auto json_backend = root.get_optional_string("dynamo_backend")) {
+        if (root.has("dynamo_plugin"))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "dynamo_backend: give either dynamo_backend or dynamo_plugin, not both "
+                                             "(as Accelerate)");
+        backend = check_dynamo_backend(*json_backend, "dynamo_backend");
+    }
+    if (backend.empty()) {
+        if (auto env = env_string("ACCELERATE_DYNAMO_BACKEND")) backend = check_dynamo_backend(*env, "ACCELERATE_DYNAMO_BACKEND");
+    }
+    return backend.empty() ? "NO" : backend;
+}
 
 accel_mixed_precision_t parse_mixed_precision(const std::string &path, const std::string &v)
 {
@@ -375,10 +405,7 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     parse_sharding_plugins(root, c);
     root.require_absent("megatron_lm_plugin", "Megatron-LM parallelism is " + std::string(kNotYet));
     parse_parallelism_config(root, c);
-    root.require_absent("dynamo_plugin", "torch.compile (dynamo) has no LibTorch counterpart; it is " + std::string(kNotYet));
-    auto dynamo = root.get_optional_string("dynamo_backend");
-    if (dynamo && *dynamo != "no" && *dynamo != "NO")
-        fail(ACCEL_ERR_UNIMPLEMENTED, "dynamo_backend: torch.compile has no LibTorch counterpart; only \"no\" is accepted");
+    c.dynamo_backend = parse_dynamo(root);
     c.log_with = checked_log_with(root.get_string_or_array("log_with", {}), "log_with");
     // Accelerate refuses file trackers without a logging_dir (TensorBoard's "requires a logging_dir").
     if (!c.log_with.empty() && !c.project.logging_dir)
@@ -417,6 +444,7 @@ std::string to_json(const AcceleratorConfig &c)
     else w.add_null("data_seed");
     w.end_object();
     w.add("rng_types", c.rng_types).add("step_scheduler_with_optimizer", c.step_scheduler_with_optimizer);
+    w.add("dynamo_backend", c.dynamo_backend == "EAGER" ? "eager" : "no");
     w.begin_object("kwargs_handlers")
         .begin_object("autocast")
         .add("enabled", c.autocast.enabled)

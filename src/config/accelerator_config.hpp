@@ -129,6 +129,9 @@ struct AcceleratorConfig {
     GradientAccumulationPlugin gradient_accumulation;
     DataLoaderConfiguration dataloader;
     std::vector<std::string> rng_types{"generator"};
+    // dynamo_backend / dynamo_plugin.backend / ACCELERATE_DYNAMO_BACKEND: "NO" or "EAGER" (config/dynamo.hpp); both
+    // run the model as written.
+    std::string dynamo_backend = "NO";
     bool step_scheduler_with_optimizer = true;
     AutocastKwargs autocast;
     GradScalerKwargs grad_scaler;

@@ -2,6 +2,7 @@
 #include "config/config_file.hpp"
 
 #include "common/error.hpp"
+#include "config/dynamo.hpp"
 #include "config/env.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -462,7 +463,7 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         const YAML::Node n = *opt;
         bool v = r.get_bool("enable_cpu_affinity", n);
         out["enable_cpu_affinity"] = v;
-        if (v) warn("enable_cpu_affinity", "not applied by accel launch (processes are not pinned)");
+        c.enable_cpu_affinity = v; // accel launch pins each local process to its own CPUs
     }
     // TPU keys. Accelerate's questionnaire writes downcast_bf16 and tpu_use_sudo as the text typed (default
     // 'no' / false) and tpu_env as a list, empty when not asked: any scalar is kept, a warning only for a
@@ -566,10 +567,19 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
             std::string k = kv.first.Scalar(), where = std::string("dynamo_config.") + k;
             if (is_null(kv.second)) continue;
             if (k == "dynamo_backend") {
-                // The launcher upper-cases the backend (DynamoBackend(value.upper())).
+                // The launcher upper-cases the backend (DynamoBackend(value.upper())) and exports it for the program:
+                // a Python Accelerate program may compile with it; libaccel takes "NO" and "EAGER" and refuses the
+                // others when it creates an accelerator (config/dynamo.hpp), which the warning says beforehand.
                 std::string v = upper(r.get_string(where, kv.second));
                 c.dynamo_env["ACCELERATE_DYNAMO_BACKEND"] = v;
-                if (v != "NO") warn(where, "\"" + v + "\": torch.compile does not exist in LibTorch's C++ API; the model runs uncompiled");
+                try {
+                    check_dynamo_backend(v, r.where(where));
+                } catch (const Error &e) {
+                    if (e.code() != ACCEL_ERR_UNIMPLEMENTED) throw;
+                    warn(where, "\"" + v + "\" is exported as ACCELERATE_DYNAMO_BACKEND for Python Accelerate programs; "
+                                "libaccel refuses it when an accelerator is created (torch.compile exists only in Python "
+                                "PyTorch; accel runs \"no\" and \"eager\")");
+                }
             } else if (k == "dynamo_mode") {
                 c.dynamo_env["ACCELERATE_DYNAMO_MODE"] = r.get_string(where, kv.second);
             } else if (k == "dynamo_use_fullgraph" || k == "dynamo_use_dynamic" || k == "dynamo_use_regional_compilation") {

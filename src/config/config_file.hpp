@@ -23,6 +23,7 @@ struct ClusterConfig {
     std::string mixed_precision = "no";      // no, fp16, bf16, fp8
     bool use_cpu = false;
     bool debug = false;
+    bool enable_cpu_affinity = false;        // accel launch --enable_cpu_affinity
     int num_processes = -1;                  // -1: not given
     int machine_rank = 0;
     int num_machines = 1;
@@ -44,7 +45,7 @@ struct ClusterConfig {
     std::vector<std::string> deepspeed_fields;
     bool mixed_precision_given = false;
     // ACCELERATE_DYNAMO_* from dynamo_config, as `accelerate launch` exports them (the launcher sets its
-    // defaults for the others). accel programs run uncompiled whatever they say (a warning).
+    // defaults for the others). libaccel runs "NO" and "EAGER" and refuses the others (config/dynamo.hpp).
     std::map<std::string, std::string> dynamo_env;
     // parallelism_config: PARALLELISM_CONFIG_* and ACCELERATE_USE_PARALLELISM_CONFIG=true, as `accelerate launch`
     // exports them from its --parallelism_config_* flags (empty when the file has no such section).

@@ -322,7 +322,7 @@ accepted("1.x multi-GPU with CPU affinity and regional compilation", write_1x("x
     distributed_type="MULTI_GPU", num_processes=2, gpu_ids="all", enable_cpu_affinity=True, dynamo_config={
         "dynamo_backend": "INDUCTOR", "dynamo_mode": "default", "dynamo_use_fullgraph": False,
         "dynamo_use_dynamic": False, "dynamo_use_regional_compilation": True})),
-    {"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "True"}, ["enable_cpu_affinity", "dynamo_config.dynamo_backend"],
+    {"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "True", "ACCELERATE_CPU_AFFINITY": "1"}, ["dynamo_config.dynamo_backend"],
     nproc=2)
 accepted("1.x write_basic_config", write_1x("x_basic", dict(
     compute_environment="LOCAL_MACHINE", mixed_precision="bf16", use_cpu=True, num_processes=1,

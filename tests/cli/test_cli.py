@@ -452,6 +452,58 @@ check("usage: accel test" in p.stdout, "help: " + p.stdout)
 # ---- Docs: every command's --help has its place in the command reference ----------------------------------
 # scripts/docs.sh writes each command's --help, as the built program prints it, where the page says
 # <!-- accel-help: CMD -->; a command missing there would be missing from the site.
+# ---- compile settings: --dynamo_* flags (config/dynamo.hpp) --------------------------------------
+show_dynamo = "echo DYNAMO=$ACCELERATE_DYNAMO_BACKEND,$ACCELERATE_DYNAMO_MODE,$ACCELERATE_DYNAMO_USE_FULLGRAPH"
+p = run(["launch", "--dynamo_backend", "eager", "--dynamo_mode", "max-autotune", "--dynamo_use_fullgraph", "sh", "-c",
+         show_dynamo], code=0)
+check("DYNAMO=EAGER,max-autotune,True" in p.stdout and "warning" not in p.stderr, "--dynamo_backend eager: " + p.stdout + p.stderr)
+p = run(["launch", "--dynamo_backend", "inductor", "sh", "-c", show_dynamo], code=0)
+check("DYNAMO=INDUCTOR," in p.stdout and "warning: --dynamo_backend: \"inductor\" compiles the model with torch.compile"
+      in p.stderr, "--dynamo_backend inductor exported with a warning: " + p.stdout + p.stderr)
+p = run(["launch", "--dynamo_backend", "turbo", "sh", "-c", "echo RAN"], code=2)
+check("expected one of Accelerate's dynamo backends" in p.stderr and "RAN" not in p.stdout, "bad backend: " + p.stderr)
+# ... and libaccel refuses the compiling backend by name when an accelerator is created under it.
+create = os.path.join(os.path.dirname(os.path.abspath(__file__)), "create_accelerator.py")
+dyn_out = os.path.join(tmp, "dynamo")
+os.makedirs(dyn_out)
+run(["launch", "--dynamo_backend", "inductor", sys.executable, create, BUILD, dyn_out], code=0)
+r0 = json.load(open(os.path.join(dyn_out, "rank0.json")))
+check(r0["status"] == "ACCEL_ERR_UNIMPLEMENTED" and r0["message"].startswith("ACCELERATE_DYNAMO_BACKEND: \"INDUCTOR\""),
+      "accelerator under --dynamo_backend inductor: %s" % r0)
+run(["launch", "--dynamo_backend", "eager", sys.executable, create, BUILD, dyn_out], code=0)
+r0 = json.load(open(os.path.join(dyn_out, "rank0.json")))
+check(r0["status"] == "ACCEL_OK" and r0["config"]["dynamo_backend"] == "eager", "accelerator under eager: %s" % r0)
+
+# ---- --enable_cpu_affinity: disjoint CPU blocks, OMP_NUM_THREADS matching ----------------------------------------
+allowed = sorted(os.sched_getaffinity(0))
+show_cpus = "echo CPUS=$RANK:$(grep Cpus_allowed_list /proc/self/status | cut -f2):$OMP_NUM_THREADS:$ACCELERATE_CPU_AFFINITY"
+if len(allowed) >= 2:
+    p = run(["launch", "-n", "2", "--main_process_port", "0", "--enable_cpu_affinity", "sh", "-c", show_cpus], code=0)
+    got = dict(m.split(":", 1) for m in re.findall(r"CPUS=(\S+)", p.stdout))
+    half = len(allowed) // 2 + len(allowed) % 2
+
+    sets = {}
+    for rank, rest in got.items():
+        cpus_text, threads, flag = rest.split(":")
+        cpus = set()
+        for part in cpus_text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        sets[rank] = cpus
+        check(threads == str(len(cpus)) and flag == "1", "rank %s: OMP_NUM_THREADS %s for CPUs %s" % (rank, threads, cpus))
+    check(sorted(sets) == ["0", "1"] and not (sets["0"] & sets["1"]) and sets["0"] | sets["1"] == set(allowed)
+          and len(sets["0"]) == half, "--enable_cpu_affinity blocks: %s of %s\n%s" % (sets, allowed, p.stdout + p.stderr))
+    # the config file's enable_cpu_affinity does the same
+    aff = os.path.join(tmp, "affinity.yaml")
+    with open(aff, "w") as fh:
+        fh.write("distributed_type: MULTI_CPU\nnum_processes: 2\nuse_cpu: true\nenable_cpu_affinity: true\n")
+    p = run(["launch", "--config_file", aff, "--main_process_port", "0", "sh", "-c", show_cpus], code=0)
+    check(p.stdout.count("CPUS=") == 2 and "warning" not in p.stderr and len(set(re.findall(r"CPUS=\d+:([^:]+):", p.stdout))) == 2,
+          "enable_cpu_affinity from the file: " + p.stdout + p.stderr)
+# More processes than CPUs: no disjoint sets, a warning, not pinned.
+p = run(["launch", "-n", str(len(allowed) + 1), "--main_process_port", "0", "--enable_cpu_affinity", "true"], code=0)
+check("cannot have disjoint CPU sets" in p.stderr, "affinity with too many processes: " + p.stderr)
+
 reference = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "reference",
                               "commands.md")).read()
 commands = re.findall(r"(?m)^  ([a-z-]+)  ", run(["--help"], code=0).stdout)

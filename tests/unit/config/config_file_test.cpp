@@ -161,15 +161,24 @@ TEST(ConfigFile, KeysThatDoNotApplyAreWarnings)
                                            "dynamo_config:\n  dynamo_backend: INDUCTOR\ntpu_name: t\n"
                                            "main_training_function: train\n",
                                            "w.yaml");
-    for (const char *k : {"rdzv_backend", "enable_cpu_affinity", "fsdp_config", "dynamo_config.dynamo_backend", "tpu_name",
-                          "main_training_function"})
+    for (const char *k : {"rdzv_backend", "fsdp_config", "dynamo_config.dynamo_backend", "tpu_name", "main_training_function"})
         EXPECT_TRUE(has_warning(c, k)) << k;
+    // enable_cpu_affinity is applied by accel launch (each local process pinned to its own CPUs): no warning.
+    EXPECT_FALSE(has_warning(c, "enable_cpu_affinity"));
+    EXPECT_TRUE(c.enable_cpu_affinity);
     // kept in the normalized file (update keeps them)
     EXPECT_NE(c.yaml.find("fsdp_sharding_strategy: FULL_SHARD"), std::string::npos) << c.yaml;
     // defaults are not reported
     EXPECT_TRUE(parse_cluster_config("distributed_type: NO\nrdzv_backend: static\ndynamo_config:\n  dynamo_backend: 'NO'\n",
                                      "d.yaml")
                     .warnings.empty());
+    // dynamo backends (config/dynamo.hpp): "eager" runs in libaccel (no warning), a compiling backend is exported with
+    // a warning that libaccel refuses it, an unknown name is an error naming the key.
+    EXPECT_TRUE(parse_cluster_config("distributed_type: NO\ndynamo_config:\n  dynamo_backend: eager\n", "e.yaml")
+                    .warnings.empty());
+    EXPECT_NE(error_of("distributed_type: NO\ndynamo_config:\n  dynamo_backend: turbo\n")
+                  .find("cfg.yaml: dynamo_config.dynamo_backend: expected one of Accelerate's dynamo backends"),
+              std::string::npos);
 }
 
 TEST(ConfigFile, Fp8SectionBecomesAccelerateFp8Variables)
