@@ -353,8 +353,8 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_map_datase
  * its part (IterableDatasetShard). accel_dataloader_get_length() is ACCEL_ERR_FAILED_PRECONDITION (no len).
  * save_state keeps the dataset's state() after the last batch taken; load_state calls set_epoch and
  * load_state, so the next batches are those the uninterrupted run would have had (on the same number of
- * processes; on another one the pass restarts, with a warning). "num_workers" > 0 is ACCEL_ERR_UNIMPLEMENTED
- * (the stream is read on the calling thread).
+ * processes; on another one the pass restarts, with a warning). "num_workers" > 0: one thread reads the stream
+ * ahead, up to num_workers x prefetch_factor batches (a stream has one reader; the batches are the same).
  *
  * @param dataset  The callbacks, copied during the call (user_data is kept). Must not be NULL.
  * @param collate  The caller's collate, or NULL for the config's "collate".
@@ -365,8 +365,8 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_map_datase
  * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
  * Ownership: on success the loader owns dataset->user_data (released with dataset->release); on failure the
  * caller keeps it.
- * Threads: the callbacks run on the thread calling accel_dataloader_next() (or accel_accelerator_save_state /
- * load_state for state / load_state), never two at once.
+ * Threads: the callbacks run on the thread calling accel_dataloader_next() (state: the loader's reading thread
+ * with "num_workers" > 0; load_state: the thread starting the pass), never two at once.
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_dataloader_create_from_iterable_dataset(
     const accel_iterable_dataset_t *dataset, accel_collate_fn_t collate, void *collate_user_data,

@@ -211,9 +211,6 @@ ACCEL_API accel_status_t accel_dataloader_create_from_iterable_dataset(const acc
         if ((cb.state == nullptr) != (cb.load_state == nullptr))
             fail(ACCEL_ERR_INVALID_ARGUMENT, "dataset->state and dataset->load_state: give both or neither");
         const auto options = accel::config::parse_callback_dataloader_options(config_json, true);
-        if (options.loader.num_workers > 0)
-            fail(ACCEL_ERR_UNIMPLEMENTED, "num_workers: worker threads are not implemented for iterable datasets yet; "
-                                          "the stream is read on the thread calling accel_dataloader_next (use 0)");
         auto loader = std::make_shared<accel::IterableLoader>(std::make_shared<CallbackIterableSource>(cb),
                                                               make_collate(collate, collate_user_data, options.collate),
                                                               options.loader);

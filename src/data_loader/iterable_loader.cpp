@@ -5,6 +5,11 @@
 #include "state/accelerator_state.hpp"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 
@@ -140,7 +145,76 @@ std::optional<IterableLoader::Produced> IterableLoader::produce_step()
     return p;
 }
 
-std::optional<IterableLoader::Produced> IterableLoader::produce()
+// One thread calling the dataset ahead of the loop, up to `depth` batches (steps) queued: the dataset is still
+// used from one thread at a time, and each batch keeps the state taken right after its samples were read, so
+// checkpoints stay exact.
+class IterableLoader::ReadAhead {
+public:
+    ReadAhead(std::function<std::optional<Produced>()> read, size_t depth) : read_(std::move(read)), depth_(depth)
+    {
+        thread_ = std::thread([this] { run(); });
+    }
+    ~ReadAhead()
+    {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stop_ = true;
+        }
+        changed_.notify_all();
+        thread_.join(); // a read in progress is finished and dropped
+    }
+    std::optional<Produced> take()
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [this] { return !queue_.empty() || finished_; });
+        if (queue_.empty()) return std::nullopt;
+        Item item = std::move(queue_.front());
+        queue_.pop_front();
+        lock.unlock();
+        changed_.notify_all();
+        if (item.error) std::rethrow_exception(item.error);
+        return std::move(item.produced);
+    }
+
+private:
+    struct Item {
+        std::optional<Produced> produced;
+        std::exception_ptr error;
+    };
+    void run()
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        while (!stop_) {
+            changed_.wait(lock, [this] { return stop_ || queue_.size() < depth_; });
+            if (stop_) break;
+            lock.unlock();
+            Item item;
+            try {
+                item.produced = read_();
+            } catch (...) {
+                item.error = std::current_exception();
+            }
+            lock.lock();
+            const bool last = item.error || !item.produced;
+            queue_.push_back(std::move(item));
+            changed_.notify_all();
+            if (last) break; // the end of the pass, or a failure: nothing more to read
+        }
+        finished_ = true;
+        changed_.notify_all();
+    }
+    std::function<std::optional<Produced>()> read_;
+    const size_t depth_;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::deque<Item> queue_;
+    bool stop_ = false, finished_ = false;
+    std::thread thread_;
+};
+
+std::optional<IterableLoader::Produced> IterableLoader::produce() { return reader_ ? reader_->take() : read_next(); }
+
+std::optional<IterableLoader::Produced> IterableLoader::read_next()
 {
     if (dispatcher_) return produce_step();
     if (state_ && processes() > 1) return produce_shard();
@@ -177,16 +251,26 @@ void IterableLoader::begin_pass()
         last_read_ = read_ = resume_read_;
         yielded_ = skip_batches_;
         resume_state_.reset();
+        start_reader();
         return;
     }
     // A dataset without state: read the batches already taken again and drop them (torchdata's
     // fast-forward), so the pass goes on where it stopped.
     for (; yielded_ < skip_batches_; ++yielded_)
         if (!produce()) break;
+    start_reader();
+}
+
+void IterableLoader::start_reader()
+{
+    if (options_.num_workers > 0)
+        reader_ = std::make_unique<ReadAhead>([this] { return read_next(); },
+                                              static_cast<size_t>(options_.num_workers * options_.prefetch_factor));
 }
 
 void IterableLoader::end_pass()
 {
+    reader_.reset(); // stops the reading thread first: it uses this loader
     if (state_) state_->gradient.leave_dataloader(&progress_);
     in_pass_ = false;
     lookahead_.reset();

@@ -63,6 +63,7 @@ private:
         int64_t read = 0;         // samples of the pass read by then
     };
     std::optional<Produced> produce(); // this process's next batch (rank 0's next step when dispatching)
+    std::optional<Produced> read_next(); // produce() on the calling thread
     std::optional<Produced> produce_plain();
     std::optional<Produced> produce_shard();
     std::optional<Produced> produce_step();
@@ -71,6 +72,7 @@ private:
     std::optional<Batch> next_dispatched();
     bool reads() const; // this process reads the stream (everyone, or rank 0 when dispatching)
     void begin_pass();
+    void start_reader();
     void end_pass();
     int64_t processes() const;
     int64_t rank() const;
@@ -93,6 +95,8 @@ private:
     std::string last_state_;                // the state after the last batch taken
     int64_t last_read_ = 0;                 // the samples read by then
     DataLoaderProgress progress_;
+    class ReadAhead;
+    std::unique_ptr<ReadAhead> reader_; // num_workers > 0: a thread running read_next() ahead (the current pass)
 };
 
 } // namespace accel

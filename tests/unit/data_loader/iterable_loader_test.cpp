@@ -63,11 +63,13 @@ accel::CollateFn stack()
     };
 }
 
-accel::config::DataLoaderOptions options(int64_t batch_size, bool drop_last = false)
+accel::config::DataLoaderOptions options(int64_t batch_size, bool drop_last = false, int64_t workers = 0)
 {
     accel::config::DataLoaderOptions o;
     o.batch_size = batch_size;
     o.drop_last = drop_last;
+    o.num_workers = workers; // iterable: one thread reading ahead
+    o.prefetch_factor = 2;
     return o;
 }
 
@@ -210,7 +212,7 @@ TEST(IterableLoader, DispatchEqualsTheMapStyleDispatcher)
                         if (split && bs % world != 0) continue;
                         SCOPED_TRACE("P " + std::to_string(world) + " n " + std::to_string(n) + " bs " + std::to_string(bs) +
                                      (split ? " split" : "") + (drop ? " drop_last" : ""));
-                        auto got = iterable_ranks(world, n, options(bs, drop), split, true);
+                        auto got = iterable_ranks(world, n, options(bs, drop, n % 2), split, true); // reading ahead or not
                         auto want = map_ranks(world, n, options(bs, drop), split);
                         for (int32_t r = 0; r < world; ++r) {
                             EXPECT_EQ(got[static_cast<size_t>(r)].batches, want[static_cast<size_t>(r)].batches) << "rank " << r;
@@ -233,10 +235,10 @@ TEST(IterableLoader, NoLengthAndOneProcess)
 }
 
 // Takes `first` batches of pass 1, saves, reads the rest; a new run loads the state: the rest again.
-void check_resume(int32_t world, bool dispatch, bool stateful, int64_t first)
+void check_resume(int32_t world, bool dispatch, bool stateful, int64_t first, int64_t workers)
 {
     const int64_t n = 23;
-    const auto o = options(2);
+    const auto o = options(2, false, workers);
     std::vector<Seen> rest(static_cast<size_t>(world));
     std::vector<accel::PyRef> saved(static_cast<size_t>(world));
     auto log = std::make_shared<Broadcasts>();
@@ -272,12 +274,13 @@ void check_resume(int32_t world, bool dispatch, bool stateful, int64_t first)
 
 TEST(IterableLoader, ResumeMidPass)
 {
-    for (bool stateful : {true, false}) {
-        SCOPED_TRACE(stateful ? "stateful" : "re-read");
-        check_resume(1, false, stateful, 3);
-        check_resume(2, false, stateful, 3);
-        check_resume(2, true, stateful, 2);
-    }
+    for (int64_t workers : {0, 1, 3}) // with a reading thread the state saved is still the one after the last batch taken
+        for (bool stateful : {true, false}) {
+            SCOPED_TRACE(std::string(stateful ? "stateful" : "re-read") + ", num_workers " + std::to_string(workers));
+            check_resume(1, false, stateful, 3, workers);
+            check_resume(2, false, stateful, 3, workers);
+            check_resume(2, true, stateful, 2, workers);
+        }
 }
 
 TEST(IterableLoader, ResumeOnAnotherProcessCountRestartsThePass)
