@@ -78,10 +78,11 @@ def test_map_dataset_equals_tensor_loader(config):
     assert batches(dl) == want
 
 
-def test_iterable_equals_tensor_loader():
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iterable_equals_tensor_loader(workers):
     want = batches(accel.DataLoader(*rows(), '{"batch_size": 4}'))
     stream = Stream()
-    dl = accel.DataLoader.from_dataset(stream, '{"batch_size": 4}')
+    dl = accel.DataLoader.from_dataset(stream, '{"batch_size": 4, "num_workers": %d}' % workers)
     assert batches(dl) == want
     assert batches(dl) == want
     assert stream.epochs == [0, 1]
@@ -137,10 +138,12 @@ def test_pad_and_python_collate():
         accel.DataLoader.from_dataset(Rows(), '{"batch_size": 3}', collate=broken).next_batch()
 
 
-def test_iterable_resume():
+@pytest.mark.parametrize("workers", [0, 1])
+def test_iterable_resume(workers):
+    config = '{"batch_size": 3, "num_workers": %d}' % workers  # 1: a thread reads ahead, the state stays exact
     with tempfile.TemporaryDirectory() as tmp:
         acc = accel.Accelerator()
-        dl = accel.DataLoader.from_dataset(Stream(), '{"batch_size": 3}')
+        dl = accel.DataLoader.from_dataset(Stream(), config)
         acc.prepare_dataloader(dl)
         batches(dl)
         for _ in range(2):
@@ -149,7 +152,7 @@ def test_iterable_resume():
         rest = batches(dl)
         acc2 = accel.Accelerator()
         stream = Stream()
-        dl2 = accel.DataLoader.from_dataset(stream, '{"batch_size": 3}')
+        dl2 = accel.DataLoader.from_dataset(stream, config)
         acc2.prepare_dataloader(dl2)
         acc2.load_state(os.path.join(tmp, "ckpt"))
         assert batches(dl2) == rest
