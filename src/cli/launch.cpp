@@ -285,8 +285,23 @@ bool port_free(int port)
     return ok;
 }
 
+// A free port below the kernel's ephemeral range (ip_local_port_range): a port bind(0) hands out lies in that
+// range, where every outgoing connection (the store clients, Gloo's pairs of every job on the machine) also takes
+// its local port, so between this check and rank 0's listen one of them could take it (seen under two test suites
+// at once). Below the range only another listener can. Falls back to bind(0) when none is found.
 int pick_free_port()
 {
+    int low = 32768;
+    if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low;
+    if (low > 20000 + 1000) {
+        uint32_t seed = static_cast<uint32_t>(getpid()) * 2654435761u ^
+                        static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+        for (int tries = 0; tries < 200; ++tries) {
+            seed = seed * 1664525u + 1013904223u;
+            int port = 20000 + static_cast<int>((seed >> 8) % static_cast<uint32_t>(low - 20000));
+            if (port_free(port)) return port;
+        }
+    }
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;

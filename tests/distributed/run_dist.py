@@ -7,13 +7,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 import types
+
+from ports import free_port
 
 SKIP = 77
 
@@ -115,9 +116,7 @@ def memory_stats(out):
 def run_machines(a, program, env):
     """`accel launch` once per machine (--num_machines M on this one host, all started together): a multi-node
     job's rendezvous and topology without a second host. Returns the joined output like run()'s result."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     procs = []
     for k in range(a.machines):
         cmd = [os.path.join(a.bin, "bin", "accel"), "launch", "-n", str(a.np), "--num_machines", str(a.machines),
@@ -138,9 +137,7 @@ def run_by_hand(a, cmd, config, env):
     """--np processes started here with no launcher's environment (no RANK, WORLD_SIZE, MASTER_*), each told its
     place by its own config: kwargs_handlers.init_process_group rank, world_size and a tcp:// init_method, as a
     long-running service is told at run time (issue 43.10). Returns rank 0's run."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     launcher_vars = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                      "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
     env = {k: v for k, v in env.items() if k not in launcher_vars}
@@ -514,13 +511,6 @@ def run_on_free_port(make_cmd, attempts=3):
         log("the port was taken before rank 0 bound it: again with another")
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def scenario_kill(a):

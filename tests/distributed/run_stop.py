@@ -15,19 +15,14 @@ Usage: run_stop.py MODE --bin BUILD_DIR --victim R [--launch] [--config JSON] [-
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from ports import free_port
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+
 
 
 def alive(pid):
