@@ -346,7 +346,7 @@ struct StateDictEntries {};
         ACCEL_CHECK(accel_model_forward_no_grad(ACCEL_H($self, "Model"), ACCEL_H(input, "Tensor"), &t));
         return accel_swig::wrap<Tensor>(t);
     }
-    /** Generate tokens with a "gpt" model after the prompt @p input_ids (int64 [B, T] or [T]). Options:
+    /** Generate tokens with a "gpt" or "llama" model after the prompt @p input_ids (int64 [B, T] or [T]). Options:
      *  {"max_new_tokens": 20, "do_sample": false, "temperature": 1.0, "top_k": 50, "seed": 42,
      *  "eos_token_id": null, "use_cache": true}; null/None for the defaults (greedy). */
     Tensor *generate(const Tensor *input_ids, const char *options_json = NULL)
