@@ -115,15 +115,25 @@ at::Tensor allocate(const int64_t *h, Field dtype, Field dim, const int64_t *sha
 
 std::optional<Batch> DataLoaderDispatcher::next(const Dataset &data, DataLoaderProgress &progress)
 {
+    return next(
+        [&data](size_t, const std::vector<int64_t> &indices) {
+            at::Tensor idx = at::empty({static_cast<int64_t>(indices.size())}, at::kLong);
+            std::memcpy(idx.data_ptr<int64_t>(), indices.data(), indices.size() * sizeof(int64_t));
+            Batch b = data.get_batch(idx);
+            b.indices = idx;
+            return b;
+        },
+        progress);
+}
+
+std::optional<Batch> DataLoaderDispatcher::next(const StepReader &read, DataLoaderProgress &progress)
+{
     return next_from(
         [&]() -> std::optional<DispatchedStep> {
             if (next_ >= steps_.size()) return std::nullopt;
             const DispatchStep &s = steps_[next_];
-            at::Tensor idx = at::empty({static_cast<int64_t>(s.indices.size())}, at::kLong);
-            std::memcpy(idx.data_ptr<int64_t>(), s.indices.data(), s.indices.size() * sizeof(int64_t));
             DispatchedStep d;
-            d.batch = data.get_batch(idx);
-            d.batch.indices = idx;
+            d.batch = read(next_, s.indices);
             d.observed = s.observed;
             d.is_last = next_ + 1 == steps_.size();
             ++next_;

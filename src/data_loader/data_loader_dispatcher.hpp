@@ -74,6 +74,12 @@ public:
     // step, or nullopt when the pass is over. On the last step `progress` gets end_of_dataloader and
     // remainder = the observed size, so gather_for_metrics drops the padding.
     std::optional<Batch> next(const Dataset &data, DataLoaderProgress &progress);
+    // As next(), rank 0 reading step k's samples with `read(k, indices)` (prefetch workers' batches).
+    using StepReader = std::function<Batch(size_t step, const std::vector<int64_t> &indices)>;
+    std::optional<Batch> next(const StepReader &read, DataLoaderProgress &progress);
+    // Rank 0, after begin(): the pass's steps and the first one not skipped (what prefetch workers read).
+    const std::vector<DispatchStep> &steps() const { return steps_; }
+    size_t first_step() const { return next_; }
 
     // A pass whose steps rank 0 makes as it goes (an iterable dataset: no index batches up front).
     void begin_stream();

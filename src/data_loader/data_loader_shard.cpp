@@ -163,6 +163,12 @@ void DataLoaderShard::begin_pass()
         position_ = static_cast<size_t>(skip_batches_);
         in_pass_ = true;
         state_->gradient.enter_dataloader(&progress_);
+        const auto &steps = dispatcher_->steps(); // rank 0's (empty elsewhere)
+        if (options_.num_workers > 0 && dispatcher_->first_step() < steps.size())
+            // Workers read rank 0's steps ahead; the steps stay fixed until the next begin().
+            prefetcher_ = std::make_unique<Prefetcher>(
+                [this, &steps](size_t k) { return read_batch(steps[k].indices); }, dispatcher_->first_step(), steps.size(),
+                options_.num_workers, options_.prefetch_factor);
         return; // and no rng_types synchronisation: Accelerate's DataLoaderDispatcher does none
     }
     batches_ = pass_batches(epoch_);
@@ -221,7 +227,10 @@ std::optional<Batch> DataLoaderShard::next()
     }
     if (!in_pass_) begin_pass();
     std::optional<Batch> dispatched;
-    if (dispatcher_) dispatched = dispatcher_->next(*data_, progress_);
+    if (dispatcher_)
+        dispatched = prefetcher_ ? dispatcher_->next([this](size_t k, const std::vector<int64_t> &) { return prefetcher_->take(k); },
+                                                     progress_)
+                                 : dispatcher_->next(*data_, progress_);
     if (dispatcher_ ? !dispatched : position_ >= batches_.size()) {
         end_pass();
         skip_batches_ = 0; // skipping applies to the first pass only

@@ -237,6 +237,22 @@ TEST(DataLoaderDispatcher, DropLastAndUnpaddedTail)
     EXPECT_EQ(seen[1].remainders.back(), 4);
 }
 
+TEST(DataLoaderDispatcher, PrefetchWorkersOnRankZero)
+{
+    // num_workers: rank 0 reads its steps on worker threads; the steps, slices and tail are the same.
+    auto o = options(3, false, true, 9);
+    const auto want = run_ranks(2, 21, o, false);
+    for (int64_t workers : {1, 3}) {
+        o.num_workers = workers;
+        o.prefetch_factor = 1;
+        auto seen = run_ranks(2, 21, o, false);
+        for (size_t r = 0; r < 2; ++r) {
+            EXPECT_EQ(seen[r].batches, want[r].batches) << workers << " workers, rank " << r;
+            EXPECT_EQ(seen[r].remainders, want[r].remainders);
+        }
+    }
+}
+
 TEST(DataLoaderDispatcher, SplitBatches)
 {
     std::vector<int64_t> lengths;
