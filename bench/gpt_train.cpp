@@ -2,7 +2,8 @@
 // 128 positions, vocabulary 96, batch 16, AdamW) trained through the C API (token data loader +
 // train_step with "causal_lm") and through a hand-written LibTorch loop of the same model (torch::nn
 // modules, manual batching, at::autocast for bf16), in fp32 and bf16, alternating rounds in one process,
-// one thread. Prints tokens/s of each and the ratio of step times (accel / LibTorch).
+// one thread. Prints tokens/s of each and the ratio of step times (accel / LibTorch), by the wall clock and by
+// the thread's CPU time. This file holds the model; the training loops and the rounds are lm_bench.hpp's.
 // Then the peak memory of training with and without activation checkpointing: each variant runs a few
 // steps in a child process of its own and reports its peak resident set (VmHWM) above the resident set
 // it had before the first step.
@@ -10,14 +11,13 @@
 //   bench_gpt_train [rounds] [steps_per_round] [batch] [--memory-only]
 #include <accel/accel.h>
 
-#include "bench_common.hpp"
+#include "lm_bench.hpp"
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
-#include <algorithm>
-#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -28,10 +28,6 @@
 namespace {
 
 constexpr int64_t kVocab = 96, kBlock = 128, kEmbd = 128, kLayers = 4, kHeads = 4;
-
-using bench::check;
-using bench::Clock;
-using bench::median;
 
 // ---- the hand-written LibTorch model: GPT-2 with torch::nn modules ------------------------------
 struct BlockImpl : torch::nn::Module {
@@ -83,31 +79,6 @@ struct GptImpl : torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
-struct AccelRun {
-    accel_accelerator_t *acc = nullptr;
-    accel_model_t *model = nullptr;
-    accel_optimizer_t *opt = nullptr;
-    accel_dataloader_t *dl = nullptr;
-    void steps(int k)
-    {
-        for (int i = 0; i < k; ++i) {
-            accel_batch_t *b = nullptr;
-            check(accel_dataloader_next(dl, &b), "next");
-            if (b == nullptr) check(accel_dataloader_next(dl, &b), "next");
-            double loss = 0;
-            check(accel_accelerator_train_step(acc, model, opt, nullptr, b, "causal_lm", &loss), "step");
-            accel_batch_free(b);
-        }
-    }
-    void free_all()
-    {
-        accel_dataloader_free(dl);
-        accel_optimizer_free(opt);
-        accel_model_free(model);
-        accel_accelerator_free(acc);
-    }
-};
-
 std::string model_spec(bool checkpointing)
 {
     return "{\"type\": \"gpt\", \"vocab_size\": " + std::to_string(kVocab) + ", \"n_positions\": " +
@@ -115,69 +86,6 @@ std::string model_spec(bool checkpointing)
            std::to_string(kLayers) + ", \"n_head\": " + std::to_string(kHeads) +
            ", \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0, \"activation_checkpointing\": " +
            (checkpointing ? "true" : "false") + "}";
-}
-
-AccelRun make_accel(const char *config, accel_tensor_t *tokens, int64_t batch, bool checkpointing)
-{
-    AccelRun r;
-    check(accel_accelerator_create(config, &r.acc), "accelerator");
-    check(accel_random_set_seed(1, false, false), "seed");
-    check(accel_model_create_from_json(model_spec(checkpointing).c_str(), &r.model), "model");
-    check(accel_optimizer_create(r.model, "{\"type\": \"adamw\", \"lr\": 3e-4}", &r.opt), "optimizer");
-    std::string dl = "{\"block_size\": " + std::to_string(kBlock) + ", \"batch_size\": " + std::to_string(batch) +
-                     ", \"shuffle\": true, \"seed\": 3, \"drop_last\": true}";
-    check(accel_dataloader_create_from_tokens(tokens, dl.c_str(), &r.dl), "dataloader");
-    check(accel_accelerator_prepare(r.acc, r.model, r.opt, r.dl, nullptr), "prepare");
-    return r;
-}
-
-struct TorchRun {
-    Gpt net;
-    std::unique_ptr<torch::optim::AdamW> adamw;
-    at::Tensor windows, perm;
-    int64_t cursor = 0, batch = 0;
-    uint64_t epoch = 0;
-    bool bf16 = false;
-    void steps(int k)
-    {
-        const int64_t n = windows.size(0);
-        for (int i = 0; i < k; ++i) {
-            if (perm.defined() == false || cursor + batch > n) {
-                perm = torch::randperm(n, at::detail::createCPUGenerator(3 + epoch++), torch::kLong);
-                cursor = 0;
-            }
-            at::Tensor w = windows.index_select(0, perm.narrow(0, cursor, batch));
-            cursor += batch;
-            at::Tensor x = w.narrow(1, 0, kBlock), y = w.narrow(1, 1, kBlock);
-            adamw->zero_grad();
-            at::Tensor logits;
-            if (bf16) {
-                at::autocast::set_cpu_enabled(true);
-                at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-                logits = net->forward(x).to(at::kFloat);
-                at::autocast::set_cpu_enabled(false);
-                at::autocast::clear_cache();
-            } else {
-                logits = net->forward(x);
-            }
-            at::Tensor loss = torch::nn::functional::cross_entropy(logits.view({-1, kVocab}), y.reshape({-1}));
-            loss.backward();
-            adamw->step();
-            (void)loss.item<double>();
-        }
-    }
-};
-
-TorchRun make_torch(const at::Tensor &stream, int64_t batch, bool bf16)
-{
-    TorchRun t;
-    torch::manual_seed(1);
-    t.net = Gpt();
-    t.adamw = std::make_unique<torch::optim::AdamW>(t.net->parameters(), torch::optim::AdamWOptions(3e-4));
-    t.windows = stream.unfold(0, kBlock + 1, kBlock);
-    t.batch = batch;
-    t.bf16 = bf16;
-    return t;
 }
 
 long rss_kb(const char *field)
@@ -197,7 +105,7 @@ long training_peak_kb(accel_tensor_t *tokens, int64_t batch, bool checkpointing,
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
-        AccelRun r = make_accel(nullptr, tokens, batch, checkpointing);
+        bench::AccelLmRun r = bench::make_accel_lm(nullptr, model_spec(checkpointing), tokens, kBlock, batch);
         // Measured from before the first step: accel keeps freed memory in the process (its malloc
         // tuning), so after one step the activations' pages are already resident and a later step's peak
         // shows nothing. The first step also allocates AdamW's state (2 x the parameters, the same in
@@ -233,43 +141,17 @@ int main(int argc, char **argv)
     const int64_t batch = numbers.size() > 2 ? numbers[2] : 16;
     at::set_num_threads(1);
 
-    const int64_t n = batch * (kBlock + 1) * 16;
-    torch::manual_seed(0);
-    at::Tensor stream = torch::randint(kVocab, {n}, torch::kLong);
-    accel_tensor_t *tokens = nullptr;
-    check(accel_tensor_create(stream.data_ptr(), stream.nbytes(), ACCEL_DTYPE_INT64, &n, 1, &tokens), "tokens");
-    const double tokens_per_step = double(batch * kBlock);
+    bench::LmTokens data = bench::make_lm_tokens<kVocab, kBlock>(batch);
 
     // First, while this process's heap is fresh: the children inherit it (see training_peak_kb).
-    const long plain = training_peak_kb(tokens, batch, false, 3);
-    const long ckpt = training_peak_kb(tokens, batch, true, 3);
+    const long plain = training_peak_kb(data.tokens, batch, false, 3);
+    const long ckpt = training_peak_kb(data.tokens, batch, true, 3);
     std::printf("  peak memory of 3 training steps from the start (VmHWM above the RSS before them, incl. AdamW state, fp32, batch %lld):\n"
                 "    without activation checkpointing %7.1f MiB\n    with activation checkpointing    %7.1f MiB"
                 "   (%.2f x)\n",
                 static_cast<long long>(batch), plain / 1024.0, ckpt / 1024.0, plain > 0 ? double(ckpt) / plain : 0.0);
-    if (!memory_only) {
-        std::printf("GPT %s, batch %lld, AdamW, 1 thread, %d rounds x %d steps (median)\n", model_spec(false).c_str(),
-                    static_cast<long long>(batch), rounds, steps);
-        for (bool bf16 : {false, true}) {
-            AccelRun a = make_accel(bf16 ? "{\"mixed_precision\": \"bf16\"}" : nullptr, tokens, batch, false);
-            TorchRun t = make_torch(stream, batch, bf16);
-            a.steps(2);
-            t.steps(2);
-            std::vector<double> ta, tt;
-            for (int r = 0; r < rounds; ++r)
-                for (int which = 0; which < 2; ++which) {
-                    bool accel_turn = (which == 0) == (r % 2 == 0);
-                    auto t0 = Clock::now();
-                    accel_turn ? a.steps(steps) : t.steps(steps);
-                    double s = std::chrono::duration<double>(Clock::now() - t0).count() / steps;
-                    (accel_turn ? ta : tt).push_back(s);
-                }
-            double sa = median(ta), st = median(tt);
-            std::printf("  %s  accel C API: %8.0f tokens/s   LibTorch loop: %8.0f tokens/s   ratio (time) %.3f\n",
-                        bf16 ? "bf16" : "fp32", tokens_per_step / sa, tokens_per_step / st, sa / st);
-            a.free_all();
-        }
-    }
-    accel_tensor_free(tokens);
+    if (!memory_only)
+        bench::compare_with_libtorch<Gpt, kVocab, kBlock>("GPT", model_spec(false), data, batch, rounds, steps);
+    accel_tensor_free(data.tokens);
     return 0;
 }

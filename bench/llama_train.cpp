@@ -4,19 +4,18 @@
 // Linear/Embedding modules, RMSNorm, rotary embeddings with cos/sin computed once, repeat_kv, manual batching,
 // at::autocast for bf16), in fp32 and bf16, alternating rounds in one process, one thread. Prints tokens/s of each
 // and the ratio of step times (accel / LibTorch), by the wall clock and by the thread's CPU time (which a loaded
-// machine disturbs less: another process's time slices are not counted). The goal is a ratio <= 1.02.
+// machine disturbs less: another process's time slices are not counted). The goal is a ratio <= 1.02. This file
+// holds the model; the training loops and the rounds are lm_bench.hpp's, shared with gpt_train.cpp.
 //
 //   bench_llama_train [rounds] [steps_per_round] [batch]
 #include <accel/accel.h>
 
-#include "bench_common.hpp"
+#include "lm_bench.hpp"
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <cmath>
-#include <cstdio>
-#include <ctime>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,17 +24,6 @@ namespace {
 constexpr int64_t kVocab = 96, kBlock = 128, kHidden = 128, kInner = 344, kLayers = 4, kHeads = 4, kKv = 2;
 constexpr int64_t kHeadDim = kHidden / kHeads;
 constexpr double kEps = 1e-6, kTheta = 10000.0;
-
-using bench::check;
-using bench::Clock;
-using bench::median;
-
-double thread_cpu_seconds()
-{
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
 
 // ---- the hand-written LibTorch model -----------------------------------------------------------------------------
 at::Tensor rms(const at::Tensor &x, const at::Tensor &w)
@@ -115,31 +103,6 @@ struct LlamaImpl : torch::nn::Module {
 };
 TORCH_MODULE(Llama);
 
-struct AccelRun {
-    accel_accelerator_t *acc = nullptr;
-    accel_model_t *model = nullptr;
-    accel_optimizer_t *opt = nullptr;
-    accel_dataloader_t *dl = nullptr;
-    void steps(int k)
-    {
-        for (int i = 0; i < k; ++i) {
-            accel_batch_t *b = nullptr;
-            check(accel_dataloader_next(dl, &b), "next");
-            if (b == nullptr) check(accel_dataloader_next(dl, &b), "next");
-            double loss = 0;
-            check(accel_accelerator_train_step(acc, model, opt, nullptr, b, "causal_lm", &loss), "step");
-            accel_batch_free(b);
-        }
-    }
-    void free_all()
-    {
-        accel_dataloader_free(dl);
-        accel_optimizer_free(opt);
-        accel_model_free(model);
-        accel_accelerator_free(acc);
-    }
-};
-
 std::string model_spec()
 {
     return "{\"type\": \"llama\", \"vocab_size\": " + std::to_string(kVocab) + ", \"hidden_size\": " +
@@ -147,69 +110,6 @@ std::string model_spec()
            ", \"num_hidden_layers\": " + std::to_string(kLayers) + ", \"num_attention_heads\": " +
            std::to_string(kHeads) + ", \"num_key_value_heads\": " + std::to_string(kKv) +
            ", \"max_position_embeddings\": " + std::to_string(kBlock) + ", \"tie_word_embeddings\": true}";
-}
-
-AccelRun make_accel(const char *config, accel_tensor_t *tokens, int64_t batch)
-{
-    AccelRun r;
-    check(accel_accelerator_create(config, &r.acc), "accelerator");
-    check(accel_random_set_seed(1, false, false), "seed");
-    check(accel_model_create_from_json(model_spec().c_str(), &r.model), "model");
-    check(accel_optimizer_create(r.model, "{\"type\": \"adamw\", \"lr\": 3e-4}", &r.opt), "optimizer");
-    std::string dl = "{\"block_size\": " + std::to_string(kBlock) + ", \"batch_size\": " + std::to_string(batch) +
-                     ", \"shuffle\": true, \"seed\": 3, \"drop_last\": true}";
-    check(accel_dataloader_create_from_tokens(tokens, dl.c_str(), &r.dl), "dataloader");
-    check(accel_accelerator_prepare(r.acc, r.model, r.opt, r.dl, nullptr), "prepare");
-    return r;
-}
-
-struct TorchRun {
-    Llama net;
-    std::unique_ptr<torch::optim::AdamW> adamw;
-    at::Tensor windows, perm;
-    int64_t cursor = 0, batch = 0;
-    uint64_t epoch = 0;
-    bool bf16 = false;
-    void steps(int k)
-    {
-        const int64_t n = windows.size(0);
-        for (int i = 0; i < k; ++i) {
-            if (!perm.defined() || cursor + batch > n) {
-                perm = torch::randperm(n, at::detail::createCPUGenerator(3 + epoch++), torch::kLong);
-                cursor = 0;
-            }
-            at::Tensor w = windows.index_select(0, perm.narrow(0, cursor, batch));
-            cursor += batch;
-            at::Tensor x = w.narrow(1, 0, kBlock), y = w.narrow(1, 1, kBlock);
-            adamw->zero_grad();
-            at::Tensor logits;
-            if (bf16) {
-                at::autocast::set_cpu_enabled(true);
-                at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-                logits = net->forward(x).to(at::kFloat);
-                at::autocast::set_cpu_enabled(false);
-                at::autocast::clear_cache();
-            } else {
-                logits = net->forward(x);
-            }
-            at::Tensor loss = torch::nn::functional::cross_entropy(logits.view({-1, kVocab}), y.reshape({-1}));
-            loss.backward();
-            adamw->step();
-            (void)loss.item<double>();
-        }
-    }
-};
-
-TorchRun make_torch(const at::Tensor &stream, int64_t batch, bool bf16)
-{
-    TorchRun t;
-    torch::manual_seed(1);
-    t.net = Llama();
-    t.adamw = std::make_unique<torch::optim::AdamW>(t.net->parameters(), torch::optim::AdamWOptions(3e-4));
-    t.windows = stream.unfold(0, kBlock + 1, kBlock);
-    t.batch = batch;
-    t.bf16 = bf16;
-    return t;
 }
 
 } // namespace
@@ -220,37 +120,8 @@ int main(int argc, char **argv)
     const int steps = argc > 2 ? std::atoi(argv[2]) : 5;
     const int64_t batch = argc > 3 ? std::atol(argv[3]) : 16;
     at::set_num_threads(1);
-    const int64_t n = batch * (kBlock + 1) * 16;
-    torch::manual_seed(0);
-    at::Tensor stream = torch::randint(kVocab, {n}, torch::kLong);
-    accel_tensor_t *tokens = nullptr;
-    check(accel_tensor_create(stream.data_ptr(), stream.nbytes(), ACCEL_DTYPE_INT64, &n, 1, &tokens), "tokens");
-    const double tokens_per_step = double(batch * kBlock);
-    std::printf("llama %s, batch %lld, AdamW, 1 thread, %d rounds x %d steps (median)\n", model_spec().c_str(),
-                static_cast<long long>(batch), rounds, steps);
-    for (bool bf16 : {false, true}) {
-        AccelRun a = make_accel(bf16 ? "{\"mixed_precision\": \"bf16\"}" : nullptr, tokens, batch);
-        TorchRun t = make_torch(stream, batch, bf16);
-        a.steps(2);
-        t.steps(2);
-        std::vector<double> ta, tt, ca, ct;
-        for (int r = 0; r < rounds; ++r)
-            for (int which = 0; which < 2; ++which) {
-                const bool accel_turn = (which == 0) == (r % 2 == 0);
-                auto t0 = Clock::now();
-                const double c0 = thread_cpu_seconds();
-                accel_turn ? a.steps(steps) : t.steps(steps);
-                const double cpu = (thread_cpu_seconds() - c0) / steps;
-                const double s = std::chrono::duration<double>(Clock::now() - t0).count() / steps;
-                (accel_turn ? ta : tt).push_back(s);
-                (accel_turn ? ca : ct).push_back(cpu);
-            }
-        const double sa = median(ta), st = median(tt);
-        std::printf("  %s  accel C API: %8.0f tokens/s   LibTorch loop: %8.0f tokens/s   ratio (time) %.3f   "
-                    "(CPU time %.3f)\n",
-                    bf16 ? "bf16" : "fp32", tokens_per_step / sa, tokens_per_step / st, sa / st, median(ca) / median(ct));
-        a.free_all();
-    }
-    accel_tensor_free(tokens);
+    bench::LmTokens data = bench::make_lm_tokens<kVocab, kBlock>(batch);
+    bench::compare_with_libtorch<Llama, kVocab, kBlock>("llama", model_spec(), data, batch, rounds, steps);
+    accel_tensor_free(data.tokens);
     return 0;
 }
