@@ -7,11 +7,13 @@ trainable parameters only), the final weights of its save_state (DIR/state; froz
 started), and its optimizer.bin: one group of the trainable parameters, state for those only.
 
 Usage: frozen_reference.py DIR STEPS"""
+import os
 import sys
 
 import torch
 
-import gpt_reference  # beside this file: its safetensors reader
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import safetensors_io  # noqa: E402
 
 D, STEPS = sys.argv[1], int(sys.argv[2])
 TOL = 1e-6
@@ -22,10 +24,6 @@ failures = []
 def expect(ok, what):
     if not ok:
         failures.append(what)
-
-
-def read_safetensors(path):
-    return {name: t for name, (_, t) in gpt_reference.read_safetensors(path).items()}
 
 
 def raw(path, dtype, shape):
@@ -41,7 +39,7 @@ def read_hex(path):
 x, y = raw(D + "/x.bin", torch.float32, (32, 6)), raw(D + "/y.bin", torch.int64, (32,))
 model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.ReLU(),
                             torch.nn.Linear(16, 3))
-init = read_safetensors(D + "/init/model.safetensors")
+init = safetensors_io.read(D + "/init/model.safetensors")
 model.load_state_dict(init)
 for name, p in model.named_parameters():
     p.requires_grad_(name not in FROZEN)
@@ -69,7 +67,7 @@ torch.nn.functional.cross_entropy(whole(x), y).backward()
 with_frozen = torch.nn.utils.clip_grad_norm_(whole.parameters(), float("inf")).item()
 expect(abs(with_frozen - norms[0]) > 1e-3, "the first norm %g is the all-parameter norm %g" % (norms[0], with_frozen))
 
-final = read_safetensors(D + "/state/model.safetensors")
+final = safetensors_io.read(D + "/state/model.safetensors")
 expect(sorted(final) == sorted(model.state_dict()), "weights: keys %s" % sorted(final))
 worst_w = max((final[k] - v).abs().max().item() for k, v in model.state_dict().items())
 expect(worst_w <= TOL, "weights differ by %g" % worst_w)

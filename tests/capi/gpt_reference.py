@@ -26,10 +26,13 @@ The equations (GPT-2, Radford et al. 2019, as modeling_gpt2.py computes them):
 """
 import json
 import math
-import struct
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import safetensors_io  # noqa: E402
 
 CONFIG = {"vocab_size": 61, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4,
           "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}
@@ -64,39 +67,6 @@ def weights():
         else:
             t = 0.2 * r
         out[name] = t
-    return out
-
-
-DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.float64: "F64", torch.bfloat16: "BF16"}
-CODES = {v: k for k, v in DTYPES.items()}
-
-
-def write_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name, t in tensors.items():
-        b = t.contiguous().numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
-    data = raw[8 + n:]
-    out = {}
-    for name, info in header.items():
-        b, e = info["data_offsets"]
-        out[name] = (info["dtype"], torch.frombuffer(bytearray(data[b:e]), dtype=CODES[info["dtype"]])
-                     .reshape(info["shape"]))
     return out
 
 
@@ -143,7 +113,7 @@ def main():
     mode, d = sys.argv[1], sys.argv[2]
     w = weights()
     if mode == "write":
-        write_safetensors(f"{d}/model.safetensors", w)
+        safetensors_io.write(f"{d}/model.safetensors", w)
         with open(f"{d}/config.json", "w") as f:
             json.dump(dict(CONFIG, model_type="gpt2", architectures=["GPT2LMHeadModel"]), f)
         g = torch.Generator().manual_seed(SEED + 1)
@@ -153,7 +123,7 @@ def main():
         with open(f"{d}/logits.bin", "wb") as f:
             f.write(logits(w, ids).float().numpy().astype("<f4").tobytes())
     elif mode == "check":
-        got = read_safetensors(f"{d}/model.safetensors")
+        got = safetensors_io.read_with_dtypes(f"{d}/model.safetensors")
         want = layout(CONFIG)
         assert sorted(got) == sorted(n for n, _ in want), f"keys differ: {sorted(set(got) ^ set(n for n, _ in want))}"
         for name, shape in want:

@@ -8,11 +8,13 @@ this run: same group layout and hyperparameters, same state.
 
 Usage: param_groups_reference.py DIR STEPS"""
 import math
+import os
 import sys
 
 import torch
 
-import gpt_reference  # beside this file: its safetensors reader
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import safetensors_io  # noqa: E402
 
 D, STEPS = sys.argv[1], int(sys.argv[2])
 WARMUP, TOTAL = 2, 10
@@ -26,7 +28,7 @@ def expect(ok, what):
 
 
 def read_safetensors(path):
-    tensors = gpt_reference.read_safetensors(path)  # name -> (dtype, tensor)
+    tensors = safetensors_io.read_with_dtypes(path)
     assert all(dtype == "F32" for dtype, _ in tensors.values()), path
     return {name: t for name, (_, t) in tensors.items()}
 

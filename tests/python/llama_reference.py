@@ -39,11 +39,12 @@ Command line (for tests in other languages):
 import json
 import math
 import os
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
+
+import safetensors_io  # beside this file
 
 # transformers' defaults per model_type (LlamaConfig, MistralConfig, Qwen2Config).
 DEFAULTS = {
@@ -334,54 +335,16 @@ def train(config, weights, batches, lr, optimizer="sgd", model=None):
 
 # ---- Hugging Face folders ----------------------------------------------------------------------------------------
 
-DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64",
-          torch.float64: "F64"}
-CODES = {v: k for k, v in DTYPES.items()}
-
-
-def safetensors_bytes(tensors):
-    header, blobs, off = {}, [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous()
-        # bfloat16 has no numpy type: its bytes through an int16 view
-        b = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
-    data = raw[8 + n:]
-    out = {}
-    for name, info in header.items():
-        b, e = info["data_offsets"]
-        dtype = CODES[info["dtype"]]
-        buf = bytearray(data[b:e])
-        t = (torch.frombuffer(buf, dtype=torch.int16).view(torch.bfloat16) if dtype == torch.bfloat16
-             else torch.frombuffer(buf, dtype=dtype))
-        out[name] = t.reshape(info["shape"]).clone()
-    return out
-
-
 def read_folder(d):
     """A save_pretrained folder's tensors (single file or the shards its index lists)."""
     index = os.path.join(d, "model.safetensors.index.json")
     if not os.path.exists(index):
-        return read_safetensors(os.path.join(d, "model.safetensors"))
+        return safetensors_io.read(os.path.join(d, "model.safetensors"))
     with open(index) as f:
         wmap = json.load(f)["weight_map"]
     out = {}
     for shard in sorted(set(wmap.values())):
-        out.update(read_safetensors(os.path.join(d, shard)))
+        out.update(safetensors_io.read(os.path.join(d, shard)))
     return out
 
 
@@ -408,7 +371,7 @@ def write_folder(d, config, weights, max_shard_size=None, dtype=torch.float32):
     sizes = {n: t.numel() * t.element_size() for n, t in tensors.items()}
     if max_shard_size is None or sum(sizes.values()) <= max_shard_size:
         with open(os.path.join(d, "model.safetensors"), "wb") as f:
-            f.write(safetensors_bytes(tensors))
+            f.write(safetensors_io.to_bytes(tensors))
         return
     shards, cur, cur_size = [], {}, 0
     for n, t in tensors.items():
@@ -422,7 +385,7 @@ def write_folder(d, config, weights, max_shard_size=None, dtype=torch.float32):
     for i, shard in enumerate(shards):
         name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         with open(os.path.join(d, name), "wb") as f:
-            f.write(safetensors_bytes(shard))
+            f.write(safetensors_io.to_bytes(shard))
         wmap.update({n: name for n in shard})
     with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": sum(sizes.values())}, "weight_map": wmap}, f, indent=2)

@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_reference  # noqa: E402
+import safetensors_io  # noqa: E402
 
 PREFIX = "base_model.model."
 
@@ -82,4 +83,4 @@ def read_adapter(d):
     """(tensors by PEFT key, adapter_config.json) of an adapter folder, read without accel."""
     with open(os.path.join(d, "adapter_config.json")) as f:
         cfg = json.load(f)
-    return llama_reference.read_safetensors(os.path.join(d, "adapter_model.safetensors")), cfg
+    return safetensors_io.read(os.path.join(d, "adapter_model.safetensors")), cfg
