@@ -8,6 +8,7 @@
 #include "config/dataloader_options.hpp"
 #include "data_loader/collate.hpp"
 #include "data_loader/iterable_loader.hpp"
+#include "data_loader/packing.hpp"
 
 #include <cstring>
 
@@ -211,7 +212,13 @@ ACCEL_API accel_status_t accel_dataloader_create_from_iterable_dataset(const acc
         if ((cb.state == nullptr) != (cb.load_state == nullptr))
             fail(ACCEL_ERR_INVALID_ARGUMENT, "dataset->state and dataset->load_state: give both or neither");
         const auto options = accel::config::parse_callback_dataloader_options(config_json, true);
-        auto loader = std::make_shared<accel::IterableLoader>(std::make_shared<CallbackIterableSource>(cb),
+        std::shared_ptr<accel::IterableSource> source = std::make_shared<CallbackIterableSource>(cb);
+        if (options.packing.block_size > 0) {
+            accel::PackingSpec spec{options.packing, options.collate.pad_token_id, options.collate.label_pad_token_id,
+                                    options.loader.drop_last};
+            source = std::make_shared<accel::PackedSource>(std::move(source), spec);
+        }
+        auto loader = std::make_shared<accel::IterableLoader>(std::move(source),
                                                               make_collate(collate, collate_user_data, options.collate),
                                                               options.loader);
         emit(out, std::make_shared<accel::DataLoaderShard>(std::move(loader), options.loader));

@@ -59,6 +59,18 @@ CallbackDataLoaderOptions parse_callback_dataloader_options(const char *json, bo
     c.collate.pad_token_id = o.get_int("pad_token_id", 0, INT64_MIN, INT64_MAX);
     c.collate.label_pad_token_id = o.get_int("label_pad_token_id", -100, INT64_MIN, INT64_MAX);
     c.collate.causal_lm = o.get_bool("causal_lm", false);
+    if (auto p = o.get_object("packing")) {
+        if (!iterable)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "packing: needs an iterable dataset (a stream of documents); a map-style "
+                                             "dataset's samples are indexed one by one, not concatenated");
+        if (c.collate.kind != CollateOptions::Kind::Stack)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "packing: windows all have block_size tokens, so they are stacked: "
+                                             "\"collate\": \"pad\" does not apply");
+        if (!p->has("block_size")) fail(ACCEL_ERR_INVALID_ARGUMENT, "packing.block_size: required (tokens per window)");
+        c.packing.block_size = p->get_int("block_size", 0, 1, INT32_MAX);
+        c.packing.eos_token_id = p->get_optional_int("eos_token_id", INT64_MIN, INT64_MAX);
+        p->finish();
+    }
     o.finish();
     return c;
 }

@@ -37,10 +37,19 @@ struct CollateOptions {
     bool causal_lm = false;            // pad: tokens t -> inputs t[:-1], labels t[1:]
 };
 
+// Sequence packing of an iterable dataset of documents (1-d token sequences): the documents, each followed
+// by eos_token_id when given, form one stream cut into windows of block_size + 1 tokens, block_size apart
+// (transformers' run_clm group_texts, TRL's packing), as accel_dataloader_create_from_tokens cuts its stream.
+struct PackingOptions {
+    int64_t block_size = 0; // 0: no packing
+    std::optional<int64_t> eos_token_id;
+};
+
 // A loader over the caller's map-style or iterable dataset.
 struct CallbackDataLoaderOptions {
     DataLoaderOptions loader;
     CollateOptions collate;
+    PackingOptions packing; // iterable datasets only
 };
 
 // `iterable`: "shuffle" and "seed" are refused (a stream is shuffled by its dataset).
