@@ -156,17 +156,20 @@ static int packed_text(accel_dataloader_t *dl, int64_t n, int64_t batch_size, ch
     }
 }
 
+static int packed_workers = 0; /* "num_workers" of the loaders made next */
+
 static accel_dataloader_t *packed_loader(struct docs *d, int64_t n, int eos, int drop_last, int64_t batch_size)
 {
     char config[256];
     accel_dataloader_t *dl = NULL;
     accel_iterable_dataset_t ds = docs_dataset(d);
     if (eos)
-        snprintf(config, sizeof config, "{\"batch_size\": %lld, \"drop_last\": %s, \"packing\": {\"block_size\": %lld, \"eos_token_id\": %d}}",
-                 (long long)batch_size, drop_last ? "true" : "false", (long long)n, EOS);
+        snprintf(config, sizeof config,
+                 "{\"batch_size\": %lld, \"drop_last\": %s, \"num_workers\": %d, \"packing\": {\"block_size\": %lld, \"eos_token_id\": %d}}",
+                 (long long)batch_size, drop_last ? "true" : "false", packed_workers, (long long)n, EOS);
     else
-        snprintf(config, sizeof config, "{\"batch_size\": %lld, \"drop_last\": %s, \"packing\": {\"block_size\": %lld}}",
-                 (long long)batch_size, drop_last ? "true" : "false", (long long)n);
+        snprintf(config, sizeof config, "{\"batch_size\": %lld, \"drop_last\": %s, \"num_workers\": %d, \"packing\": {\"block_size\": %lld}}",
+                 (long long)batch_size, drop_last ? "true" : "false", packed_workers, (long long)n);
     CHECK_OK(accel_dataloader_create_from_iterable_dataset(&ds, NULL, NULL, config, &dl));
     return dl;
 }
@@ -315,6 +318,10 @@ int main(void)
 {
     test_windows();
     test_resume();
+    packed_workers = 2; /* a thread reads the documents ahead: the same windows, and resume stays exact */
+    test_windows();
+    test_resume();
+    packed_workers = 0;
     test_bad_keys();
     return capi_report("test_dataset_packing");
 }
