@@ -93,7 +93,14 @@ Accelerator::Accelerator(const char *config_json)
         fail(ACCEL_ERR_UNIMPLEMENTED, std::string("kwargs_handlers.init_process_group.backend: \"") +
                                           state_->comm->backend() + "\" with models on " + state_->device.str() +
                                           " is not supported; use \"nccl\", or set \"cpu\": true");
-    if (c.sharding.zero3_init_flag) zero3_init_ = parallel::PartitionedAtInit::scope(state_->comm);
+    // zero3_init_ holds the scope of either flag: models built meanwhile (from_pretrained's only, for FSDP's) are
+    // partitioned.
+    if (c.sharding.zero3_init_flag)
+        zero3_init_ =
+            parallel::PartitionedAtInit::scope(state_->comm, "deepspeed_plugin.zero3_init_flag", false);
+    else if (c.sharding.cpu_ram_efficient_loading)
+        zero3_init_ =
+            parallel::PartitionedAtInit::scope(state_->comm, "fsdp_plugin.cpu_ram_efficient_loading", true);
 }
 
 // Scopes left open by autocast_begin are closed in reverse order (on the freeing thread).

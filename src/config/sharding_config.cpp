@@ -229,7 +229,8 @@ void parse_fsdp(JsonObject &o, AcceleratorConfig &c)
     s.limit_all_gathers = o.get_bool("limit_all_gathers", true);
     s.use_orig_params = o.get_bool("use_orig_params", false);
     s.sync_module_states = o.get_bool("sync_module_states", false);
-    if (o.get_bool("cpu_ram_efficient_loading", false)) s.sync_module_states = true; // Accelerate forces it
+    s.cpu_ram_efficient_loading = o.get_bool("cpu_ram_efficient_loading", false);
+    if (s.cpu_ram_efficient_loading) s.sync_module_states = true; // Accelerate forces it
     // Recomputing each transformer block's activations in backward (checkpoint_wrapper on the wrapped layers):
     // models of type "gpt" (checked when the model is prepared).
     s.activation_checkpointing = o.get_bool("activation_checkpointing", false);

@@ -55,6 +55,9 @@ struct ShardingConfig {
     int64_t zero_stage = -1;
     double gradient_clipping = 0.0;
     bool zero3_init_flag = false; // models built while the accelerator lives are partitioned (parallel/fsdp/zero_init)
+    // FSDP: from_pretrained's models built while the accelerator lives are partitioned, each process reading only
+    // its slices of the weights (Accelerate: rank 0 alone loads, the others start empty; parallel/fsdp/zero_init).
+    bool cpu_ram_efficient_loading = false;
     bool zero3_save_16bit_model = false;
     // offload_optimizer_device (or hf_ds_config's zero_optimization.offload_optimizer): "none", "cpu" (the
     // state stays in host memory, where this CPU build keeps it anyway; accounted as offloaded) or "nvme" (in

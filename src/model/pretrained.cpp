@@ -174,11 +174,13 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     const std::string dir = normalize_path(dir_in);
     if (!exists(dir)) fail(ACCEL_ERR_NOT_FOUND, "path: \"" + dir + "\" does not exist");
     if (!is_dir(dir)) fail(ACCEL_ERR_INVALID_ARGUMENT, "path: \"" + dir + "\" is a file; from_pretrained reads a folder");
-    // zero3_init_flag: built partitioned while such an accelerator lives, as accel_model_create_from_json.
-    auto partitioned = parallel::PartitionedAtInit::for_new_model();
+    // zero3_init_flag (as accel_model_create_from_json) or FSDP's cpu_ram_efficient_loading: built partitioned
+    // while such an accelerator lives.
+    auto partitioned = parallel::PartitionedAtInit::for_new_model(true);
     if (partitioned && options.torch_dtype && *options.torch_dtype != ACCEL_DTYPE_FLOAT32)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "torch_dtype: under zero3_init_flag the partitioned weights are float32 "
-                                      "(mixed_precision gives bf16 compute); leave torch_dtype out or \"float32\"");
+        fail(ACCEL_ERR_UNIMPLEMENTED, std::string("torch_dtype: under ") + partitioned->flag() +
+                                          " the partitioned weights are float32 (mixed_precision gives bf16 compute); "
+                                          "leave torch_dtype out or \"float32\"");
     PretrainedModel out;
     out.model = build(dir, options, partitioned);
     Model &model = *out.model;
@@ -213,8 +215,9 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     batch.run();
     if (!options.adapter.empty()) {
         if (sliced)
-            fail(ACCEL_ERR_UNIMPLEMENTED, "options.adapter: under zero3_init_flag (a partitioned model); load the "
-                                          "adapter without the flag, or give a \"lora\" option and load_state");
+            fail(ACCEL_ERR_UNIMPLEMENTED, std::string("options.adapter: under ") + partitioned->flag() +
+                                              " (a partitioned model); load the adapter without the flag, or give a "
+                                              "\"lora\" option and load_state");
         load_adapter(model, options.adapter);
     }
     if (sliced) model.forward_hooks = partitioned;

@@ -1,8 +1,11 @@
 /* Pretrained folders on several processes (run_dist.py's "pretrained" scenario).
  *   dist_pretrained write SRC              one process: a seeded llama model saved with save_pretrained, in shards
  *   dist_pretrained load SRC OUT CONFIG    every process: an accelerator of CONFIG, from_pretrained(SRC) (under
- *                                          zero3_init_flag partitioned: each process copies only its slices, and
- *                                          the model cannot be read whole before it is prepared), prepare with an
+ *                                          zero3_init_flag or FSDP's cpu_ram_efficient_loading partitioned: each
+ *                                          process copies only its slices, and the model cannot be read whole
+ *                                          before it is prepared; cpu_ram_efficient_loading leaves a model built
+ *                                          from a JSON spec whole, as transformers reads it in from_pretrained
+ *                                          alone), prepare with an
  *                                          optimizer, save_pretrained(OUT) from every process (gathered on the main
  *                                          process). run_dist.py checks that OUT holds SRC's tensors bit for bit. */
 #include "dist_common.h"
@@ -30,10 +33,21 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_accelerator_create(argv[4], &acc));
     DIST_CHECK(accel_accelerator_get_process_index(acc, &rank));
     DIST_CHECK(accel_model_from_pretrained(argv[2], "{\"strict\": true}", &m));
-    if (strstr(argv[4], "zero3_init_flag") != NULL) {
+    if (strstr(argv[4], "zero3_init_flag") != NULL || strstr(argv[4], "cpu_ram_efficient_loading") != NULL) {
         accel_status_t st = accel_model_get_tensor(m, "model.embed_tokens.weight", &t);
         DIST_EXPECT(st == ACCEL_ERR_FAILED_PRECONDITION && t == NULL,
-                    "a model loaded under zero3_init_flag is partitioned until prepared (got %s)", accel_status_name(st));
+                    "a model loaded under %s is partitioned until prepared (got %s)", argv[4], accel_status_name(st));
+        DIST_EXPECT(strstr(accel_last_error_message(), strstr(argv[4], "zero3") ? "zero3_init_flag"
+                                                                                 : "cpu_ram_efficient_loading") != NULL,
+                    "the message names the flag: %s", accel_last_error_message());
+    }
+    if (strstr(argv[4], "cpu_ram_efficient_loading") != NULL) {
+        accel_model_t *built = NULL;
+        DIST_CHECK(accel_model_create_from_json(kSpec, &built));
+        DIST_CHECK(accel_model_get_tensor(built, "model.embed_tokens.weight", &t));
+        accel_tensor_free(t);
+        t = NULL;
+        accel_model_free(built);
     }
     DIST_CHECK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));
     DIST_CHECK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));

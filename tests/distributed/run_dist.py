@@ -470,7 +470,7 @@ def read_folder_tensors(d):
 
 def scenario_pretrained(a):
     """dist_pretrained: a sharded folder loads through from_pretrained on a.np processes under DDP, FULL_SHARD, ZeRO-2,
-    ZeRO-3 and zero3_init_flag (each process copying only its slices), and save_pretrained from every process writes
+    ZeRO-3, zero3_init_flag and FSDP's cpu_ram_efficient_loading (each process copying only its slices), and save_pretrained from every process writes
     the same tensors back, bit for bit (gathered on the main process)."""
     prog = os.path.join(a.bin, "tests", "distributed", "dist_pretrained")
     tmp = tempfile.mkdtemp(prefix="accel_pretrained_")
@@ -483,7 +483,9 @@ def scenario_pretrained(a):
              ("full_shard", '{"fsdp_plugin": {"sharding_strategy": "FULL_SHARD"}}'),
              ("zero2", '{"deepspeed_plugin": {"zero_stage": 2}}'),
              ("zero3", '{"deepspeed_plugin": {"zero_stage": 3}}'),
-             ("zero3_init", '{"deepspeed_plugin": {"zero_stage": 3, "zero3_init_flag": true}}')]
+             ("zero3_init", '{"deepspeed_plugin": {"zero_stage": 3, "zero3_init_flag": true}}'),
+             ("full_shard_cpu_ram", '{"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", '
+                                    '"cpu_ram_efficient_loading": true}}')]
     for name, config in cases:
         out = os.path.join(tmp, name)
         p = run(launch_cmd(a, a.np) + [prog, "load", src, out, config])

@@ -17,6 +17,8 @@ namespace {
 
 struct Scope {
     std::shared_ptr<distributed::Communicator> comm;
+    const char *flag;
+    bool pretrained_only;
 };
 
 std::mutex scopes_mutex;
@@ -25,25 +27,30 @@ std::vector<std::weak_ptr<Scope>> scopes; // oldest first
 // Parameters at least this large give their freed memory back to the kernel at once.
 constexpr int64_t kTrimBytes = 1 << 20;
 
-const char *kWhy = "the model was built partitioned (deepspeed_plugin.zero3_init_flag): its parameters exist only "
-                   "as each process's slices until an accelerator prepares it";
+std::string why(const char *flag)
+{
+    return std::string("the model was built partitioned (") + flag +
+           "): its parameters exist only as each process's slices until an accelerator prepares it";
+}
 
 } // namespace
 
-std::shared_ptr<void> PartitionedAtInit::scope(std::shared_ptr<distributed::Communicator> comm)
+std::shared_ptr<void> PartitionedAtInit::scope(std::shared_ptr<distributed::Communicator> comm, const char *flag,
+                                               bool pretrained_only)
 {
-    auto s = std::make_shared<Scope>(Scope{std::move(comm)});
+    auto s = std::make_shared<Scope>(Scope{std::move(comm), flag, pretrained_only});
     std::lock_guard<std::mutex> lock(scopes_mutex);
     scopes.push_back(s);
     return s;
 }
 
-std::shared_ptr<PartitionedAtInit> PartitionedAtInit::for_new_model()
+std::shared_ptr<PartitionedAtInit> PartitionedAtInit::for_new_model(bool pretrained)
 {
     std::lock_guard<std::mutex> lock(scopes_mutex);
     scopes.erase(std::remove_if(scopes.begin(), scopes.end(), [](const auto &w) { return w.expired(); }), scopes.end());
     for (auto it = scopes.rbegin(); it != scopes.rend(); ++it)
-        if (auto s = it->lock()) return std::make_shared<PartitionedAtInit>(s->comm);
+        if (auto s = it->lock(); s && (pretrained || !s->pretrained_only))
+            return std::make_shared<PartitionedAtInit>(s->comm, s->flag);
     return nullptr;
 }
 
@@ -53,14 +60,17 @@ std::shared_ptr<PartitionedAtInit> PartitionedAtInit::of(const Model &model)
     return p && p->holds_any() ? p : nullptr;
 }
 
-PartitionedAtInit::PartitionedAtInit(std::shared_ptr<distributed::Communicator> comm) : comm_(std::move(comm)) {}
+PartitionedAtInit::PartitionedAtInit(std::shared_ptr<distributed::Communicator> comm, const char *flag)
+    : comm_(std::move(comm)), flag_(flag)
+{
+}
 
 void PartitionedAtInit::partition(const at::Tensor &param)
 {
     at::NoGradGuard no_grad;
     // Parameters of the models accel builds own their storage whole (freed and taken again below).
     if (!param.is_contiguous() || param.storage_offset() != 0 || param.storage().nbytes() != static_cast<size_t>(bytes_of(param)))
-        fail(ACCEL_ERR_INTERNAL, "zero3_init_flag: a parameter that does not own its storage cannot be partitioned");
+        fail(ACCEL_ERR_INTERNAL, std::string(flag_) + ": a parameter that does not own its storage cannot be partitioned");
     at::Tensor flat = param.detach().view({-1});
     if (comm_->size() > 1) comm_->broadcast(flat, 0);
     const int64_t n = flat.numel(), world = comm_->size(), per = (n + world - 1) / world;
@@ -103,7 +113,7 @@ void PartitionedAtInit::gather(const Slice &s, const at::Tensor &dst)
 void PartitionedAtInit::gather_into(const at::Tensor &param, const at::Tensor &dst)
 {
     auto it = find(param);
-    if (it == slices_.end()) fail(ACCEL_ERR_INTERNAL, "zero3_init_flag: a parameter that was not partitioned");
+    if (it == slices_.end()) fail(ACCEL_ERR_INTERNAL, std::string(flag_) + ": a parameter that was not partitioned");
     at::NoGradGuard no_grad;
     gather(*it, dst);
     slices_.erase(it);
@@ -112,7 +122,7 @@ void PartitionedAtInit::gather_into(const at::Tensor &param, const at::Tensor &d
 at::Tensor PartitionedAtInit::slice_of(const at::Tensor &param, int64_t &offset)
 {
     auto it = find(param);
-    if (it == slices_.end()) fail(ACCEL_ERR_INTERNAL, "zero3_init_flag: a parameter that was not partitioned");
+    if (it == slices_.end()) fail(ACCEL_ERR_INTERNAL, std::string(flag_) + ": a parameter that was not partitioned");
     // The same split as partition(): ceil(n / world) elements per process, the last ones padded.
     const int64_t n = param.numel(), per = it->mine.numel();
     const int64_t begin = std::min(n, comm_->rank() * per), end = std::min(n, begin + per);
@@ -132,12 +142,12 @@ void PartitionedAtInit::restore_all()
 
 at::Tensor PartitionedAtInit::before_forward(const at::Tensor &)
 {
-    fail(ACCEL_ERR_FAILED_PRECONDITION, std::string("model: cannot compute: ") + kWhy);
+    fail(ACCEL_ERR_FAILED_PRECONDITION, std::string("model: cannot compute: ") + why(flag_));
 }
 
 void PartitionedAtInit::check_access(const char *what) const
 {
-    fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(what) + ": cannot read or write parameters: " + kWhy);
+    fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(what) + ": cannot read or write parameters: " + why(flag_));
 }
 
 } // namespace accel::parallel

@@ -9,6 +9,10 @@
 // refused when built: make_model_from_json checks the whole size.) Building is then collective: every
 // process builds the same models in the same order.
 //
+// fsdp_plugin.cpu_ram_efficient_loading holds a scope for from_pretrained only (transformers reads the flag there
+// alone): a pretrained model is built partitioned and each process reads only its slices of the weight files, so no
+// process holds the whole model; models built from a JSON spec are not partitioned by it.
+//
 // The partitioned model cannot compute or be read until it is prepared: its ForwardHooks refuse, naming
 // the flag. The sharding engine gathers each parameter straight into its unit's buffer as it packs the
 // units (one unit whole at a time); any other preparation gathers every parameter whole first.
@@ -31,13 +35,18 @@ class PartitionedAtInit final : public ForwardHooks {
 public:
     // Held by an accelerator with zero3_init_flag for its life: models built meanwhile are partitioned
     // over `comm`. The newest scope still held wins.
-    static std::shared_ptr<void> scope(std::shared_ptr<distributed::Communicator> comm);
-    // A partitioner for a model about to be built, or null when no scope is held.
-    static std::shared_ptr<PartitionedAtInit> for_new_model();
+    // `flag` names the setting in messages; `pretrained_only`: only from_pretrained's models are partitioned.
+    static std::shared_ptr<void> scope(std::shared_ptr<distributed::Communicator> comm, const char *flag,
+                                       bool pretrained_only);
+    // A partitioner for a model about to be built (`pretrained`: by from_pretrained), or null when no scope
+    // that applies is held.
+    static std::shared_ptr<PartitionedAtInit> for_new_model(bool pretrained = false);
     // The partitioner of a model built partitioned and not gathered yet (null otherwise).
     static std::shared_ptr<PartitionedAtInit> of(const Model &model);
 
-    explicit PartitionedAtInit(std::shared_ptr<distributed::Communicator> comm);
+    PartitionedAtInit(std::shared_ptr<distributed::Communicator> comm, const char *flag);
+    // The setting that partitions ("deepspeed_plugin.zero3_init_flag", "fsdp_plugin.cpu_ram_efficient_loading").
+    const char *flag() const { return flag_; }
 
     // Collective: rank 0's values, this process's slice kept, the parameter's storage freed.
     void partition(const at::Tensor &param);
@@ -70,6 +79,7 @@ private:
     void gather(const Slice &s, const at::Tensor &dst); // collective: the whole values (flat) into dst
 
     std::shared_ptr<distributed::Communicator> comm_;
+    const char *flag_;
     std::vector<Slice> slices_; // in partition order
 };
 
