@@ -157,3 +157,21 @@ def test_iterable_resume(workers):
         acc2.load_state(os.path.join(tmp, "ckpt"))
         assert batches(dl2) == rest
         assert stream.epochs == [1]
+
+
+def test_packing():
+    """Documents as lists, packed with an EOS into windows of 4 + 1 tokens; the short last one padded."""
+
+    class Docs:
+        def __iter__(self):
+            return iter([[1, 2, 3], [10, 11, 12, 13, 14, 15], [20, 21]])
+
+    dl = accel.DataLoader.from_dataset(Docs(), json.dumps({"batch_size": 2, "packing": {"block_size": 4, "eos_token_id": 0}}))
+    got = []
+    for b in dl:
+        got.append((b.inputs().tolist(), b.labels().tolist()))
+    # The stream 1 2 3 0 10 11 12 13 14 15 0 20 21 0, windows 4 apart.
+    assert got == [([[1, 2, 3, 0], [10, 11, 12, 13]], [[2, 3, 0, 10], [11, 12, 13, 14]]),
+                   ([[14, 15, 0, 20], [21, 0, 0, 0]], [[15, 0, 20, 21], [0, -100, -100, -100]])]
+    with pytest.raises(Exception, match="packing: needs an iterable dataset"):
+        accel.DataLoader.from_dataset([[1, 2]], json.dumps({"packing": {"block_size": 4}}))
