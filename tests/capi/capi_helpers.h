@@ -108,11 +108,23 @@ static inline size_t read_params_f32(const accel_model_t *m, float *w, size_t ca
     return off;
 }
 
+/* max |a[i] - b[i]| over n floats; INFINITY when a difference is NaN. */
+static inline double max_abs_diff_f32(const float *a, const float *b, size_t n)
+{
+    double worst = 0.0;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > worst || d != d) worst = d != d ? INFINITY : d;
+    }
+    return worst;
+}
+
 /* max |a - b| over all parameters of two models with the same architecture (float32 parameters). */
 static inline double max_param_diff(const accel_model_t *a, const accel_model_t *b)
 {
-    size_t count = 0, p, i;
-    double worst = 0.0;
+    size_t count = 0, p;
+    double worst = 0.0, d;
     CHECK_OK(accel_model_get_num_parameters(a, &count));
     for (p = 0; p < count; ++p) {
         const char *name = NULL;
@@ -127,10 +139,8 @@ static inline double max_param_diff(const accel_model_t *a, const accel_model_t 
             free(vb);
             return INFINITY;
         }
-        for (i = 0; i < na; ++i) {
-            double d = fabs((double)va[i] - (double)vb[i]);
-            if (d > worst || d != d) worst = d != d ? INFINITY : d;
-        }
+        d = max_abs_diff_f32(va, vb, na);
+        if (d > worst) worst = d;
         free(va);
         free(vb);
     }
@@ -145,6 +155,95 @@ static inline long long json_int(const char *json, const char *key)
     snprintf(quoted, sizeof quoted, "\"%s\": ", key);
     at = json != NULL ? strstr(json, quoted) : NULL;
     return at != NULL ? atoll(at + strlen(quoted)) : -1;
+}
+
+/* Up to `cap` bytes of the file at `path` into `buf`; returns how many were read (-1: it cannot be opened). */
+static inline long read_file(const char *path, void *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n;
+    if (f == NULL) return -1;
+    n = fread(buf, 1, cap, f);
+    fclose(f);
+    return (long)n;
+}
+
+/* `n` bytes of `data` as the file dir/name (counted as a check). */
+static inline void write_file(const char *dir, const char *name, const void *data, size_t n)
+{
+    char path[1100];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    CHECK(f != NULL && fwrite(data, 1, n, f) == n);
+    if (f != NULL) fclose(f);
+}
+
+/* tests/capi/gpt_reference.py's GPT-2 (vocabulary 61, 16 positions) and its input: batch 2. */
+enum { GPT_REF_B = 2, GPT_REF_T = 16, GPT_REF_V = 61 };
+
+/* Runs `py script write dir` (dir made afresh): the reference's model.safetensors, config.json, input_ids.bin and
+ * logits.bin. Returns 0 when it succeeded. */
+static inline int gpt_reference_write(const char *py, const char *script, const char *dir)
+{
+    char cmd[1600];
+    int rc;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s' && '%s' '%s' write '%s'", dir, dir, py, script, dir);
+    rc = system(cmd);
+    CHECK(rc == 0);
+    return rc != 0;
+}
+
+/* max |logit of `m` (in eval mode) on dir/input_ids.bin - dir/logits.bin|, the reference's; INFINITY when a file
+ * or the forward failed. */
+static inline double gpt_reference_logits_diff(accel_model_t *m, const char *dir)
+{
+    enum { N = GPT_REF_B * GPT_REF_T, NV = GPT_REF_B * GPT_REF_T * GPT_REF_V };
+    static int64_t ids[N];
+    static float want[NV], got[NV];
+    const int64_t shape[2] = {GPT_REF_B, GPT_REF_T};
+    char path[1100];
+    accel_tensor_t *x = NULL, *y = NULL;
+    double worst = INFINITY;
+    snprintf(path, sizeof path, "%s/input_ids.bin", dir);
+    CHECK(read_file(path, ids, sizeof ids) == (long)sizeof ids);
+    snprintf(path, sizeof path, "%s/logits.bin", dir);
+    CHECK(read_file(path, want, sizeof want) == (long)sizeof want);
+    x = tensor_i64(ids, shape, 2);
+    CHECK_OK(accel_model_forward_no_grad(m, x, &y));
+    if (y != NULL && numel_of(y) == NV && read_f32(y, got, NV) == 0) worst = max_abs_diff_f32(got, want, NV);
+    accel_tensor_free(x);
+    accel_tensor_free(y);
+    return worst;
+}
+
+/* The data the MLP references (frozen_reference.py, param_groups_reference.py) train on and read back: x float32
+ * [n, 6] = 2 sin(0.37 i), y int64 [n] = i % 3, written raw as dir/x.bin and dir/y.bin (dir made afresh), and as
+ * tensors in *x and *y. */
+static inline void mlp_reference_data(const char *dir, int64_t n, accel_tensor_t **x, accel_tensor_t **y)
+{
+    float *xv = (float *)malloc((size_t)n * 6 * sizeof(float));
+    int64_t *yv = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    const int64_t xs[2] = {n, 6}, ys[1] = {n};
+    char cmd[1100];
+    int64_t i;
+    *x = *y = NULL;
+    CHECK(xv != NULL && yv != NULL);
+    if (xv == NULL || yv == NULL) {
+        free(xv);
+        free(yv);
+        return;
+    }
+    for (i = 0; i < n * 6; ++i) xv[i] = sinf(0.37f * (float)i) * 2.0f;
+    for (i = 0; i < n; ++i) yv[i] = i % 3;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", dir, dir);
+    CHECK(system(cmd) == 0);
+    write_file(dir, "x.bin", xv, (size_t)n * 6 * sizeof(float));
+    write_file(dir, "y.bin", yv, (size_t)n * sizeof(int64_t));
+    *x = tensor_f32(xv, xs, 2); /* accel_tensor_create copies */
+    *y = tensor_i64(yv, ys, 1);
+    free(xv);
+    free(yv);
 }
 
 #endif /* ACCEL_CAPI_HELPERS_H */

@@ -3,25 +3,7 @@
  * parameters' bytes alone with no gradient. With the argument "reference" (needs Python's torch): AdamW with
  * clipping over a partly frozen MLP against torch (frozen_reference.py): losses, clip_grad_norm totals over the
  * trainable parameters only, final weights, and save_state's optimizer.bin holding state for the trainable ones. */
-#include "capi_test.h"
-
-static accel_tensor_t *tensor_f32(const float *data, const int64_t *shape, size_t ndim)
-{
-    accel_tensor_t *t = NULL;
-    size_t n = 1, i;
-    for (i = 0; i < ndim; ++i) n *= (size_t)shape[i];
-    CHECK_OK(accel_tensor_create(data, n * sizeof(float), ACCEL_DTYPE_FLOAT32, shape, ndim, &t));
-    return t;
-}
-
-static accel_tensor_t *tensor_i64(const int64_t *data, const int64_t *shape, size_t ndim)
-{
-    accel_tensor_t *t = NULL;
-    size_t n = 1, i;
-    for (i = 0; i < ndim; ++i) n *= (size_t)shape[i];
-    CHECK_OK(accel_tensor_create(data, n * sizeof(int64_t), ACCEL_DTYPE_INT64, shape, ndim, &t));
-    return t;
-}
+#include "capi_helpers.h"
 
 static bool trains(const accel_model_t *m, const char *name)
 {
@@ -187,15 +169,13 @@ static void test_sharded_memory(void)
     accel_model_t *m = NULL;
     accel_optimizer_t *opt = NULL;
     char *stats = NULL;
-    const char *at;
     CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [4, 8, 2], \"frozen\": [\"0.*\"]}", &m));
     CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adam\"}", &opt));
     CHECK_OK(accel_accelerator_create("{\"fsdp_plugin\": {}}", &acc));
     CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
     CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &stats));
-    at = stats != NULL ? strstr(stats, "\"parameter_bytes\": ") : NULL;
-    CHECK(at != NULL && atoll(at + strlen("\"parameter_bytes\": ")) == (40 + 18) * 4);
-    if (at == NULL || atoll(at + strlen("\"parameter_bytes\": ")) != (40 + 18) * 4) fprintf(stderr, "stats: %s\n", stats);
+    CHECK(json_int(stats, "parameter_bytes") == (40 + 18) * 4);
+    if (json_int(stats, "parameter_bytes") != (40 + 18) * 4) fprintf(stderr, "stats: %s\n", stats);
     accel_string_free(stats);
     accel_optimizer_free(opt);
     accel_model_free(m);
@@ -210,13 +190,10 @@ static void test_sharded_memory(void)
 static int test_reference(void)
 {
     const char *py = getenv("ACCEL_PYTHON"), *script = getenv("ACCEL_FROZEN_REFERENCE");
-    static float x[REF_N * 6];
-    static int64_t y[REF_N];
-    const int64_t xs[2] = {REF_N, 6}, ys[1] = {REF_N};
     accel_accelerator_t *acc = NULL;
     accel_model_t *m = NULL;
     accel_optimizer_t *opt = NULL;
-    accel_tensor_t *xt, *yt;
+    accel_tensor_t *xt = NULL, *yt = NULL;
     FILE *f, *g;
     char cmd[1200];
     int i;
@@ -224,20 +201,12 @@ static int test_reference(void)
         fprintf(stderr, "test_frozen reference: ACCEL_PYTHON (with torch) and ACCEL_FROZEN_REFERENCE must be set\n");
         return 1;
     }
-    for (i = 0; i < REF_N * 6; ++i) x[i] = sinf(0.37f * (float)i) * 2.0f;
-    for (i = 0; i < REF_N; ++i) y[i] = i % 3;
-    CHECK(system("rm -rf frozen_ref && mkdir frozen_ref") == 0);
-    f = fopen("frozen_ref/x.bin", "wb");
-    CHECK(f != NULL && fwrite(x, sizeof x, 1, f) == 1 && fclose(f) == 0);
-    f = fopen("frozen_ref/y.bin", "wb");
-    CHECK(f != NULL && fwrite(y, sizeof y, 1, f) == 1 && fclose(f) == 0);
+    mlp_reference_data("frozen_ref", REF_N, &xt, &yt);
 
     CHECK_OK(accel_random_set_seed(7, false, false));
     /* The first layer and the last bias frozen: trainable 2.weight, 2.bias, 4.weight. */
     CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [6, 16, 16, 3], \"frozen\": [\"0.*\", \"4.bias\"]}", &m));
     CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adamw\", \"lr\": 0.02, \"weight_decay\": 0.1}", &opt));
-    xt = tensor_f32(x, xs, 2);
-    yt = tensor_i64(y, ys, 1);
     CHECK_OK(accel_accelerator_create(NULL, &acc));
     CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
     CHECK_OK(accel_accelerator_save_model(acc, m, "frozen_ref/init", NULL));

@@ -258,28 +258,6 @@ static void test_bf16(void)
 
 /* ---- the accel side of llama_check.py ---------------------------------------------------------------------- */
 
-static long read_file(const char *path, void *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n;
-    if (f == NULL) return -1;
-    n = fread(buf, 1, cap, f);
-    fclose(f);
-    return (long)n;
-}
-
-static void write_file(const char *dir, const char *name, const void *buf, size_t n)
-{
-    char path[1024];
-    FILE *f;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (f == NULL) return;
-    CHECK(fwrite(buf, 1, n, f) == n);
-    fclose(f);
-}
-
 static void write_tensor(const char *dir, const char *name, const accel_tensor_t *t, size_t bytes)
 {
     void *buf = malloc(bytes);

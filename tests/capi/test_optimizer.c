@@ -374,9 +374,6 @@ static void test_bad_configs(void)
 static int test_reference(void)
 {
     const char *py = getenv("ACCEL_PYTHON"), *script = getenv("ACCEL_PG_REFERENCE");
-    static float x[PG_N * 6];
-    static int64_t y[PG_N];
-    const int64_t xs[2] = {PG_N, 6}, ys[1] = {PG_N};
     accel_accelerator_t *acc = NULL;
     accel_model_t *m = NULL;
     accel_optimizer_t *opt = NULL;
@@ -390,13 +387,7 @@ static int test_reference(void)
         fprintf(stderr, "test_optimizer reference: ACCEL_PYTHON (with torch) and ACCEL_PG_REFERENCE must be set\n");
         return 1;
     }
-    for (i = 0; i < PG_N * 6; ++i) x[i] = sinf(0.37f * (float)i) * 2.0f;
-    for (i = 0; i < PG_N; ++i) y[i] = i % 3;
-    CHECK(system("rm -rf pg_ref && mkdir pg_ref") == 0);
-    f = fopen("pg_ref/x.bin", "wb");
-    CHECK(f != NULL && fwrite(x, sizeof x, 1, f) == 1 && fclose(f) == 0);
-    f = fopen("pg_ref/y.bin", "wb");
-    CHECK(f != NULL && fwrite(y, sizeof y, 1, f) == 1 && fclose(f) == 0);
+    mlp_reference_data("pg_ref", PG_N, &xt, &yt);
 
     CHECK_OK(accel_random_set_seed(7, false, false));
     CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [6, 16, 3]}", &m));
@@ -406,8 +397,6 @@ static int test_reference(void)
                                        " \"betas\": [0.8, 0.99]}]}", &opt));
     CHECK_OK(accel_scheduler_create(opt, "{\"type\": \"linear\", \"num_warmup_steps\": 2, \"num_training_steps\": 10}",
                                     &sched));
-    xt = tensor_f32(x, xs, 2);
-    yt = tensor_i64(y, ys, 1);
     CHECK_OK(accel_dataloader_create_from_tensors(xt, yt, "{\"batch_size\": 32, \"shuffle\": false}", &dl));
     CHECK_OK(accel_accelerator_create(NULL, &acc));
     CHECK_OK(accel_accelerator_prepare(acc, m, opt, dl, sched));

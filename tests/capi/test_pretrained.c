@@ -333,70 +333,30 @@ static void test_prepared(void)
 
 /* ---- against Python's reference ------------------------------------------------------------------------ */
 
-static long read_file(const char *path, void *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n;
-    if (f == NULL) return -1;
-    n = fread(buf, 1, cap, f);
-    fclose(f);
-    return (long)n;
-}
-
 static int test_reference(void)
 {
-    enum { B = 2, T = 16, V = 61 };
     const char *py = getenv("ACCEL_PYTHON"), *gpt = getenv("ACCEL_GPT_REFERENCE");
-    static int64_t ids[B * T];
-    static float want[B * T * V], got[B * T * V];
     char cmd[1200];
     accel_model_t *m = NULL;
-    accel_tensor_t *x = NULL, *y = NULL;
-    int64_t shape[2] = {B, T};
-    double worst = 0;
-    size_t i;
+    double worst;
     if (py == NULL || py[0] == '\0' || gpt == NULL) {
         fprintf(stderr, "test_pretrained reference: ACCEL_PYTHON (with torch) and ACCEL_GPT_REFERENCE must be set\n");
         return 1;
     }
     /* GPT-2: the folder the reference writes loads by its config.json alone. */
-    CHECK(system("rm -rf pt_gpt_ref pt_gpt_saved && mkdir pt_gpt_ref") == 0);
-    snprintf(cmd, sizeof cmd, "'%s' '%s' write pt_gpt_ref", py, gpt);
-    CHECK(system(cmd) == 0);
-    CHECK(read_file("pt_gpt_ref/input_ids.bin", ids, sizeof ids) == (long)sizeof ids);
-    CHECK(read_file("pt_gpt_ref/logits.bin", want, sizeof want) == (long)sizeof want);
+    CHECK(system("rm -rf pt_gpt_saved") == 0);
+    if (gpt_reference_write(py, gpt, "pt_gpt_ref") != 0) return capi_report("test_pretrained reference");
     CHECK_OK(accel_model_from_pretrained("pt_gpt_ref", NULL, &m));
     CHECK_OK(accel_model_eval(m));
-    x = tensor_i64(ids, shape, 2);
-    CHECK_OK(accel_model_forward_no_grad(m, x, &y));
-    if (y != NULL && numel_of(y) == B * T * V && read_f32(y, got, B * T * V) == 0) {
-        for (i = 0; i < (size_t)(B * T * V); ++i) {
-            double d = fabs((double)got[i] - (double)want[i]);
-            if (d > worst || d != d) worst = d != d ? INFINITY : d;
-        }
-        printf("test_pretrained: gpt2 folder, max |logit - reference| = %.3g\n", worst);
-        CHECK(worst <= 1e-5);
-    } else {
-        CHECK(0);
-    }
+    worst = gpt_reference_logits_diff(m, "pt_gpt_ref");
+    printf("test_pretrained: gpt2 folder, max |logit - reference| = %.3g\n", worst);
+    CHECK(worst <= 1e-5);
     /* save_pretrained writes GPT2LMHeadModel's folder back (Python checks keys, shapes, dtypes, values, config). */
     CHECK_OK(accel_model_save_pretrained(m, "pt_gpt_saved", NULL));
     snprintf(cmd, sizeof cmd, "'%s' '%s' check pt_gpt_saved", py, gpt);
     CHECK(system(cmd) == 0);
-    accel_tensor_free(x);
-    accel_tensor_free(y);
     accel_model_free(m);
     return capi_report("test_pretrained reference");
-}
-
-static void write_bytes(const char *dir, const char *name, const void *data, size_t n)
-{
-    char path[1024];
-    FILE *f;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    f = fopen(path, "wb");
-    CHECK(f != NULL && fwrite(data, 1, n, f) == n);
-    if (f) fclose(f);
 }
 
 /* The accel side of pretrained_check.py: DIR/folder through from_pretrained (strict), `steps` training steps on
@@ -450,7 +410,7 @@ static int train_llama(const char *dir)
         accel_tensor_free(out);
         accel_tensor_free(loss);
     }
-    write_bytes(dir, "accel_losses.bin", losses, (size_t)steps * sizeof(double));
+    write_file(dir, "accel_losses.bin", losses, (size_t)steps * sizeof(double));
     snprintf(path, sizeof path, "%s/accel_out", dir);
     CHECK_OK(accel_model_save_pretrained(m, path, "{\"max_shard_size\": \"20KB\"}"));
     accel_optimizer_free(opt);
