@@ -43,7 +43,8 @@ PackingState decode_packing_state(const std::string &bytes)
         fail(ACCEL_ERR_DATA_LOSS, what + ": " + std::to_string(n) + " carried tokens and " + std::to_string(s.documents) +
                                       " documents do not fit its " + std::to_string(bytes.size()) + " bytes");
     s.carry.resize(static_cast<size_t>(n));
-    std::memcpy(s.carry.data(), bytes.data() + kHeader, s.carry.size() * sizeof(int64_t));
+    // memcpy's pointers must not be null even for 0 bytes (an empty vector's data() may be).
+    if (!s.carry.empty()) std::memcpy(s.carry.data(), bytes.data() + kHeader, s.carry.size() * sizeof(int64_t));
     s.documents_state = bytes.substr(kHeader + s.carry.size() * sizeof(int64_t));
     return s;
 }
