@@ -11,7 +11,9 @@ bash "$root/scripts/package.sh" --no-build --out "$work/dist" wheel >"$work/pack
 wheel=$(ls "$work"/dist/accel-*.whl)
 echo "wheel: $(basename "$wheel")"
 expect_license "the wheel's METADATA" "$(unzip -p "$wheel" '*.dist-info/METADATA')"
-unzip -l "$wheel" | grep -q "dist-info/LICENSE" || { echo "FAIL: the wheel has no dist-info/LICENSE" >&2; exit 1; }
+# The listing is read whole: grep -q stopping early would kill unzip with SIGPIPE and fail the pipeline.
+listing=$(unzip -l "$wheel")
+grep -q "dist-info/LICENSE" <<<"$listing" || { echo "FAIL: the wheel has no dist-info/LICENSE" >&2; exit 1; }
 clean_env /usr/bin/python3 -m venv --system-site-packages "$work/venv"
 clean_env "$work/venv/bin/pip" install --quiet --no-index --no-deps "$wheel"
 site=$(clean_env "$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
