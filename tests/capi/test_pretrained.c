@@ -193,9 +193,9 @@ static void test_dtypes(void)
     CHECK(back != NULL && same_parameters(bf, back) && same_logits(bf, back));
     CHECK_OK(accel_model_from_pretrained("pt_bf16", "{\"torch_dtype\": \"float32\"}", &f32));
     check_param_dtype(f32, ACCEL_DTYPE_FLOAT32);
+    accel_model_free(f32); /* before the failing call sets the handle to NULL */
     CHECK_FAILS(accel_model_from_pretrained("pt_bf16", "{\"torch_dtype\": \"int8\"}", &f32), ACCEL_ERR_INVALID_ARGUMENT,
                 "torch_dtype: expected");
-    accel_model_free(f32);
     accel_model_free(back);
     accel_model_free(bf);
     accel_model_free(m);
