@@ -185,6 +185,17 @@ std::shared_ptr<MappedFile> open_data_file(const std::string &path)
     return std::make_shared<MappedFile>(normalize_path(path), MappedFile::Access::Random);
 }
 
+// glob(3)'s error callback has no user pointer: the folder it could not read and why, for the message.
+thread_local std::string t_glob_path;
+thread_local int t_glob_errno = 0;
+
+int remember_glob_error(const char *path, int err)
+{
+    t_glob_path = path;
+    t_glob_errno = err;
+    return 1; // stop: GLOB_ERR fails the pattern anyway
+}
+
 // Each entry as it is, or the files a glob pattern matches (sorted, as glob sorts them: shard order).
 std::vector<std::string> expand(const std::vector<std::string> &patterns)
 {
@@ -195,11 +206,14 @@ std::vector<std::string> expand(const std::vector<std::string> &patterns)
             continue;
         }
         glob_t g{};
-        const int rc = ::glob(normalize_path(p).c_str(), GLOB_ERR, nullptr, &g);
+        // GLOB_ERR: a folder that cannot be read fails the pattern rather than silently dropping its shards.
+        const int rc = ::glob(normalize_path(p).c_str(), GLOB_ERR, remember_glob_error, &g);
         if (rc == 0)
             for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
         ::globfree(&g);
         if (rc == GLOB_NOMATCH) fail(ACCEL_ERR_NOT_FOUND, "files: no file matches \"" + p + "\"");
+        if (rc == GLOB_ABORTED) fail_errno(t_glob_errno, "files: \"" + p + "\" cannot be expanded: cannot read folder", t_glob_path);
+        if (rc == GLOB_NOSPACE) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, "files: out of memory expanding \"" + p + "\"");
         if (rc != 0) fail(ACCEL_ERR_INTERNAL, "files: cannot expand \"" + p + "\" (glob error " + std::to_string(rc) + ")");
     }
     return out;

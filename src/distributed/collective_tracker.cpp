@@ -80,6 +80,9 @@ PeerState decode_peer_state(const std::string &text)
     PeerState s;
     for (const std::string &line : split(text, '\n')) {
         std::vector<std::string> f = split(line, '\t');
+        // A field can still hold a '\r' here; cleaned as encode_peer_state cleans it, so that what is read (the
+        // map's keys and their order included) is what writing it back gives.
+        for (std::string &field : f) field = clean(field);
         if (f.size() == 1) s.beat = to_uint(f[0]); // a bare counter
         else if (f.size() >= 2 && f[0] == "beat") s.beat = to_uint(f[1]);
         else if (f.size() >= 2 && f[0] == "failed") {
