@@ -20,6 +20,14 @@ const accel::NamedTensors &entry_list(const accel::Model &m, size_t &index)
     index -= m.named_parameters().size();
     return m.named_buffers();
 }
+
+// The parameter called `name`, or NOT_FOUND naming it.
+const at::Tensor &parameter_named(const accel::Model &m, const char *name)
+{
+    for (const auto &p : m.named_parameters())
+        if (p.first == name) return p.second;
+    fail(ACCEL_ERR_NOT_FOUND, std::string("name: the model has no parameter \"") + name + "\"");
+}
 } // namespace
 
 extern "C" {
@@ -157,13 +165,8 @@ ACCEL_API accel_status_t accel_model_get_gradient(const accel_model_t *model, co
     return guarded([&] {
         out_param(out);
         auto &m = checked(model, "model");
-        const char *key = checked_string(name, "name");
-        for (const auto &p : m.impl->named_parameters())
-            if (p.first == key) {
-                if (p.second.grad().defined()) *out = new_tensor(p.second.grad().detach().clone());
-                return;
-            }
-        fail(ACCEL_ERR_NOT_FOUND, std::string("name: the model has no parameter \"") + key + "\"");
+        const at::Tensor &p = parameter_named(*m.impl, checked_string(name, "name"));
+        if (p.grad().defined()) *out = new_tensor(p.grad().detach().clone());
     });
 }
 
@@ -181,13 +184,7 @@ ACCEL_API accel_status_t accel_model_get_requires_grad(const accel_model_t *mode
     return guarded([&] {
         out_param(out);
         auto &m = checked(model, "model");
-        const char *key = checked_string(name, "name");
-        for (const auto &p : m.impl->named_parameters())
-            if (p.first == key) {
-                *out = p.second.requires_grad();
-                return;
-            }
-        fail(ACCEL_ERR_NOT_FOUND, std::string("name: the model has no parameter \"") + key + "\"");
+        *out = parameter_named(*m.impl, checked_string(name, "name")).requires_grad();
     });
 }
 

@@ -47,6 +47,19 @@ void emit_list(accel_object_list_t **out, std::vector<std::string> items)
 {
     *out = new accel_object_list_t{std::move(items)};
 }
+
+// broadcast_object_list, broadcast_object and its JSON form: the root reads its items (`read_items` checks them; a failure
+// reaches the peers, so that no process waits for an exchange that will not come).
+template <class ReadItems>
+std::vector<std::string> broadcast_items(accel_accelerator_t *accelerator, int32_t from_process, const char *op,
+                                         ReadItems &&read_items)
+{
+    auto &comm = comm_of(accelerator);
+    std::vector<std::string_view> list;
+    std::string invalid;
+    if (comm.rank() == from_process) invalid = reason_if_invalid([&] { read_items(list); });
+    return accel::ops::broadcast_object_list(comm, list, invalid, from_process, op);
+}
 } // namespace
 
 extern "C" {
@@ -70,19 +83,12 @@ ACCEL_API accel_status_t accel_accelerator_broadcast_object_list(accel_accelerat
 {
     return guarded([&] {
         out_param(out);
-        auto &comm = comm_of(accelerator);
-        std::vector<std::string_view> list;
-        std::string invalid;
-        if (comm.rank() == from_process) {
-            invalid = reason_if_invalid([&] {
-                if (count != 0 && (items == nullptr || sizes == nullptr))
-                    fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(items == nullptr ? "items" : "sizes") +
-                                                         ": must not be NULL when count is " + std::to_string(count));
-                for (size_t i = 0; i < count; ++i)
-                    list.push_back(bytes_arg(items[i], sizes[i], "items[" + std::to_string(i) + "]"));
-            });
-        }
-        emit_list(out, accel::ops::broadcast_object_list(comm, list, invalid, from_process, "broadcast_object_list"));
+        emit_list(out, broadcast_items(accelerator, from_process, "broadcast_object_list", [&](std::vector<std::string_view> &list) {
+            if (count != 0 && (items == nullptr || sizes == nullptr))
+                fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(items == nullptr ? "items" : "sizes") +
+                                                     ": must not be NULL when count is " + std::to_string(count));
+            for (size_t i = 0; i < count; ++i) list.push_back(bytes_arg(items[i], sizes[i], "items[" + std::to_string(i) + "]"));
+        }));
     });
 }
 
@@ -92,12 +98,8 @@ ACCEL_API accel_status_t accel_accelerator_broadcast_object(accel_accelerator_t 
 {
     return guarded([&] {
         out_param(out);
-        auto &comm = comm_of(accelerator);
-        std::vector<std::string_view> list;
-        std::string invalid;
-        if (comm.rank() == from_process)
-            invalid = reason_if_invalid([&] { list.push_back(bytes_arg(data, size, "data")); });
-        emit_list(out, accel::ops::broadcast_object_list(comm, list, invalid, from_process, "broadcast_object"));
+        emit_list(out, broadcast_items(accelerator, from_process, "broadcast_object",
+                                       [&](std::vector<std::string_view> &list) { list.push_back(bytes_arg(data, size, "data")); }));
     });
 }
 
@@ -127,16 +129,10 @@ ACCEL_API accel_status_t accel_accelerator_broadcast_object_json(accel_accelerat
 {
     return guarded([&] {
         out_param(out);
-        auto &comm = comm_of(accelerator);
-        std::vector<std::string_view> list;
-        std::string invalid;
-        if (comm.rank() == from_process) {
-            invalid = reason_if_invalid([&] {
-                accel::config::check_json_value(json, "json");
-                list.emplace_back(json);
-            });
-        }
-        auto received = accel::ops::broadcast_object_list(comm, list, invalid, from_process, "broadcast_object");
+        auto received = broadcast_items(accelerator, from_process, "broadcast_object", [&](std::vector<std::string_view> &list) {
+            accel::config::check_json_value(json, "json");
+            list.emplace_back(json);
+        });
         *out = owned_string(received.at(0));
     });
 }
