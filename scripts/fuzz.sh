@@ -15,7 +15,10 @@ if [ ${#targets[@]} -eq 0 ]; then
   for f in tests/fuzz/fuzz_*.cpp; do t=${f##*/fuzz_}; targets+=("${t%.cpp}"); done
 fi
 source scripts/sanitizer-env.sh
-out=$build/tests/fuzz
+# Absolute paths: a harness may chdir (fuzz_files_config works in a folder of its own), and libFuzzer writes new
+# inputs and findings into these folders after that.
+out=$(cd "$build" 2>/dev/null && pwd)/tests/fuzz
+seeds=$PWD/tests/fuzz
 mkdir -p "$out/findings"
 total=0
 status=0
@@ -25,7 +28,7 @@ for t in "${targets[@]}"; do
   log=$out/fuzz_$t.log
   result=clean
   if ! OMP_NUM_THREADS=1 "$out/fuzz_$t" -max_total_time="$secs" -timeout=120 -rss_limit_mb=4096 -print_final_stats=1 \
-      -dict="tests/fuzz/$t.dict" -artifact_prefix="$out/findings/$t-" "$out/corpus/$t" "tests/fuzz/corpus/$t" \
+      -dict="$seeds/$t.dict" -artifact_prefix="$out/findings/$t-" "$out/corpus/$t" "$seeds/corpus/$t" \
       >"$log" 2>&1; then
     result="FINDING (see $log)"
     status=1
