@@ -112,6 +112,25 @@ int main(int argc, char **argv)
             EXPECT(std::string(e.status_name()) == "ACCEL_ERR_INVALID_ARGUMENT");
         }
 
+        // Automatic resume: nothing on a fresh start, the newest automatic checkpoint once there is one; without
+        // automatic naming there is nothing to look for.
+        try {
+            (void)acc->load_latest_state();
+            EXPECT(!"no exception");
+        } catch (const accel::Error &e) {
+            EXPECT(e.status() == ACCEL_ERR_FAILED_PRECONDITION);
+        }
+        {
+            accel::Accelerator resumer(R"({"project_config": {"project_dir": ")" + ckpt +
+                                       R"(-project", "automatic_checkpoint_naming": true}})");
+            auto m = accel::Model::from_json(model_spec);
+            resumer.prepare(&m, nullptr, nullptr, nullptr);
+            EXPECT(!resumer.load_latest_state());
+            // the header has no automatic-naming save (a NULL folder): the C call
+            EXPECT(accel_accelerator_save_state(resumer.get(), nullptr) == ACCEL_OK);
+            EXPECT(resumer.load_latest_state());
+        }
+
         // The header reads only a tensor's own element type, and a wrong one names both dtypes (issue 43.5).
         try {
             const auto ids = accel::Tensor::from(std::vector<std::int32_t>{1, 2, 3}, {3});

@@ -23,6 +23,14 @@
                                                               &dir));
         return accel_swig::owned_string(dir);
     }
+    /** Automatic resume: load the newest complete automatic checkpoint; false (nothing loaded) on a fresh
+     *  start. Needs project_config.automatic_checkpoint_naming. */
+    bool load_latest_state()
+    {
+        bool found = false;
+        ACCEL_CHECK(accel_accelerator_load_latest_state(ACCEL_H($self, "Accelerator"), &found));
+        return found;
+    }
     /** Wait for the asynchronous save_state ({"async": true}) in progress, if any; raises its failure. */
     void wait_for_checkpoint()
     {

@@ -673,6 +673,13 @@ public:
     void print(const std::string &text) const { check(accel_accelerator_print(get(), text.c_str())); }
     void save_state(const std::string &dir) { check(accel_accelerator_save_state(get(), dir.c_str())); }
     void load_state(const std::string &dir) { check(accel_accelerator_load_state(get(), dir.c_str())); }
+    // Automatic resume: loads the newest complete automatic checkpoint; false (nothing loaded) on a fresh start.
+    bool load_latest_state()
+    {
+        bool found = false;
+        check(accel_accelerator_load_latest_state(get(), &found));
+        return found;
+    }
     // save_state with options ({"async": true}, {"safe_serialization": false}); returns the folder written.
     std::string save_state(const std::string &dir, const std::string &options_json)
     {

@@ -294,6 +294,31 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_checkpointing_byt
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_project_iteration(const accel_accelerator_t *accelerator,
                                                                                  int64_t *out) ACCEL_NOEXCEPT;
 
+/**
+ * Automatic resume: load the newest complete automatic checkpoint, if there is one. Call it once after
+ * prepare; a program restarted by `accel launch --max_restarts N` (or any supervisor) then continues where
+ * the last complete save left it, and a fresh start trains from the beginning - the same program both times.
+ *
+ * Loads as accel_accelerator_load_state(accelerator, NULL): the highest-numbered folder in
+ * project_dir/checkpoints that is complete (temp folders of saves killed midway are never taken; a folder
+ * whose files do not match the manifest save_state wrote gives way to the one before it), on the same or
+ * another number of processes where load_state allows it; the next automatic checkpoint continues the
+ * numbering. With no checkpoint at all nothing changes and *found_out is false: not an error.
+ *
+ * @param accelerator  Must not be NULL; its config must set project_config.automatic_checkpoint_naming (and
+ *                     project_dir).
+ * @param found_out    Receives true when a checkpoint was loaded, false on a fresh start (false on failure).
+ *                     Must not be NULL.
+ * @return ACCEL_OK; ACCEL_ERR_FAILED_PRECONDITION without automatic naming, or when some processes see a
+ *         checkpoint and others do not (project_dir must be shared); load_state's errors (ACCEL_ERR_DATA_LOSS when
+ *         every checkpoint is damaged, ACCEL_ERR_INVALID_ARGUMENT when it does not fit the prepared objects).
+ *
+ * Ownership: borrows its arguments for the call. Threads: same rules as the accelerator; collective (all
+ * ranks call it).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_load_latest_state(accel_accelerator_t *accelerator,
+                                                                             bool *found_out) ACCEL_NOEXCEPT;
+
 ACCEL_END_DECLS
 
 #endif /* ACCEL_CHECKPOINT_H */

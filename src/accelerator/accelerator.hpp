@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +77,9 @@ public:
     // `output_dir` / `input_dir` may be null with automatic checkpoint naming.
     std::string save_state(const char *output_dir, const config::SaveStateOptions &options);
     std::string load_state(const char *input_dir, const config::LoadStateOptions &options);
+    // Automatic resume (src/accelerator/latest_state.cpp): load_state of the newest complete automatic checkpoint,
+    // or nullopt on every process when there is none yet (a fresh start). Collective.
+    std::optional<std::string> load_latest_state(const config::LoadStateOptions &options);
     void save_model(const Model &model, const std::string &save_directory, const config::SaveModelOptions &options);
     // An asynchronous save_state ({"async": true}) in progress: waits for it (collective: afterwards the
     // folder is published for everyone) and reports its failure. Nothing pending: returns at once. The next

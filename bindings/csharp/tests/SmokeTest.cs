@@ -211,6 +211,7 @@ namespace Accel.Tests
                     Assert.AreEqual(0, acc.RegisterBytesForCheckpointing(blob));
                     Assert.AreEqual(1, acc.RegisterBytesForCheckpointing(new byte[0]));
                     Assert.AreEqual(0L, acc.ProjectIteration());
+                    Assert.IsFalse(acc.LoadLatestState(), "a fresh start loads nothing");
                     string first = acc.SaveState(null, "{\"safe_serialization\": false}");
                     Assert.AreEqual(Path.Combine(project, "checkpoints", "checkpoint_0"), first);
                     Assert.IsTrue(File.Exists(Path.Combine(first, "pytorch_model.bin")), "pytorch_model.bin");
@@ -221,6 +222,8 @@ namespace Accel.Tests
                     var bad = Assert.Throws<InvalidArgumentError>(() => acc.SaveState(null, "{\"safe_serialization\": \"yes\"}"));
                     Assert.IsTrue(bad.Message.Contains("safe_serialization"), bad.Message);
                     Assert.AreEqual(first, acc.LoadState(null, "{\"strict\": true}"));
+                    Assert.IsTrue(acc.LoadLatestState(), "the newest automatic checkpoint");
+                    Assert.AreEqual(1L, acc.ProjectIteration());
 
                     string exported = Path.Combine(dir, "export");
                     acc.SaveModel(model, exported, "{\"max_shard_size\": 200}");

@@ -284,6 +284,7 @@ def test_checkpoint_options_blobs_and_save_model():
         assert acc.register_bytes_for_checkpointing(b"first") == 0
         assert acc.register_bytes_for_checkpointing(array.array("B", [1, 2, 3])) == 1
         assert acc.project_iteration() == 0
+        assert acc.load_latest_state() is False   # automatic resume: a fresh start loads nothing
         first = acc.save_state(None, '{"safe_serialization": false}')   # automatic naming
         assert first == os.path.join(project, "checkpoints", "checkpoint_0")
         assert os.path.isfile(os.path.join(first, "pytorch_model.bin"))
@@ -294,6 +295,7 @@ def test_checkpoint_options_blobs_and_save_model():
         with pytest.raises(accel.InvalidArgumentError, match="safe_serialization"):
             acc.save_state(None, '{"safe_serialization": "yes"}')
         assert acc.load_state(None, '{"strict": true}') == first   # the newest automatic checkpoint
+        assert acc.load_latest_state() is True and acc.project_iteration() == 1
         assert acc.get_checkpointing_bytes(0) == b"first"
 
         exported = os.path.join(d, "export")

@@ -1099,6 +1099,12 @@ extern "C" {
         out: *mut i64,
     ) -> accel_status_t;
 }
+extern "C" {
+    pub fn accel_accelerator_load_latest_state(
+        accelerator: *mut accel_accelerator_t,
+        found_out: *mut bool,
+    ) -> accel_status_t;
+}
 pub type accel_tracker_event_t = i32;
 pub const accel_tracker_event_enum_ACCEL_TRACKER_EVENT_INIT: accel_tracker_event_enum = 0;
 pub const accel_tracker_event_enum_ACCEL_TRACKER_EVENT_LOG: accel_tracker_event_enum = 1;

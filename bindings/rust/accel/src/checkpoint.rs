@@ -35,6 +35,14 @@ impl Accelerator {
         Ok(unsafe { owned_string(out) })
     }
 
+    /// Automatic resume: loads the newest complete automatic checkpoint and returns true, or returns false on a
+    /// fresh start (no checkpoint yet). Needs `project_config.automatic_checkpoint_naming`.
+    pub fn load_latest_state(&mut self) -> Result<bool> {
+        let mut found = false;
+        check(unsafe { sys::accel_accelerator_load_latest_state(self.raw, &mut found) })?;
+        Ok(found)
+    }
+
     /// Save `model`'s weights for inference (model.safetensors, or shards beyond `{"max_shard_size": ...}`).
     pub fn save_model(&mut self, model: &Model, dir: &str, options: Option<&str>) -> Result<()> {
         let dir = cstring("save_directory", dir)?;

@@ -249,6 +249,7 @@ fn checkpoint_options_blobs_and_save_model() -> accel::Result<()> {
     assert_eq!(acc.register_bytes_for_checkpointing(b"first")?, 0);
     assert_eq!(acc.register_bytes_for_checkpointing(&[])?, 1);
     assert_eq!(acc.project_iteration()?, 0);
+    assert!(!acc.load_latest_state()?, "a fresh start loads nothing");
     let first = acc.save_state_with_options(None, Some(r#"{"safe_serialization": false}"#))?;
     assert_eq!(first, project.join("checkpoints").join("checkpoint_0").to_str().unwrap());
     assert!(std::path::Path::new(&first).join("pytorch_model.bin").is_file());
@@ -259,6 +260,8 @@ fn checkpoint_options_blobs_and_save_model() -> accel::Result<()> {
     let err = acc.save_state_with_options(None, Some(r#"{"safe_serialization": "yes"}"#)).unwrap_err();
     assert!(err.status() == Status::InvalidArgument && err.message().contains("safe_serialization"), "{err}");
     assert_eq!(acc.load_state_with_options(None, Some(r#"{"strict": true}"#))?, first);
+    assert!(acc.load_latest_state()?, "the newest automatic checkpoint");
+    assert_eq!(acc.project_iteration()?, 1);
 
     let exported = dir.join("export");
     acc.save_model(&model, exported.to_str().unwrap(), Some(r#"{"max_shard_size": 200}"#))?;

@@ -314,6 +314,7 @@ class SmokeTest {
       assertEquals(0, acc.registerBytesForCheckpointing("first".getBytes(java.nio.charset.StandardCharsets.UTF_8)));
       assertEquals(1, acc.registerBytesForCheckpointing(new byte[0]));
       assertEquals(0, acc.projectIteration());
+      assertFalse(acc.loadLatestState()); // automatic resume: a fresh start loads nothing
       String first = acc.saveState(null, "{\"safe_serialization\": false}");
       assertEquals(project.resolve("checkpoints").resolve("checkpoint_0").toString(), first);
       assertTrue(Files.isRegularFile(Path.of(first, "pytorch_model.bin")));
@@ -325,6 +326,8 @@ class SmokeTest {
           () -> acc.saveState(null, "{\"safe_serialization\": \"yes\"}"));
       assertTrue(bad.getMessage().contains("safe_serialization"), bad.getMessage());
       assertEquals(first, acc.loadState(null, "{\"strict\": true}"));
+      assertTrue(acc.loadLatestState());
+      assertEquals(1, acc.projectIteration());
 
       String exported = dir.resolve("export").toString();
       acc.saveModel(model, exported, "{\"max_shard_size\": 200}");
