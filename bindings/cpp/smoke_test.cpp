@@ -112,6 +112,23 @@ int main(int argc, char **argv)
             EXPECT(std::string(e.status_name()) == "ACCEL_ERR_INVALID_ARGUMENT");
         }
 
+        // accelerator.profile(): a scope writes output_trace_dir/profile_0.json (no output_trace_dir: refused).
+        {
+            accel::Accelerator prof(R"({"kwargs_handlers": {"profile": {"output_trace_dir": ")" + ckpt + R"(-traces"}}})");
+            auto scope = prof.profile();
+            scope.end();
+            std::FILE *f = std::fopen((ckpt + "-traces/profile_0.json").c_str(), "r");
+            EXPECT(f != nullptr);
+            if (f) std::fclose(f);
+            accel::Accelerator bare;
+            try {
+                (void)bare.profile();
+                EXPECT(!"no exception");
+            } catch (const accel::Error &e) {
+                EXPECT(e.status() == ACCEL_ERR_FAILED_PRECONDITION);
+            }
+        }
+
         // Automatic resume: nothing on a fresh start, the newest automatic checkpoint once there is one; without
         // automatic naming there is nothing to look for.
         try {

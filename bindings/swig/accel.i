@@ -695,6 +695,10 @@ ACCEL_HANDLE_CLASS(Accelerator)
     void autocast_begin() { ACCEL_CHECK(accel_accelerator_autocast_begin(ACCEL_H($self, "Accelerator"))); }
     /** Leave the innermost autocast scope. */
     void autocast_end() { ACCEL_CHECK(accel_accelerator_autocast_end(ACCEL_H($self, "Accelerator"))); }
+    /** Enter profile() (kwargs_handlers.profile); prefer the language's scoped form. */
+    void profile_begin() { ACCEL_CHECK(accel_accelerator_profile_begin(ACCEL_H($self, "Accelerator"))); }
+    /** Leave profile(): writes output_trace_dir/profile_{process_index}.json, then waits for every process. */
+    void profile_end() { ACCEL_CHECK(accel_accelerator_profile_end(ACCEL_H($self, "Accelerator"))); }
     /** Whether gradients are synchronised (optimizers step) at this micro-step. */
     bool sync_gradients() const
     {

@@ -638,6 +638,12 @@ public:
         check(accel_accelerator_autocast_begin(get()));
         return Scope(get(), accel_accelerator_autocast_end);
     }
+    /** `with accelerator.profile():` the Chrome trace goes to output_trace_dir/profile_{process_index}.json. */
+    [[nodiscard]] Scope profile()
+    {
+        check(accel_accelerator_profile_begin(get()));
+        return Scope(get(), accel_accelerator_profile_end);
+    }
     double train_step(Model &model, Optimizer &optimizer, Scheduler *scheduler, const Batch &batch,
                       const std::string &loss_name)
     {

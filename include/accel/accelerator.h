@@ -395,6 +395,35 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_autocast_begin(accel_
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_autocast_end(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
 
 /**
+ * Enter accelerator.profile() (Accelerate's profile context with kwargs_handlers.profile, ProfileKwargs):
+ * LibTorch's profiler records this thread's operators and accel's phases (named ranges accel::forward,
+ * accel::backward, accel::optimizer_step, accel::data_wait, accel::bucket_all_reduce, accel::gradient_sync,
+ * accel::save_state, accel::load_state, accel::save_model) until accel_accelerator_profile_end().
+ * With kwargs_handlers.profile.schedule_option, every accel_optimizer_step() of the first optimizer stepped
+ * is one prof.step(): only the schedule's active steps are kept (warmup steps are profiled and dropped).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK; ACCEL_ERR_FAILED_PRECONDITION when a profile is already running or
+ *         kwargs_handlers.profile.output_trace_dir is not set; the folder's error when it cannot be created.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: the profiler records the calling thread; the optimizer steps and the end must come from it too.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_profile_begin(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+/**
+ * Leave accelerator.profile(): stops the profiler and writes this process's Chrome trace JSON (chrome://tracing,
+ * Perfetto) to output_trace_dir/profile_{process_index}.json, then waits for every process (collective, as
+ * Accelerate's wait_for_everyone after the export). The profile has ended when this returns, whatever the status,
+ * except when called on another thread than the begin (it goes on, for an end on that thread).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK; ACCEL_ERR_FAILED_PRECONDITION without a matching begin or on another thread; the file's
+ *         error when the trace cannot be written.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: call it on the thread that called accel_accelerator_profile_begin().
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_profile_end(accel_accelerator_t *accelerator) ACCEL_NOEXCEPT;
+
+/**
  * Clip the gradients of @p model's parameters to a total norm of @p max_norm (norm_type 2, 1, ... or
  * INFINITY), as torch.nn.utils.clip_grad_norm_. Writes the total norm before clipping to @p out
  * (may be NULL). With a gradient scaler (fp16) the gradients of every prepared optimizer are unscaled

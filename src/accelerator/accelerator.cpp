@@ -21,6 +21,7 @@
 #include "precision/grad_scaler.hpp"
 #include "state/device.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
+#include "profiling/ranges.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <sys/resource.h>
@@ -108,6 +109,7 @@ Accelerator::~Accelerator()
 {
     state_->accelerator = nullptr;
     while (!autocast_scopes_.empty()) autocast_scopes_.pop_back();
+    state_->profile.reset(); // a profile still running stops unwritten (the profiler is off afterwards)
     pending_save_.reset(); // waits for the files (a failure is printed: nobody is left to report it to)
 }
 
@@ -512,6 +514,7 @@ void Accelerator::prepare_scheduler(const std::shared_ptr<AcceleratedScheduler> 
 
 void Accelerator::backward(const at::Tensor &loss)
 {
+    profiling::Range range(profiling::kBackward);
     if (!loss.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "loss: must not be NULL");
     if (loss.numel() != 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "loss: expected a scalar, got shape " + c10::str(loss.sizes()));

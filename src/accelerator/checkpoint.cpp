@@ -23,6 +23,7 @@
 #include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
+#include "profiling/ranges.hpp"
 
 #include <ATen/ATen.h>
 
@@ -196,6 +197,7 @@ void Accelerator::wait_for_checkpoint()
 
 std::string Accelerator::save_state(const char *output_dir, const config::SaveStateOptions &options)
 {
+    profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
     const bool main = writes_main_files();
@@ -296,6 +298,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
 
 std::string Accelerator::load_state(const char *input_dir, const config::LoadStateOptions &options)
 {
+    profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
     const auto &project = state_->config.project;
     const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
@@ -496,6 +499,7 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
 void Accelerator::save_model(const Model &model, const std::string &save_directory,
                              const config::SaveModelOptions &options)
 {
+    profiling::Range range(profiling::kSaveModel);
     const std::string dir = normalize_path(save_directory);
     if (exists(dir) && !is_dir(dir))
         fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");

@@ -5,6 +5,7 @@
 #include "config/env.hpp"
 #include "config/tracking_config.hpp"
 #include "config/json.hpp"
+#include "config/profile_config.hpp"
 
 #include <torch/cuda.h>
 #include <cjson/cJSON.h>
@@ -268,7 +269,7 @@ void parse_kwargs_handlers(JsonObject &root, AcceleratorConfig &c)
     }
     if (auto ipg = kw->get_object("init_process_group")) parse_init_process_group(*ipg, c.init_process_group);
     if (auto fp8 = kw->get_object("fp8_recipe")) parse_fp8_recipe(*fp8, c.fp8_recipe);
-    kw->require_absent("profile", "ProfileKwargs is " + std::string(kNotYet));
+    if (auto prof = kw->get_object("profile")) parse_profile_kwargs(*prof, c.profile);
     kw->finish();
 }
 
@@ -488,7 +489,9 @@ std::string to_json(const AcceleratorConfig &c)
     if (c.init_process_group.rank)
         w.add("rank", static_cast<int64_t>(*c.init_process_group.rank))
             .add("world_size", static_cast<int64_t>(*c.init_process_group.world_size));
-    w.end_object().end_object();
+    w.end_object();
+    write_profile_kwargs(w, c.profile);
+    w.end_object();
     w.begin_object("project_config");
     if (c.project.project_dir) w.add("project_dir", *c.project.project_dir);
     else w.add_null("project_dir");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config/parallelism_config.hpp"
+#include "config/profile_config.hpp"
 #include "config/sharding_config.hpp"
 
 #include <accel/types.h>
@@ -138,6 +139,7 @@ struct AcceleratorConfig {
     FP8RecipeKwargs fp8_recipe;
     DistributedDataParallelKwargs ddp;
     InitProcessGroupKwargs init_process_group;
+    ProfileKwargs profile; // kwargs_handlers.profile: accelerator.profile()'s settings (src/profiling)
     ProcessTopology topology;
     ProjectConfiguration project;
     // log_with: built-in trackers ("jsonl", "csv", "tensorboard"; "all" expanded), src/tracking/.

@@ -4,6 +4,7 @@
 #include "distributed/communicator.hpp"
 #include "state/accelerator_state.hpp"
 #include "state/device.hpp"
+#include "profiling/ranges.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -220,6 +221,7 @@ void DataLoaderShard::end_pass()
 
 std::optional<Batch> DataLoaderShard::next()
 {
+    profiling::Range range(profiling::kDataWait);
     if (iterable_) {
         std::optional<Batch> b = iterable_->next();
         if (b) return placed(std::move(*b));

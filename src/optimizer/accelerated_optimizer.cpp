@@ -7,6 +7,8 @@
 #include "parallel/fsdp/storage.hpp"
 #include "precision/grad_scaler.hpp"
 #include "state/accelerator_state.hpp"
+#include "profiling/profile_session.hpp"
+#include "profiling/ranges.hpp"
 
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
@@ -141,6 +143,16 @@ void AcceleratedOptimizer::become(const config::OptimizerConfig &config)
 }
 
 void AcceleratedOptimizer::step()
+{
+    {
+        profiling::Range range(profiling::kOptimizerStep);
+        step_now();
+    }
+    // accelerator.profile(): this step is one prof.step() of its schedule.
+    if (prepared_by && prepared_by->profile) prepared_by->profile->step(this);
+}
+
+void AcceleratedOptimizer::step_now()
 {
     if (config_.type == "dummy")
         fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: a dummy optimizer (Accelerate's DummyOptim) steps only once "

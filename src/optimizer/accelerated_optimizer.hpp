@@ -130,6 +130,7 @@ private:
     PyRef inner_state_dict() const;
     PyRef resident_state_dict() const;
     ApplyState resident_load_state_dict(const PyObj &state_dict, const std::string &what, const CopyFn &copy);
+    void step_now(); // step() without the profiler's range and schedule step
     void inner_step();
     PyRef unsharded_form(const PyObj &inner, const std::vector<PyRef> &per_param) const;
     ApplyState load_shard_form(const PyObj &sd, const ShardedSource *src, const std::string &what, const CopyFn &copy);

@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
 #include "parallel/whole_gradients.hpp"
+#include "profiling/ranges.hpp"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -101,6 +102,7 @@ struct DistributedDataParallel::Impl {
     {
         while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
             Bucket &b = buckets[next_launch++];
+            profiling::Range range(profiling::kBucketAllReduce);
             const int32_t world = comm->size();
             if (compress) {
                 b.wire = b.flat.to(wire_dtype);
@@ -124,6 +126,7 @@ struct DistributedDataParallel::Impl {
         const double t0 = distributed::now_seconds();
         at::NoGradGuard no_grad;
         if (!active) return; // the model took no part in this backward: nothing to synchronise
+        profiling::Range range(profiling::kGradientSync);
         std::vector<std::string> unused;
         for (size_t i = 0; i < params.size(); ++i)
             if (!ready[i]) unused.push_back(params[i].name);

@@ -5,6 +5,7 @@
 #include "precision/fp8.hpp"
 #include "state/accelerator_state.hpp"
 #include "state/device.hpp"
+#include "profiling/ranges.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/autocast_mode.h>
@@ -152,6 +153,7 @@ at::Tensor forward_unhooked(Model &model, const at::Tensor &input, bool wrapped)
 // Inputs from the host (a caller's buffer, an unprepared loader) go to the model's device first.
 at::Tensor forward(Model &model, const at::Tensor &input, bool wrapped)
 {
+    profiling::Range range(profiling::kForward);
     const at::Tensor placed = send_to_device(input, model.device());
     std::shared_ptr<ForwardHooks> hooks = model.forward_hooks;
     if (!hooks) return forward_unhooked(model, placed, wrapped);

@@ -19,6 +19,9 @@ namespace distributed {
 class Communicator;
 class DeviceMesh;
 }
+namespace profiling {
+class ProfileSession;
+}
 
 struct AcceleratorState {
     explicit AcceleratorState(config::AcceleratorConfig c) : config(std::move(c)), gradient(config.gradient_accumulation) {}
@@ -36,6 +39,9 @@ struct AcceleratorState {
     // The accelerator over this state while it lives (null after it is freed): a prepared model's
     // save_pretrained gathers and writes through its save_model.
     Accelerator *accelerator = nullptr;
+    // accelerator.profile() between accel_accelerator_profile_begin and _end (null otherwise); optimizer
+    // steps advance its schedule (src/profiling/profile_session.hpp).
+    std::shared_ptr<profiling::ProfileSession> profile;
     // Accelerate's accelerator.device: cuda:(LOCAL_RANK % GPUs) where the LibTorch has CUDA and a GPU is
     // visible and `cpu` is false, else the CPU.
     c10::Device device{c10::kCPU};

@@ -151,6 +151,29 @@ namespace Accel.Tests
         }
 
         [Test]
+        public void ProfileWritesAChromeTrace()
+        {
+            // No output_trace_dir: refused. With one: profile_0.json holds the operators and accel's ranges.
+            using (var bare = new Accelerator()) {
+                var e = Assert.Throws<FailedPreconditionError>(() => bare.Profile());
+                Assert.IsTrue(e.Message.Contains("output_trace_dir"), e.Message);
+            }
+            string dir = Path.Combine(Path.GetTempPath(), "accel-cs-profile-" + Guid.NewGuid().ToString("N"));
+            var acc = new Accelerator("{\"kwargs_handlers\": {\"profile\": {\"output_trace_dir\": \"" + dir + "\"}}}");
+            var model = Model.FromJson(ModelSpec);
+            var opt = new Optimizer(model, "{\"type\": \"sgd\", \"lr\": 0.1}");
+            var xy = Data(8);
+            var dl = new DataLoader(xy[0], xy[1], "{\"batch_size\": 4}");
+            acc.Prepare(model, opt, dl, null);
+            using (acc.Profile())
+                using (var batch = dl.NextBatch())
+                    acc.TrainStep(model, opt, null, batch, "cross_entropy");
+            string trace = File.ReadAllText(Path.Combine(dir, "profile_0.json"));
+            Assert.IsTrue(trace.Contains("\"aten::addmm\"") && trace.Contains("\"accel::optimizer_step\""), trace);
+            Directory.Delete(dir, true);
+        }
+
+        [Test]
         public void CollectivesSingleProcess()
         {
             using (var acc = new Accelerator())

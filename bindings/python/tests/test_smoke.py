@@ -21,6 +21,31 @@ def make_data(n=16):
     return accel.tensor(x, shape=[n, 4]), accel.tensor(y, shape=[n])
 
 
+def test_profile_writes_a_chrome_trace():
+    # accelerator.profile(): warmup 1 + active 1 over 2 optimizer steps keeps step 1 only (step 2 is the next
+    # cycle's warmup, dropped at the end); no output_trace_dir is refused.
+    with pytest.raises(accel.FailedPreconditionError, match="output_trace_dir"):
+        with accel.Accelerator().profile():
+            pass
+    with tempfile.TemporaryDirectory() as d:
+        profile = {"output_trace_dir": d, "schedule_option": {"wait": 0, "warmup": 1, "active": 1}}
+        acc = accel.Accelerator(json.dumps({"kwargs_handlers": {"profile": profile}}))
+        model = accel.Model.from_json(MODEL)
+        opt = accel.Optimizer(model, '{"type": "sgd", "lr": 0.1}')
+        features, labels = make_data(8)
+        dl = accel.DataLoader(features, labels, '{"batch_size": 4}')
+        acc.prepare(model, opt, dl)
+        with acc.profile():
+            for batch in dl:
+                acc.backward(accel.compute_loss("cross_entropy", model.forward(batch.inputs()), batch.labels()))
+                opt.step()
+                opt.zero_grad()
+        with open(os.path.join(d, "profile_0.json")) as f:
+            names = [e["name"] for e in json.load(f)["traceEvents"]]
+        assert "aten::addmm" in names and names.count("accel::forward") == 1, sorted(set(names))
+        assert [n for n in names if n.startswith("ProfilerStep#")] == ["ProfilerStep#1"]
+
+
 def test_import_checks_abi():
     assert accel.abi_version() == accel._core.BUILT_ABI_VERSION
     assert accel.version_string() == accel.__version__

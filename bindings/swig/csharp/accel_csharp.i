@@ -236,6 +236,12 @@ static void accel_swig_throw_csharp()
     return new Scope(AutocastEnd);
   }
 
+  /// <summary><c>using (accelerator.Profile()) { ... }</c>: profile_begin / profile_end (the trace is written at the end).</summary>
+  public global::System.IDisposable Profile() {
+    ProfileBegin();
+    return new Scope(ProfileEnd);
+  }
+
   /// <summary><c>using (accelerator.MainProcessFirst()) { ... }</c>: the main process runs the block first.</summary>
   public global::System.IDisposable MainProcessFirst() {
     MainProcessFirstBegin();

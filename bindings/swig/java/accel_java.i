@@ -257,6 +257,12 @@ ACCEL_JAVA_CLOSABLE(ObjectList)
     return this::autocastEnd;
   }
 
+  /** {@code try (var s = accelerator.profile()) { ... }}: profile_begin / profile_end (the trace is written at the end). */
+  public Scope profile() {
+    profileBegin();
+    return this::profileEnd;
+  }
+
   /** {@code try (var s = accelerator.mainProcessFirst()) { ... }}: the main process runs the block first. */
   public Scope mainProcessFirst() {
     mainProcessFirstBegin();

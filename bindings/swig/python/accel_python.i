@@ -149,6 +149,16 @@ ACCEL_PY_CLOSABLE(Tensor)
             self.autocast_end()
 
     @_contextlib.contextmanager
+    def profile(self):
+        """``with accelerator.profile():`` - profile_begin / profile_end: LibTorch's profiler over the block, its
+        Chrome trace written to kwargs_handlers.profile.output_trace_dir/profile_{process_index}.json."""
+        self.profile_begin()
+        try:
+            yield
+        finally:
+            self.profile_end()
+
+    @_contextlib.contextmanager
     def main_process_first(self):
         """``with accelerator.main_process_first():`` - the main process runs the block first."""
         self.main_process_first_begin()

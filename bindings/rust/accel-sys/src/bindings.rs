@@ -714,6 +714,12 @@ extern "C" {
     pub fn accel_accelerator_autocast_end(accelerator: *mut accel_accelerator_t) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_profile_begin(accelerator: *mut accel_accelerator_t) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_profile_end(accelerator: *mut accel_accelerator_t) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_clip_grad_norm(
         accelerator: *mut accel_accelerator_t,
         model: *mut accel_model_t,

@@ -12,6 +12,14 @@ impl Accelerator {
         Ok(Scope::new(self, sys::accel_accelerator_autocast_end))
     }
 
+    /// `accelerator.profile()`: LibTorch's profiler until the guard ends; the Chrome trace goes to
+    /// kwargs_handlers.profile.output_trace_dir/profile_{process_index}.json. Ending it waits for every process;
+    /// call `end()` on the guard to see its error (dropping ignores it).
+    pub fn profile(&mut self) -> Result<Scope<'_>> {
+        check(unsafe { sys::accel_accelerator_profile_begin(self.raw) })?;
+        Ok(Scope::new(self, sys::accel_accelerator_profile_end))
+    }
+
     /// The mixed-precision mode (`ACCEL_MIXED_PRECISION_*`: 0 no, 1 fp16, 2 bf16, 3 fp8).
     pub fn mixed_precision(&self) -> Result<i32> {
         self.query(sys::accel_accelerator_get_mixed_precision)

@@ -16,6 +16,29 @@ fn data(n: usize) -> (Tensor, Tensor) {
 }
 
 #[test]
+fn profile_writes_a_chrome_trace() -> accel::Result<()> {
+    // No output_trace_dir: refused. With one: profile_0.json holds the operators and accel's ranges.
+    let mut bare = Accelerator::new(None)?;
+    assert_eq!(bare.profile().err().expect("an error").status().code(), Status::FailedPrecondition.code());
+    let dir = std::env::temp_dir().join(format!("accel_rust_profile_{}", std::process::id()));
+    let config = format!(r#"{{"kwargs_handlers": {{"profile": {{"output_trace_dir": "{}"}}}}}}"#, dir.display());
+    let mut acc = Accelerator::new(Some(&config))?;
+    let mut model = Model::from_json(MODEL)?;
+    let mut opt = Optimizer::new(&mut model, r#"{"type": "sgd", "lr": 0.1}"#)?;
+    let (x, y) = data(8);
+    let mut dl = DataLoader::new(&x, Some(&y), r#"{"batch_size": 4}"#)?;
+    acc.prepare(Some(&mut model), Some(&mut opt), Some(&mut dl), None)?;
+    let mut p = acc.profile()?;
+    let batch = dl.next_batch()?.expect("a batch");
+    p.accelerator().train_step(&mut model, &mut opt, None, &batch, "cross_entropy")?;
+    p.end()?;
+    let trace = std::fs::read_to_string(dir.join("profile_0.json")).expect("the trace");
+    assert!(trace.contains("\"traceEvents\"") && trace.contains("\"aten::addmm\"") && trace.contains("\"accel::optimizer_step\""));
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+#[test]
 fn smoke_scenario() -> accel::Result<()> {
     accel::set_seed(0, false, false)?;
     let mut acc2 = Accelerator::new(Some(r#"{"gradient_accumulation_steps": 2}"#))?;

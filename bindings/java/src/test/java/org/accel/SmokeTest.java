@@ -124,6 +124,28 @@ class SmokeTest {
     return model.getTensor(model.parameterName(0)).toFloatArray();
   }
 
+  @Test
+  void profileWritesAChromeTrace() throws Exception {
+    // No output_trace_dir: refused. With one: profile_0.json holds the operators and accel's ranges.
+    try (Accelerator bare = new Accelerator()) {
+      AccelError e = assertThrows(FailedPreconditionError.class, () -> bare.profile());
+      assertTrue(e.getMessage().contains("output_trace_dir"), e.getMessage());
+    }
+    Path dir = Files.createTempDirectory("accel-java-profile");
+    Accelerator acc = new Accelerator("{\"kwargs_handlers\": {\"profile\": {\"output_trace_dir\": \"" + dir + "\"}}}");
+    Model model = Model.fromJson(MODEL);
+    Optimizer opt = new Optimizer(model, "{\"type\": \"sgd\", \"lr\": 0.1}");
+    Tensor[] xy = data(8);
+    DataLoader dl = new DataLoader(xy[0], xy[1], "{\"batch_size\": 4}");
+    acc.prepare(model, opt, dl, null);
+    try (Accelerator.Scope p = acc.profile(); Batch batch = dl.nextBatch()) {
+      acc.trainStep(model, opt, null, batch, "cross_entropy");
+    }
+    String trace = Files.readString(dir.resolve("profile_0.json"));
+    assertTrue(trace.contains("\"aten::addmm\"") && trace.contains("\"accel::optimizer_step\""), trace);
+    deleteTree(dir);
+  }
+
   static void deleteTree(Path dir) throws java.io.IOException {
     try (var paths = Files.walk(dir)) {
       for (Path p : paths.sorted(java.util.Comparator.reverseOrder()).toList())
