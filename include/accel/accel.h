@@ -16,5 +16,6 @@
 #include <accel/accelerator.h>
 #include <accel/checkpoint.h>
 #include <accel/tracking.h>
+#include <accel/log.h>
 
 #endif /* ACCEL_ACCEL_H */

@@ -7,6 +7,7 @@
 #include "common/blas_kernels.hpp"
 #include "common/error.hpp"
 #include "common/out_of_memory.hpp"
+#include "logging/logger.hpp"
 #include "data_loader/data_loader_shard.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
@@ -44,10 +45,12 @@ void warn_generic_blas_once(bool main_process)
     std::call_once(once, [main_process] {
         if (!main_process) return;
         if (const auto kernels = generic_openblas_kernels())
-            std::fprintf(stderr, "accel: warning: OpenBLAS does not know this CPU and chose its generic %s kernels: "
-                                 "float32 matrix products run 2-3x slower; start the process with "
-                                 "OPENBLAS_CORETYPE=%s (accel launch does)\n",
-                         kernels->chosen.c_str(), kernels->suggested.c_str());
+            logging::log(ACCEL_LOG_WARNING,
+                         logging::printf_string("OpenBLAS does not know this CPU and chose its generic %s kernels: "
+                                                "float32 matrix products run 2-3x slower; start the process with "
+                                                "OPENBLAS_CORETYPE=%s (accel launch does)",
+                                                kernels->chosen.c_str(), kernels->suggested.c_str()),
+                         /*main_process_only=*/false); // the caller passed whether this is the main process
     });
 }
 
@@ -424,11 +427,12 @@ void Accelerator::check_dataloader(const DataLoaderShard &loader) const
     const int64_t micro = c.dataloader.split_batches ? loader.options().batch_size / world : loader.options().batch_size;
     // A warning, not a refusal: an evaluation loader legitimately has another batch size.
     if (fixed_micro && micro != *fixed_micro && state_->process_index() == 0)
-        std::fprintf(stderr,
-                     "accel: warning: deepspeed_plugin.hf_ds_config.train_micro_batch_size_per_gpu is %lld but this data "
-                     "loader gives each process %lld samples per batch; the loader's batch is what trains (as under "
-                     "Accelerate); write \"auto\" or make them agree if this is the training loader\n",
-                     static_cast<long long>(*fixed_micro), static_cast<long long>(micro));
+        logging::log_as(ACCEL_LOG_WARNING, 0, state_->num_processes(),
+                        logging::printf_string(
+                            "deepspeed_plugin.hf_ds_config.train_micro_batch_size_per_gpu is %lld but this data "
+                            "loader gives each process %lld samples per batch; the loader's batch is what trains (as "
+                            "under Accelerate); write \"auto\" or make them agree if this is the training loader",
+                            static_cast<long long>(*fixed_micro), static_cast<long long>(micro)));
     if (!train) return;
     const int64_t accumulation = c.gradient_accumulation.num_steps;
     if (micro * accumulation * world != *train)

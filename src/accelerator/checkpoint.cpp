@@ -16,6 +16,7 @@
 #include "data_loader/data_loader_shard.hpp"
 #include "distributed/agreement.hpp"
 #include "distributed/communicator.hpp"
+#include "logging/logger.hpp"
 #include "model/model.hpp"
 #include "model/pretrained.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
@@ -320,8 +321,10 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
             const bool damaged = e.code() == ACCEL_ERR_DATA_LOSS || e.code() == ACCEL_ERR_NOT_FOUND;
             if (input_dir != nullptr || !damaged || c + 1 == candidates.size()) throw;
             if (state_->process_index() == 0)
-                std::fprintf(stderr, "accel: warning: load_state: skipping %s, which cannot be loaded (%s: %s); trying %s\n",
-                             candidates[c].c_str(), accel_status_name(e.code()), e.what(), candidates[c + 1].c_str());
+                logging::log_as(ACCEL_LOG_WARNING, 0, state_->num_processes(),
+                                logging::printf_string("load_state: skipping %s, which cannot be loaded (%s: %s); trying %s",
+                                                       candidates[c].c_str(), accel_status_name(e.code()), e.what(),
+                                                       candidates[c + 1].c_str()));
             continue;
         }
         // The next automatic checkpoint follows the newest there is (a skipped one stays, for inspection).
@@ -418,9 +421,10 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
         }
         // A file that is missing makes the resume inexact: said, as the run goes on (Accelerate 0.2x folders
         // have no loader positions; their users skip the batches seen themselves).
-        auto inexact = [&dir](const std::string &name, const char *consequence) {
-            std::fprintf(stderr, "accel: warning: load_state: %s has no %s: %s, so training will not continue exactly as it would have\n",
-                         dir.c_str(), name.c_str(), consequence);
+        auto inexact = [this, &dir](const std::string &name, const char *consequence) {
+            logging::log_as(ACCEL_LOG_WARNING, 0, state_->num_processes(),
+                            "load_state: " + dir + " has no " + name + ": " + consequence +
+                                ", so training will not continue exactly as it would have");
         };
         for (size_t i = 0; i < dataloaders_.size(); ++i) {
             const std::string name = indexed("dl_state_dict", ".bin", i);
@@ -480,7 +484,8 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
             // Not strict: what did not match is said (main process), as transformers' loaders do.
             const LoadReport report = models_[i]->load_state_dict(weights[i], options.strict, schedule);
             if (!report.empty() && state_->process_index() == 0)
-                std::fprintf(stderr, "accel: warning: load_state: %s, model %zu: %s\n", dir.c_str(), i, report.text().c_str());
+                logging::log_as(ACCEL_LOG_WARNING, 0, state_->num_processes(),
+                                "load_state: " + dir + ", model " + std::to_string(i) + ": " + report.text());
         }
         for (auto &load : optimizer_loads) install_optimizers.push_back(load(schedule));
     } catch (...) {

@@ -7,6 +7,7 @@
 #include "common/files.hpp"
 #include "config/checkpoint_options.hpp"
 #include "config/env.hpp"
+#include "logging/logger.hpp"
 
 #include <cstdio>
 
@@ -145,8 +146,7 @@ accel_status_t load_checkpoint(accel_model_t *model, const char *path, const cha
         auto opts = accel::config::parse_load_checkpoint_options(options_json, "options_json");
         m.impl->check_tensor_access("load_checkpoint");
         const accel::LoadReport report = accel::load_checkpoint_in_model(*m.impl, p, opts);
-        if (!report.empty() && accel::config::topology_from_env().rank == 0)
-            std::fprintf(stderr, "accel: warning: load_checkpoint: %s: %s\n", p, report.text().c_str());
+        if (!report.empty()) accel::logging::warning(std::string("load_checkpoint: ") + p + ": " + report.text());
         if (out_report != nullptr) *out_report = owned_string(report.json());
     });
 }

@@ -8,6 +8,7 @@
 #include "config/env.hpp"
 #include "common/files.hpp"
 #include "config/pretrained_config.hpp"
+#include "logging/logger.hpp"
 #include "model/lora.hpp"
 #include "model/pretrained.hpp"
 
@@ -28,8 +29,8 @@ accel_status_t from_pretrained(const char *path, const char *options_json, accel
         const auto options = accel::config::parse_from_pretrained_options(options_json, "options_json");
         accel::PretrainedModel loaded = accel::from_pretrained(p, options);
         // Not strict: what did not match is said on the main process, as transformers' loading warns.
-        if (!loaded.report.empty() && accel::config::topology_from_env().rank == 0)
-            std::fprintf(stderr, "accel: warning: from_pretrained: %s: %s\n", p, loaded.report.text().c_str());
+        if (!loaded.report.empty())
+            accel::logging::warning(std::string("from_pretrained: ") + p + ": " + loaded.report.text());
         if (out_report != nullptr) *out_report = owned_string(loaded.report.json());
         emit(out, std::move(loaded.model));
     });

@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
+#include "logging/logger.hpp"
 #include "state/accelerator_state.hpp"
 
 #include <algorithm>
@@ -401,10 +402,12 @@ ApplyState IterableLoader::load_state_dict(const PyObj &d, const std::string &wh
             // The stream's split between processes depends on their number: the batches taken cannot be
             // mapped onto another one. Say so and start the saved pass again.
             if (!state_ || state_->process_index() == 0)
-                std::fprintf(stderr, "accel: warning: load_state: the iterable data loader was saved with %lld "
-                                     "process(es) and runs on %lld: its pass %lld restarts from its beginning\n",
-                             static_cast<long long>(saved_processes), static_cast<long long>(now),
-                             static_cast<long long>(epoch));
+                logging::log_as(ACCEL_LOG_WARNING, 0, static_cast<int32_t>(now),
+                                logging::printf_string("load_state: the iterable data loader was saved with %lld "
+                                                       "process(es) and runs on %lld: its pass %lld restarts from its "
+                                                       "beginning",
+                                                       static_cast<long long>(saved_processes),
+                                                       static_cast<long long>(now), static_cast<long long>(epoch)));
             skip_batches_ = 0;
             resume_state_.reset();
             return;
