@@ -1,0 +1,246 @@
+// Tensor-parallel layers (src/parallel/tensor_parallel) on 2 and 4 ranks played by threads: forward outputs,
+// input gradients and weight gradients equal the unsplit layer's (and at::cross_entropy's) within 1e-6. The
+// whole tensors are made on the test's thread (one generator for the process), each rank slices its part.
+// float64 where the arithmetic is ours (the split changes only the order of the sums), float32 for the loss
+// against at::cross_entropy (what training uses).
+#include "common/error.hpp"
+#include "distributed/communicator.hpp"
+#include "distributed/thread_communicator.hpp"
+#include "model/linear.hpp"
+#include "parallel/tensor_parallel/mappings.hpp"
+#include "parallel/tensor_parallel/parallel_linear.hpp"
+#include "parallel/tensor_parallel/slicing.hpp"
+#include "parallel/tensor_parallel/vocab_parallel.hpp"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dist = accel::distributed;
+namespace tp = accel::parallel::tp;
+using accel::Linear;
+
+namespace {
+
+constexpr double kTol = 1e-6;
+
+void expect_close(const at::Tensor &got, const at::Tensor &want, const std::string &what)
+{
+    ASSERT_TRUE(got.defined()) << what << ": undefined";
+    ASSERT_EQ(got.sizes(), want.sizes()) << what;
+    const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+    EXPECT_LE(diff, kTol) << what << ": max difference " << diff;
+}
+
+at::Tensor leaf(const at::Tensor &t) { return t.detach().clone().requires_grad_(true); }
+
+// An unsplit Conv1D / nn.Linear layer in the given layout: weight [in, out] or [out, in].
+at::Tensor whole_weight(int64_t in, int64_t out, Linear::Layout layout)
+{
+    return layout == Linear::Layout::InOut ? at::randn({in, out}, at::kDouble) : at::randn({out, in}, at::kDouble);
+}
+
+// Megatron's MLP pair: column parallel (outputs split) -> gelu -> row parallel (inputs split), against the
+// unsplit pair; both layouts, 2 and 4 ranks.
+void check_column_row_pair(int32_t world, Linear::Layout layout)
+{
+    at::manual_seed(7);
+    const int64_t C = 6, H = 8;
+    at::Tensor w1 = whole_weight(C, H, layout), b1 = at::randn({H}, at::kDouble);
+    at::Tensor w2 = whole_weight(H, C, layout), b2 = at::randn({C}, at::kDouble);
+    at::Tensor x = at::randn({2, 3, C}, at::kDouble), gy = at::randn({2, 3, C}, at::kDouble);
+
+    at::Tensor rw1 = leaf(w1), rb1 = leaf(b1), rw2 = leaf(w2), rb2 = leaf(b2), rx = leaf(x);
+    at::Tensor ry = accel::make_linear(rw2, rb2, layout)->forward(at::gelu(accel::make_linear(rw1, rb1, layout)->forward(rx)));
+    ry.backward(gy);
+
+    dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        at::Tensor lw1 = leaf(tp::slice(w1, tp::output_dim(layout), r, world));
+        at::Tensor lb1 = leaf(tp::slice(b1, 0, r, world));
+        at::Tensor lw2 = leaf(tp::slice(w2, tp::input_dim(layout), r, world));
+        at::Tensor lb2 = leaf(b2), lx = leaf(x);
+        auto col = tp::make_column_parallel_linear(accel::make_linear(lw1, lb1, layout), comm);
+        auto row = tp::make_row_parallel_linear(accel::make_linear(lw2, at::Tensor(), layout), lb2, comm);
+        EXPECT_TRUE(col->weight().is_same(lw1));
+        EXPECT_TRUE(row->bias().is_same(lb2));
+        EXPECT_EQ(col->out_features(), H / world);
+        at::Tensor y = row->forward(at::gelu(col->forward(lx)));
+        y.backward(gy);
+        const std::string at_rank = " (rank " + std::to_string(r) + " of " + std::to_string(world) + ")";
+        expect_close(y, ry, "output" + at_rank);
+        expect_close(lx.grad(), rx.grad(), "input gradient" + at_rank);
+        expect_close(lw1.grad(), tp::slice(rw1.grad(), tp::output_dim(layout), r, world), "column weight gradient" + at_rank);
+        expect_close(lb1.grad(), tp::slice(rb1.grad(), 0, r, world), "column bias gradient" + at_rank);
+        expect_close(lw2.grad(), tp::slice(rw2.grad(), tp::input_dim(layout), r, world), "row weight gradient" + at_rank);
+        expect_close(lb2.grad(), rb2.grad(), "row bias gradient" + at_rank);
+    });
+}
+
+TEST(TensorParallelLinear, ColumnThenRowEqualsUnsplit)
+{
+    for (int32_t world : {2, 4})
+        for (auto layout : {Linear::Layout::InOut, Linear::Layout::OutIn}) check_column_row_pair(world, layout);
+}
+
+// Each layer on its own: a column layer gathering its output, a row layer scattering a whole input.
+TEST(TensorParallelLinear, GatheredOutputAndScatteredInput)
+{
+    const int32_t world = 2;
+    const auto layout = Linear::Layout::InOut;
+    at::manual_seed(8);
+    at::Tensor w = whole_weight(4, 6, layout), b = at::randn({6}, at::kDouble);
+    at::Tensor x = at::randn({5, 4}, at::kDouble), gy = at::randn({5, 6}, at::kDouble);
+    at::Tensor rw = leaf(w), rx = leaf(x);
+    accel::make_linear(rw, b, layout)->forward(rx).backward(gy);
+    at::Tensor want = accel::make_linear(w, b, layout)->forward(x);
+    // The row layer computes x W too, from a whole input it scatters itself.
+    at::Tensor wr = whole_weight(6, 4, layout), xr = at::randn({5, 6}, at::kDouble), gr = at::randn({5, 4}, at::kDouble);
+    at::Tensor rwr = leaf(wr), rxr = leaf(xr);
+    accel::make_linear(rwr, at::Tensor(), layout)->forward(rxr).backward(gr);
+
+    dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        at::Tensor lw = leaf(tp::slice(w, 1, r, world)), lx = leaf(x);
+        auto col = tp::make_column_parallel_linear(accel::make_linear(lw, tp::slice(b, 0, r, world), layout), comm,
+                                                   {/*gather_output=*/true, -1});
+        at::Tensor y = col->forward(lx);
+        expect_close(y, want, "gathered output");
+        y.backward(gy);
+        expect_close(lx.grad(), rx.grad(), "input gradient");
+        expect_close(lw.grad(), tp::slice(rw.grad(), 1, r, world), "weight gradient");
+
+        at::Tensor lwr = leaf(tp::slice(wr, 0, r, world)), lxr = leaf(xr);
+        auto row = tp::make_row_parallel_linear(accel::make_linear(lwr, at::Tensor(), layout), at::Tensor(), comm,
+                                                {/*input_is_parallel=*/false, -1});
+        at::Tensor yr = row->forward(lxr);
+        yr.backward(gr);
+        expect_close(lxr.grad(), rxr.grad(), "scattered input's gradient");
+        expect_close(lwr.grad(), tp::slice(rwr.grad(), 0, r, world), "row weight gradient");
+    });
+}
+
+// Sequence parallelism: the pair takes and returns the sequence dimension split over the ranks.
+TEST(TensorParallelLinear, SequenceParallelPair)
+{
+    const int32_t world = 2;
+    const auto layout = Linear::Layout::InOut;
+    at::manual_seed(9);
+    const int64_t C = 4, H = 8, T = 6;
+    at::Tensor w1 = whole_weight(C, H, layout), w2 = whole_weight(H, C, layout), b2 = at::randn({C}, at::kDouble);
+    at::Tensor x = at::randn({2, T, C}, at::kDouble), gy = at::randn({2, T, C}, at::kDouble);
+    at::Tensor rw1 = leaf(w1), rx = leaf(x);
+    at::Tensor ry = accel::make_linear(w2, b2, layout)->forward(at::relu(accel::make_linear(rw1, at::Tensor(), layout)->forward(rx)));
+    ry.backward(gy);
+
+    dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        at::Tensor lw1 = leaf(tp::slice(w1, 1, r, world));
+        at::Tensor lx = leaf(tp::slice(x, 1, r, world)); // this rank's positions
+        auto col = tp::make_column_parallel_linear(accel::make_linear(lw1, at::Tensor(), layout), comm, {false, 1});
+        auto row = tp::make_row_parallel_linear(accel::make_linear(tp::slice(w2, 0, r, world), at::Tensor(), layout), b2,
+                                                comm, {true, 1});
+        at::Tensor y = row->forward(at::relu(col->forward(lx)));
+        expect_close(y, tp::slice(ry, 1, r, world), "sequence shard of the output");
+        y.backward(tp::slice(gy, 1, r, world));
+        expect_close(lx.grad(), tp::slice(rx.grad(), 1, r, world), "sequence shard of the input gradient");
+        expect_close(lw1.grad(), tp::slice(rw1.grad(), 1, r, world), "column weight gradient");
+    });
+}
+
+// The last-dimension mappings on their own, forward and backward.
+TEST(TensorParallelMappings, GatherAndScatterLastDimension)
+{
+    const int32_t world = 4;
+    at::manual_seed(10);
+    at::Tensor whole = at::randn({3, 8}, at::kDouble), g = at::randn({3, 8}, at::kDouble);
+    dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        at::Tensor part = leaf(tp::slice(whole, 1, r, world));
+        at::Tensor gathered = tp::gather_last_dim(part, comm);
+        expect_close(gathered, whole, "gathered");
+        gathered.backward(g);
+        expect_close(part.grad(), tp::slice(g, 1, r, world), "gather's gradient");
+        at::Tensor w = leaf(whole);
+        at::Tensor mine = tp::scatter_last_dim(w, comm);
+        expect_close(mine, tp::slice(whole, 1, r, world), "scattered");
+        mine.backward(tp::slice(g, 1, r, world));
+        expect_close(w.grad(), g, "scatter's gradient (every rank's slice gathered)");
+        EXPECT_THROW(tp::scatter_last_dim(at::zeros({2, 3}), comm), accel::Error); // 3 does not divide by 4
+    });
+}
+
+// GPT-2's fused c_attn [C, 3C]: each rank's slice holds its heads' q, k and v, and join undoes slice.
+TEST(TensorParallelSlicing, FusedQkvByHeads)
+{
+    const int64_t C = 8, world = 2;
+    at::Tensor w = at::arange(C * 3 * C, at::kFloat).view({C, 3 * C});
+    at::Tensor r1 = tp::slice(w, 1, 1, world, 3);
+    EXPECT_EQ(r1.sizes(), (std::vector<int64_t>{C, 3 * C / world}));
+    EXPECT_TRUE(r1.narrow(1, 0, 4).equal(w.narrow(1, 4, 4)));          // q columns 4..7
+    EXPECT_TRUE(r1.narrow(1, 4, 4).equal(w.narrow(1, C + 4, 4)));      // k
+    EXPECT_TRUE(r1.narrow(1, 8, 4).equal(w.narrow(1, 2 * C + 4, 4)));  // v
+    EXPECT_TRUE(tp::join({tp::slice(w, 1, 0, world, 3), r1}, 1, 3).equal(w));
+    EXPECT_THROW(tp::slice(w, 1, 0, 5, 3), accel::Error);
+}
+
+TEST(TensorParallelVocabulary, EmbeddingEqualsUnsplitWithPadding)
+{
+    for (int32_t world : {2, 4}) {
+        at::manual_seed(12);
+        const int64_t V = 10, C = 3, Vp = tp::padded_vocab_size(V, world);
+        EXPECT_EQ(Vp % world, 0);
+        at::Tensor w = at::randn({V, C}, at::kDouble);
+        at::Tensor padded = at::cat({w, at::zeros({Vp - V, C}, at::kDouble)});
+        at::Tensor ids = at::randint(0, V, {2, 5}, at::kLong), g = at::randn({2, 5, C}, at::kDouble);
+        at::Tensor rw = leaf(w);
+        at::embedding(rw, ids).backward(g);
+        dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            const int32_t r = comm->rank();
+            at::Tensor lw = leaf(tp::slice(padded, 0, r, world));
+            at::Tensor out = tp::vocab_parallel_embedding(ids, lw, r * (Vp / world), comm);
+            expect_close(out, at::embedding(w, ids), "embedding");
+            out.backward(g);
+            at::Tensor want = tp::slice(at::cat({rw.grad(), at::zeros({Vp - V, C}, at::kDouble)}), 0, r, world);
+            expect_close(lw.grad(), want, "weight gradient");
+        });
+    }
+}
+
+// The vocabulary-parallel loss against at::cross_entropy (float32), with ignored positions and a padded
+// vocabulary (11 on 2 and 4 ranks).
+TEST(TensorParallelVocabulary, CrossEntropyEqualsUnsplit)
+{
+    for (int32_t world : {2, 4}) {
+        at::manual_seed(13);
+        const int64_t V = 11, Vp = tp::padded_vocab_size(V, world), B = 3, T = 4;
+        at::Tensor logits = at::randn({B, T, V}) * 3;
+        at::Tensor target = at::randint(0, V, {B, T}, at::kLong);
+        target.index_put_({0, 1}, -100);
+        target.index_put_({2, 3}, V - 1); // the last real column, beside the padding
+        at::Tensor rl = leaf(logits);
+        at::Tensor want = at::cross_entropy_loss(rl.view({-1, V}), target.view({-1}));
+        want.backward();
+        at::Tensor padded = at::cat({logits, at::randn({B, T, Vp - V}) * 50}, 2); // padding never predicted
+        dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            const int32_t r = comm->rank();
+            at::Tensor local = leaf(tp::slice(padded, 2, r, world));
+            tp::VocabParallelLossOptions o;
+            o.vocab_start = r * (Vp / world);
+            o.vocab_size = V;
+            at::Tensor loss = tp::vocab_parallel_cross_entropy(local, target, comm, o);
+            expect_close(loss, want, "loss");
+            loss.backward();
+            at::Tensor g = at::cat({rl.grad(), at::zeros({B, T, Vp - V})}, 2);
+            expect_close(local.grad(), tp::slice(g, 2, r, world), "logits' gradient");
+            at::Tensor bad = target.clone();
+            bad.index_put_({1, 1}, V); // a padding column is no class
+            EXPECT_THROW(tp::vocab_parallel_cross_entropy(local, bad, comm, o), accel::Error);
+        });
+    }
+}
+
+} // namespace
