@@ -1,7 +1,8 @@
 /* accel/accel.hpp - header-only C++17 wrapper over the C API (not included by accel.h).
  *
  * RAII, move-only handle classes (accel::Accelerator, Model, Optimizer, Scheduler, DataLoader, Batch,
- * Tensor) that free their handle in the destructor; failures throw accel::Error carrying the status and
+ * Tensor) that free their handle in the destructor; datasets of the caller's as accel::MapDataset /
+ * IterableDataset subclasses and collates as std::function (DataLoader::from_map_dataset, ...); failures throw accel::Error carrying the status and
  * the library's message; accel::span is a small std::span-like view for buffers and shapes. Only the C
  * API is used, so nothing of LibTorch enters the user's build. The C API's ownership and thread rules
  * apply unchanged (see accel.h and docs/guides/bindings/cpp.md).
@@ -27,6 +28,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -451,7 +456,139 @@ public:
         check(accel_batch_get_size(get(), &v));
         return v;
     }
+    /** The attention mask (1 = token, 0 = padding) of a "pad" or the caller's collate; empty when none. */
+    Tensor attention_mask() const
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_batch_get_attention_mask(get(), &raw));
+        return Tensor(raw);
+    }
+    /** The samples' int64 indices (positions in the pass for iterable datasets). */
+    Tensor indices() const
+    {
+        accel_tensor_t *raw = nullptr;
+        check(accel_batch_get_indices(get(), &raw));
+        return Tensor(raw);
+    }
 };
+
+/** One sample of a dataset of the caller's: its inputs and, optionally, its labels (all samples alike). */
+struct Sample {
+    Tensor inputs;
+    Tensor labels;
+};
+
+/** What a collate returns: the batch's inputs, and optionally labels and an attention mask. */
+struct Collated {
+    Tensor inputs;
+    Tensor labels;
+    Tensor attention_mask;
+};
+
+/** A collate (PyTorch's collate_fn): the samples' inputs and labels (labels empty when the samples have none),
+ *  borrowed for the call. With "num_workers" > 0 it runs on several worker threads at once. */
+using CollateFn = std::function<Collated(const std::vector<Tensor> &inputs, const std::vector<Tensor> &labels)>;
+
+/** A map-style dataset (PyTorch's Dataset). With "num_workers" > 0, get() runs on several worker threads at
+ *  once: it must be safe to call concurrently. An exception fails DataLoader::next_batch with its message. */
+class MapDataset {
+public:
+    virtual ~MapDataset() = default;
+    /** len(dataset), asked once when the loader is created. */
+    virtual std::int64_t length() = 0;
+    virtual Sample get(std::int64_t index) = 0;
+};
+
+/** An iterable dataset (PyTorch's IterableDataset; torchdata's state_dict / load_state_dict when stateful()).
+ *  Its methods run on one thread at a time (the loader's reading thread with "num_workers" > 0). */
+class IterableDataset {
+public:
+    virtual ~IterableDataset() = default;
+    /** Starts pass @p epoch (iter(dataset) after dataset.set_epoch(epoch)). */
+    virtual void set_epoch(std::int64_t epoch) = 0;
+    /** The next sample, or std::nullopt at the end of the pass. */
+    virtual std::optional<Sample> next() = 0;
+    /** Whether state() / load_state() work; without them a resume re-reads the pass and skips what was taken. */
+    virtual bool stateful() const { return false; }
+    virtual std::string state() { return {}; }
+    virtual void load_state(const std::string &) {}
+};
+
+namespace detail {
+
+/** Runs a callback body: an exception becomes its status (accel::Error's own, ACCEL_ERR_UNKNOWN otherwise)
+ *  with accel_callback_set_error, so nothing is thrown into the library. */
+template <class F>
+accel_status_t callback_status(F &&body) noexcept
+{
+    try {
+        body();
+        return ACCEL_OK;
+    } catch (const Error &e) {
+        accel_callback_set_error(e.what());
+        return e.status() == ACCEL_OK ? ACCEL_ERR_UNKNOWN : e.status();
+    } catch (const std::exception &e) {
+        accel_callback_set_error(e.what());
+        return ACCEL_ERR_UNKNOWN;
+    } catch (...) {
+        accel_callback_set_error("an exception that is not a std::exception in a dataset callback");
+        return ACCEL_ERR_UNKNOWN;
+    }
+}
+
+inline void hand_over(Sample &&s, accel_tensor_t **inputs, accel_tensor_t **labels)
+{
+    if (!s.inputs) throw Error(ACCEL_ERR_INVALID_ARGUMENT, "the sample has no inputs tensor");
+    *inputs = s.inputs.release();
+    *labels = s.labels.release();
+}
+
+/** The borrowed tensors of a collate call, wrapped for the caller and given back (never freed) at the end. */
+struct Borrowed {
+    std::vector<Tensor> inputs, labels;
+    Borrowed(const accel_tensor_t *const *in, const accel_tensor_t *const *lab, std::size_t n)
+    {
+        inputs.reserve(n);
+        labels.reserve(lab ? n : 0);
+        for (std::size_t i = 0; i < n; ++i) {
+            inputs.emplace_back(const_cast<accel_tensor_t *>(in[i]));
+            if (lab) labels.emplace_back(const_cast<accel_tensor_t *>(lab[i]));
+        }
+    }
+    Borrowed(const Borrowed &) = delete;
+    Borrowed &operator=(const Borrowed &) = delete;
+    ~Borrowed()
+    {
+        for (auto &t : inputs) (void)t.release();
+        for (auto &t : labels) (void)t.release();
+    }
+};
+
+inline accel_status_t collate_call(void *user_data, const accel_tensor_t *const *inputs,
+                                   const accel_tensor_t *const *labels, std::size_t count, accel_tensor_t **out_inputs,
+                                   accel_tensor_t **out_labels, accel_tensor_t **out_mask) noexcept
+{
+    return callback_status([&] {
+        Borrowed b(inputs, labels, count);
+        Collated c = (*static_cast<CollateFn *>(user_data))(b.inputs, b.labels);
+        if (!c.inputs) throw Error(ACCEL_ERR_INVALID_ARGUMENT, "collate returned no inputs tensor");
+        *out_inputs = c.inputs.release();
+        *out_labels = c.labels.release();
+        *out_mask = c.attention_mask.release();
+    });
+}
+
+/** What a callback loader's user_data owns: the dataset and the collate, freed by the loader's release (after
+ *  its workers stopped), so neither dies while a worker may still call it. */
+template <class D>
+struct Kept {
+    std::shared_ptr<D> dataset;
+    CollateFn collate;
+    std::string state; // iterable datasets: valid until the next callback
+    static void release(void *p) noexcept { delete static_cast<Kept *>(p); }
+};
+
+} // namespace detail
 
 class DataLoader : public detail::Handle<accel_dataloader_t, accel_dataloader_free> {
 public:
@@ -475,6 +612,86 @@ public:
         return v;
     }
     void set_epoch(std::int64_t epoch) { check(accel_dataloader_set_epoch(get(), epoch)); }
+
+    /** Windows of block_size + 1 tokens of an in-memory stream (accel_dataloader_create_from_tokens). */
+    static DataLoader from_tokens(const Tensor &tokens, const std::string &config)
+    {
+        accel_dataloader_t *raw = nullptr;
+        check(accel_dataloader_create_from_tokens(tokens.get(), config.c_str(), &raw));
+        return DataLoader(raw);
+    }
+    /** A dataset read from files without loading them (accel_dataloader_create_from_files): token corpora,
+     *  e.g. {"format": "tokens", "files": ["train-*.bin"], "dtype": "uint16", "block_size": 1024,
+     *  "batch_size": 8}, or .npy / safetensors sample tensors. */
+    static DataLoader from_files(const std::string &config)
+    {
+        accel_dataloader_t *raw = nullptr;
+        check(accel_dataloader_create_from_files(config.c_str(), &raw));
+        return DataLoader(raw);
+    }
+    /** A loader over a map-style dataset of the caller's (accel_dataloader_create_from_map_dataset); the
+     *  loader keeps @p dataset and @p collate (nullptr: the config's "collate") alive. */
+    static DataLoader from_map_dataset(std::shared_ptr<MapDataset> dataset, const std::string &config = "{}",
+                                       CollateFn collate = nullptr)
+    {
+        using K = detail::Kept<MapDataset>;
+        if (!dataset) throw Error(ACCEL_ERR_INVALID_ARGUMENT, "from_map_dataset: dataset is null");
+        auto kept = std::make_unique<K>(K{std::move(dataset), std::move(collate), {}});
+        accel_map_dataset_t ds{};
+        ds.length = [](void *ud, std::int64_t *out) noexcept {
+            return detail::callback_status([&] { *out = static_cast<K *>(ud)->dataset->length(); });
+        };
+        ds.get = [](void *ud, std::int64_t index, accel_tensor_t **in, accel_tensor_t **lab) noexcept {
+            return detail::callback_status([&] { detail::hand_over(static_cast<K *>(ud)->dataset->get(index), in, lab); });
+        };
+        ds.release = &K::release;
+        ds.user_data = kept.get();
+        accel_dataloader_t *raw = nullptr;
+        check(accel_dataloader_create_from_map_dataset(&ds, kept->collate ? &detail::collate_call : nullptr,
+                                                       &kept->collate, config.c_str(), &raw));
+        (void)kept.release(); // the loader owns it now
+        return DataLoader(raw);
+    }
+    /** A loader over an iterable dataset of the caller's (accel_dataloader_create_from_iterable_dataset),
+     *  e.g. with {"packing": {"block_size": 1024, "eos_token_id": 50256}} over documents. */
+    static DataLoader from_iterable_dataset(std::shared_ptr<IterableDataset> dataset, const std::string &config = "{}",
+                                            CollateFn collate = nullptr)
+    {
+        using K = detail::Kept<IterableDataset>;
+        if (!dataset) throw Error(ACCEL_ERR_INVALID_ARGUMENT, "from_iterable_dataset: dataset is null");
+        auto kept = std::make_unique<K>(K{std::move(dataset), std::move(collate), {}});
+        accel_iterable_dataset_t ds{};
+        ds.set_epoch = [](void *ud, std::int64_t epoch) noexcept {
+            return detail::callback_status([&] { static_cast<K *>(ud)->dataset->set_epoch(epoch); });
+        };
+        ds.next = [](void *ud, accel_tensor_t **in, accel_tensor_t **lab) noexcept {
+            return detail::callback_status([&] {
+                if (auto s = static_cast<K *>(ud)->dataset->next()) detail::hand_over(std::move(*s), in, lab);
+            });
+        };
+        if (kept->dataset->stateful()) {
+            ds.state = [](void *ud, const std::uint8_t **data, std::size_t *len) noexcept {
+                return detail::callback_status([&] {
+                    K *k = static_cast<K *>(ud);
+                    k->state = k->dataset->state();
+                    *data = reinterpret_cast<const std::uint8_t *>(k->state.data());
+                    *len = k->state.size();
+                });
+            };
+            ds.load_state = [](void *ud, const std::uint8_t *data, std::size_t len) noexcept {
+                return detail::callback_status([&] {
+                    static_cast<K *>(ud)->dataset->load_state(std::string(reinterpret_cast<const char *>(data), len));
+                });
+            };
+        }
+        ds.release = &K::release;
+        ds.user_data = kept.get();
+        accel_dataloader_t *raw = nullptr;
+        check(accel_dataloader_create_from_iterable_dataset(&ds, kept->collate ? &detail::collate_call : nullptr,
+                                                            &kept->collate, config.c_str(), &raw));
+        (void)kept.release();
+        return DataLoader(raw);
+    }
 
 private:
     static accel_dataloader_t *create(const Tensor &features, const Tensor *labels, const std::string &config)
