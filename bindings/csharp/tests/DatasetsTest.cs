@@ -1,6 +1,7 @@
 // Datasets written in C# (issue 35): map-style and iterable datasets give a tensor loader's batches, workers
 // call Get from native threads and give the same batches, an exception in a callback fails NextBatch with its
-// message (caught before it reaches native frames), a collate, and an iterable with state resumes exactly.
+// message (caught before it reaches native frames), a collate, and an iterable with state resumes exactly;
+// documents packed into windows ("packing") equal the hand-packed stream's windows and resume exactly.
 #if NUNIT
 using System;
 using System.Collections.Generic;
@@ -129,6 +130,74 @@ namespace Accel.Tests
                 acc.LoadState(dir);
                 Assert.IsTrue(rest.SequenceEqual(Pass(dl)));
                 Assert.IsTrue(stream.Epochs.SequenceEqual(new long[] { 1 }));
+            }
+            Directory.Delete(dir, true);
+        }
+
+        // Documents d = 10d, 10d + 1, ... (1 + d % 3 tokens), 9 of them; the state is the next document.
+        sealed class Documents : IterableDataset
+        {
+            public long Pos;
+            public override void SetEpoch(long epoch) { Pos = 0; }
+            public override bool Next(Sample sample)
+            {
+                if (Pos >= 9) return false;
+                var doc = new long[1 + Pos % 3];
+                for (int k = 0; k < doc.Length; ++k) doc[k] = 10 * Pos + k;
+                ++Pos;
+                using (var x = Tensor.Of(doc, doc.Length)) sample.SetInputs(x);
+                return true;
+            }
+            public override bool Stateful() { return true; }
+            public override string State() { return Pos.ToString(); }
+            public override void LoadState(string state) { Pos = long.Parse(state); }
+        }
+
+        static List<string> TokenPass(DataLoader dl)
+        {
+            var outp = new List<string>();
+            foreach (Batch b in dl)
+                using (b)
+                using (var x = b.Inputs())
+                using (var y = b.Labels())
+                    outp.Add(string.Join(",", x.ToLongArray()) + "|" + string.Join(",", y.ToLongArray()));
+            return outp;
+        }
+
+        [Test]
+        public void PacksDocumentsAndResumes()
+        {
+            const string packing = "{\"batch_size\": 2, \"packing\": {\"block_size\": 3, \"eos_token_id\": -1}}";
+            var stream = new List<long>(); // each document, then EOS -1; windows of 4 tokens 3 apart
+            for (long d = 0; d < 9; ++d)
+            {
+                for (long k = 0; k <= d % 3; ++k) stream.Add(10 * d + k);
+                stream.Add(-1);
+            }
+            string dir = Path.Combine(Path.GetTempPath(), "accel-cs-packing-" + Guid.NewGuid());
+            List<string> rest;
+            using (var acc = new Accelerator())
+            using (var dl = DataLoader.FromIterableDataset(new Documents(), packing))
+            {
+                acc.PrepareDataloader(dl);
+                using (var b = dl.NextBatch())
+                using (var x = b.Inputs())
+                using (var y = b.Labels())
+                {
+                    Assert.IsTrue(x.ToLongArray().SequenceEqual(stream.Take(6)));          // windows 0 and 1
+                    Assert.IsTrue(y.ToLongArray().SequenceEqual(stream.Skip(1).Take(6)));
+                }
+                dl.NextBatch().Dispose();
+                acc.SaveState(dir);
+                rest = TokenPass(dl);
+                Assert.AreEqual(3, rest.Count); // 27 tokens: 8 full windows and a short one, in batches of 2
+            }
+            using (var acc = new Accelerator())
+            using (var dl = DataLoader.FromIterableDataset(new Documents(), packing))
+            {
+                acc.PrepareDataloader(dl);
+                acc.LoadState(dir);
+                Assert.IsTrue(rest.SequenceEqual(TokenPass(dl)));
             }
             Directory.Delete(dir, true);
         }

@@ -1,6 +1,7 @@
 //! Datasets written in Rust (issue 35): a map closure and an iterable dataset give a tensor loader's
 //! batches, workers give the same batches, an Err in a callback fails next_batch with its message, a collate
-//! closure, the "pad" collate's attention mask, and an iterable with state resumes exactly.
+//! closure, the "pad" collate's attention mask, and an iterable with state resumes exactly; documents packed
+//! into windows ("packing") equal the hand-packed stream's windows and resume exactly.
 use accel::{dataset_error, Accelerator, Collated, DataLoader, IterableDataset, NoCollate, Sample, Tensor};
 
 const N: i64 = 22;
@@ -150,6 +151,74 @@ fn iterable_resumes_from_its_state() -> accel::Result<()> {
     acc.load_state(ckpt)?;
     assert_eq!(pass(&mut dl)?, rest);
     assert_eq!(*epochs.lock().unwrap(), vec![1]);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Documents d = 10d, 10d + 1, ... (1 + d % 3 tokens), 9 of them; the state is the next document.
+struct Documents {
+    pos: i64,
+}
+
+impl IterableDataset for Documents {
+    fn set_epoch(&mut self, _epoch: i64) -> accel::Result<()> {
+        self.pos = 0;
+        Ok(())
+    }
+    fn next(&mut self) -> accel::Result<Option<Sample>> {
+        if self.pos >= 9 {
+            return Ok(None);
+        }
+        let doc: Vec<i64> = (0..=self.pos % 3).map(|k| 10 * self.pos + k).collect();
+        self.pos += 1;
+        Ok(Some(Sample { inputs: Tensor::from_slice(&doc, &[doc.len() as i64])?, labels: None }))
+    }
+    fn stateful(&self) -> bool {
+        true
+    }
+    fn state(&mut self) -> accel::Result<Vec<u8>> {
+        Ok(self.pos.to_le_bytes().to_vec())
+    }
+    fn load_state(&mut self, state: &[u8]) -> accel::Result<()> {
+        self.pos = i64::from_le_bytes(state.try_into().map_err(|_| dataset_error("bad state"))?);
+        Ok(())
+    }
+}
+
+fn token_pass(dl: &mut DataLoader) -> accel::Result<Vec<(Vec<i64>, Vec<i64>)>> {
+    let mut out = Vec::new();
+    for b in dl.pass() {
+        let b = b?;
+        out.push((b.inputs()?.to_vec::<i64>()?, b.labels()?.unwrap().to_vec::<i64>()?));
+    }
+    Ok(out)
+}
+
+#[test]
+fn packs_documents_and_resumes() -> accel::Result<()> {
+    let packing = r#"{"batch_size": 2, "packing": {"block_size": 3, "eos_token_id": -1}}"#;
+    // Each document, then EOS -1; windows of 4 tokens 3 apart.
+    let stream: Vec<i64> = (0..9i64).flat_map(|d| (0..=d % 3).map(move |k| 10 * d + k).chain([-1])).collect();
+    let dir = std::env::temp_dir().join(format!("accel-rust-packing-{}", std::process::id()));
+    let ckpt = dir.join("ckpt");
+    let ckpt = ckpt.to_str().unwrap();
+    let rest = {
+        let mut acc = Accelerator::new(None)?;
+        let mut dl = DataLoader::from_iterable_dataset(Documents { pos: 0 }, None::<NoCollate>, packing)?;
+        acc.prepare(None, None, Some(&mut dl), None)?;
+        let b = dl.next_batch()?.unwrap();
+        assert_eq!(b.inputs()?.to_vec::<i64>()?, stream[0..6].to_vec()); // windows 0 and 1
+        assert_eq!(b.labels()?.unwrap().to_vec::<i64>()?, stream[1..7].to_vec());
+        dl.next_batch()?;
+        acc.save_state(ckpt)?;
+        token_pass(&mut dl)?
+    };
+    assert_eq!(rest.len(), 3); // 27 tokens: 8 full windows and a short one, in batches of 2
+    let mut acc = Accelerator::new(None)?;
+    let mut dl = DataLoader::from_iterable_dataset(Documents { pos: 0 }, None::<NoCollate>, packing)?;
+    acc.prepare(None, None, Some(&mut dl), None)?;
+    acc.load_state(ckpt)?;
+    assert_eq!(token_pass(&mut dl)?, rest);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
