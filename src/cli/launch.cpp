@@ -2,7 +2,8 @@
 // on this machine with the torchrun-style environment (RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, ...) and Accelerate's ACCELERATE_* switches,
 // prefixes each line of their output with "[rankN]: ", and when one process fails stops the others
-// (SIGTERM, then SIGKILL after 5 s) and exits with that process's status (128 + signal if killed).
+// (SIGTERM, then SIGKILL after 5 s) and exits with that process's status (128 + signal if killed), or, with
+// --max_restarts N, starts them all again up to N times (torchrun's elastic restarts; launch_workers.cpp runs a round).
 // Slurm's variables (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST) give defaults for
 // --num_machines, --machine_rank and --main_process_ip when present.
 #include "cli/commands.hpp"
@@ -13,6 +14,7 @@
 #include "cli/launch_config.hpp"
 #include "cli/cpu_affinity.hpp"
 #include "cli/launch_watchdog.hpp"
+#include "cli/launch_workers.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -84,6 +86,12 @@ const char *kUsage =
     "      --dynamo_backend B, --dynamo_mode M, --dynamo_use_fullgraph, --dynamo_use_dynamic   exported as\n"
     "                                 ACCELERATE_DYNAMO_*; libaccel runs backends \"no\" and \"eager\" and refuses\n"
     "                                 the others (torch.compile exists only in Python PyTorch)\n"
+    "      --max_restarts N           elastic restarts (torchrun's): when a worker fails, stop every worker and start\n"
+    "                                 them all again, up to N times (default 0: the job fails), each time at a fresh\n"
+    "                                 rendezvous port; TORCHELASTIC_RESTART_COUNT tells the workers which round it is\n"
+    "                                 (accel_accelerator_load_latest_state resumes from the newest checkpoint)\n"
+    "      --monitor_interval S       seconds between looks at the workers' state (default 0.1)\n"
+    "      --rdzv_id ID               the job's id, TORCHELASTIC_RUN_ID (default \"none\", as torchrun)\n"
     "  -q, --quiet                    no launcher messages\n"
     "      --                         end of flags\n";
 
@@ -96,6 +104,9 @@ struct Options {
     bool enable_cpu_affinity = false; // --enable_cpu_affinity or the file's enable_cpu_affinity: true
     std::map<std::string, std::string> parallelism_env; // PARALLELISM_CONFIG_* -> value
     std::map<std::string, std::string> dynamo_env;      // ACCELERATE_DYNAMO_* from --dynamo_* flags
+    int max_restarts = 0;           // --max_restarts: torchrun's elastic restarts of the whole group
+    double monitor_interval = 0.1;  // --monitor_interval, seconds
+    std::string rdzv_id = "none";   // --rdzv_id: TORCHELASTIC_RUN_ID
     std::vector<std::string> command;
 };
 
@@ -155,6 +166,17 @@ int to_int(const std::string &flag, const std::string &v, int min, int max)
         usage_error(flag + ": expected an integer in " + std::to_string(min) + ".." + std::to_string(max) + ", got \"" +
                     v + "\"");
     return *x;
+}
+
+// A number of seconds in (0, 3600] ("0.5", "5").
+double to_seconds(const std::string &flag, const std::string &v)
+{
+    char *end = nullptr;
+    errno = 0;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || end == nullptr || *end != '\0' || errno != 0 || !(x > 0.0 && x <= 3600.0))
+        usage_error(flag + ": expected seconds in (0, 3600], got \"" + v + "\"");
+    return x;
 }
 
 Options parse(int argc, char **argv)
@@ -227,6 +249,13 @@ Options parse(int argc, char **argv)
             o.dynamo_env["ACCELERATE_DYNAMO_MODE"] = value(flag, inline_value, has_inline);
         } else if (flag == "--dynamo_use_fullgraph" || flag == "--dynamo_use_dynamic") {
             o.dynamo_env["ACCELERATE_" + upper_ascii(flag.substr(2))] = "True"; // store_true flags, Python's str(True)
+        } else if (flag == "--max_restarts") {
+            o.max_restarts = to_int(flag, value(flag, inline_value, has_inline), 0, 1000000);
+        } else if (flag == "--monitor_interval") {
+            o.monitor_interval = to_seconds(flag, value(flag, inline_value, has_inline));
+        } else if (flag == "--rdzv_id") {
+            o.rdzv_id = value(flag, inline_value, has_inline);
+            if (o.rdzv_id.empty()) usage_error(flag + ": must not be empty");
         } else if (flag == "--use_parallelism_config") {
             o.use_parallelism_config = true;
         } else if (const ParallelismFlag *pf = find_parallelism_flag(flag)) {
@@ -314,66 +343,6 @@ int pick_free_port()
         port = ntohs(a.sin_port);
     if (fd >= 0) close(fd);
     return port;
-}
-
-struct Child {
-    int rank = 0;
-    pid_t pid = -1;
-    int out_fd = -1, err_fd = -1;
-    std::string out_buf, err_buf;
-    bool exited = false;
-    int status = 0;
-};
-
-volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
-
-// Writes the complete lines in `buf` with `prefix` (all of it with flush_all). A progress bar redraws its
-// line after '\r': a line keeps only what follows its last '\r'; on a terminal the unfinished line is
-// drawn as it goes, prefix included, and the part already drawn is dropped.
-void emit_lines(std::string &buf, const std::string &prefix, FILE *to, bool flush_all)
-{
-    auto last_segment = [](const std::string &line) {
-        const size_t cr = line.rfind('\r');
-        return cr == std::string::npos ? line : line.substr(cr + 1);
-    };
-    const bool tty = isatty(fileno(to)) != 0;
-    size_t start = 0, nl;
-    while ((nl = buf.find('\n', start)) != std::string::npos) {
-        const std::string line = buf.substr(start, nl - start);
-        std::fprintf(to, "%s%s%s%s\n", tty && line.find('\r') != std::string::npos ? "\r" : "", prefix.c_str(),
-                     last_segment(line).c_str(), tty ? "\033[K" : "");
-        start = nl + 1;
-    }
-    buf.erase(0, start);
-    if (flush_all && !buf.empty()) {
-        std::fprintf(to, "%s%s\n", prefix.c_str(), last_segment(buf).c_str());
-        buf.clear();
-    }
-    const size_t cr = buf.rfind('\r');
-    if (tty && cr != std::string::npos) {
-        const std::string shown = buf.substr(cr + 1);
-        std::fprintf(to, "\r%s%s\033[K", prefix.c_str(), shown.c_str());
-        buf.erase(0, cr); // keep the '\r': the finished line redraws from the start
-    }
-    std::fflush(to);
-}
-
-std::string describe_status(int status)
-{
-    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) {
-        int sig = WTERMSIG(status);
-        return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
-    }
-    return "ended with wait status " + std::to_string(status);
-}
-
-int exit_code_of(int status)
-{
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return 1;
 }
 
 // What Accelerate's DeepSpeed launcher adds (prepare_deepspeed_cmd_env): the switch, the settings the config file
@@ -547,207 +516,57 @@ int launch_main(int argc, char **argv)
                                        : std::to_string(cpu_blocks[static_cast<size_t>(i)].size()).c_str());
     }
 
-    std::vector<Child> children(static_cast<size_t>(local));
+    WorkerGroup group;
+    group.world = world;
+    group.local = local;
+    group.machines = machines;
+    group.machine_rank = machine_rank;
+    group.addr = addr;
+    group.cpu_affinity = o.enable_cpu_affinity;
+    group.threads_flag = o.threads.has_value();
+    group.cpu_blocks = cpu_blocks;
+    group.command = o.command;
+    group.quiet = o.quiet;
+    group.max_restarts = o.max_restarts;
+    group.run_id = o.rdzv_id;
+    group.monitor_interval = o.monitor_interval;
     StoppedWatchdog watchdog; // ends the job when a child stays stopped longer than the job's timeout
-    struct sigaction sa{};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    signal(SIGPIPE, SIG_IGN);
-    const bool stdout_tty = isatty(STDOUT_FILENO) != 0;
+    group.env["OMP_NUM_THREADS"] = threads;
+    group.env["ACCELERATE_USE_CPU"] = o.cpu ? "True" : "False";
+    group.env["ACCELERATE_MIXED_PRECISION"] = o.mixed_precision.value_or("no");
+    if (o.grad_accum) group.env["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] = std::to_string(*o.grad_accum);
+    if (o.debug) group.env["ACCELERATE_DEBUG_MODE"] = "true";
+    // The children write into pipes; tell them whether their lines end on a terminal (progress bars).
+    if (isatty(STDOUT_FILENO) != 0) group.env["ACCEL_PROGRESS_TTY"] = "1";
+    if (!watchdog.folder().empty()) group.env["ACCEL_LAUNCH_STATE_DIR"] = watchdog.folder();
+    for (const auto &[k, v] : extra_env) group.env[k] = v;
+    install_launcher_signal_handlers();
 
-    for (int i = 0; i < local; ++i) {
-        Child &c = children[static_cast<size_t>(i)];
-        c.rank = machine_rank * local + i;
-        int out[2], err[2];
-        if (pipe(out) != 0 || pipe(err) != 0) {
-            std::perror("accel launch: pipe");
-            return 1;
+    // torchrun's elastic restarts: when a worker fails, every worker of this machine is stopped (the round ends)
+    // and all start again, up to --max_restarts times. Each round meets at a rendezvous of its own (a fresh
+    // port: the old round's store died with its rank 0, and a late message of the old round must not reach the
+    // new one); with several machines, port + round, which every machine's launcher computes alike.
+    for (int round = 0;; ++round) {
+        group.restart_count = round;
+        const bool any_port = machines == 1 && o.main_process_port.value_or(0) == 0; // no port asked for
+        group.port = round == 0 ? port : any_port ? pick_free_port() : port + round;
+        if (!o.quiet && world > 1 && machine_rank == 0)
+            std::fprintf(stderr, "accel launch: %d processes (%d per machine, %d machine%s), rendezvous %s:%d%s\n", world,
+                         local, machines, machines > 1 ? "s" : "", addr.c_str(), group.port,
+                         round > 0 ? (" (restart " + std::to_string(round) + " of " + std::to_string(o.max_restarts) + ")").c_str() : "");
+        const RoundOutcome r = run_worker_group(group, watchdog);
+        if (!r.worker_failed || round >= o.max_restarts) {
+            if (r.failed_rank >= 0 && !o.quiet)
+                std::fprintf(stderr, "accel launch: failed: rank %d %s%s\n", r.failed_rank, r.failure.c_str(),
+                             o.max_restarts > 0 ? (" (after " + std::to_string(round) + " restart" + (round == 1 ? "" : "s") +
+                                                   ", --max_restarts " + std::to_string(o.max_restarts) + ")").c_str()
+                                                : "");
+            return r.result;
         }
-        pid_t pid = fork();
-        if (pid < 0) {
-            std::perror("accel launch: fork");
-            return 1;
-        }
-        if (pid == 0) {
-            dup2(out[1], STDOUT_FILENO);
-            dup2(err[1], STDERR_FILENO);
-            close(out[0]); close(out[1]); close(err[0]); close(err[1]);
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGPIPE, SIG_DFL);
-            auto set = [](const char *k, const std::string &v) { setenv(k, v.c_str(), 1); };
-            set("RANK", std::to_string(c.rank));
-            set("LOCAL_RANK", std::to_string(i));
-            set("WORLD_SIZE", std::to_string(world));
-            set("LOCAL_WORLD_SIZE", std::to_string(local));
-            set("GROUP_RANK", std::to_string(machine_rank));
-            set("GROUP_WORLD_SIZE", std::to_string(machines));
-            set("ROLE_RANK", std::to_string(c.rank));
-            set("ROLE_WORLD_SIZE", std::to_string(world));
-            set("ROLE_NAME", "default");
-            set("MASTER_ADDR", addr);
-            set("MASTER_PORT", std::to_string(port));
-            set("TORCHELASTIC_RESTART_COUNT", "0");
-            set("TORCHELASTIC_MAX_RESTARTS", "0");
-            set("TORCHELASTIC_RUN_ID", "none");
-            set("OMP_NUM_THREADS", threads);
-            if (o.enable_cpu_affinity) {
-                set("ACCELERATE_CPU_AFFINITY", "1");
-                const std::vector<int> &block = cpu_blocks[static_cast<size_t>(i)];
-                if (!block.empty()) {
-                    if (!o.threads) set("OMP_NUM_THREADS", std::to_string(block.size()));
-                    if (!bind_to_cpus(block))
-                        std::fprintf(stderr, "accel launch: warning: cannot bind to CPUs %s: %s\n",
-                                     cpu_list_text(block).c_str(), std::strerror(errno));
-                }
-            }
-            set("ACCELERATE_USE_CPU", o.cpu ? "True" : "False");
-            set("ACCELERATE_MIXED_PRECISION", o.mixed_precision.value_or("no"));
-            if (o.grad_accum) set("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", std::to_string(*o.grad_accum));
-            if (o.debug) set("ACCELERATE_DEBUG_MODE", "true");
-            // The children write into pipes; tell them whether their lines end on a terminal (progress bars).
-            if (stdout_tty) set("ACCEL_PROGRESS_TTY", "1");
-            if (!watchdog.folder().empty()) set("ACCEL_LAUNCH_STATE_DIR", watchdog.folder());
-            for (const auto &[k, v] : extra_env) set(k.c_str(), v);
-            std::vector<char *> args;
-            for (auto &s : o.command) args.push_back(const_cast<char *>(s.c_str()));
-            args.push_back(nullptr);
-            execvp(args[0], args.data());
-            std::fprintf(stderr, "accel launch: cannot run \"%s\": %s\n", args[0], std::strerror(errno));
-            _exit(127);
-        }
-        close(out[1]);
-        close(err[1]);
-        c.pid = pid;
-        c.out_fd = out[0];
-        c.err_fd = err[0];
+        if (!o.quiet)
+            std::fprintf(stderr, "accel launch: rank %d %s; restarting all %d processes of this machine (restart %d of %d)\n",
+                         r.failed_rank, r.failure.c_str(), local, round + 1, o.max_restarts);
     }
-    if (!o.quiet && world > 1 && machine_rank == 0)
-        std::fprintf(stderr, "accel launch: %d processes (%d per machine, %d machine%s), rendezvous %s:%d\n", world,
-                     local, machines, machines > 1 ? "s" : "", addr.c_str(), port);
-
-    int first_failure = -1; // index into children
-    int result = 0;
-    bool kill_pending = false; // SIGKILL the stragglers at kill_at
-    auto kill_at = std::chrono::steady_clock::now();
-    bool forwarded_signal = false;
-    auto stop_others = [&](int sig) {
-        for (auto &c : children)
-            if (!c.exited) {
-                kill(c.pid, sig);
-                if (sig != SIGKILL) kill(c.pid, SIGCONT); // a stopped process acts on the signal only once continued
-            }
-    };
-
-    for (;;) {
-        std::vector<pollfd> fds;
-        std::vector<std::pair<size_t, bool>> who; // child index, is stderr
-        for (size_t k = 0; k < children.size(); ++k) {
-            if (children[k].out_fd >= 0) {
-                fds.push_back({children[k].out_fd, POLLIN, 0});
-                who.emplace_back(k, false);
-            }
-            if (children[k].err_fd >= 0) {
-                fds.push_back({children[k].err_fd, POLLIN, 0});
-                who.emplace_back(k, true);
-            }
-        }
-        if (!fds.empty()) poll(fds.data(), fds.size(), 100);
-        else std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        for (size_t f = 0; f < fds.size(); ++f) {
-            if (!(fds[f].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            Child &c = children[who[f].first];
-            bool is_err = who[f].second;
-            char buf[65536];
-            ssize_t n = read(fds[f].fd, buf, sizeof buf);
-            std::string &b = is_err ? c.err_buf : c.out_buf;
-            std::string prefix = world > 1 ? "[rank" + std::to_string(c.rank) + "]: " : "";
-            if (n > 0) {
-                b.append(buf, static_cast<size_t>(n));
-                emit_lines(b, prefix, is_err ? stderr : stdout, false);
-            } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-                emit_lines(b, prefix, is_err ? stderr : stdout, true);
-                close(fds[f].fd);
-                (is_err ? c.err_fd : c.out_fd) = -1;
-            }
-        }
-        // Reap.
-        int status = 0;
-        pid_t pid;
-        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-            for (size_t k = 0; k < children.size(); ++k) {
-                Child &c = children[k];
-                if (c.pid != pid) continue;
-                c.exited = true;
-                c.status = status;
-                bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-                if (!ok && first_failure < 0 && !forwarded_signal) {
-                    first_failure = static_cast<int>(k);
-                    result = exit_code_of(status);
-                    if (!o.quiet)
-                        std::fprintf(stderr, "accel launch: rank %d (pid %d) %s; stopping the other processes\n", c.rank,
-                                     static_cast<int>(pid), describe_status(status).c_str());
-                    stop_others(SIGTERM);
-                    kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-                    kill_pending = true;
-                }
-            }
-        }
-        // A stopped child ends the job as a dead one does: it is the job's failure, killed, and the others stopped.
-        if (first_failure < 0 && !forwarded_signal) {
-            std::map<int, pid_t> live;
-            for (const auto &c : children)
-                if (!c.exited) live[c.rank] = c.pid;
-            if (auto v = watchdog.check(live)) {
-                std::fprintf(stderr, "accel launch: rank %d (pid %d) %s; ending the job\n", v->rank,
-                             static_cast<int>(v->pid), v->why.c_str());
-                for (size_t k = 0; k < children.size(); ++k)
-                    if (children[k].pid == v->pid) first_failure = static_cast<int>(k);
-                result = 128 + SIGKILL;
-                kill(v->pid, SIGKILL);
-                stop_others(SIGTERM);
-                kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-                kill_pending = true;
-            }
-        }
-        if (g_signal != 0 && !forwarded_signal) {
-            forwarded_signal = true;
-            stop_others(g_signal);
-            result = 128 + g_signal;
-            kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-            kill_pending = true;
-        }
-        if (kill_pending && std::chrono::steady_clock::now() >= kill_at) {
-            stop_others(SIGKILL);
-            kill_pending = false;
-        }
-        bool all_done = true;
-        for (auto &c : children)
-            if (!c.exited || c.out_fd >= 0 || c.err_fd >= 0) all_done = false;
-        if (all_done) break;
-        // A child that exited may leave a grandchild holding its pipes: stop reading once all exited.
-        bool all_exited = true;
-        for (auto &c : children) all_exited = all_exited && c.exited;
-        if (all_exited) {
-            static auto since = std::chrono::steady_clock::now();
-            if (std::chrono::steady_clock::now() - since > std::chrono::seconds(2)) {
-                for (auto &c : children) {
-                    std::string prefix = world > 1 ? "[rank" + std::to_string(c.rank) + "]: " : "";
-                    emit_lines(c.out_buf, prefix, stdout, true);
-                    emit_lines(c.err_buf, prefix, stderr, true);
-                    if (c.out_fd >= 0) close(c.out_fd);
-                    if (c.err_fd >= 0) close(c.err_fd);
-                    c.out_fd = c.err_fd = -1;
-                }
-                break;
-            }
-        }
-    }
-    if (first_failure >= 0 && !o.quiet)
-        std::fprintf(stderr, "accel launch: failed: rank %d %s\n", children[static_cast<size_t>(first_failure)].rank,
-                     describe_status(children[static_cast<size_t>(first_failure)].status).c_str());
-    return result;
 }
 
 } // namespace accel::cli

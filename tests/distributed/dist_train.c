@@ -28,10 +28,17 @@
  * enters accumulate with no model (Accelerate's accumulate()): gradients are then all-reduced every micro-step. A sharded model's weights are
  * read between summon_full_params_begin/end (on every rank); every rank prints its memory statistics
  * taken after the last optimizer step ("memory stats: {...}").
+ * Elastic restarts (tests/cli/test_elastic.py): with ACCEL_TEST_ELASTIC=1 (and automatic checkpoint naming in the
+ * config) the run registers its step counter for checkpointing, starts with load_latest_state, and saves after
+ * every optimizer step; ACCEL_TEST_DIE_AT=K with ACCEL_TEST_DIE_RANK=R makes rank R kill itself (SIGKILL) at step
+ * K in the first round (TORCHELASTIC_RESTART_COUNT 0; every round with ACCEL_TEST_DIE_EVERY_ROUND set), before that
+ * step's save, or after it with ACCEL_TEST_DIE_AFTER_SAVE=1. It prints "elastic: ..." lines with wall-clock times (the restart time).
  */
 #include "dist_common.h"
 
+#include <signal.h>
 #include <string.h>
+#include <time.h>
 
 enum { N = 96, F = 8, C = 4 };
 
@@ -62,6 +69,49 @@ static float *dist_copy_tensor(const accel_model_t *model, const char *name)
     DIST_CHECK(accel_tensor_copy_to_buffer(t, buf, (size_t)n * sizeof(float)));
     accel_tensor_free(t);
     return buf;
+}
+
+/* ACCEL_TEST_ELASTIC: the optimizer steps done, saved with every checkpoint (register_for_checkpointing). */
+static int g_done;
+static char g_done_text[32];
+static accel_status_t save_done(void *user_data, const uint8_t **out_data, size_t *out_len)
+{
+    (void)user_data;
+    snprintf(g_done_text, sizeof g_done_text, "%d", g_done);
+    *out_data = (const uint8_t *)g_done_text;
+    *out_len = strlen(g_done_text);
+    return ACCEL_OK;
+}
+static accel_status_t load_done(void *user_data, const uint8_t *data, size_t len)
+{
+    char text[32];
+    (void)user_data;
+    if (len == 0 || len >= sizeof text) return ACCEL_ERR_DATA_LOSS;
+    memcpy(text, data, len);
+    text[len] = '\0';
+    g_done = atoi(text);
+    return ACCEL_OK;
+}
+static double wall_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+/* Rank `rank` at step `done` of the first round: SIGKILL itself when ACCEL_TEST_DIE_* says so (after_save: the
+   point after the step's save, else before it). */
+static void elastic_maybe_die(int rank, int done, int after_save)
+{
+    const char *at = getenv("ACCEL_TEST_DIE_AT"), *who = getenv("ACCEL_TEST_DIE_RANK");
+    const char *round = getenv("TORCHELASTIC_RESTART_COUNT");
+    const int die_after_save = getenv("ACCEL_TEST_DIE_AFTER_SAVE") != NULL && atoi(getenv("ACCEL_TEST_DIE_AFTER_SAVE")) == 1;
+    const int every_round = getenv("ACCEL_TEST_DIE_EVERY_ROUND") != NULL;
+    if (at == NULL || who == NULL || round == NULL || (atoi(round) != 0 && !every_round)) return;
+    if (atoi(at) != done || atoi(who) != rank || die_after_save != after_save) return;
+    printf("elastic: rank %d killing itself at step %d %s its save at %.6f\n", rank, done,
+           after_save ? "after" : "before", wall_seconds());
+    fflush(stdout);
+    raise(SIGKILL);
 }
 
 int main(int argc, char **argv)
@@ -203,9 +253,23 @@ int main(int argc, char **argv)
     } else if (load_dir != NULL) {
         DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
     }
+    const int elastic = getenv("ACCEL_TEST_ELASTIC") != NULL && atoi(getenv("ACCEL_TEST_ELASTIC")) == 1;
+    int report_first_step = 0;
+    if (elastic) {
+        int32_t index = -1;
+        bool found = false;
+        DIST_CHECK(accel_accelerator_register_for_checkpointing(acc, save_done, load_done, NULL, &index));
+        g_done = 0;
+        DIST_CHECK(accel_accelerator_load_latest_state(acc, &found));
+        printf("elastic: round %s of max %s, run id %s: %s at step %d\n", getenv("TORCHELASTIC_RESTART_COUNT"),
+               getenv("TORCHELASTIC_MAX_RESTARTS"), getenv("TORCHELASTIC_RUN_ID"), found ? "resumed" : "fresh start",
+               g_done);
+        fflush(stdout);
+        report_first_step = found;
+    }
 
     double norms[1024];
-    int num_norms = 0, done = 0;
+    int num_norms = 0, done = elastic ? g_done : 0;
     while (done < steps) {
         accel_batch_t *b = NULL;
         DIST_CHECK(accel_dataloader_next(dl, &b));
@@ -246,6 +310,17 @@ int main(int argc, char **argv)
             num_norms = norms_at_save;
             reload_at = -1;
             continue;
+        }
+        if (sync && elastic) {
+            if (report_first_step) {
+                printf("elastic: first step after resume (step %d) done at %.6f\n", done, wall_seconds());
+                fflush(stdout);
+                report_first_step = 0;
+            }
+            elastic_maybe_die(rank, done, 0);
+            g_done = done;
+            DIST_CHECK(accel_accelerator_save_state(acc, NULL));
+            elastic_maybe_die(rank, done, 1);
         }
         if (sync && done == save_at && !saved) {
             DIST_EXPECT(save_dir != NULL, "ACCEL_TEST_SAVE_AT needs ACCEL_TEST_SAVE_DIR");
