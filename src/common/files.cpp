@@ -28,6 +28,8 @@ void fail_errno(int err, const std::string &what, const std::string &path)
     case EACCES: case EPERM: case EROFS: code = ACCEL_ERR_PERMISSION_DENIED; break;
     case ENOSPC: case EDQUOT: case ENOMEM: case EFBIG: code = ACCEL_ERR_RESOURCE_EXHAUSTED; break;
     case EEXIST: case ENOTEMPTY: code = ACCEL_ERR_ALREADY_EXISTS; break;
+    // The path itself is unusable as given (fuzz.files_config reached "File name too long").
+    case ENAMETOOLONG: case ELOOP: case EISDIR: code = ACCEL_ERR_INVALID_ARGUMENT; break;
     default: break;
     }
     fail(code, what + " \"" + path + "\": " + std::strerror(err));

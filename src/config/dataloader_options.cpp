@@ -103,7 +103,7 @@ FileDataLoaderOptions parse_file_dataloader_options(const char *json)
                                              "from \"npy\" or \"safetensors\" files");
         if (!f.files.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "files: give either \"files\" (a token stream) or \"features\" (samples)");
         if (st && f.file.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "file: required (the safetensors file holding \"features\")");
-        for (const char *key : {"block_size", "stride"})
+        for (const char *key : {"block_size", "stride", "eos_token_id", "pad_token_id", "label_pad_token_id"})
             if (o.has(key)) fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + ": only for token streams (\"files\")");
     } else {
         if (f.files.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "files: required (token files or glob patterns), or \"features\"");
@@ -112,6 +112,14 @@ FileDataLoaderOptions parse_file_dataloader_options(const char *json)
         if (!o.has("block_size")) fail(ACCEL_ERR_INVALID_ARGUMENT, "block_size: required (tokens per input sequence)");
         f.block_size = o.get_int("block_size", 0, 1, INT32_MAX);
         f.stride = o.get_int("stride", f.block_size, 1, INT32_MAX);
+        f.eos_token_id = o.get_optional_int("eos_token_id", INT64_MIN, INT64_MAX);
+        if (!f.eos_token_id)
+            for (const char *key : {"pad_token_id", "label_pad_token_id"})
+                if (o.has(key))
+                    fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + ": only with \"eos_token_id\" (windows are padded "
+                                                                        "only where a document ends)");
+        f.pad_token_id = o.get_int("pad_token_id", 0, INT64_MIN, INT64_MAX);
+        f.label_pad_token_id = o.get_int("label_pad_token_id", -100, INT64_MIN, INT64_MAX);
     }
     o.finish();
     return f;

@@ -70,6 +70,11 @@ struct FileDataLoaderOptions {
     std::string features, labels;   // samples: .npy paths or safetensors tensor names (labels optional)
     int64_t block_size = 0;         // token streams: required
     int64_t stride = 0;
+    // Token streams: windows stop at document boundaries (each document ends with this token), the short
+    // last window of a document padded with pad_token_id (inputs) and label_pad_token_id (labels).
+    std::optional<int64_t> eos_token_id;
+    int64_t pad_token_id = 0;
+    int64_t label_pad_token_id = -100;
     bool samples() const { return !features.empty(); }
 };
 

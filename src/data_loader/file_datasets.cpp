@@ -2,6 +2,7 @@
 
 #include "checkpointing/safetensors_format.hpp"
 #include "common/error.hpp"
+#include "data_loader/document_windows.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -370,10 +371,16 @@ std::shared_ptr<const Dataset> open_file_dataset(const FileDataLoaderOptions &o)
     std::vector<FileSpan> spans;
     for (const auto &path : expand(o.files)) spans.push_back(token_span(o, path));
     TokenStream stream(std::move(spans));
+    // Also with document boundaries: a window longer than the whole stream would be padding only (and a
+    // block_size of 2^31 would allocate batches of that width).
     const uint64_t window = static_cast<uint64_t>(o.block_size) + 1;
     if (stream.size() < window)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "files: " + std::to_string(stream.size()) +
                                              " tokens do not make one sequence of block_size + 1 = " + std::to_string(window));
+    if (o.eos_token_id) {
+        DocumentWindowOptions d{o.block_size, o.stride, *o.eos_token_id, o.pad_token_id, o.label_pad_token_id};
+        return std::make_shared<DocumentWindowDataset>(std::move(stream), d);
+    }
     return std::make_shared<TokenWindowDataset>(std::move(stream), o.block_size, o.stride);
 }
 

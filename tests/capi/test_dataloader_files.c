@@ -1,7 +1,8 @@
 /* accel_dataloader_create_from_files through the C ABI: a uint16 token file gives the batches
  * accel_dataloader_create_from_tokens gives over the same tokens (shuffled, two passes), save_state positions
  * resume it, and the errors are statuses naming the key or the file (a missing file, a NULL config, a file
- * cut short while the loader reads it). */
+ * cut short while the loader reads it); with "eos_token_id", windows stop at document ends (two shards, a
+ * document spanning both, short windows padded, an empty document skipped). */
 #define _POSIX_C_SOURCE 200809L
 #include "capi_helpers.h"
 
@@ -102,6 +103,14 @@ static void test_errors(void)
     CHECK_FAILS(accel_dataloader_create_from_files("{\"format\": \"tokens\", \"files\": \"no_such_dir/?.bin\", "
                                                    "\"dtype\": \"uint16\", \"block_size\": 4}", &dl),
                 ACCEL_ERR_NOT_FOUND, "cannot read folder \"no_such_dir\"");
+    {
+        /* A name longer than NAME_MAX: the path is unusable as given (was INTERNAL; fuzz.files_config). */
+        char config[600], name[301];
+        memset(name, 'n', 300);
+        name[300] = '\0';
+        snprintf(config, sizeof config, "{\"format\": \"tokens\", \"files\": \"%s\", \"dtype\": \"uint16\", \"block_size\": 4}", name);
+        CHECK_FAILS(accel_dataloader_create_from_files(config, &dl), ACCEL_ERR_INVALID_ARGUMENT, "File name too long");
+    }
     CHECK_FAILS(accel_dataloader_create_from_files("{\"format\": \"tokens\", \"files\": \"x.bin\", \"dtype\": \"u16\", "
                                                    "\"block_size\": 4}", &dl),
                 ACCEL_ERR_INVALID_ARGUMENT, "dtype");
@@ -126,11 +135,94 @@ static void test_errors(void)
     accel_dataloader_free(dl);
 }
 
+/* Documents ending with EOS 0 over two uint8 shards (document A spans both): A = 1..9 0 (10 tokens), B = 11 12 0,
+ * a lone EOS (no label: no window), D = 21..26 (no EOS: the stream's end ends it). */
+static const uint8_t k_docs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 11, 12, 0, 0, 21, 22, 23, 24, 25, 26};
+
+/* The whole pass of a document-window loader (one batch of at most 8) against `want_x` / `want_y`, rows of 4. */
+static void check_document_windows(const char *extra, int64_t rows, const int64_t *want_x, const int64_t *want_y)
+{
+    char cfg[512];
+    accel_dataloader_t *dl = NULL;
+    int64_t x[8 * 4], y[8 * 4], len = 0;
+    snprintf(cfg, sizeof cfg,
+             "{\"format\": \"tokens\", \"files\": \"accel_docs_%d_*.bin\", \"dtype\": \"uint8\", \"block_size\": 4, "
+             "\"batch_size\": 8, \"eos_token_id\": 0, \"pad_token_id\": 99%s}",
+             (int)getpid(), extra);
+    CHECK_OK(accel_dataloader_create_from_files(cfg, &dl));
+    CHECK_OK(accel_dataloader_get_length(dl, &len));
+    CHECK(len == 1);
+    {
+        accel_batch_t *b = NULL;
+        accel_tensor_t *in = NULL, *lab = NULL;
+        int64_t n = 0;
+        CHECK_OK(accel_dataloader_next(dl, &b));
+        CHECK_OK(accel_batch_get_size(b, &n));
+        CHECK(n == rows);
+        CHECK_OK(accel_batch_get_inputs(b, &in));
+        CHECK_OK(accel_batch_get_labels(b, &lab));
+        CHECK_OK(accel_tensor_copy_to_buffer(in, x, (size_t)rows * 4 * sizeof(int64_t)));
+        CHECK_OK(accel_tensor_copy_to_buffer(lab, y, (size_t)rows * 4 * sizeof(int64_t)));
+        CHECK(memcmp(x, want_x, (size_t)rows * 4 * sizeof(int64_t)) == 0);
+        CHECK(memcmp(y, want_y, (size_t)rows * 4 * sizeof(int64_t)) == 0);
+        accel_tensor_free(in);
+        accel_tensor_free(lab);
+        accel_batch_free(b);
+    }
+    accel_dataloader_free(dl);
+}
+
+static void test_document_boundaries(void)
+{
+    /* stride 4 (= block_size): A's windows start at 0, 4 and 8 (the last one short), B's at 0, D's at 0 and 4. */
+    static const int64_t x4[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 99, 99, 99, 11, 12, 99, 99, 21, 22, 23, 24, 25, 99, 99, 99};
+    static const int64_t y4[] = {2, 3, 4, 5, 6, 7, 8, 9, 0, -100, -100, -100, 12, 0, -100, -100, 22, 23, 24, 25, 26, -100, -100, -100};
+    /* stride 2: A's at 0, 2, 4 (whole) and 6 (reaching its end), B's at 0, D's at 0 and 2 (reaching its end). */
+    static const int64_t x2[] = {1, 2, 3, 4, 3, 4, 5, 6, 5, 6, 7, 8, 7, 8, 9, 99, 11, 12, 99, 99, 21, 22, 23, 24, 23, 24, 25, 99};
+    static const int64_t y2[] = {2, 3, 4, 5, 4, 5, 6, 7, 6, 7, 8, 9, 8, 9, 0, -7, 12, 0, -7, -7, 22, 23, 24, 25, 24, 25, 26, -7};
+    char name[2][64];
+    accel_dataloader_t *dl = NULL;
+    int i;
+    for (i = 0; i < 2; ++i) {
+        FILE *f;
+        snprintf(name[i], sizeof name[i], "accel_docs_%d_%d.bin", (int)getpid(), i);
+        f = fopen(name[i], "wb");
+        CHECK(f != NULL && fwrite(k_docs + 7 * i, 1, i == 0 ? 7 : sizeof k_docs - 7, f) == (i == 0 ? 7 : sizeof k_docs - 7));
+        if (f != NULL) fclose(f);
+    }
+    check_document_windows("", 6, x4, y4);
+    check_document_windows(", \"stride\": 2, \"label_pad_token_id\": -7", 7, x2, y2);
+
+    CHECK_FAILS(accel_dataloader_create_from_files("{\"format\": \"tokens\", \"files\": \"x.bin\", \"dtype\": \"uint8\", "
+                                                   "\"block_size\": 4, \"pad_token_id\": 1}", &dl),
+                ACCEL_ERR_INVALID_ARGUMENT, "pad_token_id: only with \"eos_token_id\"");
+    CHECK_FAILS(accel_dataloader_create_from_files("{\"format\": \"npy\", \"features\": \"x.npy\", \"eos_token_id\": 0}", &dl),
+                ACCEL_ERR_INVALID_ARGUMENT, "eos_token_id: only for token streams");
+    {
+        /* Every token an EOS: no document has a label. */
+        char cfg[300];
+        snprintf(cfg, sizeof cfg, "{\"format\": \"tokens\", \"files\": \"%s\", \"dtype\": \"uint8\", \"block_size\": 4, "
+                                  "\"eos_token_id\": 0}", name[0]);
+        FILE *f = fopen(name[0], "wb");
+        CHECK(f != NULL && fwrite("\0\0\0\0\0\0\0\0", 1, 8, f) == 8);
+        if (f != NULL) fclose(f);
+        CHECK_FAILS(accel_dataloader_create_from_files(cfg, &dl), ACCEL_ERR_INVALID_ARGUMENT, "no document of at least 2 tokens");
+        /* A window longer than the whole stream (8 + 13 tokens now) is refused as without eos_token_id. */
+        snprintf(cfg, sizeof cfg, "{\"format\": \"tokens\", \"files\": \"accel_docs_%d_*.bin\", \"dtype\": \"uint8\", "
+                                  "\"block_size\": 30, \"eos_token_id\": 0}", (int)getpid());
+        CHECK_FAILS(accel_dataloader_create_from_files(cfg, &dl), ACCEL_ERR_INVALID_ARGUMENT, "do not make one sequence");
+    }
+    CHECK(dl == NULL);
+    unlink(name[0]);
+    unlink(name[1]);
+}
+
 int main(void)
 {
     write_tokens();
     test_same_batches_as_tokens();
     test_errors();
+    test_document_boundaries();
     unlink(g_path);
     return capi_report("test_dataloader_files");
 }

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "config/dataloader_options.hpp"
 #include "data_loader/data_loader_shard.hpp"
+#include "data_loader/document_windows.hpp"
 #include "data_loader/file_datasets.hpp"
 #include "data_loader/file_formats.hpp"
 #include "state/accelerator_state.hpp"
@@ -13,6 +14,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -443,4 +445,28 @@ TEST(FileDatasets, WorkersGiveTheSameBatches)
     with_workers.prefetch_factor = 2;
     DataLoaderShard plain(files, loader_options(4)), threaded(files, with_workers);
     for (int epoch = 0; epoch < 2; ++epoch) expect_same_batches(all_batches(threaded), all_batches(plain));
+}
+
+// num_document_windows against the rule it states, enumerated: windows at multiples of stride while one still
+// has a label, up to and including the first reaching the document's end; every label position is covered
+// (for stride <= block_size), and no window repeats only tokens an earlier one covered.
+TEST(FileDatasets, DocumentWindowCountFollowsItsRule)
+{
+    for (int64_t block = 1; block <= 6; ++block) {
+        for (int64_t stride = 1; stride <= 8; ++stride) {
+            for (int64_t len = 0; len <= 40; ++len) {
+                int64_t n = 0, covered = 0; // labels are token positions 1 .. len - 1
+                for (int64_t s = 0; s < len - 1; s += stride) {
+                    ++n;
+                    covered = std::max(covered, std::min(s + block, len - 1));
+                    if (s + block + 1 >= len) break;
+                }
+                EXPECT_EQ(accel::num_document_windows(len, block, stride), n)
+                    << "length " << len << ", block " << block << ", stride " << stride;
+                if (stride <= block && len >= 2) {
+                    EXPECT_EQ(covered, len - 1) << "length " << len;
+                }
+            }
+        }
+    }
 }
