@@ -684,6 +684,12 @@ ACCEL_HANDLE_CLASS(Accelerator)
     {
         ACCEL_CHECK(accel_accelerator_backward(ACCEL_H($self, "Accelerator"), ACCEL_H(loss, "Tensor")));
     }
+    /** LOMO's fused backward, as accelerator.lomo_backward(loss, learning_rate): every prepared "lomo" /
+     * "adalomo" optimizer updates each parameter during backward; no gradient is kept. */
+    void lomo_backward(Tensor *loss, double learning_rate)
+    {
+        ACCEL_CHECK(accel_accelerator_lomo_backward(ACCEL_H($self, "Accelerator"), ACCEL_H(loss, "Tensor"), learning_rate));
+    }
     /** Enter accumulate(model); prefer the language's scoped form (with / try-with-resources / using). */
     void accumulate_begin(Model *model)
     {

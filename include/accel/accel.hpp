@@ -783,6 +783,11 @@ public:
     void free_memory() { check(accel_accelerator_free_memory(get())); }
     void clear() { check(accel_accelerator_clear(get())); }
     void backward(Tensor &loss) { check(accel_accelerator_backward(get(), loss.get())); }
+    /** LOMO's fused backward: every prepared "lomo" / "adalomo" optimizer updates during backward. */
+    void lomo_backward(Tensor &loss, double learning_rate)
+    {
+        check(accel_accelerator_lomo_backward(get(), loss.get(), learning_rate));
+    }
     /** `with accelerator.accumulate(model):` - the context ends when the Scope is destroyed. */
     [[nodiscard]] Scope accumulate(Model &model)
     {

@@ -12,6 +12,30 @@ namespace accel::config {
 
 namespace {
 
+// Lomo(model, lr, clip_grad_norm, clip_grad_value, weight_decay) and AdaLomo(model, lr, loss_scale, eps,
+// clip_threshold, decay_rate, clip_grad_norm, clip_grad_value, weight_decay), as lomo_optim takes them.
+void read_lomo_hyperparameters(JsonObject &o, OptimizerConfig &c)
+{
+    const double inf = INFINITY;
+    // lomo_optim refuses clip_grad_norm <= 0 and ignores clip_grad_value <= 0: both must be positive here.
+    c.clip_grad_norm = o.get_double("clip_grad_norm", 0.0, 0.0, inf, /*min_exclusive=*/true);
+    c.clip_grad_value = o.get_double("clip_grad_value", 0.0, 0.0, inf, /*min_exclusive=*/true);
+    if (c.type == "lomo") return;
+    auto eps = o.get_double_array("eps", 0.0, inf);
+    if (!eps.empty()) {
+        if (eps.size() != 2)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("eps") + ": expected 2 numbers >= 0 (eps, eps2), got " +
+                                                 std::to_string(eps.size()));
+        c.eps = eps[0];
+        c.eps2 = eps[1];
+    }
+    c.clip_threshold = o.get_double("clip_threshold", c.clip_threshold, 0.0, inf, /*min_exclusive=*/true);
+    // beta2 of step t is 1 - t^decay_rate: a decay_rate >= 0 would weigh the new squares by 0 or less.
+    c.decay_rate = o.get_double("decay_rate", c.decay_rate, -inf, 0.0, false, /*max_exclusive=*/true);
+    // The loss is multiplied by it and each gradient divided (AdaLomo's default 2^10; 0 is Python's "off").
+    c.loss_scale = o.get_double("loss_scale", c.loss_scale, 0.0, inf);
+}
+
 // The hyperparameters of c.type from `o`, defaulting to what `c` holds (PyTorch's defaults at the top level,
 // the top level's values in a group).
 void read_hyperparameters(JsonObject &o, OptimizerConfig &c, bool group)
@@ -47,6 +71,8 @@ void read_hyperparameters(JsonObject &o, OptimizerConfig &c, bool group)
             c.initial_accumulator_value = o.get_double("initial_accumulator_value", c.initial_accumulator_value, 0.0,
                                                        static_cast<double>(std::numeric_limits<float>::max()));
         c.eps = o.get_double("eps", c.eps, 0.0, inf);
+    } else if (c.type == "lomo" || c.type == "adalomo") {
+        read_lomo_hyperparameters(o, c);
     } else { // rmsprop
         c.alpha = o.get_double("alpha", c.alpha, 0.0, inf);
         c.eps = o.get_double("eps", c.eps, 0.0, inf);
@@ -62,9 +88,10 @@ OptimizerConfig parse_optimizer_config(const char *json)
     JsonDocument doc(json, "config_json");
     JsonObject o(doc.root(), "");
     OptimizerConfig c;
-    c.type = o.get_enum("type", "", {"sgd", "adam", "adamw", "adagrad", "rmsprop", "dummy"});
+    c.type = o.get_enum("type", "", {"sgd", "adam", "adamw", "adagrad", "rmsprop", "lomo", "adalomo", "dummy"});
     if (c.type.empty())
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"sgd\", \"adam\", \"adamw\", \"adagrad\", \"rmsprop\" or \"dummy\")");
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"sgd\", \"adam\", \"adamw\", \"adagrad\", \"rmsprop\", "
+                                         "\"lomo\", \"adalomo\" or \"dummy\")");
     if (c.type == "dummy") { // Accelerate's DummyOptim(params, lr=0.001, weight_decay=0)
         c.lr = o.get_double("lr", 1e-3, 0.0, INFINITY);
         c.weight_decay = o.get_double("weight_decay", 0.0, 0.0, INFINITY);
@@ -75,7 +102,12 @@ OptimizerConfig parse_optimizer_config(const char *json)
     if (c.type == "adagrad" || c.type == "rmsprop") c.lr = 1e-2;
     if (c.type == "adagrad") c.eps = 1e-10;
     if (c.type == "adamw") c.weight_decay = 1e-2;
+    if (c.type == "adalomo") c.eps = 1e-30;
     read_hyperparameters(o, c, false);
+    // lomo_optim's optimizers take the model, not parameter groups: one learning rate for every parameter.
+    if (c.type == "lomo" || c.type == "adalomo")
+        o.require_absent("param_groups", "not supported with " + c.type + " (it updates every parameter of the model "
+                                         "with the learning rate passed to lomo_backward)");
     bool rest = false;
     for (JsonObject &g : o.get_object_array("param_groups")) {
         ParamGroupConfig group;

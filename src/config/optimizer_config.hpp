@@ -9,7 +9,7 @@ namespace accel::config {
 struct ParamGroupConfig;
 
 struct OptimizerConfig {
-    std::string type; // sgd, adam, adamw, adagrad, rmsprop
+    std::string type; // sgd, adam, adamw, adagrad, rmsprop, lomo, adalomo (dummy: DummyOptim)
     double lr = 1e-3;
     double momentum = 0.0, dampening = 0.0;
     bool nesterov = false;
@@ -20,6 +20,11 @@ struct OptimizerConfig {
     double lr_decay = 0.0, initial_accumulator_value = 0.0;
     double alpha = 0.99;
     bool centered = false;
+    // lomo / adalomo (the lomo_optim package's Lomo and AdaLomo; src/optimizer/lomo.hpp). 0: no clipping
+    // (Python's None). AdaLomo's eps is the pair (eps, eps2): eps under the squared gradient, eps2 the least
+    // parameter RMS that scales its learning rate.
+    double clip_grad_norm = 0.0, clip_grad_value = 0.0;
+    double eps2 = 1e-3, clip_threshold = 1.0, decay_rate = -0.8, loss_scale = 1024.0;
     // "param_groups": PyTorch's parameter groups, in order (empty: one group of every parameter). Each group's
     // hyperparameters default to the top level's.
     std::vector<ParamGroupConfig> param_groups;

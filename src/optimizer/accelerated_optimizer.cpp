@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 #include "common/offload_files.hpp"
 #include "model/model.hpp"
+#include "optimizer/lomo.hpp"
 #include "optimizer/optimizer_offload.hpp"
 #include "parallel/fsdp/storage.hpp"
 #include "precision/grad_scaler.hpp"
@@ -76,6 +77,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<std::v
     if (c.type == "adamw") return build<optim::AdamW, optim::AdamWOptions>(groups, c);
     if (c.type == "adagrad") return build<optim::Adagrad, optim::AdagradOptions>(groups, c);
     if (c.type == "rmsprop") return build<optim::RMSprop, optim::RMSpropOptions>(groups, c);
+    if (c.type == "lomo" || c.type == "adalomo") return make_lomo_optimizer(groups.at(0), c); // one group (config)
     fail(ACCEL_ERR_INTERNAL, "unhandled optimizer type " + c.type);
 }
 
@@ -157,6 +159,7 @@ void AcceleratedOptimizer::step_now()
     if (config_.type == "dummy")
         fail(ACCEL_ERR_FAILED_PRECONDITION, "optimizer: a dummy optimizer (Accelerate's DummyOptim) steps only once "
                                             "prepared under deepspeed_plugin with an hf_ds_config optimizer block");
+    if (dynamic_cast<LomoOptimizer *>(optimizer_.get())) optimizer_->step(); // fails, naming lomo_backward
     if (!may_act()) return;
     attach_run_grads(); // the gradient scaler unscales them
     GradScaler *scaler = prepared_by ? prepared_by->scaler.get() : nullptr;
@@ -255,6 +258,12 @@ void AcceleratedOptimizer::shard_over(const std::vector<at::Tensor> &shards, par
                                       std::function<void()> after_step,
                                       std::function<void()> after_zero_grad, std::function<void()> before_step)
 {
+    // lomo_optim updates ZeRO-3 partitions with gradients all-reduced whole in its hook; accel's engines
+    // reduce-scatter flat units after backward, which a fused update cannot wait for.
+    if (dynamic_cast<LomoOptimizer *>(optimizer_.get()))
+        fail(ACCEL_ERR_UNIMPLEMENTED, "optimizer: type \"" + config_.type + "\" under fsdp_plugin / deepspeed_plugin "
+                                      "(sharded parameters) is not supported: LOMO's fused update needs each whole "
+                                      "gradient during backward");
     const size_t num_groups = optimizer_->param_groups().size();
     if (layout.params.size() != param_group_.size())
         fail(ACCEL_ERR_INTERNAL, "optimizer: the sharded layout has another parameter count than the optimizer");

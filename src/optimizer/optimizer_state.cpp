@@ -6,6 +6,8 @@
 #include "optimizer/accelerated_optimizer.hpp"
 
 #include "common/error.hpp"
+#include "optimizer/lomo.hpp"
+#include "optimizer/state_key.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <torch/optim/adagrad.h>
@@ -50,6 +52,8 @@ struct StateTensor {
     Absent absent; // how a missing tensor is read (Error) and written (Omit / None)
     std::function<at::Tensor(const ParamState &)> get;
     std::function<void(ParamState &, at::Tensor)> set;
+    // Its shape from its parameter's (null: the same shape; AdaLomo's factored moments differ).
+    std::function<std::vector<int64_t>(at::IntArrayRef)> shape = nullptr;
 };
 
 struct OptimizerType {
@@ -80,6 +84,20 @@ struct OptimizerType {
     [](const ParamState &s) { return static_cast<const S &>(s).step(); }, \
         [](ParamState &s, int64_t v) { static_cast<S &>(s).step(v); }
 #define ACCEL_MAKE(S) [] { return std::unique_ptr<ParamState>(std::make_unique<S>()); }
+
+StateTensor with_shape(StateTensor t, std::function<std::vector<int64_t>(at::IntArrayRef)> shape)
+{
+    t.shape = std::move(shape);
+    return t;
+}
+// Adafactor's factors of a parameter [..., rows, cols]: [..., rows] and [..., cols].
+std::vector<int64_t> adalomo_row_shape(at::IntArrayRef p) { return {p.begin(), p.end() - 1}; }
+std::vector<int64_t> adalomo_col_shape(at::IntArrayRef p)
+{
+    std::vector<int64_t> s(p.begin(), p.end() - 2);
+    s.push_back(p.back());
+    return s;
+}
 
 const std::vector<OptimizerType> &types()
 {
@@ -133,6 +151,30 @@ const std::vector<OptimizerType> &types()
                       ACCEL_TENSOR(optim::RMSpropParamState, momentum_buffer, Omit),
                       ACCEL_TENSOR(optim::RMSpropParamState, grad_avg, Omit)},
                      ACCEL_MAKE(optim::RMSpropParamState)});
+        // lomo_optim's param_groups keys (its defaults dict) plus the rest of each one's hyperparameters;
+        // clip_grad_norm / clip_grad_value 0 where Python has None. Lomo has no state; AdaLomo's second moments
+        // are kept here (lomo_optim keeps them outside the state dict, so its checkpoints lose them).
+        using LomoO = LomoOptions;
+        using AdaO = AdaLomoOptions;
+        t.push_back({typeid(LomoO),
+                     {ACCEL_NUM(LomoO, lr), ACCEL_NUM(LomoO, clip_grad_norm), ACCEL_NUM(LomoO, clip_grad_value),
+                      ACCEL_NUM(LomoO, weight_decay)},
+                     nullptr,
+                     nullptr,
+                     {},
+                     ACCEL_MAKE(AdaLomoParamState)}); // never called: Lomo has no per-parameter state
+        t.push_back({typeid(AdaO),
+                     {ACCEL_NUM(AdaO, lr),
+                      Option{"eps", Option::Kind::Pair,
+                             [](const Opts &o) { auto &a = static_cast<const AdaO &>(o); return Pair{a.eps(), a.eps2()}; },
+                             [](Opts &o, Pair v) { static_cast<AdaO &>(o).eps(v[0]).eps2(v[1]); }},
+                      ACCEL_NUM(AdaO, weight_decay), ACCEL_NUM(AdaO, clip_grad_norm), ACCEL_NUM(AdaO, clip_grad_value),
+                      ACCEL_NUM(AdaO, loss_scale), ACCEL_NUM(AdaO, clip_threshold), ACCEL_NUM(AdaO, decay_rate)},
+                     ACCEL_STEP(AdaLomoParamState),
+                     {ACCEL_TENSOR(AdaLomoParamState, exp_avg_sq, Omit),
+                      with_shape(ACCEL_TENSOR(AdaLomoParamState, exp_avg_sq_row, Omit), adalomo_row_shape),
+                      with_shape(ACCEL_TENSOR(AdaLomoParamState, exp_avg_sq_col, Omit), adalomo_col_shape)},
+                     ACCEL_MAKE(AdaLomoParamState)});
         return t;
     }();
     return kTypes;
@@ -153,22 +195,6 @@ const OptimizerType &type_of(const Opts &o)
     fail(ACCEL_ERR_INTERNAL, "optimizer: unknown LibTorch optimizer options type");
 }
 
-// LibTorch keys an optimizer's per-parameter state by the parameter's TensorImpl: 1.x by its address printed
-// into a string (c10::guts::to_string, gone in 2.x), 2.x by the pointer itself.
-using StateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer &>().state())>::key_type;
-
-template <typename K> K make_key(void *impl)
-{
-    if constexpr (std::is_same_v<K, std::string>) {
-        std::ostringstream s;
-        s << impl;
-        return s.str();
-    } else {
-        return impl;
-    }
-}
-
-StateKey key_of(const at::Tensor &p) { return make_key<StateKey>(p.unsafeGetTensorImpl()); }
 
 // ---- reading ---------------------------------------------------------------------------------------
 
@@ -237,9 +263,11 @@ struct Reader {
         }
         if (v->kind != PyObj::Kind::Tensor) bad("state[" + std::to_string(index) + "][\"" + f.key + "\"] is not a tensor");
         at::Tensor t = v->tensor;
-        if (t.sizes() != param.sizes())
+        const std::vector<int64_t> want = f.shape && param.dim() >= 2 ? f.shape(param.sizes()) : param.sizes().vec();
+        if (t.sizes() != at::IntArrayRef(want))
             fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": state[" + std::to_string(index) + "][\"" + f.key + "\"] has shape " +
-                                                 c10::str(t.sizes()) + ", its parameter has " + c10::str(param.sizes()));
+                                                 c10::str(t.sizes()) + ", expected " + c10::str(at::IntArrayRef(want)) +
+                                                 " for its parameter of shape " + c10::str(param.sizes()));
         // Still the loaded (possibly file-mapped) tensor; adopt() below gives it memory of its own.
         return t.scalar_type() != param.scalar_type() ? t.to(param.scalar_type()) : t;
     }

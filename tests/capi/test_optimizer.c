@@ -427,6 +427,50 @@ static int test_reference(void)
     return capi_report("test_optimizer reference");
 }
 
+/* "lomo" with accel_accelerator_lomo_backward: without clipping or weight decay its update is SGD's, applied
+ * during backward (the same weights as a plain backward and an "sgd" step); the refusals name their reason. */
+static void test_lomo(void)
+{
+    float before[NW], grad[NW], want[NW], got[NW];
+    float x[2 * 3] = {0.5f, -1.0f, 2.0f, 1.5f, 0.25f, -0.75f};
+    float y[2 * 2] = {1.0f, -1.0f, 0.0f, 2.0f};
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_tensor_t *in = matrix_f32(x, 2, 3), *target = matrix_f32(y, 2, 2), *out = NULL, *loss = NULL, *w = NULL;
+
+    CHECK(one_step("{\"type\": \"sgd\", \"lr\": 0.1}", before, grad, want) == 0);
+    CHECK_OK(accel_random_set_seed(1234, false, false));
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [3, 4, 2]}", &m));
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"lomo\"}", &opt));
+    CHECK_OK(accel_accelerator_create(NULL, &acc));
+    if (m == NULL || opt == NULL || acc == NULL) goto done;
+    CHECK_OK(accel_accelerator_prepare_model(acc, m));
+    CHECK_OK(accel_model_forward(m, in, &out));
+    CHECK_OK(accel_loss_compute("mse", out, target, &loss));
+    /* No lomo optimizer prepared yet. */
+    CHECK_FAILS(accel_accelerator_lomo_backward(acc, loss, 0.1), ACCEL_ERR_FAILED_PRECONDITION,
+                "no prepared optimizer is of type \"lomo\"");
+    CHECK_OK(accel_accelerator_prepare_optimizer(acc, opt));
+    CHECK_FAILS(accel_accelerator_lomo_backward(NULL, loss, 0.1), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
+    CHECK_FAILS(accel_accelerator_lomo_backward(acc, NULL, 0.1), ACCEL_ERR_INVALID_ARGUMENT, "loss");
+    CHECK_FAILS(accel_accelerator_lomo_backward(acc, loss, -0.5), ACCEL_ERR_INVALID_ARGUMENT, "learning_rate");
+    CHECK_OK(accel_accelerator_lomo_backward(acc, loss, 0.1));
+    CHECK_OK(accel_model_get_tensor(m, "0.weight", &w));
+    if (w != NULL && read_f32(w, got, NW) == 0) CHECK(max_abs_diff_f32(got, want, NW) <= 1e-6);
+    CHECK(changed(before, got));
+    CHECK_FAILS(accel_optimizer_step(opt), ACCEL_ERR_FAILED_PRECONDITION, "accel_accelerator_lomo_backward");
+done:
+    accel_tensor_free(w);
+    accel_tensor_free(loss);
+    accel_tensor_free(out);
+    accel_tensor_free(in);
+    accel_tensor_free(target);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "reference") == 0) return test_reference();
@@ -435,5 +479,6 @@ int main(int argc, char **argv)
     test_lr();
     test_zero_grad();
     test_bad_configs();
+    test_lomo();
     return capi_report("test_optimizer");
 }

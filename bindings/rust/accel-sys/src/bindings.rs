@@ -635,6 +635,13 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_lomo_backward(
+        accelerator: *mut accel_accelerator_t,
+        loss: *mut accel_tensor_t,
+        learning_rate: f64,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_accumulate_begin(
         accelerator: *mut accel_accelerator_t,
         model: *mut accel_model_t,

@@ -880,6 +880,12 @@ impl Accelerator {
         check(unsafe { sys::accel_accelerator_backward(self.raw, loss.raw) })
     }
 
+    /// LOMO's fused backward (`accelerator.lomo_backward(loss, learning_rate)`): every prepared `lomo` /
+    /// `adalomo` optimizer updates each parameter during backward; no gradient is kept.
+    pub fn lomo_backward(&mut self, loss: &mut Tensor, learning_rate: f64) -> Result<()> {
+        check(unsafe { sys::accel_accelerator_lomo_backward(self.raw, loss.raw, learning_rate) })
+    }
+
     /// A read-only property through the C API's `get_`/`is_`/`has_` shape: the value the call writes.
     pub(crate) fn query<T: Default>(
         &self,
