@@ -216,6 +216,29 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_backward(accel_accele
                                                                     accel_tensor_t *loss) ACCEL_NOEXCEPT;
 
 /**
+ * LOMO's fused backward, as `accelerator.lomo_backward(loss, learning_rate)`: every prepared optimizer of type
+ * "lomo" or "adalomo" updates each of its parameters while backward runs, as soon as that parameter's gradient
+ * is complete, and the gradient is freed at once (no gradient of the whole model is ever held). With
+ * clip_grad_norm in the optimizer's config, a first backward measures the gradients' norm (the two passes of
+ * LOMO's grad_norm and fused_backward); clip_grad_value clamps each gradient. There is no optimizer step
+ * afterwards (accel_optimizer_step fails for these types); a scheduler's learning rate is passed here.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param loss  Scalar loss produced through a prepared model (borrowed). Must not be NULL.
+ * @param learning_rate  The learning rate of this update: finite and >= 0.
+ * @return ACCEL_OK; ACCEL_ERR_INVALID_ARGUMENT for a bad loss or learning_rate; ACCEL_ERR_FAILED_PRECONDITION
+ *         when no lomo / adalomo optimizer is prepared, with gradient_accumulation_steps > 1, or when the loss's
+ *         graph was already used; ACCEL_ERR_UNIMPLEMENTED under DDP, sharding (fsdp_plugin / deepspeed_plugin) or
+ *         fp16's gradient scaler.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_lomo_backward(accel_accelerator_t *accelerator,
+                                                                         accel_tensor_t *loss,
+                                                                         double learning_rate) ACCEL_NOEXCEPT;
+
+/**
  * Enter `accelerator.accumulate(model)`: advances the micro-step counter and decides sync_gradients
  * (every gradient_accumulation_steps micro-steps, and always on the last batch of a prepared data
  * loader when sync_with_dataloader). Must be paired with accel_accelerator_accumulate_end(); nesting

@@ -516,22 +516,20 @@ void Accelerator::prepare_scheduler(const std::shared_ptr<AcceleratedScheduler> 
     remember(schedulers_, scheduler);
 }
 
-void Accelerator::backward(const at::Tensor &loss)
+void Accelerator::check_loss(const at::Tensor &loss)
 {
-    profiling::Range range(profiling::kBackward);
     if (!loss.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "loss: must not be NULL");
     if (loss.numel() != 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "loss: expected a scalar, got shape " + c10::str(loss.sizes()));
     if (!loss.requires_grad())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "loss: does not require grad (compute it from a model's outputs, e.g. with "
                                          "accel_loss_compute)");
-    const int64_t steps = state_->gradient.num_steps();
-    // Accelerate always divides by gradient_accumulation_steps; dividing by 1 is skipped (same bits).
-    at::Tensor scaled = steps == 1 ? loss : loss / static_cast<double>(steps);
-    // fp16: scaler.scale(loss).backward(), after the division, as Accelerate.
-    if (state_->scaler && state_->scaler->is_enabled()) scaled = state_->scaler->scale(scaled);
+}
+
+void Accelerator::run_backward(const at::Tensor &loss, bool retain_graph)
+{
     try {
-        scaled.backward();
+        loss.backward({}, retain_graph);
     } catch (const c10::Error &e) {
         for (auto &d : wrappers_) d.second->abort_backward(); // leave no bucket half-done
         // A second backward through the same graph is a call-order mistake, not an internal error.
@@ -540,6 +538,18 @@ void Accelerator::backward(const at::Tensor &loss)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "loss: backward already ran through this loss's graph; compute the "
                                             "loss again from a new forward");
     }
+}
+
+void Accelerator::backward(const at::Tensor &loss)
+{
+    profiling::Range range(profiling::kBackward);
+    check_loss(loss);
+    const int64_t steps = state_->gradient.num_steps();
+    // Accelerate always divides by gradient_accumulation_steps; dividing by 1 is skipped (same bits).
+    at::Tensor scaled = steps == 1 ? loss : loss / static_cast<double>(steps);
+    // fp16: scaler.scale(loss).backward(), after the division, as Accelerate.
+    if (state_->scaler && state_->scaler->is_enabled()) scaled = state_->scaler->scale(scaled);
+    run_backward(scaled, false);
     // DDP: wait for the buckets launched during backward and write the averaged gradients.
     for (auto &d : wrappers_) d.second->finish_backward();
 }

@@ -89,6 +89,9 @@ public:
     size_t register_for_checkpointing(CheckpointObject object);
 
     void backward(const at::Tensor &loss);
+    // Accelerate's lomo_backward(loss, learning_rate): every prepared lomo / adalomo optimizer updates its
+    // parameters during backward, one gradient at a time (src/accelerator/lomo_backward.cpp).
+    void lomo_backward(const at::Tensor &loss, double learning_rate);
     // accumulate(model): no_sync applies to `model` only (nullptr: to none, as accumulate() with no models).
     void accumulate_begin(const Model *model = nullptr);
     void accumulate_end();
@@ -139,6 +142,10 @@ public:
     tracking::Trackers &trackers();
 
 private:
+    // The loss checks of backward; then loss.backward(), a second backward through one graph named as a
+    // call-order mistake (retain_graph: the graph stays for another backward).
+    static void check_loss(const at::Tensor &loss);
+    void run_backward(const at::Tensor &loss, bool retain_graph);
     // One folder's load (load_state): every file read and checked on every process, agreed, then applied.
     void load_folder(const std::string &dir, const config::LoadStateOptions &options);
     bool writes_main_files() const;
