@@ -8,8 +8,13 @@
 #include "model/gpt_model.hpp"
 
 #include "common/error.hpp"
+#include "distributed/communicator.hpp"
 #include "model/activation_checkpoint.hpp"
 #include "model/transformer_block.hpp"
+#include "parallel/tensor_parallel/parallel_linear.hpp"
+#include "parallel/tensor_parallel/slicing.hpp"
+#include "parallel/tensor_parallel/split_outputs.hpp"
+#include "parallel/tensor_parallel/vocab_parallel.hpp"
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
@@ -153,7 +158,12 @@ GptModel::~GptModel() = default;
 
 at::Tensor GptModel::forward(const at::Tensor &input) { return run(input, nullptr); }
 
-at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache) { return run(input, &cache); }
+at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
+{
+    if (tp_group_)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: generation (the key/value cache) under tensor parallelism is not built yet");
+    return run(input, &cache);
+}
 
 at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
 {
@@ -190,7 +200,9 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
     if (hooks) hooks->before_layer(0);
     at::Tensor pos = at::arange(past, past + T, ids.options().dtype(at::kLong));
-    at::Tensor h = maybe_dropout(at::embedding(wte_, ids) + at::embedding(wpe_, pos), c.embd_pdrop, train);
+    at::Tensor tokens = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, wte_, vocab_start_, tp_group_)
+                                  : at::embedding(wte_, ids);
+    at::Tensor h = maybe_dropout(tokens + at::embedding(wpe_, pos), c.embd_pdrop, train);
     const bool checkpoint = cache == nullptr && at::GradMode::is_enabled();
     for (size_t i = 0; i < blocks_.size(); ++i) {
         if (hooks) hooks->before_layer(i + 1);
@@ -214,7 +226,65 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     h = at::layer_norm(h, {c.n_embd}, ln_f_w_, ln_f_b_, c.layer_norm_epsilon);
     at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
-    return unbatched ? logits.squeeze(0) : logits;
+    if (unbatched) logits = logits.squeeze(0);
+    if (tp_group_) parallel::tp::mark_vocab_parallel(logits, {tp_group_, vocab_start_, c.vocab_size});
+    return logits;
+}
+
+void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group)
+{
+    namespace tp = parallel::tp;
+    using Layout = Linear::Layout;
+    if (!group) fail(ACCEL_ERR_INTERNAL, "gpt: tensor parallelism without a group");
+    if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: tensor parallelism is already applied");
+    const auto &c = config_;
+    const int64_t n = group->size(), r = group->rank();
+    auto refuse = [n](const char *key, int64_t value) {
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + " (" + std::to_string(value) +
+                                             ") does not divide by parallelism_config.tp_size (" + std::to_string(n) + ")");
+    };
+    if (c.n_head % n != 0) refuse("n_head", c.n_head);
+    if (c.inner() % n != 0) refuse("n_inner", c.inner());
+    for (const auto &b : blocks_)
+        for (const Linear *l : {b->block.qkv.get(), b->block.out_proj.get(), b->block.fc1.get(), b->block.fc2.get()})
+            if (l->stateful_forward() || l->random_forward() || !l->added_parameters().empty())
+                fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: tensor parallelism of linears decorated by LoRA or fp8 is not built yet");
+    if (n == 1) return;
+    at::NoGradGuard no_grad;
+    std::map<std::string, tp::ParameterSlicing> plan;
+    // Narrows `t` in place (the model's registered tensor keeps its identity) and records how.
+    auto narrow = [&](const std::string &name, const at::Tensor &t, int64_t dim, int64_t groups) {
+        tp::ParameterSlicing s{dim, groups, t.size(dim)};
+        at::Tensor part = tp::slice_parameter(t, s, r, n);
+        at::Tensor mutable_t = t;
+        mutable_t.set_data(part);
+        plan[name] = s;
+    };
+    for (const auto &b : blocks_) {
+        const std::string h = "transformer.h." + std::to_string(b->index) + ".";
+        TransformerBlock &tb = b->block;
+        const at::Tensor qkv_w = tb.qkv->weight(), qkv_b = tb.qkv->bias(), out_w = tb.out_proj->weight(),
+                         out_b = tb.out_proj->bias(), fc1_w = tb.fc1->weight(), fc1_b = tb.fc1->bias(),
+                         fc2_w = tb.fc2->weight(), fc2_b = tb.fc2->bias();
+        narrow(h + "attn.c_attn.weight", qkv_w, tp::output_dim(Layout::InOut), 3); // [q | k | v]: by heads
+        narrow(h + "attn.c_attn.bias", qkv_b, 0, 3);
+        narrow(h + "attn.c_proj.weight", out_w, tp::input_dim(Layout::InOut), 1);
+        narrow(h + "mlp.c_fc.weight", fc1_w, tp::output_dim(Layout::InOut), 1);
+        narrow(h + "mlp.c_fc.bias", fc1_b, 0, 1);
+        narrow(h + "mlp.c_proj.weight", fc2_w, tp::input_dim(Layout::InOut), 1);
+        tb.qkv = tp::make_column_parallel_linear(make_linear(qkv_w, qkv_b, Layout::InOut), group);
+        tb.out_proj = tp::make_row_parallel_linear(make_linear(out_w, {}, Layout::InOut), out_b, group);
+        tb.fc1 = tp::make_column_parallel_linear(make_linear(fc1_w, fc1_b, Layout::InOut), group);
+        tb.fc2 = tp::make_row_parallel_linear(make_linear(fc2_w, {}, Layout::InOut), fc2_b, group);
+        tb.options.tp_size = n;
+    }
+    const int64_t padded = tp::padded_vocab_size(c.vocab_size, n);
+    narrow("transformer.wte.weight", wte_, 0, 1);
+    if (!c.tie_word_embeddings) narrow("lm_head.weight", lm_head_, 0, 1);
+    lm_head_linear_ = tp::make_column_parallel_linear(make_linear(lm_head_, {}, Layout::OutIn), group);
+    vocab_start_ = r * (padded / n);
+    tp_group_ = group;
+    tp_slicing_ = std::move(plan);
 }
 
 std::vector<ModuleUnit> GptModel::units() const

@@ -5,9 +5,16 @@
 #include "config/gpt_config.hpp"
 #include "model/linear.hpp"
 #include "model/model.hpp"
+#include "parallel/tensor_parallel/slicing.hpp"
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
+
+namespace accel::distributed {
+class Communicator;
+}
 
 namespace accel {
 
@@ -48,6 +55,18 @@ public:
     // Per block: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj (the tied lm_head is not a slot).
     std::vector<LinearSlot> linear_slots() override;
 
+    // Tensor parallelism over `group` (GPT-2's plan, applied at prepare by parallel/tensor_parallel/plan.hpp):
+    // each planned parameter is narrowed in place to this rank's slice (set_data: names and tensors stay):
+    // c_attn column-parallel by heads (this rank's heads' q, k and v), c_fc column-parallel, attn.c_proj and
+    // mlp.c_proj row-parallel, the token embedding and the (tied) head vocabulary-parallel over the
+    // vocabulary padded to a multiple of the group's size; layer norms and position embeddings replicated.
+    // forward() then returns this rank's columns of the logits [B, T, V_padded / tp], marked for the
+    // vocabulary-parallel cross-entropy (split_outputs.hpp). INVALID_ARGUMENT naming n_head or n_inner when
+    // they do not divide by the group's size; UNIMPLEMENTED for linears decorated by LoRA or fp8.
+    void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group);
+    // How each parameter (by name) is split: empty without tensor parallelism.
+    const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const { return tp_slicing_; }
+
 protected:
     std::string canonical_key(const std::string &key) const override;
 
@@ -59,6 +78,9 @@ private:
     std::vector<std::shared_ptr<GptBlock>> blocks_;
     bool training_ = true;
     std::vector<bool> checkpointed_; // per block
+    std::shared_ptr<distributed::Communicator> tp_group_; // set by apply_tensor_parallel
+    int64_t vocab_start_ = 0;                             // this rank's first vocabulary row under it
+    std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
 };
 
 } // namespace accel

@@ -44,7 +44,8 @@ at::Tensor activation(const std::string &name, const at::Tensor &x)
 at::Tensor TransformerBlock::forward(const at::Tensor &x, bool train, std::pair<at::Tensor, at::Tensor> *kv) const
 {
     const auto &o = options;
-    const int64_t B = x.size(o.seq_first ? 1 : 0), T = x.size(o.seq_first ? 0 : 1), C = x.size(2), H = o.n_head, D = C / H;
+    const int64_t B = x.size(o.seq_first ? 1 : 0), T = x.size(o.seq_first ? 0 : 1), D = x.size(2) / o.n_head;
+    const int64_t H = o.n_head / o.tp_size, C = H * D; // this rank's heads and their features
     auto self_attention = [&](const at::Tensor &in) {
         auto parts = qkv->forward(in).split(C, -1);
         // -> [B, H, T, D] (head h holds features h D .. (h + 1) D), and back to the stream's layout.

@@ -26,6 +26,9 @@ namespace accel {
 
 struct TransformerBlockOptions {
     int64_t n_head = 1;
+    // Tensor parallelism: the q/k/v projection yields this rank's n_head / tp_size heads only (whole heads,
+    // parallel/tensor_parallel), the attention computes those, and out_proj takes their features.
+    int64_t tp_size = 1;
     double layer_norm_eps = 1e-5;
     // "relu", "gelu" (exact), "gelu_new" / "gelu_pytorch_tanh" (tanh approximation), anything else: silu
     // (HF's ACT2FN names that GPT-2 configs use).

@@ -2,6 +2,8 @@
 
 #include "common/error.hpp"
 #include "config/loss_config.hpp"
+#include "parallel/tensor_parallel/split_outputs.hpp"
+#include "parallel/tensor_parallel/vocab_parallel.hpp"
 #include "state/device.hpp"
 
 #include <ATen/core/Reduction.h>
@@ -59,6 +61,19 @@ at::Tensor compute_loss(const Loss &spec, const at::Tensor &outputs, const at::T
     if (!outputs.is_floating_point())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "outputs: " + loss + " needs floating outputs, got " + dtype_name(outputs));
     const int64_t mean = at::Reduction::Mean;
+    if (auto split = parallel::tp::vocab_parallel_of(outputs)) {
+        // A tensor-parallel model's logits hold this rank's vocabulary columns only.
+        if (kind != LossKind::CausalLm && kind != LossKind::CrossEntropy)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "loss: " + loss + " of logits split over the vocabulary by tensor parallelism "
+                                          "is not built (causal_lm and cross_entropy are)");
+        if (targets.scalar_type() != at::kLong)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "targets: " + loss + " needs int64 token ids, got " + dtype_name(targets));
+        parallel::tp::VocabParallelLossOptions o;
+        o.vocab_start = split->vocab_start;
+        o.vocab_size = split->vocab_size;
+        o.ignore_index = spec.ignore_index;
+        return parallel::tp::vocab_parallel_cross_entropy(outputs, targets, split->group, o);
+    }
     if (kind == LossKind::CausalLm) {
         // Logits [..., V] against next-token labels [...] (the token data loader's labels are already
         // shifted; HF's GPT2LMHeadModel shifts labels = input_ids itself). Positions labelled

@@ -37,4 +37,17 @@ at::Tensor join(const std::vector<at::Tensor> &parts, int64_t dim, int64_t group
     return at::cat(pieces, dim);
 }
 
+at::Tensor slice_parameter(const at::Tensor &whole, const ParameterSlicing &s, int64_t rank, int64_t size)
+{
+    if (s.dim < 0) return whole;
+    at::Tensor t = whole;
+    const int64_t n = t.size(s.dim);
+    if (s.groups == 1 && n % size != 0) {
+        auto pad_sizes = t.sizes().vec();
+        pad_sizes[static_cast<size_t>(s.dim)] = (n + size - 1) / size * size - n;
+        t = at::cat({t, at::zeros(pad_sizes, t.options())}, s.dim);
+    }
+    return slice(t, s.dim, rank, size, s.groups);
+}
+
 } // namespace accel::parallel::tp

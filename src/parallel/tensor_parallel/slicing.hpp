@@ -23,4 +23,16 @@ at::Tensor slice(const at::Tensor &t, int64_t dim, int64_t rank, int64_t size, i
 // The inverse: `parts` (every rank's slice, in rank order) joined into the whole tensor.
 at::Tensor join(const std::vector<at::Tensor> &parts, int64_t dim, int64_t groups = 1);
 
+// How a plan split one parameter: along `dim` (-1: replicated, every rank holds it whole) in `groups`
+// blocks; `whole` is its unsplit size along dim (the vocabulary before padding).
+struct ParameterSlicing {
+    int64_t dim = -1;
+    int64_t groups = 1;
+    int64_t whole = 0;
+};
+
+// Rank `rank`'s part of the whole parameter: a replicated one as is, a split one sliced, its dimension first
+// padded with zero rows up to a multiple of `size` where groups is 1 (the vocabulary, as Megatron pads it).
+at::Tensor slice_parameter(const at::Tensor &whole, const ParameterSlicing &s, int64_t rank, int64_t size);
+
 } // namespace accel::parallel::tp

@@ -6,7 +6,10 @@
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/thread_communicator.hpp"
+#include "model/gpt_model.hpp"
 #include "model/linear.hpp"
+#include "model/model.hpp"
+#include "ops/loss.hpp"
 #include "parallel/tensor_parallel/mappings.hpp"
 #include "parallel/tensor_parallel/parallel_linear.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
@@ -27,12 +30,12 @@ namespace {
 
 constexpr double kTol = 1e-6;
 
-void expect_close(const at::Tensor &got, const at::Tensor &want, const std::string &what)
+void expect_close(const at::Tensor &got, const at::Tensor &want, const std::string &what, double tol = kTol)
 {
     ASSERT_TRUE(got.defined()) << what << ": undefined";
     ASSERT_EQ(got.sizes(), want.sizes()) << what;
     const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-    EXPECT_LE(diff, kTol) << what << ": max difference " << diff;
+    EXPECT_LE(diff, tol) << what << ": max difference " << diff;
 }
 
 at::Tensor leaf(const at::Tensor &t) { return t.detach().clone().requires_grad_(true); }
@@ -241,6 +244,75 @@ TEST(TensorParallelVocabulary, CrossEntropyEqualsUnsplit)
             EXPECT_THROW(tp::vocab_parallel_cross_entropy(local, bad, comm, o), accel::Error);
         });
     }
+}
+
+// GPT-2's plan (GptModel::apply_tensor_parallel) on 2 and 4 ranks: the loss through compute_loss (which
+// takes the vocabulary-parallel cross-entropy for the marked logits) and every parameter's gradient equal one
+// process's, each rank holding its slice. A vocabulary of 37 is padded; tied and untied heads; float32, so
+// the tolerance is relative to the gradients' scale (the split reorders float32 sums).
+void check_gpt_plan(int32_t world, bool tied)
+{
+    const std::string json = std::string(R"({"type": "gpt", "vocab_size": 37, "n_positions": 12, "n_embd": 16,
+        "n_layer": 2, "n_head": 4, "tie_word_embeddings": )") + (tied ? "true" : "false") + "}";
+    std::vector<std::shared_ptr<accel::GptModel>> models;
+    for (int32_t r = 0; r <= world; ++r) { // the same seed: every rank starts from one process's weights
+        at::manual_seed(21);
+        models.push_back(std::dynamic_pointer_cast<accel::GptModel>(accel::make_model_from_json(json.c_str())));
+        models.back()->train(false); // no dropout
+    }
+    at::manual_seed(22);
+    at::Tensor ids = at::randint(0, 37, {2, 6}, at::kLong), labels = at::randint(0, 37, {2, 6}, at::kLong);
+    labels.index_put_({1, 5}, -100);
+    const accel::Loss causal(accel::LossKind::CausalLm);
+    auto &ref = *models.back();
+    at::Tensor want = accel::compute_loss(causal, ref.forward(ids), labels);
+    want.backward();
+
+    dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        auto &m = *models[static_cast<size_t>(r)];
+        m.apply_tensor_parallel(comm);
+        at::Tensor logits = m.forward(ids);
+        EXPECT_EQ(logits.size(-1), tp::padded_vocab_size(37, world) / world); // no rank holds [B, T, V]
+        at::Tensor loss = accel::compute_loss(causal, logits, labels);
+        expect_close(loss, want, "loss");
+        loss.backward();
+        const auto &plan = m.tensor_parallel_slicing();
+        EXPECT_EQ(plan.size(), 6u * 2 + (tied ? 1 : 2));
+        for (size_t i = 0; i < m.named_parameters().size(); ++i) {
+            const auto &[name, p] = m.named_parameters()[i];
+            const at::Tensor &whole = ref.named_parameters()[i].second.grad();
+            auto it = plan.find(name);
+            at::Tensor mine = it == plan.end() ? whole : tp::slice_parameter(whole, it->second, r, world);
+            expect_close(p.grad(), mine, name + " gradient (rank " + std::to_string(r) + ")",
+                         1e-5 * std::max(1.0, whole.abs().max().item<double>()));
+        }
+    });
+}
+
+TEST(TensorParallelGpt, PlanEqualsOneProcess)
+{
+    for (int32_t world : {2, 4}) {
+        check_gpt_plan(world, true);
+        check_gpt_plan(world, false);
+    }
+}
+
+TEST(TensorParallelGpt, RefusesHeadsThatDoNotDivide)
+{
+    at::manual_seed(23);
+    auto m = std::dynamic_pointer_cast<accel::GptModel>(accel::make_model_from_json(
+        R"({"type": "gpt", "vocab_size": 8, "n_positions": 4, "n_embd": 8, "n_layer": 1, "n_head": 2})"));
+    dist::run_on_threads(4, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        if (comm->rank() != 0) return;
+        try {
+            m->apply_tensor_parallel(comm);
+            ADD_FAILURE() << "n_head 2 accepted on 4 ranks";
+        } catch (const accel::Error &e) {
+            EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+            EXPECT_NE(std::string(e.what()).find("n_head"), std::string::npos) << e.what();
+        }
+    });
 }
 
 } // namespace
