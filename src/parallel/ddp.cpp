@@ -102,7 +102,6 @@ struct DistributedDataParallel::Impl {
     {
         while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
             Bucket &b = buckets[next_launch++];
-            profiling::Range range(profiling::kBucketAllReduce);
             const int32_t world = comm->size();
             if (compress) {
                 b.wire = b.flat.to(wire_dtype);
@@ -153,6 +152,7 @@ struct DistributedDataParallel::Impl {
             // Time with at least one bucket in flight (buckets launch in order): what the all-reduces
             // themselves took, without the backward compute between two launches.
             const double done = b.work->completed_at();
+            profiling::record_interval(profiling::kBucketAllReduce, b.launched_at, done); // its time in flight
             busy += std::max(0.0, done - std::max(b.launched_at, last_done));
             last_done = std::max(last_done, done);
             if (compress) b.flat.copy_(b.wire);

@@ -71,8 +71,9 @@ void write_event(std::ostream &o, const torch::autograd::profiler::KinetoEvent &
           << ",\"Bytes\":" << e.nBytes() << "}}";
         return;
     }
-    // user_annotation: record_function ranges (accel's phases, ProfilerStep#N); cpu_op: ATen operators.
-    const bool range = e.scope() == static_cast<uint8_t>(at::RecordScope::USER_SCOPE);
+    // user_annotation: record_function ranges (accel's phases, ProfilerStep#N) and intervals accel reported
+    // (record_interval: LibTorch files them as backend events, scope FUNCTION); cpu_op: ATen operators.
+    const bool range = e.scope() == static_cast<uint8_t>(at::RecordScope::USER_SCOPE) || e.backend() == "accel";
     o << ",\"dur\":" << e.durationUs() << ",\"ph\":\"X\",\"cat\":\"" << (range ? "user_annotation" : "cpu_op")
       << "\",";
     write_args(o, e, cuda);

@@ -6,6 +6,7 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include <chrono>
 #include <set>
 
 namespace accel::profiling {
@@ -14,6 +15,18 @@ namespace prof = torch::autograd::profiler;
 using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
+
+void record_interval(const char *name, double start_s, double end_s)
+{
+    if (!torch::profiler::impl::profilerEnabled()) return;
+    // The profiler's clock is the wall clock (getTime, ns); the interval was taken on the steady clock.
+    using std::chrono::steady_clock;
+    const double steady_now = std::chrono::duration<double>(steady_clock::now().time_since_epoch()).count();
+    const int64_t wall_now_us = torch::profiler::impl::getTime() / 1000;
+    auto wall_us = [&](double s) { return wall_now_us - static_cast<int64_t>((steady_now - s) * 1e6); };
+    prof::reportBackendEventToActiveKinetoProfiler(wall_us(start_s), wall_us(end_s), -1, at::RecordScope::USER_SCOPE,
+                                                   name, "accel");
+}
 
 Action action_at(const config::ProfileSchedule &s, int64_t step)
 {

@@ -11,7 +11,7 @@ namespace accel::profiling {
 inline constexpr const char *kDataWait = "accel::data_wait";             // waiting for the next batch
 inline constexpr const char *kForward = "accel::forward";                // a prepared model's forward
 inline constexpr const char *kBackward = "accel::backward";              // accelerator.backward(loss)
-inline constexpr const char *kBucketAllReduce = "accel::bucket_all_reduce"; // DDP: one bucket's all-reduce launched
+inline constexpr const char *kBucketAllReduce = "accel::bucket_all_reduce"; // DDP: one bucket's all-reduce in flight
 inline constexpr const char *kGradientSync = "accel::gradient_sync";     // DDP: waiting for the buckets' all-reduces
 inline constexpr const char *kOptimizerStep = "accel::optimizer_step";   // optimizer.step()
 inline constexpr const char *kSaveState = "accel::save_state";           // checkpoint writing
@@ -31,5 +31,10 @@ public:
 private:
     at::RecordFunction rf_;
 };
+
+// Records [start_s, end_s] (steady-clock seconds, as distributed::now_seconds) as a range named `name` on this
+// thread when a profiler runs here: work another thread did (a collective's time in flight), reported when
+// it is known to be done.
+void record_interval(const char *name, double start_s, double end_s);
 
 } // namespace accel::profiling

@@ -51,6 +51,13 @@ def check_trace(path, rank, np, scheduled):
     missing = [p for p in phases if p not in names]
     if missing:
         fail("%s: accel's ranges missing: %s (has %s)" % (path, missing, sorted(n for n in names if "::" in n and not n.startswith("aten"))))
+    if np > 1:
+        # Each bucket's all-reduce is its time in flight (reported from the steady clock): inside a backward.
+        backward = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "accel::backward"]
+        for e in events:
+            if e["name"] == "accel::bucket_all_reduce" and not any(
+                    b0 - 50 <= e["ts"] and e["ts"] + e["dur"] <= b1 + 50 for b0, b1 in backward):
+                fail("%s: a bucket all-reduce outside every backward: %r" % (path, e))
     steps = sorted(int(n.split("#")[1]) for n in names if n.startswith("ProfilerStep#"))
     if scheduled:
         # Only the schedule's active steps: 3 and 4, each with one forward, one backward, one optimizer step.
