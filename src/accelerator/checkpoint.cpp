@@ -215,8 +215,10 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     bool sharded_optimizers = false;
     for (const auto &[m, w] : wrappers_) {
         if (w->writes_sharded_state_dict()) sharded_optimizers = true;
-        else if (w->sharded() != nullptr && !deepspeed_layout(*m)) gathered.push_back(w->sharded());
+        else if (w->sharded() != nullptr && (!deepspeed_layout(*m) || w->sharded()->shards_frozen()))
+            gathered.push_back(w->sharded()); // DeepSpeed's layout cuts frozen parameters per parameter: from whole ones
     }
+    SummonWhole whole(gathered);
     const int64_t rank = state_->process_index();
     std::string latest;
     for (size_t i = 0; i < models_.size(); ++i)
@@ -228,7 +230,6 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         files.push_back({"latest", nullptr, nullptr, std::make_shared<const std::string>(latest)});
         files.push_back({"zero_to_fp32.py", nullptr, nullptr, std::make_shared<const std::string>(ckpt::zero_to_fp32_script())});
     }
-    SummonWhole whole(gathered);
     std::vector<PyRef> optimizer_states(optimizers_.size());
     for (size_t i = 0; i < optimizers_.size(); ++i) {
         if (deepspeed_layout(*optimizers_[i]->model())) continue;

@@ -276,6 +276,20 @@ def scenario_equivalence(a):
                                  m["gradient_bytes"], m["optimizer_state_bytes"], ratio, ref_state, s["peak_rss_bytes"]))
             if ratio > a.memory_ratio:
                 sys.exit("model state per rank is %.4f x the reference, above %.4f" % (ratio, a.memory_ratio))
+    if a.param_ratio:
+        # Parameter bytes per rank against the reference's: with frozen parameters sharded too, about 1/np of the
+        # whole model (a frozen parameter kept whole on every rank would show as the frozen part's whole size).
+        rs, gs = memory_stats(ref_out), memory_stats(p.stdout)
+        if not rs or len(gs) != a.np:
+            sys.exit("no memory statistics printed")
+        whole = max(s["models"][0]["parameter_bytes"] for s in rs)
+        for s in gs:
+            m = s["models"][0]
+            log("rank %d: parameters %d bytes = %.4f x the reference's %d" % (s["rank"], m["parameter_bytes"],
+                                                                            m["parameter_bytes"] / whole, whole))
+            if whole == 0 or m["parameter_bytes"] > a.param_ratio * whole:
+                sys.exit("rank %d holds %d parameter bytes, above %.4f x the reference's %d"
+                         % (s["rank"], m["parameter_bytes"], a.param_ratio, whole))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -486,9 +500,13 @@ def scenario_pretrained(a):
              ("zero3_init", '{"deepspeed_plugin": {"zero_stage": 3, "zero3_init_flag": true}}'),
              ("full_shard_cpu_ram", '{"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", '
                                     '"cpu_ram_efficient_loading": true}}')]
-    for name, config in cases:
+    # Frozen projections and embeddings (the norms train): sharded as the trainable parameters are, and written back
+    # whole by save_pretrained.
+    frozen = '{"strict": true, "frozen": ["model.layers.*_proj.weight", "model.embed_tokens.weight"]}'
+    cases = [(n, c, None) for n, c in cases] + [(n + "_frozen", c, frozen) for n, c in cases if n != "ddp"]
+    for name, config, options in cases:
         out = os.path.join(tmp, name)
-        p = run(launch_cmd(a, a.np) + [prog, "load", src, out, config])
+        p = run(launch_cmd(a, a.np) + [prog, "load", src, out, config] + ([options] if options else []))
         ok = re.findall(r"pretrained: ok rank (\d+)", p.stdout)
         if sorted(int(r) for r in ok) != list(range(a.np)):
             sys.exit("%s: expected 'pretrained: ok' from ranks 0..%d, got %s" % (name, a.np - 1, ok))
@@ -974,6 +992,8 @@ def main():
                     help="equivalence: every rank's peak_gathered_bytes must be exactly this")
     ap.add_argument("--memory-ratio", type=float, default=0.0,
                     help="fail when a rank's model state exceeds this multiple of the reference's")
+    ap.add_argument("--param-ratio", type=float, default=0.0,
+                    help="fail when a rank's parameter bytes exceed this multiple of the reference's")
     a = ap.parse_args()
     fn = globals().get("scenario_" + a.scenario)
     if fn is None:
