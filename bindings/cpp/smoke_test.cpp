@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,6 +139,7 @@ int main(int argc, char **argv)
             EXPECT(e.status() == ACCEL_ERR_FAILED_PRECONDITION);
         }
         {
+            std::filesystem::remove_all(ckpt + "-project"); // a fresh start, whatever an earlier run left
             accel::Accelerator resumer(R"({"project_config": {"project_dir": ")" + ckpt +
                                        R"(-project", "automatic_checkpoint_naming": true}})");
             auto m = accel::Model::from_json(model_spec);
