@@ -824,3 +824,4 @@ ACCEL_HANDLE_CLASS(Accelerator)
 %include "distributed.i"
 %include "checkpoint.i"
 %include "tracking.i"
+%include "log.i"

@@ -569,6 +569,51 @@ namespace Accel.Tests
             }
         }
 
+        sealed class TraceRecords : System.Diagnostics.TraceListener
+        {
+            public readonly List<string> Lines = new List<string>();
+            public override void Write(string message) { }
+            public override void WriteLine(string message) { lock (Lines) Lines.Add(message); }
+            public override void TraceEvent(System.Diagnostics.TraceEventCache cache, string source,
+                                            System.Diagnostics.TraceEventType type, int id, string message)
+            {
+                lock (Lines) Lines.Add(type + " " + message);
+            }
+        }
+
+        [Test]
+        public void LoggingReachesTrace()
+        {
+            var records = new TraceRecords();
+            System.Diagnostics.Trace.Listeners.Add(records);
+            AccelLogging.Install();
+            try {
+                Library.LogSetLevel(20);
+                Assert.AreEqual(20, Library.LogGetLevel());
+                Library.LogWrite(null, "accel_test.train", 20, "epoch 3", true, false);
+                Library.LogWrite(null, "accel_test.train", 10, "hidden", false, false);
+                Library.LogWrite(null, "accel_test.train", 40, "failed", false, false);
+                Assert.Throws<InvalidArgumentError>(() => Library.LogSetLevel(99));
+                // A library warning (load_checkpoint's keys that did not match) under the name "accel".
+                string dir = Path.Combine(Path.GetTempPath(), "accel-cs-log-" + Guid.NewGuid());
+                using (var acc = new Accelerator())
+                using (var small = Model.FromJson("{\"type\": \"mlp\", \"widths\": [6, 16, 3]}"))
+                using (var big = Model.FromJson("{\"type\": \"mlp\", \"widths\": [6, 16, 3, 3]}")) {
+                    acc.SaveModel(small, dir);
+                    big.LoadCheckpoint(dir);
+                }
+                Directory.Delete(dir, true);
+            } finally {
+                AccelLogging.Uninstall();
+                Library.LogSetLevel(30);
+                System.Diagnostics.Trace.Listeners.Remove(records);
+            }
+            Assert.AreEqual(3, records.Lines.Count, string.Join(" | ", records.Lines));
+            Assert.AreEqual("Information accel_test.train: epoch 3", records.Lines[0]);
+            Assert.AreEqual("Error accel_test.train: failed", records.Lines[1]);
+            Assert.IsTrue(records.Lines[2].StartsWith("Warning accel: load_checkpoint") && records.Lines[2].Contains("4.weight"), records.Lines[2]);
+        }
+
 #if !NUNIT
         public static int Main()
         {

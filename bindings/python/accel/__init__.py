@@ -31,7 +31,7 @@ if _core.abi_version() != _core.BUILT_ABI_VERSION:
 
 from .core import (  # noqa: E402
     Accelerator, Batch, Collate, DataLoader, IterableDataset, MapDataset, Model, Optimizer, Sample, SampleList,
-    Scheduler, StateDictEntries, Tensor, TrackerCallback,
+    Scheduler, StateDictEntries, Tensor, TrackerCallback, LogCallback, log_get_level, log_set_level, log_write,
     abi_version, build_info_json, compute_loss, dtype_size, merge_weights, process_count, process_index,
     process_is_local_main, process_is_main, process_local_count, process_local_index, set_seed, status_name,
     version_number, version_string,
@@ -53,6 +53,9 @@ _install_process_decorators(Accelerator)
 from ._datasets import install as _install_datasets  # noqa: E402
 
 _install_datasets(DataLoader)
+from ._logging import MultiProcessAdapter, get_logger, install as _install_logging, route_to_python_logging  # noqa: E402,E501
+
+_install_logging()
 
 __version__ = version_string()
 __all__ = [
@@ -63,5 +66,7 @@ __all__ = [
     "status_name", "version_number", "version_string",
     "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "INT8", "UINT8", "INT16", "INT32", "INT64", "BOOL",
     "TRACKER_EVENT_INIT", "TRACKER_EVENT_LOG", "TRACKER_EVENT_FINISH",
+    "LogCallback", "MultiProcessAdapter", "get_logger", "log_get_level", "log_set_level", "log_write",
+    "route_to_python_logging",
     "AccelError", "error_class",
 ] + [n for n in dir() if n.endswith("Error") and n != "AccelError"]

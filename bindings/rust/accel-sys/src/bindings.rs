@@ -1164,3 +1164,32 @@ extern "C" {
         out: *mut *mut core::ffi::c_char,
     ) -> accel_status_t;
 }
+pub type accel_log_level_t = i32;
+pub type accel_log_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut core::ffi::c_void,
+        level: accel_log_level_t,
+        name: *const core::ffi::c_char,
+        process_index: i32,
+        message: *const core::ffi::c_char,
+    ),
+>;
+extern "C" {
+    pub fn accel_log_set_callback(fn_: accel_log_fn_t, user_data: *mut core::ffi::c_void);
+}
+extern "C" {
+    pub fn accel_log_set_level(level: accel_log_level_t) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_log_get_level(out: *mut accel_log_level_t) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_log_write(
+        accelerator: *mut accel_accelerator_t,
+        name: *const core::ffi::c_char,
+        level: accel_log_level_t,
+        message: *const core::ffi::c_char,
+        main_process_only: bool,
+        in_order: bool,
+    ) -> accel_status_t;
+}

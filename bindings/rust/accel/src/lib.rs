@@ -32,6 +32,7 @@ use std::ptr;
 
 mod checkpoint;
 mod datasets;
+pub mod log;
 mod distributed;
 mod precision;
 mod tracking;
