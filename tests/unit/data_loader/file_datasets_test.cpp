@@ -387,6 +387,44 @@ TEST(FileDatasets, ResumeMidEpochGivesTheUninterruptedBatches)
     }
 }
 
+// Windows that stop at document ends ("eos_token_id") go through the same sampler: shuffled, sharded on 2
+// processes and resumed mid-epoch they give the uninterrupted run's batches; every batch is [n, 16], its inputs
+// padded exactly where its labels are -100.
+TEST(FileDatasets, DocumentWindowsResumeMidEpoch)
+{
+    std::vector<int64_t> tokens(3000);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 7) % 53 == 0 ? 0 : static_cast<int64_t>(i % 900) + 1;
+    const std::string path = write_file("docs.bin", token_bytes(tokens, ElemType::U16));
+    auto files = open(R"({"format": "tokens", "files": ")" + path +
+                      R"(", "dtype": "uint16", "block_size": 16, "stride": 10, "eos_token_id": 0, "pad_token_id": 7777})");
+    for (int32_t world : {1, 2}) {
+        for (int32_t rank = 0; rank < world; ++rank) {
+            DataLoaderShard full(files, loader_options(4));
+            full.prepare(state_of(world, rank));
+            all_batches(full); // epoch 0
+            const auto want = all_batches(full); // epoch 1
+            ASSERT_GT(want.size(), 10u);
+            int64_t padded = 0; // documents of 53 tokens: windows at 0, 10, 20, 30 and a short one at 40
+            for (const Batch &b : want) {
+                ASSERT_EQ(b.inputs.size(1), 16);
+                EXPECT_TRUE(at::equal(b.inputs.eq(7777), b.labels.eq(-100)));
+                padded += b.labels.eq(-100).sum().item<int64_t>();
+            }
+            EXPECT_GT(padded, 0);
+
+            DataLoaderShard first(files, loader_options(4));
+            first.prepare(state_of(world, rank));
+            all_batches(first);
+            for (int i = 0; i < 5; ++i) ASSERT_TRUE(first.next().has_value());
+            auto saved = first.state_dict();
+            DataLoaderShard resumed(files, loader_options(4));
+            resumed.prepare(state_of(world, rank));
+            resumed.load_state_dict(*saved, "dl_state_dict.bin")();
+            expect_same_batches(all_batches(resumed), std::vector<Batch>(want.begin() + 5, want.end()));
+        }
+    }
+}
+
 // ---- a corpus larger than what is read ---------------------------------------------------------------
 
 namespace {
