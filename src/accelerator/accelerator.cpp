@@ -14,6 +14,7 @@
 #include "parallel/ddp.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/fsdp/zero_init.hpp"
+#include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
@@ -179,6 +180,13 @@ void Accelerator::prepare_model(Model &model)
             for (const auto &o : optimizers_)
                 if (o->model().get() == &model) shard_optimizer(o);
         }
+        model.prepared_by = state_;
+        return;
+    }
+    // parallelism_config.tp_size > 1: the model's tensor-parallel plan, with DDP over dp_replicate inside.
+    if (state_->mesh && state_->mesh->size(distributed::MeshDim::Tp) > 1 && wrapper_of(model) == nullptr) {
+        wrappers_.emplace_back(&model, parallel::tp::prepare_tensor_parallel(model, *state_->mesh, state_->config.ddp));
+        wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
         model.prepared_by = state_;
         return;
     }

@@ -28,7 +28,7 @@ struct SizeKey {
 const SizeKey kSizes[] = {
     {"dp_replicate_size", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", &ParallelismConfig::dp_replicate_size, nullptr},
     {"dp_shard_size", "PARALLELISM_CONFIG_DP_SHARD_SIZE", &ParallelismConfig::dp_shard_size, nullptr},
-    {"tp_size", "PARALLELISM_CONFIG_TP_SIZE", &ParallelismConfig::tp_size, "tensor parallelism is not built yet"},
+    {"tp_size", "PARALLELISM_CONFIG_TP_SIZE", &ParallelismConfig::tp_size, nullptr},
     {"cp_size", "PARALLELISM_CONFIG_CP_SIZE", &ParallelismConfig::cp_size, "context parallelism is not built yet"},
     {"sp_size", "PARALLELISM_CONFIG_SP_SIZE", &ParallelismConfig::sp_size,
      "sequence parallelism (DeepSpeed ALST/Ulysses) is not built yet"},
@@ -127,6 +127,10 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
                  std::to_string(p.cp_size) + ") x sp_size (" + std::to_string(p.sp_size) + ") = " + std::to_string(total) +
                  " processes, but the job has " + std::to_string(world) + " (num_processes)");
     const std::string plugin = c.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin";
+    if (p.tp_size > 1 && (p.dp_shard_size > 1 || c.sharding.enabled()))
+        fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".tp_size: " + std::to_string(p.tp_size) + ": tensor parallelism with " +
+                                          plugin + " or dp_shard_size > 1 (FSDP/ZeRO over the tp shards) is not built "
+                                          "yet; tensor parallelism composes with DDP (dp_replicate_size)");
     if (p.dp_shard_size > 1 && !c.sharding.enabled())
         fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".dp_shard_size: " + std::to_string(p.dp_shard_size) +
                                              " shards the model, which needs fsdp_plugin or deepspeed_plugin; for "

@@ -574,9 +574,9 @@ TEST_F(AcceleratorConfigTest, UnsupportedSectionsNamePath)
     EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"profile\": {\"with_modules\": true}}}", ACCEL_ERR_UNIMPLEMENTED,
                               "kwargs_handlers.profile.with_modules: module hierarchies");
     EXPECT_PARSE_ERROR_STARTS("{\"megatron_lm_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin: ");
-    // parallelism_config's data dimensions are built (parallelism_config_test.cpp); tensor parallelism not yet.
-    EXPECT_PARSE_ERROR_STARTS("{\"parallelism_config\": {\"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "parallelism_config.tp_size: 2: tensor parallelism is not built yet");
+    // parallelism_config's data and tensor dimensions are built (parallelism_config_test.cpp); context parallelism not yet.
+    EXPECT_PARSE_ERROR_STARTS("{\"parallelism_config\": {\"cp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "parallelism_config.cp_size: 2: context parallelism is not built yet");
     EXPECT_PARSE_ERROR_STARTS("{\"log_with\": [\"wandb\"]}", ACCEL_ERR_UNIMPLEMENTED, "log_with: ");
     EXPECT_PARSE_ERROR_STARTS("{\"log_with\": \"tensorboard\"}", ACCEL_ERR_INVALID_ARGUMENT,
                               "log_with: \"tensorboard\" writes files under project_config.logging_dir");

@@ -118,14 +118,20 @@ TEST_F(ParallelismConfigTest, EnvironmentAsAccelerateReadsIt)
     setenv("PARALLELISM_CONFIG_TP_SIZE", "two", 1);
     EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "PARALLELISM_CONFIG_TP_SIZE");
     setenv("PARALLELISM_CONFIG_TP_SIZE", "2", 1);
-    EXPECT_REFUSED("{}", ACCEL_ERR_UNIMPLEMENTED, "PARALLELISM_CONFIG_TP_SIZE: 2: tensor parallelism is not built yet");
+    // Tensor parallelism is built with DDP (dp_replicate), not yet inside FSDP/ZeRO (ACCELERATE_USE_FSDP is set).
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 1}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.tp_size: 2: tensor parallelism with fsdp_plugin or dp_shard_size > 1");
+    unsetenv("ACCELERATE_USE_FSDP");
+    c = parse_accelerator_config("{\"parallelism_config\": {\"dp_shard_size\": 1}}");
+    EXPECT_EQ(c.parallelism.tp_size, 2);
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 2);
 }
 
 TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
 {
     world(4);
     EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.tp_size: 2: tensor parallelism is not built yet");
+                   "parallelism_config.tp_size: 2: tensor parallelism with fsdp_plugin or dp_shard_size > 1");
     EXPECT_REFUSED("{\"parallelism_config\": {\"cp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,
                    "parallelism_config.cp_size: 4: context parallelism is not built yet");
     EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,

@@ -1,0 +1,128 @@
+#include "parallel/tensor_parallel/plan.hpp"
+
+#include "common/error.hpp"
+#include "config/accelerator_config.hpp"
+#include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
+#include "model/gpt_model.hpp"
+#include "parallel/ddp.hpp"
+#include "parallel/whole_gradients.hpp"
+
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+namespace accel::parallel::tp {
+
+namespace {
+
+using distributed::Communicator;
+using distributed::ReduceOp;
+
+class TensorParallelWrapper final : public ParallelWrapper {
+public:
+    TensorParallelWrapper(std::vector<at::Tensor> split, std::vector<at::Tensor> replicated,
+                          std::shared_ptr<Communicator> tp_group, std::shared_ptr<ParallelWrapper> data_parallel)
+        : split_(std::move(split)), replicated_(std::move(replicated)), tp_(std::move(tp_group)),
+          dp_(std::move(data_parallel))
+    {
+    }
+
+    void set_require_sync(bool on) override
+    {
+        if (dp_) dp_->set_require_sync(on);
+    }
+    void before_forward() override
+    {
+        if (dp_) dp_->before_forward();
+    }
+    void finish_backward() override
+    {
+        if (dp_) dp_->finish_backward();
+    }
+    void abort_backward() override
+    {
+        if (dp_) dp_->abort_backward();
+    }
+
+    // torch's clip_grad_norm_ over the whole model: the split parameters' part of the norm is reduced over the
+    // tp group (each shard once), the replicated ones' (equal on every tp rank) added once.
+    double clip_grad_norm(double max_norm, double norm_type, bool clip) override
+    {
+        at::NoGradGuard no_grad;
+        const bool inf = std::isinf(norm_type);
+        auto part = [&](const std::vector<at::Tensor> &params) {
+            at::Tensor acc = at::zeros({1}, at::kDouble);
+            for (const auto &p : params) {
+                if (!p.grad().defined()) continue;
+                at::Tensor g = p.grad().to(at::kDouble);
+                acc = inf ? at::maximum(acc, g.abs().max().reshape({1})) : acc + g.abs().pow(norm_type).sum();
+            }
+            return acc;
+        };
+        at::Tensor split = part(split_);
+        tp_->allreduce(split, inf ? ReduceOp::Max : ReduceOp::Sum);
+        at::Tensor rep = part(replicated_);
+        const double total = inf ? std::max(split.item<double>(), rep.item<double>())
+                                 : std::pow(split.item<double>() + rep.item<double>(), 1.0 / norm_type);
+        if (clip) {
+            const double coef = std::min(1.0, max_norm / (total + 1e-6));
+            for (const auto *params : {&split_, &replicated_})
+                for (const auto &p : *params)
+                    if (p.grad().defined()) p.grad().mul_(coef);
+        }
+        return total;
+    }
+    void clip_grad_value(double clip_value) override
+    {
+        whole_clip_grad_value(split_, clip_value);
+        whole_clip_grad_value(replicated_, clip_value);
+    }
+    WrapperMemory memory() const override
+    {
+        std::vector<at::Tensor> all = split_;
+        all.insert(all.end(), replicated_.begin(), replicated_.end());
+        WrapperMemory m = whole_memory(all);
+        if (dp_) m.ddp_bucket_bytes = dp_->memory().ddp_bucket_bytes;
+        return m;
+    }
+    // free_memory: the data-parallel wrapper lets go; the model stays split (the limitations page says so).
+    void release(Model &model) override
+    {
+        if (dp_) dp_->release(model);
+    }
+    DistributedDataParallel *ddp() override { return dp_ ? dp_->ddp() : nullptr; }
+
+private:
+    std::vector<at::Tensor> split_, replicated_;
+    std::shared_ptr<Communicator> tp_;
+    std::shared_ptr<ParallelWrapper> dp_;
+};
+
+} // namespace
+
+std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
+                                                         const config::DistributedDataParallelKwargs &ddp)
+{
+    using distributed::MeshDim;
+    auto *gpt = dynamic_cast<GptModel *>(&model);
+    if (gpt == nullptr)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_size: tensor parallelism has a plan for the gpt model "
+                                      "only; other model types are not built yet");
+    gpt->apply_tensor_parallel(mesh.group(MeshDim::Tp));
+    std::vector<at::Tensor> split, replicated;
+    for (const auto &[name, p] : model.named_parameters())
+        (gpt->tensor_parallel_slicing().count(name) != 0 ? split : replicated).push_back(p);
+    // Gradients are averaged over the data-parallel ranks (dp_cp): every rank of one tp group saw the same batch.
+    std::shared_ptr<ParallelWrapper> dp;
+    const auto &dp_group = mesh.group(MeshDim::DpCp);
+    if (dp_group->size() > 1)
+        dp = std::make_shared<DistributedDataParallel>(model.named_parameters(), model.named_buffers(), dp_group, ddp);
+    return std::make_shared<TensorParallelWrapper>(std::move(split), std::move(replicated), mesh.group(MeshDim::Tp),
+                                                   std::move(dp));
+}
+
+} // namespace accel::parallel::tp
