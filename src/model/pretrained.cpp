@@ -104,8 +104,8 @@ at::ScalarType target_dtype(const FolderWeights &w, const config::FromPretrained
 }
 
 // nn.Module.to(dtype) for the floating-point parameters and buffers, in place: the tensor objects stay the
-// same (the model's layers hold them), only their data changes.
-void convert_floating(Model &model, at::ScalarType dtype)
+// same (the model's layers hold them), only their data changes. A partitioned parameter converts its slice.
+void convert_floating(Model &model, at::ScalarType dtype, parallel::PartitionedAtInit *partitioned)
 {
     at::NoGradGuard no_grad;
     // LoRA adapters stay float32 over a 16-bit base, as PEFT keeps them (autocast_adapter_dtype).
@@ -113,8 +113,10 @@ void convert_floating(Model &model, at::ScalarType dtype)
     for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
         for (const auto &e : *list)
             if (e.second.defined() && at::isFloatingType(e.second.scalar_type()) && e.second.scalar_type() != dtype &&
-                adapters.count(e.first) == 0)
-                const_cast<at::Tensor &>(e.second).set_data(e.second.to(dtype));
+                adapters.count(e.first) == 0) {
+                if (partitioned != nullptr && partitioned->holds(e.second)) partitioned->convert(e.second, dtype);
+                else const_cast<at::Tensor &>(e.second).set_data(e.second.to(dtype));
+            }
 }
 
 std::string file_of(const FolderWeights &w, const std::string &name)
@@ -177,10 +179,6 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     // zero3_init_flag (as accel_model_create_from_json) or FSDP's cpu_ram_efficient_loading: built partitioned
     // while such an accelerator lives.
     auto partitioned = parallel::PartitionedAtInit::for_new_model(true);
-    if (partitioned && options.torch_dtype && *options.torch_dtype != ACCEL_DTYPE_FLOAT32)
-        fail(ACCEL_ERR_UNIMPLEMENTED, std::string("torch_dtype: under ") + partitioned->flag() +
-                                          " the partitioned weights are float32 (mixed_precision gives bf16 compute); "
-                                          "leave torch_dtype out or \"float32\"");
     PretrainedModel out;
     out.model = build(dir, options, partitioned);
     Model &model = *out.model;
@@ -189,7 +187,7 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     const FolderWeights w = read_folder_weights(dir);
     check_shapes(model, w);
     const bool sliced = partitioned && partitioned->holds_any();
-    if (!sliced) convert_floating(model, target_dtype(w, options));
+    convert_floating(model, target_dtype(w, options), sliced ? partitioned.get() : nullptr);
     std::vector<std::pair<at::Tensor, at::Tensor>> copies;
     out.report = model.load_state_dict(w.tensors, false, [&copies](const at::Tensor &dst, const at::Tensor &src) {
         copies.emplace_back(dst, src);

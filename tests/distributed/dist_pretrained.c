@@ -1,6 +1,8 @@
 /* Pretrained folders on several processes (run_dist.py's "pretrained" scenario).
  *   dist_pretrained write SRC              one process: a seeded llama model saved with save_pretrained, in shards
- *   dist_pretrained load SRC OUT CONFIG    every process: an accelerator of CONFIG, from_pretrained(SRC) (under
+ *   dist_pretrained write16 SRC DST        one process: SRC loaded as bfloat16 (torch_dtype) and saved to DST
+ *   dist_pretrained load SRC OUT CONFIG [OPTIONS]
+ *                                          every process: an accelerator of CONFIG, from_pretrained(SRC, OPTIONS) (under
  *                                          zero3_init_flag or FSDP's cpu_ram_efficient_loading partitioned: each
  *                                          process copies only its slices, and the model cannot be read whole
  *                                          before it is prepared; cpu_ram_efficient_loading leaves a model built
@@ -29,10 +31,17 @@ int main(int argc, char **argv)
         accel_model_free(m);
         return 0;
     }
-    DIST_EXPECT(argc == 5 && strcmp(argv[1], "load") == 0, "usage: dist_pretrained write SRC | load SRC OUT CONFIG");
+    if (argc == 4 && strcmp(argv[1], "write16") == 0) {
+        DIST_CHECK(accel_model_from_pretrained(argv[2], "{\"torch_dtype\": \"bfloat16\"}", &m));
+        DIST_CHECK(accel_model_save_pretrained(m, argv[3], "{\"max_shard_size\": 700}"));
+        accel_model_free(m);
+        return 0;
+    }
+    DIST_EXPECT((argc == 5 || argc == 6) && strcmp(argv[1], "load") == 0,
+                "usage: dist_pretrained write SRC | write16 SRC DST | load SRC OUT CONFIG [OPTIONS]");
     DIST_CHECK(accel_accelerator_create(argv[4], &acc));
     DIST_CHECK(accel_accelerator_get_process_index(acc, &rank));
-    DIST_CHECK(accel_model_from_pretrained(argv[2], "{\"strict\": true}", &m));
+    DIST_CHECK(accel_model_from_pretrained(argv[2], argc == 6 ? argv[5] : "{\"strict\": true}", &m));
     if (strstr(argv[4], "zero3_init_flag") != NULL || strstr(argv[4], "cpu_ram_efficient_loading") != NULL) {
         accel_status_t st = accel_model_get_tensor(m, "model.embed_tokens.weight", &t);
         DIST_EXPECT(st == ACCEL_ERR_FAILED_PRECONDITION && t == NULL,

@@ -503,6 +503,7 @@ def scenario_pretrained(a):
     # Frozen projections and embeddings (the norms train): sharded as the trainable parameters are, and written back
     # whole by save_pretrained.
     frozen = '{"strict": true, "frozen": ["model.layers.*_proj.weight", "model.embed_tokens.weight"]}'
+    cases_bf16 = [(n, c) for n, c in cases if n in ("full_shard", "zero3_init", "full_shard_cpu_ram")]
     cases = [(n, c, None) for n, c in cases] + [(n + "_frozen", c, frozen) for n, c in cases if n != "ddp"]
     for name, config, options in cases:
         out = os.path.join(tmp, name)
@@ -516,6 +517,24 @@ def scenario_pretrained(a):
             sys.exit("%s: save_pretrained's folder differs from the source in %s" % (name, diff))
         log("%s: %d tensors from %d shards loaded on %d processes and saved back bit for bit" %
             (name, len(want), len([f for f in os.listdir(src) if f.endswith(".safetensors")]), a.np))
+    # bfloat16 weights stay bfloat16 when loaded partitioned (zero3_init_flag, cpu_ram_efficient_loading), as whole: a LoRA
+    # fine-tune (float32 adapters on q/v, the bf16 base frozen) is prepared and save_pretrained writes the base back
+    # bit for bit in bfloat16 (the adapters beside it).
+    src16 = os.path.join(tmp, "src16")
+    run([prog, "write16", src, src16])
+    want16 = read_folder_tensors(src16)
+    if not want16 or any(t[0] != "BF16" for t in want16.values()):
+        sys.exit("the bfloat16 source folder holds other dtypes: %s" % sorted({t[0] for t in want16.values()}))
+    lora = '{"strict": true, "lora": {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"]}}'
+    for name, config in cases_bf16:
+        out = os.path.join(tmp, name + "_bf16")
+        run(launch_cmd(a, a.np) + [prog, "load", src16, out, config, lora])
+        got = read_folder_tensors(out)
+        diff = sorted(k for k in want16 if got.get(k) != want16[k])
+        if diff:
+            sys.exit("%s bf16: save_pretrained's base tensors differ from the bfloat16 source in %s (dtypes %s)"
+                     % (name, diff, sorted({got[k][0] for k in diff if k in got})))
+        log("%s: a bfloat16 folder stays bfloat16 and is saved back bit for bit" % name)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

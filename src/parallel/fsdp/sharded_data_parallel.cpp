@@ -1,6 +1,7 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 
 #include "parallel/fsdp/collective_queue.hpp"
+#include "parallel/fsdp/frozen_shards.hpp"
 #include "parallel/fsdp/param_offload.hpp"
 #include "parallel/fsdp/storage.hpp"
 #include "parallel/fsdp/zero_init.hpp"
@@ -88,6 +89,11 @@ struct ShardedDataParallel::Impl {
         size_t pending = 0;
         bool done = false; // its gradients were handled in this backward
         bool keep = false; // stays gathered from its forward to its backward (stage3_max_reuse_distance)
+        std::vector<FrozenFlat> frozen; // its layer's frozen parameters, sharded: gathered and freed with it
+        // With frozen parameters, the unit is freed once the gradient of its input is in (input_done), not when its
+        // trainable gradients are: a frozen weight serves only the input-gradient path, which may run after every
+        // trainable gradient of the unit (LoRA adapters). input_hooked: the forward hooked its input.
+        bool input_hooked = false, input_done = false;
     };
 
     config::ShardingConfig cfg;
@@ -113,7 +119,11 @@ struct ShardedDataParallel::Impl {
     // Frozen floating-point parameters compute in param_dtype too (FSDP casts a unit's frozen parameters with
     // the rest); each keeps its own-dtype master here, which summon, release and checkpoints see.
     std::vector<std::pair<at::Tensor, at::Tensor>> cast_frozen; // (parameter, master)
-    std::vector<at::Tensor> frozen; // every frozen parameter once: whole on this rank, counted in parameter_bytes
+    std::vector<at::Tensor> frozen; // every frozen parameter kept whole on this rank, counted in parameter_bytes
+    // Sharded frozen parameters outside any unit's layer (embeddings, final norm, head): gathered before the forward
+    // as the root unit is, freed when the backward is over (they need not share the root unit's existence: a LoRA
+    // model's root often has no trainable parameter at all).
+    std::vector<FrozenFlat> root_frozen;
     std::string key; // "fsdp_plugin" or "deepspeed_plugin", for messages
     std::unique_ptr<ParamOffload> offload; // offload_param_device other than "none"
     // DeepSpeed's buckets, in elements: consecutive units move in one collective while they fit:
@@ -180,6 +190,7 @@ struct ShardedDataParallel::Impl {
         int64_t gathered = 0;
         for (const auto &u : units)
             if (params_sharded() && u.gathered) gathered += bytes_of(u.full);
+        for_each_flat([&gathered](const FrozenFlat &f) { gathered += f.gathered ? bytes_of(f.full) : 0; });
         mem.gathered_bytes = gathered;
         mem.peak_gathered_bytes = std::max(mem.peak_gathered_bytes, gathered);
         int64_t grads = gradient_bytes();
@@ -195,6 +206,7 @@ struct ShardedDataParallel::Impl {
         }
         for (const auto &p : frozen) n += bytes_of(p);
         for (const auto &[p, master] : cast_frozen) n += bytes_of(master);
+        for_each_flat([&n](const FrozenFlat &f) { n += bytes_of(f.shard); });
         return n;
     }
 
@@ -242,6 +254,54 @@ struct ShardedDataParallel::Impl {
                 at += u->shard_numel;
             }
         }
+        for (Unit *u : group) // frozen parameters in their own dtype: one collective per flat
+            for (FrozenFlat &f : u->frozen) fill_full(f, allgather_bits(*comm, f.shard));
+    }
+
+    template <class Fn> void for_each_flat(Fn fn) const
+    {
+        for (const auto &u : units)
+            for (const auto &f : u.frozen) fn(f);
+        for (const auto &f : root_frozen) fn(f);
+    }
+    template <class Fn> void for_each_flat(Fn fn)
+    {
+        for (auto &u : units)
+            for (auto &f : u.frozen) fn(f);
+        for (auto &f : root_frozen) fn(f);
+    }
+    // Where a sharded frozen parameter lives (null when it is not one).
+    std::pair<const FrozenFlat *, size_t> flat_of(const at::Tensor &t) const
+    {
+        std::pair<const FrozenFlat *, size_t> out{nullptr, 0};
+        for_each_flat([&](const FrozenFlat &f) {
+            for (size_t i = 0; i < f.params.size(); ++i)
+                if (f.params[i].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) out = {&f, i};
+        });
+        return out;
+    }
+    // Frozen flats gathered on the training thread, behind whatever is queued (summon, the root's before forward).
+    void gather_flats(std::vector<FrozenFlat> &flats)
+    {
+        std::vector<FrozenFlat *> need;
+        for (auto &f : flats)
+            if (!f.gathered) {
+                allocate_full(f);
+                need.push_back(&f);
+            }
+        if (need.empty()) return;
+        note_peak();
+        ++mem.all_gathers;
+        queue.run([this, need] {
+            at::NoGradGuard no_grad;
+            for (FrozenFlat *f : need) fill_full(*f, allgather_bits(*comm, f->shard));
+        });
+    }
+    void release_flats(std::vector<FrozenFlat> &flats)
+    {
+        if (summoned) return;
+        note_peak();
+        for (auto &f : flats) release_full(f);
     }
 
     // The group's all-gather; their full buffers get memory now.
@@ -250,6 +310,7 @@ struct ShardedDataParallel::Impl {
         for (Unit *u : group) {
             allocate_storage(u->full, bytes_of(u->full));
             u->gathered = true;
+            for (FrozenFlat &f : u->frozen) allocate_full(f);
         }
         note_peak();
         ++mem.all_gathers;
@@ -318,6 +379,7 @@ struct ShardedDataParallel::Impl {
         note_peak();
         release_storage(u.full);
         u.gathered = false;
+        for (FrozenFlat &f : u.frozen) release_full(f);
     }
 
     void reset_backward()
@@ -338,7 +400,7 @@ struct ShardedDataParallel::Impl {
         u.done = true;
         at::NoGradGuard no_grad;
         if (require_sync) reduce(u);
-        reshard(u);
+        if (!u.input_hooked || u.input_done) reshard(u);
         if (cfg.backward_prefetch == "BACKWARD_POST" && active) prefetch(static_cast<size_t>(&u - units.data()), false);
     }
 
@@ -538,6 +600,14 @@ struct ShardedDataParallel::Impl {
         u.master_full = at::Tensor();
     }
 
+    // The gradient of unit ui's input is in: its backward has run whole.
+    void input_grad_done(size_t ui)
+    {
+        Unit &u = units[ui];
+        u.input_done = true;
+        if (u.done) reshard(u);
+    }
+
     void finish()
     {
         if (!active) return;
@@ -545,7 +615,11 @@ struct ShardedDataParallel::Impl {
         active = false; // no more prefetching
         for (auto &u : units) unit_ready(u); // parameters unused in this backward: zero gradients
         drain();
-        for (auto &u : units) reshard(u); // prefetched for a backward that did not need them
+        for (auto &u : units) {
+            reshard(u); // prefetched for a backward that did not need them (or never hooked: frozen parameters)
+            u.input_hooked = false;
+        }
+        release_flats(root_frozen);
         note_peak();
     }
 
@@ -612,6 +686,7 @@ public:
         auto s = lock();
         for (size_t ui = 0; ui < s->units.size(); ++ui)
             if (s->units[ui].root) s->gather(ui);
+        s->gather_flats(s->root_frozen);
         // FSDP's cast_forward_inputs: floating-point inputs meet the 16-bit parameters in their dtype.
         return s->low_precision() && input.is_floating_point() ? input.to(s->param_dtype) : input;
     }
@@ -631,6 +706,7 @@ public:
     at::Tensor after_layer(size_t layer, const at::Tensor &out) override
     {
         auto s = lock();
+        hook_next_input(*s, layer, out);
         if (layer >= s->unit_of_layer.size() || s->unit_of_layer[layer] < 0) return out;
         const size_t ui = static_cast<size_t>(s->unit_of_layer[layer]);
         auto &u = s->units[ui];
@@ -660,6 +736,7 @@ public:
         if (!out.requires_grad()) { // no backward follows: back to shards
             s->drain();
             for (auto &u : s->units) s->reshard(u);
+            s->release_flats(s->root_frozen);
         }
         // Outputs are float32, as under Accelerate's mixed precision (convert_outputs_to_fp32): losses and
         // metrics are computed as without sharding.
@@ -669,14 +746,32 @@ public:
     {
         auto s = impl_.lock();
         if (!s || !s->params_sharded() || s->summoned) return;
-        for (const auto &u : s->units)
-            if (!u.gathered)
-                fail(ACCEL_ERR_FAILED_PRECONDITION,
-                     std::string(what) + ": the model's parameters are sharded across processes (" + s->cfg.strategy +
-                         "); call accel_accelerator_summon_full_params_begin (on every process) to read or write them");
+        bool whole = true;
+        for (const auto &u : s->units) whole = whole && u.gathered;
+        for (const auto &f : s->root_frozen) whole = whole && f.gathered;
+        if (!whole)
+            fail(ACCEL_ERR_FAILED_PRECONDITION,
+                 std::string(what) + ": the model's parameters are sharded across processes (" + s->cfg.strategy +
+                     "); call accel_accelerator_summon_full_params_begin (on every process) to read or write them");
     }
 
 private:
+    // `out` is the input of the unit starting at layer + 1: a unit with frozen parameters is freed when its
+    // gradient arrives. Not while recomputing (activation checkpointing) for a unit whose backward is over.
+    void hook_next_input(ShardedDataParallel::Impl &s, size_t layer, const at::Tensor &out)
+    {
+        if (!out.requires_grad() || layer + 1 >= s.unit_of_layer.size() || s.unit_of_layer[layer + 1] < 0) return;
+        const size_t next = static_cast<size_t>(s.unit_of_layer[layer + 1]);
+        auto &n = s.units[next];
+        if (n.frozen.empty() || n.first_layer != layer + 1 || (s.active && n.done)) return;
+        n.input_hooked = true;
+        n.input_done = false;
+        std::weak_ptr<ShardedDataParallel::Impl> weak = impl_;
+        out.register_hook([weak, next](const at::Tensor &) {
+            if (auto impl = weak.lock()) impl->input_grad_done(next);
+        });
+    }
+
     std::shared_ptr<ShardedDataParallel::Impl> lock() const
     {
         auto s = impl_.lock();
@@ -860,6 +955,33 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
         offload = std::make_unique<ParamOffload>(config.offload_param_device, config.offload_param_nvme_path,
                                                  config.offload_param_nvme_path_key, comm->rank(), s.units.size());
     const int32_t sw = s.shard_world();
+    // Frozen parameters are sharded too when parameters are (frozen_shards.hpp): with the unit of their layer, or
+    // with the root's flats. One that computes in a 16-bit param_dtype keeps a master of its own dtype: it stays whole.
+    std::vector<std::vector<std::pair<std::string, at::Tensor>>> frozen_of_unit(s.units.size());
+    std::vector<std::pair<std::string, at::Tensor>> frozen_root;
+    std::set<const c10::TensorImpl *> sharded_frozen;
+    if (s.params_sharded()) {
+        for (size_t i = 0; i < named.size(); ++i) {
+            const at::Tensor &t = named[i].second;
+            if (!t.defined() || t.requires_grad() || !sharded_frozen.insert(t.unsafeGetTensorImpl()).second) continue;
+            if (s.low_precision() && t.is_floating_point() && t.scalar_type() != s.param_dtype) {
+                sharded_frozen.erase(t.unsafeGetTensorImpl());
+                continue;
+            }
+            const int ui = types.empty() || layer_of.empty() ? -1 : s.unit_of_layer.at(layer_of[i]);
+            (ui >= 0 ? frozen_of_unit[static_cast<size_t>(ui)] : frozen_root).emplace_back(named[i].first, t);
+        }
+    }
+    auto fill_frozen = [&partitioned](const at::Tensor &p, const at::Tensor &dst) {
+        if (partitioned && partitioned->holds(p)) partitioned->gather_into(p, dst);
+        else dst.copy_(p.detach().reshape({-1}));
+    };
+    std::function<void(const at::Tensor &)> sync_frozen;
+    if (config.sync_module_states && s.total_world > 1)
+        sync_frozen = [&s](const at::Tensor &full) {
+            at::Tensor bytes = full.view(at::kByte); // Gloo moves no bfloat16; the bytes are the same
+            s.data->broadcast(bytes, 0);
+        };
     for (size_t ui = 0; ui < s.units.size(); ++ui) {
         Impl::Unit &u = s.units[ui];
         for (size_t k : u.params) {
@@ -887,17 +1009,22 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
             release_storage(u.full);
             u.gathered = false;
         }
+        if (!frozen_of_unit[ui].empty())
+            u.frozen = pack_frozen(frozen_of_unit[ui], sw, s.rank_in_shard(), fill_frozen, sync_frozen);
         // Built partitioned so that the whole model never is in memory: what this unit's gather freed goes
         // back at once (the tuned allocator would keep it, and the next units would not fit in its holes).
         if (partitioned) return_free_memory();
     }
-    if (partitioned) partitioned->restore_all(); // frozen parameters: whole, as without the flag
-    // Frozen parameters stay whole on every rank (no gradient, no shard, no optimizer state: use_orig_params'
-    // mixed units), so sync_module_states sends them as it sends buffers.
+    if (!frozen_root.empty()) s.root_frozen = pack_frozen(frozen_root, sw, s.rank_in_shard(), fill_frozen, sync_frozen);
+    if (partitioned) partitioned->restore_all(); // frozen parameters kept whole: whole, as without the flag
+    // Frozen parameters kept whole on every rank (parameters not sharded: no gradient, no shard, no optimizer
+    // state, use_orig_params' mixed units) are sent by sync_module_states as buffers are.
     if (config.sync_module_states && s.total_world > 1)
         for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
             for (const auto &[name, tensor] : *list) {
-                if (!tensor.defined() || (list == &model.named_parameters() && tensor.requires_grad())) continue;
+                if (!tensor.defined() || (list == &model.named_parameters() && tensor.requires_grad()) ||
+                    sharded_frozen.count(tensor.unsafeGetTensorImpl()) != 0)
+                    continue;
                 at::Tensor t = tensor.detach().contiguous();
                 s.data->broadcast(t, 0);
                 if (t.data_ptr() != tensor.data_ptr()) tensor.detach().copy_(t);
@@ -912,7 +1039,9 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
     {
         std::set<const c10::TensorImpl *> seen;
         for (const auto &[name, p] : model.named_parameters()) {
-            if (p.requires_grad() || !p.defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+            if (p.requires_grad() || !p.defined() || !seen.insert(p.unsafeGetTensorImpl()).second ||
+                sharded_frozen.count(p.unsafeGetTensorImpl()) != 0)
+                continue;
             s.frozen.push_back(p);
             if (s.low_precision() && p.is_floating_point() && p.scalar_type() != s.param_dtype)
                 s.cast_frozen.emplace_back(p, p.detach());
@@ -1031,7 +1160,11 @@ ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
                 const size_t ui = s.params[k].unit;
                 if (!shards[ui].defined()) shards[ui] = s.shard_values(s.units[ui]);
                 e.local = l.local_piece(k, shards[ui]);
-            } else if (t.numel() > 0) { // frozen parameters and buffers are whole on every rank
+            } else if (auto [f, i] = s.flat_of(t); f != nullptr) { // a sharded frozen parameter: cut as its flat is
+                for (int32_t r = 0; r < l.shard_world; ++r)
+                    if (TensorPiece p = f->piece(i, r); p.numel > 0) e.pieces.push_back(p);
+                e.local = f->local_piece(i, l.shard_rank);
+            } else if (t.numel() > 0) { // other frozen parameters and buffers are whole on every rank
                 e.pieces.push_back(TensorPiece{0, 0, t.numel()});
                 if (l.shard_rank == 0) e.local = s.own_value(t).reshape({-1}).to(e.dtype);
             }
@@ -1070,7 +1203,13 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
                                                      c10::str(at::IntArrayRef(shape)) + ", the model's has " + c10::str(t.sizes()));
             names.push_back(name);
             auto it = trainable.find(t.unsafeGetTensorImpl());
-            if (it == trainable.end()) { // frozen parameters and buffers are whole on every rank
+            if (auto [f, i] = s.flat_of(t); f != nullptr) { // a sharded frozen parameter: this rank's piece
+                if (at::Tensor mine = f->local_piece(i, l.shard_rank); mine.defined())
+                    reads.push_back({name, f->piece(i, l.shard_rank).offset, mine});
+                if (f->gathered) reads.push_back({name, 0, t.detach()});
+                continue;
+            }
+            if (it == trainable.end()) { // other frozen parameters and buffers are whole on every rank
                 if (t.numel() == 0) continue;
                 reads.push_back({name, 0, s.own_value(t)});
                 if (s.frozen_master(t)) reads.push_back({name, 0, t.detach()}); // its param_dtype copy too
@@ -1100,6 +1239,13 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
 }
 
 at::Tensor ShardedDataParallel::own_value(const at::Tensor &tensor) const { return impl_->own_value(tensor); }
+
+bool ShardedDataParallel::shards_frozen() const
+{
+    bool any = false;
+    impl_->for_each_flat([&any](const FrozenFlat &) { any = true; });
+    return any;
+}
 
 void ShardedDataParallel::after_optimizer_step()
 {
@@ -1199,18 +1345,27 @@ void ShardedDataParallel::summon_full_params(bool on)
         } else {
             for (size_t ui = 0; ui < s.units.size(); ++ui) s.gather(ui);
         }
+        for (auto &u : s.units) s.gather_flats(u.frozen); // gathered with their unit already, unless 16-bit
+        s.gather_flats(s.root_frozen);
         s.summoned = true;
         return;
     }
     s.summoned = false;
+    // Writes made while summoned reach the shards (FSDP's writeback=True); frozen flats are freed with their unit.
+    const int32_t r = s.rank_in_shard();
+    s.for_each_flat([r](FrozenFlat &f) { write_back(f, r); });
+    s.release_flats(s.root_frozen);
     if (s.low_precision()) {
-        for (auto &u : s.units) s.unsummon_master(u);
+        for (auto &u : s.units) {
+            s.unsummon_master(u);
+            if (!u.gathered) s.release_flats(u.frozen);
+        }
         s.cast_buffers_to(false);
         s.install_gradient_hooks(impl_); // the parameters changed dtype twice
         return;
     }
     if (!s.params_sharded()) return;
-    for (auto &u : s.units) { // writes made while summoned reach the shards (FSDP's writeback=True)
+    for (auto &u : s.units) {
         s.store_shard(u, u.full.narrow(0, s.rank_in_shard() * u.shard_numel, u.shard_numel));
         s.reshard(u);
     }
@@ -1240,10 +1395,18 @@ void ShardedDataParallel::release(Model &model)
     } else {
         for (size_t ui = 0; ui < s.units.size(); ++ui) s.gather(ui);
     }
+    for (auto &u : s.units) s.gather_flats(u.frozen);
+    s.gather_flats(s.root_frozen);
     for (auto &p : s.params) {
         p.tensor.mutable_grad().reset(); // views of flat gradient buffers that go away
         p.tensor.set_data(p.tensor.detach().clone());
     }
+    for (auto &u : s.units) {
+        for (auto &f : u.frozen) unpack(f);
+        u.frozen.clear();
+    }
+    for (auto &f : s.root_frozen) unpack(f);
+    s.root_frozen.clear();
     for (auto &u : s.units) {
         u.shard.mutable_grad().reset();
         u.grad_full = at::Tensor();

@@ -75,6 +75,8 @@ public:
     // A frozen parameter's (or a buffer's) values as checkpoints keep them: while it computes in a 16-bit
     // param_dtype, its own-dtype master.
     at::Tensor own_value(const at::Tensor &tensor) const;
+    // Whether frozen parameters are sharded (under parameter sharding): their values exist whole only while gathered.
+    bool shards_frozen() const;
     // After the optimizer stepped the shards: all-gather them into the full buffers (when those persist).
     void after_optimizer_step();
     // Drops every gradient (shards, reduced buffers, local gradients): optimizer.zero_grad(set_to_none).

@@ -105,7 +105,11 @@ void PartitionedAtInit::gather(const Slice &s, const at::Tensor &dst)
         dst.copy_(s.mine.narrow(0, 0, n));
         return;
     }
-    const std::vector<at::Tensor> parts = comm_->allgather(s.mine);
+    // 16-bit slices move as bytes (Gloo in LibTorch 1.13 gathers no bfloat16); the bytes are the same.
+    const bool bits = s.mine.element_size() == 2;
+    std::vector<at::Tensor> parts = comm_->allgather(bits ? s.mine.view(at::kByte) : s.mine);
+    if (bits)
+        for (auto &part : parts) part = part.view(s.mine.scalar_type());
     for (int64_t r = 0; r < static_cast<int64_t>(parts.size()) && r * per < n; ++r)
         dst.narrow(0, r * per, std::min(per, n - r * per)).copy_(parts[static_cast<size_t>(r)].narrow(0, 0, std::min(per, n - r * per)));
 }
@@ -128,6 +132,18 @@ at::Tensor PartitionedAtInit::slice_of(const at::Tensor &param, int64_t &offset)
     const int64_t begin = std::min(n, comm_->rank() * per), end = std::min(n, begin + per);
     offset = begin;
     return it->mine.narrow(0, 0, end - begin);
+}
+
+void PartitionedAtInit::convert(const at::Tensor &param, at::ScalarType dtype)
+{
+    auto it = find(param);
+    if (it == slices_.end()) fail(ACCEL_ERR_INTERNAL, std::string(flag_) + ": a parameter that was not partitioned");
+    at::NoGradGuard no_grad;
+    it->mine = it->mine.to(dtype);
+    // A tensor of the new dtype and the parameter's shape with no memory (never the whole parameter's bytes).
+    at::Tensor shell = at::empty({0}, param.options().dtype(dtype));
+    shell.unsafeGetTensorImpl()->set_sizes_contiguous(param.sizes());
+    param.set_data(shell);
 }
 
 void PartitionedAtInit::restore_all()

@@ -59,6 +59,9 @@ public:
     // and `offset`, where the slice starts in the flattened parameter. Not collective: from_pretrained fills it
     // with the matching range of a weights file, so that no process reads more than its slices.
     at::Tensor slice_of(const at::Tensor &param, int64_t &offset);
+    // from_pretrained's dtype (the folder's, or torch_dtype) for a partitioned parameter: its slice is converted and
+    // the parameter (still without storage) takes the dtype, as whole loading converts the whole tensor. Not collective.
+    void convert(const at::Tensor &param, at::ScalarType dtype);
     // Collective: every parameter still held gets its storage and values back, in partition order.
     void restore_all();
     // Whether any parameter is partitioned and not gathered yet.
