@@ -33,6 +33,11 @@ class TrackerCallback;
 namespace accel_swig {
 accel_status_t tracker_trampoline(void *user_data, accel_tracker_event_t event, const char *json, int64_t step);
 }
+/* state_hooks.i's, for the same reason. */
+class StateHook;
+namespace accel_swig {
+int64_t register_state_hook(accel_accelerator_t *acc, StateHook *hook, bool save);
+}
 %}
 
 %include <stdint.i>
@@ -825,3 +830,4 @@ ACCEL_HANDLE_CLASS(Accelerator)
 %include "checkpoint.i"
 %include "tracking.i"
 %include "log.i"
+%include "state_hooks.i"

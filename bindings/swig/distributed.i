@@ -82,6 +82,19 @@
     {
         ACCEL_CHECK(accel_accelerator_local_main_process_first_end(ACCEL_H($self, "Accelerator")));
     }
+    /** Enter join_uneven_inputs: `model` joins (null: every prepared model); even_batches -1 keeps the data
+        loaders' setting, 0 / 1 overrides it. Prefer the language's scoped form. */
+    void join_uneven_inputs_begin(Model *model, int32_t even_batches)
+    {
+        accel_model_t *m = ACCEL_OPT_H(model, "Model");
+        ACCEL_CHECK(accel_accelerator_join_uneven_inputs_begin(ACCEL_H($self, "Accelerator"), m ? &m : NULL, m ? 1 : 0,
+                                                               even_batches));
+    }
+    /** Leave join_uneven_inputs (collective when join is on: shadows the others' steps until all are done). */
+    void join_uneven_inputs_end()
+    {
+        ACCEL_CHECK(accel_accelerator_join_uneven_inputs_end(ACCEL_H($self, "Accelerator")));
+    }
     /** Number of processes on this machine. */
     int32_t num_local_processes() const
     {

@@ -721,6 +721,26 @@ inline std::vector<std::string> take_objects(accel_object_list_t *list)
     check(st);
     return out;
 }
+
+/** A save_state / load_state pre-hook (accel_state_hook_fn_t): called with the folder and the process index. */
+using StateHookFn = std::function<void(const std::string &folder, std::int32_t process_index)>;
+/** The hook's trampoline: an exception becomes its status and message, nothing is thrown into the library. */
+inline accel_status_t state_hook_trampoline(void *user_data, const char *folder, std::int32_t process_index) noexcept
+{
+    try {
+        (*static_cast<StateHookFn *>(user_data))(folder ? folder : "", process_index);
+        return ACCEL_OK;
+    } catch (const Error &e) {
+        accel_callback_set_error(e.what());
+        return e.status() == ACCEL_OK ? ACCEL_ERR_UNKNOWN : e.status();
+    } catch (const std::exception &e) {
+        accel_callback_set_error(e.what());
+        return ACCEL_ERR_UNKNOWN;
+    } catch (...) {
+        return ACCEL_ERR_UNKNOWN;
+    }
+}
+inline void release_state_hook(void *user_data) noexcept { delete static_cast<StateHookFn *>(user_data); }
 } // namespace detail
 
 class Accelerator : public detail::Handle<accel_accelerator_t, accel_accelerator_free> {
@@ -793,6 +813,31 @@ public:
     {
         check(accel_accelerator_accumulate_begin(get(), model.get()));
         return Scope(get(), accel_accelerator_accumulate_end);
+    }
+    /** Accelerate's register_save_state_pre_hook: `hook(folder, process_index)` runs on every process before
+     *  save_state writes into `folder` (files it adds there are part of the checkpoint); an exception fails
+     *  save_state with its text. Returns the handle for remove_state_hook. */
+    std::int64_t register_save_state_pre_hook(detail::StateHookFn hook)
+    {
+        return register_state_hook(accel_accelerator_register_save_state_pre_hook, std::move(hook));
+    }
+    /** Accelerate's register_load_state_pre_hook: `hook(folder, process_index)` before load_state reads `folder`. */
+    std::int64_t register_load_state_pre_hook(detail::StateHookFn hook)
+    {
+        return register_state_hook(accel_accelerator_register_load_state_pre_hook, std::move(hook));
+    }
+    /** RemovableHandle.remove(): the hook is dropped now. */
+    void remove_state_hook(std::int64_t handle) { check(accel_accelerator_remove_state_hook(get(), handle)); }
+    /** `with accelerator.join_uneven_inputs(joinables, even_batches):` - DDP tolerates processes running out of
+     *  batches; no joinables: every prepared model; even_batches nullopt keeps the data loaders' setting. */
+    [[nodiscard]] Scope join_uneven_inputs(const std::vector<Model *> &joinables = {},
+                                           std::optional<bool> even_batches = std::nullopt)
+    {
+        std::vector<accel_model_t *> raw;
+        for (Model *m : joinables) raw.push_back(m != nullptr ? m->get() : nullptr);
+        check(accel_accelerator_join_uneven_inputs_begin(get(), raw.data(), raw.size(),
+                                                         even_batches ? (*even_batches ? 1 : 0) : -1));
+        return Scope(get(), accel_accelerator_join_uneven_inputs_end);
     }
     /** This process's place on the device mesh (data, shard, tensor, context, pipeline parallel ranks), as JSON. */
     std::string parallel_ranks_json() const
@@ -932,6 +977,18 @@ public:
         return v;
     }
 private:
+    using RegisterStateHook = accel_status_t (*)(accel_accelerator_t *, accel_state_hook_fn_t,
+                                                 accel_state_hook_release_fn_t, void *, std::int64_t *);
+    std::int64_t register_state_hook(RegisterStateHook reg, detail::StateHookFn hook)
+    {
+        if (!hook) throw Error(ACCEL_ERR_INVALID_ARGUMENT, "hook: must not be empty");
+        auto *owned = new detail::StateHookFn(std::move(hook)); // released by the library (release_state_hook)
+        std::int64_t handle = 0;
+        const accel_status_t st = reg(get(), detail::state_hook_trampoline, detail::release_state_hook, owned, &handle);
+        if (st != ACCEL_OK) delete owned; // a failed registration keeps nothing
+        check(st);
+        return handle;
+    }
     static accel_accelerator_t *create(const char *config)
     {
         check_abi();

@@ -1114,6 +1114,50 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_get_local_count(int32_t *
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_process_is_local_main(bool *out) ACCEL_NOEXCEPT;
 
+/**
+ * Enter `accelerator.join_uneven_inputs(joinables, even_batches)`: a scope in which DDP tolerates processes
+ * running out of batches at different steps (PyTorch's Join with DDP's join hook). Inside it, each process
+ * with batches announces every buffer broadcast and gradient all-reduce of a joinable model with one small
+ * all-reduce; accel_accelerator_join_uneven_inputs_end() on a process that ran out answers those with zeros
+ * and shadows the collectives until every process reached the end. Gradients stay divided by the whole
+ * data-parallel size (Join's divide_by_initial_world_size=True), so a finished process counts as a zero
+ * gradient. At the end every joinable's parameters and buffers are broadcast from the last process to finish.
+ * Join is on only when even_batches (the override, else dataloader_config.even_batches) is false and a
+ * joinable is DDP-wrapped; otherwise the scope only applies the override (one process: no effect).
+ * Collectives other than the joinables' (gather, wait_for_everyone, ...) are not shadowed, as in PyTorch.
+ * Must be paired with accel_accelerator_join_uneven_inputs_end(); nesting is ACCEL_ERR_FAILED_PRECONDITION;
+ * with fsdp_plugin / deepspeed_plugin it is ACCEL_ERR_UNIMPLEMENTED.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param joinables  Models prepared by @p accelerator (borrowed), or NULL with @p num_joinables 0 for every
+ *                   prepared model.
+ * @param num_joinables  Number of entries in @p joinables.
+ * @param even_batches  -1: keep each data loader's setting; 0 or 1: override even_batches of every prepared
+ *                      map-style, non-dispatching data loader from its next pass until the scope ends.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_join_uneven_inputs_begin(accel_accelerator_t *accelerator,
+                                                                                   accel_model_t *const *joinables,
+                                                                                   size_t num_joinables,
+                                                                                   int32_t even_batches) ACCEL_NOEXCEPT;
+/**
+ * Leave join_uneven_inputs: restores the data loaders' even_batches and, when join is on, shadows the other
+ * processes' steps until all arrived, then broadcasts the final weights (collective). The scope has ended
+ * when this returns, whatever the status.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @return ACCEL_OK; ACCEL_ERR_FAILED_PRECONDITION without a matching begin, or when the processes with batches
+ *         issued different collectives (e.g. no_sync at different micro-steps); a collective's failure.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_join_uneven_inputs_end(accel_accelerator_t *accelerator)
+    ACCEL_NOEXCEPT;
+
 ACCEL_END_DECLS
 
 #endif /* ACCEL_ACCELERATOR_H */

@@ -262,6 +262,58 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_bytes_for_ch
     accel_accelerator_t *accelerator, const uint8_t *data, size_t len, int32_t *out_index) ACCEL_NOEXCEPT;
 
 /**
+ * A save_state / load_state pre-hook: called on every process with the checkpoint folder and the process
+ * index. A save hook runs before save_state writes any file into the folder (the temporary folder save_state
+ * publishes under its final name once every process wrote its files: a file the hook writes there becomes part
+ * of the checkpoint); a load hook runs before load_state reads the folder it loads. Return ACCEL_OK, or another
+ * status (a message may be set with accel_callback_set_error()) to make the call fail on every process with
+ * that status, the message naming the hook by its handle.
+ */
+typedef accel_status_t (*accel_state_hook_fn_t)(void *user_data, const char *folder, int32_t process_index);
+/** Called once when a registered hook is removed or its accelerator freed: the binding's release of user_data. */
+typedef void (*accel_state_hook_release_fn_t)(void *user_data);
+
+/**
+ * Register a save_state pre-hook (Accelerator.register_save_state_pre_hook). Hooks run in registration order.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param hook         Must not be NULL. Runs on the thread calling save_state (also with {"async": true}).
+ * @param release      Called with @p user_data when the hook is removed or the accelerator freed; may be NULL.
+ * @param user_data    Passed to @p hook and @p release.
+ * @param out_handle   Receives the hook's handle for accel_accelerator_remove_state_hook() (1, 2, ...).
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: keeps @p user_data until @p release. Threads: same rules as the accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_save_state_pre_hook(
+    accel_accelerator_t *accelerator, accel_state_hook_fn_t hook, accel_state_hook_release_fn_t release, void *user_data,
+    int64_t *out_handle) ACCEL_NOEXCEPT;
+/**
+ * Register a load_state pre-hook (Accelerator.register_load_state_pre_hook); as the save form. With automatic
+ * checkpoint naming it runs for each folder load_state tries.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param hook         Must not be NULL.
+ * @param release      Called with @p user_data when the hook is removed or the accelerator freed; may be NULL.
+ * @param user_data    Passed to @p hook and @p release.
+ * @param out_handle   Receives the hook's handle.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: keeps @p user_data until @p release. Threads: same rules as the accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_register_load_state_pre_hook(
+    accel_accelerator_t *accelerator, accel_state_hook_fn_t hook, accel_state_hook_release_fn_t release, void *user_data,
+    int64_t *out_handle) ACCEL_NOEXCEPT;
+/**
+ * Remove a save_state or load_state pre-hook (RemovableHandle.remove()); its release function runs now.
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param handle       A handle a register call returned.
+ * @return ACCEL_OK; ACCEL_ERR_NOT_FOUND for a handle not registered (or already removed).
+ * Ownership: borrows its arguments for the call. Threads: same rules as the accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_remove_state_hook(accel_accelerator_t *accelerator,
+                                                                             int64_t handle) ACCEL_NOEXCEPT;
+
+/**
  * The current bytes of a blob registered with accel_accelerator_register_bytes_for_checkpointing().
  *
  * @return ACCEL_ERR_OUT_OF_RANGE for an unknown index; ACCEL_ERR_INVALID_ARGUMENT if the object at

@@ -253,6 +253,9 @@ void Accelerator::free_memory()
         fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: inside accumulate(); call accumulate_end first");
     if (!autocast_scopes_.empty())
         fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: inside autocast(); call autocast_end first");
+    if (join_)
+        fail(ACCEL_ERR_FAILED_PRECONDITION,
+             "free_memory: inside join_uneven_inputs(); call accel_accelerator_join_uneven_inputs_end first");
     for (const auto &d : wrappers_)
         if (d.second->summoned())
             fail(ACCEL_ERR_FAILED_PRECONDITION, "free_memory: a model's parameters are summoned; call "

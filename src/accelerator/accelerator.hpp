@@ -85,6 +85,13 @@ public:
     // folder is published for everyone) and reports its failure. Nothing pending: returns at once. The next
     // save_state / load_state wait the same way; free_memory and the destructor wait for this process's part.
     void wait_for_checkpoint();
+    // register_save_state_pre_hook / register_load_state_pre_hook (src/accelerator/state_hooks.cpp): `hook`
+    // runs on every process with the folder and the process index, before save_state writes its files into
+    // the folder (the temporary one it publishes) / before load_state reads one. Returns the handle that
+    // remove_state_hook takes (RemovableHandle.remove()).
+    using StateHook = std::function<void(const std::string &folder, int32_t process_index)>;
+    int64_t register_state_pre_hook(bool save, StateHook hook);
+    void remove_state_hook(int64_t handle);
     // Saved as custom_checkpoint_{index}.pkl; returns the index.
     size_t register_for_checkpointing(CheckpointObject object);
 
@@ -116,6 +123,12 @@ public:
     bool check_trigger();
     void main_process_first_begin(bool local);
     void main_process_first_end();
+    // join_uneven_inputs(joinables, even_batches) as a begin/end pair (src/accelerator/join.cpp). Empty
+    // `joinables`: every prepared model. even_batches -1: the accelerator's dataloader_config.even_batches,
+    // else 0/1 overriding it on the prepared map-style loaders until the end. end() is collective when
+    // join is on (even_batches false, DDP): it shadows the other ranks' steps until all are done.
+    void join_uneven_inputs_begin(const std::vector<Model *> &joinables, int even_batches);
+    void join_uneven_inputs_end();
     // DDP statistics of every prepared model, as JSON (benchmarks, diagnostics).
     std::string ddp_stats_json() const;
     // This process's place on the device mesh with Accelerate's rank names (accel_accelerator_get_parallel_ranks_json).
@@ -169,10 +182,22 @@ private:
     std::vector<std::shared_ptr<AcceleratedScheduler>> schedulers_;
     std::vector<std::shared_ptr<DataLoaderShard>> dataloaders_;
     std::vector<CheckpointObject> custom_objects_;
+    // Runs the save (or load) pre-hooks in registration order; a failure fails every process alike
+    // (collective), naming the hook.
+    void run_state_hooks(bool save, const std::string &folder);
+    struct RegisteredHook {
+        int64_t handle;
+        bool save;
+        StateHook hook;
+    };
+    std::vector<RegisteredHook> state_hooks_;
+    int64_t next_hook_handle_ = 1;
     int64_t project_iteration_ = 0;
     bool trigger_ = false; // set_trigger() since the last check_trigger() that returned true
     std::unique_ptr<tracking::Trackers> trackers_;
     std::unique_ptr<ckpt::AsyncCheckpoint> pending_save_; // save_state {"async": true} being written
+    struct JoinScope;
+    std::shared_ptr<JoinScope> join_; // inside join_uneven_inputs (shared_ptr: JoinScope is defined in join.cpp)
 };
 
 // Accelerate's load_checkpoint_in_model: weights from a .safetensors or torch file, or a folder (sharded

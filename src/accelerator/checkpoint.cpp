@@ -21,6 +21,7 @@
 #include "model/pretrained.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
+#include "parallel/tensor_parallel/plan.hpp"
 #include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
@@ -200,6 +201,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
 {
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
+    for (const auto &m : models_) parallel::tp::refuse_checkpoint_of_split_model(*m, "save_state");
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
     const bool main = writes_main_files();
     // The state is gathered here, on the calling thread (optimizer state, user callbacks); the files are
@@ -284,6 +286,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         ckpt::PreparedCheckpoint prepared = ckpt::prepare_checkpoint(target, main);
         try {
             wait_for_everyone();
+            run_state_hooks(true, prepared.tmp); // on this thread: the hooks are the caller's code
         } catch (...) {
             ckpt::abandon_checkpoint(prepared);
             throw;
@@ -292,7 +295,8 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
                                                                 state_->process_index(), checkpoint_writers(),
                                                                 distributed::init_timeout(state_->config));
     } else {
-        ckpt::write_checkpoint(target, files, main, [this] { wait_for_everyone(); });
+        ckpt::write_checkpoint(target, files, main, [this] { wait_for_everyone(); },
+                               [this](const std::string &tmp) { run_state_hooks(true, tmp); });
     }
     project_iteration_ += 1;
     return target.dir;
@@ -302,6 +306,7 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
 {
     profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
+    for (const auto &m : models_) parallel::tp::refuse_checkpoint_of_split_model(*m, "load_state");
     const auto &project = state_->config.project;
     const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
     // Accelerate loads into what is prepared and ignores the rest: with nothing prepared, a folder's weights
@@ -314,6 +319,7 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
                                                     ", but nothing is prepared to load them into; call prepare first");
         }
     for (size_t c = 0;; ++c) {
+        run_state_hooks(false, candidates[c]); // outside the try: a hook's failure is not a damaged folder
         try {
             load_folder(candidates[c], options);
         } catch (const distributed::Rejected &e) {
@@ -506,6 +512,7 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
                              const config::SaveModelOptions &options)
 {
     profiling::Range range(profiling::kSaveModel);
+    parallel::tp::refuse_checkpoint_of_split_model(model, "save_model");
     const std::string dir = normalize_path(save_directory);
     if (exists(dir) && !is_dir(dir))
         fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");

@@ -352,13 +352,14 @@ void abandon_checkpoint(PreparedCheckpoint &p) noexcept
 }
 
 void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile> &files, bool main,
-                      const std::function<void()> &barrier)
+                      const std::function<void()> &barrier, const std::function<void(const std::string &)> &before_write)
 {
     // The main process prepares the temporary folder, every process writes its files into it, and the
     // main process publishes it once all are done (barriers between the phases; no-ops for one process).
     PreparedCheckpoint p = prepare_checkpoint(target, main);
     try {
         barrier();
+        if (before_write) before_write(p.tmp);
         write_checkpoint_files(p, files, io_threads());
         barrier();
         publish_checkpoint(p);

@@ -58,8 +58,11 @@ struct CheckpointFile {
 // Writes `files` (this process's share) into the temporary folder of `target` on several threads, then
 // publishes the folder and rotates old checkpoints out. `main`: this process prepares and publishes
 // the folder; `barrier` waits for every process (between preparing, writing and publishing).
+// `before_write` (may be empty) runs on every process with the temporary folder once it exists, before any
+// file is written into it (save_state's pre-hooks, which may add files of their own).
 void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile> &files, bool main,
-                      const std::function<void()> &barrier);
+                      const std::function<void()> &barrier,
+                      const std::function<void(const std::string &)> &before_write = {});
 
 // The phases of write_checkpoint, for saves that write on another thread (async_save.hpp).
 class TempFolderLock;

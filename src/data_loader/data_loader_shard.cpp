@@ -56,7 +56,7 @@ ShardSpec DataLoaderShard::shard_spec() const
         s.num_processes = state_->data_parallel_size();
         s.process_index = state_->data_parallel_rank();
         s.split_batches = state_->config.dataloader.split_batches;
-        s.even_batches = state_->config.dataloader.even_batches;
+        s.even_batches = even_batches_.value_or(state_->config.dataloader.even_batches);
     }
     return s;
 }

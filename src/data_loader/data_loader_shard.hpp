@@ -47,6 +47,11 @@ public:
     // The unsharded batches of one pass (Accelerate's inner batch sampler).
     IndexBatches inner_batches(int64_t epoch) const;
     bool dispatches() const { return dispatcher_ != nullptr; }
+    bool iterable() const { return iterable_ != nullptr; }
+    // join_uneven_inputs(even_batches=...): overrides dataloader_config.even_batches from the next pass on
+    // (nullopt: the accelerator's value again), as Accelerate sets its batch sampler's even_batches.
+    void set_even_batches(std::optional<bool> even_batches) { even_batches_ = even_batches; }
+    std::optional<bool> even_batches_override() const { return even_batches_; }
 
     void prepare(std::shared_ptr<AcceleratorState> state);
 
@@ -99,6 +104,7 @@ private:
     DataLoaderProgress progress_;
     std::shared_ptr<AcceleratorState> state_;
     std::unique_ptr<DataLoaderDispatcher> dispatcher_; // dispatch_batches with several processes
+    std::optional<bool> even_batches_;                 // set_even_batches
 };
 
 } // namespace accel

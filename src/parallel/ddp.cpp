@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
+#include "parallel/join.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "profiling/ranges.hpp"
 
@@ -46,6 +47,10 @@ struct DistributedDataParallel::Impl {
     config::DistributedDataParallelKwargs kw;
     at::ScalarType wire_dtype = at::kFloat; // comm_hook
     bool compress = false;
+    // join_uneven_inputs: bucket all-reduces wait for finish(), which announces them first (parallel/join.hpp).
+    std::shared_ptr<Join> join;
+    size_t join_index = 0;
+    bool hold_launches = false;
 
     bool require_sync = true;
     bool active = false; // a hook fired since the last finish_backward
@@ -100,6 +105,7 @@ struct DistributedDataParallel::Impl {
     // Buckets go out in index order on every rank, so that the collectives match.
     void launch_ready()
     {
+        if (hold_launches) return;
         while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
             Bucket &b = buckets[next_launch++];
             const int32_t world = comm->size();
@@ -114,6 +120,42 @@ struct DistributedDataParallel::Impl {
             if (first_launch == 0.0) first_launch = b.launched_at;
             b.work = comm->allreduce_async(b.wire, distributed::ReduceOp::Sum);
         }
+    }
+
+    // Inside join_uneven_inputs: every bucket is full; tell the ranks that ran out of batches, then send.
+    void launch_announced()
+    {
+        try {
+            join->notify(join_index, Join::Op::Gradients);
+        } catch (...) {
+            active = false;
+            throw;
+        }
+        hold_launches = false;
+        launch_ready();
+        hold_launches = true;
+    }
+
+    // Parameters (frozen ones too) and buffers from `root`, as DDP's _sync_module_states.
+    void sync_state_from(int32_t root)
+    {
+        at::NoGradGuard no_grad;
+        for (const at::Tensor &param : all_params) broadcast_into(param.detach(), root);
+        sync_buffers_from(root);
+    }
+
+    void sync_buffers_from(int32_t root)
+    {
+        at::NoGradGuard no_grad;
+        for (auto &b : buffers)
+            if (b.second.defined()) broadcast_into(b.second, root);
+    }
+
+    void broadcast_into(const at::Tensor &target, int32_t root)
+    {
+        at::Tensor t = target.contiguous();
+        comm->broadcast(t, root);
+        if (t.data_ptr() != target.data_ptr()) target.copy_(t);
     }
 
     void finish()
@@ -141,6 +183,7 @@ struct DistributedDataParallel::Impl {
         }
         for (size_t i = 0; i < params.size(); ++i)
             if (!ready[i]) mark_ready(i, false);
+        if (join) launch_announced();
         double last_done = 0.0, busy = 0.0;
         for (auto &b : buckets) {
             try {
@@ -211,18 +254,9 @@ DistributedDataParallel::DistributedDataParallel(std::vector<std::pair<std::stri
         }
 
     // Parameters are broadcast from rank 0 so that every rank starts from the same weights: frozen ones too
-    // (DDP's _sync_module_states sends the whole state dict), which no gradient reduction would ever align.
-    for (const at::Tensor &param : s.all_params) {
-        at::Tensor t = param.detach().contiguous();
-        s.comm->broadcast(t, 0);
-        if (t.data_ptr() != param.data_ptr()) param.detach().copy_(t);
-    }
-    for (auto &b : s.buffers) { // buffers too, whatever broadcast_buffers says (DDP's sync_module_states)
-        if (!b.second.defined()) continue;
-        at::Tensor t = b.second.contiguous();
-        s.comm->broadcast(t, 0);
-        if (t.data_ptr() != b.second.data_ptr()) b.second.copy_(t);
-    }
+    // (DDP's _sync_module_states sends the whole state dict), which no gradient reduction would ever align;
+    // buffers too, whatever broadcast_buffers says.
+    s.sync_state_from(0);
 
     // Buckets in reverse registration order (roughly the order backward produces gradients).
     const int64_t cap = kwargs.bucket_cap_mb * 1024 * 1024;
@@ -311,13 +345,33 @@ WrapperMemory DistributedDataParallel::memory() const
 void DistributedDataParallel::broadcast_buffers()
 {
     if (!impl_->kw.broadcast_buffers) return;
+    // Inside join_uneven_inputs rank 0 may have run out of batches: the lowest rank with batches sends.
+    const int32_t root = impl_->join ? impl_->join->notify(impl_->join_index, Join::Op::Buffers) : 0;
+    impl_->sync_buffers_from(root);
+}
+
+void DistributedDataParallel::set_join(std::shared_ptr<Join> join, size_t index)
+{
+    impl_->join = std::move(join);
+    impl_->join_index = index;
+    impl_->hold_launches = impl_->join != nullptr;
+}
+
+void DistributedDataParallel::broadcast_buffers_from(int32_t root)
+{
+    if (impl_->kw.broadcast_buffers) impl_->sync_buffers_from(root);
+}
+
+void DistributedDataParallel::shadow_gradients()
+{
     at::NoGradGuard no_grad;
-    for (auto &b : impl_->buffers) {
-        if (!b.second.defined()) continue;
-        at::Tensor t = b.second.contiguous();
-        impl_->comm->broadcast(t, 0);
-        if (t.data_ptr() != b.second.data_ptr()) b.second.copy_(t);
+    for (auto &b : impl_->buckets) {
+        // What a rank with batches sends for this bucket (its wire dtype), all zeros.
+        at::Tensor zeros = at::zeros_like(b.flat, impl_->compress ? impl_->wire_dtype : b.flat.scalar_type());
+        impl_->comm->allreduce(zeros, distributed::ReduceOp::Sum);
     }
 }
+
+void DistributedDataParallel::broadcast_state_from(int32_t root) { impl_->sync_state_from(root); }
 
 } // namespace accel::parallel

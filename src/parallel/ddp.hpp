@@ -23,6 +23,8 @@ class Communicator;
 
 namespace accel::parallel {
 
+class Join;
+
 struct DdpStats {
     int64_t num_buckets = 0;
     int64_t bucket_bytes = 0;     // bytes of one synchronisation (all buckets, as sent)
@@ -53,6 +55,15 @@ public:
     // Broadcast buffers from rank 0 (broadcast_buffers, before a training forward).
     void broadcast_buffers();
     DdpStats stats() const;
+
+    // join_uneven_inputs (parallel/join.hpp; null: leave it). While set, this rank announces its buffer
+    // broadcast and bucket all-reduces to `join` first, and the all-reduces start after backward, not during it.
+    void set_join(std::shared_ptr<Join> join, size_t index);
+    // On a rank that ran out of batches: receive the buffer broadcast from `root` (when broadcast_buffers);
+    // all-reduce zeros for every bucket, as a synchronised backward would; parameters and buffers from `root`.
+    void broadcast_buffers_from(int32_t root);
+    void shadow_gradients();
+    void broadcast_state_from(int32_t root);
 
     // ParallelWrapper: every rank holds every parameter and the averaged gradients, so clipping and memory
     // are those of a whole model (parallel/whole_gradients.hpp); before a training forward, broadcast_buffers.

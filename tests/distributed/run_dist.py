@@ -465,6 +465,19 @@ def scenario_objects(a):
         sys.exit("expected 'objects: ok' from ranks 0..%d, got %s" % (a.np - 1, ok))
 
 
+def scenario_join(a):
+    """dist_join on a.np gloo processes: the prepared loader with even_batches overridden, each process's own
+    loader (2 + 3r batches) with and without accumulation, and the refused calls; every process reports."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_join")
+    uneven = '{"dataloader_config": {"even_batches": false}'
+    for mode, config in (("shard", "{}"), ("own", uneven + "}"),
+                         ("own", uneven + ', "gradient_accumulation_steps": 2}'), ("misuse", "{}")):
+        p = run(launch_cmd(a, a.np) + [prog, mode, config], timeout=a.timeout)
+        ok = re.findall(r"join: ok rank (\d+) of %d" % a.np, p.stdout)
+        if sorted(int(r) for r in ok) != list(range(a.np)):
+            sys.exit("%s: expected 'join: ok' from ranks 0..%d, got %s" % (mode, a.np - 1, ok))
+
+
 def read_folder_tensors(d):
     """Every tensor of a save_pretrained folder (one file or the shards its index lists): name -> (dtype, shape,
     raw bytes)."""

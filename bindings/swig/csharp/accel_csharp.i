@@ -203,9 +203,12 @@ static void accel_swig_throw_csharp()
 
 /* The accelerator keeps the C# tracker objects alive (the library only borrows them). */
 %typemap(csin, pre="    trackerCallbacks.Add($csinput);") TrackerCallback *callback "TrackerCallback.getCPtr($csinput)"
+%typemap(csin, pre="    stateHooks.Add($csinput);") StateHook *hook "StateHook.getCPtr($csinput)"
 %typemap(cscode) Accelerator %{
   private readonly global::System.Collections.Generic.List<TrackerCallback> trackerCallbacks =
       new global::System.Collections.Generic.List<TrackerCallback>();
+  private readonly global::System.Collections.Generic.List<StateHook> stateHooks =
+      new global::System.Collections.Generic.List<StateHook>();
 
   /// <summary>Accelerate's on_main_process / on_local_main_process / on_last_process / on_process: runs
   /// <paramref name="action"/> on the chosen process only.</summary>
@@ -246,6 +249,13 @@ static void accel_swig_throw_csharp()
   public global::System.IDisposable MainProcessFirst() {
     MainProcessFirstBegin();
     return new Scope(MainProcessFirstEnd);
+  }
+
+  /// <summary><c>using (accelerator.JoinUnevenInputs(model)) { ... }</c>: join_uneven_inputs; a null model joins
+  /// every prepared model, a null evenBatches keeps the data loaders' setting.</summary>
+  public global::System.IDisposable JoinUnevenInputs(Model model = null, bool? evenBatches = null) {
+    JoinUnevenInputsBegin(model, evenBatches.HasValue ? (evenBatches.Value ? 1 : 0) : -1);
+    return new Scope(JoinUnevenInputsEnd);
   }
 
   /// <summary><c>using (accelerator.LocalMainProcessFirst()) { ... }</c>: each machine's local main first.</summary>

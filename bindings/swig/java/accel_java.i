@@ -224,8 +224,11 @@ ACCEL_JAVA_CLOSABLE(ObjectList)
 
 /* The accelerator keeps the Java tracker objects alive (the library only borrows them). */
 %typemap(javain, pre="    trackerCallbacks.add($javainput);") TrackerCallback *callback "TrackerCallback.getCPtr($javainput)"
+/* ... and the save_state / load_state pre-hooks (state_hooks.i) while it lives. */
+%typemap(javain, pre="    stateHooks.add($javainput);") StateHook *hook "StateHook.getCPtr($javainput)"
 %typemap(javacode) Accelerator %{
   private final java.util.List<TrackerCallback> trackerCallbacks = new java.util.ArrayList<>();
+  private final java.util.List<StateHook> stateHooks = new java.util.ArrayList<>();
 
   /** Accelerate's on_main_process / on_local_main_process / on_last_process / on_process: runs
    *  {@code action} on the chosen process only. */
@@ -267,6 +270,13 @@ ACCEL_JAVA_CLOSABLE(ObjectList)
   public Scope mainProcessFirst() {
     mainProcessFirstBegin();
     return this::mainProcessFirstEnd;
+  }
+
+  /** {@code try (var s = accelerator.joinUnevenInputs(model, null)) { ... }}: join_uneven_inputs; {@code model}
+   *  null joins every prepared model, {@code evenBatches} null keeps the data loaders' setting. */
+  public Scope joinUnevenInputs(Model model, Boolean evenBatches) {
+    joinUnevenInputsBegin(model, evenBatches == null ? -1 : (evenBatches ? 1 : 0));
+    return this::joinUnevenInputsEnd;
   }
 
   /** {@code try (var s = accelerator.localMainProcessFirst()) { ... }}: each machine's local main first. */

@@ -159,6 +159,18 @@ ACCEL_PY_CLOSABLE(Tensor)
             self.profile_end()
 
     @_contextlib.contextmanager
+    def join_uneven_inputs(self, joinables=None, even_batches=None):
+        """``with accelerator.join_uneven_inputs([model], even_batches=None):`` - DDP tolerates processes running
+        out of batches. One joinable joins alone; none or several: every prepared model joins."""
+        models = list(joinables or [])
+        self.join_uneven_inputs_begin(models[0] if len(models) == 1 else None,
+                                      -1 if even_batches is None else int(bool(even_batches)))
+        try:
+            yield
+        finally:
+            self.join_uneven_inputs_end()
+
+    @_contextlib.contextmanager
     def main_process_first(self):
         """``with accelerator.main_process_first():`` - the main process runs the block first."""
         self.main_process_first_begin()

@@ -1003,6 +1003,19 @@ extern "C" {
     pub fn accel_process_is_local_main(out: *mut bool) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_join_uneven_inputs_begin(
+        accelerator: *mut accel_accelerator_t,
+        joinables: *const *mut accel_model_t,
+        num_joinables: usize,
+        even_batches: i32,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_join_uneven_inputs_end(
+        accelerator: *mut accel_accelerator_t,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_save_state(
         accelerator: *mut accel_accelerator_t,
         output_dir: *const core::ffi::c_char,
@@ -1096,6 +1109,39 @@ extern "C" {
         data: *const u8,
         len: usize,
         out_index: *mut i32,
+    ) -> accel_status_t;
+}
+pub type accel_state_hook_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(
+        user_data: *mut core::ffi::c_void,
+        folder: *const core::ffi::c_char,
+        process_index: i32,
+    ) -> accel_status_t,
+>;
+pub type accel_state_hook_release_fn_t =
+    ::core::option::Option<unsafe extern "C" fn(user_data: *mut core::ffi::c_void)>;
+extern "C" {
+    pub fn accel_accelerator_register_save_state_pre_hook(
+        accelerator: *mut accel_accelerator_t,
+        hook: accel_state_hook_fn_t,
+        release: accel_state_hook_release_fn_t,
+        user_data: *mut core::ffi::c_void,
+        out_handle: *mut i64,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_register_load_state_pre_hook(
+        accelerator: *mut accel_accelerator_t,
+        hook: accel_state_hook_fn_t,
+        release: accel_state_hook_release_fn_t,
+        user_data: *mut core::ffi::c_void,
+        out_handle: *mut i64,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_remove_state_hook(
+        accelerator: *mut accel_accelerator_t,
+        handle: i64,
     ) -> accel_status_t;
 }
 extern "C" {

@@ -35,7 +35,9 @@ mod datasets;
 pub mod log;
 mod distributed;
 mod precision;
+mod state_hooks;
 mod tracking;
+pub use state_hooks::{StateHookFn, StateHookHandle};
 pub use tracking::{TrackerEvent, TrackerFn};
 pub use datasets::{dataset_error, Collated, IterableDataset, NoCollate, Sample, SampleRef};
 pub use distributed::{process_is_local_main, process_local_count, process_local_index, Scope};
@@ -901,6 +903,17 @@ impl Accelerator {
     pub fn accumulate(&mut self, model: &mut Model) -> Result<Accumulate<'_>> {
         check(unsafe { sys::accel_accelerator_accumulate_begin(self.raw, model.raw) })?;
         Ok(Scope::new(self, sys::accel_accelerator_accumulate_end))
+    }
+
+    /// Enter `join_uneven_inputs(joinables, even_batches)` (empty `joinables`: every prepared model; `None`: the
+    /// data loaders keep their even_batches); the scope ends, shadowing the others' steps, when the guard is dropped.
+    pub fn join_uneven_inputs(&mut self, joinables: &mut [&mut Model], even_batches: Option<bool>) -> Result<Scope<'_>> {
+        let raw: Vec<*mut sys::accel_model_t> = joinables.iter().map(|m| m.raw).collect();
+        let even = even_batches.map_or(-1, i32::from);
+        check(unsafe {
+            sys::accel_accelerator_join_uneven_inputs_begin(self.raw, raw.as_ptr(), raw.len(), even)
+        })?;
+        Ok(Scope::new(self, sys::accel_accelerator_join_uneven_inputs_end))
     }
 
     /// One micro-step: enters accumulate(model) itself (do not call it inside an [`Accumulate`] guard), then

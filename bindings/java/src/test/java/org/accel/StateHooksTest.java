@@ -1,0 +1,71 @@
+package org.accel;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** save_state / load_state pre-hooks (C-level checks: tests/capi/test_state_hooks.c) and join_uneven_inputs in one
+ *  process. */
+class StateHooksTest {
+  @Test
+  void hooksAddAndReadFiles(@TempDir Path dir) throws Exception {
+    List<String> seen = new ArrayList<>();
+    try (Accelerator acc = new Accelerator()) {
+      long save = acc.registerSaveStatePreHook(new StateHook() {
+        @Override
+        public void call(String folder, int processIndex) {
+          try {
+            Files.write(Path.of(folder, "extra.txt"), ("rank " + processIndex).getBytes(StandardCharsets.UTF_8));
+          } catch (java.io.IOException e) {
+            throw new RuntimeException(e);
+          }
+        }
+      });
+      acc.registerLoadStatePreHook(new StateHook() {
+        @Override
+        public void call(String folder, int processIndex) {
+          try {
+            seen.add(Files.readString(Path.of(folder, "extra.txt")));
+          } catch (java.io.IOException e) {
+            throw new RuntimeException(e);
+          }
+        }
+      });
+      String ckpt = dir.resolve("ckpt").toString();
+      acc.saveState(ckpt);
+      acc.loadState(ckpt);
+      assertEquals(List.of("rank 0"), seen);
+      acc.removeStateHook(save);
+      assertThrows(NotFoundError.class, () -> acc.removeStateHook(save));
+      long refuse = acc.registerSaveStatePreHook(new StateHook() {
+        @Override
+        public void call(String folder, int processIndex) {
+          throw new IllegalStateException("no room for this");
+        }
+      });
+      AccelError e = assertThrows(AccelError.class, () -> acc.saveState(dir.resolve("refused").toString()));
+      assertTrue(e.getMessage().contains("pre-hook " + refuse + " failed"), e.getMessage());
+      assertTrue(e.getMessage().contains("no room for this"), e.getMessage());
+      assertFalse(Files.exists(dir.resolve("refused")));
+    }
+  }
+
+  @Test
+  void joinUnevenInputsScope() {
+    try (Accelerator acc = new Accelerator()) {
+      try (var s = acc.joinUnevenInputs(null, false)) {
+        assertThrows(FailedPreconditionError.class, () -> acc.joinUnevenInputs(null, null));
+      }
+      assertThrows(FailedPreconditionError.class, () -> acc.joinUnevenInputsEnd());
+    }
+  }
+}
