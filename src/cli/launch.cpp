@@ -4,8 +4,8 @@
 // prefixes each line of their output with "[rankN]: ", and when one process fails stops the others
 // (SIGTERM, then SIGKILL after 5 s) and exits with that process's status (128 + signal if killed), or, with
 // --max_restarts N, starts them all again up to N times (torchrun's elastic restarts; launch_workers.cpp runs a round).
-// Slurm's variables (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST) give defaults for
-// --num_machines, --machine_rank and --main_process_ip when present.
+// torchrun's PET_* variables (and PyTorchJob v1's RANK/WORLD_SIZE form), then Slurm's (SLURM_NNODES, SLURM_NODEID,
+// SLURM_JOB_NODELIST), give defaults for the flags left out.
 #include "cli/commands.hpp"
 #include "common/blas_kernels.hpp"
 #include "common/error.hpp"
@@ -93,7 +93,12 @@ const char *kUsage =
     "      --monitor_interval S       seconds between looks at the workers' state (default 0.1)\n"
     "      --rdzv_id ID               the job's id, TORCHELASTIC_RUN_ID (default \"none\", as torchrun)\n"
     "  -q, --quiet                    no launcher messages\n"
-    "      --                         end of flags\n";
+    "      --                         end of flags\n"
+    "\n"
+    "Flags left out come from torchrun's PET_* variables (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT,\n"
+    "PET_NPROC_PER_NODE, PET_MAX_RESTARTS, PET_RDZV_ID; with PET_NPROC_PER_NODE also PyTorchJob's RANK = node rank,\n"
+    "WORLD_SIZE = all processes, MASTER_ADDR, MASTER_PORT), then Slurm's (SLURM_NNODES, SLURM_NODEID,\n"
+    "SLURM_JOB_NODELIST).\n";
 
 struct Options {
     std::optional<int> num_processes, num_machines, machine_rank, main_process_port, grad_accum, threads;
@@ -104,9 +109,9 @@ struct Options {
     bool enable_cpu_affinity = false; // --enable_cpu_affinity or the file's enable_cpu_affinity: true
     std::map<std::string, std::string> parallelism_env; // PARALLELISM_CONFIG_* -> value
     std::map<std::string, std::string> dynamo_env;      // ACCELERATE_DYNAMO_* from --dynamo_* flags
-    int max_restarts = 0;           // --max_restarts: torchrun's elastic restarts of the whole group
+    std::optional<int> max_restarts; // --max_restarts: torchrun's elastic restarts of the whole group
     double monitor_interval = 0.1;  // --monitor_interval, seconds
-    std::string rdzv_id = "none";   // --rdzv_id: TORCHELASTIC_RUN_ID
+    std::optional<std::string> rdzv_id; // --rdzv_id: TORCHELASTIC_RUN_ID
     std::vector<std::string> command;
 };
 
@@ -255,7 +260,7 @@ Options parse(int argc, char **argv)
             o.monitor_interval = to_seconds(flag, value(flag, inline_value, has_inline));
         } else if (flag == "--rdzv_id") {
             o.rdzv_id = value(flag, inline_value, has_inline);
-            if (o.rdzv_id.empty()) usage_error(flag + ": must not be empty");
+            if (o.rdzv_id->empty()) usage_error(flag + ": must not be empty");
         } else if (flag == "--use_parallelism_config") {
             o.use_parallelism_config = true;
         } else if (const ParallelismFlag *pf = find_parallelism_flag(flag)) {
@@ -282,6 +287,57 @@ std::optional<std::string> env(const char *name)
     const char *v = std::getenv(name);
     if (v == nullptr || *v == '\0') return std::nullopt;
     return std::string(v);
+}
+
+// torchrun's PET_* variables (each torchrun flag as PET_<FLAG>: how Kubeflow Trainer v2 and PyTorchJob with
+// nprocPerNode configure the launcher of each node) give defaults to the flags, as Slurm's do below; and
+// PyTorchJob v1's own form - RANK is the node's rank and WORLD_SIZE counts every process (training-operator >= 1.7),
+// MASTER_ADDR / MASTER_PORT the rendezvous - when PET_NPROC_PER_NODE says how many processes a node starts. Only
+// with PET_NPROC_PER_NODE: a RANK inherited from an outer launcher otherwise means nothing to this one.
+void torchrun_env_defaults(Options &o)
+{
+    const std::optional<std::string> nproc_text = env("PET_NPROC_PER_NODE");
+    if (!o.num_machines)
+        if (auto v = env("PET_NNODES")) {
+            // torchrun's "MIN:MAX" form: a fixed size only (a changing membership is not built).
+            std::string n = *v;
+            if (const size_t colon = n.find(':'); colon != std::string::npos) {
+                if (n.substr(0, colon) != n.substr(colon + 1))
+                    usage_error("PET_NNODES=" + n + ": a changing number of machines (MIN:MAX) is not supported; "
+                                "give one number (see docs/concepts/limitations.md)");
+                n = n.substr(0, colon);
+            }
+            o.num_machines = to_int("PET_NNODES", n, 1, 4096);
+        }
+    if (!o.machine_rank)
+        if (auto v = env("PET_NODE_RANK")) o.machine_rank = to_int("PET_NODE_RANK", *v, 0, 4095);
+    if (!o.main_process_ip)
+        if (auto v = env("PET_MASTER_ADDR")) o.main_process_ip = *v;
+    if (!o.main_process_port)
+        if (auto v = env("PET_MASTER_PORT")) o.main_process_port = to_int("PET_MASTER_PORT", *v, 1, 65535);
+    if (!o.max_restarts)
+        if (auto v = env("PET_MAX_RESTARTS")) o.max_restarts = to_int("PET_MAX_RESTARTS", *v, 0, 1000000);
+    if (!o.rdzv_id)
+        if (auto v = env("PET_RDZV_ID")) o.rdzv_id = *v;
+    if (!nproc_text) return;
+    // torchrun also takes "gpu", "cpu" and "auto" here; a node of accel's runs a given number of processes.
+    const int nproc = to_int("PET_NPROC_PER_NODE", *nproc_text, 1, 4096);
+    // PyTorchJob v1: the node's place from RANK / WORLD_SIZE / MASTER_*, where PET_* did not give it.
+    if (!o.machine_rank)
+        if (auto v = env("RANK")) o.machine_rank = to_int("RANK (PyTorchJob's node rank)", *v, 0, 4095);
+    if (!o.num_machines)
+        if (auto v = env("WORLD_SIZE")) {
+            const int total = to_int("WORLD_SIZE (PyTorchJob's number of processes)", *v, 1, 1 << 20);
+            if (total % nproc != 0)
+                usage_error("WORLD_SIZE=" + *v + " is not a multiple of PET_NPROC_PER_NODE=" + *nproc_text +
+                            " (PyTorchJob's WORLD_SIZE counts every process of every node)");
+            o.num_machines = total / nproc;
+        }
+    if (!o.main_process_ip)
+        if (auto v = env("MASTER_ADDR")) o.main_process_ip = *v;
+    if (!o.main_process_port)
+        if (auto v = env("MASTER_PORT")) o.main_process_port = to_int("MASTER_PORT", *v, 1, 65535);
+    if (!o.num_processes) o.num_processes = nproc * o.num_machines.value_or(1);
 }
 
 // "node[01-04],gpu7" -> "node01"
@@ -457,6 +513,7 @@ int launch_main(int argc, char **argv)
         for (const auto &[k, v] : dynamo_env) extra_env[k] = v;
     }
 
+    torchrun_env_defaults(o);
     // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
     if (!o.num_machines)
         if (auto v = env("SLURM_NNODES")) o.num_machines = to_int("SLURM_NNODES", *v, 1, 4096);
@@ -527,8 +584,9 @@ int launch_main(int argc, char **argv)
     group.cpu_blocks = cpu_blocks;
     group.command = o.command;
     group.quiet = o.quiet;
-    group.max_restarts = o.max_restarts;
-    group.run_id = o.rdzv_id;
+    const int max_restarts = o.max_restarts.value_or(0);
+    group.max_restarts = max_restarts;
+    group.run_id = o.rdzv_id.value_or("none");
     group.monitor_interval = o.monitor_interval;
     StoppedWatchdog watchdog; // ends the job when a child stays stopped longer than the job's timeout
     group.env["OMP_NUM_THREADS"] = threads;
@@ -553,19 +611,19 @@ int launch_main(int argc, char **argv)
         if (!o.quiet && world > 1 && machine_rank == 0)
             std::fprintf(stderr, "accel launch: %d processes (%d per machine, %d machine%s), rendezvous %s:%d%s\n", world,
                          local, machines, machines > 1 ? "s" : "", addr.c_str(), group.port,
-                         round > 0 ? (" (restart " + std::to_string(round) + " of " + std::to_string(o.max_restarts) + ")").c_str() : "");
+                         round > 0 ? (" (restart " + std::to_string(round) + " of " + std::to_string(max_restarts) + ")").c_str() : "");
         const RoundOutcome r = run_worker_group(group, watchdog);
-        if (!r.worker_failed || round >= o.max_restarts) {
+        if (!r.worker_failed || round >= max_restarts) {
             if (r.failed_rank >= 0 && !o.quiet)
                 std::fprintf(stderr, "accel launch: failed: rank %d %s%s\n", r.failed_rank, r.failure.c_str(),
-                             o.max_restarts > 0 ? (" (after " + std::to_string(round) + " restart" + (round == 1 ? "" : "s") +
-                                                   ", --max_restarts " + std::to_string(o.max_restarts) + ")").c_str()
+                             max_restarts > 0 ? (" (after " + std::to_string(round) + " restart" + (round == 1 ? "" : "s") +
+                                                   ", --max_restarts " + std::to_string(max_restarts) + ")").c_str()
                                                 : "");
             return r.result;
         }
         if (!o.quiet)
             std::fprintf(stderr, "accel launch: rank %d %s; restarting all %d processes of this machine (restart %d of %d)\n",
-                         r.failed_rank, r.failure.c_str(), local, round + 1, o.max_restarts);
+                         r.failed_rank, r.failure.c_str(), local, round + 1, max_restarts);
     }
 }
 

@@ -71,10 +71,10 @@ def main():
             failures.append("%s: the job failed (exit %d) instead of restarting" % (what, code))
             continue
         ports = re.findall(r"rendezvous 127\.0\.0\.1:(\d+)", text)
-        resumed = re.findall(r"elastic: round 1 of max 2, run id job%d: resumed at step (\d+)" % t, text)
+        resumed = re.findall(r"elastic: round 1 of max 2, run id job%d: (?:resumed|fresh start) at step (\d+)" % t, text)
         killed = re.search(r"killing itself at step \d+ \w+ its save at ([0-9.]+)", text)
         first = re.findall(r"first step after resume \(step \d+\) done at ([0-9.]+)", text)
-        expect_resume = step if after else step - 1  # the newest complete checkpoint
+        expect_resume = step if after else step - 1  # the newest complete checkpoint (none: a fresh start)
         if "restart 1 of 2" not in text or len(ports) != 2 or ports[0] == ports[1]:
             failures.append("%s: no second round at a fresh rendezvous port (ports %s)" % (what, ports))
         if resumed != [str(expect_resume)] * 2:
