@@ -204,6 +204,11 @@ void install_launcher_signal_handlers()
 RoundOutcome run_worker_group(const WorkerGroup &g, StoppedWatchdog &watchdog)
 {
     RoundOutcome out;
+    if (g_signal != 0) { // SIGINT/SIGTERM between two rounds: no new round
+        out.interrupted = true;
+        out.result = 128 + g_signal;
+        return out;
+    }
     std::vector<Child> children(static_cast<size_t>(g.local));
     if (!start_workers(g, children)) {
         // The workers started so far go; nothing to restart into (the machine is out of processes or files).
