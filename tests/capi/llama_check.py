@@ -12,14 +12,13 @@ must be what the reference's config says. A bfloat16 folder computes in bfloat16
 import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import torch  # noqa: E402
 
 import llama_reference as R  # noqa: E402
+from llama_case_io import check_saved, exit_on, read_losses, run_driver, write_inputs  # noqa: E402
 
 BASE = {"vocab_size": 53, "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2,
         "num_attention_heads": 4, "max_position_embeddings": 64}
@@ -53,15 +52,8 @@ def check(name, config, driver, work):
     ids = torch.randint(0, config["vocab_size"], (B, T), generator=g)
     ids[0, 2] = 0  # the padding id of gelu_pad: its row must keep no gradient
     labels = torch.randint(0, config["vocab_size"], (B, T), generator=g)
-    with open(os.path.join(d, "ids.bin"), "wb") as f:
-        f.write(ids.numpy().astype("<i8").tobytes())
-    with open(os.path.join(d, "labels.bin"), "wb") as f:
-        f.write(labels.numpy().astype("<i8").tobytes())
-    with open(os.path.join(d, "params.txt"), "w") as f:
-        f.write(f"{B} {T} {NEW} {STEPS} {LR!r}\n")
-    r = subprocess.run([driver, "reference", d], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{name}: driver failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    write_inputs(d, f"{B} {T} {NEW} {STEPS} {LR!r}", ids, labels)
+    exit_on(run_driver(name, driver, "reference", d))
 
     def load(fname, dtype, shape):
         with open(os.path.join(d, fname), "rb") as f:
@@ -80,25 +72,17 @@ def check(name, config, driver, work):
         if not torch.equal(got_gen, want_gen):
             failures.append(f"greedy tokens (use_cache {cached}) differ: {got_gen.tolist()} vs {want_gen.tolist()}")
     losses, trained = R.train(config, weights, [(ids, labels)] * STEPS, LR, model=model)
-    got_losses = list(struct.unpack(f"<{STEPS}d", open(os.path.join(d, "accel_losses.bin"), "rb").read()))
+    got_losses = read_losses(d, STEPS)
     loss_err = max(abs(a - b) for a, b in zip(got_losses, losses))
     if not loss_err <= 1e-5:
         failures.append(f"losses {got_losses} vs {losses}")
-    saved = R.read_folder(os.path.join(d, "accel_out"))
-    names = [n for n, _ in R.layout(config)]
-    if sorted(saved) != sorted(names):
-        failures.append(f"saved keys differ: {sorted(set(saved) ^ set(names))}")
-    w_err = max((saved[n] - trained[n]).abs().max().item() for n in names if n in saved)
+    saved_failures, w_err, _, hf, norm = check_saved(
+        R, config, d, trained, ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
+                                "rms_norm_eps", "rope_theta", "tie_word_embeddings", "max_position_embeddings"))
+    failures += saved_failures
     if not w_err <= 1e-5:
         failures.append(f"trained weights differ by {w_err:.3g}")
-    with open(os.path.join(d, "accel_out", "config.json")) as f:
-        hf = json.load(f)
-    norm = R.normalize(config)
-    for k in ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-              "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act", "rms_norm_eps", "rope_theta",
-              "tie_word_embeddings", "max_position_embeddings"):
-        if hf.get(k) != norm[k]:
-            failures.append(f"config.json {k}: {hf.get(k)!r}, want {norm[k]!r}")
     rs = norm["rope_scaling"]
     if (rs is None) != (hf.get("rope_scaling") is None) or (rs and float(hf["rope_scaling"]["factor"]) != rs["factor"]):
         failures.append(f"config.json rope_scaling: {hf.get('rope_scaling')}, want {rs}")
@@ -117,13 +101,10 @@ def check_bf16(driver, work):
     weights = R.random_weights(config, seed=3)
     R.write_folder(d, config, weights, dtype=torch.bfloat16)
     ids = torch.randint(0, config["vocab_size"], (B, T), generator=torch.Generator().manual_seed(5))
-    with open(os.path.join(d, "ids.bin"), "wb") as f:
-        f.write(ids.numpy().astype("<i8").tobytes())
-    with open(os.path.join(d, "params.txt"), "w") as f:
-        f.write(f"{B} {T} {NEW} {STEPS} {LR!r}\n")
-    r = subprocess.run([driver, "bf16", d], capture_output=True, text=True)
-    if r.returncode != 0:
-        return [f"{name}: driver failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"]
+    write_inputs(d, f"{B} {T} {NEW} {STEPS} {LR!r}", ids)
+    failure = run_driver(name, driver, "bf16", d)
+    if failure:
+        return [failure]
     wb = {k: v.to(torch.bfloat16) for k, v in weights.items()}
     want = R.logits(config, wb, ids)
     with open(os.path.join(d, "accel_logits_bf16.bin"), "rb") as f:

@@ -10,17 +10,15 @@ the same optimizer, writes its losses and save_pretrained(DIR/accel_out). Losses
 reference's bit for bit (one thread, the same LibTorch), the saved folder must hold exactly the reference's names,
 and its config.json the config's values.
 """
-import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import torch  # noqa: E402
 
 import llama_reference as R  # noqa: E402
+from llama_case_io import check_saved, exit_on, read_losses, run_driver, write_inputs  # noqa: E402
 
 BASE = {"vocab_size": 53, "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2,
         "num_attention_heads": 4, "max_position_embeddings": 64}
@@ -41,37 +39,22 @@ def check(name, config, optimizer, lr, driver, work):
     g = torch.Generator().manual_seed(11)
     ids = torch.randint(0, config["vocab_size"], (STEPS, B, T), generator=g)
     labels = torch.randint(0, config["vocab_size"], (STEPS, B, T), generator=g)
-    with open(os.path.join(d, "ids.bin"), "wb") as f:
-        f.write(ids.numpy().astype("<i8").tobytes())
-    with open(os.path.join(d, "labels.bin"), "wb") as f:
-        f.write(labels.numpy().astype("<i8").tobytes())
-    with open(os.path.join(d, "params.txt"), "w") as f:
-        f.write(f"{B} {T} {STEPS} {lr!r} {optimizer}\n")
-    r = subprocess.run([driver, "llama", d], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{name}: driver failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    write_inputs(d, f"{B} {T} {STEPS} {lr!r} {optimizer}", ids, labels)
+    exit_on(run_driver(name, driver, "llama", d))
 
     failures = []
     losses, trained = R.train(config, weights, list(zip(ids, labels)), lr, optimizer=optimizer)
-    got = list(struct.unpack(f"<{STEPS}d", open(os.path.join(d, "accel_losses.bin"), "rb").read()))
+    got = read_losses(d, STEPS)
     loss_err = max(abs(a - b) for a, b in zip(got, losses))
     if got != losses:
         failures.append(f"losses differ by up to {loss_err:.3g}: {got} vs {losses}")
-    saved = R.read_folder(os.path.join(d, "accel_out"))
-    names = [n for n, _ in R.layout(config)]
-    if sorted(saved) != sorted(names):
-        failures.append(f"saved keys differ: {sorted(set(saved) ^ set(names))}")
-    unequal = [n for n in names if n in saved and not torch.equal(saved[n], trained[n])]
-    w_err = max((saved[n] - trained[n]).abs().max().item() for n in names if n in saved)
+    saved_failures, w_err, unequal, hf, _ = check_saved(
+        R, config, d, trained, ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "num_key_value_heads", "tie_word_embeddings", "rms_norm_eps",
+                                "rope_theta"))
+    failures += saved_failures
     if unequal:
         failures.append(f"trained weights differ (max {w_err:.3g}): {unequal}")
-    with open(os.path.join(d, "accel_out", "config.json")) as f:
-        hf = json.load(f)
-    norm = R.normalize(config)
-    for k in ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-              "num_attention_heads", "num_key_value_heads", "tie_word_embeddings", "rms_norm_eps", "rope_theta"):
-        if hf.get(k) != norm[k]:
-            failures.append(f"config.json {k}: {hf.get(k)!r}, want {norm[k]!r}")
     if hf.get("torch_dtype") != "float32":
         failures.append(f"config.json torch_dtype: {hf.get('torch_dtype')!r}")
     print(f"{name}: {STEPS} {optimizer} steps from a {len(os.listdir(os.path.join(d, 'folder'))) - 2}-shard folder: "
