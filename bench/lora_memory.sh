@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Full fine-tuning against LoRA (r 8), 2 processes, in one run: per-rank optimizer-state bytes and model-state bytes
 # (parameters + gradients + optimizer state, from accel_accelerator_get_memory_stats_json after the last optimizer
-# step) and the median step time of the 8-block GPT of bench_shard_step ("gpt": every parameter trains; "gpt_lora":
+# step), parameter bytes (the frozen base included: sharded under FULL_SHARD), the process's peak RSS and the median
+# step time of the 8-block GPT of bench_shard_step ("gpt": every parameter trains; "gpt_lora":
 # adapters on c_attn, PEFT's default for gpt2; "gpt_lora_all": on every linear layer), under DDP and FSDP
 # FULL_SHARD, each with its ratio to full fine-tuning under the same strategy. Rounds interleave the rows.
 # Usage: bash bench/lora_memory.sh [BUILD_DIR] [STEPS] [WARMUP] [REPEATS]
@@ -32,23 +33,28 @@ for _ in range(repeats):
             out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if out.returncode != 0:
                 sys.exit("%s failed:\n%s" % (" ".join(cmd), out.stdout))
-            ranks = [(float(m.group(1)), json.loads(m.group(2))["models"][0])
+            stats = [(float(m.group(1)), json.loads(m.group(2)))
                      for m in re.finditer(r"shard_step rank \d+ median_step_ms ([\d.]+) memory (\{.*\})", out.stdout)]
+            ranks = [(t, s["models"][0], s["peak_rss_bytes"]) for t, s in stats]
             if len(ranks) != 2:
                 sys.exit("expected 2 result lines from %s:\n%s" % (" ".join(cmd), out.stdout))
             runs.setdefault((sname, mname), []).append((max(r[0] for r in ranks),
                                                         max(r[1]["optimizer_state_bytes"] for r in ranks),
-                                                        max(r[1]["model_state_bytes"] for r in ranks)))
+                                                        max(r[1]["model_state_bytes"] for r in ranks),
+                                                        max(r[1]["parameter_bytes"] for r in ranks),
+                                                        max(r[2] for r in ranks)))
 med = lambda xs: (sorted(xs)[(len(xs) - 1) // 2] + sorted(xs)[len(xs) // 2]) / 2
 print("GPT 8 x 256 (2 processes, %s steps after %s warm-up, %d round(s); per rank, the larger of the two)"
       % (steps, warmup, repeats))
-print("| strategy | training | optimizer state KiB | x full | model state KiB | x full | step ms | x full |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| strategy | training | optimizer state KiB | x full | model state KiB | x full | parameters KiB | peak RSS MiB "
+      "| step ms | x full |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for sname, _ in strategies:
     base = runs[(sname, models[0][0])]
     for mname, _ in models:
         mine = runs[(sname, mname)]
-        print("| %s | %s | %.1f | %.4f | %.1f | %.3f | %.1f | %.2f |" % (
+        print("| %s | %s | %.1f | %.4f | %.1f | %.3f | %.1f | %.1f | %.1f | %.2f |" % (
             sname, mname, mine[0][1] / 1024, mine[0][1] / base[0][1], mine[0][2] / 1024, mine[0][2] / base[0][2],
+            mine[0][3] / 1024, med([m[4] for m in mine]) / 2**20,
             med([m[0] for m in mine]), med([m[0] / b[0] for m, b in zip(mine, base)])))
 PY
