@@ -11,6 +11,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <string>
 #include <typeinfo>
 #include <utility>
 #include <vector>
@@ -103,6 +104,14 @@ private:
 };
 
 } // namespace
+
+void refuse_checkpoint_of_split_model(const Model &model, const char *what)
+{
+    const auto *gpt = dynamic_cast<const GptModel *>(&model);
+    if (gpt != nullptr && !gpt->tensor_parallel_slicing().empty())
+        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": checkpoints of a tensor-parallel model (tp_size > 1: whole "
+                                                          "tensors gathered over the tp group) are not built yet");
+}
 
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
                                                          const config::DistributedDataParallelKwargs &ddp)

@@ -26,4 +26,9 @@ namespace accel::parallel::tp {
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
                                                          const config::DistributedDataParallelKwargs &ddp);
 
+// save_state / load_state / save_model of a model split by tensor parallelism: ACCEL_ERR_UNIMPLEMENTED naming
+// `what` (its tensors would have to be gathered over tp into whole ones; not built yet) instead of files of
+// one rank's slices under whole tensors' names. Nothing for any other model.
+void refuse_checkpoint_of_split_model(const Model &model, const char *what);
+
 } // namespace accel::parallel::tp

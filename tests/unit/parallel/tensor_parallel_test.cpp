@@ -284,6 +284,9 @@ void check_gpt_plan(int32_t world, bool tied)
         loss.backward();
         const auto &plan = m.tensor_parallel_slicing();
         EXPECT_EQ(plan.size(), 6u * 2 + (tied ? 1 : 2));
+        // No checkpoint of one rank's slices under whole tensors' names; a model without tp is not refused.
+        EXPECT_THROW(tp::refuse_checkpoint_of_split_model(m, "save_state"), accel::Error);
+        EXPECT_NO_THROW(tp::refuse_checkpoint_of_split_model(ref, "save_state"));
         for (size_t i = 0; i < m.named_parameters().size(); ++i) {
             const auto &[name, p] = m.named_parameters()[i];
             const at::Tensor &whole = ref.named_parameters()[i].second.grad();
