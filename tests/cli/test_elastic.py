@@ -2,7 +2,8 @@
 """Elastic restarts of `accel launch` (--max_restarts, torchrun's semantics) with automatic resume: a 2-process
 job (tests/distributed/dist_train with ACCEL_TEST_ELASTIC=1: automatic checkpoint naming, a save after every
 step, load_latest_state at the start) whose worker kills itself with SIGKILL at a random step - before or after
-that step's save - is restarted whole and ends with the final weights of a run never interrupted, bit for bit.
+that step's save - is restarted whole and ends with the final weights of a run never interrupted, bit for bit;
+its checkpoints also resume on 1 process (another world size).
 Each round gets TORCHELASTIC_RESTART_COUNT / _MAX_RESTARTS / _RUN_ID and a rendezvous port of its own. With
 --max_restarts 0 the job fails as before (128 + 9). Prints the restart time (the kill to the first step after
 the resume). Usage: test_elastic.py BUILD_DIR [--trials N] [--seed S]"""
@@ -11,6 +12,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -37,12 +39,13 @@ def main():
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_CONFIG_FILE"):
         env.pop(k, None)
 
-    def job(name, flags, extra_env):
-        project = os.path.join(tmp, name)
+    def job(name, flags, extra_env, project=None, n=2, steps=STEPS):
+        project = os.path.join(tmp, project or name)
         out = os.path.join(tmp, name + ".bin")
         config = ('{"project_config": {"project_dir": "%s", "automatic_checkpoint_naming": true, "total_limit": 2}}'
                   % project)
-        cmd = [accel, "launch", "-n", "2", "--main_process_port", "0", *flags, prog, out, "4", str(STEPS), config]
+        cmd = [accel, "launch", "-n", str(n), "--main_process_port", "0", *flags, prog, out, str(8 // n), str(steps),
+               config]
         t0 = time.time()
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                            env=dict(env, **extra_env), timeout=120)
@@ -83,6 +86,19 @@ def main():
             failures.append("%s: final weights differ from the uninterrupted run" % what)
         if killed and first:
             restart_times.append(max(float(x) for x in first) - float(killed.group(1)))
+
+    # Another world size: the uninterrupted run's checkpoints (2 processes) resumed by 1 process with the same global
+    # batch and trained 2 steps further equal 2 processes trained that far (DDP's average: within 1e-6).
+    code, text, one_out = job("one_process", [], {}, project="uninterrupted", n=1, steps=STEPS + 2)
+    code2, _, two_out = job("two_processes", [], {}, steps=STEPS + 2)
+    if code != 0 or code2 != 0 or "resumed at step %d" % STEPS not in text:
+        failures.append("resumed on 1 process: exit %d (reference %d), expected a resume at step %d" % (code, code2, STEPS))
+    else:
+        w1, w2 = (struct.unpack("%df" % (WEIGHT_BYTES // 4), weights(f)) for f in (one_out, two_out))
+        diff = max(abs(x - y) for x, y in zip(w1, w2))
+        print("resumed on 1 process from a 2-process checkpoint: max weight difference %.3g" % diff)
+        if not diff <= 1e-6:
+            failures.append("resumed on 1 process: weights differ from 2 processes by %g" % diff)
 
     # No restarts allowed: the job fails as it always did, with the killed worker's status.
     code, text, _ = job("no_restarts", ["--max_restarts", "0"], {"ACCEL_TEST_DIE_AT": "3", "ACCEL_TEST_DIE_RANK": "1"})
