@@ -51,7 +51,8 @@ void Accelerator::lomo_backward(const at::Tensor &loss, double learning_rate)
                                           "already applied (use \"bf16\" or \"no\")");
         if (parallel::ParallelWrapper *w = wrapper_of(*o->model()); w != nullptr)
             fail(ACCEL_ERR_UNIMPLEMENTED,
-                 std::string("lomo_backward: a model wrapped for ") + (w->sharded() ? "sharded training" : "DDP") +
+                 std::string("lomo_backward: a model wrapped for ") +
+                     (w->sharded() ? "sharded training" : w->ddp() ? "DDP" : "parallel training") +
                      " is not supported: each gradient would have to be all-reduced inside its hook before the update "
                      "(lomo / adalomo train one process, or one process per model copy without gradient sync)");
         lomo.push_back(l);

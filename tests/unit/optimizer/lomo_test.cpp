@@ -272,6 +272,18 @@ TEST(Lomo, Refusals)
     for (const auto &p : model->parameters()) EXPECT_TRUE(p.grad().defined());
 }
 
+TEST(Lomo, RefusedUnderSharding)
+{
+    // One process is enough for the engine to shard (a world of one); prepare refuses the lomo optimizer.
+    Accelerator acc("{\"fsdp_plugin\": {\"sharding_strategy\": \"FULL_SHARD\"}}");
+    auto model = make_model();
+    auto opt = std::make_shared<accel::AcceleratedOptimizer>(model, accel::config::parse_optimizer_config("{\"type\": \"lomo\"}"));
+    acc.prepare_model(model);
+    auto e = catch_error([&] { acc.prepare_optimizer(opt); });
+    EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED) << e.what();
+    EXPECT_NE(std::string(e.what()).find("under fsdp_plugin / deepspeed_plugin"), std::string::npos) << e.what();
+}
+
 TEST(Lomo, ConfigErrors)
 {
     auto code_and_message = [](const char *json) {
