@@ -215,7 +215,7 @@ const char *const kParallelismKeys[] = {"dp_replicate_size", "dp_shard_size", "t
                                         "cp_backend", "sp_backend", "cp_comm_strategy", "sp_seq_length",
                                         "sp_seq_length_is_variable", "sp_attn_implementation"};
 const std::pair<const char *, const char *> kUnbuiltParallelism[] = {
-    {"tp_size", "tensor parallelism"}, {"cp_size", "context parallelism"}, {"sp_size", "sequence parallelism"}};
+    {"cp_size", "context parallelism"}, {"sp_size", "sequence parallelism"}};
 
 // A YAML scalar or list as the text of an environment variable (lists comma-joined, as the launcher's flags).
 std::string env_text(const Reader &r, const std::string &where, const YAML::Node &n)
