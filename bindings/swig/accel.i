@@ -831,3 +831,4 @@ ACCEL_HANDLE_CLASS(Accelerator)
 %include "tracking.i"
 %include "log.i"
 %include "state_hooks.i"
+%include "save.i"

@@ -826,6 +826,17 @@ public:
     {
         return register_state_hook(accel_accelerator_register_load_state_pre_hook, std::move(hook));
     }
+    /** Accelerator.save for named tensors: one safetensors file at `path`, written by the main process only. */
+    void save(const std::vector<std::pair<std::string, const Tensor *>> &tensors, const std::string &path)
+    {
+        std::vector<const char *> keys;
+        std::vector<const accel_tensor_t *> raw;
+        for (const auto &kv : tensors) {
+            keys.push_back(kv.first.c_str());
+            raw.push_back(kv.second != nullptr ? kv.second->get() : nullptr);
+        }
+        check(accel_accelerator_save(get(), keys.data(), raw.data(), raw.size(), path.c_str()));
+    }
     /** RemovableHandle.remove(): the hook is dropped now. */
     void remove_state_hook(std::int64_t handle) { check(accel_accelerator_remove_state_hook(get(), handle)); }
     /** `with accelerator.join_uneven_inputs(joinables, even_batches):` - DDP tolerates processes running out of

@@ -314,6 +314,25 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_remove_state_hook(acc
                                                                              int64_t handle) ACCEL_NOEXCEPT;
 
 /**
+ * Accelerator.save for named tensors: writes them to @p path as one safetensors file (metadata {"format": "pt"},
+ * readable by safetensors.torch.load_file), on the main process only; the other processes check the arguments
+ * and return at once, as Accelerate's save (save_on_each_node false). Not collective: call
+ * accel_accelerator_wait_for_everyone() before reading the file from another process. Tensors are saved as they
+ * are (their dtype and shape; non-contiguous ones are copied).
+ *
+ * @param accelerator  The accelerator (borrowed for the call). Must not be NULL.
+ * @param keys,tensors Parallel arrays of @p count entries: non-empty, unique names and tensors (borrowed).
+ * @param count        Number of entries (0 writes a file with no tensor).
+ * @param path         The file to write (its folder must exist). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: same rules as the accelerator.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save(accel_accelerator_t *accelerator, const char *const *keys,
+                                                                const accel_tensor_t *const *tensors, size_t count,
+                                                                const char *path) ACCEL_NOEXCEPT;
+
+/**
  * The current bytes of a blob registered with accel_accelerator_register_bytes_for_checkpointing().
  *
  * @return ACCEL_ERR_OUT_OF_RANGE for an unknown index; ACCEL_ERR_INVALID_ARGUMENT if the object at

@@ -48,6 +48,10 @@ void Accelerator::join_uneven_inputs_begin(const std::vector<Model *> &joinables
         if (m->prepared_by != state_) fail(ACCEL_ERR_FAILED_PRECONDITION, what + ": not prepared by this accelerator");
         parallel::ParallelWrapper *w = wrapper_of(*m);
         parallel::DistributedDataParallel *ddp = w != nullptr ? w->ddp() : nullptr;
+        // Another wrapper (tensor parallelism) has collectives of its own that nothing would shadow: a hang.
+        if (w != nullptr && ddp == nullptr)
+            fail(ACCEL_ERR_UNIMPLEMENTED, what + ": join_uneven_inputs supports models wrapped by DDP only; this one is "
+                                                "split by tensor parallelism, whose collectives have no join hook");
         // One process: no DDP, nothing to join (Accelerate's null context).
         if (ddp != nullptr && std::find(scope->ddps.begin(), scope->ddps.end(), ddp) == scope->ddps.end())
             scope->ddps.push_back(ddp);

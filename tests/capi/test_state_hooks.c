@@ -1,7 +1,8 @@
 /* accel/checkpoint.h, save_state / load_state pre-hooks: a save hook's file lands in the published checkpoint
  * (sync and async saves), a load hook reads it back from the folder load_state loads, hooks run in registration
  * order with the process index, a failing hook fails the call naming the hook (and publishes nothing), removal
- * stops a hook and releases its data once, the accelerator's end releases the rest; bad arguments. */
+ * stops a hook and releases its data once, the accelerator's end releases the rest; bad arguments. Also
+ * accel_accelerator_save (named tensors into one safetensors file). */
 #define _POSIX_C_SOURCE 200809L
 #include "capi_test.h"
 
@@ -148,6 +149,43 @@ int main(void)
     CHECK(exists(path));
     CHECK_OK(accel_accelerator_load_state(acc, ckpt));
     CHECK(loader.calls == 3);
+
+    /* accel_accelerator_save: named tensors into one safetensors file (header JSON, then the data). */
+    {
+        float w[6] = {1, 2, 3, 4, 5, 6};
+        int64_t b[2] = {7, 8};
+        const int64_t ws[2] = {2, 3}, bs[1] = {2};
+        accel_tensor_t *tw = NULL, *tb = NULL;
+        CHECK_OK(accel_tensor_create(w, sizeof w, ACCEL_DTYPE_FLOAT32, ws, 2, &tw));
+        CHECK_OK(accel_tensor_create(b, sizeof b, ACCEL_DTYPE_INT64, bs, 1, &tb));
+        const char *keys[2] = {"layer.weight", "steps"};
+        const accel_tensor_t *ts[2] = {tw, tb};
+        snprintf(path, sizeof path, "%s/tensors.safetensors", dir);
+        CHECK_OK(accel_accelerator_save(acc, keys, ts, 2, path));
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        if (f != NULL) {
+            unsigned char buf[512];
+            const size_t n = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            uint64_t header = 0;
+            for (int i = 7; i >= 0; --i) header = header * 256 + buf[i];
+            CHECK(n == 8 + header + sizeof w + sizeof b);
+            char json[400] = "";
+            if (header < sizeof json) memcpy(json, buf + 8, header);
+            CHECK(strstr(json, "\"layer.weight\":{\"dtype\":\"F32\",\"shape\":[2,3]") != NULL);
+            CHECK(strstr(json, "\"steps\":{\"dtype\":\"I64\",\"shape\":[2]") != NULL);
+            CHECK(strstr(json, "\"format\":\"pt\"") != NULL);
+        }
+        const char *dup[2] = {"a", "a"};
+        CHECK_FAILS(accel_accelerator_save(acc, dup, ts, 2, path), ACCEL_ERR_INVALID_ARGUMENT, "keys[1]: \"a\" appears twice");
+        const accel_tensor_t *none[1] = {NULL};
+        CHECK_FAILS(accel_accelerator_save(acc, keys, none, 1, path), ACCEL_ERR_INVALID_ARGUMENT, "tensors[0]");
+        CHECK_FAILS(accel_accelerator_save(acc, keys, ts, 2, NULL), ACCEL_ERR_INVALID_ARGUMENT, "path");
+        CHECK_FAILS(accel_accelerator_save(acc, NULL, ts, 2, path), ACCEL_ERR_INVALID_ARGUMENT, "keys");
+        accel_tensor_free(tw);
+        accel_tensor_free(tb);
+    }
 
     /* The accelerator's end releases what is still registered, once each. */
     accel_optimizer_free(opt);

@@ -65,6 +65,29 @@ namespace Accel.Tests
         }
 
         [Test]
+        public void SaveWritesSafetensors()
+        {
+            string file = Path.Combine(Path.GetTempPath(), "accel_cs_save_" + Guid.NewGuid().ToString("N") + ".safetensors");
+            try
+            {
+                using (var acc = new Accelerator())
+                using (var w = Tensor.Of(new float[] { 1, 2, 3, 4 }, 2, 2))
+                {
+                    acc.Save(new[] { new KeyValuePair<string, Tensor>("w", w) }, file);
+                    byte[] data = File.ReadAllBytes(file);
+                    long n = BitConverter.ToInt64(data, 0);
+                    string header = System.Text.Encoding.UTF8.GetString(data, 8, (int)n);
+                    StringAssert.Contains("\"w\":{\"dtype\":\"F32\",\"shape\":[2,2]", header);
+                    Assert.AreEqual(8 + n + 16, (long)data.Length);
+                }
+            }
+            finally
+            {
+                File.Delete(file);
+            }
+        }
+
+        [Test]
         public void JoinUnevenInputsScope()
         {
             using (var acc = new Accelerator())

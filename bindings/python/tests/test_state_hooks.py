@@ -74,3 +74,17 @@ def test_join_uneven_inputs_in_one_process():
                 acc.join_uneven_inputs_begin(None, -1)
         with pytest.raises(accel.FailedPreconditionError, match="no matching"):
             acc.join_uneven_inputs_end()
+
+
+def test_save_named_tensors(tmp_path):
+    import json
+    import struct
+    with accel.Accelerator() as acc:
+        w = accel.tensor([[1.0, 2.0], [3.0, 4.0]])
+        path = str(tmp_path / "t.safetensors")
+        acc.save({"w": w}, path)
+        data = open(path, "rb").read()
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + n])
+        assert header["w"]["dtype"] == "F32" and header["w"]["shape"] == [2, 2]
+        assert struct.unpack("<4f", data[8 + n:]) == (1.0, 2.0, 3.0, 4.0)

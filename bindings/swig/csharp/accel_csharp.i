@@ -210,6 +210,16 @@ static void accel_swig_throw_csharp()
   private readonly global::System.Collections.Generic.List<StateHook> stateHooks =
       new global::System.Collections.Generic.List<StateHook>();
 
+  /// <summary>Accelerator.save: the tensors to <paramref name="path"/> as one safetensors file, on the main
+  /// process only.</summary>
+  public void Save(global::System.Collections.Generic.IEnumerable<global::System.Collections.Generic.KeyValuePair<string, Tensor>> tensors, string path) {
+    using (var e = new StateDictEntries()) {
+      foreach (var kv in tensors)
+        e.Add(kv.Key, kv.Value);
+      SaveEntries(e, path);
+    }
+  }
+
   /// <summary>Accelerate's on_main_process / on_local_main_process / on_last_process / on_process: runs
   /// <paramref name="action"/> on the chosen process only.</summary>
   public void OnMainProcess(global::System.Action action) { if (IsMainProcess()) action(); }

@@ -230,6 +230,15 @@ ACCEL_JAVA_CLOSABLE(ObjectList)
   private final java.util.List<TrackerCallback> trackerCallbacks = new java.util.ArrayList<>();
   private final java.util.List<StateHook> stateHooks = new java.util.ArrayList<>();
 
+  /** Accelerator.save: {@code tensors} to {@code path} as one safetensors file, on the main process only. */
+  public void save(java.util.Map<String, Tensor> tensors, String path) {
+    try (StateDictEntries e = new StateDictEntries()) {
+      for (java.util.Map.Entry<String, Tensor> kv : tensors.entrySet())
+        e.add(kv.getKey(), kv.getValue());
+      saveEntries(e, path);
+    }
+  }
+
   /** Accelerate's on_main_process / on_local_main_process / on_last_process / on_process: runs
    *  {@code action} on the chosen process only. */
   public void onMainProcess(Runnable action) { if (isMainProcess()) action.run(); }

@@ -1145,6 +1145,15 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_accelerator_save(
+        accelerator: *mut accel_accelerator_t,
+        keys: *const *const core::ffi::c_char,
+        tensors: *const *const accel_tensor_t,
+        count: usize,
+        path: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_accelerator_get_checkpointing_bytes(
         accelerator: *const accel_accelerator_t,
         index: i32,

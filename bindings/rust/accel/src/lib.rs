@@ -35,6 +35,7 @@ mod datasets;
 pub mod log;
 mod distributed;
 mod precision;
+mod save;
 mod state_hooks;
 mod tracking;
 pub use state_hooks::{StateHookFn, StateHookHandle};

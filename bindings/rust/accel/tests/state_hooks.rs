@@ -37,3 +37,18 @@ fn state_hooks_add_and_read_files() -> accel::Result<()> {
     std::fs::remove_dir_all(&dir).unwrap();
     Ok(())
 }
+
+#[test]
+fn save_writes_safetensors() -> accel::Result<()> {
+    let path = std::env::temp_dir().join(format!("accel_rust_save_{}.safetensors", std::process::id()));
+    let mut acc = Accelerator::new(None)?;
+    let w = accel::Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    acc.save(&[("w", &w)], path.to_str().unwrap())?;
+    let data = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(data[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&data[8..8 + n]).unwrap();
+    assert!(header.contains(r#""w":{"dtype":"F32","shape":[2,2]"#), "{header}");
+    assert_eq!(data.len(), 8 + n + 16);
+    std::fs::remove_file(&path).unwrap();
+    Ok(())
+}

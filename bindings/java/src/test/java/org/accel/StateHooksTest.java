@@ -60,6 +60,19 @@ class StateHooksTest {
   }
 
   @Test
+  void saveWritesSafetensors(@TempDir Path dir) throws Exception {
+    try (Accelerator acc = new Accelerator(); Tensor w = Tensor.of(new float[] {1, 2, 3, 4}, 2, 2)) {
+      Path file = dir.resolve("t.safetensors");
+      acc.save(java.util.Map.of("w", w), file.toString());
+      byte[] data = Files.readAllBytes(file);
+      long n = java.nio.ByteBuffer.wrap(data, 0, 8).order(java.nio.ByteOrder.LITTLE_ENDIAN).getLong();
+      String header = new String(data, 8, (int) n, StandardCharsets.UTF_8);
+      assertTrue(header.contains("\"w\":{\"dtype\":\"F32\",\"shape\":[2,2]"), header);
+      assertEquals(8 + n + 16, data.length);
+    }
+  }
+
+  @Test
   void joinUnevenInputsScope() {
     try (Accelerator acc = new Accelerator()) {
       try (var s = acc.joinUnevenInputs(null, false)) {
