@@ -317,11 +317,9 @@ void parse_dataloader_config(JsonObject &root, AcceleratorConfig &c, bool split_
     c.dataloader.use_seedable_sampler = dl->get_bool("use_seedable_sampler", false);
     if (auto s = dl->get_optional_int("data_seed", 0, INT64_MAX)) c.dataloader.data_seed = static_cast<uint64_t>(*s);
     c.dataloader.non_blocking = dl->get_bool("non_blocking", false);
+    // What StatefulDataLoader gives Accelerate (the loader's position in dl_state_dict.bin, restored by
+    // load_state) every accel loader does either way, so true asks for nothing more; kept for the effective config.
     c.dataloader.use_stateful_dataloader = dl->get_bool("use_stateful_dataloader", false);
-    if (c.dataloader.use_stateful_dataloader)
-        fail(ACCEL_ERR_UNIMPLEMENTED, dl->path_of("use_stateful_dataloader") + ": torchdata's StatefulDataLoader has no "
-                                                                                "LibTorch counterpart; accel loaders resume "
-                                                                                "through skip_first_batches");
     dl->finish();
 }
 

@@ -584,8 +584,9 @@ TEST_F(AcceleratorConfigTest, UnsupportedSectionsNamePath)
                               "log_with[1]: expected one of");
     EXPECT_EQ(parse_accelerator_config("{\"log_with\": \"all\", \"project_dir\": \"p\"}").log_with,
               (std::vector<std::string>{"jsonl", "csv", "tensorboard"}));
-    EXPECT_PARSE_ERROR_STARTS("{\"dataloader_config\": {\"use_stateful_dataloader\": true}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "dataloader_config.use_stateful_dataloader: ");
+    // Accepted: accel's loaders always save and restore their position (dl_state_dict.bin).
+    EXPECT_TRUE(parse_accelerator_config("{\"dataloader_config\": {\"use_stateful_dataloader\": true}}")
+                    .dataloader.use_stateful_dataloader);
     // Null means "not given" everywhere.
     EXPECT_NO_THROW(parse_accelerator_config("{\"deepspeed_plugin\": null, \"fsdp_plugin\": null, \"project_config\":"
                                              " null, \"dataloader_config\": {\"dispatch_batches\": null}}"));
