@@ -11,6 +11,7 @@
 #include "optimizer/accelerated_optimizer.hpp"
 #include "precision/autocast.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
+#include "catch_error.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -67,17 +68,6 @@ accel::config::DataLoaderOptions loader_options(int64_t batch_size)
 at::Tensor mse_loss_of(Model &m, const at::Tensor &x, const at::Tensor &y)
 {
     return accel::compute_loss(accel::LossKind::Mse, m.forward(x), y);
-}
-
-accel::Error catch_error(const std::function<void()> &f)
-{
-    try {
-        f();
-    } catch (const accel::Error &e) {
-        return e;
-    }
-    ADD_FAILURE() << "expected an accel::Error";
-    return accel::Error(ACCEL_OK, "");
 }
 
 #define EXPECT_ACCEL_ERROR(stmt, code_, msg_)                                                                          \

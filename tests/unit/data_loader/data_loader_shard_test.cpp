@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 #include "data_loader/data_loader_shard.hpp"
 #include "state/accelerator_state.hpp"
+#include "catch_error.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -82,17 +83,6 @@ std::shared_ptr<AcceleratorState> make_state(int32_t world_size = 1, int32_t ran
     c.dataloader.split_batches = split;
     c.dataloader.even_batches = even;
     return std::make_shared<AcceleratorState>(c);
-}
-
-accel::Error catch_error(const std::function<void()> &f)
-{
-    try {
-        f();
-    } catch (const accel::Error &e) {
-        return e;
-    }
-    ADD_FAILURE() << "expected an accel::Error";
-    return accel::Error(ACCEL_OK, "");
 }
 
 } // namespace

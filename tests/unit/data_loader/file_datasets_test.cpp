@@ -10,6 +10,7 @@
 #include "data_loader/file_datasets.hpp"
 #include "data_loader/file_formats.hpp"
 #include "state/accelerator_state.hpp"
+#include "catch_error.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -136,17 +137,6 @@ void expect_same_loader(std::shared_ptr<const accel::Dataset> a, std::shared_ptr
 {
     DataLoaderShard la(std::move(a), loader_options(batch)), lb(std::move(b), loader_options(batch));
     for (int epoch = 0; epoch < 2; ++epoch) expect_same_batches(all_batches(la), all_batches(lb));
-}
-
-accel::Error catch_error(const std::function<void()> &f)
-{
-    try {
-        f();
-    } catch (const accel::Error &e) {
-        return e;
-    }
-    ADD_FAILURE() << "expected an accel::Error";
-    return accel::Error(ACCEL_OK, "");
 }
 
 void expect_error(const std::function<void()> &f, accel_status_t code, const std::string &part)

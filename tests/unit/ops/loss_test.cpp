@@ -2,6 +2,7 @@
 // formula; dtype and shape validation with codes and messages.
 #include "common/error.hpp"
 #include "ops/loss.hpp"
+#include "catch_error.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/Reduction.h>
@@ -17,17 +18,6 @@ using accel::parse_loss_name;
 namespace {
 
 const int64_t kMean = at::Reduction::Mean;
-
-accel::Error catch_error(const std::function<void()> &f)
-{
-    try {
-        f();
-    } catch (const accel::Error &e) {
-        return e;
-    }
-    ADD_FAILURE() << "expected an accel::Error";
-    return accel::Error(ACCEL_OK, "");
-}
 
 #define EXPECT_LOSS_ERROR(stmt, msg_)                                                                                  \
     do {                                                                                                               \

@@ -10,6 +10,7 @@
 #include "ops/loss.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "optimizer/lomo.hpp"
+#include "catch_error.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -169,17 +170,6 @@ std::shared_ptr<accel::AcceleratedOptimizer> check_against_reference(const std::
     // And the update did something (a broken hook that never runs would leave the weights as they were).
     EXPECT_GT((got[0].second - make_model()->named_parameters()[0].second).abs().max().item<double>(), 1e-4);
     return opt;
-}
-
-accel::Error catch_error(const std::function<void()> &f)
-{
-    try {
-        f();
-    } catch (const accel::Error &e) {
-        return e;
-    }
-    ADD_FAILURE() << "expected an accel::Error";
-    return accel::Error(ACCEL_OK, "");
 }
 
 } // namespace

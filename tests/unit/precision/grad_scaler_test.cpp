@@ -2,6 +2,7 @@
 // scripted sequences of finite and non-finite gradients.
 #include "common/error.hpp"
 #include "precision/grad_scaler.hpp"
+#include "catch_error.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -49,17 +50,6 @@ struct Fixture {
     at::Tensor param;
     std::vector<at::Tensor> params;
 };
-
-accel::Error catch_error(const std::function<void()> &f)
-{
-    try {
-        f();
-    } catch (const accel::Error &e) {
-        return e;
-    }
-    ADD_FAILURE() << "expected an accel::Error";
-    return accel::Error(ACCEL_OK, "");
-}
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

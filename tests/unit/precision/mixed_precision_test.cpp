@@ -10,6 +10,7 @@
 #include "precision/autocast.hpp"
 #include "precision/grad_scaler.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
+#include "catch_error.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -43,17 +44,6 @@ std::shared_ptr<accel::AcceleratedOptimizer> make_optimizer(const std::shared_pt
                                                             const char *json = "{\"type\": \"adamw\", \"lr\": 0.01}")
 {
     return std::make_shared<accel::AcceleratedOptimizer>(m, accel::config::parse_optimizer_config(json));
-}
-
-accel::Error catch_error(const std::function<void()> &f)
-{
-    try {
-        f();
-    } catch (const accel::Error &e) {
-        return e;
-    }
-    ADD_FAILURE() << "expected an accel::Error";
-    return accel::Error(ACCEL_OK, "");
 }
 
 bool same_parameters(const Model &a, const Model &b)
