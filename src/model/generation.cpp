@@ -3,6 +3,8 @@
 #include "common/error.hpp"
 #include "model/gpt_model.hpp"
 #include "model/llama_model.hpp"
+#include "distributed/communicator.hpp"
+#include "parallel/tensor_parallel/split_outputs.hpp"
 #include "precision/autocast.hpp"
 #include "state/accelerator_state.hpp"
 
@@ -29,6 +31,15 @@ at::Tensor pick(const at::Tensor &logits, const config::GenerationConfig &o, at:
     }
     // Drawn on the host with the seeded CPU generator: the same tokens for a seed on every device.
     return at::multinomial(at::softmax(scores, -1).cpu(), 1, false, gen).squeeze(-1).to(logits.device());
+}
+
+// A tensor-parallel model's logits hold this rank's vocabulary columns: the whole vocabulary (padding columns
+// dropped) on every rank of the group, so that each picks from all of it. Other logits as they are.
+at::Tensor whole_vocabulary(const at::Tensor &logits)
+{
+    const auto split = parallel::tp::vocab_parallel_of(logits);
+    if (!split) return logits;
+    return parallel::tp::all_gather_along(logits, *split->group, -1).narrow(-1, 0, split->vocab_size);
 }
 
 // What the loop below needs of a decoder: its forward with a key/value cache of its own, and its limits.
@@ -122,8 +133,12 @@ at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::Gen
     at::Tensor finished = at::zeros({ids.size(0)}, ids.options().dtype(at::kBool));
     at::Tensor out = ids;
     for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-        at::Tensor logits = dec.step(o.use_cache && step > 0 ? out.narrow(1, -1, 1) : out);
-        at::Tensor next = pick(logits.select(1, -1), o, gen);
+        const at::Tensor split_logits = dec.step(o.use_cache && step > 0 ? out.narrow(1, -1, 1) : out);
+        at::Tensor next = pick(whole_vocabulary(split_logits).select(1, -1), o, gen);
+        // Under tensor parallelism every rank of the group must feed the same tokens to the next step (their
+        // generators may differ when no seed was given): rank 0 of the group decides.
+        if (o.do_sample)
+            if (const auto split = parallel::tp::vocab_parallel_of(split_logits)) split->group->broadcast(next, 0);
         if (o.eos_token_id) {
             next = next.masked_fill(finished, *o.eos_token_id);
             finished = finished | next.eq(*o.eos_token_id);

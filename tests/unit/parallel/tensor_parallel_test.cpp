@@ -8,6 +8,7 @@
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "distributed/thread_communicator.hpp"
+#include "model/generation.hpp"
 #include "model/gpt_model.hpp"
 #include "model/linear.hpp"
 #include "model/model.hpp"
@@ -320,6 +321,35 @@ TEST(TensorParallelGpt, RefusesHeadsThatDoNotDivide)
             EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
             EXPECT_NE(std::string(e.what()).find("n_head"), std::string::npos) << e.what();
         }
+    });
+}
+
+// Generation of a tensor-parallel GPT (the KV cache holds each rank's heads; the logits' vocabulary is gathered
+// before picking): greedy with and without the cache, and seeded top-k sampling, give one process's tokens on
+// every rank of tp 2 (a vocabulary of 37 padded to 38).
+TEST(TensorParallelGpt, GenerationEqualsOneProcess)
+{
+    const char *json = R"({"type": "gpt", "vocab_size": 37, "n_positions": 16, "n_embd": 16, "n_layer": 2, "n_head": 4})";
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (int r = 0; r < 3; ++r) {
+        at::manual_seed(41);
+        models.push_back(accel::make_model_from_json(json));
+    }
+    const at::Tensor prompt = at::tensor(std::vector<int64_t>{3, 14, 15, 9, 2, 6, 5, 35}, at::kLong).view({2, 4});
+    std::vector<accel::config::GenerationConfig> configs(3);
+    configs[0].max_new_tokens = configs[1].max_new_tokens = configs[2].max_new_tokens = 8;
+    configs[1].use_cache = false;
+    configs[2].do_sample = true;
+    configs[2].top_k = 5;
+    configs[2].seed = 7;
+    std::vector<at::Tensor> expected;
+    for (const auto &c : configs) expected.push_back(accel::generate(*models.back(), prompt, c, false));
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        auto &m = dynamic_cast<accel::GptModel &>(*models[static_cast<size_t>(comm->rank())]);
+        m.apply_tensor_parallel(comm);
+        for (size_t i = 0; i < configs.size(); ++i)
+            EXPECT_TRUE(at::equal(accel::generate(m, prompt, configs[i], false), expected[i]))
+                << "config " << i << " on rank " << comm->rank();
     });
 }
 
