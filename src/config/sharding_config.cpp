@@ -7,12 +7,12 @@
 #include "common/error.hpp"
 #include "config/env.hpp"
 #include "config/json.hpp"
+#include "logging/logger.hpp"
 
 #include <cjson/cJSON.h>
 
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -689,10 +689,12 @@ void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c)
     // precedence: the object passed to the Accelerator); said, since the launch line asked for the other engine.
     const char *other = fsdp_json ? "ACCELERATE_USE_DEEPSPEED" : ds_json ? "ACCELERATE_USE_FSDP" : nullptr;
     if (other != nullptr && env_truthy(other) && c.topology.rank == 0)
-        std::fprintf(stderr, "accel: warning: %s is set (accel launch --use_%s) but the accelerator's JSON config has "
-                             "%s, which wins: training runs %s\n",
-                     other, fsdp_json ? "deepspeed" : "fsdp", fsdp_json ? "fsdp_plugin" : "deepspeed_plugin",
-                     fsdp_json ? "FSDP" : "DeepSpeed ZeRO");
+        logging::log_as(ACCEL_LOG_WARNING, 0, c.topology.world_size,
+                        logging::printf_string("%s is set (accel launch --use_%s) but the accelerator's JSON config "
+                                               "has %s, which wins: training runs %s",
+                                               other, fsdp_json ? "deepspeed" : "fsdp",
+                                               fsdp_json ? "fsdp_plugin" : "deepspeed_plugin",
+                                               fsdp_json ? "FSDP" : "DeepSpeed ZeRO"));
     if (fsdp_json) {
         auto o = root.get_object("fsdp_plugin");
         parse_fsdp(*o, c);
