@@ -17,5 +17,6 @@
 #include <accel/checkpoint.h>
 #include <accel/tracking.h>
 #include <accel/log.h>
+#include <accel/memory.h>
 
 #endif /* ACCEL_ACCEL_H */

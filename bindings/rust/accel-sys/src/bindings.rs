@@ -1248,3 +1248,15 @@ extern "C" {
         in_order: bool,
     ) -> accel_status_t;
 }
+pub type accel_batch_size_step_fn_t = ::core::option::Option<
+    unsafe extern "C" fn(user_data: *mut core::ffi::c_void, batch_size: i64) -> accel_status_t,
+>;
+extern "C" {
+    pub fn accel_find_executable_batch_size(
+        starting_batch_size: i64,
+        options_json: *const core::ffi::c_char,
+        step: accel_batch_size_step_fn_t,
+        user_data: *mut core::ffi::c_void,
+        out: *mut i64,
+    ) -> accel_status_t;
+}

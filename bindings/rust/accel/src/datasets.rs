@@ -64,10 +64,16 @@ struct IterBox {
 
 /// The status of a callback's result: an error's message goes to accel_callback_set_error.
 fn status_of(r: std::thread::Result<Result<()>>) -> sys::accel_status_t {
+    callback_status(r, "a panic in a dataset callback")
+}
+
+/// The status of any callback's result (`panic_text` is the message of a panic): an error's message goes to
+/// accel_callback_set_error.
+pub(crate) fn callback_status(r: std::thread::Result<Result<()>>, panic_text: &str) -> sys::accel_status_t {
     let (status, message) = match r {
         Ok(Ok(())) => return 0,
         Ok(Err(e)) => (e.status().code(), e.message().to_string()),
-        Err(_) => (Status::Unknown.code(), "a panic in a dataset callback".to_string()),
+        Err(_) => (Status::Unknown.code(), panic_text.to_string()),
     };
     let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
     unsafe { sys::accel_callback_set_error(text.as_ptr()) };
