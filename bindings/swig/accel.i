@@ -832,3 +832,4 @@ ACCEL_HANDLE_CLASS(Accelerator)
 %include "log.i"
 %include "state_hooks.i"
 %include "save.i"
+%include "memory.i"

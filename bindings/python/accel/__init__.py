@@ -45,6 +45,7 @@ from .core import (  # noqa: E402
     ACCEL_TRACKER_EVENT_FINISH as TRACKER_EVENT_FINISH,
 )
 from .core import StateHook  # noqa: E402  (save_state / load_state pre-hooks)
+from .core import find_executable_batch_size  # noqa: E402  (accel/memory.h)
 from ._tensor import install as _install_tensor_helpers, tensor  # noqa: E402
 
 _install_tensor_helpers(Tensor, Model)
