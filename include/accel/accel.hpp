@@ -31,6 +31,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -1008,6 +1009,67 @@ private:
         return raw;
     }
 };
+
+/** Accelerate's logging module over accel_log_*: the threshold, the sink, and MultiProcessAdapter.log. */
+namespace logging {
+
+/** A sink: the level, the logger's name, the writing process's index and the message (accel_log_fn_t). */
+using Callback = std::function<void(accel_log_level_t level, const std::string &name, std::int32_t process_index,
+                                    const std::string &message)>;
+
+/** Sets the threshold (0-50), overriding ACCELERATE_LOG_LEVEL. */
+inline void set_level(accel_log_level_t level) { check(accel_log_set_level(level)); }
+
+/** The threshold; throws when ACCELERATE_LOG_LEVEL holds something else than a level (messages then use WARNING). */
+inline accel_log_level_t level()
+{
+    accel_log_level_t v = 0;
+    check(accel_log_get_level(&v));
+    return v;
+}
+
+namespace detail {
+inline void log_trampoline(void *user_data, accel_log_level_t level, const char *name, std::int32_t process_index,
+                           const char *message) noexcept
+{
+    try {
+        (*static_cast<const Callback *>(user_data))(level, name ? name : "", process_index, message ? message : "");
+    } catch (...) {
+        // A sink that throws loses this message; nothing may be thrown into the library.
+    }
+}
+} // namespace detail
+
+/**
+ * Routes every message (the library's and write's) to @p fn; an empty function restores standard error. A
+ * replaced sink is kept alive until the process ends: the C API allows a message being written on another thread
+ * to reach the previous sink after the change.
+ */
+inline void set_callback(Callback fn)
+{
+    static std::vector<std::unique_ptr<const Callback>> kept;
+    static std::mutex kept_mutex;
+    if (!fn) {
+        accel_log_set_callback(nullptr, nullptr);
+        return;
+    }
+    std::lock_guard<std::mutex> lock(kept_mutex);
+    kept.push_back(std::make_unique<const Callback>(std::move(fn)));
+    accel_log_set_callback(detail::log_trampoline, const_cast<Callback *>(kept.back().get()));
+}
+
+/**
+ * Logs @p message as accel_log_write does (Accelerate's logger.log(level, msg, main_process_only, in_order)).
+ * @p accelerator may be null unless @p in_order is asked in a job of several processes.
+ */
+inline void write(const std::string &message, accel_log_level_t level = ACCEL_LOG_INFO, const std::string &name = "",
+                  bool main_process_only = true, bool in_order = false, Accelerator *accelerator = nullptr)
+{
+    check(accel_log_write(accelerator ? accelerator->get() : nullptr, name.c_str(), level, message.c_str(),
+                          main_process_only, in_order));
+}
+
+} // namespace logging
 
 } // namespace accel
 
