@@ -744,6 +744,63 @@ inline accel_status_t state_hook_trampoline(void *user_data, const char *folder,
 inline void release_state_hook(void *user_data) noexcept { delete static_cast<StateHookFn *>(user_data); }
 } // namespace detail
 
+namespace detail {
+/** find_executable_batch_size's step, and what it last threw (rethrown unchanged when it ends the search). */
+struct BatchSizeCall {
+    std::function<void(std::int64_t)> step;
+    std::exception_ptr error;
+};
+/** The step's trampoline: accel::Error keeps its status, std::bad_alloc is RESOURCE_EXHAUSTED, anything else
+ *  UNKNOWN with its text (which the library still reads for an allocation failure); nothing is thrown into it. */
+inline accel_status_t batch_size_trampoline(void *user_data, std::int64_t batch_size) noexcept
+{
+    auto *call = static_cast<BatchSizeCall *>(user_data);
+    call->error = nullptr;
+    try {
+        call->step(batch_size);
+        return ACCEL_OK;
+    } catch (const Error &e) {
+        call->error = std::current_exception();
+        accel_callback_set_error(e.what());
+        return e.status() == ACCEL_OK ? ACCEL_ERR_UNKNOWN : e.status();
+    } catch (const std::bad_alloc &e) {
+        call->error = std::current_exception();
+        accel_callback_set_error((std::string("out of memory: ") + e.what()).c_str());
+        return ACCEL_ERR_RESOURCE_EXHAUSTED;
+    } catch (const std::exception &e) {
+        call->error = std::current_exception();
+        accel_callback_set_error(e.what());
+        return ACCEL_ERR_UNKNOWN;
+    } catch (...) {
+        call->error = std::current_exception();
+        accel_callback_set_error("an exception that is not a std::exception");
+        return ACCEL_ERR_UNKNOWN;
+    }
+}
+} // namespace detail
+
+/**
+ * Accelerate's find_executable_batch_size (accel_find_executable_batch_size): runs @p step with
+ * @p starting_batch_size and, while it runs out of memory (accel::Error with ACCEL_ERR_RESOURCE_EXHAUSTED,
+ * std::bad_alloc, or an exception whose text reports a failed allocation), again with
+ * floor(batch_size * reduce_batch_size_factor). Returns the batch size it succeeded with. Another exception of
+ * @p step is rethrown unchanged; reaching zero throws accel::Error(ACCEL_ERR_RESOURCE_EXHAUSTED).
+ * @p options_json: "reduce_batch_size_factor" (0.5; 0.9 as Accelerate 1.9+), "max_memory_bytes"; null = defaults.
+ */
+inline std::int64_t find_executable_batch_size(std::int64_t starting_batch_size,
+                                               std::function<void(std::int64_t)> step,
+                                               const char *options_json = nullptr)
+{
+    detail::BatchSizeCall call{std::move(step), nullptr};
+    std::int64_t found = 0;
+    const accel_status_t st = accel_find_executable_batch_size(starting_batch_size, options_json,
+                                                               detail::batch_size_trampoline, &call, &found);
+    // The step's own failure ends the search (RESOURCE_EXHAUSTED only comes from reaching zero).
+    if (st != ACCEL_OK && st != ACCEL_ERR_RESOURCE_EXHAUSTED && call.error) std::rethrow_exception(call.error);
+    check(st);
+    return found;
+}
+
 class Accelerator : public detail::Handle<accel_accelerator_t, accel_accelerator_free> {
 public:
     using Handle::Handle;
