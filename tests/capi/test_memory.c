@@ -193,6 +193,69 @@ static void test_budget_with_libtorch(void)
     accel_model_free(s.model);
 }
 
+/* The guide's step (docs/guides/big-models.md): free_memory, a loader of batch_size, prepare, one epoch. */
+typedef struct {
+    accel_accelerator_t *acc;
+    accel_model_t *model;
+    accel_optimizer_t *opt;
+    accel_tensor_t *x, *y;
+    int64_t tried[MAX_TRIES];
+    int n;
+} job_t;
+
+static accel_status_t train(void *user_data, int64_t batch_size)
+{
+    job_t *job = user_data;
+    char config[64];
+    accel_dataloader_t *dl = NULL;
+    accel_batch_t *batch = NULL;
+    double loss = 0;
+    accel_status_t st = accel_accelerator_free_memory(job->acc); /* what the last try prepared */
+    if (job->n < MAX_TRIES) job->tried[job->n++] = batch_size;
+    snprintf(config, sizeof config, "{\"batch_size\": %lld}", (long long)batch_size);
+    if (st == ACCEL_OK) st = accel_dataloader_create_from_tensors(job->x, job->y, config, &dl);
+    if (st == ACCEL_OK) st = accel_accelerator_prepare(job->acc, job->model, job->opt, dl, NULL);
+    while (st == ACCEL_OK && (st = accel_dataloader_next(dl, &batch)) == ACCEL_OK && batch != NULL) {
+        st = accel_accelerator_train_step(job->acc, job->model, job->opt, NULL, batch, "cross_entropy", &loss);
+        accel_batch_free(batch);
+    }
+    accel_dataloader_free(dl);
+    return st; /* RESOURCE_EXHAUSTED: tried again with a smaller batch size */
+}
+
+static void test_guide_training_step(void)
+{
+    job_t job;
+    const int64_t rows = 512;
+    float *x = calloc((size_t)rows * WIDTH, sizeof(float));
+    int64_t *y = calloc((size_t)rows, sizeof(int64_t));
+    int64_t xs[2] = {rows, WIDTH}, ys[1] = {rows}, found = 0;
+    int i;
+    memset(&job, 0, sizeof job);
+    CHECK(x != NULL && y != NULL);
+    for (i = 0; i < rows * WIDTH; ++i) x[i] = (float)(i % 7) / 7.0f;
+    for (i = 0; i < rows; ++i) y[i] = i % 4;
+    CHECK_OK(accel_tensor_create(x, (size_t)rows * WIDTH * sizeof(float), ACCEL_DTYPE_FLOAT32, xs, 2, &job.x));
+    CHECK_OK(accel_tensor_create(y, (size_t)rows * sizeof(int64_t), ACCEL_DTYPE_INT64, ys, 1, &job.y));
+    CHECK_OK(accel_accelerator_create(NULL, &job.acc));
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [256, 1024, 4]}", &job.model));
+    CHECK_OK(accel_optimizer_create(job.model, "{\"type\": \"sgd\", \"lr\": 0.01}", &job.opt));
+    CHECK_OK(accel_find_executable_batch_size(512, "{\"max_memory_bytes\": \"4MB\"}", train, &job, &found));
+    printf("training under 4MB: tried");
+    for (i = 0; i < job.n; ++i) printf(" %lld", (long long)job.tried[i]);
+    printf(", found %lld\n", (long long)found);
+    CHECK(job.n >= 2);               /* 512 rows at once cannot train in 4 MB ... */
+    CHECK(found == job.tried[job.n - 1] && found < 512 && found >= 1);
+    CHECK(job.tried[job.n - 2] == 2 * found); /* ... and the size above the one found failed */
+    accel_optimizer_free(job.opt);
+    accel_model_free(job.model);
+    accel_accelerator_free(job.acc);
+    accel_tensor_free(job.x);
+    accel_tensor_free(job.y);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     test_halving_lands_on_largest_that_fits();
@@ -202,5 +265,6 @@ int main(void)
     test_reached_zero();
     test_arguments();
     test_budget_with_libtorch();
+    test_guide_training_step();
     return capi_report("test_memory");
 }
