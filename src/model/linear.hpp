@@ -38,8 +38,9 @@ public:
 
     // The weight as [out, in], whatever the layout (a view for InOut).
     at::Tensor weight_out_in() const { return layout() == Layout::OutIn ? weight() : weight().t(); }
-    int64_t in_features() const { return weight().size(layout() == Layout::OutIn ? 1 : 0); }
-    int64_t out_features() const { return weight().size(layout() == Layout::OutIn ? 0 : 1); }
+    // Virtual: a quantized layer's weight() is its packed storage, not [out, in] (src/quantization).
+    virtual int64_t in_features() const { return weight().size(layout() == Layout::OutIn ? 1 : 0); }
+    virtual int64_t out_features() const { return weight().size(layout() == Layout::OutIn ? 0 : 1); }
 };
 
 // The plain layer: at::linear for OutIn (as torch.nn.Linear), addmm over the flattened leading dimensions

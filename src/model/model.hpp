@@ -147,6 +147,8 @@ protected:
     std::vector<ModuleUnit> with_inserted_parameters(std::vector<ModuleUnit> units) const;
     // Code that decorates linear slots (src/model/lora.cpp) registers the decorators' parameters.
     friend struct LinearDecorating;
+    // src/quantization/quantize_model.cpp registers the quantization state of the layers it replaces.
+    friend struct ModelQuantizing;
 
 private:
     const at::Tensor *find_own(const std::string &key) const;

@@ -1,0 +1,81 @@
+#include "config/bnb_quantization_config.hpp"
+
+#include "common/error.hpp"
+#include "config/json.hpp"
+
+#include <cjson/cJSON.h>
+
+#include <cmath>
+
+namespace accel::config {
+
+BnbQuantizationConfig parse_bnb_quantization_config(const char *text, const std::string &what)
+{
+    require(text != nullptr, ACCEL_ERR_INVALID_ARGUMENT, what + ": must not be NULL");
+    JsonDocument doc(text, what);
+    JsonObject o(doc.root(), what);
+    BnbQuantizationConfig c;
+    c.load_in_8bit = o.get_bool("load_in_8bit", false);
+    c.load_in_4bit = o.get_bool("load_in_4bit", false);
+    c.llm_int8_threshold = o.get_double("llm_int8_threshold", 6.0, 0.0, 1e30);
+    c.bnb_4bit_quant_type = o.get_enum("bnb_4bit_quant_type", "fp4", {"fp4", "nf4"});
+    c.bnb_4bit_use_double_quant = o.get_bool("bnb_4bit_use_double_quant", false);
+    const std::string dtype =
+        o.get_enum("bnb_4bit_compute_dtype", "fp16", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"});
+    c.bnb_4bit_compute_dtype = dtype == "float32" ? "fp32" : dtype == "float16" ? "fp16" : dtype == "bfloat16" ? "bf16" : dtype;
+    c.skip_modules_given = o.has("skip_modules");
+    c.skip_modules = o.get_string_array("skip_modules", {});
+    c.keep_in_fp32_modules = o.get_string_array("keep_in_fp32_modules", {});
+    // Accelerate casts the other layers to torch_dtype only when it loads them from a checkpoint; a model quantized
+    // in place keeps the dtype it has, so a torch_dtype given here would change nothing.
+    o.require_absent("torch_dtype", "the layers that are not quantized keep the dtype the model has (cast the model "
+                                    "before quantizing it)");
+    o.finish();
+    if (c.load_in_8bit == c.load_in_4bit)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + (c.load_in_8bit ? ": load_in_8bit and load_in_4bit can't be both true"
+                                                                : ": load_in_8bit and load_in_4bit can't be both false"));
+    return c;
+}
+
+QuantStateMeta parse_quant_state_meta(const std::string &text, const std::string &what)
+{
+    JsonDocument doc(text.c_str(), what);
+    JsonObject o(doc.root(), what);
+    QuantStateMeta m;
+    for (const char *key : {"quant_type", "blocksize", "dtype", "shape"})
+        require(o.has(key), ACCEL_ERR_INVALID_ARGUMENT, o.path_of(key) + ": missing");
+    m.quant_type = o.get_enum("quant_type", "fp4", {"fp4", "nf4"});
+    m.blocksize = o.get_int("blocksize", 64, 64, 4096);
+    m.dtype = o.get_enum("dtype", "float32", {"float32", "float16", "bfloat16"});
+    m.shape = o.get_int_array("shape", 0, int64_t{1} << 40);
+    m.nested = o.has("nested_offset");
+    m.nested_blocksize = o.get_int("nested_blocksize", 256, 1, int64_t{1} << 20);
+    m.nested_dtype = o.get_enum("nested_dtype", "float32", {"float32"});
+    m.nested_offset = o.get_double("nested_offset", 0.0, -1e30, 1e30);
+    o.finish();
+    return m;
+}
+
+std::string quant_state_meta_json(const QuantStateMeta &m)
+{
+    // Key order of bitsandbytes' as_dict: quant_type, blocksize, dtype, shape, then the nested keys.
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "quant_type", m.quant_type.c_str());
+    cJSON_AddNumberToObject(root, "blocksize", static_cast<double>(m.blocksize));
+    cJSON_AddStringToObject(root, "dtype", m.dtype.c_str());
+    cJSON *shape = cJSON_AddArrayToObject(root, "shape");
+    for (int64_t d : m.shape) cJSON_AddItemToArray(shape, cJSON_CreateNumber(static_cast<double>(d)));
+    if (m.nested) {
+        cJSON_AddNumberToObject(root, "nested_blocksize", static_cast<double>(m.nested_blocksize));
+        cJSON_AddStringToObject(root, "nested_dtype", m.nested_dtype.c_str());
+        cJSON_AddNumberToObject(root, "nested_offset", m.nested_offset);
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    std::string out = s != nullptr ? s : "";
+    cJSON_free(s);
+    cJSON_Delete(root);
+    if (out.empty()) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, "quant_state: could not print its JSON");
+    return out;
+}
+
+} // namespace accel::config

@@ -1,0 +1,47 @@
+// Typed form of Accelerate's BnbQuantizationConfig (utils/dataclasses.py; precision-and-quantization.md §4.1),
+// read strictly from JSON (unknown keys refused by name), and the JSON that bitsandbytes packs into a 4-bit
+// layer's "weight.quant_state.bitsandbytes__<type>" tensor (QuantState.as_dict(packed=True)).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accel::config {
+
+struct BnbQuantizationConfig {
+    bool load_in_8bit = false;
+    bool load_in_4bit = false;
+    double llm_int8_threshold = 6.0;
+    std::string bnb_4bit_quant_type = "fp4";     // "fp4" or "nf4"
+    bool bnb_4bit_use_double_quant = false;
+    std::string bnb_4bit_compute_dtype = "fp16"; // "fp32", "fp16" or "bf16" (Accelerate's spellings)
+    // Module names not converted (Accelerate's rule: a module whose name equals an entry, or contains
+    // entry + "."). None given: Accelerate's automatic choice (tied-weight modules and the last top-level child).
+    std::vector<std::string> skip_modules;
+    bool skip_modules_given = false;
+    std::vector<std::string> keep_in_fp32_modules;
+};
+
+// `text` is the JSON object; `what` names the argument in messages. ACCEL_ERR_INVALID_ARGUMENT for a bad or unknown
+// key, or when not exactly one of load_in_8bit / load_in_4bit is true (Accelerate's ValueErrors);
+// ACCEL_ERR_UNIMPLEMENTED for torch_dtype (non-quantized layers keep the dtype they have).
+BnbQuantizationConfig parse_bnb_quantization_config(const char *text, const std::string &what);
+
+// bitsandbytes' packed non-tensor part of a 4-bit QuantState.
+struct QuantStateMeta {
+    std::string quant_type;       // "fp4" / "nf4"
+    int64_t blocksize = 64;
+    std::string dtype;            // "float32", "float16", "bfloat16"
+    std::vector<int64_t> shape;
+    bool nested = false;
+    int64_t nested_blocksize = 256;
+    std::string nested_dtype = "float32";
+    double nested_offset = 0.0;
+};
+// Parses the bytes of the quant_state tensor (`what` names it); INVALID_ARGUMENT naming a bad or missing key.
+QuantStateMeta parse_quant_state_meta(const std::string &text, const std::string &what);
+// The JSON as bitsandbytes writes it (its keys, in its order).
+std::string quant_state_meta_json(const QuantStateMeta &meta);
+
+} // namespace accel::config

@@ -1,0 +1,124 @@
+#include "quantization/bnb_linear.hpp"
+
+#include "common/error.hpp"
+#include "config/bnb_quantization_config.hpp"
+#include "quantization/bnb_8bit.hpp"
+
+#include <ATen/core/grad_mode.h>
+
+#include <string>
+
+namespace accel::bnb {
+
+namespace {
+
+at::ScalarType dtype_named(const std::string &name)
+{
+    return name == "float16" ? at::kHalf : name == "bfloat16" ? at::kBFloat16 : at::kFloat;
+}
+
+class Linear4bit final : public Linear {
+public:
+    Linear4bit(std::string module, at::Tensor weight, at::Tensor bias, QuantStateTensors state, at::ScalarType compute)
+        : module_(std::move(module)), weight_(std::move(weight)), bias_(std::move(bias)), state_(std::move(state)),
+          compute_(compute)
+    {
+        const QuantState s = read_quant_state(state_, module_);
+        require(s.shape.size() == 2, ACCEL_ERR_INVALID_ARGUMENT, module_ + ": a 4-bit linear weight must be 2-D");
+        out_ = s.shape[0];
+        in_ = s.shape[1];
+    }
+
+    at::Tensor forward(const at::Tensor &x) override
+    {
+        const at::Tensor w = dequantize_4bit(weight_, read_quant_state(state_, module_)).to(compute_);
+        const at::Tensor b = bias_.defined() ? bias_.to(compute_) : at::Tensor();
+        return at::linear(x.to(compute_), w, b).to(x.scalar_type());
+    }
+    const at::Tensor &weight() const override { return weight_; }
+    const at::Tensor &bias() const override { return bias_; }
+    Layout layout() const override { return Layout::OutIn; }
+    int64_t in_features() const override { return in_; }
+    int64_t out_features() const override { return out_; }
+
+private:
+    std::string module_;
+    at::Tensor weight_, bias_;
+    QuantStateTensors state_;
+    at::ScalarType compute_;
+    int64_t in_ = 0, out_ = 0;
+};
+
+class Linear8bit final : public Linear {
+public:
+    Linear8bit(at::Tensor weight, at::Tensor scb, at::Tensor bias, double threshold)
+        : weight_(std::move(weight)), scb_(std::move(scb)), bias_(std::move(bias)), threshold_(threshold)
+    {
+    }
+
+    at::Tensor forward(const at::Tensor &x) override
+    {
+        at::Tensor out;
+        {
+            at::NoGradGuard no_grad;
+            out = int8_linear(x.detach(), weight_, scb_, bias_.defined() ? bias_.detach() : bias_, threshold_);
+        }
+        const bool bias_grad = bias_.defined() && bias_.requires_grad();
+        if (!at::GradMode::is_enabled() || !(x.requires_grad() || bias_grad)) return out;
+        // The quantized forward's value with the float layer's gradient (bitsandbytes' backward for a frozen
+        // int8 weight): out + (y - y.detach()), y through the dequantized weight.
+        const at::Tensor y = at::linear(x, int8_vectorwise_dequant(weight_, scb_).to(x.scalar_type()),
+                                        bias_.defined() ? bias_.to(x.scalar_type()) : bias_);
+        return out + (y - y.detach());
+    }
+    const at::Tensor &weight() const override { return weight_; }
+    const at::Tensor &bias() const override { return bias_; }
+    Layout layout() const override { return Layout::OutIn; }
+
+private:
+    at::Tensor weight_, scb_, bias_;
+    double threshold_;
+};
+
+} // namespace
+
+QuantState read_quant_state(const QuantStateTensors &t, const std::string &module)
+{
+    const std::string what = module + ".weight.quant_state";
+    require(t.packed_meta.defined() && t.packed_meta.scalar_type() == at::kByte && t.packed_meta.dim() == 1,
+            ACCEL_ERR_INVALID_ARGUMENT, what + ": expected a 1-D uint8 tensor (bitsandbytes' packed JSON)");
+    const at::Tensor bytes = t.packed_meta.to(at::kCPU).contiguous();
+    const std::string text(reinterpret_cast<const char *>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+    const config::QuantStateMeta m = config::parse_quant_state_meta(text, what);
+    QuantState s;
+    s.quant_type = m.quant_type == "nf4" ? QuantType::Nf4 : QuantType::Fp4;
+    s.blocksize = m.blocksize;
+    s.shape = m.shape;
+    s.dtype = dtype_named(m.dtype);
+    s.absmax = t.absmax;
+    s.code = t.quant_map;
+    s.nested = m.nested;
+    if (s.nested) {
+        require(t.nested_absmax.defined() && t.nested_quant_map.defined(), ACCEL_ERR_INVALID_ARGUMENT,
+                what + ": nested_offset is given but " + module + ".weight.nested_absmax / nested_quant_map are not");
+        s.nested_absmax = t.nested_absmax;
+        s.nested_code = t.nested_quant_map;
+        s.nested_blocksize = m.nested_blocksize;
+        s.offset = static_cast<float>(m.nested_offset);
+    }
+    return s;
+}
+
+std::shared_ptr<Linear> make_linear_4bit(std::string module, at::Tensor packed_weight, at::Tensor bias,
+                                         QuantStateTensors state, at::ScalarType compute_dtype)
+{
+    return std::make_shared<Linear4bit>(std::move(module), std::move(packed_weight), std::move(bias), std::move(state),
+                                        compute_dtype);
+}
+
+std::shared_ptr<Linear> make_linear_8bit(at::Tensor int8_weight, at::Tensor scb, at::Tensor bias, double threshold)
+{
+    return std::make_shared<Linear8bit>(std::move(int8_weight), std::move(scb), std::move(bias), threshold);
+}
+
+} // namespace accel::bnb

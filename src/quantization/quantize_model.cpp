@@ -1,0 +1,186 @@
+#include "quantization/quantize_model.hpp"
+
+#include "common/error.hpp"
+#include "model/linear.hpp"
+#include "quantization/bnb_4bit.hpp"
+#include "quantization/bnb_8bit.hpp"
+#include "quantization/bnb_linear.hpp"
+
+#include <ATen/core/grad_mode.h>
+
+#include <set>
+
+namespace accel {
+
+// Model's door for the quantization state (model.hpp declares it a friend): appended to the buffers.
+struct ModelQuantizing {
+    static void add_buffers(Model &model, const NamedTensors &added)
+    {
+        NamedTensors buffers = model.named_buffers();
+        buffers.insert(buffers.end(), added.begin(), added.end());
+        model.set_tensors(model.named_parameters(), std::move(buffers));
+    }
+};
+
+namespace {
+
+bool is_quantized_layer(const Linear *l)
+{
+    // The layers made here compute from a weight that is not floating point.
+    return l != nullptr && !at::isFloatingType(l->weight().scalar_type());
+}
+
+// Accelerate's match (_replace_with_bnb_layers): an entry names the module itself or appears, followed by ".",
+// in its dotted path.
+bool matched(const std::vector<std::string> &keys, const std::string &module)
+{
+    for (const auto &k : keys)
+        if (module == k || module.find(k + ".") != std::string::npos) return true;
+    return false;
+}
+
+at::ScalarType compute_dtype(const std::string &name)
+{
+    return name == "fp32" ? at::kFloat : name == "bf16" ? at::kBFloat16 : at::kHalf;
+}
+
+std::string dtype_name(at::ScalarType t)
+{
+    return t == at::kHalf ? "float16" : t == at::kBFloat16 ? "bfloat16" : "float32";
+}
+
+// bitsandbytes packs the quant state's JSON as uint8 bytes of the length it happens to have (the offset's digits
+// vary). accel pads it with spaces to one length, so that every layer's state has one shape and a state dict
+// loads into another quantized model (load_state_dict copies into the model's tensors); json.loads, which
+// bitsandbytes reads it with, ignores trailing whitespace.
+constexpr size_t kQuantStateBytes = 256;
+
+at::Tensor bytes_of(std::string s)
+{
+    if (s.size() > kQuantStateBytes) fail(ACCEL_ERR_INTERNAL, "quantize: quant_state JSON longer than expected: " + s);
+    s.resize(kQuantStateBytes, ' ');
+    at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
+    std::copy(s.begin(), s.end(), t.data_ptr<uint8_t>());
+    return t;
+}
+
+// Quantizes one layer: the weight parameter takes the quantized values (set_data: the model's tensor object stays,
+// so names, the parameter list and later moves see it), the state is returned as buffers to register.
+NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfig &c)
+{
+    Linear &base = **slot.linear;
+    at::Tensor weight = base.weight(), bias = base.bias();
+    const at::Device device = weight.device();
+    // transformers quantizes Conv1D (GPT-2) weights transposed, as [out, in].
+    const at::Tensor w = base.weight_out_in().detach().contiguous();
+    at::NoGradGuard no_grad;
+    weight.requires_grad_(false);
+    NamedTensors added;
+    if (c.load_in_8bit) {
+        bnb::Int8Rows q = bnb::int8_vectorwise_quant(w);
+        weight.set_data(q.q.to(device));
+        at::Tensor scb = q.stats.to(device);
+        added.emplace_back(slot.module + ".SCB", scb);
+        *slot.linear = bnb::make_linear_8bit(weight, scb, bias, c.llm_int8_threshold);
+        return added;
+    }
+    const auto type = c.bnb_4bit_quant_type == "nf4" ? bnb::QuantType::Nf4 : bnb::QuantType::Fp4;
+    bnb::Quantized4bit q = bnb::quantize_4bit(w, type, 64, c.bnb_4bit_use_double_quant);
+    weight.set_data(q.packed.to(device));
+    config::QuantStateMeta meta;
+    meta.quant_type = bnb::quant_type_name(type);
+    meta.blocksize = q.state.blocksize;
+    meta.dtype = dtype_name(q.state.dtype);
+    meta.shape = q.state.shape;
+    meta.nested = q.state.nested;
+    meta.nested_blocksize = q.state.nested_blocksize;
+    meta.nested_offset = q.state.offset;
+    const std::string p = slot.module + ".weight.";
+    bnb::QuantStateTensors t;
+    t.absmax = q.state.absmax.to(device);
+    t.quant_map = q.state.code.to(device);
+    added.emplace_back(p + "absmax", t.absmax);
+    added.emplace_back(p + "quant_map", t.quant_map);
+    if (q.state.nested) {
+        t.nested_absmax = q.state.nested_absmax.to(device);
+        t.nested_quant_map = q.state.nested_code.to(device);
+        added.emplace_back(p + "nested_absmax", t.nested_absmax);
+        added.emplace_back(p + "nested_quant_map", t.nested_quant_map);
+    }
+    t.packed_meta = bytes_of(config::quant_state_meta_json(meta)).to(device);
+    added.emplace_back(p + "quant_state.bitsandbytes__" + meta.quant_type, t.packed_meta);
+    *slot.linear = bnb::make_linear_4bit(slot.module, weight, bias, t, compute_dtype(c.bnb_4bit_compute_dtype));
+    return added;
+}
+
+} // namespace
+
+std::vector<std::string> keys_to_not_convert(Model &model)
+{
+    std::vector<std::string> out;
+    // Tied: a layer's weight shares its storage with another parameter of the model.
+    for (auto &slot : model.linear_slots()) {
+        const void *storage = (*slot.linear)->weight().storage().unsafeGetStorageImpl();
+        int owners = 0;
+        for (const auto &np : model.named_parameters())
+            if (np.second.defined() && np.second.has_storage() && np.second.storage().unsafeGetStorageImpl() == storage)
+                ++owners;
+        if (owners > 1) out.push_back(slot.module);
+    }
+    if (!model.hf_config_json().empty()) {
+        out.push_back("lm_head");
+    } else if (!model.named_parameters().empty()) {
+        const std::string &last = model.named_parameters().back().first;
+        out.push_back(last.substr(0, last.find('.')));
+    }
+    return out;
+}
+
+bool is_quantized(Model &model)
+{
+    for (auto &slot : model.linear_slots())
+        if (is_quantized_layer(slot.linear->get())) return true;
+    return false;
+}
+
+std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizationConfig &c)
+{
+    if (model.prepared_by || model.forward_hooks)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "quantize: the model is prepared already; quantize it before preparing it");
+    std::vector<LinearSlot> slots = model.linear_slots();
+    if (slots.empty())
+        fail(ACCEL_ERR_UNIMPLEMENTED, "quantize: this model has no linear layers accel can replace (gpt, llama and "
+                                      "spec linear layers can be; TorchScript models cannot)");
+    model.check_tensor_access("quantize");
+    if (c.load_in_4bit && c.bnb_4bit_compute_dtype == "fp16" && model.device().is_cpu())
+        fail(ACCEL_ERR_UNIMPLEMENTED, "bnb_4bit_compute_dtype: \"fp16\" (the default) on the CPU: LibTorch 1.13 has no "
+                                      "float16 matmul there; give \"bf16\" or \"fp32\"");
+    const std::vector<std::string> skipped = c.skip_modules_given ? c.skip_modules : keys_to_not_convert(model);
+    std::vector<LinearSlot> chosen;
+    for (auto &slot : slots) {
+        if (is_quantized_layer(slot.linear->get()))
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "quantize: " + slot.module + " is quantized already");
+        if (matched(skipped, slot.module) || matched(c.keep_in_fp32_modules, slot.module)) continue;
+        const at::Tensor &w = (*slot.linear)->weight();
+        // A decorated layer (LoRA, fp8) computes more than its weight: quantizing under it would drop that.
+        if (!at::isFloatingType(w.scalar_type()) || (*slot.linear)->added_parameters().size() > 0 ||
+            (*slot.linear)->stateful_forward())
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "quantize: " + slot.module + " is decorated (LoRA adapters or fp8); "
+                                                "quantize the model before adding them");
+        chosen.push_back(slot);
+    }
+    if (chosen.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "quantize: skip_modules and keep_in_fp32_modules leave no linear layer to "
+                                         "quantize (first one: " + slots.front().module + ")");
+    NamedTensors added;
+    std::vector<std::string> done;
+    for (auto &slot : chosen) {
+        NamedTensors a = quantize_layer(slot, c);
+        added.insert(added.end(), a.begin(), a.end());
+        done.push_back(slot.module);
+    }
+    ModelQuantizing::add_buffers(model, added);
+    return done;
+}
+
+} // namespace accel
