@@ -14,6 +14,7 @@
 #include "parallel/ddp.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/fsdp/zero_init.hpp"
+#include "parallel/context_parallel/plan.hpp"
 #include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "model/model.hpp"
@@ -152,6 +153,10 @@ void Accelerator::prepare_model(Model &model)
     }
     // FP8: Linear layers run through the emulated delayed-scaling path (fails for TorchScript models).
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) model.enable_fp8(state_->config.fp8_recipe);
+    // parallelism_config.cp_size > 1: attention over the whole sequence through the cp group; the wrappers
+    // below average the gradients over dp_cp.
+    if (state_->mesh && state_->mesh->size(distributed::MeshDim::Cp) > 1)
+        parallel::cp::prepare_context_parallel(model, *state_->mesh, state_->config.parallelism.cp_comm_strategy);
     // fsdp_plugin / deepspeed_plugin: the sharding engine (also with one process), instead of DDP.
     if (state_->config.sharding.enabled()) {
         if (sharded_of(model) == nullptr) {

@@ -214,8 +214,7 @@ const EngineSection kEngineSections[] = {{"megatron_lm_config", "MEGATRON_LM"}};
 const char *const kParallelismKeys[] = {"dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size",
                                         "cp_backend", "sp_backend", "cp_comm_strategy", "sp_seq_length",
                                         "sp_seq_length_is_variable", "sp_attn_implementation"};
-const std::pair<const char *, const char *> kUnbuiltParallelism[] = {
-    {"cp_size", "context parallelism"}, {"sp_size", "sequence parallelism"}};
+const std::pair<const char *, const char *> kUnbuiltParallelism[] = {{"sp_size", "sequence parallelism"}};
 
 // A YAML scalar or list as the text of an environment variable (lists comma-joined, as the launcher's flags).
 std::string env_text(const Reader &r, const std::string &where, const YAML::Node &n)

@@ -29,7 +29,7 @@ const SizeKey kSizes[] = {
     {"dp_replicate_size", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", &ParallelismConfig::dp_replicate_size, nullptr},
     {"dp_shard_size", "PARALLELISM_CONFIG_DP_SHARD_SIZE", &ParallelismConfig::dp_shard_size, nullptr},
     {"tp_size", "PARALLELISM_CONFIG_TP_SIZE", &ParallelismConfig::tp_size, nullptr},
-    {"cp_size", "PARALLELISM_CONFIG_CP_SIZE", &ParallelismConfig::cp_size, "context parallelism is not built yet"},
+    {"cp_size", "PARALLELISM_CONFIG_CP_SIZE", &ParallelismConfig::cp_size, nullptr},
     {"sp_size", "PARALLELISM_CONFIG_SP_SIZE", &ParallelismConfig::sp_size,
      "sequence parallelism (DeepSpeed ALST/Ulysses) is not built yet"},
 };
@@ -99,7 +99,7 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
         p.*k.field = static_cast<int32_t>(v);
         if (v > 1 && k.unbuilt != nullptr)
             fail(ACCEL_ERR_UNIMPLEMENTED, where + ": " + std::to_string(v) + ": " + k.unbuilt + "; use 1 (the data "
-                                          "dimensions dp_replicate_size and dp_shard_size are supported)");
+                                          "dimensions, tp_size and cp_size are supported)");
     }
     p.cp_backend = env_string("PARALLELISM_CONFIG_CP_BACKEND").value_or(p.cp_backend);
     p.sp_backend = env_string("PARALLELISM_CONFIG_SP_BACKEND").value_or(p.sp_backend);
@@ -131,6 +131,12 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".tp_size: " + std::to_string(p.tp_size) + ": tensor parallelism with " +
                                           plugin + " or dp_shard_size > 1 (FSDP/ZeRO over the tp shards) is not built "
                                           "yet; tensor parallelism composes with DDP (dp_replicate_size)");
+    // Context parallelism splits every batch's sequence over cp (src/parallel/context_parallel); the sharding
+    // engines would shard over dp_shard_cp, which is not tested yet.
+    if (p.cp_size > 1 && c.sharding.enabled())
+        fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".cp_size: " + std::to_string(p.cp_size) + ": context parallelism with " +
+                                          plugin + " is not built yet; context parallelism composes with DDP "
+                                          "(dp_replicate_size) and tensor parallelism (tp_size)");
     if (p.dp_shard_size > 1 && !c.sharding.enabled())
         fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".dp_shard_size: " + std::to_string(p.dp_shard_size) +
                                              " shards the model, which needs fsdp_plugin or deepspeed_plugin; for "

@@ -2,6 +2,8 @@
 
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
+#include "parallel/context_parallel/plan.hpp"
 #include "state/accelerator_state.hpp"
 #include "state/device.hpp"
 #include "profiling/ranges.hpp"
@@ -261,6 +263,9 @@ Batch DataLoaderShard::read_batch(const std::vector<int64_t> &indices) const
 
 Batch DataLoaderShard::placed(Batch b) const
 {
+    // Context parallelism: each rank of a cp group gets its part of every sequence (the labels were shifted
+    // over the whole sequence before).
+    if (state_ && state_->mesh) parallel::cp::split_batch(b, *state_->mesh);
     // A prepared loader yields batches on the accelerator's device (the indices stay on the host: they
     // index the dataset).
     if (state_ && state_->places_on_device()) {

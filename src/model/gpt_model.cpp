@@ -11,6 +11,9 @@
 #include "distributed/communicator.hpp"
 #include "model/activation_checkpoint.hpp"
 #include "model/transformer_block.hpp"
+#include "parallel/context_parallel/attention.hpp"
+#include "parallel/context_parallel/loss.hpp"
+#include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/tensor_parallel/parallel_linear.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
@@ -176,8 +179,16 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     const int64_t T = ids.size(1);
     const int64_t past = cache != nullptr ? cache->length() : 0;
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
-    if (past + T > c.n_positions)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + T) + " positions" +
+    if (cp_ && cache != nullptr)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: generation (a key/value cache) under context parallelism is not built yet");
+    // Under context parallelism `ids` is this rank's part: two chunks of the whole sequence.
+    if (cp_ && T % 2 != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: under context parallelism a gpt model takes this rank's part of each "
+                                         "sequence (two equal chunks, as the prepared loader splits it), got " +
+                                             std::to_string(T) + " tokens");
+    const int64_t whole = cp_ ? T * cp_->size() : T;
+    if (past + whole > c.n_positions)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions" +
                                              (past > 0 ? " (" + std::to_string(past) + " cached)" : std::string()) +
                                              " exceed n_positions " + std::to_string(c.n_positions));
     if (ids.numel() > 0) {
@@ -195,7 +206,8 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     const bool train = training_ && cache == nullptr;
     ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
     if (hooks) hooks->before_layer(0);
-    at::Tensor pos = at::arange(past, past + T, ids.options().dtype(at::kLong));
+    at::Tensor pos = cp_ ? parallel::cp::sequence_positions(T, cp_->rank(), cp_->size(), ids.options())
+                         : at::arange(past, past + T, ids.options().dtype(at::kLong));
     at::Tensor tokens = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, wte_, vocab_start_, tp_group_)
                                   : at::embedding(wte_, ids);
     at::Tensor h = maybe_dropout(tokens + at::embedding(wpe_, pos), c.embd_pdrop, train);
@@ -224,7 +236,17 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     if (hooks) logits = hooks->after_layer(0, logits);
     if (unbatched) logits = logits.squeeze(0);
     if (tp_group_) parallel::tp::mark_vocab_parallel(logits, {tp_group_, vocab_start_, c.vocab_size});
+    if (cp_) parallel::cp::mark_context_parallel(logits, cp_->group);
     return logits;
+}
+
+void GptModel::apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp)
+{
+    if (!cp || !cp->group) fail(ACCEL_ERR_INTERNAL, "gpt: context parallelism without a group");
+    if (cp_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: context parallelism is already applied");
+    if (cp->size() == 1) return;
+    for (const auto &b : blocks_) b->block.options.context_parallel = cp;
+    cp_ = std::move(cp);
 }
 
 void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group)

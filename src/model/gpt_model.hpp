@@ -15,6 +15,9 @@
 namespace accel::distributed {
 class Communicator;
 }
+namespace accel::parallel::cp {
+struct ContextParallel;
+}
 
 namespace accel {
 
@@ -66,6 +69,12 @@ public:
     void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group);
     // How each parameter (by name) is split: empty without tensor parallelism.
     const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const { return tp_slicing_; }
+    // Context parallelism (applied at prepare by parallel/context_parallel/plan.hpp): forward() then takes this
+    // rank's part of each sequence (sequence_split.hpp: what the prepared loader yields), embeds it at its
+    // whole-sequence positions, runs every block's attention over the whole sequence through the cp group, and
+    // marks its logits so that compute_loss averages over the whole sequence. No key/value cache (generation).
+    void apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp);
+    const std::shared_ptr<const parallel::cp::ContextParallel> &context_parallel() const { return cp_; }
 
 protected:
     std::string canonical_key(const std::string &key) const override;
@@ -81,6 +90,7 @@ private:
     std::shared_ptr<distributed::Communicator> tp_group_; // set by apply_tensor_parallel
     int64_t vocab_start_ = 0;                             // this rank's first vocabulary row under it
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
+    std::shared_ptr<const parallel::cp::ContextParallel> cp_; // set by apply_context_parallel
 };
 
 } // namespace accel

@@ -1,5 +1,8 @@
 #include "model/transformer_block.hpp"
 
+#include "common/error.hpp"
+#include "parallel/context_parallel/attention.hpp"
+
 #include <limits>
 
 namespace accel {
@@ -12,6 +15,16 @@ at::Tensor maybe_dropout(const at::Tensor &x, double p, bool train) { return tra
 at::Tensor attention(const TransformerBlockOptions &o, at::Tensor q, const at::Tensor &k, const at::Tensor &v,
                      int64_t past, bool train)
 {
+    if (o.context_parallel) {
+        if (past > 0) fail(ACCEL_ERR_UNIMPLEMENTED, "a key/value cache under context parallelism is not built yet");
+        parallel::cp::AttentionSpec spec;
+        spec.scale = o.query_scale;
+        for (double d : o.score_divisors) spec.scale /= d;
+        spec.causal = o.causal;
+        spec.dropout = o.attn_dropout;
+        spec.train = train;
+        return parallel::cp::attention(*o.context_parallel, q, k, v, spec);
+    }
     if (o.query_scale != 1.0) q = q * o.query_scale;
     at::Tensor att = at::matmul(q, k.transpose(-1, -2));
     for (double d : o.score_divisors) att = att / d;

@@ -22,6 +22,10 @@ namespace torch::nn {
 class TransformerEncoderLayerImpl;
 }
 
+namespace accel::parallel::cp {
+struct ContextParallel;
+}
+
 namespace accel {
 
 struct TransformerBlockOptions {
@@ -46,6 +50,9 @@ struct TransformerBlockOptions {
     // Dropout probabilities, drawn in this order: attention weights, attention output (before its residual),
     // inside the MLP after the activation (PyTorch's `dropout`; GPT-2 has none), MLP output.
     double attn_dropout = 0.0, resid_dropout = 0.0, mlp_dropout = 0.0;
+    // Context parallelism: the block's input is this rank's part of each sequence and attention runs over the
+    // whole sequence through the cp group (parallel/context_parallel/attention.hpp); no key/value cache.
+    std::shared_ptr<const parallel::cp::ContextParallel> context_parallel;
 };
 
 struct TransformerBlock {

@@ -1,6 +1,7 @@
 #include "ops/loss.hpp"
 
 #include "common/error.hpp"
+#include "parallel/context_parallel/loss.hpp"
 #include "config/loss_config.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
@@ -50,7 +51,9 @@ Loss parse_loss(const char *name)
     return l;
 }
 
-at::Tensor compute_loss(const Loss &spec, const at::Tensor &outputs, const at::Tensor &given_targets)
+namespace {
+// The loss over this process's outputs (all of them, or under context parallelism its part of the sequence).
+at::Tensor local_loss(const Loss &spec, const at::Tensor &outputs, const at::Tensor &given_targets)
 {
     // Labels from the host meet outputs on the model's device.
     const at::Tensor targets = outputs.defined() ? send_to_device(given_targets, outputs.device()) : given_targets;
@@ -108,6 +111,21 @@ at::Tensor compute_loss(const Loss &spec, const at::Tensor &outputs, const at::T
     case LossKind::SmoothL1: return at::smooth_l1_loss(outputs, t, mean, 1.0);
     default: return at::binary_cross_entropy_with_logits(outputs, t, {}, {}, mean);
     }
+}
+
+} // namespace
+
+at::Tensor compute_loss(const Loss &spec, const at::Tensor &outputs, const at::Tensor &targets)
+{
+    at::Tensor local = local_loss(spec, outputs, targets);
+    auto group = parallel::cp::context_parallel_of(outputs);
+    if (!group) return local;
+    // A context-parallel model's outputs cover this rank's part of every sequence: the mean over the whole batch
+    // from every rank's sum and count of the positions the loss counts.
+    const bool indexed = spec.kind == LossKind::CausalLm || spec.kind == LossKind::CrossEntropy || spec.kind == LossKind::Nll;
+    const at::Tensor count = indexed ? (targets != spec.ignore_index).sum().to(at::kDouble)
+                                     : at::full({}, static_cast<double>(outputs.numel()), at::kDouble);
+    return parallel::cp::whole_sequence_loss(local, count.to(local.device()), *group);
 }
 
 } // namespace accel

@@ -170,13 +170,13 @@ int main(int argc, char **argv)
     CHECK_FAILS(accel_accelerator_get_parallel_ranks_json(acc, NULL), ACCEL_ERR_INVALID_ARGUMENT, "out");
     CHECK_FAILS(accel_accelerator_get_parallel_ranks_json(NULL, &json), ACCEL_ERR_INVALID_ARGUMENT, "accelerator");
     {
-        /* parallelism_config through the C API: the data dimensions accepted, context parallelism named */
+        /* parallelism_config through the C API: the data dimensions accepted, a mesh larger than the job named */
         accel_accelerator_t *other = NULL;
         CHECK_OK(accel_accelerator_create("{\"parallelism_config\": {\"dp_replicate_size\": 1}}", &other));
         accel_accelerator_free(other);
         other = NULL;
-        CHECK_FAILS(accel_accelerator_create("{\"parallelism_config\": {\"cp_size\": 2}}", &other), ACCEL_ERR_UNIMPLEMENTED,
-                    "parallelism_config.cp_size: 2: context parallelism is not built yet");
+        CHECK_FAILS(accel_accelerator_create("{\"parallelism_config\": {\"cp_size\": 2}}", &other), ACCEL_ERR_INVALID_ARGUMENT,
+                    "= 2 processes, but the job has 1");
         CHECK(other == NULL);
     }
 

@@ -574,9 +574,10 @@ TEST_F(AcceleratorConfigTest, UnsupportedSectionsNamePath)
     EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"profile\": {\"with_modules\": true}}}", ACCEL_ERR_UNIMPLEMENTED,
                               "kwargs_handlers.profile.with_modules: module hierarchies");
     EXPECT_PARSE_ERROR_STARTS("{\"megatron_lm_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin: ");
-    // parallelism_config's data and tensor dimensions are built (parallelism_config_test.cpp); context parallelism not yet.
-    EXPECT_PARSE_ERROR_STARTS("{\"parallelism_config\": {\"cp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
-                              "parallelism_config.cp_size: 2: context parallelism is not built yet");
+    // parallelism_config's data, tensor and context dimensions are built (parallelism_config_test.cpp): cp_size 2
+    // is refused on one process for the process count only.
+    EXPECT_PARSE_ERROR_STARTS("{\"parallelism_config\": {\"cp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                              "parallelism_config: dp_replicate_size (1) x dp_shard_size (1) x tp_size (1) x cp_size (2)");
     EXPECT_PARSE_ERROR_STARTS("{\"log_with\": [\"wandb\"]}", ACCEL_ERR_UNIMPLEMENTED, "log_with: ");
     EXPECT_PARSE_ERROR_STARTS("{\"log_with\": \"tensorboard\"}", ACCEL_ERR_INVALID_ARGUMENT,
                               "log_with: \"tensorboard\" writes files under project_config.logging_dir");

@@ -140,8 +140,8 @@ TEST(ConfigFile, ErrorsNameTheFileAndTheKey)
     EXPECT_NE(error_of("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_moe_layer_cls_names: Expert\n")
                   .find("mixture-of-experts"),
               std::string::npos);
-    EXPECT_NE(error_of("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_cp_size: 2\n")
-                  .find("parallelism_config.parallelism_config_cp_size: 2: context parallelism is not yet supported"),
+    EXPECT_NE(error_of("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_sp_size: 2\n")
+                  .find("parallelism_config.parallelism_config_sp_size: 2: sequence parallelism is not yet supported"),
               std::string::npos);
     EXPECT_NE(error_of("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_dp_size: 2\n")
                   .find("parallelism_config.parallelism_config_dp_size: unknown key"),

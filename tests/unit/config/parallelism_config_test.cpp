@@ -132,8 +132,14 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
     world(4);
     EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
                    "parallelism_config.tp_size: 2: tensor parallelism with fsdp_plugin or dp_shard_size > 1");
-    EXPECT_REFUSED("{\"parallelism_config\": {\"cp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.cp_size: 4: context parallelism is not built yet");
+    // Context parallelism is built with DDP and TP, not yet inside the sharding engines.
+    EXPECT_REFUSED("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"cp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.cp_size: 4: context parallelism with fsdp_plugin is not built yet");
+    auto c = accel::config::parse_accelerator_config(
+        "{\"parallelism_config\": {\"cp_size\": 2, \"tp_size\": 2, \"cp_handler\": {\"cp_comm_strategy\": \"alltoall\"}}}");
+    EXPECT_EQ(c.parallelism.cp_size, 2);
+    EXPECT_EQ(c.parallelism.tp_size, 2);
+    EXPECT_EQ(c.parallelism.cp_comm_strategy, "alltoall");
     EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,
                    "parallelism_config.sp_size: 4: sequence parallelism");
 }

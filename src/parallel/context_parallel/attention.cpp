@@ -1,0 +1,189 @@
+#include "parallel/context_parallel/attention.hpp"
+
+#include "common/error.hpp"
+#include "distributed/communicator.hpp"
+#include "parallel/context_parallel/sequence_split.hpp"
+#include "parallel/tensor_parallel/group_capsule.hpp"
+#include "parallel/tensor_parallel/mappings.hpp"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <array>
+#include <limits>
+
+namespace accel::parallel::cp {
+
+namespace {
+
+using distributed::Communicator;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int32_t kRingTag = 7301; // the ring's hops (NCCL ignores tags; each hop is one send and one recv)
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// `x` to rank + 1, the same shape from rank - 1. Even ranks send first, odd ranks receive first, so blocking
+// sends (Gloo waits for the receiver) never all wait at once.
+at::Tensor rotate(const at::Tensor &x, Communicator &g)
+{
+    const int32_t n = g.size(), r = g.rank();
+    at::Tensor out = x.contiguous(), in = at::empty_like(out);
+    if (r % 2 == 0) {
+        g.send(out, (r + 1) % n, kRingTag);
+        g.recv(in, (r + n - 1) % n, kRingTag);
+    } else {
+        g.recv(in, (r + n - 1) % n, kRingTag);
+        g.send(out, (r + 1) % n, kRingTag);
+    }
+    return in;
+}
+
+// How the queries of chunk `q` see the keys of chunk `k` (chunks of 2 x cp, sequence_split.hpp).
+enum class Pair { Skip, Diagonal, Full };
+Pair pair_of(int64_t q, int64_t k, bool causal)
+{
+    if (!causal || k < q) return Pair::Full;
+    return k == q ? Pair::Diagonal : Pair::Skip;
+}
+
+at::Tensor block_scores(const at::Tensor &q, const at::Tensor &k, double scale, Pair pair)
+{
+    at::Tensor s = at::matmul(q, k.transpose(-1, -2)) * scale;
+    if (pair == Pair::Diagonal) {
+        const int64_t n = s.size(-1);
+        s = s.masked_fill(at::ones({n, n}, s.options().dtype(at::kBool)).triu(1), kNegInf);
+    }
+    return s;
+}
+
+struct RingAttention : torch::autograd::Function<RingAttention> {
+    static at::Tensor forward(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                              const std::shared_ptr<Communicator> &group, double scale, bool causal)
+    {
+        Communicator &g = *group;
+        const int32_t n = g.size(), r = g.rank();
+        auto qh = q.chunk(2, 2);
+        std::array<at::Tensor, 2> out, lse;
+        for (size_t a = 0; a < 2; ++a) {
+            out[a] = at::zeros_like(qh[a]);
+            lse[a] = at::full(qh[a].sizes().slice(0, 3), kNegInf, q.options());
+        }
+        at::Tensor kv = at::stack({k, v});
+        for (int32_t step = 0; step < n; ++step) {
+            const int32_t j = (r - step + n) % n; // whose keys and values are here
+            if (step > 0) kv = rotate(kv, g);
+            auto kh = kv[0].chunk(2, 2), vh = kv[1].chunk(2, 2);
+            for (size_t a = 0; a < 2; ++a)
+                for (size_t b = 0; b < 2; ++b) {
+                    const Pair pair = pair_of(chunks_of(r, n)[a], chunks_of(j, n)[b], causal);
+                    if (pair == Pair::Skip) continue;
+                    at::Tensor s = block_scores(qh[a], kh[b], scale, pair);
+                    // Online softmax: rescale what was merged so far to the new log-sum-exp. Every row saw its own
+                    // position at step 0 (the diagonal), so lse is finite from then on.
+                    at::Tensor merged = at::logaddexp(lse[a], at::logsumexp(s, -1));
+                    out[a] = out[a] * at::exp(lse[a] - merged).unsqueeze(-1) +
+                             at::matmul(at::exp(s - merged.unsqueeze(-1)), vh[b]);
+                    lse[a] = merged;
+                }
+        }
+        at::Tensor o = at::cat({out[0], out[1]}, 2), l = at::cat({lse[0], lse[1]}, 2);
+        ctx->save_for_backward({q, k, v, o, l});
+        ctx->saved_data["group"] = tp::group_capsule(group);
+        ctx->saved_data["scale"] = scale;
+        ctx->saved_data["causal"] = causal;
+        return o;
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads)
+    {
+        const auto saved = ctx->get_saved_variables();
+        const at::Tensor &q = saved[0], &o = saved[3], &l = saved[4];
+        Communicator &g = tp::capsule_group(ctx->saved_data["group"]);
+        const double scale = ctx->saved_data["scale"].toDouble();
+        const bool causal = ctx->saved_data["causal"].toBool();
+        const int32_t n = g.size(), r = g.rank();
+        const at::Tensor dout = grads[0].contiguous();
+        const at::Tensor delta = (dout * o).sum(-1); // rowsum(dO * O): the softmax's backward term
+        at::Tensor dq = at::zeros_like(q);
+        auto qh = q.chunk(2, 2), dqh = dq.chunk(2, 2), doh = dout.chunk(2, 2), lh = l.chunk(2, 2), dh = delta.chunk(2, 2);
+        // Keys, values and their gradients so far travel together; the gradients end at home one hop later.
+        at::Tensor buf = at::stack({saved[1], saved[2], at::zeros_like(saved[1]), at::zeros_like(saved[2])});
+        for (int32_t step = 0; step < n; ++step) {
+            const int32_t j = (r - step + n) % n;
+            if (step > 0) buf = rotate(buf, g);
+            auto kh = buf[0].chunk(2, 2), vh = buf[1].chunk(2, 2), dkh = buf[2].chunk(2, 2), dvh = buf[3].chunk(2, 2);
+            for (size_t a = 0; a < 2; ++a)
+                for (size_t b = 0; b < 2; ++b) {
+                    const Pair pair = pair_of(chunks_of(r, n)[a], chunks_of(j, n)[b], causal);
+                    if (pair == Pair::Skip) continue;
+                    at::Tensor p = at::exp(block_scores(qh[a], kh[b], scale, pair) - lh[a].unsqueeze(-1));
+                    dvh[b].add_(at::matmul(p.transpose(-1, -2), doh[a]));
+                    at::Tensor ds = p * (at::matmul(doh[a], vh[b].transpose(-1, -2)) - dh[a].unsqueeze(-1));
+                    dqh[a].add_(at::matmul(ds, kh[b]) * scale);
+                    dkh[b].add_(at::matmul(ds.transpose(-1, -2), qh[a]) * scale);
+                }
+        }
+        at::Tensor dkv = n > 1 ? rotate(buf.narrow(0, 2, 2), g) : buf.narrow(0, 2, 2);
+        return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+};
+
+at::Tensor gathered_attention(const ContextParallel &cp, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                              const AttentionSpec &spec)
+{
+    const int32_t n = cp.size();
+    const int64_t t = q.size(2);
+    at::Tensor keys = tp::gather_sequence(k, cp.group, 2), values = tp::gather_sequence(v, cp.group, 2);
+    at::Tensor att = at::matmul(q, keys.transpose(-1, -2)) * spec.scale;
+    if (spec.causal || spec.window > 0) {
+        std::vector<at::Tensor> all;
+        for (int32_t j = 0; j < n; ++j) all.push_back(sequence_positions(t, j, n, q.options()));
+        at::Tensor qpos = sequence_positions(t, cp.rank(), n, q.options()).unsqueeze(1), kpos = at::cat(all).unsqueeze(0);
+        at::Tensor hidden = spec.causal ? kpos > qpos : at::zeros({t, n * t}, q.options().dtype(at::kBool));
+        if (spec.window > 0) hidden = hidden | ((qpos - kpos) >= spec.window);
+        att = att.masked_fill(hidden, kNegInf);
+    }
+    att = spec.float32_softmax ? at::softmax(att, -1, at::kFloat).to(q.scalar_type()) : at::softmax(att, -1);
+    if (spec.train && spec.dropout > 0.0) att = at::dropout(att, spec.dropout, true);
+    return at::matmul(att.to(values.scalar_type()), values);
+}
+
+} // namespace
+
+Strategy parse_strategy(const std::string &name)
+{
+    if (name == "allgather") return Strategy::AllGather;
+    if (name == "alltoall") return Strategy::Ring;
+    fail(ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.cp_handler.cp_comm_strategy: expected \"allgather\" or "
+                                     "\"alltoall\", got \"" + name + "\"");
+}
+
+const char *strategy_name(Strategy s) { return s == Strategy::Ring ? "alltoall" : "allgather"; }
+
+int32_t ContextParallel::rank() const { return group->rank(); }
+int32_t ContextParallel::size() const { return group->size(); }
+
+at::Tensor attention(const ContextParallel &cp, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                     const AttentionSpec &spec)
+{
+    if (!cp.group) fail(ACCEL_ERR_INTERNAL, "context parallel: no cp group");
+    if (q.size(2) % 2 != 0 || k.sizes() != q.sizes() || v.sizes() != q.sizes())
+        fail(ACCEL_ERR_INTERNAL, "context parallel attention: q, k and v of one even-length shape expected, got " +
+                                     c10::str(q.sizes()) + ", " + c10::str(k.sizes()) + ", " + c10::str(v.sizes()));
+    if (cp.strategy == Strategy::AllGather) return gathered_attention(cp, q, k, v, spec);
+    if (spec.window > 0)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_handler.cp_comm_strategy: \"alltoall\" (ring attention) "
+                                      "with a sliding window is not built yet; use \"allgather\"");
+    if (spec.train && spec.dropout > 0.0)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_handler.cp_comm_strategy: \"alltoall\" (ring attention) "
+                                      "with attention dropout while training is not built yet; set the model's "
+                                      "attention dropout to 0 or use \"allgather\"");
+    if (spec.float32_softmax && q.scalar_type() != at::kFloat) {
+        // The blocks' exponentials in float32, as transformers' softmax(dtype=float32); the result back in q's type.
+        return RingAttention::apply(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), cp.group, spec.scale, spec.causal)
+            .to(q.scalar_type());
+    }
+    return RingAttention::apply(q, k, v, cp.group, spec.scale, spec.causal);
+}
+
+} // namespace accel::parallel::cp

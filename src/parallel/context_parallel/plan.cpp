@@ -1,0 +1,48 @@
+#include "parallel/context_parallel/plan.hpp"
+
+#include "common/error.hpp"
+#include "data_loader/dataset.hpp"
+#include "distributed/device_mesh.hpp"
+#include "model/gpt_model.hpp"
+#include "parallel/context_parallel/attention.hpp"
+#include "parallel/context_parallel/sequence_split.hpp"
+
+#include <memory>
+#include <typeinfo>
+
+namespace accel::parallel::cp {
+
+void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh, const std::string &strategy)
+{
+    using distributed::MeshDim;
+    auto cp = std::make_shared<ContextParallel>();
+    cp->group = mesh.group(MeshDim::Cp);
+    cp->strategy = parse_strategy(strategy);
+    if (auto *gpt = dynamic_cast<GptModel *>(&model)) {
+        if (!gpt->context_parallel()) gpt->apply_context_parallel(std::move(cp));
+        return;
+    }
+    fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_size: context parallelism has a plan for the gpt model only; "
+                                  "other model types are not built yet");
+}
+
+void split_batch(Batch &batch, const distributed::DeviceMesh &mesh)
+{
+    using distributed::MeshDim;
+    const int32_t n = mesh.size(MeshDim::Cp), r = mesh.rank_in(MeshDim::Cp);
+    if (n == 1) return;
+    auto split = [&](at::Tensor &t, const char *what) {
+        if (!t.defined()) return;
+        if (t.dim() < 2)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("batch: ") + what + " of shape " + c10::str(t.sizes()) +
+                                                 " has no sequence dimension to split over parallelism_config.cp_size (" +
+                                                 std::to_string(n) + "); context parallelism takes [batch, seq, ...]");
+        check_sequence_length(t.size(1), n, (std::string("batch: ") + what).c_str());
+        t = shard_sequence(t, 1, r, n).contiguous();
+    };
+    split(batch.inputs, "inputs");
+    split(batch.labels, "labels");
+    split(batch.attention_mask, "attention_mask");
+}
+
+} // namespace accel::parallel::cp

@@ -1,0 +1,33 @@
+// Context parallelism at prepare (parallelism_config.cp_size > 1): the model's attention is computed over the
+// whole sequence through the mesh's cp group (attention.hpp, with parallelism_config.cp_handler's
+// cp_comm_strategy), its positions are the whole sequence's, its loss the whole sequence's mean (loss.hpp).
+// Parameters stay whole on every cp rank; their gradients are averaged over dp_cp by the data-parallel wrapper
+// the accelerator puts around the model (DDP, or DDP inside tensor parallelism's), so checkpoints are those of
+// one process. The prepared data loader splits each batch's sequence (sequence_split.hpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace accel {
+class Model;
+struct Batch;
+} // namespace accel
+
+namespace accel::distributed {
+class DeviceMesh;
+}
+
+namespace accel::parallel::cp {
+
+// Applies the model's context-parallel plan once (a model already under it is left alone). UNIMPLEMENTED
+// naming the model type for models without one (the gpt model has one).
+void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh, const std::string &strategy);
+
+// This rank's part of a batch (inputs, labels and attention mask [B, T, ...] split along T), for the prepared
+// loader. INVALID_ARGUMENT naming the tensor when it has no sequence dimension or T is not a multiple of
+// 2 x cp_size.
+void split_batch(Batch &batch, const distributed::DeviceMesh &mesh);
+
+} // namespace accel::parallel::cp

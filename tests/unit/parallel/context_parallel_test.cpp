@@ -1,0 +1,272 @@
+// Context parallelism (src/parallel/context_parallel) on 2 and 4 ranks played by threads: the sequence layout
+// (chunks r and 2cp-1-r), attention over the split sequence under both strategies ("allgather": K/V gathered;
+// "alltoall": ring attention) against one process's causal attention with its input gradients, and GPT training
+// (20 AdamW steps, accumulation 2, clipping, DDP over dp_cp as prepare builds it, also inside tensor
+// parallelism) equal to one process on the same global batch.
+#include "common/error.hpp"
+#include "config/accelerator_config.hpp"
+#include "data_loader/dataset.hpp"
+#include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
+#include "distributed/thread_communicator.hpp"
+#include "model/gpt_model.hpp"
+#include "model/model.hpp"
+#include "ops/loss.hpp"
+#include "parallel/context_parallel/attention.hpp"
+#include "parallel/context_parallel/plan.hpp"
+#include "parallel/context_parallel/sequence_split.hpp"
+#include "parallel/ddp.hpp"
+#include "parallel/tensor_parallel/plan.hpp"
+#include "parallel/tensor_parallel/slicing.hpp"
+#include "parallel/whole_gradients.hpp"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dist = accel::distributed;
+namespace cp = accel::parallel::cp;
+namespace tp = accel::parallel::tp;
+
+namespace {
+
+void expect_close(const at::Tensor &got, const at::Tensor &want, const std::string &what, double tol)
+{
+    ASSERT_TRUE(got.defined()) << what << ": undefined";
+    ASSERT_EQ(got.sizes(), want.sizes()) << what;
+    const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+    EXPECT_LE(diff, tol) << what << ": max difference " << diff;
+}
+
+TEST(ContextParallelSequence, LoadBalancedChunksAndPositions)
+{
+    at::Tensor x = at::arange(16, at::kLong).view({1, 16});
+    // cp 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
+    EXPECT_TRUE(at::equal(cp::shard_sequence(x, 1, 0, 2), at::tensor({0, 1, 2, 3, 12, 13, 14, 15}, at::kLong).view({1, 8})));
+    EXPECT_TRUE(at::equal(cp::shard_sequence(x, 1, 1, 2), at::tensor({4, 5, 6, 7, 8, 9, 10, 11}, at::kLong).view({1, 8})));
+    for (int32_t n : {2, 4}) {
+        std::vector<at::Tensor> parts;
+        for (int32_t r = 0; r < n; ++r) {
+            parts.push_back(cp::shard_sequence(x, 1, r, n));
+            // The positions are the tokens' places in the whole sequence (here the tokens themselves).
+            EXPECT_TRUE(at::equal(cp::sequence_positions(16 / n, r, n, at::TensorOptions()), parts.back()[0]));
+        }
+        EXPECT_TRUE(at::equal(cp::unshard_sequence(parts, 1), x));
+    }
+    try {
+        cp::check_sequence_length(12, 4, "batch: inputs");
+        ADD_FAILURE() << "12 tokens accepted on cp 4";
+    } catch (const accel::Error &e) {
+        EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("batch: inputs: a sequence of 12 tokens does not split into 2 x cp_size = 8"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+// softmax(mask(q kᵀ · scale)) v over the whole sequence, as one process computes it.
+at::Tensor whole_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double scale, bool causal)
+{
+    at::Tensor s = at::matmul(q, k.transpose(-1, -2)) * scale;
+    if (causal) {
+        const int64_t t = q.size(2);
+        s = s.masked_fill(at::ones({t, t}, q.options().dtype(at::kBool)).triu(1), -std::numeric_limits<double>::infinity());
+    }
+    return at::matmul(at::softmax(s, -1), v);
+}
+
+void check_attention(int32_t n, cp::Strategy strategy, bool causal)
+{
+    at::manual_seed(5);
+    const int64_t B = 2, H = 3, T = 8 * n, D = 4;
+    const double scale = 0.37;
+    at::Tensor q = at::randn({B, H, T, D}, at::kDouble), k = at::randn({B, H, T, D}, at::kDouble),
+               v = at::randn({B, H, T, D}, at::kDouble), gy = at::randn({B, H, T, D}, at::kDouble);
+    at::Tensor rq = q.clone().requires_grad_(true), rk = k.clone().requires_grad_(true), rv = v.clone().requires_grad_(true);
+    at::Tensor want = whole_attention(rq, rk, rv, scale, causal);
+    want.backward(gy);
+    const std::string what = std::string(cp::strategy_name(strategy)) + (causal ? " causal" : " full") + " on cp " + std::to_string(n);
+    dist::run_on_threads(n, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        cp::ContextParallel c{comm, strategy};
+        auto part = [&](const at::Tensor &t) { return cp::shard_sequence(t, 2, r, n).clone().requires_grad_(true); };
+        at::Tensor lq = part(q), lk = part(k), lv = part(v);
+        cp::AttentionSpec spec;
+        spec.scale = scale;
+        spec.causal = causal;
+        at::Tensor y = cp::attention(c, lq, lk, lv, spec);
+        expect_close(y, cp::shard_sequence(want, 2, r, n), what + " output", 1e-12);
+        y.backward(cp::shard_sequence(gy, 2, r, n));
+        expect_close(lq.grad(), cp::shard_sequence(rq.grad(), 2, r, n), what + " dq", 1e-12);
+        expect_close(lk.grad(), cp::shard_sequence(rk.grad(), 2, r, n), what + " dk", 1e-12);
+        expect_close(lv.grad(), cp::shard_sequence(rv.grad(), 2, r, n), what + " dv", 1e-12);
+    });
+}
+
+TEST(ContextParallelAttention, BothStrategiesEqualOneProcess)
+{
+    for (int32_t n : {2, 3, 4})
+        for (auto s : {cp::Strategy::AllGather, cp::Strategy::Ring})
+            for (bool causal : {true, false}) check_attention(n, s, causal);
+}
+
+TEST(ContextParallelAttention, RingRefusesWhatItDoesNotBuild)
+{
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        cp::ContextParallel c{comm, cp::Strategy::Ring};
+        at::Tensor q = at::randn({1, 1, 4, 2});
+        cp::AttentionSpec spec;
+        spec.train = true;
+        spec.dropout = 0.1;
+        try {
+            cp::attention(c, q, q, q, spec);
+            ADD_FAILURE() << "ring attention with dropout accepted";
+        } catch (const accel::Error &e) {
+            EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED);
+            EXPECT_NE(std::string(e.what()).find("attention dropout"), std::string::npos) << e.what();
+        }
+    });
+    EXPECT_THROW(cp::parse_strategy("ring"), accel::Error);
+}
+
+// GPT training on a mesh (dp_replicate 1 x cp x tp) as prepare builds it: the cp plan, then tensor
+// parallelism's wrapper (DDP over dp_cp inside) or DDP over dp_cp. 20 AdamW steps, accumulation 2 (the first
+// micro-batch unsynchronised), clipping to a norm the gradients exceed; some labels ignored (-100), unevenly
+// over the ranks. The reported loss, the clipped norm and every parameter equal one process's.
+void check_gpt_training(int32_t cpn, int32_t tpn, cp::Strategy strategy, at::ScalarType dtype)
+{
+    // float32: AdamW divides each update by the gradient's running RMS, which turns float32 rounding in the
+    // sums (the split reorders them) into differences of up to lr on near-zero gradients; at lr 1e-3 they stay
+    // under the tolerance. float64 shows the computation itself is exact, at AdamW's usual lr 1e-2.
+    const bool f32 = dtype == at::kFloat;
+    const double kLr = f32 ? 1e-3 : 1e-2, tol = f32 ? 1e-5 : 1e-10;
+    const int32_t world = cpn * tpn;
+    const int64_t T = 16;
+    const char *json = R"({"type": "gpt", "vocab_size": 37, "n_positions": 16, "n_embd": 16, "n_layer": 2, "n_head": 4})";
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (int32_t r = 0; r <= world; ++r) {
+        at::manual_seed(31);
+        models.push_back(accel::make_model_from_json(json));
+        models.back()->train(false); // no dropout
+        if (dtype != at::kFloat) {
+            at::NoGradGuard no_grad;
+            for (at::Tensor p : models.back()->parameters()) p.set_data(p.to(dtype));
+        }
+    }
+    constexpr int kSteps = 20, kMicro = 2;
+    constexpr double kClip = 0.05;
+    at::manual_seed(32);
+    at::Tensor ids = at::randint(0, 37, {kSteps, kMicro, 2, T}, at::kLong);
+    at::Tensor labels = at::randint(0, 37, {kSteps, kMicro, 2, T}, at::kLong);
+    labels.narrow(3, 0, 3).fill_(-100); // the first three positions (rank 0's chunk) ignored
+    const accel::Loss causal(accel::LossKind::CausalLm);
+    auto adamw = [&](const std::vector<at::Tensor> &params) {
+        return torch::optim::AdamW(params, torch::optim::AdamWOptions(kLr).weight_decay(0.01));
+    };
+    auto &ref = *models.back();
+    auto ref_opt = adamw(ref.parameters());
+    std::vector<double> ref_norms, ref_losses;
+    for (int s = 0; s < kSteps; ++s) {
+        for (int k = 0; k < kMicro; ++k) {
+            at::Tensor loss = accel::compute_loss(causal, ref.forward(ids[s][k]), labels[s][k]);
+            ref_losses.push_back(loss.item<double>());
+            (loss / kMicro).backward();
+        }
+        ref_norms.push_back(accel::parallel::whole_clip_grad_norm(ref.parameters(), kClip, 2.0, true));
+        ref_opt.step();
+        ref_opt.zero_grad();
+    }
+    const std::string what = std::string(c10::toString(dtype)) + " " + cp::strategy_name(strategy) + " cp " + std::to_string(cpn) + " x tp " + std::to_string(tpn);
+    dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, cpn, tpn), comm);
+        auto &m = *models[static_cast<size_t>(comm->rank())];
+        cp::prepare_context_parallel(m, mesh, cp::strategy_name(strategy));
+        std::shared_ptr<accel::parallel::ParallelWrapper> wrapper =
+            tpn > 1 ? tp::prepare_tensor_parallel(m, mesh, accel::config::DistributedDataParallelKwargs{})
+                    : std::make_shared<accel::parallel::DistributedDataParallel>(
+                          m.named_parameters(), m.named_buffers(), mesh.group(dist::MeshDim::DpCp),
+                          accel::config::DistributedDataParallelKwargs{});
+        auto opt = adamw(m.parameters());
+        for (int s = 0; s < kSteps; ++s) {
+            for (int k = 0; k < kMicro; ++k) {
+                wrapper->set_require_sync(k == kMicro - 1);
+                accel::Batch b;
+                b.inputs = ids[s][k];
+                b.labels = labels[s][k];
+                cp::split_batch(b, mesh); // what the prepared loader yields on this rank
+                EXPECT_EQ(b.inputs.size(1), T / cpn);
+                at::Tensor loss = accel::compute_loss(causal, m.forward(b.inputs), b.labels);
+                EXPECT_NEAR(loss.item<double>(), ref_losses[static_cast<size_t>(s * kMicro + k)], tol) << what << " step " << s;
+                (loss / kMicro).backward();
+                wrapper->finish_backward();
+            }
+            const double norm = wrapper->clip_grad_norm(kClip, 2.0, true);
+            EXPECT_NEAR(norm, ref_norms[static_cast<size_t>(s)], tol * ref_norms[static_cast<size_t>(s)]) << what << " step " << s;
+            opt.step();
+            opt.zero_grad();
+        }
+        const auto &plan = dynamic_cast<accel::GptModel &>(m).tensor_parallel_slicing();
+        const int32_t t = mesh.rank_in(dist::MeshDim::Tp);
+        for (size_t i = 0; i < m.named_parameters().size(); ++i) {
+            const auto &[name, p] = m.named_parameters()[i];
+            const at::Tensor &whole = ref.named_parameters()[i].second;
+            auto it = plan.find(name);
+            at::Tensor mine = it == plan.end() ? whole : tp::slice_parameter(whole, it->second, t, tpn);
+            expect_close(p, mine, what + ": " + name + " after training (rank " + std::to_string(comm->rank()) + ")",
+                         tol * std::max(1.0, whole.abs().max().item<double>()));
+        }
+    });
+}
+
+TEST(ContextParallelGpt, TrainingEqualsOneProcess)
+{
+    for (auto dtype : {at::kFloat, at::kDouble})
+        for (auto s : {cp::Strategy::AllGather, cp::Strategy::Ring}) {
+            check_gpt_training(2, 1, s, dtype);
+            check_gpt_training(4, 1, s, dtype);
+            check_gpt_training(2, 2, s, dtype);
+        }
+}
+
+TEST(ContextParallelGpt, RefusesWhatItCannotSplit)
+{
+    at::manual_seed(3);
+    auto m = accel::make_model_from_json(R"({"type": "gpt", "vocab_size": 8, "n_positions": 8, "n_embd": 8, "n_layer": 1, "n_head": 2})");
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 1), comm);
+        if (comm->rank() == 0) cp::prepare_context_parallel(*m, mesh, "alltoall");
+        comm->barrier();
+        if (comm->rank() != 0) return;
+        accel::Batch b;
+        b.inputs = at::zeros({1, 6}, at::kLong); // 6 tokens do not split into 4 chunks
+        EXPECT_THROW(cp::split_batch(b, mesh), accel::Error);
+        b.inputs = at::zeros({6}, at::kLong);    // no sequence dimension
+        EXPECT_THROW(cp::split_batch(b, mesh), accel::Error);
+        // An odd part, or more positions than the model has (2 ranks x 6 > 8): refused by name.
+        EXPECT_THROW(m->forward(at::zeros({1, 3}, at::kLong)), accel::Error);
+        try {
+            m->forward(at::zeros({1, 6}, at::kLong));
+            ADD_FAILURE() << "12 positions accepted";
+        } catch (const accel::Error &e) {
+            EXPECT_NE(std::string(e.what()).find("12 positions"), std::string::npos) << e.what();
+        }
+    });
+    auto mlp = accel::make_model_from_json(R"({"type": "mlp", "widths": [4, 2]})");
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 1), comm);
+        if (comm->rank() != 0) return;
+        try {
+            cp::prepare_context_parallel(*mlp, mesh, "allgather");
+            ADD_FAILURE() << "an mlp accepted";
+        } catch (const accel::Error &e) {
+            EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED);
+        }
+    });
+}
+
+} // namespace
