@@ -422,6 +422,12 @@ struct StateDictEntries {};
         ACCEL_CHECK(accel_model_get_requires_grad(ACCEL_H($self, "Model"), name, &v));
         return v;
     }
+    /** Quantizes the linear layers in place with bitsandbytes' 8-bit or 4-bit formats (Accelerate's
+     *  load_and_quantize_model); @p bnb_config_json holds BnbQuantizationConfig's keys. Before preparing the model. */
+    void quantize(const char *bnb_config_json)
+    {
+        ACCEL_CHECK(accel_model_quantize(ACCEL_H($self, "Model"), bnb_config_json));
+    }
     /** Number of state-dict entries (parameters, then buffers). */
     int64_t state_dict_size() const
     {

@@ -382,6 +382,9 @@ public:
         check(accel_model_get_requires_grad(get(), name.c_str(), &v));
         return v;
     }
+    /** Quantizes the linear layers in place (bitsandbytes' 8-bit / 4-bit; @p bnb_config_json: BnbQuantizationConfig's
+     *  keys); before preparing the model. */
+    void quantize(const std::string &bnb_config_json) { check(accel_model_quantize(get(), bnb_config_json.c_str())); }
 };
 
 class Optimizer : public detail::Handle<accel_optimizer_t, accel_optimizer_free> {

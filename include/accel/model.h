@@ -341,6 +341,34 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_set_requires_grad(accel_mod
  */
 ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_requires_grad(const accel_model_t *model, const char *name,
                                                                        bool *out) ACCEL_NOEXCEPT;
+/**
+ * Quantizes the model's linear layers in place with bitsandbytes' formats, as Accelerate's load_and_quantize_model
+ * does with a BnbQuantizationConfig (docs/guides/big-models.md, "Quantization").
+ *
+ * @p bnb_config_json holds BnbQuantizationConfig's keys: "load_in_8bit" / "load_in_4bit" (exactly one true),
+ * "llm_int8_threshold" (6.0; LLM.int8's outlier threshold), "bnb_4bit_quant_type" ("fp4" or "nf4"),
+ * "bnb_4bit_use_double_quant" (false), "bnb_4bit_compute_dtype" ("fp16", "bf16" or "fp32"; "fp16" is refused on
+ * the CPU, where LibTorch 1.13 has no float16 matmul), "skip_modules" (default: Accelerate's choice, the tied
+ * modules and the head) and "keep_in_fp32_modules". Unknown keys are ACCEL_ERR_INVALID_ARGUMENT naming them;
+ * "torch_dtype" is ACCEL_ERR_UNIMPLEMENTED (layers left unquantized keep the model's dtype).
+ *
+ * Each converted layer's "<module>.weight" parameter then holds the quantized weight, frozen: int8 [out, in] with
+ * "<module>.SCB" (8-bit), or packed uint8 [out * in / 2, 1] with "<module>.weight.absmax", ".weight.quant_map",
+ * (".weight.nested_absmax", ".weight.nested_quant_map" with double quantization) and
+ * ".weight.quant_state.bitsandbytes__<type>" (4-bit), the keys bitsandbytes and transformers save; these buffers
+ * are appended to the state dict, so names returned before by accel_model_get_state_dict_key are invalidated.
+ *
+ * @param model  The model (borrowed for the call). Must not be NULL; not prepared yet (else
+ *               ACCEL_ERR_FAILED_PRECONDITION), not quantized yet, without LoRA adapters (quantize first).
+ * @param bnb_config_json  JSON object (read during the call). Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message());
+ *         ACCEL_ERR_UNIMPLEMENTED for a TorchScript model.
+ * Ownership: borrows its arguments for the call; keeps none of them.
+ * Threads: an accelerator and every object it prepared may move between threads but must not be used from two
+ * threads at once (docs/concepts/ownership-threads.md).
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_quantize(accel_model_t *model,
+                                                              const char *bnb_config_json) ACCEL_NOEXCEPT;
 
 /**
  * Number of state-dict entries (parameters then buffers).

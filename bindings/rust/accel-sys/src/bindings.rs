@@ -266,6 +266,12 @@ extern "C" {
     ) -> accel_status_t;
 }
 extern "C" {
+    pub fn accel_model_quantize(
+        model: *mut accel_model_t,
+        bnb_config_json: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
     pub fn accel_model_get_tensor(
         model: *const accel_model_t,
         name: *const core::ffi::c_char,

@@ -650,6 +650,13 @@ impl Model {
         check(unsafe { sys::accel_model_get_requires_grad(self.raw, name.as_ptr(), &mut v) })?;
         Ok(v)
     }
+
+    /// Quantizes the linear layers in place with bitsandbytes' 8-bit or 4-bit formats (Accelerate's
+    /// load_and_quantize_model); `bnb_config_json` holds BnbQuantizationConfig's keys. Before preparing the model.
+    pub fn quantize(&mut self, bnb_config_json: &str) -> Result<()> {
+        let config = cstring("bnb_config_json", bnb_config_json)?;
+        check(unsafe { sys::accel_model_quantize(self.raw, config.as_ptr()) })
+    }
 }
 
 impl Optimizer {

@@ -1,0 +1,162 @@
+/* accel_model_quantize (Accelerate's load_and_quantize_model with a BnbQuantizationConfig): the state-dict keys
+ * bitsandbytes writes, outputs near the float model's, refusals (NULLs, unknown keys by name, torch_dtype, a prepared
+ * or already quantized model), training a quantized model's float head leaves the quantized bytes alone, and a saved
+ * quantized model loads into another one. */
+#include "capi_helpers.h"
+
+#define IN 64
+#define ROWS 3
+
+static const char *kMlp = "{\"type\": \"mlp\", \"widths\": [64, 64, 4]}";
+
+static int has_key(const accel_model_t *m, const char *key)
+{
+    size_t n = 0, i;
+    CHECK_OK(accel_model_get_state_dict_size(m, &n));
+    for (i = 0; i < n; ++i) {
+        const char *k = NULL;
+        CHECK_OK(accel_model_get_state_dict_key(m, i, &k));
+        if (k != NULL && strcmp(k, key) == 0) return 1;
+    }
+    return 0;
+}
+
+static void forward(accel_model_t *m, accel_tensor_t *x, float *out)
+{
+    accel_tensor_t *y = NULL;
+    CHECK_OK(accel_model_forward_no_grad(m, x, &y));
+    if (y != NULL) read_f32(y, out, ROWS * 4);
+    accel_tensor_free(y);
+}
+
+static double relative_error(const float *got, const float *want, size_t n)
+{
+    double d = 0, w = 0;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        w += (double)want[i] * want[i];
+    }
+    return sqrt(d / w);
+}
+
+static void test_keys_outputs_and_refusals(void)
+{
+    accel_model_t *m = NULL, *m8 = NULL;
+    accel_tensor_t *x = NULL, *w = NULL;
+    accel_dtype_t dtype = ACCEL_DTYPE_FLOAT32;
+    float data[ROWS * IN], before[ROWS * 4], after[ROWS * 4];
+    size_t i;
+    for (i = 0; i < ROWS * IN; ++i) data[i] = (float)sin(0.37 * (double)i);
+    x = matrix_f32(data, ROWS, IN);
+    CHECK_OK(accel_random_set_seed(7, false, false));
+    CHECK_OK(accel_model_create_from_json(kMlp, &m));
+    forward(m, x, before);
+
+    CHECK_FAILS(accel_model_quantize(NULL, "{\"load_in_8bit\": true}"), ACCEL_ERR_INVALID_ARGUMENT, "model");
+    CHECK_FAILS(accel_model_quantize(m, NULL), ACCEL_ERR_INVALID_ARGUMENT, "bnb_config_json");
+    CHECK_FAILS(accel_model_quantize(m, "{\"load_in_4bit\": true, \"load_in_3bit\": true}"), ACCEL_ERR_INVALID_ARGUMENT,
+                "load_in_3bit");
+    CHECK_FAILS(accel_model_quantize(m, "{\"load_in_8bit\": true, \"torch_dtype\": \"bf16\"}"), ACCEL_ERR_UNIMPLEMENTED,
+                "torch_dtype");
+    CHECK_FAILS(accel_model_quantize(m, "{\"load_in_4bit\": true}"), ACCEL_ERR_UNIMPLEMENTED, "fp16");
+    CHECK_FAILS(accel_model_quantize(m, "{}"), ACCEL_ERR_INVALID_ARGUMENT, "can't be both false");
+
+    CHECK_OK(accel_model_quantize(m, "{\"load_in_4bit\": true, \"bnb_4bit_quant_type\": \"nf4\", "
+                                     "\"bnb_4bit_use_double_quant\": true, \"bnb_4bit_compute_dtype\": \"fp32\"}"));
+    CHECK(has_key(m, "0.weight") && has_key(m, "0.weight.absmax") && has_key(m, "0.weight.quant_map") &&
+          has_key(m, "0.weight.nested_absmax") && has_key(m, "0.weight.nested_quant_map") &&
+          has_key(m, "0.weight.quant_state.bitsandbytes__nf4"));
+    CHECK(!has_key(m, "2.weight.absmax")); /* the last top-level module stays float (Accelerate's automatic skip) */
+    CHECK_OK(accel_model_get_tensor(m, "0.weight", &w));
+    CHECK_OK(accel_tensor_get_dtype(w, &dtype));
+    CHECK(dtype == ACCEL_DTYPE_UINT8 && shape2_is(w, IN * 64 / 2, 1));
+    accel_tensor_free(w);
+    forward(m, x, after);
+    printf("test_quantize: nf4 output relative error %.4f\n", relative_error(after, before, ROWS * 4));
+    CHECK(relative_error(after, before, ROWS * 4) < 0.2 && relative_error(after, before, ROWS * 4) > 1e-5);
+    CHECK_FAILS(accel_model_quantize(m, "{\"load_in_8bit\": true}"), ACCEL_ERR_FAILED_PRECONDITION, "quantized already");
+
+    CHECK_OK(accel_random_set_seed(7, false, false));
+    CHECK_OK(accel_model_create_from_json(kMlp, &m8));
+    CHECK_OK(accel_model_quantize(m8, "{\"load_in_8bit\": true}"));
+    CHECK(has_key(m8, "0.SCB") && !has_key(m8, "0.weight.absmax"));
+    CHECK_OK(accel_model_get_tensor(m8, "0.weight", &w));
+    CHECK_OK(accel_tensor_get_dtype(w, &dtype));
+    CHECK(dtype == ACCEL_DTYPE_INT8 && shape2_is(w, 64, IN));
+    accel_tensor_free(w);
+    forward(m8, x, after);
+    printf("test_quantize: int8 output relative error %.5f\n", relative_error(after, before, ROWS * 4));
+    CHECK(relative_error(after, before, ROWS * 4) < 0.02);
+    accel_model_free(m8);
+    accel_model_free(m);
+    accel_tensor_free(x);
+}
+
+/* Training a quantized model: the float head learns, the int8 weights keep their bytes; quantizing a prepared
+ * model is refused. Then save_model's file loads into another quantized model with the same outputs. */
+static void test_train_save_load(void)
+{
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *m = NULL, *other = NULL, *late = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_tensor_t *x = NULL, *y = NULL, *out = NULL, *loss = NULL;
+    float data[ROWS * IN], target[ROWS * 4], q_before[64 * IN], q_after[64 * IN], a[ROWS * 4], b[ROWS * 4];
+    accel_tensor_t *w = NULL;
+    size_t i;
+    for (i = 0; i < ROWS * IN; ++i) data[i] = (float)cos(0.11 * (double)i);
+    for (i = 0; i < ROWS * 4; ++i) target[i] = (float)(i % 3) - 1.0f;
+    x = matrix_f32(data, ROWS, IN);
+    y = matrix_f32(target, ROWS, 4);
+    CHECK_OK(accel_accelerator_create(NULL, &acc));
+    CHECK_OK(accel_model_create_from_json(kMlp, &m));
+    CHECK_OK(accel_model_quantize(m, "{\"load_in_8bit\": true}"));
+    CHECK_OK(accel_model_get_tensor(m, "0.weight", &w));
+    CHECK_OK(accel_tensor_copy_to_buffer(w, q_before, 64 * IN)); /* int8: one byte each */
+    accel_tensor_free(w);
+    CHECK_OK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.1}", &opt));
+    CHECK_OK(accel_accelerator_prepare_model(acc, m));
+    CHECK_OK(accel_accelerator_prepare_optimizer(acc, opt));
+    for (i = 0; i < 3; ++i) {
+        CHECK_OK(accel_model_forward(m, x, &out));
+        CHECK_OK(accel_loss_compute("mse", out, y, &loss));
+        CHECK_OK(accel_accelerator_backward(acc, loss));
+        CHECK_OK(accel_optimizer_step(opt));
+        CHECK_OK(accel_optimizer_zero_grad(opt));
+        accel_tensor_free(out);
+        accel_tensor_free(loss);
+    }
+    CHECK_OK(accel_model_get_tensor(m, "0.weight", &w));
+    CHECK_OK(accel_tensor_copy_to_buffer(w, q_after, 64 * IN));
+    accel_tensor_free(w);
+    CHECK(memcmp(q_before, q_after, 64 * IN) == 0);
+
+    CHECK_OK(accel_model_create_from_json(kMlp, &late));
+    CHECK_OK(accel_accelerator_prepare_model(acc, late));
+    CHECK_FAILS(accel_model_quantize(late, "{\"load_in_8bit\": true}"), ACCEL_ERR_FAILED_PRECONDITION, "prepar");
+
+    CHECK_OK(accel_accelerator_save_model(acc, m, "quantized_8bit", NULL));
+    CHECK_OK(accel_model_create_from_json(kMlp, &other));
+    CHECK_OK(accel_model_quantize(other, "{\"load_in_8bit\": true}"));
+    forward(m, x, a);
+    forward(other, x, b);
+    CHECK(max_abs_diff_f32(a, b, ROWS * 4) > 0);
+    CHECK_OK(accel_model_load_checkpoint(other, "quantized_8bit", "{\"strict\": true}"));
+    forward(other, x, b);
+    CHECK(max_abs_diff_f32(a, b, ROWS * 4) == 0);
+
+    accel_model_free(other);
+    accel_model_free(late);
+    accel_optimizer_free(opt);
+    accel_model_free(m);
+    accel_accelerator_free(acc);
+    accel_tensor_free(x);
+    accel_tensor_free(y);
+}
+
+int main(void)
+{
+    test_keys_outputs_and_refusals();
+    test_train_save_load();
+    return capi_report("test_quantize");
+}
