@@ -170,6 +170,16 @@ int main(int argc, char **argv)
             model.train();
         }
 
+        // get_state_dict: the model's keys in order, the values get_tensor reads.
+        {
+            const auto sd = acc->get_state_dict(model);
+            EXPECT(sd.size() == model.num_parameters());
+            for (std::size_t i = 0; i < sd.size(); ++i) {
+                EXPECT(sd[i].first == model.parameter_name(i));
+                EXPECT(sd[i].second.to_vector<float>() == model.get_tensor(sd[i].first).to_vector<float>());
+            }
+        }
+
         // Free the accelerator before its children: they stay usable.
         acc.reset();
         auto batch = dl.next_batch();

@@ -838,4 +838,5 @@ ACCEL_HANDLE_CLASS(Accelerator)
 %include "log.i"
 %include "state_hooks.i"
 %include "save.i"
+%include "state_dict.i"
 %include "memory.i"

@@ -900,6 +900,28 @@ public:
     }
     /** RemovableHandle.remove(): the hook is dropped now. */
     void remove_state_hook(std::int64_t handle) { check(accel_accelerator_remove_state_hook(get(), handle)); }
+    /** Accelerate's get_state_dict(model): (key, tensor) pairs in the model's order (parameters, then buffers;
+     *  copies). Collective for a model sharded by fsdp_plugin / deepspeed_plugin (every process calls it); under
+     *  FSDP and ZeRO-3 only process 0 receives the entries, as in Accelerate. @p options_json: {"unwrap": true,
+     *  "rank0_only": null | true | false}; null = the defaults. */
+    std::vector<std::pair<std::string, Tensor>> get_state_dict(const Model &model, const char *options_json = nullptr)
+    {
+        accel_state_dict_t *raw = nullptr;
+        check(accel_accelerator_get_state_dict(get(), model.get(), options_json, &raw));
+        const std::unique_ptr<accel_state_dict_t, void (*)(accel_state_dict_t *)> sd(raw, accel_state_dict_free);
+        std::size_t n = 0;
+        check(accel_state_dict_get_count(sd.get(), &n));
+        std::vector<std::pair<std::string, Tensor>> out;
+        out.reserve(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const char *key = nullptr;
+            accel_tensor_t *t = nullptr;
+            check(accel_state_dict_get_key(sd.get(), i, &key));
+            check(accel_state_dict_get_tensor(sd.get(), i, &t));
+            out.emplace_back(key, Tensor(t));
+        }
+        return out;
+    }
     /** `with accelerator.join_uneven_inputs(joinables, even_batches):` - DDP tolerates processes running out of
      *  batches; no joinables: every prepared model; even_batches nullopt keeps the data loaders' setting. */
     [[nodiscard]] Scope join_uneven_inputs(const std::vector<Model *> &joinables = {},

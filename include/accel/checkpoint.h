@@ -333,6 +333,88 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save(accel_accelerato
                                                                 const char *path) ACCEL_NOEXCEPT;
 
 /**
+ * Accelerate's `accelerator.get_state_dict(model, unwrap=True)`: the state dict of @p model in memory, in one call:
+ * its parameters, then its buffers, under the names accel_model_get_state_dict_key() lists (a LoRA model's
+ * adapters as `<module>.lora_A.weight`; a tied weight under its parameter's name). The tensors are copies taken
+ * now (training on does not change them), in the model's dtypes.
+ *
+ * A model sharded by fsdp_plugin (every sharding_strategy) or deepspeed_plugin (ZeRO 1-3) is gathered whole first
+ * and given back to its shards before the call returns: FSDP's FULL_STATE_DICT (whatever state_dict_type says;
+ * that governs save_state's files) and ZeRO-3's consolidated state dict. That makes the call collective for such
+ * a model: every process calls it, in the same order as the other collectives. As in Accelerate, only process 0
+ * then receives the tensors (FullStateDictConfig(rank0_only=True), DeepSpeed's rank-0 consolidation) and the
+ * other processes an empty state dict; "rank0_only": false gives every process the whole state dict. A model
+ * under DDP, ZeRO-1/2 or none: each process its own copy, nothing communicated. A model that is not prepared:
+ * its state dict as it is.
+ *
+ * @param accelerator   The accelerator (borrowed for the call). Must not be NULL.
+ * @param model         A model prepared by @p accelerator, or one not prepared (borrowed). Must not be NULL.
+ * @param options_json  NULL or {"unwrap": true, "rank0_only": null | true | false}: unwrap false gives the keys
+ *                      as the wrapped module names them (DDP: "module." in front; FSDP's and DeepSpeed's keys are
+ *                      the model's own either way, as in Accelerate); rank0_only null is Accelerate's choice
+ *                      (true for a model sharded by fsdp_plugin or ZeRO-3, else false).
+ * @param out           Receives a new state dict, owned by the caller, who frees it with accel_state_dict_free();
+ *                      NULL on failure. Must not be NULL.
+ * @return ACCEL_OK; ACCEL_ERR_INVALID_ARGUMENT naming the JSON key; ACCEL_ERR_FAILED_PRECONDITION if @p model was
+ *         prepared by another accelerator or is partitioned without being prepared (zero3_init_flag); ACCEL_ERR_UNIMPLEMENTED for a
+ *         model split by tensor parallelism (parallelism_config.tp_size > 1); a communication failure's status
+ *         when gathering fails.
+ * Ownership: borrows its arguments for the call; the caller owns *out.
+ * Threads: same rules as the accelerator; collective for a sharded model.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_state_dict(accel_accelerator_t *accelerator,
+                                                                          const accel_model_t *model,
+                                                                          const char *options_json,
+                                                                          accel_state_dict_t **out) ACCEL_NOEXCEPT;
+/**
+ * Number of entries of a state dict (0 for the empty one the processes other than 0 receive under rank0_only).
+ *
+ * @param state_dict  The state dict (borrowed). Must not be NULL.
+ * @param out         Receives the count (0 on failure). Must not be NULL.
+ * @return ACCEL_OK, or ACCEL_ERR_INVALID_ARGUMENT naming the NULL argument.
+ * Ownership: borrows @p state_dict.
+ * Threads: a state dict may be read from several threads at once; it must not be freed meanwhile.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_state_dict_get_count(const accel_state_dict_t *state_dict,
+                                                                    size_t *out) ACCEL_NOEXCEPT;
+/**
+ * Key of entry @p index (entries keep the model's order: parameters, then buffers).
+ *
+ * @param state_dict  The state dict (borrowed). Must not be NULL.
+ * @param index       0 ... count - 1 (ACCEL_ERR_OUT_OF_RANGE otherwise).
+ * @param out         Receives the key, borrowed from @p state_dict: valid until accel_state_dict_free(). NULL on
+ *                    failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: *out is borrowed from @p state_dict.
+ * Threads: a state dict may be read from several threads at once; it must not be freed meanwhile.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_state_dict_get_key(const accel_state_dict_t *state_dict, size_t index,
+                                                                  const char **out) ACCEL_NOEXCEPT;
+/**
+ * Tensor of entry @p index, as a new handle onto the state dict's copy (no further copy: the handle and the state
+ * dict see the same memory). The handle stays valid after accel_state_dict_free().
+ *
+ * @param state_dict  The state dict (borrowed). Must not be NULL.
+ * @param index       0 ... count - 1 (ACCEL_ERR_OUT_OF_RANGE otherwise).
+ * @param out         Receives a new tensor handle, owned by the caller, who frees it with accel_tensor_free();
+ *                    NULL on failure. Must not be NULL.
+ * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message()).
+ * Ownership: borrows @p state_dict; the caller owns *out.
+ * Threads: a state dict may be read from several threads at once; it must not be freed meanwhile.
+ */
+ACCEL_NODISCARD ACCEL_API accel_status_t accel_state_dict_get_tensor(const accel_state_dict_t *state_dict,
+                                                                     size_t index,
+                                                                     accel_tensor_t **out) ACCEL_NOEXCEPT;
+/**
+ * Free a state dict. NULL is fine. Tensor handles taken from it stay valid.
+ *
+ * @param state_dict  The state dict to free (may be NULL).
+ * Ownership: takes @p state_dict; keys borrowed from it become invalid.
+ * Threads: not while another thread reads the state dict.
+ */
+ACCEL_API void accel_state_dict_free(accel_state_dict_t *state_dict) ACCEL_NOEXCEPT;
+
+/**
  * The current bytes of a blob registered with accel_accelerator_register_bytes_for_checkpointing().
  *
  * @return ACCEL_ERR_OUT_OF_RANGE for an unknown index; ACCEL_ERR_INVALID_ARGUMENT if the object at

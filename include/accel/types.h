@@ -23,6 +23,8 @@ typedef struct accel_batch accel_batch_t;
 typedef struct accel_tensor accel_tensor_t;
 /** Byte strings received by an object collective (accel_accelerator_gather_object and the broadcasts). */
 typedef struct accel_object_list accel_object_list_t;
+/** A model's state dict in memory (accel_accelerator_get_state_dict): keys and tensors, in order. */
+typedef struct accel_state_dict accel_state_dict_t;
 
 /** Element types of tensors. Values are only ever appended. */
 typedef int32_t accel_dtype_t;

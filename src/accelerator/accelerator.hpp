@@ -81,6 +81,11 @@ public:
     // or nullopt on every process when there is none yet (a fresh start). Collective.
     std::optional<std::string> load_latest_state(const config::LoadStateOptions &options);
     void save_model(const Model &model, const std::string &save_directory, const config::SaveModelOptions &options);
+    // Accelerate's get_state_dict(model, unwrap) (src/accelerator/get_state_dict.cpp): the model's state dict in
+    // memory, whole under sharding (collective then: every process calls it), as copies. Empty on the processes
+    // that options.rank0_only leaves out.
+    std::vector<std::pair<std::string, at::Tensor>> get_state_dict(const Model &model,
+                                                                   const config::GetStateDictOptions &options);
     // An asynchronous save_state ({"async": true}) in progress: waits for it (collective: afterwards the
     // folder is published for everyone) and reports its failure. Nothing pending: returns at once. The next
     // save_state / load_state wait the same way; free_memory and the destructor wait for this process's part.

@@ -104,6 +104,18 @@ SaveModelOptions parse_save_model_options(const char *json, const char *what)
     return o;
 }
 
+GetStateDictOptions parse_get_state_dict_options(const char *json, const char *what)
+{
+    GetStateDictOptions o;
+    JsonDocument doc(json == nullptr ? "{}" : json, what);
+    JsonObject root(doc.root(), what);
+    o.unwrap = root.get_bool("unwrap", true);
+    if (root.has("rank0_only")) o.rank0_only = root.get_bool("rank0_only", false);
+    else root.accept("rank0_only"); // null: the default
+    root.finish();
+    return o;
+}
+
 std::optional<accel_dtype_t> get_dtype(JsonObject &root, const char *key)
 {
     auto d = root.get_optional_string(key);

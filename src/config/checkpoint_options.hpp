@@ -27,6 +27,15 @@ struct SaveModelOptions {
     bool merge = false;        // the adapters merged into the base weights, under the base model's names
 };
 
+// get_state_dict (Accelerate's accelerator.get_state_dict(model, unwrap)).
+struct GetStateDictOptions {
+    // false: the keys as the wrapped module names them (DDP's "module." prefix); true: the model's own keys.
+    bool unwrap = true;
+    // Whether only process 0 receives the tensors (the others an empty dict). nullopt: Accelerate's choice,
+    // true for a model sharded by fsdp_plugin (FullStateDictConfig(rank0_only=True)) or ZeRO-3, else false.
+    std::optional<bool> rank0_only;
+};
+
 struct MergeWeightsOptions {
     bool safe_serialization = true;     // model.safetensors (else pytorch_model.bin)
     bool remove_checkpoint_dir = false; // delete the input once the output is written
@@ -48,6 +57,7 @@ LoadStateOptions parse_load_state_options(const char *json, const char *what);
 SaveModelOptions parse_save_model_options(const char *json, const char *what);
 LoadCheckpointOptions parse_load_checkpoint_options(const char *json, const char *what);
 MergeWeightsOptions parse_merge_weights_options(const char *json, const char *what);
+GetStateDictOptions parse_get_state_dict_options(const char *json, const char *what);
 
 // "5GB", "200MB", "10KB", "1TB" (decimal units, case-insensitive, as huggingface_hub) or a number of
 // bytes; `where` names the value in the message.

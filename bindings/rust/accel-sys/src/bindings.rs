@@ -99,6 +99,12 @@ pub struct accel_object_list {
     _unused: [u8; 0],
 }
 pub type accel_object_list_t = accel_object_list;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct accel_state_dict {
+    _unused: [u8; 0],
+}
+pub type accel_state_dict_t = accel_state_dict;
 pub type accel_dtype_t = i32;
 pub const accel_dtype_enum_ACCEL_DTYPE_FLOAT32: accel_dtype_enum = 0;
 pub const accel_dtype_enum_ACCEL_DTYPE_FLOAT64: accel_dtype_enum = 1;
@@ -1158,6 +1164,37 @@ extern "C" {
         count: usize,
         path: *const core::ffi::c_char,
     ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_accelerator_get_state_dict(
+        accelerator: *mut accel_accelerator_t,
+        model: *const accel_model_t,
+        options_json: *const core::ffi::c_char,
+        out: *mut *mut accel_state_dict_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_state_dict_get_count(
+        state_dict: *const accel_state_dict_t,
+        out: *mut usize,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_state_dict_get_key(
+        state_dict: *const accel_state_dict_t,
+        index: usize,
+        out: *mut *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_state_dict_get_tensor(
+        state_dict: *const accel_state_dict_t,
+        index: usize,
+        out: *mut *mut accel_tensor_t,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_state_dict_free(state_dict: *mut accel_state_dict_t);
 }
 extern "C" {
     pub fn accel_accelerator_get_checkpointing_bytes(

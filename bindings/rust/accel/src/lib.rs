@@ -38,6 +38,7 @@ mod distributed;
 mod precision;
 mod save;
 mod state_hooks;
+mod state_dict;
 mod tracking;
 pub use memory::find_executable_batch_size;
 pub use state_hooks::{StateHookFn, StateHookHandle};

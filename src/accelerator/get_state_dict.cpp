@@ -1,0 +1,95 @@
+// Accelerator::get_state_dict: Accelerate's accelerator.get_state_dict(model, unwrap) - a model's state dict in
+// memory, in one call. A model sharded by fsdp_plugin / deepspeed_plugin is gathered whole first (FSDP's
+// FULL_STATE_DICT, DeepSpeed's ZeRO-3 consolidated state dict), the same gathering save_model does, and given
+// back to its shards afterwards.
+#include "accelerator/accelerator.hpp"
+
+#include "common/error.hpp"
+#include "model/gpt_model.hpp"
+#include "model/model.hpp"
+#include "parallel/fsdp/sharded_data_parallel.hpp"
+#include "parallel/wrapper.hpp"
+
+#include <ATen/ATen.h>
+
+
+namespace accel {
+
+namespace {
+
+// Accelerate hands the tensors of a sharded model to rank 0 only: FSDP's default state_dict_config is
+// FullStateDictConfig(offload_to_cpu=True, rank0_only=True), and DeepSpeed's _zero3_consolidated_16bit_state_dict
+// returns None elsewhere. ZeRO 0-2 and everything else: each process its own model.state_dict().
+bool rank0_only_by_default(const config::ShardingConfig &s)
+{
+    return s.frontend == "fsdp" || (s.frontend == "deepspeed" && s.zero_stage == 3);
+}
+
+// A sharded model's parameters whole while this lives (collective: all-gathers), then back to the shards. A
+// model the user summoned already stays as it is.
+class WholeWhileCopying {
+public:
+    explicit WholeWhileCopying(parallel::ShardedDataParallel *engine)
+    {
+        if (engine == nullptr || engine->summoned()) return;
+        engine->summon_full_params(true);
+        engine_ = engine;
+    }
+    ~WholeWhileCopying()
+    {
+        if (engine_ == nullptr) return;
+        try {
+            engine_->summon_full_params(false); // local: copies back into the shard, frees the whole buffers
+        } catch (...) {
+        }
+    }
+    WholeWhileCopying(const WholeWhileCopying &) = delete;
+    WholeWhileCopying &operator=(const WholeWhileCopying &) = delete;
+
+private:
+    parallel::ShardedDataParallel *engine_ = nullptr;
+};
+
+// Copies of the state dict's tensors, so that training on does not change them (the state dict lists each
+// tensor once, under its parameter's or buffer's name: a tied weight is one parameter).
+NamedTensors snapshot(const NamedTensors &sd, const std::string &prefix)
+{
+    NamedTensors out;
+    out.reserve(sd.size());
+    for (const auto &[name, t] : sd) out.emplace_back(prefix + name, t.clone(at::MemoryFormat::Contiguous));
+    return out;
+}
+
+// Tensor parallelism keeps a slice of each split parameter on every rank; whole tensors need them gathered
+// over the tp group, which is not built for this call.
+void refuse_split_model(const Model &model)
+{
+    const auto *gpt = dynamic_cast<const GptModel *>(&model);
+    if (gpt != nullptr && !gpt->tensor_parallel_slicing().empty())
+        fail(ACCEL_ERR_UNIMPLEMENTED, "get_state_dict: a tensor-parallel model (parallelism_config.tp_size > 1) holds "
+                                      "a slice of each split parameter on every rank; gathering them whole is not "
+                                      "built yet (accel_accelerator_save_model writes the model)");
+}
+
+} // namespace
+
+NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetStateDictOptions &options)
+{
+    if (model.prepared_by != nullptr && model.prepared_by != state_)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "model: prepared by another accelerator");
+    refuse_split_model(model);
+    parallel::ParallelWrapper *wrapper = wrapper_of(model);
+    parallel::ShardedDataParallel *engine = wrapper != nullptr ? wrapper->sharded() : nullptr;
+    const bool rank0_only = options.rank0_only.value_or(engine != nullptr && rank0_only_by_default(config().sharding));
+    // unwrap=False: the keys of the wrapped module. Only DDP renames them ("module."); FSDP's FULL_STATE_DICT
+    // keys are the model's own, and Accelerate ignores unwrap under DeepSpeed.
+    const std::string prefix = !options.unwrap && engine == nullptr && wrapper != nullptr && wrapper->ddp() != nullptr
+                                   ? "module."
+                                   : "";
+    WholeWhileCopying whole(engine); // every process: the gathering is collective
+    model.check_tensor_access("get_state_dict");
+    if (rank0_only && state_->process_index() != 0) return {};
+    return snapshot(model.state_dict(/*dedupe_shared=*/false), prefix);
+}
+
+} // namespace accel
