@@ -12,6 +12,7 @@
 #include "config/config_file.hpp"
 #include "config/dynamo.hpp"
 #include "cli/launch_config.hpp"
+#include "cli/launch_env.hpp"
 #include "cli/cpu_affinity.hpp"
 #include "cli/launch_watchdog.hpp"
 #include "cli/launch_workers.hpp"
@@ -51,6 +52,7 @@ const char *kUsage =
     "\n"
     "  -n, --num_processes N          processes in total over all machines (default: config file, else 1 per machine)\n"
     "      --num_machines N           machines (default 1, or SLURM_NNODES)\n"
+    "      --nnodes N|MIN:MAX         torchrun's spelling of --num_machines (MIN:MAX only with MIN = MAX)\n"
     "      --machine_rank R           this machine's index (default 0, or SLURM_NODEID)\n"
     "      --main_process_ip ADDR     address of machine 0 (default 127.0.0.1; required with several machines)\n"
     "      --main_process_port PORT   rendezvous port on machine 0 (default 29500, or a free port when that one\n"
@@ -102,6 +104,7 @@ const char *kUsage =
 
 struct Options {
     std::optional<int> num_processes, num_machines, machine_rank, main_process_port, grad_accum, threads;
+    std::optional<int> nnodes; // --nnodes (torchrun's spelling), checked against --num_machines
     std::optional<std::string> main_process_ip, mixed_precision, config_file;
     bool cpu = false, debug = false, quiet = false, use_fsdp = false, use_deepspeed = false;
     std::map<std::string, std::string> sharding_flags; // flag name (fsdp_version, zero_stage, ...) -> value
@@ -166,11 +169,11 @@ std::string dynamo_backend_flag(const std::string &flag, const std::string &v)
 
 int to_int(const std::string &flag, const std::string &v, int min, int max)
 {
-    std::optional<int> x = parse_int_in(v, min, max);
-    if (!x)
-        usage_error(flag + ": expected an integer in " + std::to_string(min) + ".." + std::to_string(max) + ", got \"" +
-                    v + "\"");
-    return *x;
+    try {
+        return checked_int(flag, v, min, max);
+    } catch (const Error &e) {
+        usage_error(e.what());
+    }
 }
 
 // A number of seconds in (0, 3600] ("0.5", "5").
@@ -219,6 +222,13 @@ Options parse(int argc, char **argv)
             o.num_processes = to_int(flag, value(flag, inline_value, has_inline), 1, 4096);
         } else if (flag == "--num_machines") {
             o.num_machines = to_int(flag, value(flag, inline_value, has_inline), 1, 4096);
+        } else if (flag == "--nnodes") {
+            // torchrun's spelling: "N" or "MIN:MAX", parsed as torchrun does; a range is refused by name.
+            try {
+                o.nnodes = fixed_nnodes(value(flag, inline_value, has_inline), flag);
+            } catch (const Error &e) {
+                usage_error(e.what());
+            }
         } else if (flag == "--machine_rank") {
             o.machine_rank = to_int(flag, value(flag, inline_value, has_inline), 0, 4095);
         } else if (flag == "--main_process_ip") {
@@ -279,82 +289,35 @@ Options parse(int argc, char **argv)
                     "\" as its value (did its value go missing? write " + last_spaced_flag + "=VALUE)");
     if (o.command.empty()) usage_error("missing the command to run");
     if (o.use_fsdp && o.use_deepspeed) usage_error("--use_fsdp and --use_deepspeed exclude each other");
+    if (o.nnodes) {
+        if (o.num_machines && *o.num_machines != *o.nnodes)
+            usage_error("--nnodes " + std::to_string(*o.nnodes) + " and --num_machines " +
+                        std::to_string(*o.num_machines) + " disagree");
+        o.num_machines = o.nnodes;
+    }
     return o;
 }
 
-std::optional<std::string> env(const char *name)
-{
-    const char *v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return std::nullopt;
-    return std::string(v);
-}
+std::optional<std::string> env(const char *name) { return process_env(name); }
 
-// torchrun's PET_* variables (each torchrun flag as PET_<FLAG>: how Kubeflow Trainer v2 and PyTorchJob with
-// nprocPerNode configure the launcher of each node) give defaults to the flags, as Slurm's do below; and
-// PyTorchJob v1's own form - RANK is the node's rank and WORLD_SIZE counts every process (training-operator >= 1.7),
-// MASTER_ADDR / MASTER_PORT the rendezvous - when PET_NPROC_PER_NODE says how many processes a node starts. Only
-// with PET_NPROC_PER_NODE: a RANK inherited from an outer launcher otherwise means nothing to this one.
-void torchrun_env_defaults(Options &o)
+// The cluster engine's variables (torchrun's PET_*, PyTorchJob v1, Slurm) as defaults of the flags left out
+// (cli/launch_env.cpp); a value accel cannot use is a usage error naming the variable.
+void cluster_env_defaults(Options &o)
 {
-    const std::optional<std::string> nproc_text = env("PET_NPROC_PER_NODE");
-    if (!o.num_machines)
-        if (auto v = env("PET_NNODES")) {
-            // torchrun's "MIN:MAX" form: a fixed size only (a changing membership is not built).
-            std::string n = *v;
-            if (const size_t colon = n.find(':'); colon != std::string::npos) {
-                if (n.substr(0, colon) != n.substr(colon + 1))
-                    usage_error("PET_NNODES=" + n + ": a changing number of machines (MIN:MAX) is not supported; "
-                                "give one number (see docs/concepts/limitations.md)");
-                n = n.substr(0, colon);
-            }
-            o.num_machines = to_int("PET_NNODES", n, 1, 4096);
-        }
-    if (!o.machine_rank)
-        if (auto v = env("PET_NODE_RANK")) o.machine_rank = to_int("PET_NODE_RANK", *v, 0, 4095);
-    if (!o.main_process_ip)
-        if (auto v = env("PET_MASTER_ADDR")) o.main_process_ip = *v;
-    if (!o.main_process_port)
-        if (auto v = env("PET_MASTER_PORT")) o.main_process_port = to_int("PET_MASTER_PORT", *v, 1, 65535);
-    if (!o.max_restarts)
-        if (auto v = env("PET_MAX_RESTARTS")) o.max_restarts = to_int("PET_MAX_RESTARTS", *v, 0, 1000000);
-    if (!o.rdzv_id)
-        if (auto v = env("PET_RDZV_ID")) o.rdzv_id = *v;
-    if (!nproc_text) return;
-    // torchrun also takes "gpu", "cpu" and "auto" here; a node of accel's runs a given number of processes.
-    const int nproc = to_int("PET_NPROC_PER_NODE", *nproc_text, 1, 4096);
-    // PyTorchJob v1: the node's place from RANK / WORLD_SIZE / MASTER_*, where PET_* did not give it.
-    if (!o.machine_rank)
-        if (auto v = env("RANK")) o.machine_rank = to_int("RANK (PyTorchJob's node rank)", *v, 0, 4095);
-    if (!o.num_machines)
-        if (auto v = env("WORLD_SIZE")) {
-            const int total = to_int("WORLD_SIZE (PyTorchJob's number of processes)", *v, 1, 1 << 20);
-            if (total % nproc != 0)
-                usage_error("WORLD_SIZE=" + *v + " is not a multiple of PET_NPROC_PER_NODE=" + *nproc_text +
-                            " (PyTorchJob's WORLD_SIZE counts every process of every node)");
-            o.num_machines = total / nproc;
-        }
-    if (!o.main_process_ip)
-        if (auto v = env("MASTER_ADDR")) o.main_process_ip = *v;
-    if (!o.main_process_port)
-        if (auto v = env("MASTER_PORT")) o.main_process_port = to_int("MASTER_PORT", *v, 1, 65535);
-    if (!o.num_processes) o.num_processes = nproc * o.num_machines.value_or(1);
-}
-
-// "node[01-04],gpu7" -> "node01"
-std::string first_slurm_host(const std::string &list)
-{
-    std::string host;
-    for (size_t i = 0; i < list.size(); ++i) {
-        char c = list[i];
-        if (c == ',') break;
-        if (c == '[') {
-            size_t j = i + 1;
-            while (j < list.size() && list[j] != '-' && list[j] != ',' && list[j] != ']') host += list[j++];
-            break;
-        }
-        host += c;
+    ClusterFlags f{o.num_processes, o.num_machines,    o.machine_rank, o.main_process_port,
+                   o.max_restarts,  o.main_process_ip, o.rdzv_id};
+    try {
+        cli::cluster_env_defaults(f, process_env);
+    } catch (const Error &e) {
+        usage_error(e.what());
     }
-    return host;
+    o.num_processes = f.num_processes;
+    o.num_machines = f.num_machines;
+    o.machine_rank = f.machine_rank;
+    o.main_process_port = f.main_process_port;
+    o.max_restarts = f.max_restarts;
+    o.main_process_ip = f.main_process_ip;
+    o.rdzv_id = f.rdzv_id;
 }
 
 bool port_free(int port)
@@ -513,14 +476,7 @@ int launch_main(int argc, char **argv)
         for (const auto &[k, v] : dynamo_env) extra_env[k] = v;
     }
 
-    torchrun_env_defaults(o);
-    // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
-    if (!o.num_machines)
-        if (auto v = env("SLURM_NNODES")) o.num_machines = to_int("SLURM_NNODES", *v, 1, 4096);
-    if (!o.machine_rank)
-        if (auto v = env("SLURM_NODEID")) o.machine_rank = to_int("SLURM_NODEID", *v, 0, 4095);
-    if (!o.main_process_ip)
-        if (auto v = env("SLURM_JOB_NODELIST")) o.main_process_ip = first_slurm_host(*v);
+    cluster_env_defaults(o);
 
     const int machines = o.num_machines.value_or(1);
     const int machine_rank = o.machine_rank.value_or(0);

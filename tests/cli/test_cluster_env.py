@@ -3,7 +3,8 @@
 (as Kubeflow Trainer v2 and PyTorchJob with nprocPerNode set them for each node's launcher) and PyTorchJob v1's
 form (RANK = the node's rank, WORLD_SIZE = every process, MASTER_ADDR/MASTER_PORT, PET_NPROC_PER_NODE). Two
 launchers on this host play two nodes of one process each; the trained weights equal `accel launch -n 2` bit for
-bit. PET_MAX_RESTARTS gives --max_restarts. Values accel cannot honour are refused (exit 2) naming the variable.
+bit. PET_MAX_RESTARTS gives --max_restarts. Values accel cannot honour are refused (exit 2) naming the variable;
+torchrun's --nnodes N / MIN:MAX is --num_machines, a range refused by name.
 Usage: test_cluster_env.py BUILD_DIR"""
 import os
 import shutil
@@ -89,6 +90,21 @@ for env, word in (({"PET_NNODES": "1:2"}, "PET_NNODES"), ({"PET_NPROC_PER_NODE":
                        universal_newlines=True, env=dict(CLEAN, **env), timeout=30)
     if p.returncode != 2 or word not in p.stderr:
         failures.append("%s: exit %d, expected 2 naming %s: %s" % (env, p.returncode, word, p.stderr.strip()[:300]))
+
+# torchrun's --nnodes: "N" and "MIN:MAX" with MIN = MAX are --num_machines; a range (no elastic rendezvous), a
+# malformed value and a disagreement with --num_machines are refused naming the flag.
+for flags in (["--nnodes", "1"], ["--nnodes=1:1"], ["--nnodes", "1", "--num_machines", "1"]):
+    p = subprocess.run([ACCEL, "launch", *flags, "--main_process_port", "0", "true"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True, env=CLEAN, timeout=60)
+    if p.returncode != 0:
+        failures.append("%s: exit %d, expected 0: %s" % (flags, p.returncode, p.stdout.strip()[:300]))
+for flags, word in ((["--nnodes", "1:2"], "elastic rendezvous"), (["--nnodes", "2:1"], "MIN is above MAX"),
+                    (["--nnodes", "1:2:3"], "MIN:MAX"), (["--nnodes", "x"], "--nnodes (MIN)"),
+                    (["--nnodes", "0"], "--nnodes (MIN)"), (["--nnodes", "2", "--num_machines", "3"], "disagree")):
+    p = subprocess.run([ACCEL, "launch", *flags, "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, env=CLEAN, timeout=30)
+    if p.returncode != 2 or word not in p.stderr or "--nnodes" not in p.stderr:
+        failures.append("%s: exit %d, expected 2 with %r: %s" % (flags, p.returncode, word, p.stderr.strip()[:300]))
 
 if failures:
     print("FAILED:\n  " + "\n  ".join(failures))

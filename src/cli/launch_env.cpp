@@ -1,0 +1,127 @@
+#include "cli/launch_env.hpp"
+
+#include "cli/launch_config.hpp"
+#include "common/error.hpp"
+
+#include <cstdlib>
+
+namespace accel::cli {
+
+std::optional<std::string> process_env(const char *name)
+{
+    const char *v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+}
+
+int checked_int(const std::string &what, const std::string &v, int min, int max)
+{
+    const std::optional<int> x = parse_int_in(v, min, max);
+    if (!x)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": expected an integer in " + std::to_string(min) + ".." +
+                                             std::to_string(max) + ", got \"" + v + "\"");
+    return *x;
+}
+
+std::pair<int, int> parse_nnodes(const std::string &text, const std::string &what)
+{
+    const size_t colon = text.find(':');
+    if (colon != std::string::npos && text.find(':', colon + 1) != std::string::npos)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + "=" + text + ": expected a number of nodes or MIN:MAX");
+    const std::string min_text = text.substr(0, colon);
+    const int min = checked_int(what + " (MIN)", min_text, 1, 4096);
+    const int max = colon == std::string::npos ? min : checked_int(what + " (MAX)", text.substr(colon + 1), 1, 4096);
+    if (min > max) fail(ACCEL_ERR_INVALID_ARGUMENT, what + "=" + text + ": MIN is above MAX");
+    return {min, max};
+}
+
+int fixed_nnodes(const std::string &text, const std::string &what)
+{
+    const auto [min, max] = parse_nnodes(text, what);
+    if (min != max)
+        fail(ACCEL_ERR_UNIMPLEMENTED,
+             what + "=" + text + ": a changing number of machines (MIN:MAX) needs an elastic rendezvous that admits "
+                                 "machines as they come, which accel launch does not have; give one number (see "
+                                 "docs/concepts/limitations.md)");
+    return min;
+}
+
+namespace {
+
+// torchrun's PET_* variables (each torchrun flag as PET_<FLAG>: how Kubeflow Trainer v2 and PyTorchJob with
+// nprocPerNode configure the launcher of each node); and PyTorchJob v1's own form - RANK is the node's rank and
+// WORLD_SIZE counts every process (training-operator >= 1.7), MASTER_ADDR / MASTER_PORT the rendezvous - when
+// PET_NPROC_PER_NODE says how many processes a node starts. Only with PET_NPROC_PER_NODE: a RANK inherited from an
+// outer launcher otherwise means nothing to this one.
+void torchrun_env_defaults(ClusterFlags &o, const EnvLookup &env)
+{
+    const std::optional<std::string> nproc_text = env("PET_NPROC_PER_NODE");
+    if (!o.num_machines)
+        if (auto v = env("PET_NNODES")) o.num_machines = fixed_nnodes(*v, "PET_NNODES");
+    if (!o.machine_rank)
+        if (auto v = env("PET_NODE_RANK")) o.machine_rank = checked_int("PET_NODE_RANK", *v, 0, 4095);
+    if (!o.main_process_ip)
+        if (auto v = env("PET_MASTER_ADDR")) o.main_process_ip = *v;
+    if (!o.main_process_port)
+        if (auto v = env("PET_MASTER_PORT")) o.main_process_port = checked_int("PET_MASTER_PORT", *v, 1, 65535);
+    if (!o.max_restarts)
+        if (auto v = env("PET_MAX_RESTARTS")) o.max_restarts = checked_int("PET_MAX_RESTARTS", *v, 0, 1000000);
+    if (!o.rdzv_id)
+        if (auto v = env("PET_RDZV_ID")) o.rdzv_id = *v;
+    if (!nproc_text) return;
+    // torchrun also takes "gpu", "cpu" and "auto" here; a node of accel's runs a given number of processes.
+    const int nproc = checked_int("PET_NPROC_PER_NODE", *nproc_text, 1, 4096);
+    // PyTorchJob v1: the node's place from RANK / WORLD_SIZE / MASTER_*, where PET_* did not give it.
+    if (!o.machine_rank)
+        if (auto v = env("RANK")) o.machine_rank = checked_int("RANK (PyTorchJob's node rank)", *v, 0, 4095);
+    if (!o.num_machines)
+        if (auto v = env("WORLD_SIZE")) {
+            const int total = checked_int("WORLD_SIZE (PyTorchJob's number of processes)", *v, 1, 1 << 20);
+            if (total % nproc != 0)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "WORLD_SIZE=" + *v + " is not a multiple of PET_NPROC_PER_NODE=" +
+                                                     *nproc_text + " (PyTorchJob's WORLD_SIZE counts every process "
+                                                                   "of every node)");
+            if (total / nproc > 4096)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "WORLD_SIZE=" + *v + " / PET_NPROC_PER_NODE=" + *nproc_text +
+                                                     ": more than 4096 machines");
+            o.num_machines = total / nproc;
+        }
+    if (!o.main_process_ip)
+        if (auto v = env("MASTER_ADDR")) o.main_process_ip = *v;
+    if (!o.main_process_port)
+        if (auto v = env("MASTER_PORT")) o.main_process_port = checked_int("MASTER_PORT", *v, 1, 65535);
+    if (!o.num_processes) o.num_processes = nproc * o.num_machines.value_or(1);
+}
+
+} // namespace
+
+void cluster_env_defaults(ClusterFlags &o, const EnvLookup &env)
+{
+    torchrun_env_defaults(o, env);
+    // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
+    if (!o.num_machines)
+        if (auto v = env("SLURM_NNODES")) o.num_machines = checked_int("SLURM_NNODES", *v, 1, 4096);
+    if (!o.machine_rank)
+        if (auto v = env("SLURM_NODEID")) o.machine_rank = checked_int("SLURM_NODEID", *v, 0, 4095);
+    if (!o.main_process_ip)
+        if (auto v = env("SLURM_JOB_NODELIST"))
+            if (std::string host = first_slurm_host(*v); !host.empty()) o.main_process_ip = host;
+}
+
+std::string first_slurm_host(const std::string &list)
+{
+    std::string host;
+    for (size_t i = 0; i < list.size(); ++i) {
+        char c = list[i];
+        if (c == ',') break;
+        if (c == '[') {
+            size_t j = i + 1;
+            while (j < list.size() && list[j] != '-' && list[j] != ',' && list[j] != ']') host += list[j++];
+            break;
+        }
+        host += c;
+    }
+    return host;
+}
+
+} // namespace accel::cli

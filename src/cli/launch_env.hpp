@@ -1,0 +1,41 @@
+// The flags `accel launch` takes from a cluster engine's environment when the command line leaves them out:
+// torchrun's PET_* variables, PyTorchJob v1's RANK / WORLD_SIZE form, Slurm's SLURM_*; and torchrun's "N" /
+// "MIN:MAX" number of nodes. Kept apart from launch.cpp (which starts processes) so that tests/fuzz can run them
+// alone: a bad value is an accel::Error naming the variable, which launch turns into its usage error.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace accel::cli {
+
+struct ClusterFlags {
+    std::optional<int> num_processes, num_machines, machine_rank, main_process_port, max_restarts;
+    std::optional<std::string> main_process_ip, rdzv_id;
+};
+
+// A variable's value; nullopt when unset or empty (torchrun treats both alike).
+using EnvLookup = std::function<std::optional<std::string>(const char *name)>;
+// std::getenv.
+std::optional<std::string> process_env(const char *name);
+
+// An integer in [min, max] ("what: expected an integer in min..max, got \"v\"", INVALID_ARGUMENT otherwise).
+int checked_int(const std::string &what, const std::string &v, int min, int max);
+
+// torchrun's --nnodes: "N" or "MIN:MAX" (torch.distributed.run's parse_min_max_nnodes, and its check
+// 0 < MIN <= MAX); the pair (MIN, MAX). INVALID_ARGUMENT naming `what` otherwise.
+std::pair<int, int> parse_nnodes(const std::string &text, const std::string &what);
+// The number of machines of an "N" or "MIN:MAX" with MIN == MAX. A range (MIN < MAX) asks for an elastic
+// rendezvous that admits machines as they come, which accel launch does not have: UNIMPLEMENTED naming `what`.
+int fixed_nnodes(const std::string &text, const std::string &what);
+
+// Fills the flags still unset from torchrun's PET_* (and, with PET_NPROC_PER_NODE, PyTorchJob v1's RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT), then Slurm's SLURM_NNODES / SLURM_NODEID / SLURM_JOB_NODELIST.
+void cluster_env_defaults(ClusterFlags &flags, const EnvLookup &env);
+
+// Slurm's hostlist "node[01-04],gpu7" -> "node01": the first host, without scontrol.
+std::string first_slurm_host(const std::string &list);
+
+} // namespace accel::cli
