@@ -840,3 +840,4 @@ ACCEL_HANDLE_CLASS(Accelerator)
 %include "save.i"
 %include "state_dict.i"
 %include "memory.i"
+%include "dispatch.i"

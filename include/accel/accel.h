@@ -18,5 +18,6 @@
 #include <accel/tracking.h>
 #include <accel/log.h>
 #include <accel/memory.h>
+#include <accel/dispatch.h>
 
 #endif /* ACCEL_ACCEL_H */

@@ -329,6 +329,19 @@ public:
     {
         check(accel_model_save_pretrained(get(), path.c_str(), options.empty() ? nullptr : options.c_str()));
     }
+    /** Accelerate's dispatch_model (accel/dispatch.h): modules where @p device_map_json says; disk modules in
+     *  options' "offload_dir", read layer by layer during forward_no_grad and generate. */
+    void dispatch(const std::string &device_map_json, const std::string &options = "")
+    {
+        check(accel_model_dispatch(get(), device_map_json.c_str(), options.empty() ? nullptr : options.c_str()));
+    }
+    /** Accelerate's load_checkpoint_and_dispatch: loads @p checkpoint_path, then dispatches with options'
+     *  "device_map" and "offload_folder". */
+    void load_checkpoint_and_dispatch(const std::string &checkpoint_path, const std::string &options = "")
+    {
+        check(accel_model_load_checkpoint_and_dispatch(get(), checkpoint_path.c_str(),
+                                                       options.empty() ? nullptr : options.c_str()));
+    }
     Tensor forward(const Tensor &input)
     {
         accel_tensor_t *raw = nullptr;

@@ -1,6 +1,7 @@
 #include "accelerator/accelerator.hpp"
 #include "tracking/tracking.hpp"
 
+#include "big_modeling/dispatch.hpp"
 #include "checkpointing/async_save.hpp"
 
 #include "common/allocator.hpp"
@@ -135,6 +136,10 @@ void Accelerator::check_owner(const std::shared_ptr<AcceleratorState> &owner, co
 void Accelerator::prepare_model(Model &model)
 {
     check_owner(model.prepared_by, "model");
+    // Its offloaded weights exist only while their layer computes: nothing could train or shard them.
+    if (big_modeling::is_dispatched(model))
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "model: a dispatched model (accel_model_dispatch, disk offload) is for "
+                                            "inference and cannot be prepared; prepare the model in memory instead");
     // A model built partitioned (zero3_init_flag) is gathered as the sharding engine packs it; anything else
     // needs it whole first.
     if (auto partitioned = parallel::PartitionedAtInit::of(model); partitioned && !state_->config.sharding.enabled()) {

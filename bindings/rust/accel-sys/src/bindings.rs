@@ -1303,3 +1303,17 @@ extern "C" {
         out: *mut i64,
     ) -> accel_status_t;
 }
+extern "C" {
+    pub fn accel_model_dispatch(
+        model: *mut accel_model_t,
+        device_map_json: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_model_load_checkpoint_and_dispatch(
+        model: *mut accel_model_t,
+        checkpoint_path: *const core::ffi::c_char,
+        options_json: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}

@@ -32,6 +32,7 @@ use std::ptr;
 
 mod checkpoint;
 mod datasets;
+mod dispatch;
 pub mod log;
 mod memory;
 mod distributed;

@@ -1,0 +1,198 @@
+#include "big_modeling/dispatch.hpp"
+
+#include "accelerator/accelerator.hpp"
+#include "big_modeling/device_map.hpp"
+#include "big_modeling/offload_folder.hpp"
+#include "common/allocator.hpp"
+#include "common/error.hpp"
+#include "common/files.hpp"
+#include "model/model.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <memory>
+#include <set>
+
+namespace accel::big_modeling {
+
+namespace {
+
+// A parameter with no memory and its shape and dtype (what a released disk parameter holds between forwards).
+at::Tensor shell_like(const at::Tensor &p)
+{
+    at::Tensor shell = at::empty({0}, p.options().device(at::kCPU)); // CPU: the execution device (also for meta)
+    shell.unsafeGetTensorImpl()->set_sizes_contiguous(p.sizes());
+    return shell;
+}
+
+// The forward seam's hooks of a dispatched model: a disk parameter is read from the folder before its layer
+// computes and released after (models without layers: around the whole forward).
+class OffloadHooks final : public ForwardHooks {
+public:
+    struct Slot {
+        std::string name;
+        at::Tensor param; // the model's own tensor: set_data changes what every holder of it computes with
+        size_t layer = 0;
+        bool loaded = false;
+    };
+
+    OffloadHooks(std::shared_ptr<const OffloadFolder> folder, std::vector<Slot> slots, bool layered)
+        : folder_(std::move(folder)), slots_(std::move(slots)), layered_(layered)
+    {
+        for (auto &s : slots_) release(s);
+    }
+
+    at::Tensor before_forward(const at::Tensor &input) override
+    {
+        check_no_grad();
+        if (!layered_)
+            for (auto &s : slots_) load(s);
+        return input;
+    }
+    void before_layer(size_t layer) override
+    {
+        check_no_grad();
+        for (auto &s : slots_)
+            if (s.layer == layer) load(s);
+    }
+    at::Tensor after_layer(size_t layer, const at::Tensor &out) override
+    {
+        for (auto &s : slots_)
+            if (s.layer == layer) release(s);
+        return out;
+    }
+    at::Tensor after_forward(const at::Tensor &out) override
+    {
+        for (auto &s : slots_) release(s);
+        return out;
+    }
+    void check_access(const char *what) const override
+    {
+        // generate runs the layers through this seam (each layer's weights are read there).
+        if (std::strcmp(what, "generate") == 0) return;
+        fail(ACCEL_ERR_FAILED_PRECONDITION,
+             std::string(what) + ": the model is dispatched with disk offload (accel_model_dispatch): its parameters "
+                                 "mapped to \"disk\" live in " + folder_->dir() +
+                 " and exist in memory only while their layer computes; read them from that folder");
+    }
+
+private:
+    void check_no_grad() const
+    {
+        if (!at::GradMode::is_enabled()) return;
+        for (const auto &s : slots_)
+            if (s.param.requires_grad())
+                fail(ACCEL_ERR_FAILED_PRECONDITION,
+                     "model: a model dispatched with disk offload computes without gradients (its offloaded weights "
+                     "are released after each layer, so no backward can follow): use accel_model_forward_no_grad or "
+                     "accel_model_generate");
+    }
+    void load(Slot &s) const
+    {
+        if (s.loaded) return;
+        at::Tensor t = at::empty(s.param.sizes(), s.param.options().device(at::kCPU));
+        folder_->load_into(s.name, t);
+        s.param.set_data(t);
+        s.loaded = true;
+    }
+    static void release(Slot &s)
+    {
+        s.param.set_data(shell_like(s.param));
+        s.loaded = false;
+    }
+
+    std::shared_ptr<const OffloadFolder> folder_;
+    std::vector<Slot> slots_;
+    bool layered_;
+};
+
+} // namespace
+
+bool is_dispatched(const Model &model)
+{
+    return dynamic_cast<const OffloadHooks *>(model.forward_hooks.get()) != nullptr;
+}
+
+void dispatch_model(Model &model, const config::DeviceMap &map, const config::DispatchOptions &options)
+{
+    if (model.prepared_by)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "model: a prepared model cannot be dispatched (dispatch it before, and "
+                                            "only for inference)");
+    if (is_dispatched(model)) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already dispatched");
+    if (model.forward_hooks)
+        fail(ACCEL_ERR_FAILED_PRECONDITION, "model: its parameters are partitioned (zero3_init_flag); it cannot be "
+                                            "dispatched");
+    check_device_map(model, map, "device_map");
+    std::set<std::string> disk_modules;
+    for (const auto &[name, target] : map) {
+        if (target.kind == config::DeviceTarget::Kind::gpu)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "device_map: \"" + name + "\": " + target.str() +
+                                              ": dispatching onto a GPU is not built yet (\"cpu\" and \"disk\" are)");
+        if (target.kind == config::DeviceTarget::Kind::disk) disk_modules.insert(name);
+    }
+    // Everything on the CPU: nothing to move and nothing to hook (force_hooks changes nothing on the CPU).
+    if (disk_modules.empty()) return;
+    if (options.offload_dir.empty()) {
+        std::string names;
+        for (const auto &n : disk_modules) names += (names.empty() ? "" : ", ") + (n.empty() ? std::string("\"\"") : n);
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "options_json.offload_dir: needed to dispatch this model according to this "
+                                         "device_map; the following submodules need to be offloaded: " + names);
+    }
+    auto on_disk = [&](const std::string &tensor) {
+        const config::DeviceTarget *t = device_for(map, tensor);
+        return t != nullptr && t->kind == config::DeviceTarget::Kind::disk;
+    };
+    std::vector<std::pair<std::string, at::Tensor>> to_write;
+    for (const auto &[n, t] : model.named_parameters())
+        if (on_disk(n)) to_write.emplace_back(n, t);
+    bool disk_buffers = false;
+    for (const auto &[n, t] : model.named_buffers())
+        if (on_disk(n)) {
+            to_write.emplace_back(n, t);
+            disk_buffers = true;
+        }
+    if (options.offload_buffers && disk_buffers)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "options_json.offload_buffers: offloading buffers is not built yet (buffers of "
+                                      "disk modules stay in memory when it is false)");
+    // dispatch_model's rule: a folder that already holds an index is the weights' source, else they are written.
+    const std::string dir = normalize_path(options.offload_dir);
+    if (!exists(join(dir, kOffloadIndex))) {
+        for (const auto &[n, t] : to_write)
+            if (t.is_meta())
+                fail(ACCEL_ERR_FAILED_PRECONDITION, "model: \"" + n + "\" (mapped to disk) has no values yet (empty "
+                                                    "init): load them (accel_model_load_checkpoint_and_dispatch) or give "
+                                                    "an offload_dir whose index.json holds them");
+        offload_state_dict(dir, to_write);
+    }
+    auto folder = std::make_shared<const OffloadFolder>(dir);
+
+    const std::vector<size_t> layers = model.parameter_layers();
+    const bool layered = !model.layer_types().empty();
+    std::vector<OffloadHooks::Slot> slots;
+    const auto &params = model.named_parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+        if (!on_disk(params[i].first)) continue;
+        const OffloadEntry *e = folder->find(params[i].first);
+        if (e == nullptr)
+            fail(ACCEL_ERR_NOT_FOUND, "options_json.offload_dir: " + join(dir, kOffloadIndex) + " has no entry for \"" +
+                                          params[i].first + "\" (mapped to disk)");
+        if (at::IntArrayRef(e->shape) != params[i].second.sizes())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "options_json.offload_dir: \"" + params[i].first + "\" has shape " +
+                                                 c10::str(at::IntArrayRef(e->shape)) + " in " + dir + ", the model's " +
+                                                 c10::str(params[i].second.sizes()));
+        slots.push_back({params[i].first, params[i].second, layered && i < layers.size() ? layers[i] : 0, false});
+    }
+    model.forward_hooks = std::make_shared<OffloadHooks>(std::move(folder), std::move(slots), layered);
+    // The released weights stop counting at once (glibc may otherwise keep the freed pages in its heap).
+    return_free_memory();
+}
+
+void load_checkpoint_and_dispatch(Model &model, const std::string &checkpoint, const config::LoadAndDispatchOptions &options)
+{
+    if (is_dispatched(model)) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already dispatched");
+    (void)load_checkpoint_in_model(model, checkpoint, options.load);
+    if (options.device_map) dispatch_model(model, *options.device_map, options.dispatch);
+}
+
+} // namespace accel::big_modeling
