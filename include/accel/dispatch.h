@@ -2,7 +2,7 @@
  * Dispatch with CPU and disk offload (Accelerate's dispatch_model and load_checkpoint_and_dispatch): each module's
  * weights live where a device map says ({"model.layers.0": "disk", "lm_head": "cpu", "": "cpu"}; the longest
  * matching module name wins; accel_model_infer_auto_device_map computes one). Modules mapped to "disk" keep their
- * weights in an offload folder in Accelerate's format (index.json + one <name>.dat per tensor, as Python's
+ * weights in an offload folder in Accelerate's format (index.json + one \<name\>.dat per tensor, as Python's
  * offload_state_dict writes and load_offloaded_weights reads): between forwards their parameters hold no memory,
  * and each top-level layer's are read from the folder just before it computes and released after it. The
  * execution device is the CPU (GPU targets are ACCEL_ERR_UNIMPLEMENTED), so "cpu" modules stay in memory and
