@@ -21,7 +21,7 @@
 #include "model/pretrained.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
-#include "parallel/tensor_parallel/plan.hpp"
+#include "parallel/tensor_parallel/whole_state.hpp"
 #include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
 #include "scheduler/accelerated_scheduler.hpp"
@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -150,6 +151,29 @@ private:
     std::vector<parallel::ShardedDataParallel *> summoned_;
 };
 
+std::vector<const Model *> raw(const std::vector<std::shared_ptr<Model>> &models)
+{
+    std::vector<const Model *> out;
+    for (const auto &m : models) out.push_back(m.get());
+    return out;
+}
+
+// Tensor parallelism's split models and their optimizers, whole for a checkpoint (whole_state.hpp): saved and
+// loaded in one process's layout, whatever tp wrote or reads the folder. Null when no model is split.
+std::unique_ptr<parallel::tp::WholeForCheckpoint>
+whole_split_models(const std::vector<const Model *> &models, const std::vector<std::shared_ptr<AcceleratedOptimizer>> &optimizers)
+{
+    std::vector<parallel::tp::WholeForCheckpoint::Part> parts;
+    for (const Model *m : models) {
+        if (!parallel::tp::split_of(*m)) continue;
+        parallel::tp::WholeForCheckpoint::Part part{m, {}};
+        for (const auto &o : optimizers)
+            if (o->model().get() == m) part.optimizers.push_back(o.get());
+        parts.push_back(std::move(part));
+    }
+    return parts.empty() ? nullptr : std::make_unique<parallel::tp::WholeForCheckpoint>(std::move(parts));
+}
+
 } // namespace
 
 bool Accelerator::writes_main_files() const
@@ -201,7 +225,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
 {
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
-    for (const auto &m : models_) parallel::tp::refuse_checkpoint_of_split_model(*m, "save_state");
+    const auto tp_whole = whole_split_models(raw(models_), optimizers_);
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
     const bool main = writes_main_files();
     // The state is gathered here, on the calling thread (optimizer state, user callbacks); the files are
@@ -306,7 +330,6 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
 {
     profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
-    for (const auto &m : models_) parallel::tp::refuse_checkpoint_of_split_model(*m, "load_state");
     const auto &project = state_->config.project;
     const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
     // Accelerate loads into what is prepared and ignores the rest: with nothing prepared, a folder's weights
@@ -321,6 +344,8 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     for (size_t c = 0;; ++c) {
         run_state_hooks(false, candidates[c]); // outside the try: a hook's failure is not a damaged folder
         try {
+            // Loaded into the whole tensors, then each rank keeps its slices of them.
+            const auto tp_whole = whole_split_models(raw(models_), optimizers_);
             load_folder(candidates[c], options);
         } catch (const distributed::Rejected &e) {
             // Automatic naming: a newest checkpoint that is damaged or incomplete (every process agreed, so every
@@ -512,13 +537,14 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
                              const config::SaveModelOptions &options)
 {
     profiling::Range range(profiling::kSaveModel);
-    parallel::tp::refuse_checkpoint_of_split_model(model, "save_model");
     const std::string dir = normalize_path(save_directory);
     if (exists(dir) && !is_dir(dir))
         fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");
     // A sharded model's weights are gathered whole first (every rank calls save_model, as in Accelerate).
     std::unique_ptr<SummonWhole> whole;
     if (auto *e = sharded_of(model)) whole = std::make_unique<SummonWhole>(std::vector<parallel::ShardedDataParallel *>{e});
+    // A tensor-parallel model's weights are gathered over the tp group the same way (one rank writes them).
+    const auto tp_whole = whole_split_models({&model}, {});
     if (!writes_main_files()) return;
     // The weights, and config.json for models that have a transformers counterpart: save_pretrained's folder.
     write_pretrained(model, dir, options);

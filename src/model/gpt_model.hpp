@@ -69,6 +69,7 @@ public:
     void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group);
     // How each parameter (by name) is split: empty without tensor parallelism.
     const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const { return tp_slicing_; }
+    const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const { return tp_group_; }
     // Context parallelism (applied at prepare by parallel/context_parallel/plan.hpp): forward() then takes this
     // rank's part of each sequence (sequence_split.hpp: what the prepared loader yields), embeds it at its
     // whole-sequence positions, runs every block's attention over the whole sequence through the cp group, and

@@ -33,6 +33,9 @@
  * every optimizer step; ACCEL_TEST_DIE_AT=K with ACCEL_TEST_DIE_RANK=R makes rank R kill itself (SIGKILL) at step
  * K in the first round (TORCHELASTIC_RESTART_COUNT 0; every round with ACCEL_TEST_DIE_EVERY_ROUND set), before that
  * step's save, or after it with ACCEL_TEST_DIE_AFTER_SAVE=1. It prints "elastic: ..." lines with wall-clock times (the restart time).
+ * Tensor parallelism (tests/distributed/run_tp.py): ACCEL_TEST_SAME_SEED=1 seeds every rank alike (tp builds the
+ * model whole on every rank and slices it; nothing is broadcast over the tp group), ACCEL_TEST_GPT_HEADS sets
+ * the gpt's n_head (4 for tp 4), and ACCEL_TEST_SAVE_MODEL=DIR calls save_model(DIR) after training.
  */
 #include "dist_common.h"
 
@@ -156,8 +159,9 @@ int main(int argc, char **argv)
         /* The tied head shares transformer.wte.weight: DDP must keep one tensor, reduced once. */
         snprintf(spec, sizeof spec,
                  "{\"type\": \"gpt\", \"vocab_size\": 11, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 2,"
-                 " \"n_head\": 2, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0,"
-                 " \"activation_checkpointing\": %s}", strcmp(gpt, "checkpointing") == 0 ? "true" : "false");
+                 " \"n_head\": %d, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0,"
+                 " \"activation_checkpointing\": %s}", getenv("ACCEL_TEST_GPT_HEADS") ? atoi(getenv("ACCEL_TEST_GPT_HEADS")) : 2,
+                 strcmp(gpt, "checkpointing") == 0 ? "true" : "false");
         if (strcmp(gpt, "llama") == 0)
             snprintf(spec, sizeof spec,
                      "{\"type\": \"llama\", \"vocab_size\": 11, \"hidden_size\": 8, \"intermediate_size\": 12,"
@@ -176,7 +180,7 @@ int main(int argc, char **argv)
     /* Different seeds on every rank: DDP must broadcast rank 0's initial weights. */
     int32_t rank = 0;
     DIST_CHECK(accel_process_get_index(&rank));
-    DIST_CHECK(accel_random_set_seed(1000 + (uint64_t)rank, false, false));
+    DIST_CHECK(accel_random_set_seed(1000 + (getenv("ACCEL_TEST_SAME_SEED") ? 0 : (uint64_t)rank), false, false));
     DIST_CHECK(accel_accelerator_create(config, &acc));
     DIST_CHECK(accel_tensor_create(x, sizeof x, ACCEL_DTYPE_FLOAT32, xs, 2, &features));
     DIST_CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &labels));
@@ -339,6 +343,7 @@ int main(int argc, char **argv)
         }
     }
     DIST_CHECK(accel_accelerator_wait_for_checkpoint(acc));
+    if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL) DIST_CHECK(accel_accelerator_save_model(acc, model, getenv("ACCEL_TEST_SAVE_MODEL"), NULL));
 
     /* A sharded model's parameters are whole only between summon_full_params_begin and _end. */
     accel_status_t summon = accel_accelerator_summon_full_params_begin(acc, model);
@@ -374,9 +379,12 @@ int main(int argc, char **argv)
             DIST_CHECK(accel_model_get_tensor(model, "lm_head.weight", &head));
             DIST_CHECK(accel_model_get_tensor(model, strcmp(gpt, "llama") == 0 ? "model.embed_tokens.weight"
                                                                                : "transformer.wte.weight", &wte));
-            DIST_CHECK(accel_tensor_copy_to_buffer(head, a, sizeof a));
-            DIST_CHECK(accel_tensor_copy_to_buffer(wte, b, sizeof b));
-            DIST_EXPECT(memcmp(a, b, sizeof a) == 0, "lm_head.weight differs from the token embedding");
+            /* Under tensor parallelism: this rank's rows of the (padded) vocabulary, fewer than 11. */
+            const size_t bytes = (size_t)dist_numel(wte) * sizeof(float);
+            DIST_EXPECT(bytes <= sizeof a, "the token embedding holds %zu bytes", bytes);
+            DIST_CHECK(accel_tensor_copy_to_buffer(head, a, bytes));
+            DIST_CHECK(accel_tensor_copy_to_buffer(wte, b, bytes));
+            DIST_EXPECT(memcmp(a, b, bytes) == 0, "lm_head.weight differs from the token embedding");
             accel_tensor_free(head);
             accel_tensor_free(wte);
         }

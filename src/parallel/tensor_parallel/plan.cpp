@@ -90,6 +90,15 @@ public:
         if (dp_) m.ddp_bucket_bytes = dp_->memory().ddp_bucket_bytes;
         return m;
     }
+    // The model computes with each rank's slices: there is no whole form to compute with while summoned (code
+    // written for FSDP - summon, then generate - goes on with the model as it is, as for DDP).
+    void summon_full_params(bool) override
+    {
+        fail(ACCEL_ERR_FAILED_PRECONDITION,
+             "model: is split by tensor parallelism (tp_size " + std::to_string(tp_->size()) +
+                 "): it computes with each rank's slices, which accel_model_get_tensor reads; save_model and "
+                 "save_state write the whole tensors");
+    }
     // free_memory: the data-parallel wrapper lets go; the model stays split (the limitations page says so).
     void release(Model &model) override
     {
@@ -104,14 +113,6 @@ private:
 };
 
 } // namespace
-
-void refuse_checkpoint_of_split_model(const Model &model, const char *what)
-{
-    const auto *gpt = dynamic_cast<const GptModel *>(&model);
-    if (gpt != nullptr && !gpt->tensor_parallel_slicing().empty())
-        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": checkpoints of a tensor-parallel model (tp_size > 1: whole "
-                                                          "tensors gathered over the tp group) are not built yet");
-}
 
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
                                                          const config::DistributedDataParallelKwargs &ddp)

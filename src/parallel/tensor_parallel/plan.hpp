@@ -2,7 +2,8 @@
 // parameters and swaps its linears (GptModel::apply_tensor_parallel), and the returned wrapper is the one
 // the Accelerator keeps for the model: DDP over the data-parallel ranks (dp_replicate) inside, gradient
 // clipping over the tp group (each shard counted once, each replicated parameter once). Models without a
-// plan: ACCEL_ERR_UNIMPLEMENTED naming the model type.
+// plan: ACCEL_ERR_UNIMPLEMENTED naming the model type. summon_full_params: FAILED_PRECONDITION (the model computes
+// with its slices); checkpoints gather the whole tensors (whole_state.hpp).
 #pragma once
 
 #include "parallel/wrapper.hpp"
@@ -25,10 +26,5 @@ namespace accel::parallel::tp {
 
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
                                                          const config::DistributedDataParallelKwargs &ddp);
-
-// save_state / load_state / save_model of a model split by tensor parallelism: ACCEL_ERR_UNIMPLEMENTED naming
-// `what` (its tensors would have to be gathered over tp into whole ones; not built yet) instead of files of
-// one rank's slices under whole tensors' names. Nothing for any other model.
-void refuse_checkpoint_of_split_model(const Model &model, const char *what);
 
 } // namespace accel::parallel::tp

@@ -1,0 +1,124 @@
+#include "parallel/tensor_parallel/whole_state.hpp"
+
+#include "common/error.hpp"
+#include "distributed/communicator.hpp"
+#include "model/gpt_model.hpp"
+#include "optimizer/accelerated_optimizer.hpp"
+
+#include <ATen/core/grad_mode.h>
+
+namespace accel::parallel::tp {
+
+namespace {
+
+// The model's own tensor named `name` (a handle sharing its TensorImpl: set_data on it changes the model's).
+at::Tensor tensor_named(const Model &model, const std::string &name)
+{
+    const at::Tensor *t = model.find_tensor(name);
+    if (t == nullptr) fail(ACCEL_ERR_INTERNAL, "tensor parallel: the plan names \"" + name + "\", which the model lacks");
+    return *t;
+}
+
+bool is_whole(const at::Tensor &t, const ParameterSlicing &s) { return t.size(s.dim) == s.whole; }
+
+// Every rank's slice joined in rank order, the padding past `whole` dropped.
+at::Tensor gathered(const at::Tensor &slice, const ParameterSlicing &s, distributed::Communicator &group)
+{
+    std::vector<at::Tensor> parts = group.allgather(slice.detach().contiguous());
+    return join(parts, s.dim, s.groups).narrow(s.dim, 0, s.whole).contiguous();
+}
+
+// The optimizer state tensors of a split parameter, checked to be shaped as their parameter.
+std::vector<at::Tensor> state_of(AcceleratedOptimizer &optimizer, const at::Tensor &p, const std::string &name)
+{
+    std::vector<at::Tensor> st = optimizer.state_tensors(p);
+    for (const auto &t : st)
+        if (t.defined() && t.dim() != p.dim())
+            fail(ACCEL_ERR_UNIMPLEMENTED, "tensor parallel: the optimizer state of \"" + name + "\" is not shaped as the "
+                                          "parameter (factored moments); checkpoints of it under tp_size > 1 are not built yet");
+    return st;
+}
+
+template <typename Fn> void for_each_split(const Model &model, Fn &&fn)
+{
+    const SplitModel split = split_of(model);
+    if (!split) return;
+    at::NoGradGuard no_grad;
+    for (const auto &[name, s] : *split.slicing) fn(name, s, tensor_named(model, name), *split.group);
+}
+
+} // namespace
+
+SplitModel split_of(const Model &model)
+{
+    const auto *gpt = dynamic_cast<const GptModel *>(&model);
+    if (gpt == nullptr || gpt->tensor_parallel_slicing().empty()) return {};
+    return {&gpt->tensor_parallel_slicing(), gpt->tensor_parallel_group()};
+}
+
+void gather_parameters(const Model &model)
+{
+    for_each_split(model, [](const std::string &, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
+        if (!is_whole(p, s)) p.set_data(gathered(p, s, g));
+    });
+}
+
+void slice_parameters(const Model &model)
+{
+    for_each_split(model, [](const std::string &, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
+        if (is_whole(p, s)) p.set_data(slice_parameter(p.detach(), s, g.rank(), g.size()));
+    });
+}
+
+void gather_optimizer_state(const Model &model, AcceleratedOptimizer &optimizer)
+{
+    for_each_split(model, [&](const std::string &name, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
+        std::vector<at::Tensor> st = state_of(optimizer, p, name);
+        if (st.empty()) return;
+        for (auto &t : st)
+            if (t.defined() && !is_whole(t, s)) t = gathered(t, s, g);
+        optimizer.set_state_tensors(p, st);
+    });
+}
+
+void slice_optimizer_state(const Model &model, AcceleratedOptimizer &optimizer)
+{
+    for_each_split(model, [&](const std::string &name, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
+        std::vector<at::Tensor> st = state_of(optimizer, p, name);
+        if (st.empty()) return;
+        for (auto &t : st)
+            if (t.defined() && is_whole(t, s)) t = slice_parameter(t, s, g.rank(), g.size());
+        optimizer.set_state_tensors(p, st);
+    });
+}
+
+WholeForCheckpoint::WholeForCheckpoint(std::vector<Part> parts) : parts_(std::move(parts))
+{
+    try {
+        for (const auto &part : parts_) {
+            if (!split_of(*part.model)) continue;
+            gather_parameters(*part.model);
+            for (auto *o : part.optimizers) gather_optimizer_state(*part.model, *o);
+        }
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+WholeForCheckpoint::~WholeForCheckpoint() { release(); }
+
+void WholeForCheckpoint::release() noexcept
+{
+    for (const auto &part : parts_) {
+        try {
+            if (!split_of(*part.model)) continue;
+            slice_parameters(*part.model);
+            for (auto *o : part.optimizers) slice_optimizer_state(*part.model, *o);
+        } catch (...) {
+        }
+    }
+    parts_.clear();
+}
+
+} // namespace accel::parallel::tp

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Tensor parallelism against one process, over Gloo (dist_train's gpt under `accel launch`).
+
+Every run ends with save_model (the whole weights, read back here from model.safetensors); dist_train's own file
+gives each step's clip_grad_norm total (its parameters are rank 0's slices under tp).
+
+equivalence: tp N (N processes, one tp group, every rank the same batch B) trains as one process with batch B:
+  parameters and every step's clip_grad_norm total within --tol.
+resume: save_state at tp --save-tp after N steps; load_state at tp 1 (one process), tp 2 and tp 4 and N more steps
+  equal the uninterrupted one-process run of 2N steps within --tol; a one-process checkpoint loads at tp 2 too. The
+  folder holds one process's layout (model.safetensors with the same names and shapes as a one-process save, one
+  optimizer.bin), written by rank 0.
+save_model: save_model of the tp model writes one process's files byte for byte (untrained: the same weights),
+  and after training one process's names, shapes and order.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_dist import check_close, env_base, launch_cmd, log, run  # noqa: E402
+
+OPTIMIZERS = {"sgd": '{"type": "sgd", "lr": 0.1, "momentum": 0.9}',
+              "adamw": '{"type": "adamw", "lr": 0.01, "weight_decay": 0.01}'}
+
+
+def base_env(a):
+    e = env_base()
+    e.update({"ACCEL_TEST_GPT": "plain", "ACCEL_TEST_GPT_HEADS": "4", "ACCEL_TEST_SAME_SEED": "1",
+              "ACCEL_TEST_OPTIMIZER": OPTIMIZERS[a.optimizer], "ACCEL_TEST_CLIP": "0.5"})
+    return e
+
+
+def config(tp):
+    c = {"gradient_accumulation_steps": 2}
+    if tp > 1:
+        c["parallelism_config"] = {"tp_size": tp}
+    return json.dumps(c)
+
+
+def train(a, tp, out, steps, extra=None):
+    """dist_train on `tp` processes (one process when 1), every rank batch a.batch, ending with save_model(out.model
+    unless `extra` names another folder); returns its output."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
+    e = base_env(a)
+    e["ACCEL_TEST_SAVE_MODEL"] = out + ".model"
+    e.update(extra or {})
+    args = [prog, out, str(a.batch), str(steps), config(tp)]
+    return run(launch_cmd(a, tp) + args if tp > 1 else args, env=e, timeout=a.timeout).stdout
+
+
+def safetensors_header(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    head.pop("__metadata__", None)
+    return head, raw[8 + n:]
+
+
+def tensors_of(path):
+    head, data = safetensors_header(path)
+    out = {}
+    for k, h in head.items():
+        if h["dtype"] != "F32":
+            sys.exit("%s: %s is %s, expected F32" % (path, k, h["dtype"]))
+        b, e = h["data_offsets"]
+        out[k] = (h["shape"], struct.unpack("<%df" % ((e - b) // 4), data[b:e]))
+    return out
+
+
+def split_result(out, num_norms):
+    """(the saved weights in the file's order, the last `num_norms` gradient norms of dist_train's file)."""
+    weights = [x for _, v in tensors_of(os.path.join(out + ".model", "model.safetensors")).items() for x in v[1]]
+    data = open(out, "rb").read()
+    return weights, struct.unpack("<%dd" % num_norms, data[len(data) - 8 * num_norms:])
+
+
+def scenario_equivalence(a, tmp):
+    ref, got = os.path.join(tmp, "ref.bin"), os.path.join(tmp, "got.bin")
+    train(a, 1, ref, a.steps)
+    train(a, a.tp, got, a.steps)
+    (rp, rn), (gp, gn) = split_result(ref, a.steps), split_result(got, a.steps)
+    check_close(rp, gp, a.param_tol or a.tol, "parameters at tp %d" % a.tp)
+    check_close(rn, gn, a.tol, "clip_grad_norm totals per step at tp %d" % a.tp)
+
+
+def scenario_resume(a, tmp):
+    full = os.path.join(tmp, "full.bin")
+    train(a, 1, full, 2 * a.steps)
+    fp, fn_ = split_result(full, 2 * a.steps)
+    ckpts = {}
+    for tp in sorted({1, a.save_tp}):
+        ckpts[tp] = os.path.join(tmp, "ckpt_tp%d" % tp)
+        train(a, tp, os.path.join(tmp, "first_tp%d.bin" % tp), 2 * a.steps,
+              {"ACCEL_TEST_SAVE_AT": str(a.steps), "ACCEL_TEST_SAVE_DIR": ckpts[tp]})
+    saved, one = ckpts[a.save_tp], ckpts[1]
+    files = sorted(os.listdir(saved))
+    log("checkpoint files at tp %d: %s" % (a.save_tp, files))
+    for f in ("model.safetensors", "optimizer.bin"):
+        if f not in files:
+            sys.exit("%s is missing: the tp checkpoint must hold one process's layout" % f)
+    mine, theirs = tensors_of(os.path.join(saved, "model.safetensors")), tensors_of(os.path.join(one, "model.safetensors"))
+    if [(k, v[0]) for k, v in sorted(mine.items())] != [(k, v[0]) for k, v in sorted(theirs.items())]:
+        sys.exit("model.safetensors at tp %d holds %s, one process's holds %s" %
+                 (a.save_tp, sorted((k, v[0]) for k, v in mine.items()), sorted((k, v[0]) for k, v in theirs.items())))
+    check_close([x for k in sorted(theirs) for x in theirs[k][1]], [x for k in sorted(mine) for x in mine[k][1]],
+                a.tol, "saved weights at tp %d against one process's" % a.save_tp)
+    for tp in a.resume_tps:
+        out = os.path.join(tmp, "resumed_tp%d.bin" % tp)
+        train(a, tp, out, a.steps, {"ACCEL_TEST_LOAD": saved})
+        rp, rn = split_result(out, a.steps)
+        if tp == a.save_tp:  # the same arithmetic as the uninterrupted run at that tp: bit for bit
+            uninterrupted = os.path.join(tmp, "full_tp%d.bin" % tp)
+            train(a, tp, uninterrupted, 2 * a.steps)
+            up, un = split_result(uninterrupted, 2 * a.steps)
+            if up != rp or list(un[a.steps:]) != list(rn):
+                check_close(up, rp, 0.0, "parameters: saved and resumed at tp %d against the uninterrupted tp %d run" % (tp, tp))
+                sys.exit("gradient norms after resume at tp %d differ from the uninterrupted run's" % tp)
+            log("saved and resumed at tp %d: the uninterrupted tp %d run bit for bit" % (tp, tp))
+            if a.same_tp_only:
+                continue
+        check_close(fp, rp, a.tol, "parameters: saved at tp %d, resumed at tp %d" % (a.save_tp, tp))
+        check_close(fn_[a.steps:], rn, a.tol, "gradient norms after resume at tp %d" % tp)
+    if a.same_tp_only:
+        return
+    out = os.path.join(tmp, "resumed_from_one.bin")
+    train(a, a.save_tp, out, a.steps, {"ACCEL_TEST_LOAD": one})
+    rp, rn = split_result(out, a.steps)
+    check_close(fp, rp, a.tol, "parameters: saved by one process, resumed at tp %d" % a.save_tp)
+    check_close(fn_[a.steps:], rn, a.tol, "gradient norms: saved by one process, resumed at tp %d" % a.save_tp)
+
+
+def scenario_save_model(a, tmp):
+    for steps in (0, a.steps):
+        dirs = {}
+        for tp in (1, a.tp):
+            dirs[tp] = os.path.join(tmp, "model_tp%d_steps%d" % (tp, steps))
+            train(a, tp, os.path.join(tmp, "run_tp%d_steps%d.bin" % (tp, steps)), steps, {"ACCEL_TEST_SAVE_MODEL": dirs[tp]})
+        if sorted(os.listdir(dirs[a.tp])) != sorted(os.listdir(dirs[1])):
+            sys.exit("save_model at tp %d wrote %s, one process %s" % (a.tp, os.listdir(dirs[a.tp]), os.listdir(dirs[1])))
+        if steps == 0:
+            for f in sorted(os.listdir(dirs[1])):
+                if open(os.path.join(dirs[1], f), "rb").read() != open(os.path.join(dirs[a.tp], f), "rb").read():
+                    sys.exit("save_model at tp %d: %s differs from one process's" % (a.tp, f))
+            log("save_model at tp %d, untrained: %s byte for byte one process's" % (a.tp, sorted(os.listdir(dirs[1]))))
+            continue
+        mine, one = tensors_of(os.path.join(dirs[a.tp], "model.safetensors")), tensors_of(os.path.join(dirs[1], "model.safetensors"))
+        if [(k, v[0]) for k, v in mine.items()] != [(k, v[0]) for k, v in one.items()]:
+            sys.exit("save_model at tp %d: names, shapes or order differ from one process's" % a.tp)
+        check_close([x for v in one.values() for x in v[1]], [x for v in mine.values() for x in v[1]], a.tol,
+                    "save_model at tp %d after %d steps against one process's" % (a.tp, steps))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario", choices=["equivalence", "resume", "save_model"])
+    ap.add_argument("--bin", required=True, help="the build directory")
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--save-tp", type=int, default=2)
+    ap.add_argument("--resume-tps", default="1,2,4")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--param-tol", type=float, default=0.0, help="equivalence: the parameters' tolerance (default --tol)")
+    ap.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd")
+    ap.add_argument("--same-tp-only", action="store_true",
+                    help="resume: compare only the resume at --save-tp (bit for bit), not other tp against one process")
+    ap.add_argument("--timeout", type=int, default=120)
+    a = ap.parse_args()
+    a.resume_tps = [int(x) for x in a.resume_tps.split(",")]
+    tmp = tempfile.mkdtemp(prefix="accel_tp_")
+    {"equivalence": scenario_equivalence, "resume": scenario_resume, "save_model": scenario_save_model}[a.scenario](a, tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
