@@ -24,7 +24,8 @@ const DeviceTarget *device_for(const DeviceMap &map, const std::string &tensor_n
 
 // Accelerate's check_device_map: every parameter and buffer of `model` has an entry; otherwise
 // ACCEL_ERR_INVALID_ARGUMENT "<what> does not give any device for the following parameters: a, b, ...".
-// Also refuses entries naming no module or tensor of the model (a misspelt name would be ignored otherwise).
+// Entries naming nothing in the model are accepted, as Accelerate does: a map inferred on a transformers model may
+// name modules without parameters (dropout, rotary embeddings) that accel's models do not have.
 void check_device_map(const Model &model, const DeviceMap &map, const std::string &what);
 
 } // namespace accel::big_modeling

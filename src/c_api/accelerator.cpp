@@ -51,6 +51,9 @@ ACCEL_API accel_status_t accel_accelerator_prepare(accel_accelerator_t *accelera
                 fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(what) + ": already prepared by another accelerator");
         };
         if (model) owner_ok(model->impl->prepared_by, "model");
+        // An empty-init model whose weights were never loaded has nothing to train (forward_hooks: sharded or
+        // dispatched models place their weights themselves).
+        if (model && !model->impl->forward_hooks) model->impl->check_materialized("model");
         if (optimizer) owner_ok(optimizer->impl->prepared_by, "optimizer");
         if (dataloader) {
             owner_ok(dataloader->impl->prepared_by(), "dataloader");
@@ -73,7 +76,11 @@ ACCEL_API accel_status_t accel_accelerator_prepare(accel_accelerator_t *accelera
 
 ACCEL_API accel_status_t accel_accelerator_prepare_model(accel_accelerator_t *accelerator, accel_model_t *model) noexcept
 {
-    return guarded([&] { acc_of(accelerator).prepare_model(checked(model, "model").impl); });
+    return guarded([&] {
+        auto &m = checked(model, "model");
+        if (!m.impl->forward_hooks) m.impl->check_materialized("model");
+        acc_of(accelerator).prepare_model(m.impl);
+    });
 }
 
 ACCEL_API accel_status_t accel_accelerator_prepare_optimizer(accel_accelerator_t *accelerator,

@@ -144,7 +144,7 @@ accel_status_t load_checkpoint(accel_model_t *model, const char *path, const cha
         const char *p = checked_string(path, "path");
         if (p[0] == '\0') fail(ACCEL_ERR_INVALID_ARGUMENT, "path: must not be empty");
         auto opts = accel::config::parse_load_checkpoint_options(options_json, "options_json");
-        m.impl->check_tensor_access("load_checkpoint");
+        m.impl->check_tensor_access("load_checkpoint", /*loading=*/true);
         const accel::LoadReport report = accel::load_checkpoint_in_model(*m.impl, p, opts);
         if (!report.empty()) accel::logging::warning(std::string("load_checkpoint: ") + p + ": " + report.text());
         if (out_report != nullptr) *out_report = owned_string(report.json());

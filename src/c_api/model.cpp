@@ -227,7 +227,7 @@ ACCEL_API accel_status_t accel_model_load_state_dict(accel_model_t *model, const
                 fail(ACCEL_ERR_INVALID_ARGUMENT, "tensors[" + std::to_string(i) + "]: must not be NULL");
             entries.emplace_back(keys[i], tensors[i]->tensor);
         }
-        m.impl->check_tensor_access("model");
+        m.impl->check_tensor_access("model", /*loading=*/true);
         m.impl->load_state_dict(entries, strict);
     });
 }

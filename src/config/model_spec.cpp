@@ -170,6 +170,7 @@ ModelSpec parse_model_spec(const char *json)
     if (type.empty())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\", \"sequential\", \"gpt\" or \"llama\")");
     spec.frozen = parse_frozen(root);
+    spec.empty_init = root.get_bool("empty_init", false);
     if (type == "gpt") {
         const GptConfig c = parse_gpt_config(root);
         // transformer.wte, .wpe; per block c_attn + attn.c_proj (4 C^2), c_fc + mlp.c_proj (2 C inner), biases

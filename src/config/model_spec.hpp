@@ -58,6 +58,9 @@ struct ModelSpec {
     // "frozen": globs over parameter names (Model::set_requires_grad(glob, false)), for every model type; read
     // before the type's own keys so that each type's parser accepts it.
     std::vector<std::string> frozen;
+    // "empty_init": parameters on the meta device (Accelerate's init_empty_weights; src/big_modeling/empty_init.hpp),
+    // for every model type.
+    bool empty_init = false;
 };
 
 // Parses a spec. Sizes whose byte count overflows are ACCEL_ERR_INVALID_ARGUMENT naming their keys.

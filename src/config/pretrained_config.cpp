@@ -14,7 +14,7 @@ namespace accel::config {
 namespace {
 
 // Model options from_pretrained hands on into the spec unread: their owners' parsers check them there.
-constexpr const char *kForwarded[] = {"frozen", "lora"};
+constexpr const char *kForwarded[] = {"frozen", "lora", "empty_init"};
 
 // GPT2Config keys (and PretrainedConfig's) that do not change what GPT2LMHeadModel computes or trains:
 // generation and tokenizer settings, the heads of other GPT-2 classes (summary_*: GPT2DoubleHeadsModel),
@@ -73,6 +73,10 @@ FromPretrainedOptions parse_from_pretrained_options(const char *json, const char
         if (!text) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, root.path_of(key) + ": out of memory");
         o.model_options.emplace_back(key, text.get());
     }
+    o.empty_init = root.get_bool("empty_init", false);
+    if (o.empty_init && !o.adapter.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(what) + ": adapter and empty_init exclude each other (an empty "
+                                         "model has no weights to put an adapter on; load them first)");
     root.finish();
     return o;
 }

@@ -23,6 +23,9 @@ struct FromPretrainedOptions {
     // A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) to put on the loaded model
     // (PeftModel.from_pretrained(model, adapter)); "" for none.
     std::string adapter;
+    // "empty_init" (also handed on into the spec): the model of config.json on the meta device, no weights read
+    // (Accelerate's `with init_empty_weights(): AutoModel.from_config(config)`).
+    bool empty_init = false;
 };
 FromPretrainedOptions parse_from_pretrained_options(const char *json, const char *what);
 

@@ -1,5 +1,6 @@
 #include "model/model.hpp"
 
+#include "big_modeling/empty_init.hpp"
 #include "common/error.hpp"
 #include "common/json_reader.hpp"
 
@@ -231,6 +232,27 @@ std::string LoadReport::text() const
     return out;
 }
 
+namespace {
+// Where the model's materialised tensors are (the CPU when none is).
+at::Device materialized_device(const Model &model)
+{
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
+        for (const auto &e : *list)
+            if (e.second.defined() && !e.second.is_meta()) return e.second.device();
+    return at::Device(at::kCPU);
+}
+} // namespace
+
+void Model::check_materialized(const char *what) const
+{
+    const std::string name = big_modeling::first_meta_tensor(*this);
+    if (!name.empty())
+        fail(ACCEL_ERR_FAILED_PRECONDITION,
+             std::string(what) + ": the model's \"" + name +
+                 "\" is on the meta device (built with empty_init) and holds no values yet; load weights into "
+                 "the model first (accel_model_load_checkpoint, accel_model_load_state_dict)");
+}
+
 LoadReport Model::load_state_dict(const NamedTensors &entries, bool strict, const CopyFn &copy)
 {
     std::vector<std::pair<const at::Tensor *, const at::Tensor *>> plan;
@@ -275,7 +297,11 @@ LoadReport Model::load_state_dict(const NamedTensors &entries, bool strict, cons
         keys.aliased.clear();
         fail(ACCEL_ERR_INVALID_ARGUMENT, "keys: strict load failed; " + keys.text());
     }
+    // Empty init: a tensor still on the meta device gets memory (where the model's other tensors are) before
+    // its values are copied in.
+    const at::Device home = materialized_device(*this);
     for (auto &[dst, src] : plan) {
+        big_modeling::materialize(*dst, home);
         if (copy) {
             copy(*dst, *src);
         } else {

@@ -121,11 +121,17 @@ public:
 
     // Set by a sharding engine when the model is prepared (null otherwise).
     std::shared_ptr<ForwardHooks> forward_hooks;
-    // Fails when forward_hooks say the parameters cannot be touched now; `what` names the caller.
-    void check_tensor_access(const char *what) const
+    // Fails when forward_hooks say the parameters cannot be touched now; `what` names the caller. Without
+    // forward_hooks, also when a parameter is still on the meta device (empty init), unless `loading` (writing
+    // values into the model is what materialises it).
+    void check_tensor_access(const char *what, bool loading = false) const
     {
         if (forward_hooks) forward_hooks->check_access(what);
+        else if (!loading) check_materialized(what);
     }
+    // ACCEL_ERR_FAILED_PRECONDITION naming the first parameter or buffer still on the meta device (a model built
+    // with empty_init whose weights were never loaded): it has a shape but no values to compute with or save.
+    void check_materialized(const char *what) const;
 
     // The accelerator this model was prepared by (null when not prepared).
     std::shared_ptr<AcceleratorState> prepared_by;

@@ -1,6 +1,7 @@
 // Models built from a JSON spec as a torch::nn::Sequential.
 #include "model/model.hpp"
 
+#include "big_modeling/empty_init.hpp"
 #include "common/error.hpp"
 #include "common/out_of_memory.hpp"
 #include "config/model_spec.hpp"
@@ -322,8 +323,17 @@ static std::shared_ptr<Model> with_lora(std::shared_ptr<Model> model, const std:
 std::shared_ptr<Model> make_model_from_json(const char *spec_json, const ParameterFn &on_parameter)
 {
     config::ModelSpec spec = config::parse_model_spec(spec_json);
-    check_fits(spec);
-    return with_frozen(with_lora(build_model(spec, on_parameter), spec.lora, on_parameter), spec.frozen);
+    if (!spec.empty_init) {
+        check_fits(spec);
+        return with_frozen(with_lora(build_model(spec, on_parameter), spec.lora, on_parameter), spec.frozen);
+    }
+    // Each parameter goes to the meta device as soon as it is made: the whole model never needs the memory
+    // check_fits asks for. LoRA's new adapters stay real (small, and no checkpoint of the base holds them).
+    if (on_parameter)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "empty_init: not while an accelerator with deepspeed_plugin.zero3_init_flag (or "
+                                      "fsdp_plugin.cpu_ram_efficient_loading) lives, which partitions the parameters "
+                                      "as they are made");
+    return with_frozen(with_lora(build_model(spec, big_modeling::empty_init_hook()), spec.lora, {}), spec.frozen);
 }
 
 } // namespace accel

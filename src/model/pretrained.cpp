@@ -182,6 +182,12 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     PretrainedModel out;
     out.model = build(dir, options, partitioned);
     Model &model = *out.model;
+    if (options.empty_init) {
+        // No weights are read: the model is config.json's, on the meta device, in torch_dtype (float32 for "auto",
+        // as transformers' from_config).
+        if (options.torch_dtype) convert_floating(model, scalar_type(*options.torch_dtype), nullptr);
+        return out;
+    }
     // The model's files are read once they are known to match what config.json built (a mapped safetensors
     // file is paged in only where a copy reads it).
     const FolderWeights w = read_folder_weights(dir);

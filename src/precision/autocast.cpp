@@ -154,6 +154,7 @@ at::Tensor forward_unhooked(Model &model, const at::Tensor &input, bool wrapped)
 at::Tensor forward(Model &model, const at::Tensor &input, bool wrapped)
 {
     profiling::Range range(profiling::kForward);
+    if (!model.forward_hooks) model.check_materialized("forward"); // hooks (sharding, dispatch) place the weights
     const at::Tensor placed = send_to_device(input, model.device());
     std::shared_ptr<ForwardHooks> hooks = model.forward_hooks;
     if (!hooks) return forward_unhooked(model, placed, wrapped);

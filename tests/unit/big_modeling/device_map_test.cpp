@@ -60,7 +60,7 @@ TEST(DeviceMapLookup, LongestDottedPrefixWins)
     EXPECT_EQ(accel::big_modeling::device_for(partial, "model.layers.10.x"), nullptr);
 }
 
-TEST(DeviceMapCheck, EveryTensorCoveredAndEveryNameKnown)
+TEST(DeviceMapCheck, EveryTensorCovered)
 {
     auto model = accel::make_model_from_json(R"({"type":"mlp","widths":[4,3,2]})");
     std::vector<std::string> names;
@@ -74,7 +74,6 @@ TEST(DeviceMapCheck, EveryTensorCoveredAndEveryNameKnown)
     json += "}";
     EXPECT_INVALID(accel::big_modeling::check_device_map(*model, parse_device_map(json.c_str(), "m"), "device_map"),
                    "device_map does not give any device for the following parameters: " + last);
-    EXPECT_INVALID(accel::big_modeling::check_device_map(*model, parse_device_map(R"({"": 0, "nope": 0})", "m"),
-                                                         "device_map"),
-                   "device_map[\"nope\"]: the model has no module or tensor of that name");
+    // A name the model lacks is accepted (Accelerate's check), as long as everything is covered.
+    accel::big_modeling::check_device_map(*model, parse_device_map(R"({"": 0, "nope": 0})", "m"), "device_map");
 }
