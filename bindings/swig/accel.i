@@ -841,3 +841,4 @@ ACCEL_HANDLE_CLASS(Accelerator)
 %include "state_dict.i"
 %include "memory.i"
 %include "dispatch.i"
+%include "big_modeling.i"

@@ -18,6 +18,7 @@
 #include <accel/tracking.h>
 #include <accel/log.h>
 #include <accel/memory.h>
+#include <accel/big_modeling.h>
 #include <accel/dispatch.h>
 
 #endif /* ACCEL_ACCEL_H */

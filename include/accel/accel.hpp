@@ -342,6 +342,27 @@ public:
         check(accel_model_load_checkpoint_and_dispatch(get(), checkpoint_path.c_str(),
                                                        options.empty() ? nullptr : options.c_str()));
     }
+    /** Accelerate's infer_auto_device_map (accel/big_modeling.h): the device map as JSON, e.g. with options
+     *  {"max_memory": {"0": "10GiB", "cpu": "30GiB"}, "no_split_module_classes": ["LlamaDecoderLayer"]}. */
+    std::string infer_auto_device_map(const std::string &options = "") const
+    {
+        char *out = nullptr;
+        check(accel_model_infer_auto_device_map(get(), options.empty() ? nullptr : options.c_str(), &out));
+        return detail::owned_string(out);
+    }
+    /** Accelerate's compute_module_sizes and get_max_layer_size as JSON: {"sizes": {...}, "max_layer_size": n,
+     *  "max_layer_names": [...]}. */
+    std::string compute_module_sizes(const std::string &options = "") const
+    {
+        char *out = nullptr;
+        check(accel_model_compute_module_sizes(get(), options.empty() ? nullptr : options.c_str(), &out));
+        return detail::owned_string(out);
+    }
+    /** Accelerate's check_device_map: throws unless @p device_map_json gives every tensor a device. */
+    void check_device_map(const std::string &device_map_json) const
+    {
+        check(accel_model_check_device_map(get(), device_map_json.c_str()));
+    }
     Tensor forward(const Tensor &input)
     {
         accel_tensor_t *raw = nullptr;

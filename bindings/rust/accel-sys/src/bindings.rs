@@ -1317,3 +1317,23 @@ extern "C" {
         options_json: *const core::ffi::c_char,
     ) -> accel_status_t;
 }
+extern "C" {
+    pub fn accel_model_infer_auto_device_map(
+        model: *const accel_model_t,
+        options_json: *const core::ffi::c_char,
+        map_json: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_model_compute_module_sizes(
+        model: *const accel_model_t,
+        options_json: *const core::ffi::c_char,
+        sizes_json: *mut *mut core::ffi::c_char,
+    ) -> accel_status_t;
+}
+extern "C" {
+    pub fn accel_model_check_device_map(
+        model: *const accel_model_t,
+        device_map_json: *const core::ffi::c_char,
+    ) -> accel_status_t;
+}

@@ -30,6 +30,7 @@ use std::fmt;
 use std::os::raw::c_char;
 use std::ptr;
 
+mod big_modeling;
 mod checkpoint;
 mod datasets;
 mod dispatch;
