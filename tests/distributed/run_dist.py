@@ -495,6 +495,42 @@ def read_folder_tensors(d):
     return out
 
 
+def run_state_dict_program(a, mode):
+    """dist_state_dict MODE on a.np gloo processes under accel launch with a.config; every process reports. Returns
+    the folder the processes wrote into (removed by the caller)."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_state_dict")
+    tmp = tempfile.mkdtemp(prefix="accel_state_dict_")
+    os.makedirs(os.path.join(tmp, "get_state_dict"))
+    p = run(launch_cmd(a, a.np) + [prog, mode, a.config, tmp], timeout=a.timeout)
+    ok = re.findall(r"%s: ok rank (\d+) of %d" % (mode, a.np), p.stdout)
+    if sorted(int(r) for r in ok) != list(range(a.np)):
+        sys.exit("%s: expected '%s: ok' from ranks 0..%d, got %s" % (mode, mode, a.np - 1, ok))
+    return tmp
+
+
+def scenario_state_dict(a):
+    """get_state_dict on a.np processes under a.config (dist_state_dict.c checks each process's dict); then the
+    trained state dict process 0 wrote equals save_model's folder bit for bit: the same keys, dtypes, shapes and
+    bytes."""
+    tmp = run_state_dict_program(a, "state_dict")
+    try:
+        got = read_folder_tensors(os.path.join(tmp, "get_state_dict"))
+        want = read_folder_tensors(os.path.join(tmp, "save_model"))
+        if sorted(got) != sorted(want):
+            sys.exit("get_state_dict keys %s != save_model keys %s" % (sorted(got), sorted(want)))
+        for k in want:
+            if got[k] != want[k]:
+                sys.exit("get_state_dict's %s differs from save_model's (dtype, shape or bytes)" % k)
+        log("get_state_dict == save_model: %d tensors, bit for bit" % len(want))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def scenario_state_hooks(a):
+    """save/load pre-hooks and accel_accelerator_save on a.np processes (dist_state_dict.c's hooks mode)."""
+    shutil.rmtree(run_state_dict_program(a, "hooks"), ignore_errors=True)
+
+
 def scenario_pretrained(a):
     """dist_pretrained: a sharded folder loads through from_pretrained on a.np processes under DDP, FULL_SHARD, ZeRO-2,
     ZeRO-3, zero3_init_flag and FSDP's cpu_ram_efficient_loading (each process copying only its slices), and save_pretrained from every process writes
