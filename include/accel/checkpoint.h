@@ -344,8 +344,10 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save(accel_accelerato
  * a model: every process calls it, in the same order as the other collectives. As in Accelerate, only process 0
  * then receives the tensors (FullStateDictConfig(rank0_only=True), DeepSpeed's rank-0 consolidation) and the
  * other processes an empty state dict; "rank0_only": false gives every process the whole state dict. A model
- * under DDP, ZeRO-1/2 or none: each process its own copy, nothing communicated. A model that is not prepared:
- * its state dict as it is.
+ * under DDP, ZeRO-1/2 or none: each process its own copy, nothing communicated. A model split by tensor
+ * parallelism (parallelism_config.tp_size > 1): its split parameters gathered whole over the tp group (collective
+ * there; every process receives the whole state dict unless "rank0_only": true), the vocabulary's padding rows
+ * dropped, as save_model writes them. A model that is not prepared: its state dict as it is.
  *
  * @param accelerator   The accelerator (borrowed for the call). Must not be NULL.
  * @param model         A model prepared by @p accelerator, or one not prepared (borrowed). Must not be NULL.
@@ -356,9 +358,8 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_save(accel_accelerato
  * @param out           Receives a new state dict, owned by the caller, who frees it with accel_state_dict_free();
  *                      NULL on failure. Must not be NULL.
  * @return ACCEL_OK; ACCEL_ERR_INVALID_ARGUMENT naming the JSON key; ACCEL_ERR_FAILED_PRECONDITION if @p model was
- *         prepared by another accelerator or is partitioned without being prepared (zero3_init_flag); ACCEL_ERR_UNIMPLEMENTED for a
- *         model split by tensor parallelism (parallelism_config.tp_size > 1); a communication failure's status
- *         when gathering fails.
+ *         prepared by another accelerator or is partitioned without being prepared (zero3_init_flag); a
+ *         communication failure's status when gathering fails.
  * Ownership: borrows its arguments for the call; the caller owns *out.
  * Threads: same rules as the accelerator; collective for a sharded model.
  */

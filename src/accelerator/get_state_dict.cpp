@@ -1,13 +1,13 @@
 // Accelerator::get_state_dict: Accelerate's accelerator.get_state_dict(model, unwrap) - a model's state dict in
 // memory, in one call. A model sharded by fsdp_plugin / deepspeed_plugin is gathered whole first (FSDP's
 // FULL_STATE_DICT, DeepSpeed's ZeRO-3 consolidated state dict), the same gathering save_model does, and given
-// back to its shards afterwards.
+// back to its shards afterwards; a model split by tensor parallelism likewise over its tp group.
 #include "accelerator/accelerator.hpp"
 
 #include "common/error.hpp"
-#include "model/gpt_model.hpp"
 #include "model/model.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
+#include "parallel/tensor_parallel/whole_state.hpp"
 #include "parallel/wrapper.hpp"
 
 #include <ATen/ATen.h>
@@ -60,24 +60,12 @@ NamedTensors snapshot(const NamedTensors &sd, const std::string &prefix)
     return out;
 }
 
-// Tensor parallelism keeps a slice of each split parameter on every rank; whole tensors need them gathered
-// over the tp group, which is not built for this call.
-void refuse_split_model(const Model &model)
-{
-    const auto *gpt = dynamic_cast<const GptModel *>(&model);
-    if (gpt != nullptr && !gpt->tensor_parallel_slicing().empty())
-        fail(ACCEL_ERR_UNIMPLEMENTED, "get_state_dict: a tensor-parallel model (parallelism_config.tp_size > 1) holds "
-                                      "a slice of each split parameter on every rank; gathering them whole is not "
-                                      "built yet (accel_accelerator_save_model writes the model)");
-}
-
 } // namespace
 
 NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetStateDictOptions &options)
 {
     if (model.prepared_by != nullptr && model.prepared_by != state_)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "model: prepared by another accelerator");
-    refuse_split_model(model);
     parallel::ParallelWrapper *wrapper = wrapper_of(model);
     parallel::ShardedDataParallel *engine = wrapper != nullptr ? wrapper->sharded() : nullptr;
     const bool rank0_only = options.rank0_only.value_or(engine != nullptr && rank0_only_by_default(config().sharding));
@@ -87,6 +75,8 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
                                    ? "module."
                                    : "";
     WholeWhileCopying whole(engine); // every process: the gathering is collective
+    // Tensor parallelism: each split parameter gathered whole over the tp group (collective), as save_model does.
+    parallel::tp::WholeForCheckpoint tp_whole(std::vector<parallel::tp::WholeForCheckpoint::Part>{{&model, {}}});
     model.check_tensor_access("get_state_dict");
     if (rank0_only && state_->process_index() != 0) return {};
     return snapshot(model.state_dict(/*dedupe_shared=*/false), prefix);

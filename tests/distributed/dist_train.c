@@ -35,7 +35,8 @@
  * step's save, or after it with ACCEL_TEST_DIE_AFTER_SAVE=1. It prints "elastic: ..." lines with wall-clock times (the restart time).
  * Tensor parallelism (tests/distributed/run_tp.py): ACCEL_TEST_SAME_SEED=1 seeds every rank alike (tp builds the
  * model whole on every rank and slices it; nothing is broadcast over the tp group), ACCEL_TEST_GPT_HEADS sets
- * the gpt's n_head (4 for tp 4), and ACCEL_TEST_SAVE_MODEL=DIR calls save_model(DIR) after training.
+ * the gpt's n_head (4 for tp 4), ACCEL_TEST_SAVE_MODEL=DIR calls save_model(DIR) after training, and
+ * ACCEL_TEST_GET_STATE_DICT=FILE writes get_state_dict's tensors to FILE (accel_accelerator_save) after that.
  */
 #include "dist_common.h"
 
@@ -344,6 +345,24 @@ int main(int argc, char **argv)
     }
     DIST_CHECK(accel_accelerator_wait_for_checkpoint(acc));
     if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL) DIST_CHECK(accel_accelerator_save_model(acc, model, getenv("ACCEL_TEST_SAVE_MODEL"), NULL));
+    if (getenv("ACCEL_TEST_GET_STATE_DICT") != NULL) { /* get_state_dict in one call, written by process 0 */
+        accel_state_dict_t *sd = NULL;
+        size_t n = 0;
+        DIST_CHECK(accel_accelerator_get_state_dict(acc, model, NULL, &sd));
+        DIST_CHECK(accel_state_dict_get_count(sd, &n));
+        const char **keys = calloc(n + 1, sizeof *keys);
+        accel_tensor_t **tensors = calloc(n + 1, sizeof *tensors);
+        DIST_EXPECT(keys != NULL && tensors != NULL, "out of memory");
+        for (size_t i = 0; i < n; ++i) {
+            DIST_CHECK(accel_state_dict_get_key(sd, i, &keys[i]));
+            DIST_CHECK(accel_state_dict_get_tensor(sd, i, &tensors[i]));
+        }
+        DIST_CHECK(accel_accelerator_save(acc, keys, (const accel_tensor_t *const *)tensors, n, getenv("ACCEL_TEST_GET_STATE_DICT")));
+        for (size_t i = 0; i < n; ++i) accel_tensor_free(tensors[i]);
+        free(tensors);
+        free(keys);
+        accel_state_dict_free(sd);
+    }
 
     /* A sharded model's parameters are whole only between summon_full_params_begin and _end. */
     accel_status_t summon = accel_accelerator_summon_full_params_begin(acc, model);

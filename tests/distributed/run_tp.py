@@ -11,7 +11,8 @@ resume: save_state at tp --save-tp after N steps; load_state at tp 1 (one proces
   folder holds one process's layout (model.safetensors with the same names and shapes as a one-process save, one
   optimizer.bin), written by rank 0.
 save_model: save_model of the tp model writes one process's files byte for byte (untrained: the same weights),
-  and after training one process's names, shapes and order.
+  and after training one process's names, shapes and order; get_state_dict (in one call) gives the tensors
+  save_model wrote, bit for bit.
 """
 import argparse
 import json
@@ -139,7 +140,11 @@ def scenario_save_model(a, tmp):
         dirs = {}
         for tp in (1, a.tp):
             dirs[tp] = os.path.join(tmp, "model_tp%d_steps%d" % (tp, steps))
-            train(a, tp, os.path.join(tmp, "run_tp%d_steps%d.bin" % (tp, steps)), steps, {"ACCEL_TEST_SAVE_MODEL": dirs[tp]})
+            train(a, tp, os.path.join(tmp, "run_tp%d_steps%d.bin" % (tp, steps)), steps,
+                  {"ACCEL_TEST_SAVE_MODEL": dirs[tp], "ACCEL_TEST_GET_STATE_DICT": dirs[tp] + ".state_dict.safetensors"})
+            got = tensors_of(dirs[tp] + ".state_dict.safetensors")
+            if got != tensors_of(os.path.join(dirs[tp], "model.safetensors")):
+                sys.exit("get_state_dict at tp %d: not the tensors save_model wrote (%s)" % (tp, sorted(got)))
         if sorted(os.listdir(dirs[a.tp])) != sorted(os.listdir(dirs[1])):
             sys.exit("save_model at tp %d wrote %s, one process %s" % (a.tp, os.listdir(dirs[a.tp]), os.listdir(dirs[1])))
         if steps == 0:
