@@ -1,0 +1,96 @@
+/* Generation of a llama dispatched with disk offload (accel_model_dispatch): tokens/s and the peak resident set
+ * while generating, in one mode per process (dispatch_disk.sh runs all three and dd):
+ *
+ *   bench_dispatch_disk MODE FOLDER [HIDDEN LAYERS INTERMEDIATE VOCAB TOKENS]
+ *   MODE: memory (the whole model in memory), half (every other block and the head on disk), disk (everything)
+ *
+ * Prints one line: the model's bytes, the bytes read from the folder per token (the disk modules' weights), tokens/s
+ * of greedy generation (batch 1, 8-token prompt, KV cache) and the resident set: before generating and its peak
+ * while generating (VmHWM after writing 5 to clear_refs), in MiB. A 2-token generation first sets up what any run
+ * would (BLAS buffers), outside the measurement. */
+#define _XOPEN_SOURCE 700
+#include "bench_common.h"
+
+#include <string.h>
+
+static double status_mib(const char *key)
+{
+    char line[256];
+    double kb = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL) return -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, key, strlen(key)) == 0) kb = atof(line + strlen(key));
+    fclose(f);
+    return kb / 1024.0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s memory|half|disk FOLDER [HIDDEN LAYERS INTERMEDIATE VOCAB TOKENS]\n", argv[0]);
+        return 2;
+    }
+    const char *mode = argv[1], *dir = argv[2];
+    const long hidden = argc > 3 ? atol(argv[3]) : 1024, layers = argc > 4 ? atol(argv[4]) : 16;
+    const long inter = argc > 5 ? atol(argv[5]) : 2816, vocab = argc > 6 ? atol(argv[6]) : 32000;
+    const int tokens = argc > 7 ? atoi(argv[7]) : 16;
+    char spec[512], map[8192], options[1200], gen[64];
+    snprintf(spec, sizeof spec,
+             "{\"type\": \"llama\", \"vocab_size\": %ld, \"hidden_size\": %ld, \"intermediate_size\": %ld,"
+             " \"num_hidden_layers\": %ld, \"num_attention_heads\": %ld, \"max_position_embeddings\": 512}",
+             vocab, hidden, inter, layers, hidden / 64);
+    const double block = (4.0 * hidden * hidden + 3.0 * hidden * inter + 2.0 * hidden) * 4;
+    const double ends = (2.0 * vocab * hidden + hidden) * 4;
+    double on_disk = 0;
+    size_t n = 0;
+    long i;
+    accel_model_t *m = NULL;
+    CHECK(accel_random_set_seed(1, false, false));
+    CHECK(accel_model_create_from_json(spec, &m));
+    CHECK(accel_model_eval(m));
+    if (strcmp(mode, "disk") == 0) {
+        snprintf(map, sizeof map, "{\"\": \"disk\"}");
+        on_disk = layers * block + ends;
+    } else if (strcmp(mode, "half") == 0) {
+        n += (size_t)snprintf(map + n, sizeof map - n, "{\"lm_head\": \"disk\"");
+        on_disk = vocab * hidden * 4.0;
+        for (i = 0; i < layers; i += 2) {
+            n += (size_t)snprintf(map + n, sizeof map - n, ", \"model.layers.%ld\": \"disk\"", i);
+            on_disk += block;
+        }
+        snprintf(map + n, sizeof map - n, ", \"\": \"cpu\"}");
+    } else if (strcmp(mode, "memory") != 0) {
+        fprintf(stderr, "MODE: memory, half or disk\n");
+        return 2;
+    }
+    if (on_disk > 0) {
+        snprintf(options, sizeof options, "{\"offload_dir\": \"%s\"}", dir);
+        CHECK(accel_model_dispatch(m, map, options));
+    }
+    int64_t prompt[8] = {3, 1, 4, 1, 5, 9, 2, 6}, shape[2] = {1, 8};
+    accel_tensor_t *x = NULL, *g = NULL;
+    CHECK(accel_tensor_create(prompt, sizeof prompt, ACCEL_DTYPE_INT64, shape, 2, &x));
+    CHECK(accel_model_generate(m, x, "{\"max_new_tokens\": 2}", &g));
+    accel_tensor_free(g);
+    const double before = status_mib("VmRSS:");
+    FILE *clear = fopen("/proc/self/clear_refs", "w");
+    if (clear != NULL) {
+        fputs("5", clear);
+        fclose(clear);
+    }
+    snprintf(gen, sizeof gen, "{\"max_new_tokens\": %d}", tokens);
+    const double t0 = now();
+    CHECK(accel_model_generate(m, x, gen, &g));
+    const double dt = now() - t0;
+    const double peak = status_mib("VmHWM:");
+    /* the prompt's forward plus one per new token but the last */
+    printf("dispatch %-6s model %.0f MiB, read per forward %.0f MiB: %.2f tokens/s (%d tokens in %.2f s), "
+           "RSS before %.0f MiB, peak while generating %.0f MiB (+%.0f)\n",
+           mode, (layers * block + ends) / 1048576.0, on_disk / 1048576.0, tokens / dt, tokens, dt, before, peak,
+           peak - before);
+    accel_tensor_free(g);
+    accel_tensor_free(x);
+    accel_model_free(m);
+    return 0;
+}
