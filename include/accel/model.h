@@ -358,8 +358,11 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_requires_grad(const acc
  * ".weight.quant_state.bitsandbytes__<type>" (4-bit), the keys bitsandbytes and transformers save; these buffers
  * are appended to the state dict, so names returned before by accel_model_get_state_dict_key are invalidated.
  *
+ * A model created with LoRA adapters (the spec's "lora") has the base layers under them quantized: the adapters
+ * stay float32 and train over the quantized base (QLoRA).
+ *
  * @param model  The model (borrowed for the call). Must not be NULL; not prepared yet (else
- *               ACCEL_ERR_FAILED_PRECONDITION), not quantized yet, without LoRA adapters (quantize first).
+ *               ACCEL_ERR_FAILED_PRECONDITION) and not quantized yet.
  * @param bnb_config_json  JSON object (read during the call). Must not be NULL.
  * @return ACCEL_OK, or the status naming the problem (its message: accel_last_error_message());
  *         ACCEL_ERR_UNIMPLEMENTED for a TorchScript model.

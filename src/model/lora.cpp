@@ -257,6 +257,9 @@ NamedTensors merged_state_dict(const Model &model, const NamedTensors *state)
             continue;
         }
         const std::string &m = it->second->module;
+        if (!at::isFloatingType(t.scalar_type()))
+            fail(ACCEL_ERR_UNIMPLEMENTED, "merge: " + m + " is quantized; merging adapters into a quantized layer "
+                                          "(PEFT dequantizes, adds and quantizes again) is not built; save the adapters");
         const at::Tensor a = value_of(model, state, m + ".lora_A.weight", "merge");
         const at::Tensor b = value_of(model, state, m + ".lora_B.weight", "merge");
         at::Tensor delta = it->second->layer->delta_weight(a.to(t.device()), b.to(t.device()));

@@ -30,6 +30,9 @@ public:
     bool random_forward() const override { return dropout_ > 0.0 || base_->random_forward(); }
 
     const std::shared_ptr<Linear> &base() const { return base_; }
+    // Replaces the base layer by one of the same shape (accel_model_quantize quantizes a base under its adapters:
+    // QLoRA's 4-bit base with float adapters).
+    void set_base(std::shared_ptr<Linear> base) { base_ = std::move(base); }
     const at::Tensor &lora_a() const { return lora_a_; }
     const at::Tensor &lora_b() const { return lora_b_; }
     double scaling() const { return scaling_; }

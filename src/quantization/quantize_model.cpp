@@ -2,6 +2,7 @@
 
 #include "common/error.hpp"
 #include "model/linear.hpp"
+#include "model/lora_linear.hpp"
 #include "quantization/bnb_4bit.hpp"
 #include "quantization/bnb_8bit.hpp"
 #include "quantization/bnb_linear.hpp"
@@ -64,11 +65,26 @@ at::Tensor bytes_of(std::string s)
     return t;
 }
 
+// The layer to quantize in a slot: the linear itself, or the base under LoRA adapters (QLoRA: adapters added
+// before quantizing keep training over the quantized base, as PEFT's over a 4-bit one).
+std::shared_ptr<Linear> target_of(const LinearSlot &slot)
+{
+    if (const auto *lora = dynamic_cast<const LoraLinear *>(slot.linear->get())) return lora->base();
+    return *slot.linear;
+}
+
+void replace(LinearSlot &slot, std::shared_ptr<Linear> layer)
+{
+    if (auto *lora = dynamic_cast<LoraLinear *>(slot.linear->get())) lora->set_base(std::move(layer));
+    else *slot.linear = std::move(layer);
+}
+
 // Quantizes one layer: the weight parameter takes the quantized values (set_data: the model's tensor object stays,
 // so names, the parameter list and later moves see it), the state is returned as buffers to register.
 NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfig &c)
 {
-    Linear &base = **slot.linear;
+    const std::shared_ptr<Linear> target = target_of(slot);
+    Linear &base = *target;
     at::Tensor weight = base.weight(), bias = base.bias();
     const at::Device device = weight.device();
     // transformers quantizes Conv1D (GPT-2) weights transposed, as [out, in].
@@ -81,7 +97,7 @@ NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfi
         weight.set_data(q.q.to(device));
         at::Tensor scb = q.stats.to(device);
         added.emplace_back(slot.module + ".SCB", scb);
-        *slot.linear = bnb::make_linear_8bit(weight, scb, bias, c.llm_int8_threshold);
+        replace(slot, bnb::make_linear_8bit(weight, scb, bias, c.llm_int8_threshold));
         return added;
     }
     const auto type = c.bnb_4bit_quant_type == "nf4" ? bnb::QuantType::Nf4 : bnb::QuantType::Fp4;
@@ -109,7 +125,7 @@ NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfi
     }
     t.packed_meta = bytes_of(config::quant_state_meta_json(meta)).to(device);
     added.emplace_back(p + "quant_state.bitsandbytes__" + meta.quant_type, t.packed_meta);
-    *slot.linear = bnb::make_linear_4bit(slot.module, weight, bias, t, compute_dtype(c.bnb_4bit_compute_dtype));
+    replace(slot, bnb::make_linear_4bit(slot.module, weight, bias, t, compute_dtype(c.bnb_4bit_compute_dtype)));
     return added;
 }
 
@@ -139,7 +155,7 @@ std::vector<std::string> keys_to_not_convert(Model &model)
 bool is_quantized(Model &model)
 {
     for (auto &slot : model.linear_slots())
-        if (is_quantized_layer(slot.linear->get())) return true;
+        if (is_quantized_layer(target_of(slot).get())) return true;
     return false;
 }
 
@@ -158,15 +174,14 @@ std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizat
     const std::vector<std::string> skipped = c.skip_modules_given ? c.skip_modules : keys_to_not_convert(model);
     std::vector<LinearSlot> chosen;
     for (auto &slot : slots) {
-        if (is_quantized_layer(slot.linear->get()))
+        const std::shared_ptr<Linear> target = target_of(slot);
+        if (is_quantized_layer(target.get()))
             fail(ACCEL_ERR_FAILED_PRECONDITION, "quantize: " + slot.module + " is quantized already");
         if (matched(skipped, slot.module) || matched(c.keep_in_fp32_modules, slot.module)) continue;
-        const at::Tensor &w = (*slot.linear)->weight();
-        // A decorated layer (LoRA, fp8) computes more than its weight: quantizing under it would drop that.
-        if (!at::isFloatingType(w.scalar_type()) || (*slot.linear)->added_parameters().size() > 0 ||
-            (*slot.linear)->stateful_forward())
-            fail(ACCEL_ERR_FAILED_PRECONDITION, "quantize: " + slot.module + " is decorated (LoRA adapters or fp8); "
-                                                "quantize the model before adding them");
+        // Another decorator (fp8) computes more than its weight: quantizing under it would drop that.
+        if (target->added_parameters().size() > 0 || target->stateful_forward())
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "quantize: " + slot.module + " is decorated (fp8 or nested adapters); "
+                                                "quantize the model before preparing it with them");
         chosen.push_back(slot);
     }
     if (chosen.empty())

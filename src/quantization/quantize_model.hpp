@@ -19,8 +19,9 @@ namespace accel {
 // Hugging Face causal LMs; for a model built from a spec, the top-level name of its last parameter).
 std::vector<std::string> keys_to_not_convert(Model &model);
 
-// Quantizes `model` in place; returns the modules converted, in forward order. FAILED_PRECONDITION once the model
-// is prepared, is quantized already, or holds LoRA or other decorated layers; UNIMPLEMENTED for a model without
+// Quantizes `model` in place; returns the modules converted, in forward order. A layer with LoRA adapters has its
+// base quantized under them (QLoRA: the adapters train over the quantized base). FAILED_PRECONDITION once the model
+// is prepared or is quantized already; UNIMPLEMENTED for a model without
 // linear layers accel can replace (TorchScript), or fp16 compute on the CPU (LibTorch 1.13 has no float16 matmul
 // there); INVALID_ARGUMENT when nothing is left to quantize.
 std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizationConfig &config);
