@@ -6,7 +6,7 @@ gives each step's clip_grad_norm total (its parameters are rank 0's slices under
 
 equivalence: tp N (N processes, one tp group, every rank the same batch B) trains as one process with batch B:
   parameters and every step's clip_grad_norm total within --tol.
-resume: save_state at tp --save-tp after N steps; load_state at tp 1 (one process), tp 2 and tp 4 and N more steps
+resume: save_state at tp --save-tp (x dp_replicate --dp) after N steps; load_state at tp 1 (one process), tp 2 and tp 4 and N more steps
   equal the uninterrupted one-process run of 2N steps within --tol; a one-process checkpoint loads at tp 2 too. The
   folder holds one process's layout (model.safetensors with the same names and shapes as a one-process save, one
   optimizer.bin), written by rank 0.
@@ -36,10 +36,10 @@ def base_env(a):
     return e
 
 
-def config(tp):
+def config(tp, dp):
     c = {"gradient_accumulation_steps": 2}
     if tp > 1:
-        c["parallelism_config"] = {"tp_size": tp}
+        c["parallelism_config"] = {"tp_size": tp, "dp_replicate_size": dp}
     return json.dumps(c)
 
 
@@ -50,8 +50,11 @@ def train(a, tp, out, steps, extra=None):
     e = base_env(a)
     e["ACCEL_TEST_SAVE_MODEL"] = out + ".model"
     e.update(extra or {})
-    args = [prog, out, str(a.batch), str(steps), config(tp)]
-    return run(launch_cmd(a, tp) + args if tp > 1 else args, env=e, timeout=a.timeout).stdout
+    # --dp: the runs at tp --save-tp (and --tp) have dp_replicate --dp (tp x dp processes); the global batch is
+    # --batch x --dp in every run, each data-parallel rank its share.
+    dp = a.dp if tp > 1 and tp in (a.save_tp, a.tp) else 1
+    args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp)]
+    return run(launch_cmd(a, tp * dp) + args if tp > 1 else args, env=e, timeout=a.timeout).stdout
 
 
 def safetensors_header(path):
@@ -168,6 +171,7 @@ def main():
     ap.add_argument("--save-tp", type=int, default=2)
     ap.add_argument("--resume-tps", default="1,2,4")
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--dp", type=int, default=1, help="dp_replicate_size of the runs at --save-tp and --tp")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--param-tol", type=float, default=0.0, help="equivalence: the parameters' tolerance (default --tol)")
