@@ -12,6 +12,9 @@
 #include "common/error.hpp"
 #include "model/activation_checkpoint.hpp"
 #include "model/transformer_block.hpp" // activation()
+#include "parallel/context_parallel/attention.hpp"
+#include "parallel/context_parallel/loss.hpp"
+#include "parallel/context_parallel/sequence_split.hpp"
 
 #include <ATen/core/grad_mode.h>
 
@@ -152,9 +155,11 @@ at::Tensor hidden_keys(int64_t past, int64_t T, int64_t window, const at::Tensor
 }
 
 // One decoder layer on h [B, T, C], `hidden` from hidden_keys(). With `kv` (generation) its keys and values of the
-// earlier positions come in kv->first / second and leave extended by T.
+// earlier positions come in kv->first / second and leave extended by T. With `cp` (context parallelism) h is this
+// rank's part of each sequence and attention runs over the whole sequence through the cp group (no `hidden`).
 at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, const at::Tensor &h, const Rotary &rope,
-                         const at::Tensor &hidden, bool train, std::pair<at::Tensor, at::Tensor> *kv)
+                         const at::Tensor &hidden, bool train, std::pair<at::Tensor, at::Tensor> *kv,
+                         const parallel::cp::ContextParallel *cp = nullptr)
 {
     const int64_t B = h.size(0), T = h.size(1), H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
     at::Tensor x = rms_norm(h, l.input_norm, c.rms_norm_eps);
@@ -171,11 +176,23 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
         kv->first = k;
         kv->second = v;
     }
-    at::Tensor scores = at::matmul(q, repeat_kv(k, H / KV).transpose(2, 3)) * std::pow(static_cast<double>(D), -0.5);
-    scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
-    at::Tensor att = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-    att = maybe_dropout(att, c.attention_dropout, train);
-    at::Tensor y = at::matmul(att, repeat_kv(v, H / KV)).transpose(1, 2).reshape({B, T, H * D});
+    at::Tensor y;
+    if (cp != nullptr) {
+        parallel::cp::AttentionSpec spec;
+        spec.scale = std::pow(static_cast<double>(D), -0.5);
+        spec.window = l.window;
+        spec.dropout = c.attention_dropout;
+        spec.train = train;
+        spec.float32_softmax = true;
+        y = parallel::cp::attention(*cp, q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), spec);
+    } else {
+        at::Tensor scores = at::matmul(q, repeat_kv(k, H / KV).transpose(2, 3)) * std::pow(static_cast<double>(D), -0.5);
+        scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+        at::Tensor att = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+        att = maybe_dropout(att, c.attention_dropout, train);
+        y = at::matmul(att, repeat_kv(v, H / KV));
+    }
+    y = y.transpose(1, 2).reshape({B, T, H * D});
     at::Tensor a = h + l.o->forward(y);
     x = rms_norm(a, l.post_norm, c.rms_norm_eps);
     return a + l.down->forward(activation(c.hidden_act, l.gate->forward(x)) * l.up->forward(x));
@@ -299,16 +316,27 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         cache->values.resize(layers_.size());
     }
     const int64_t past = cache != nullptr ? cache->length() : 0;
+    if (cp_ && cache != nullptr)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "llama: generation (a key/value cache) under context parallelism is not built yet");
+    if (cp_ && T % 2 != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: under context parallelism a llama model takes this rank's part of each "
+                                         "sequence (two equal chunks, as the prepared loader splits it), got " +
+                                             std::to_string(T) + " tokens");
     const bool train = training_ && cache == nullptr;
     ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
     if (hooks) hooks->before_layer(0);
     at::Tensor h = at::embedding(embed_, ids, c.pad_token_id ? *c.pad_token_id : -1);
-    const auto cs = rotary(past, T, h.device(), h.scalar_type());
+    auto cs = rotary(past, cp_ ? T * cp_->size() : T, h.device(), h.scalar_type());
+    if (cp_) { // this rank's rows of the whole sequence's cos / sin
+        const at::Tensor pos = parallel::cp::sequence_positions(T, cp_->rank(), cp_->size(), h.options()).to(h.device());
+        cs = {cs.first.index_select(0, pos), cs.second.index_select(0, pos)};
+    }
     const Rotary rope{cs.first, cs.second};
+    const parallel::cp::ContextParallel *cp = cp_.get();
     std::map<int64_t, at::Tensor> masks; // by sliding window: made once per forward
     auto hidden_for = [&](int64_t window) -> const at::Tensor & {
         at::Tensor &m = masks[window];
-        if (!m.defined()) m = hidden_keys(past, T, window, h.options());
+        if (!m.defined() && !cp) m = hidden_keys(past, T, window, h.options());
         return m;
     };
     const bool checkpoint = cache == nullptr && at::GradMode::is_enabled();
@@ -318,8 +346,8 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
             std::shared_ptr<const LlamaLayer> layer = layers_[i];
             const config::LlamaConfig cfg = c;
             h = checkpoint_layer(h, layer->checkpoint_params(),
-                                 [layer, cfg, rope, train, hidden = hidden_for(layer->window)](const at::Tensor &x) {
-                                     return layer_forward(*layer, cfg, x, rope, hidden, train, nullptr);
+                                 [layer, cfg, rope, train, hidden = hidden_for(layer->window), cp](const at::Tensor &x) {
+                                     return layer_forward(*layer, cfg, x, rope, hidden, train, nullptr, cp);
                                  },
                                  train && (c.attention_dropout > 0.0 || layer->random_linears()));
         } else if (cache != nullptr) {
@@ -328,14 +356,23 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
             cache->keys[i] = kv.first;
             cache->values[i] = kv.second;
         } else {
-            h = layer_forward(*layers_[i], c, h, rope, hidden_for(layers_[i]->window), train, nullptr);
+            h = layer_forward(*layers_[i], c, h, rope, hidden_for(layers_[i]->window), train, nullptr, cp);
         }
         if (hooks) h = hooks->after_layer(i + 1, h);
     }
     h = rms_norm(h, norm_w_, c.rms_norm_eps);
     at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
-    return unbatched ? logits.squeeze(0) : logits;
+    if (unbatched) logits = logits.squeeze(0);
+    if (cp_) parallel::cp::mark_context_parallel(logits, cp_->group);
+    return logits;
+}
+
+void LlamaModel::apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp)
+{
+    if (!cp || !cp->group) fail(ACCEL_ERR_INTERNAL, "llama: context parallelism without a group");
+    if (cp_) fail(ACCEL_ERR_FAILED_PRECONDITION, "llama: context parallelism is already applied");
+    if (cp->size() > 1) cp_ = std::move(cp);
 }
 
 std::vector<ModuleUnit> LlamaModel::units() const

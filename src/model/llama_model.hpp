@@ -22,6 +22,10 @@ struct LlamaKvCache {
     int64_t length() const { return keys.empty() || !keys.front().defined() ? 0 : keys.front().size(2); }
 };
 
+namespace parallel::cp {
+struct ContextParallel;
+}
+
 class LlamaModel final : public Model {
 public:
     // `on_parameter` (optional): called with each parameter tensor right after it is made (model.hpp).
@@ -50,6 +54,11 @@ public:
     const config::LlamaConfig &config() const { return config_; }
     std::string hf_config_json() const override { return config::llama_config_to_hf_json(config_); }
     int64_t hidden_size() const override { return config_.hidden_size; }
+    // Context parallelism (parallel/context_parallel/plan.hpp), as GptModel's: forward() takes this rank's part of
+    // each sequence, the rotary embedding uses its whole-sequence positions, attention (sliding windows included,
+    // under "allgather") runs over the whole sequence, the logits are marked for the whole-sequence loss.
+    void apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp);
+    const std::shared_ptr<const parallel::cp::ContextParallel> &context_parallel() const { return cp_; }
 
 protected:
     std::string canonical_key(const std::string &key) const override;
@@ -70,6 +79,7 @@ private:
         int64_t past = 0, T = 0, seq_len = 0;
         at::Tensor cos, sin;
     } rotary_cache_;
+    std::shared_ptr<const parallel::cp::ContextParallel> cp_; // set by apply_context_parallel
 };
 
 } // namespace accel

@@ -4,6 +4,7 @@
 #include "data_loader/dataset.hpp"
 #include "distributed/device_mesh.hpp"
 #include "model/gpt_model.hpp"
+#include "model/llama_model.hpp"
 #include "parallel/context_parallel/attention.hpp"
 #include "parallel/context_parallel/sequence_split.hpp"
 
@@ -22,8 +23,12 @@ void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh,
         if (!gpt->context_parallel()) gpt->apply_context_parallel(std::move(cp));
         return;
     }
-    fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_size: context parallelism has a plan for the gpt model only; "
-                                  "other model types are not built yet");
+    if (auto *llama = dynamic_cast<LlamaModel *>(&model)) {
+        if (!llama->context_parallel()) llama->apply_context_parallel(std::move(cp));
+        return;
+    }
+    fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_size: context parallelism has plans for the gpt and llama "
+                                  "models only; other model types are not built yet");
 }
 
 void split_batch(Batch &batch, const distributed::DeviceMesh &mesh)

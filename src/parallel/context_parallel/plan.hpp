@@ -22,7 +22,7 @@ class DeviceMesh;
 namespace accel::parallel::cp {
 
 // Applies the model's context-parallel plan once (a model already under it is left alone). UNIMPLEMENTED
-// naming the model type for models without one (the gpt model has one).
+// naming the model type for models without one (the gpt and llama models have one).
 void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh, const std::string &strategy);
 
 // This rank's part of a batch (inputs, labels and attention mask [B, T, ...] split along T), for the prepared
