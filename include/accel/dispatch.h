@@ -44,11 +44,12 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_dispatch(accel_model_t *mod
  * Accelerate's load_checkpoint_and_dispatch: loads @p checkpoint_path (a file or folder that
  * accel_model_load_checkpoint reads) into @p model, then dispatches it with "device_map".
  *
- * @p options_json (NULL = defaults): "device_map" (a map object as for accel_model_dispatch; absent: loaded only;
- * a strategy name such as "auto" is ACCEL_ERR_UNIMPLEMENTED for now: pass accel_model_infer_auto_device_map's
- * output), "offload_folder" (or "offload_dir"), "offload_buffers", "dtype" (floating-point values converted to it
- * while loading), "strict" (false), "offload_state_dict" (accepted; accel loads tensor by tensor anyway),
- * "execution_device" ("cpu").
+ * @p options_json (NULL = defaults): "device_map" (a map object as for accel_model_dispatch, or a strategy:
+ * "auto", "balanced", "balanced_low_0" or "sequential", the map accel_model_infer_auto_device_map computes before
+ * loading, with "max_memory" and "no_split_module_classes" as there; absent: loaded only), "offload_folder" (or
+ * "offload_dir"), "offload_buffers", "dtype" (floating-point values converted to it while loading; also the
+ * strategy's size unit), "strict" (false), "offload_state_dict" (accepted; accel loads tensor by tensor anyway),
+ * "execution_device" ("cpu"). The model may be empty (built with "empty_init": true).
  *
  * @param model  The model (borrowed for the call). Must not be NULL.
  * @param checkpoint_path  The checkpoint (read during the call). Must not be NULL or empty.

@@ -2,6 +2,7 @@
 
 #include "accelerator/accelerator.hpp"
 #include "big_modeling/device_map.hpp"
+#include "big_modeling/device_map_infer.hpp"
 #include "big_modeling/offload_folder.hpp"
 #include "common/allocator.hpp"
 #include "common/error.hpp"
@@ -191,8 +192,11 @@ void dispatch_model(Model &model, const config::DeviceMap &map, const config::Di
 void load_checkpoint_and_dispatch(Model &model, const std::string &checkpoint, const config::LoadAndDispatchOptions &options)
 {
     if (is_dispatched(model)) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already dispatched");
+    // A strategy's map is computed before loading (an empty model has its sizes already), as Accelerate does.
+    std::optional<config::DeviceMap> map = options.device_map;
+    if (options.infer) map = infer_auto_device_map(model, *options.infer);
     (void)load_checkpoint_in_model(model, checkpoint, options.load);
-    if (options.device_map) dispatch_model(model, *options.device_map, options.dispatch);
+    if (map) dispatch_model(model, *map, options.dispatch);
 }
 
 } // namespace accel::big_modeling

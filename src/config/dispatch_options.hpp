@@ -18,14 +18,17 @@ struct DispatchOptions {
 
 struct LoadAndDispatchOptions {
     DispatchOptions dispatch;
-    std::optional<DeviceMap> device_map; // absent: load only, as Accelerate with device_map=None
+    std::optional<DeviceMap> device_map; // absent (and no strategy): load only, as Accelerate with device_map=None
+    // A strategy name ("auto", "balanced", "balanced_low_0", "sequential"): the map infer_auto_device_map computes
+    // with these options (max_memory, no_split_module_classes, dtype), before loading, as Accelerate does.
+    std::optional<InferDeviceMapOptions> infer;
     LoadCheckpointOptions load;          // strict (default false, as Accelerate's) and dtype
 };
 
 // "main_device" other than "cpu" is ACCEL_ERR_UNIMPLEMENTED (no GPU dispatch yet); unknown keys INVALID_ARGUMENT.
 DispatchOptions parse_dispatch_options(const char *json, const std::string &what);
-// device_map: an object (Accelerate's JSON); a strategy name ("auto", "balanced", ...) is UNIMPLEMENTED until
-// infer_auto_device_map is wired in. strict and dtype as accel_model_load_checkpoint's options.
+// device_map: an object (Accelerate's JSON) or a strategy name; strict and dtype as accel_model_load_checkpoint's
+// options; max_memory and no_split_module_classes (with a strategy only) as accel_model_infer_auto_device_map's.
 LoadAndDispatchOptions parse_load_and_dispatch_options(const char *json, const std::string &what);
 
 } // namespace accel::config

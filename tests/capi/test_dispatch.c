@@ -134,9 +134,32 @@ static void test_load_checkpoint_and_dispatch(void)
     CHECK_FAILS(accel_model_load_checkpoint_and_dispatch(m, folder("ckpt"), NULL), ACCEL_ERR_FAILED_PRECONDITION,
                 "dispatched");
     accel_model_free(m);
+    /* An empty (meta) model and a computed map: a CPU budget too small for the model puts the rest on disk. */
+    {
+        char spec[600], index[1400];
+        FILE *f;
+        size_t len = strlen(kLlama);
+        memcpy(spec, kLlama, len - 1);
+        snprintf(spec + len - 1, sizeof spec - (len - 1), ", \"empty_init\": true}");
+        CHECK_OK(accel_model_create_from_json(spec, &m));
+        CHECK_OK(accel_model_eval(m));
+        snprintf(options, sizeof options,
+                 "{\"device_map\": \"auto\", \"max_memory\": {\"cpu\": 200000}, \"offload_folder\": \"%s\"}",
+                 folder("auto_offload"));
+        CHECK_OK(accel_model_load_checkpoint_and_dispatch(m, folder("ckpt/model.safetensors"), options));
+        run(m, &got);
+        CHECK(same(&want, &got));
+        snprintf(index, sizeof index, "%s/index.json", folder("auto_offload"));
+        f = fopen(index, "r");
+        CHECK(f != NULL); /* some modules went to disk */
+        if (f != NULL) fclose(f);
+        accel_model_free(m);
+    }
     m = seeded(kLlama, 9);
-    CHECK_FAILS(accel_model_load_checkpoint_and_dispatch(m, folder("ckpt"), "{\"device_map\": \"auto\"}"),
-                ACCEL_ERR_UNIMPLEMENTED, "device_map");
+    CHECK_FAILS(accel_model_load_checkpoint_and_dispatch(m, folder("ckpt"), "{\"device_map\": \"fastest\"}"),
+                ACCEL_ERR_INVALID_ARGUMENT, "device_map");
+    CHECK_FAILS(accel_model_load_checkpoint_and_dispatch(m, folder("ckpt"), "{\"max_memory\": {\"cpu\": 1}}"),
+                ACCEL_ERR_INVALID_ARGUMENT, "max_memory");
     CHECK_FAILS(accel_model_load_checkpoint_and_dispatch(m, "", NULL), ACCEL_ERR_INVALID_ARGUMENT, "checkpoint_path");
     CHECK_FAILS(accel_model_load_checkpoint_and_dispatch(m, folder("ckpt"), "{\"offload_folde\": 1}"),
                 ACCEL_ERR_INVALID_ARGUMENT, "offload_folde");
