@@ -194,7 +194,10 @@ DeviceMap infer_auto_device_map(const Model &model, const MaxMemory &max_memory,
     int64_t current_memory_used = 0;
     const std::vector<TreeItem> top = top_level_items(tree);
     std::deque<TreeItem> todo(top.begin(), top.end());
-    auto [max_layer_size, max_layer_names] = get_max_layer_size(tree, top, sizes, no_split);
+    // (Plain variables, not a structured binding: lambdas below assign them, which C++17 forbids for bindings.)
+    int64_t max_layer_size = 0;
+    std::vector<std::string> max_layer_names;
+    std::tie(max_layer_size, max_layer_names) = get_max_layer_size(tree, top, sizes, no_split);
     auto update_max_layer = [&] {
         std::tie(max_layer_size, max_layer_names) = get_max_layer_size(tree, modules_in(todo), sizes, no_split);
     };
