@@ -9,17 +9,9 @@ Two patches, neither of them in Accelerate's code:
 import sys
 
 sys.path.insert(0, sys.argv[1])
-from torch.distributed.elastic.multiprocessing import api  # noqa: E402
+import torch113_py311  # noqa: E402  (this folder: the torchrun patch, shared with test_torchrun.py)
 
-_from_str = api.Std.from_str.__func__
-
-
-def _fixed_from_str(cls, vm):
-    std = _from_str(cls, vm)
-    return api.Std.NONE if std is None else std
-
-
-api.Std.from_str = classmethod(_fixed_from_str)
+torch113_py311.patch()
 
 import accelerate.commands.launch as launch  # noqa: E402
 
