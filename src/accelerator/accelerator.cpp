@@ -15,6 +15,7 @@
 #include "parallel/ddp.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/fsdp/zero_init.hpp"
+#include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/context_parallel/plan.hpp"
 #include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/whole_gradients.hpp"
@@ -62,9 +63,19 @@ void warn_generic_blas_once(bool main_process)
 distributed::MeshShape mesh_shape_of(const config::AcceleratorConfig &c, int32_t world)
 {
     if (const auto &p = c.parallelism; p.given)
-        return distributed::mesh_shape(p.dp_replicate_size, p.dp_shard_size, p.cp_size, p.tp_size);
+        return distributed::mesh_shape(p.dp_replicate_size, p.dp_shard_size, p.cp_size, p.tp_size, p.pp_size);
     if (c.sharding.enabled()) return parallel::sharded_mesh_shape(c.sharding, world);
     return distributed::mesh_shape(world, 1, 1, 1);
+}
+
+// What backward differentiates: Accelerate always divides by gradient_accumulation_steps (dividing by 1 is
+// skipped: same bits), then fp16's scaler.scale(loss), after the division, as Accelerate.
+at::Tensor scaled_for_backward(AcceleratorState &state, const at::Tensor &loss)
+{
+    const int64_t steps = state.gradient.num_steps();
+    at::Tensor scaled = steps == 1 ? loss : loss / static_cast<double>(steps);
+    if (state.scaler && state.scaler->is_enabled()) scaled = state.scaler->scale(scaled);
+    return scaled;
 }
 
 } // namespace
@@ -189,6 +200,22 @@ void Accelerator::prepare_model(Model &model)
             }
             for (const auto &o : optimizers_)
                 if (o->model().get() == &model) shard_optimizer(o);
+        }
+        model.prepared_by = state_;
+        return;
+    }
+    // parallelism_config.pp_size > 1: this rank's stage of the model, and the pipeline that train_step runs.
+    if (state_->mesh && state_->mesh->size(distributed::MeshDim::Pp) > 1 && wrapper_of(model) == nullptr) {
+        wrappers_.emplace_back(&model, parallel::pp::prepare_pipeline(model, *state_->mesh, state_->config.parallelism));
+        wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
+        if (state_->scaler) {
+            // Each stage unscales its own gradients: an inf on any stage skips the step on all.
+            auto comm = state_->comm;
+            state_->scaler->set_found_inf_reducer([comm](at::Tensor &found) {
+                at::Tensor t = found.reshape({1}).clone();
+                comm->allreduce(t, distributed::ReduceOp::Max);
+                found.copy_(t.reshape(found.sizes()));
+            });
         }
         model.prepared_by = state_;
         return;
@@ -383,7 +410,8 @@ std::string Accelerator::parallel_ranks_json() const
     for (const auto &[name, dim] : named)
         out += std::string(", \"") + name + "_rank\": " + std::to_string(m.rank_in(dim)) + ", \"" + name +
                "_size\": " + std::to_string(m.size(dim));
-    out += ", \"pipeline_parallel_rank\": 0, \"pipeline_parallel_size\": 1, \"mesh\": {";
+    out += ", \"pipeline_parallel_rank\": " + std::to_string(m.rank_in(MeshDim::Pp)) +
+           ", \"pipeline_parallel_size\": " + std::to_string(m.size(MeshDim::Pp)) + ", \"mesh\": {";
     for (int32_t d = 0; d < distributed::kMeshGroups; ++d) {
         const auto dim = static_cast<MeshDim>(d);
         out += std::string(d ? ", \"" : "\"") + distributed::mesh_dim_name(dim) + "\": {\"size\": " +
@@ -565,12 +593,12 @@ void Accelerator::backward(const at::Tensor &loss)
 {
     profiling::Range range(profiling::kBackward);
     check_loss(loss);
-    const int64_t steps = state_->gradient.num_steps();
-    // Accelerate always divides by gradient_accumulation_steps; dividing by 1 is skipped (same bits).
-    at::Tensor scaled = steps == 1 ? loss : loss / static_cast<double>(steps);
-    // fp16: scaler.scale(loss).backward(), after the division, as Accelerate.
-    if (state_->scaler && state_->scaler->is_enabled()) scaled = state_->scaler->scale(scaled);
-    run_backward(scaled, false);
+    for (auto &d : wrappers_)
+        if (d.second->pipeline() != nullptr)
+            fail(ACCEL_ERR_FAILED_PRECONDITION, "backward: a pipeline-parallel model (parallelism_config.pp_size > 1) has "
+                                                "no single loss to call backward on; accel_accelerator_train_step runs "
+                                                "the pipeline's schedule (forward and backward of every micro-batch)");
+    run_backward(scaled_for_backward(*state_, loss), false);
     // DDP: wait for the buckets launched during backward and write the averaged gradients.
     for (auto &d : wrappers_) d.second->finish_backward();
 }
@@ -679,6 +707,18 @@ double Accelerator::train_step(Model &model, AcceleratedOptimizer &optimizer, Ac
         fail(ACCEL_ERR_INVALID_ARGUMENT, "scheduler: was created over a different optimizer");
     accumulate_begin(&model);
     try {
+        if (auto *w = wrapper_of(model); w != nullptr && w->pipeline() != nullptr) {
+            // The pipeline runs forward, loss and backward of every micro-batch itself.
+            const double value = w->pipeline()->run(
+                batch.inputs, batch.labels,
+                [&](const at::Tensor &out, const at::Tensor &labels) { return compute_loss(loss, out, labels); },
+                [this](const at::Tensor &l) { return scaled_for_backward(*state_, l); });
+            optimizer.step();
+            if (scheduler != nullptr) scheduler->step();
+            optimizer.zero_grad();
+            accumulate_end();
+            return value;
+        }
         at::Tensor out;
         try {
             if (auto *w = wrapper_of(model); w != nullptr && model.is_training()) w->before_forward();

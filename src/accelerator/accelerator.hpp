@@ -209,5 +209,9 @@ private:
 // with an index, or a single weights file), into `model`.
 // Returns what did not match (strict: a mismatch is an error instead).
 LoadReport load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options);
+// The same for tensors already read (a checkpoint's, mapped): big_modeling's load_checkpoint_and_dispatch loads the
+// part that stays in memory with it.
+LoadReport load_checkpoint_tensors(Model &model, std::vector<std::pair<std::string, at::Tensor>> tensors,
+                                   const config::LoadCheckpointOptions &options);
 
 } // namespace accel

@@ -21,6 +21,7 @@
 #include "model/pretrained.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
+#include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
@@ -225,6 +226,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
 {
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
+    for (const auto &m : models_) parallel::pp::refuse_checkpoint_of_pipeline_model(*m, "save_state");
     const auto tp_whole = whole_split_models(raw(models_), optimizers_);
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
     const bool main = writes_main_files();
@@ -330,6 +332,7 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
 {
     profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
+    for (const auto &m : models_) parallel::pp::refuse_checkpoint_of_pipeline_model(*m, "load_state");
     const auto &project = state_->config.project;
     const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
     // Accelerate loads into what is prepared and ignores the rest: with nothing prepared, a folder's weights
@@ -537,6 +540,7 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
                              const config::SaveModelOptions &options)
 {
     profiling::Range range(profiling::kSaveModel);
+    parallel::pp::refuse_checkpoint_of_pipeline_model(model, "save_model");
     const std::string dir = normalize_path(save_directory);
     if (exists(dir) && !is_dir(dir))
         fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");

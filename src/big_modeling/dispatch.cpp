@@ -3,9 +3,11 @@
 #include "accelerator/accelerator.hpp"
 #include "big_modeling/device_map.hpp"
 #include "big_modeling/device_map_infer.hpp"
+#include "big_modeling/empty_init.hpp"
 #include "big_modeling/offload_folder.hpp"
 #include "common/allocator.hpp"
 #include "common/error.hpp"
+#include "checkpointing/checkpointing.hpp"
 #include "common/files.hpp"
 #include "model/model.hpp"
 
@@ -13,6 +15,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 
 namespace accel::big_modeling {
@@ -41,7 +44,12 @@ public:
     OffloadHooks(std::shared_ptr<const OffloadFolder> folder, std::vector<Slot> slots, bool layered)
         : folder_(std::move(folder)), slots_(std::move(slots)), layered_(layered)
     {
-        for (auto &s : slots_) release(s);
+        for (auto &s : slots_) {
+            // A parameter of an empty model (never loaded: its values are in the folder) becomes a CPU tensor first:
+            // LibTorch's set_data keeps a tensor's device type. at::empty's pages are never touched before release.
+            if (s.param.is_meta()) materialize(s.param, at::kCPU);
+            release(s);
+        }
     }
 
     at::Tensor before_forward(const at::Tensor &input) override
@@ -189,13 +197,78 @@ void dispatch_model(Model &model, const config::DeviceMap &map, const config::Di
     return_free_memory();
 }
 
+namespace {
+
+// The model's own name of the tensor a checkpoint key names (another spelling of it: a tied weight's second name),
+// or "" when the model has no such tensor.
+std::string own_name(const Model &model, const std::string &key)
+{
+    const at::Tensor *t = model.find_tensor(key);
+    if (t == nullptr) return {};
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
+        for (const auto &e : *list)
+            if (&e.second == t) return e.first;
+    return {};
+}
+
+// Accelerate's load_checkpoint_in_model with an offload folder: the tensors of disk modules go from the checkpoint
+// (mapped, not copied) straight into the folder, one at a time, and never into the model (an empty model's stay
+// on the meta device); the others are loaded into the model. Returns false (nothing done) when there is no disk
+// module or the folder already holds an index (then it is the weights' source, as in dispatch_model).
+bool load_with_disk_offload(Model &model, const std::string &checkpoint, const config::DeviceMap &map,
+                            const config::LoadAndDispatchOptions &options)
+{
+    bool any_disk = false;
+    for (const auto &e : map) any_disk = any_disk || e.second.kind == config::DeviceTarget::Kind::disk;
+    if (!any_disk || options.dispatch.offload_dir.empty()) return false;
+    const std::string dir = normalize_path(options.dispatch.offload_dir);
+    if (exists(join(dir, kOffloadIndex))) return false;
+    TensorList all = ckpt::read_model_weights(normalize_path(checkpoint));
+    std::optional<at::ScalarType> to;
+    if (options.load.dtype)
+        to = *options.load.dtype == ACCEL_DTYPE_FLOAT64    ? at::kDouble
+             : *options.load.dtype == ACCEL_DTYPE_FLOAT16  ? at::kHalf
+             : *options.load.dtype == ACCEL_DTYPE_BFLOAT16 ? at::kBFloat16
+                                                             : at::kFloat;
+    NamedTensors rest;
+    std::set<std::string> on_disk;
+    for (auto &[key, t] : all) {
+        const std::string name = own_name(model, key);
+        const config::DeviceTarget *target = name.empty() ? nullptr : device_for(map, name);
+        if (target == nullptr || target->kind != config::DeviceTarget::Kind::disk) {
+            rest.emplace_back(key, t);
+            continue;
+        }
+        if (!on_disk.insert(name).second) continue; // a tied weight's second name: written once
+        at::Tensor v = to && at::isFloatingType(t.scalar_type()) ? t.to(*to) : t;
+        offload_state_dict(dir, {{name, v}}); // one tensor's bytes in memory at most (a conversion's)
+        t = at::Tensor();                     // the map's pages of it are not needed again
+    }
+    config::LoadCheckpointOptions memory_part = options.load;
+    memory_part.strict = false; // the disk part is checked below with the rest
+    LoadReport report = load_checkpoint_tensors(model, std::move(rest), memory_part);
+    std::vector<std::string> missing;
+    for (const auto &m : report.missing)
+        if (on_disk.count(m) == 0) missing.push_back(m);
+    if (options.load.strict && (!missing.empty() || !report.unexpected.empty()))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "checkpoint_path: " + checkpoint + " does not match the model (strict): " +
+                                             std::to_string(missing.size()) + " missing, " +
+                                             std::to_string(report.unexpected.size()) + " unexpected" +
+                                             (missing.empty() ? std::string() : ", e.g. missing " + missing[0]));
+    return true;
+}
+
+} // namespace
+
 void load_checkpoint_and_dispatch(Model &model, const std::string &checkpoint, const config::LoadAndDispatchOptions &options)
 {
     if (is_dispatched(model)) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already dispatched");
     // A strategy's map is computed before loading (an empty model has its sizes already), as Accelerate does.
     std::optional<config::DeviceMap> map = options.device_map;
     if (options.infer) map = infer_auto_device_map(model, *options.infer);
-    (void)load_checkpoint_in_model(model, checkpoint, options.load);
+    if (map) check_device_map(model, *map, "device_map");
+    if (!map || !load_with_disk_offload(model, checkpoint, *map, options))
+        (void)load_checkpoint_in_model(model, checkpoint, options.load);
     if (map) dispatch_model(model, *map, options.dispatch);
 }
 

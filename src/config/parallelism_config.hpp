@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace accel::config {
 
@@ -19,6 +20,14 @@ struct ParallelismConfig {
     std::string cp_backend = "torch";     // PARALLELISM_CONFIG_CP_BACKEND
     std::string sp_backend = "deepspeed"; // PARALLELISM_CONFIG_SP_BACKEND
     std::string cp_comm_strategy = "allgather"; // cp_handler.cp_comm_strategy
+    // Pipeline parallelism (MegatronLMPlugin's pp_degree, num_micro_batches; src/parallel/pipeline): the
+    // model's blocks cut into pp_size stages, each batch into num_micro_batches along its first dimension.
+    int32_t pp_size = 1;
+    int32_t num_micro_batches = 1;
+    std::string pp_schedule = "gpipe";
+    // The block index each stage after the first starts at (pp_size - 1 ascending values); empty: balanced
+    // by parameter count.
+    std::vector<int64_t> pp_split_points;
 };
 
 } // namespace accel::config

@@ -21,6 +21,7 @@ std::vector<int32_t> axes_of(MeshDim dim)
     case MeshDim::Dp: return {0, 1};
     case MeshDim::DpShardCp: return {1, 2};
     case MeshDim::DpCp: return {0, 1, 2};
+    case MeshDim::Pp: return {}; // outside the axes: handled where a group is listed
     }
     fail(ACCEL_ERR_INTERNAL, "device mesh: unknown dimension " + std::to_string(static_cast<int32_t>(dim)));
 }
@@ -29,13 +30,14 @@ std::vector<int32_t> axes_of(MeshDim dim)
 
 const char *mesh_dim_name(MeshDim dim)
 {
-    static const char *const names[kMeshGroups] = {"dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp"};
+    static const char *const names[kMeshGroups] = {"dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "pp"};
     const auto i = static_cast<int32_t>(dim);
     return i >= 0 && i < kMeshGroups ? names[i] : "?";
 }
 
 int32_t MeshShape::size(MeshDim dim) const
 {
+    if (dim == MeshDim::Pp) return pp;
     int32_t n = 1;
     for (int32_t a : axes_of(dim)) n *= sizes[static_cast<size_t>(a)];
     return n;
@@ -43,16 +45,18 @@ int32_t MeshShape::size(MeshDim dim) const
 
 std::string MeshShape::describe() const
 {
-    std::string out;
+    std::string out = pp > 1 ? "pp " + std::to_string(pp) + " x " : std::string();
     for (int32_t a = 0; a < kMeshAxes; ++a)
         out += std::string(a ? " x " : "") + mesh_dim_name(static_cast<MeshDim>(a)) + " " + std::to_string(sizes[static_cast<size_t>(a)]);
     return out;
 }
 
-MeshShape mesh_shape(int32_t dp_replicate, int32_t dp_shard, int32_t cp, int32_t tp)
+MeshShape mesh_shape(int32_t dp_replicate, int32_t dp_shard, int32_t cp, int32_t tp, int32_t pp)
 {
     MeshShape s;
     s.sizes = {dp_replicate, dp_shard, cp, tp};
+    s.pp = pp;
+    if (pp < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.pp_size: must be at least 1, got " + std::to_string(pp));
     for (int32_t a = 0; a < kMeshAxes; ++a)
         if (s.sizes[static_cast<size_t>(a)] < 1)
             fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("parallelism_config.") + mesh_dim_name(static_cast<MeshDim>(a)) +
@@ -64,6 +68,7 @@ std::array<int32_t, kMeshAxes> mesh_coordinates(const MeshShape &shape, int32_t 
 {
     if (rank < 0 || rank >= shape.world())
         fail(ACCEL_ERR_INTERNAL, "device mesh: rank " + std::to_string(rank) + " is outside the mesh (" + shape.describe() + ")");
+    rank %= shape.stage_size(); // the axes lie within one pipeline stage
     std::array<int32_t, kMeshAxes> c{};
     for (int32_t a = kMeshAxes - 1; a >= 0; --a) { // tp fastest
         const int32_t n = shape.sizes[static_cast<size_t>(a)];
@@ -83,14 +88,20 @@ int32_t mesh_rank(const MeshShape &shape, const std::array<int32_t, kMeshAxes> &
 std::vector<int32_t> mesh_group(const MeshShape &shape, MeshDim dim, int32_t rank)
 {
     const std::array<int32_t, kMeshAxes> mine = mesh_coordinates(shape, rank);
+    const int32_t inner = shape.stage_size();
+    std::vector<int32_t> members;
+    if (dim == MeshDim::Pp) { // the same place in every stage
+        for (int32_t k = 0; k < shape.pp; ++k) members.push_back(k * inner + rank % inner);
+        return members;
+    }
+    const int32_t stage_base = rank - rank % inner;
     const std::vector<int32_t> axes = axes_of(dim);
     // Counting row-major over the group's axes, the others held at this rank's coordinates: ranks come out
     // ascending, and a member's position is its flattened coordinate.
-    std::vector<int32_t> members;
     std::array<int32_t, kMeshAxes> c = mine;
     for (int32_t a : axes) c[static_cast<size_t>(a)] = 0;
     for (int32_t k = 0, n = shape.size(dim); k < n; ++k) {
-        members.push_back(mesh_rank(shape, c));
+        members.push_back(stage_base + mesh_rank(shape, c));
         for (size_t i = axes.size(); i-- > 0;) { // next coordinate, last axis fastest
             auto &v = c[static_cast<size_t>(axes[i])];
             if (++v < shape.sizes[static_cast<size_t>(axes[i])]) break;
@@ -113,6 +124,7 @@ std::vector<std::vector<int32_t>> mesh_groups(const MeshShape &shape, MeshDim di
 int32_t mesh_group_rank(const MeshShape &shape, MeshDim dim, int32_t rank)
 {
     const std::array<int32_t, kMeshAxes> c = mesh_coordinates(shape, rank);
+    if (dim == MeshDim::Pp) return rank / shape.stage_size();
     int32_t index = 0;
     for (int32_t a : axes_of(dim)) index = index * shape.sizes[static_cast<size_t>(a)] + c[static_cast<size_t>(a)];
     return index;

@@ -21,24 +21,26 @@ namespace accel::distributed {
 class Communicator;
 
 // The mesh's dimensions and flattened groups. The first four are the mesh's axes, slowest first.
-enum class MeshDim : int32_t { DpReplicate = 0, DpShard = 1, Cp = 2, Tp = 3, Dp = 4, DpShardCp = 5, DpCp = 6 };
+enum class MeshDim : int32_t { DpReplicate = 0, DpShard = 1, Cp = 2, Tp = 3, Dp = 4, DpShardCp = 5, DpCp = 6, Pp = 7 };
 constexpr int32_t kMeshAxes = 4;
-constexpr int32_t kMeshGroups = 7;
-// "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp".
+constexpr int32_t kMeshGroups = 8;
+// "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "pp".
 const char *mesh_dim_name(MeshDim dim);
 
 struct MeshShape {
     std::array<int32_t, kMeshAxes> sizes{1, 1, 1, 1}; // dp_replicate, dp_shard, cp, tp
+    int32_t pp = 1;                                     // pipeline stages, outside the axes (slowest)
     int32_t size(MeshDim dim) const;                    // an axis's size, or the product a group flattens
-    int32_t world() const { return size(MeshDim::DpReplicate) * size(MeshDim::DpShard) * size(MeshDim::Cp) * size(MeshDim::Tp); }
-    // "dp_replicate 2 x dp_shard 2 x cp 1 x tp 1", for messages.
+    int32_t stage_size() const { return size(MeshDim::DpReplicate) * size(MeshDim::DpShard) * size(MeshDim::Cp) * size(MeshDim::Tp); }
+    int32_t world() const { return pp * stage_size(); }
+    // "dp_replicate 2 x dp_shard 2 x cp 1 x tp 1" (prefixed "pp 2 x " with stages), for messages.
     std::string describe() const;
 };
 
-MeshShape mesh_shape(int32_t dp_replicate, int32_t dp_shard, int32_t cp, int32_t tp);
+MeshShape mesh_shape(int32_t dp_replicate, int32_t dp_shard, int32_t cp, int32_t tp, int32_t pp = 1);
 
-// A rank's coordinate on each axis (rank = ((r * dp_shard + s) * cp + c) * tp + t). Throws INTERNAL for a
-// rank outside the mesh.
+// A rank's coordinate on each axis (rank = pp_stage * stage_size + ((r * dp_shard + s) * cp + c) * tp + t).
+// Throws INTERNAL for a rank outside the mesh. mesh_rank gives the rank within the stage.
 std::array<int32_t, kMeshAxes> mesh_coordinates(const MeshShape &shape, int32_t rank);
 int32_t mesh_rank(const MeshShape &shape, const std::array<int32_t, kMeshAxes> &coordinates);
 // The members of `rank`'s group along `dim` (the ranks that differ from it only on the dimension's axes),

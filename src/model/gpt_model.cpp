@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace accel {
 
@@ -154,27 +155,74 @@ GptModel::GptModel(const config::GptConfig &config, const ParameterFn &on_parame
     for (auto &p : params) p.second.requires_grad_(true);
     lm_head_linear_ = make_linear(lm_head_, {}, Linear::Layout::OutIn);
     checkpointed_.assign(static_cast<size_t>(c.n_layer), c.activation_checkpointing);
+    block_end_ = blocks_.size();
     set_tensors(std::move(params), {});
 }
 
 GptModel::~GptModel() = default;
 
-at::Tensor GptModel::forward(const at::Tensor &input) { return run(input, nullptr); }
+namespace {
+
+[[noreturn]] void refuse_pipelined(const char *what)
+{
+    fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + " of a pipeline-parallel model (parallelism_config.pp_size > 1: "
+                                                     "each rank holds one stage) is not built yet; train it with "
+                                                     "accel_accelerator_train_step");
+}
+
+} // namespace
+
+at::Tensor GptModel::forward(const at::Tensor &input)
+{
+    if (pipelined_) refuse_pipelined("forward");
+    return run(input, nullptr);
+}
 
 // Under tensor parallelism the cache holds this rank's heads, as the blocks compute them.
-at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache) { return run(input, &cache); }
+at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
+{
+    if (pipelined_) refuse_pipelined("generation");
+    return run(input, &cache);
+}
+
+at::Tensor GptModel::forward_stage(const at::Tensor &input)
+{
+    if (!pipelined_) fail(ACCEL_ERR_INTERNAL, "gpt: forward_stage without a pipeline stage");
+    if (!stage_first_ && (!input.defined() || input.dim() != 3 || input.size(2) != config_.n_embd))
+        fail(ACCEL_ERR_INTERNAL, "gpt: a later pipeline stage takes hidden states [B, T, n_embd]");
+    return run(input, nullptr);
+}
+
+// The first stage's input: token ids checked, then token + position embeddings (dropout in training).
+at::Tensor GptModel::embed(const at::Tensor &ids, int64_t past, bool train)
+{
+    const auto &c = config_;
+    if (ids.numel() > 0) {
+        auto [lo, hi] = at::aminmax(ids);
+        const int64_t l = lo.item<int64_t>(), h = hi.item<int64_t>();
+        if (l < 0 || h >= c.vocab_size)
+            fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(l < 0 ? l : h) + " is outside [0, " +
+                                             std::to_string(c.vocab_size) + ")");
+    }
+    at::Tensor pos = cp_ ? parallel::cp::sequence_positions(ids.size(1), cp_->rank(), cp_->size(), ids.options())
+                         : at::arange(past, past + ids.size(1), ids.options().dtype(at::kLong));
+    at::Tensor tokens = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, wte_, vocab_start_, tp_group_)
+                                  : at::embedding(wte_, ids);
+    return maybe_dropout(tokens + at::embedding(wpe_, pos), c.embd_pdrop, train);
+}
 
 at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
 {
     const auto &c = config_;
     if (!input.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: missing");
-    if (input.scalar_type() != at::kLong && input.scalar_type() != at::kInt)
+    const bool ids_in = stage_first_; // a later pipeline stage receives hidden states [B, T, C]
+    if (ids_in && input.scalar_type() != at::kLong && input.scalar_type() != at::kInt)
         fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("input: a gpt model takes token ids (int64 or int32), got ") +
                                              c10::toString(input.scalar_type()));
-    if (input.dim() != 1 && input.dim() != 2)
+    if (ids_in && input.dim() != 1 && input.dim() != 2)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: a gpt model takes token ids [batch, seq] or [seq], got shape " +
                                              c10::str(input.sizes()));
-    const bool unbatched = input.dim() == 1;
+    const bool unbatched = ids_in && input.dim() == 1;
     at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
     const int64_t T = ids.size(1);
     const int64_t past = cache != nullptr ? cache->length() : 0;
@@ -191,13 +239,6 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions" +
                                              (past > 0 ? " (" + std::to_string(past) + " cached)" : std::string()) +
                                              " exceed n_positions " + std::to_string(c.n_positions));
-    if (ids.numel() > 0) {
-        auto [lo, hi] = at::aminmax(ids);
-        const int64_t l = lo.item<int64_t>(), h = hi.item<int64_t>();
-        if (l < 0 || h >= c.vocab_size)
-            fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(l < 0 ? l : h) + " is outside [0, " +
-                                             std::to_string(c.vocab_size) + ")");
-    }
     if (cache != nullptr && cache->keys.size() != blocks_.size()) {
         if (!cache->keys.empty()) fail(ACCEL_ERR_INTERNAL, "gpt: KV cache of another model");
         cache->keys.resize(blocks_.size());
@@ -206,13 +247,9 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     const bool train = training_ && cache == nullptr;
     ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
     if (hooks) hooks->before_layer(0);
-    at::Tensor pos = cp_ ? parallel::cp::sequence_positions(T, cp_->rank(), cp_->size(), ids.options())
-                         : at::arange(past, past + T, ids.options().dtype(at::kLong));
-    at::Tensor tokens = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, wte_, vocab_start_, tp_group_)
-                                  : at::embedding(wte_, ids);
-    at::Tensor h = maybe_dropout(tokens + at::embedding(wpe_, pos), c.embd_pdrop, train);
+    at::Tensor h = ids_in ? embed(ids, past, train) : input;
     const bool checkpoint = cache == nullptr && at::GradMode::is_enabled();
-    for (size_t i = 0; i < blocks_.size(); ++i) {
+    for (size_t i = block_begin_; i < block_end_; ++i) {
         if (hooks) hooks->before_layer(i + 1);
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const GptBlock> block = blocks_[i];
@@ -231,6 +268,7 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         }
         if (hooks) h = hooks->after_layer(i + 1, h);
     }
+    if (!stage_last_) return h;
     h = at::layer_norm(h, {c.n_embd}, ln_f_w_, ln_f_b_, c.layer_norm_epsilon);
     at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
@@ -247,6 +285,35 @@ void GptModel::apply_context_parallel(std::shared_ptr<const parallel::cp::Contex
     if (cp->size() == 1) return;
     for (const auto &b : blocks_) b->block.options.context_parallel = cp;
     cp_ = std::move(cp);
+}
+
+void GptModel::apply_pipeline_stage(int64_t first_block, int64_t end_block, bool first, bool last)
+{
+    const auto n = static_cast<int64_t>(blocks_.size());
+    if (pipelined_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: pipeline parallelism is already applied");
+    if (tp_group_) fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: pipeline with tensor parallelism is not built yet");
+    if (first_block < 0 || end_block > n || first_block >= end_block)
+        fail(ACCEL_ERR_INTERNAL, "gpt: pipeline stage of blocks [" + std::to_string(first_block) + ", " +
+                                     std::to_string(end_block) + ") of " + std::to_string(n));
+    // What this stage keeps: its blocks, the embeddings on the first, the final norm and head on the last.
+    std::set<const void *> kept;
+    for (int64_t i = first_block; i < end_block; ++i)
+        for (const auto &t : blocks_[static_cast<size_t>(i)]->params()) kept.insert(t.unsafeGetTensorImpl());
+    if (first)
+        for (const auto &t : {wte_, wpe_}) kept.insert(t.unsafeGetTensorImpl());
+    if (last)
+        for (const auto &t : {ln_f_w_, ln_f_b_, lm_head_}) kept.insert(t.unsafeGetTensorImpl());
+    at::NoGradGuard no_grad;
+    for (const auto &np : named_parameters())
+        if (kept.count(np.second.unsafeGetTensorImpl()) == 0) {
+            at::Tensor t = np.second;
+            t.set_data(at::empty({0}, t.options()));
+        }
+    block_begin_ = static_cast<size_t>(first_block);
+    block_end_ = static_cast<size_t>(end_block);
+    stage_first_ = first;
+    stage_last_ = last;
+    pipelined_ = true;
 }
 
 void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group)

@@ -69,7 +69,6 @@ public:
     void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group);
     // How each parameter (by name) is split: empty without tensor parallelism.
     const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const { return tp_slicing_; }
-    const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const { return tp_group_; }
     // Context parallelism (applied at prepare by parallel/context_parallel/plan.hpp): forward() then takes this
     // rank's part of each sequence (sequence_split.hpp: what the prepared loader yields), embeds it at its
     // whole-sequence positions, runs every block's attention over the whole sequence through the cp group, and
@@ -77,11 +76,24 @@ public:
     void apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp);
     const std::shared_ptr<const parallel::cp::ContextParallel> &context_parallel() const { return cp_; }
 
+    // Pipeline parallelism (applied at prepare by parallel/pipeline/): this model becomes the stage holding
+    // blocks [first_block, end_block); every other parameter is emptied in place (set_data to zero elements:
+    // names stay, so an optimizer made before prepare keeps its list, and the memory goes). The first stage
+    // keeps the embeddings, the last the final norm and the head (the token embedding too when tied; the
+    // pipeline sums its gradient over the two). Afterwards forward() and forward_cached() are refused by name
+    // and forward_stage() runs the stage: token ids -> hidden states on the first, hidden -> hidden between,
+    // hidden -> logits on the last.
+    void apply_pipeline_stage(int64_t first_block, int64_t end_block, bool first, bool last);
+    at::Tensor forward_stage(const at::Tensor &input);
+    bool pipelined() const { return pipelined_; }
+    const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const { return tp_group_; }
+
 protected:
     std::string canonical_key(const std::string &key) const override;
 
 private:
     at::Tensor run(const at::Tensor &input, GptKvCache *cache);
+    at::Tensor embed(const at::Tensor &ids, int64_t past, bool train);
     config::GptConfig config_;
     at::Tensor wte_, wpe_, ln_f_w_, ln_f_b_, lm_head_; // lm_head_ is wte_ when tied
     std::shared_ptr<Linear> lm_head_linear_;             // over lm_head_
@@ -92,6 +104,9 @@ private:
     int64_t vocab_start_ = 0;                             // this rank's first vocabulary row under it
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
     std::shared_ptr<const parallel::cp::ContextParallel> cp_; // set by apply_context_parallel
+    // This rank's pipeline stage (the whole model without one).
+    bool pipelined_ = false, stage_first_ = true, stage_last_ = true;
+    size_t block_begin_ = 0, block_end_ = 0;
 };
 
 } // namespace accel

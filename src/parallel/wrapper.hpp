@@ -16,6 +16,9 @@ namespace accel::parallel {
 
 class ShardedDataParallel;
 class DistributedDataParallel;
+namespace pp {
+class PipelineParallel;
+}
 
 // Per-rank bytes of one wrapped model's state (accel_accelerator_get_memory_stats_json's fields).
 struct WrapperMemory {
@@ -64,6 +67,8 @@ public:
     // Typed access where a caller needs one engine's own interface (checkpoint layouts, DDP statistics).
     virtual ShardedDataParallel *sharded() { return nullptr; }
     virtual DistributedDataParallel *ddp() { return nullptr; }
+    // A pipeline runs forward and backward itself (train_step hands it the batch).
+    virtual pp::PipelineParallel *pipeline() { return nullptr; }
     const ShardedDataParallel *sharded() const { return const_cast<ParallelWrapper *>(this)->sharded(); }
     const DistributedDataParallel *ddp() const { return const_cast<ParallelWrapper *>(this)->ddp(); }
 };

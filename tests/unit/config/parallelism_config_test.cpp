@@ -132,9 +132,10 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
     world(4);
     EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
                    "parallelism_config.tp_size: 2: tensor parallelism with fsdp_plugin or dp_shard_size > 1");
-    // Context parallelism is built with DDP and TP, not yet inside the sharding engines.
-    EXPECT_REFUSED("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"cp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.cp_size: 4: context parallelism with fsdp_plugin is not built yet");
+    // Context parallelism is built with DDP, TP and the sharding engine (which shards over dp_shard_cp).
+    EXPECT_EQ(parse_accelerator_config("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"dp_shard_size\": 2, \"cp_size\": 2}}")
+                  .parallelism.cp_size,
+              2);
     auto c = accel::config::parse_accelerator_config(
         "{\"parallelism_config\": {\"cp_size\": 2, \"tp_size\": 2, \"cp_handler\": {\"cp_comm_strategy\": \"alltoall\"}}}");
     EXPECT_EQ(c.parallelism.cp_size, 2);
@@ -157,7 +158,14 @@ TEST_F(ParallelismConfigTest, BadConfigsNameTheKey)
                    "parallelism_config.dp_shard_size");
     EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2.5}}", ACCEL_ERR_INVALID_ARGUMENT,
                    "parallelism_config.dp_shard_size");
-    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.pp_size");
+    // Pipeline stages count in the job's processes; the schedules beyond GPipe are not built.
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT, "x pp_size (2) = 2 processes");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_schedule\": \"1f1b\"}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.pp_schedule");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"num_micro_batches\": 0}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.num_micro_batches");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_split_points\": [2]}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.pp_split_points");
     EXPECT_REFUSED("{\"parallelism_config\": {\"cp_handler\": {\"cp_comm_strategy\": \"ring\"}}}", ACCEL_ERR_INVALID_ARGUMENT,
                    "parallelism_config.cp_handler.cp_comm_strategy");
     EXPECT_REFUSED("{\"parallelism_config\": {\"tp_handler\": {\"async\": true}}}", ACCEL_ERR_INVALID_ARGUMENT,

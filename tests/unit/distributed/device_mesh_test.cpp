@@ -17,7 +17,7 @@ using namespace accel::distributed;
 namespace {
 
 const MeshDim kAll[] = {MeshDim::DpReplicate, MeshDim::DpShard, MeshDim::Cp, MeshDim::Tp,
-                        MeshDim::Dp,          MeshDim::DpShardCp, MeshDim::DpCp};
+                        MeshDim::Dp,          MeshDim::DpShardCp, MeshDim::DpCp, MeshDim::Pp};
 
 std::vector<MeshShape> shapes()
 {
@@ -29,6 +29,8 @@ std::vector<MeshShape> shapes()
     out.push_back(mesh_shape(2, 4, 1, 8));
     out.push_back(mesh_shape(1, 16, 2, 2));
     out.push_back(mesh_shape(4, 1, 1, 1));
+    out.push_back(mesh_shape(2, 1, 1, 2, 2)); // pipeline stages outside the axes
+    out.push_back(mesh_shape(1, 1, 1, 1, 4));
     return out;
 }
 
@@ -43,6 +45,7 @@ std::set<int32_t> axes(MeshDim d)
     case MeshDim::Dp: return {0, 1};
     case MeshDim::DpShardCp: return {1, 2};
     case MeshDim::DpCp: return {0, 1, 2};
+    case MeshDim::Pp: return {}; // stages differ outside the axes: members agree on every axis
     }
     return {};
 }
@@ -54,9 +57,11 @@ TEST(DeviceMeshLayout, CoordinatesRoundTripWithTpFastest)
     for (const MeshShape &shape : shapes())
         for (int32_t r = 0; r < shape.world(); ++r) {
             const auto c = mesh_coordinates(shape, r);
-            EXPECT_EQ(mesh_rank(shape, c), r) << shape.describe();
+            const int32_t inner = shape.stage_size(); // the axes within a pipeline stage, pp slowest of all
+            EXPECT_EQ(mesh_rank(shape, c), r % inner) << shape.describe();
             EXPECT_EQ(c[3], r % shape.sizes[3]) << shape.describe(); // tp is the fastest axis
-            EXPECT_EQ(c[0], r / (shape.world() / shape.sizes[0])) << shape.describe(); // dp_replicate the slowest
+            EXPECT_EQ(c[0], r % inner / (inner / shape.sizes[0])) << shape.describe(); // dp_replicate the slowest axis
+            EXPECT_EQ(mesh_group_rank(shape, MeshDim::Pp, r), r / inner) << shape.describe();
         }
 }
 
@@ -116,6 +121,13 @@ TEST(DeviceMeshLayout, AccelerateExamples)
     const MeshShape h = mesh_shape(2, 2, 1, 1);
     EXPECT_EQ(mesh_groups(h, MeshDim::DpShard), (std::vector<std::vector<int32_t>>{{0, 1}, {2, 3}}));
     EXPECT_EQ(mesh_groups(h, MeshDim::DpReplicate), (std::vector<std::vector<int32_t>>{{0, 2}, {1, 3}}));
+    // pp 2 x dp_replicate 2 x tp 2 (Megatron's order, pp slowest): stage 0 is ranks 0-3, each pp group one
+    // rank of each stage at the same place.
+    const MeshShape p = mesh_shape(2, 1, 1, 2, 2);
+    EXPECT_EQ(mesh_groups(p, MeshDim::Pp), (std::vector<std::vector<int32_t>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+    EXPECT_EQ(mesh_groups(p, MeshDim::Tp), (std::vector<std::vector<int32_t>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+    EXPECT_EQ(mesh_groups(p, MeshDim::DpReplicate), (std::vector<std::vector<int32_t>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+    EXPECT_EQ(p.describe(), "pp 2 x dp_replicate 2 x dp_shard 1 x cp 1 x tp 2");
 }
 
 TEST(DeviceMeshLayout, BadShapesAreRefused)
@@ -154,7 +166,7 @@ TEST(DeviceMeshLayout, WorldOfOne)
 // the mesh reports each rank's index.
 TEST(DeviceMeshLayout, ThreadedGroupsReachTheirMembers)
 {
-    for (const MeshShape &shape : {mesh_shape(2, 2, 1, 2), mesh_shape(3, 1, 2, 2)})
+    for (const MeshShape &shape : {mesh_shape(2, 2, 1, 2), mesh_shape(3, 1, 2, 2), mesh_shape(1, 2, 1, 1, 2)})
         run_on_threads(shape.world(), [&shape](const std::shared_ptr<Communicator> &world) {
             DeviceMesh mesh(shape, world);
             for (MeshDim d : kAll) {

@@ -1,0 +1,215 @@
+#include "parallel/pipeline/pipeline_parallel.hpp"
+
+#include "common/error.hpp"
+#include "config/parallelism_config.hpp"
+#include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
+#include "model/gpt_model.hpp"
+#include "parallel/pipeline/stages.hpp"
+#include "parallel/whole_gradients.hpp"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace accel::parallel::pp {
+
+namespace {
+
+using distributed::ReduceOp;
+
+// Tags of the schedule's messages (gloo, MPI and the thread backend match on them; NCCL on order alone).
+int32_t forward_tag(int64_t micro) { return static_cast<int32_t>(2 * micro); }
+int32_t backward_tag(int64_t micro) { return static_cast<int32_t>(2 * micro + 1); }
+constexpr int32_t kTiedTag = -2;
+
+// Activations travel in float32 whatever the stage computed in (autocast): the receiver allocates before
+// it knows, and the precision of the stage boundary does not change what the stages compute.
+constexpr at::ScalarType kWire = at::kFloat;
+
+} // namespace
+
+PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed::Communicator> pp_group,
+                                   int32_t num_micro_batches)
+    : model_(model), pp_(std::move(pp_group)), micro_batches_(num_micro_batches)
+{
+    for (const auto &np : model_.named_parameters())
+        if (np.second.numel() > 0) params_.push_back(np.second);
+    const bool first = stage() == 0, last = stage() == num_stages() - 1;
+    if (model_.config().tie_word_embeddings && num_stages() > 1 && (first || last))
+        tied_ = model_.named_parameters().front().second; // transformer.wte.weight, the head's weight too
+}
+
+int32_t PipelineParallel::stage() const { return pp_->rank(); }
+int32_t PipelineParallel::num_stages() const { return pp_->size(); }
+
+double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels, const LossFn &loss, const ScaleFn &scale)
+{
+    const double start = distributed::now_seconds();
+    double busy = 0.0;
+    auto timed = [&busy](auto &&f) {
+        const double t0 = distributed::now_seconds();
+        f();
+        busy += distributed::now_seconds() - t0;
+    };
+    const int64_t m = micro_batches_;
+    if (!inputs.defined() || inputs.dim() != 2)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: a pipeline-parallel gpt model takes token ids [batch, seq], got " +
+                                             (inputs.defined() ? "shape " + c10::str(inputs.sizes()) : std::string("none")));
+    if (inputs.size(0) % m != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: its " + std::to_string(inputs.size(0)) + " rows do not divide into "
+                                         "parallelism_config.num_micro_batches (" + std::to_string(m) + ")");
+    if (!labels.defined() || labels.size(0) != inputs.size(0))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: a pipeline needs labels with the inputs' rows");
+    const int32_t s = stage(), p = num_stages();
+    const bool first = s == 0, last = s == p - 1;
+    const int64_t rows = inputs.size(0) / m;
+    const at::TensorOptions wire = params_.empty() ? at::TensorOptions(kWire) : params_.front().options().dtype(kWire);
+    const std::vector<int64_t> hidden{rows, inputs.size(1), model_.config().n_embd};
+
+    // GPipe's forward phase: each micro-batch in, through this stage, out to the next.
+    std::vector<at::Tensor> received(static_cast<size_t>(m)), outputs(static_cast<size_t>(m));
+    at::Tensor loss_sum = at::zeros({}, at::kDouble);
+    for (int64_t i = 0; i < m; ++i) {
+        at::Tensor x = inputs.narrow(0, i * rows, rows);
+        if (!first) {
+            x = at::empty(hidden, wire);
+            pp_->recv(x, s - 1, forward_tag(i));
+            x.requires_grad_(true);
+            received[static_cast<size_t>(i)] = x;
+        }
+        at::Tensor y;
+        timed([&] {
+            y = model_.forward_stage(x);
+            if (last) {
+                at::Tensor l = loss(y, labels.narrow(0, i * rows, rows));
+                loss_sum += l.detach().to(at::kDouble).cpu();
+                y = scale(l / static_cast<double>(m)); // the batch's loss is the micro-batches' mean
+            }
+        });
+        if (!last) pp_->send(y.detach().to(kWire).contiguous(), s + 1, forward_tag(i));
+        outputs[static_cast<size_t>(i)] = y;
+    }
+    // Backward phase, last micro-batch first: gradients in from the next stage, out to the previous one.
+    for (int64_t i = m - 1; i >= 0; --i) {
+        at::Tensor &y = outputs[static_cast<size_t>(i)];
+        at::Tensor grad;
+        if (!last) {
+            grad = at::empty(hidden, wire);
+            pp_->recv(grad, s + 1, backward_tag(i));
+        }
+        timed([&] {
+            if (last) y.backward();
+            else y.backward(grad.to(y.scalar_type()));
+        });
+        y = at::Tensor(); // this micro-batch's activations go now
+        if (!first) {
+            at::Tensor &x = received[static_cast<size_t>(i)];
+            pp_->send(x.grad().contiguous(), s - 1, backward_tag(i));
+            x = at::Tensor();
+        }
+    }
+    if (require_sync_) sync_tied_gradient();
+    at::Tensor mean = (loss_sum / static_cast<double>(m)).reshape({1});
+    pp_->broadcast(mean, p - 1); // every rank reports the loss
+    times_.wall = distributed::now_seconds() - start;
+    times_.busy = busy;
+    return mean.item<double>();
+}
+
+// The tied token embedding lives on the first stage (as the embedding) and the last (as the head): each
+// sends its gradient to the other and both add, so both hold the sum in the same bits (a + b == b + a) and
+// their optimizers keep the two copies equal. The first sends before it receives, the last the other way
+// round: blocking sends meet a posted receive.
+void PipelineParallel::sync_tied_gradient()
+{
+    if (!tied_.defined() || !tied_.requires_grad()) return;
+    at::NoGradGuard no_grad;
+    at::Tensor g = tied_.grad();
+    if (!g.defined()) fail(ACCEL_ERR_INTERNAL, "pipeline: the tied embedding has no gradient after the schedule");
+    at::Tensor other = at::empty_like(g);
+    const bool first = stage() == 0;
+    const int32_t peer = first ? num_stages() - 1 : 0;
+    if (first) {
+        pp_->send(g.contiguous(), peer, kTiedTag);
+        pp_->recv(other, peer, kTiedTag);
+    } else {
+        pp_->recv(other, peer, kTiedTag);
+        pp_->send(g.contiguous(), peer, kTiedTag);
+    }
+    g.add_(other);
+}
+
+std::vector<at::Tensor> PipelineParallel::counted_parameters() const
+{
+    if (!tied_.defined() || stage() == 0) return params_;
+    std::vector<at::Tensor> out; // the last stage's copy of the tied embedding is the first stage's
+    for (const auto &t : params_)
+        if (!t.is_same(tied_)) out.push_back(t);
+    return out;
+}
+
+// torch's clip_grad_norm_ over the whole model: each stage's part of the norm (the tied embedding once),
+// reduced over the pp group, then every stage scales its gradients alike.
+double PipelineParallel::clip_grad_norm(double max_norm, double norm_type, bool clip)
+{
+    at::NoGradGuard no_grad;
+    const bool inf = std::isinf(norm_type);
+    at::Tensor acc = at::zeros({1}, at::kDouble);
+    for (const auto &t : counted_parameters()) {
+        if (!t.grad().defined()) continue;
+        at::Tensor g = t.grad().to(at::kDouble).cpu();
+        acc = inf ? at::maximum(acc, g.abs().max().reshape({1})) : acc + g.abs().pow(norm_type).sum();
+    }
+    pp_->allreduce(acc, inf ? ReduceOp::Max : ReduceOp::Sum);
+    const double total = inf ? acc.item<double>() : std::pow(acc.item<double>(), 1.0 / norm_type);
+    if (clip) {
+        const double coef = std::min(1.0, max_norm / (total + 1e-6));
+        for (const auto &t : params_)
+            if (t.grad().defined()) t.grad().mul_(coef);
+    }
+    return total;
+}
+
+void PipelineParallel::clip_grad_value(double clip_value) { whole_clip_grad_value(params_, clip_value); }
+
+WrapperMemory PipelineParallel::memory() const { return whole_memory(params_); }
+
+std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distributed::DeviceMesh &mesh,
+                                                   const config::ParallelismConfig &config)
+{
+    auto *gpt = dynamic_cast<GptModel *>(&model);
+    if (gpt == nullptr)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: pipeline parallelism has a plan for the gpt model only; "
+                                      "other model types are not built yet");
+    const auto &group = mesh.group(distributed::MeshDim::Pp);
+    const int32_t p = group->size(), s = group->rank();
+    const int64_t n = gpt->config().n_layer;
+    std::vector<int64_t> starts;
+    if (!config.pp_split_points.empty()) {
+        starts = stage_starts_from_split_points(config.pp_split_points, n, p);
+    } else {
+        // Balanced by the blocks' parameter counts (GPT's are equal: an even cut, the remainder early).
+        std::vector<int64_t> costs(static_cast<size_t>(n), 0);
+        const std::string prefix = "transformer.h.";
+        for (const auto &[name, t] : gpt->named_parameters())
+            if (name.compare(0, prefix.size(), prefix) == 0)
+                costs[std::stoul(name.substr(prefix.size()))] += t.numel();
+        starts = balanced_stage_starts(costs, p);
+    }
+    const int64_t end = s + 1 < p ? starts[static_cast<size_t>(s) + 1] : n;
+    gpt->apply_pipeline_stage(starts[static_cast<size_t>(s)], end, s == 0, s == p - 1);
+    return std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches);
+}
+
+void refuse_checkpoint_of_pipeline_model(const Model &model, const char *what)
+{
+    const auto *gpt = dynamic_cast<const GptModel *>(&model);
+    if (gpt != nullptr && gpt->pipelined())
+        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": checkpoints of a pipeline-parallel model (pp_size > 1: each "
+                                                          "rank holds one stage; gathering the stages) are not built yet");
+}
+
+} // namespace accel::parallel::pp

@@ -1,0 +1,62 @@
+#include "parallel/pipeline/stages.hpp"
+
+#include "common/error.hpp"
+
+#include <limits>
+#include <string>
+
+namespace accel::parallel::pp {
+
+std::vector<int64_t> balanced_stage_starts(const std::vector<int64_t> &costs, int32_t stages)
+{
+    const auto n = static_cast<int64_t>(costs.size());
+    if (stages < 1 || n < stages)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.pp_size: " + std::to_string(stages) + " stages need at least as "
+                                         "many layers, the model has " + std::to_string(n));
+    std::vector<int64_t> prefix(static_cast<size_t>(n) + 1, 0);
+    for (int64_t i = 0; i < n; ++i) prefix[static_cast<size_t>(i) + 1] = prefix[static_cast<size_t>(i)] + costs[static_cast<size_t>(i)];
+    // best[k][i]: the smallest largest-stage cost of the first i layers in k stages; cut[k][i] where the last
+    // of those k stages starts. Layers number in the hundreds at most: O(stages n^2) is nothing.
+    const int64_t inf = std::numeric_limits<int64_t>::max();
+    const auto N = static_cast<size_t>(n) + 1;
+    std::vector<std::vector<int64_t>> best(static_cast<size_t>(stages) + 1, std::vector<int64_t>(N, inf));
+    std::vector<std::vector<int64_t>> cut(static_cast<size_t>(stages) + 1, std::vector<int64_t>(N, 0));
+    best[0][0] = 0;
+    for (size_t k = 1; k <= static_cast<size_t>(stages); ++k)
+        for (int64_t i = static_cast<int64_t>(k); i <= n; ++i)
+            for (int64_t j = i - 1; j >= static_cast<int64_t>(k) - 1; --j) { // latest start first: ties keep it
+                const int64_t before = best[k - 1][static_cast<size_t>(j)];
+                if (before == inf) continue;
+                const int64_t worst = std::max(before, prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(j)]);
+                if (worst < best[k][static_cast<size_t>(i)]) {
+                    best[k][static_cast<size_t>(i)] = worst;
+                    cut[k][static_cast<size_t>(i)] = j;
+                }
+            }
+    std::vector<int64_t> starts(static_cast<size_t>(stages));
+    int64_t end = n;
+    for (size_t k = static_cast<size_t>(stages); k >= 1; --k) {
+        starts[k - 1] = cut[k][static_cast<size_t>(end)];
+        end = starts[k - 1];
+    }
+    return starts;
+}
+
+std::vector<int64_t> stage_starts_from_split_points(const std::vector<int64_t> &points, int64_t num_layers, int32_t stages)
+{
+    const std::string key = "parallelism_config.pp_split_points";
+    if (points.size() + 1 != static_cast<size_t>(stages))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, key + ": " + std::to_string(points.size()) + " points for " + std::to_string(stages) +
+                                             " stages; give pp_size - 1 block indices");
+    std::vector<int64_t> starts{0};
+    for (int64_t p : points) {
+        if (p <= starts.back() || p >= num_layers)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, key + ": " + std::to_string(p) + " must be above the previous point (" +
+                                                 std::to_string(starts.back()) + ") and below the model's " +
+                                                 std::to_string(num_layers) + " blocks (every stage holds one at least)");
+        starts.push_back(p);
+    }
+    return starts;
+}
+
+} // namespace accel::parallel::pp

@@ -1,0 +1,19 @@
+// Where a pipeline cuts a model's layers into stages (pure arithmetic, tested without a model): balanced by
+// each layer's parameter count, or at explicit split points (parallelism_config.pp_split_points).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace accel::parallel::pp {
+
+// The first layer of each of `stages` contiguous stages of the layers whose costs are `costs`, minimising
+// the largest stage's cost (each stage at least one layer; among equal cuts the later stages get fewer
+// layers: the last stage also runs the head and the loss). INVALID_ARGUMENT when there are fewer layers
+// than stages.
+std::vector<int64_t> balanced_stage_starts(const std::vector<int64_t> &costs, int32_t stages);
+// {0, points...} after checking the points against `num_layers` (ascending, inside (0, num_layers), one
+// fewer than `stages`); INVALID_ARGUMENT naming parallelism_config.pp_split_points otherwise.
+std::vector<int64_t> stage_starts_from_split_points(const std::vector<int64_t> &points, int64_t num_layers, int32_t stages);
+
+} // namespace accel::parallel::pp
