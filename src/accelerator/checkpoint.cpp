@@ -556,7 +556,12 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
 
 LoadReport load_checkpoint_in_model(Model &model, const std::string &path, const config::LoadCheckpointOptions &options)
 {
-    TensorList all = match_model_keys(model, ckpt::read_model_weights(normalize_path(path)));
+    return load_checkpoint_tensors(model, ckpt::read_model_weights(normalize_path(path)), options);
+}
+
+LoadReport load_checkpoint_tensors(Model &model, TensorList tensors, const config::LoadCheckpointOptions &options)
+{
+    TensorList all = match_model_keys(model, std::move(tensors));
     if (options.dtype) {
         at::ScalarType to = *options.dtype == ACCEL_DTYPE_FLOAT64    ? at::kDouble
                             : *options.dtype == ACCEL_DTYPE_FLOAT16  ? at::kHalf
