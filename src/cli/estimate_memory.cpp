@@ -7,7 +7,9 @@
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
+#include "common/json_reader.hpp"
 
+#include <accel/big_modeling.h>
 #include <accel/model.h>
 #include <accel/tensor.h>
 #include <accel/status.h>
@@ -32,7 +34,8 @@ const char *kEstimateUsage =
     "\n"
     "MODEL: a JSON model spec (a .json file, or the JSON text, e.g. '{\"type\": \"gpt\"}'), a TorchScript\n"
     "file, or safetensors weights: model.safetensors, model.safetensors.index.json, or a folder holding one.\n"
-    "A JSON spec or TorchScript file is built in memory (float32) to count its parameters; safetensors\n"
+    "A JSON spec or TorchScript file is built to count its parameters (a spec with \"empty_init\": true\n"
+    "without their memory); safetensors\n"
     "weights are counted from their headers only. A layer is a module that owns parameters directly; a\n"
     "GPT-2 block (transformer.h.<i>) or Llama decoder layer (model.layers.<i>) counts as one layer, as\n"
     "transformers' _no_split_modules makes it.\n"
@@ -107,21 +110,29 @@ std::vector<Tensor> from_model(const std::string &model)
         st = accel_model_create_from_torchscript(model.c_str(), &m);
     }
     if (st != ACCEL_OK) fail(st, accel_last_error_message());
+    // Each parameter's element count from compute_module_sizes at int8 (min(1 byte, its element size) each): it
+    // reads shapes only, so a spec with "empty_init": true (parameters on the meta device) is counted too.
+    char *sizes_json = nullptr;
+    if (accel_model_compute_module_sizes(m, "{\"dtype\": \"int8\"}", &sizes_json) != ACCEL_OK) {
+        accel_model_free(m);
+        fail(ACCEL_ERR_INTERNAL, std::string("reading the model's parameters: ") + accel_last_error_message());
+    }
+    const std::string text(sizes_json);
+    accel_string_free(sizes_json);
+    const JsonValue doc = parse_json(text.data(), text.size(), "module sizes");
+    const JsonValue *sizes = doc.find("sizes");
     std::vector<Tensor> out;
     size_t n = 0;
     if (accel_model_get_num_parameters(m, &n) != ACCEL_OK) n = 0;
     for (size_t i = 0; i < n; ++i) {
         const char *name = nullptr;
-        accel_tensor_t *t = nullptr; // a copy: one parameter at a time
-        int64_t numel = 0;
-        const bool ok = accel_model_get_parameter_name(m, i, &name) == ACCEL_OK &&
-                        accel_model_get_tensor(m, name, &t) == ACCEL_OK && accel_tensor_get_numel(t, &numel) == ACCEL_OK;
-        accel_tensor_free(t);
-        if (!ok) {
+        const JsonValue *numel = nullptr;
+        if (accel_model_get_parameter_name(m, i, &name) == ACCEL_OK && sizes != nullptr) numel = sizes->find(name);
+        if (numel == nullptr || !numel->is_uint) {
             accel_model_free(m);
-            fail(ACCEL_ERR_INTERNAL, std::string("reading the model's parameters: ") + accel_last_error_message());
+            fail(ACCEL_ERR_INTERNAL, std::string("reading the model's parameters: no size for ") + (name ? name : "?"));
         }
-        out.push_back({name, static_cast<uint64_t>(numel)});
+        out.push_back({name, numel->uint_value});
     }
     accel_model_free(m);
     return out;
