@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <charconv>
 #include <cmath>
 
 namespace accel::config {
@@ -68,7 +69,13 @@ std::string quant_state_meta_json(const QuantStateMeta &m)
     if (m.nested) {
         cJSON_AddNumberToObject(root, "nested_blocksize", static_cast<double>(m.nested_blocksize));
         cJSON_AddStringToObject(root, "nested_dtype", m.nested_dtype.c_str());
-        cJSON_AddNumberToObject(root, "nested_offset", m.nested_offset);
+        // The shortest text that reads back as the same double, as Python's json.dumps writes a float (cJSON's own
+        // printing rounds to 15 digits when those read back close enough).
+        if (!std::isfinite(m.nested_offset)) fail(ACCEL_ERR_INTERNAL, "quant_state: a non-finite nested_offset");
+        char text[64];
+        const auto r = std::to_chars(text, text + sizeof text - 1, m.nested_offset);
+        *r.ptr = '\0';
+        cJSON_AddRawToObject(root, "nested_offset", text);
     }
     char *s = cJSON_PrintUnformatted(root);
     std::string out = s != nullptr ? s : "";

@@ -154,8 +154,44 @@ static void test_train_save_load(void)
     accel_tensor_free(y);
 }
 
-int main(void)
+/* "reference": the same float weights saved as they are and quantized three ways (NF4 + double quantization, FP4,
+ * int8), checked bit for bit by bnb_reference.py (a reference of bitsandbytes' formats written from the spec). Layer
+ * 0 has an odd count (33 x 65: a partial last block and a padded nibble), layer 4 320 blocks (two nested blocks). */
+static int test_reference(void)
 {
+    static const char *kinds[] = {"float", "nf4", "fp4", "int8"};
+    static const char *configs[] = {
+        NULL, "{\"load_in_4bit\": true, \"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true, "
+              "\"bnb_4bit_compute_dtype\": \"fp32\"}",
+        "{\"load_in_4bit\": true, \"bnb_4bit_compute_dtype\": \"fp32\"}", "{\"load_in_8bit\": true}"};
+    const char *py = getenv("ACCEL_PYTHON"), *script = getenv("ACCEL_BNB_REFERENCE");
+    accel_accelerator_t *acc = NULL;
+    char dir[256], cmd[1200];
+    int k, rc;
+    if (py == NULL || py[0] == '\0' || script == NULL) {
+        fprintf(stderr, "test_quantize reference: ACCEL_PYTHON (with torch) and ACCEL_BNB_REFERENCE must be set\n");
+        return 1;
+    }
+    CHECK_OK(accel_accelerator_create(NULL, &acc));
+    for (k = 0; k < 4; ++k) {
+        accel_model_t *m = NULL;
+        CHECK_OK(accel_random_set_seed(11, false, false));
+        CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [33, 65, 128, 160, 4]}", &m));
+        if (configs[k] != NULL) CHECK_OK(accel_model_quantize(m, configs[k]));
+        snprintf(dir, sizeof dir, "bnb_ref/%s", kinds[k]);
+        CHECK_OK(accel_accelerator_save_model(acc, m, dir, NULL));
+        accel_model_free(m);
+    }
+    accel_accelerator_free(acc);
+    snprintf(cmd, sizeof cmd, "\"%s\" \"%s\" bnb_ref", py, script);
+    rc = system(cmd);
+    CHECK(rc == 0);
+    return capi_report("test_quantize reference");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "reference") == 0) return test_reference();
     test_keys_outputs_and_refusals();
     test_train_save_load();
     return capi_report("test_quantize");

@@ -10,7 +10,7 @@ import struct
 import torch
 
 DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64",
-          torch.float64: "F64"}
+          torch.float64: "F64", torch.uint8: "U8", torch.int8: "I8"}
 CODES = {v: k for k, v in DTYPES.items()}
 
 
