@@ -3,11 +3,17 @@
 #include "big_modeling/empty_init.hpp"
 #include "big_modeling/module_sizes.hpp"
 #include "catch_error.hpp"
+#include "common/files.hpp"
+#include "config/checkpoint_options.hpp"
+#include "config/pretrained_config.hpp"
+#include "model/pretrained.hpp"
 #include "model/model.hpp"
 #include "precision/autocast.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 namespace {
 
@@ -128,4 +134,29 @@ TEST(EmptyInit, HugeModelBuildsWithoutItsMemory)
         "intermediate_size": 11008, "num_hidden_layers": 1, "num_attention_heads": 32, "empty_init": true})");
     expect_all_meta(*m);
     EXPECT_EQ(accel::big_modeling::compute_module_sizes(*m, std::nullopt).at(""), int64_t{464531456} * 4);
+}
+
+TEST(EmptyInit, FromPretrainedReadsConfigOnlyThenLoads)
+{
+    char tmpl[] = "/tmp/accel_empty_init_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    auto full = accel::make_model_from_json(spec(kLlama, false).c_str());
+    accel::write_pretrained(*full, dir, {});
+    auto options = accel::config::parse_from_pretrained_options(R"({"empty_init": true, "torch_dtype": "bfloat16"})",
+                                                                "options_json");
+    auto empty = accel::from_pretrained(dir, options).model;
+    expect_all_meta(*empty);
+    for (const auto &[name, p] : empty->named_parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16) << name;
+    // Loading the folder's weights (float32 there) materialises the bfloat16 parameters with converted values.
+    empty->load_state_dict(full->state_dict(false), true);
+    for (const auto &[name, p] : empty->named_parameters()) {
+        EXPECT_FALSE(p.is_meta()) << name;
+        EXPECT_TRUE(at::equal(p, full->find_tensor(name)->to(at::kBFloat16))) << name;
+    }
+    accel::Error e = catch_error([] {
+        accel::config::parse_from_pretrained_options(R"({"empty_init": true, "adapter": "x"})", "options_json");
+    });
+    EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+    accel::remove_all(dir);
 }
