@@ -32,6 +32,7 @@ const SizeKey kSizes[] = {
     {"cp_size", "PARALLELISM_CONFIG_CP_SIZE", &ParallelismConfig::cp_size, nullptr},
     {"sp_size", "PARALLELISM_CONFIG_SP_SIZE", &ParallelismConfig::sp_size,
      "sequence parallelism (DeepSpeed ALST/Ulysses) is not built yet"},
+    {"pp_size", "PARALLELISM_CONFIG_PP_SIZE", &ParallelismConfig::pp_size, nullptr},
 };
 
 // An environment size as Accelerate's int(os.environ[...]): an integer (surrounding blanks allowed).
@@ -75,6 +76,27 @@ void parse_handlers(JsonObject &o, ParallelismConfig &p)
     }
 }
 
+// The pipeline's keys (MegatronLMPlugin's num_micro_batches; accel's pp_schedule and pp_split_points). The
+// split points are checked against the model's blocks at prepare.
+void parse_pipeline(JsonObject &o, ParallelismConfig &p)
+{
+    p.num_micro_batches = static_cast<int32_t>(o.get_int("num_micro_batches", p.num_micro_batches, 1, INT32_MAX));
+    p.pp_schedule = o.get_enum("pp_schedule", p.pp_schedule, {"gpipe", "1f1b", "interleaved_1f1b"});
+    if (p.pp_schedule != "gpipe")
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("pp_schedule") + ": \"" + p.pp_schedule +
+                                          "\" is not built yet; use \"gpipe\"");
+    if (o.has("pp_split_points")) {
+        p.pp_split_points = o.get_int_array("pp_split_points", 1, INT32_MAX);
+        if (p.pp_split_points.size() + 1 != static_cast<size_t>(p.pp_size))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("pp_split_points") + ": " + std::to_string(p.pp_split_points.size()) +
+                                                 " split points for pp_size " + std::to_string(p.pp_size) +
+                                                 " stages; give pp_size - 1 block indices");
+        for (size_t i = 1; i < p.pp_split_points.size(); ++i)
+            if (p.pp_split_points[i] <= p.pp_split_points[i - 1])
+                fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("pp_split_points") + ": must be strictly ascending");
+    }
+}
+
 } // namespace
 
 void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
@@ -108,6 +130,7 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
         p.cp_backend = obj->get_enum("cp_backend", p.cp_backend, {"torch"});
         p.sp_backend = obj->get_enum("sp_backend", p.sp_backend, {"deepspeed"});
         parse_handlers(*obj, p);
+        parse_pipeline(*obj, p);
         obj->finish();
     }
     if (p.cp_backend != "torch")
@@ -117,20 +140,27 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
                                              p.sp_backend + "\"");
 
     const int32_t world = std::max(1, c.topology.world_size);
-    const int64_t total = static_cast<int64_t>(p.dp_replicate_size) * p.dp_shard_size * p.tp_size * p.cp_size * p.sp_size;
+    const int64_t total =
+        static_cast<int64_t>(p.dp_replicate_size) * p.dp_shard_size * p.tp_size * p.cp_size * p.sp_size * p.pp_size;
     // Accelerate: an all-ones config on several processes replicates over all of them (DDP).
     if (total == 1) p.dp_replicate_size = world;
     else if (total != world)
         fail(ACCEL_ERR_INVALID_ARGUMENT,
              prefix + ": dp_replicate_size (" + std::to_string(p.dp_replicate_size) + ") x dp_shard_size (" +
                  std::to_string(p.dp_shard_size) + ") x tp_size (" + std::to_string(p.tp_size) + ") x cp_size (" +
-                 std::to_string(p.cp_size) + ") x sp_size (" + std::to_string(p.sp_size) + ") = " + std::to_string(total) +
+                 std::to_string(p.cp_size) + ") x sp_size (" + std::to_string(p.sp_size) + ") x pp_size (" +
+                 std::to_string(p.pp_size) + ") = " + std::to_string(total) +
                  " processes, but the job has " + std::to_string(world) + " (num_processes)");
     const std::string plugin = c.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin";
     if (p.tp_size > 1 && (p.dp_shard_size > 1 || c.sharding.enabled()))
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".tp_size: " + std::to_string(p.tp_size) + ": tensor parallelism with " +
                                           plugin + " or dp_shard_size > 1 (FSDP/ZeRO over the tp shards) is not built "
                                           "yet; tensor parallelism composes with DDP (dp_replicate_size)");
+    // Pipeline stages compose with nothing else yet (src/parallel/pipeline): each stage is one process.
+    if (p.pp_size > 1 && (p.pp_size != world || c.sharding.enabled()))
+        fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".pp_size: " + std::to_string(p.pp_size) + ": pipeline parallelism with "
+                                          "data, tensor or context parallelism or " + plugin + " is not built yet; "
+                                          "pp_size must be the number of processes");
     if (p.dp_shard_size > 1 && !c.sharding.enabled())
         fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".dp_shard_size: " + std::to_string(p.dp_shard_size) +
                                              " shards the model, which needs fsdp_plugin or deepspeed_plugin; for "
