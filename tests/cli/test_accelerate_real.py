@@ -356,7 +356,8 @@ refused("1.x DeepSpeed MoE", write_1x("x_moe", questionnaire_1x(
 refused("1.x parallelism config", write_1x("x_parallel", questionnaire_1x(
     distributed_type="FSDP", num_processes=4, fsdp_config={"fsdp_version": 2}, parallelism_config={
         "parallelism_config_dp_replicate_size": 1, "parallelism_config_dp_shard_size": 2,
-        "parallelism_config_tp_size": 1, "parallelism_config_cp_size": 2})), ["parallelism_config"])
+        "parallelism_config_tp_size": 1, "parallelism_config_cp_size": 1,
+        "parallelism_config_sp_size": 2})), ["parallelism_config_sp_size", "sequence parallelism"])
 refused("1.x XLA", write_1x("x_xla", questionnaire_1x(distributed_type="XLA")),
         ["distributed_type: XLA is not yet supported"])
 
