@@ -20,6 +20,7 @@
 #include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "model/model.hpp"
+#include "quantization/quantize_model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "common/offload_files.hpp"
 #include "precision/autocast.hpp"
@@ -144,6 +145,23 @@ void Accelerator::check_owner(const std::shared_ptr<AcceleratorState> &owner, co
         fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(what) + ": already prepared by another accelerator");
 }
 
+// A bitsandbytes-style quantized model trains its adapters alone or under DDP (QLoRA); the engines that split or
+// re-type its weights would meet packed integer storage they do not know (Accelerate refuses quantized models
+// spread over devices too), so each is refused by name instead of failing inside.
+void Accelerator::refuse_quantized_model_under_parallelism(Model &model) const
+{
+    if (!is_quantized(model)) return;
+    const auto refuse = [](const std::string &what) {
+        fail(ACCEL_ERR_UNIMPLEMENTED, "model: a quantized model (accel_model_quantize) under " + what +
+                                          " is not supported; train its LoRA adapters in one process or under DDP");
+    };
+    if (state_->config.sharding.enabled())
+        refuse(state_->config.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin");
+    if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) refuse("mixed_precision \"fp8\"");
+    if (state_->mesh && state_->mesh->size(distributed::MeshDim::Tp) > 1) refuse("tensor parallelism (tp_size > 1)");
+    if (state_->mesh && state_->mesh->size(distributed::MeshDim::Pp) > 1) refuse("pipeline parallelism (pp_size > 1)");
+}
+
 void Accelerator::prepare_model(Model &model)
 {
     check_owner(model.prepared_by, "model");
@@ -151,6 +169,7 @@ void Accelerator::prepare_model(Model &model)
     if (big_modeling::is_dispatched(model))
         fail(ACCEL_ERR_FAILED_PRECONDITION, "model: a dispatched model (accel_model_dispatch, disk offload) is for "
                                             "inference and cannot be prepared; prepare the model in memory instead");
+    refuse_quantized_model_under_parallelism(model);
     // A model built partitioned (zero3_init_flag) is gathered as the sharding engine packs it; anything else
     // needs it whole first.
     if (auto partitioned = parallel::PartitionedAtInit::of(model); partitioned && !state_->config.sharding.enabled()) {

@@ -179,6 +179,7 @@ private:
     std::vector<std::pair<Model *, std::shared_ptr<parallel::ParallelWrapper>>> wrappers_;
     void shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer);
     void check_owner(const std::shared_ptr<AcceleratorState> &owner, const char *what) const;
+    void refuse_quantized_model_under_parallelism(Model &model) const;
     std::shared_ptr<AcceleratorState> state_;
     std::shared_ptr<void> zero3_init_; // deepspeed_plugin.zero3_init_flag: models built meanwhile are partitioned
     std::vector<std::shared_ptr<AcceleratedOptimizer>> optimizers_;

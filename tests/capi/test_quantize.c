@@ -189,10 +189,37 @@ static int test_reference(void)
     return capi_report("test_quantize reference");
 }
 
+/* The engines that split or re-type weights are refused by name for a quantized model (prepare). */
+static void test_refused_under_parallelism(void)
+{
+    static const char *const configs[][2] = {{"{\"fsdp_plugin\": {}}", "fsdp_plugin"},
+                                             {"{\"deepspeed_plugin\": {\"zero_stage\": 2}}", "deepspeed_plugin"},
+                                             {"{\"mixed_precision\": \"fp8\"}", "fp8"}};
+    size_t i;
+    for (i = 0; i < sizeof configs / sizeof configs[0]; ++i) {
+        accel_accelerator_t *acc = NULL;
+        accel_model_t *m = NULL;
+        CHECK_OK(accel_accelerator_create(configs[i][0], &acc));
+        CHECK_OK(accel_model_create_from_json(kMlp, &m));
+        CHECK_OK(accel_accelerator_prepare_model(acc, m)); /* the same model unquantized is fine */
+        accel_model_free(m);
+        m = NULL;
+        accel_accelerator_free(acc);
+        acc = NULL;
+        CHECK_OK(accel_accelerator_create(configs[i][0], &acc));
+        CHECK_OK(accel_model_create_from_json(kMlp, &m));
+        CHECK_OK(accel_model_quantize(m, "{\"load_in_8bit\": true}"));
+        CHECK_FAILS(accel_accelerator_prepare_model(acc, m), ACCEL_ERR_UNIMPLEMENTED, configs[i][1]);
+        accel_model_free(m);
+        accel_accelerator_free(acc);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "reference") == 0) return test_reference();
     test_keys_outputs_and_refusals();
     test_train_save_load();
+    test_refused_under_parallelism();
     return capi_report("test_quantize");
 }
