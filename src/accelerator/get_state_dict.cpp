@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "model/model.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
+#include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "parallel/wrapper.hpp"
 
@@ -66,6 +67,8 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
 {
     if (model.prepared_by != nullptr && model.prepared_by != state_)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "model: prepared by another accelerator");
+    // A pipeline stage holds only its blocks: its state dict would be a part that looks whole.
+    parallel::pp::refuse_checkpoint_of_pipeline_model(model, "get_state_dict");
     parallel::ParallelWrapper *wrapper = wrapper_of(model);
     parallel::ShardedDataParallel *engine = wrapper != nullptr ? wrapper->sharded() : nullptr;
     const bool rank0_only = options.rank0_only.value_or(engine != nullptr && rank0_only_by_default(config().sharding));
