@@ -6,19 +6,13 @@
 //   accel_cpp_datasets_test <scratch dir>
 #include <accel/accel.hpp>
 
+#include "expect.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
-
-#define EXPECT(cond)                                                                                   \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            std::fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);       \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
 
 namespace {
 

@@ -1,19 +1,13 @@
 // accel::logging (accel.hpp's wrapper of accel_log_*): threshold, a std::function sink, write, errors.
 #include <accel/accel.hpp>
 
+#include "expect.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#define EXPECT(cond)                                                                                   \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            std::fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);       \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
 
 int main()
 {

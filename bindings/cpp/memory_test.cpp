@@ -3,20 +3,14 @@
 // of memory; another exception is rethrown unchanged; reaching zero; a forward pass under max_memory_bytes.
 #include <accel/accel.hpp>
 
+#include "expect.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#define EXPECT(cond)                                                                                   \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            std::fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);       \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
 
 namespace {
 

@@ -2,6 +2,8 @@
 //   accel_cpp_smoke_test <scratch dir for the checkpoint>
 #include <accel/accel.hpp>
 
+#include "expect.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,14 +11,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#define EXPECT(cond)                                                                                   \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            std::fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);       \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
 
 int main(int argc, char **argv)
 {

@@ -227,13 +227,8 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     const int64_t T = ids.size(1);
     const int64_t past = cache != nullptr ? cache->length() : 0;
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
-    if (cp_ && cache != nullptr)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: generation (a key/value cache) under context parallelism is not built yet");
     // Under context parallelism `ids` is this rank's part: two chunks of the whole sequence.
-    if (cp_ && T % 2 != 0)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: under context parallelism a gpt model takes this rank's part of each "
-                                         "sequence (two equal chunks, as the prepared loader splits it), got " +
-                                             std::to_string(T) + " tokens");
+    if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "gpt");
     const int64_t whole = cp_ ? T * cp_->size() : T;
     if (past + whole > c.n_positions)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions" +

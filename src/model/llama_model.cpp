@@ -316,12 +316,7 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         cache->values.resize(layers_.size());
     }
     const int64_t past = cache != nullptr ? cache->length() : 0;
-    if (cp_ && cache != nullptr)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "llama: generation (a key/value cache) under context parallelism is not built yet");
-    if (cp_ && T % 2 != 0)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: under context parallelism a llama model takes this rank's part of each "
-                                         "sequence (two equal chunks, as the prepared loader splits it), got " +
-                                             std::to_string(T) + " tokens");
+    if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "llama");
     const bool train = training_ && cache == nullptr;
     ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
     if (hooks) hooks->before_layer(0);

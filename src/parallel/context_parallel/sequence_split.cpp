@@ -16,6 +16,18 @@ void check_sequence_length(int64_t length, int32_t cp_size, const char *what)
                  std::to_string(2 * cp_size));
 }
 
+void check_model_input(int64_t local_length, bool has_cache, const char *model)
+{
+    if (has_cache)
+        fail(ACCEL_ERR_UNIMPLEMENTED,
+             std::string(model) + ": generation (a key/value cache) under context parallelism is not built yet");
+    if (local_length % 2 != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: under context parallelism a " + std::string(model) +
+                                             " model takes this rank's part of each sequence (two equal chunks, as the "
+                                             "prepared loader splits it), got " +
+                                             std::to_string(local_length) + " tokens");
+}
+
 at::Tensor shard_sequence(const at::Tensor &x, int64_t dim, int32_t rank, int32_t size)
 {
     if (size == 1) return x;
