@@ -79,6 +79,19 @@ at::Tensor scaled_for_backward(AcceleratorState &state, const at::Tensor &loss)
     return scaled;
 }
 
+// fp16's scaler under the sharding engine, a pipeline or tensor parallelism: each rank unscales only its part of
+// the gradients (its shards, its stage, its slices), so an inf found on any rank must skip the step on all.
+void share_found_inf(AcceleratorState &state)
+{
+    if (!state.scaler || !state.comm || state.comm->size() <= 1) return;
+    auto comm = state.comm;
+    state.scaler->set_found_inf_reducer([comm](at::Tensor &found) {
+        at::Tensor t = found.reshape({1}).clone();
+        comm->allreduce(t, distributed::ReduceOp::Max);
+        found.copy_(t.reshape(found.sizes()));
+    });
+}
+
 } // namespace
 
 Accelerator::Accelerator(const char *config_json)
@@ -208,15 +221,7 @@ void Accelerator::prepare_model(Model &model)
             }
             engine->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
             wrappers_.emplace_back(&model, engine);
-            if (state_->scaler && state_->comm->size() > 1) {
-                // Each rank unscales only its shards: an inf anywhere skips the step everywhere.
-                auto comm = state_->comm;
-                state_->scaler->set_found_inf_reducer([comm](at::Tensor &found) {
-                    at::Tensor t = found.reshape({1}).clone();
-                    comm->allreduce(t, distributed::ReduceOp::Max);
-                    found.copy_(t.reshape(found.sizes()));
-                });
-            }
+            share_found_inf(*state_);
             for (const auto &o : optimizers_)
                 if (o->model().get() == &model) shard_optimizer(o);
         }
@@ -227,15 +232,7 @@ void Accelerator::prepare_model(Model &model)
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Pp) > 1 && wrapper_of(model) == nullptr) {
         wrappers_.emplace_back(&model, parallel::pp::prepare_pipeline(model, *state_->mesh, state_->config.parallelism));
         wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
-        if (state_->scaler) {
-            // Each stage unscales its own gradients: an inf on any stage skips the step on all.
-            auto comm = state_->comm;
-            state_->scaler->set_found_inf_reducer([comm](at::Tensor &found) {
-                at::Tensor t = found.reshape({1}).clone();
-                comm->allreduce(t, distributed::ReduceOp::Max);
-                found.copy_(t.reshape(found.sizes()));
-            });
-        }
+        share_found_inf(*state_);
         model.prepared_by = state_;
         return;
     }
@@ -243,6 +240,7 @@ void Accelerator::prepare_model(Model &model)
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Tp) > 1 && wrapper_of(model) == nullptr) {
         wrappers_.emplace_back(&model, parallel::tp::prepare_tensor_parallel(model, *state_->mesh, state_->config.ddp));
         wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
+        share_found_inf(*state_);
         model.prepared_by = state_;
         return;
     }
