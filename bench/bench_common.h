@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define CHECK(call)                                                                                        \
@@ -29,6 +30,19 @@ static inline int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* A field of /proc/self/status ("VmRSS:", "VmHWM:"), in MiB; -1 when unreadable. */
+static inline double status_mib(const char *key)
+{
+    char line[256];
+    double kb = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL) return -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, key, strlen(key)) == 0) kb = atof(line + strlen(key));
+    fclose(f);
+    return kb / 1024.0;
 }
 
 /* The checkpoint and offload benchmarks' workload: an MLP of four 2048 x 2048 layers (16.8 M parameters)

@@ -13,18 +13,6 @@
 
 #include <string.h>
 
-static double status_mib(const char *key)
-{
-    char line[256];
-    double kb = -1;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (f == NULL) return -1;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, key, strlen(key)) == 0) kb = atof(line + strlen(key));
-    fclose(f);
-    return kb / 1024.0;
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 3) {

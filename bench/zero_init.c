@@ -7,18 +7,6 @@
 
 #include <string.h>
 
-static double status_mb(const char *field)
-{
-    char line[256];
-    double kb = -1.0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (f == NULL) return -1.0;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, strlen(field)) == 0) kb = atof(line + strlen(field) + 1);
-    fclose(f);
-    return kb / 1024.0;
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "on") != 0 && strcmp(argv[1], "off") != 0)) {
@@ -34,14 +22,14 @@ int main(int argc, char **argv)
                                    &acc));
     int32_t rank = 0;
     CHECK(accel_process_get_index(&rank));
-    const double before = status_mb("VmRSS:");
+    const double before = status_mib("VmRSS:");
     CHECK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [2048, 2048, 2048, 2048, 2048, 2048, 2048, "
                                        "2048, 2048]}",
                                        &m));
-    const double built = status_mb("VmHWM:");
+    const double built = status_mib("VmHWM:");
     CHECK(accel_optimizer_create(m, "{\"type\": \"sgd\", \"lr\": 0.01}", &opt));
     CHECK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
-    const double prepared = status_mb("VmHWM:");
+    const double prepared = status_mib("VmHWM:");
     float x[4 * 2048];
     for (int i = 0; i < 4 * 2048; ++i) x[i] = (float)((i * 7) % 13) / 13.0f;
     int64_t shape[2] = {4, 2048};
@@ -51,7 +39,7 @@ int main(int argc, char **argv)
     CHECK(accel_loss_compute("mse", out, in, &loss));
     CHECK(accel_accelerator_backward(acc, loss));
     CHECK(accel_optimizer_step(opt));
-    const double trained = status_mb("VmHWM:");
+    const double trained = status_mib("VmHWM:");
     printf("zero3_init_flag %-3s rank %d: RSS before building %.1f MB; peak while building %.1f MB (+%.1f); "
            "through prepare %.1f MB (+%.1f); through a step %.1f MB (+%.1f)\n",
            argv[1], rank, before, built, built - before, prepared, prepared - before, trained, trained - before);
