@@ -64,7 +64,7 @@ void warn_generic_blas_once(bool main_process)
 distributed::MeshShape mesh_shape_of(const config::AcceleratorConfig &c, int32_t world)
 {
     if (const auto &p = c.parallelism; p.given)
-        return distributed::mesh_shape(p.dp_replicate_size, p.dp_shard_size, p.cp_size, p.tp_size, p.pp_size);
+        return distributed::mesh_shape(p.dp_replicate_size, p.dp_shard_size, p.sequence_parallel_size(), p.tp_size, p.pp_size);
     if (c.sharding.enabled()) return parallel::sharded_mesh_shape(c.sharding, world);
     return distributed::mesh_shape(world, 1, 1, 1);
 }
@@ -201,10 +201,10 @@ void Accelerator::prepare_model(Model &model)
     }
     // FP8: Linear layers run through the emulated delayed-scaling path (fails for TorchScript models).
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) model.enable_fp8(state_->config.fp8_recipe);
-    // parallelism_config.cp_size > 1: attention over the whole sequence through the cp group; the wrappers
-    // below average the gradients over dp_cp.
+    // parallelism_config.cp_size (or sp_size: Ulysses) > 1: attention over the whole sequence through the cp
+    // group; the wrappers below average the gradients over dp_cp.
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Cp) > 1)
-        parallel::cp::prepare_context_parallel(model, *state_->mesh, state_->config.parallelism.cp_comm_strategy);
+        parallel::cp::prepare_context_parallel(model, *state_->mesh, state_->config.parallelism.sequence_strategy());
     // fsdp_plugin / deepspeed_plugin: the sharding engine (also with one process), instead of DDP.
     if (state_->config.sharding.enabled()) {
         if (sharded_of(model) == nullptr) {

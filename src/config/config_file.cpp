@@ -214,7 +214,6 @@ const EngineSection kEngineSections[] = {{"megatron_lm_config", "MEGATRON_LM"}};
 const char *const kParallelismKeys[] = {"dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size",
                                         "cp_backend", "sp_backend", "cp_comm_strategy", "sp_seq_length",
                                         "sp_seq_length_is_variable", "sp_attn_implementation"};
-const std::pair<const char *, const char *> kUnbuiltParallelism[] = {{"sp_size", "sequence parallelism"}};
 
 // A YAML scalar or list as the text of an environment variable (lists comma-joined, as the launcher's flags).
 std::string env_text(const Reader &r, const std::string &where, const YAML::Node &n)
@@ -542,9 +541,6 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
                                                                   "sp_size, cp_backend, sp_backend, cp_comm_strategy, ...)");
             if (is_null(kv.second)) continue;
             const std::string value = env_text(r, where, kv.second);
-            for (const auto &[size, what] : kUnbuiltParallelism)
-                if (name == size && value != "1")
-                    fail(ACCEL_ERR_UNIMPLEMENTED, r.where(where) + ": " + value + ": " + what + " is not yet supported by accel");
             std::string var = "PARALLELISM_CONFIG_" + name;
             std::transform(var.begin(), var.end(), var.begin(), [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
             c.parallelism_env[var] = value;

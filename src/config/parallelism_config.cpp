@@ -22,17 +22,15 @@ struct SizeKey {
     const char *key;        // JSON key under parallelism_config
     const char *env;        // what Accelerate's __post_init__ reads when the field is None
     int32_t ParallelismConfig::*field;
-    const char *unbuilt;    // non-null: a size > 1 is ACCEL_ERR_UNIMPLEMENTED, saying this
 };
 
 const SizeKey kSizes[] = {
-    {"dp_replicate_size", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", &ParallelismConfig::dp_replicate_size, nullptr},
-    {"dp_shard_size", "PARALLELISM_CONFIG_DP_SHARD_SIZE", &ParallelismConfig::dp_shard_size, nullptr},
-    {"tp_size", "PARALLELISM_CONFIG_TP_SIZE", &ParallelismConfig::tp_size, nullptr},
-    {"cp_size", "PARALLELISM_CONFIG_CP_SIZE", &ParallelismConfig::cp_size, nullptr},
-    {"sp_size", "PARALLELISM_CONFIG_SP_SIZE", &ParallelismConfig::sp_size,
-     "sequence parallelism (DeepSpeed ALST/Ulysses) is not built yet"},
-    {"pp_size", "PARALLELISM_CONFIG_PP_SIZE", &ParallelismConfig::pp_size, nullptr},
+    {"dp_replicate_size", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", &ParallelismConfig::dp_replicate_size},
+    {"dp_shard_size", "PARALLELISM_CONFIG_DP_SHARD_SIZE", &ParallelismConfig::dp_shard_size},
+    {"tp_size", "PARALLELISM_CONFIG_TP_SIZE", &ParallelismConfig::tp_size},
+    {"cp_size", "PARALLELISM_CONFIG_CP_SIZE", &ParallelismConfig::cp_size},
+    {"sp_size", "PARALLELISM_CONFIG_SP_SIZE", &ParallelismConfig::sp_size},
+    {"pp_size", "PARALLELISM_CONFIG_PP_SIZE", &ParallelismConfig::pp_size},
 };
 
 // An environment size as Accelerate's int(os.environ[...]): an integer (surrounding blanks allowed).
@@ -119,9 +117,6 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
         }
         if (v < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": must be at least 1, got " + std::to_string(v));
         p.*k.field = static_cast<int32_t>(v);
-        if (v > 1 && k.unbuilt != nullptr)
-            fail(ACCEL_ERR_UNIMPLEMENTED, where + ": " + std::to_string(v) + ": " + k.unbuilt + "; use 1 (the data "
-                                          "dimensions, tp_size and cp_size are supported)");
     }
     p.cp_backend = env_string("PARALLELISM_CONFIG_CP_BACKEND").value_or(p.cp_backend);
     p.sp_backend = env_string("PARALLELISM_CONFIG_SP_BACKEND").value_or(p.sp_backend);
@@ -156,6 +151,11 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".tp_size: " + std::to_string(p.tp_size) + ": tensor parallelism with " +
                                           plugin + " or dp_shard_size > 1 (FSDP/ZeRO over the tp shards) is not built "
                                           "yet; tensor parallelism composes with DDP (dp_replicate_size)");
+    // Ulysses runs on the mesh's cp axis (src/parallel/context_parallel/ulysses.hpp): one or the other.
+    if (p.cp_size > 1 && p.sp_size > 1)
+        fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ": cp_size (" + std::to_string(p.cp_size) + ") with sp_size (" +
+                                          std::to_string(p.sp_size) + "): context and Ulysses sequence parallelism "
+                                          "together are not built yet; use one of them");
     // Pipeline stages compose with nothing else yet (src/parallel/pipeline): each stage is one process.
     if (p.pp_size > 1 && (p.pp_size != world || c.sharding.enabled()))
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".pp_size: " + std::to_string(p.pp_size) + ": pipeline parallelism with "

@@ -16,7 +16,7 @@ struct ParallelismConfig {
     int32_t dp_shard_size = 1;
     int32_t tp_size = 1;
     int32_t cp_size = 1;
-    int32_t sp_size = 1;
+    int32_t sp_size = 1; // Ulysses: the mesh's cp axis with the "ulysses" strategy (never with cp_size > 1)
     std::string cp_backend = "torch";     // PARALLELISM_CONFIG_CP_BACKEND
     std::string sp_backend = "deepspeed"; // PARALLELISM_CONFIG_SP_BACKEND
     std::string cp_comm_strategy = "allgather"; // cp_handler.cp_comm_strategy
@@ -28,6 +28,11 @@ struct ParallelismConfig {
     // The block index each stage after the first starts at (pp_size - 1 ascending values); empty: balanced
     // by parameter count.
     std::vector<int64_t> pp_split_points;
+
+    // The mesh's cp axis (cp_size or sp_size) and how attention crosses it: sp_size's "ulysses", else
+    // cp_handler.cp_comm_strategy.
+    int32_t sequence_parallel_size() const { return cp_size * sp_size; }
+    std::string sequence_strategy() const { return sp_size > 1 ? "ulysses" : cp_comm_strategy; }
 };
 
 } // namespace accel::config

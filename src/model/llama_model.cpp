@@ -184,7 +184,7 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
         spec.dropout = c.attention_dropout;
         spec.train = train;
         spec.float32_softmax = true;
-        y = parallel::cp::attention(*cp, q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), spec);
+        y = parallel::cp::attention(*cp, q, k, v, spec); // grouped: repeated there (Ulysses sends them unrepeated)
     } else {
         at::Tensor scores = at::matmul(q, repeat_kv(k, H / KV).transpose(2, 3)) * std::pow(static_cast<double>(D), -0.5);
         scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());

@@ -353,11 +353,14 @@ refused("1.x DeepSpeed MoE", write_1x("x_moe", questionnaire_1x(
     distributed_type="DEEPSPEED", num_processes=2, deepspeed_config={
         "zero_stage": 2, "zero3_init_flag": False, "deepspeed_moe_layer_cls_names": "MixtralSparseMoeBlock"})),
     ["deepspeed_config.deepspeed_moe_layer_cls_names", "mixture-of-experts"])
-refused("1.x parallelism config", write_1x("x_parallel", questionnaire_1x(
+# sp_size (Ulysses) is built: exported as accelerate launch exports it.
+accepted("1.x parallelism config", write_1x("x_parallel", questionnaire_1x(
     distributed_type="FSDP", num_processes=4, fsdp_config={"fsdp_version": 2}, parallelism_config={
         "parallelism_config_dp_replicate_size": 1, "parallelism_config_dp_shard_size": 2,
         "parallelism_config_tp_size": 1, "parallelism_config_cp_size": 1,
-        "parallelism_config_sp_size": 2})), ["parallelism_config_sp_size", "sequence parallelism"])
+        "parallelism_config_sp_size": 2})),
+    {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_SP_SIZE": "2",
+     "PARALLELISM_CONFIG_DP_SHARD_SIZE": "2"}, nproc=4)
 refused("1.x XLA", write_1x("x_xla", questionnaire_1x(distributed_type="XLA")),
         ["distributed_type: XLA is not yet supported"])
 

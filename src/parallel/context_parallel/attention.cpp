@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
 #include "parallel/context_parallel/sequence_split.hpp"
+#include "parallel/context_parallel/ulysses.hpp"
 #include "parallel/tensor_parallel/group_capsule.hpp"
 #include "parallel/tensor_parallel/mappings.hpp"
 
@@ -128,24 +129,44 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     }
 };
 
-at::Tensor gathered_attention(const ContextParallel &cp, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                              const AttentionSpec &spec)
+// softmax(mask(q kᵀ x scale)) v, the mask comparing the queries' and keys' whole-sequence positions.
+at::Tensor masked_attention(const at::Tensor &q, const at::Tensor &keys, const at::Tensor &values, const at::Tensor &qpos,
+                            const at::Tensor &kpos, const AttentionSpec &spec)
 {
-    const int32_t n = cp.size();
-    const int64_t t = q.size(2);
-    at::Tensor keys = tp::gather_sequence(k, cp.group, 2), values = tp::gather_sequence(v, cp.group, 2);
     at::Tensor att = at::matmul(q, keys.transpose(-1, -2)) * spec.scale;
     if (spec.causal || spec.window > 0) {
-        std::vector<at::Tensor> all;
-        for (int32_t j = 0; j < n; ++j) all.push_back(sequence_positions(t, j, n, q.options()));
-        at::Tensor qpos = sequence_positions(t, cp.rank(), n, q.options()).unsqueeze(1), kpos = at::cat(all).unsqueeze(0);
-        at::Tensor hidden = spec.causal ? kpos > qpos : at::zeros({t, n * t}, q.options().dtype(at::kBool));
-        if (spec.window > 0) hidden = hidden | ((qpos - kpos) >= spec.window);
+        const at::Tensor qp = qpos.unsqueeze(1), kp = kpos.unsqueeze(0);
+        at::Tensor hidden = spec.causal ? kp > qp : at::zeros({qp.size(0), kp.size(1)}, q.options().dtype(at::kBool));
+        if (spec.window > 0) hidden = hidden | ((qp - kp) >= spec.window);
         att = att.masked_fill(hidden, kNegInf);
     }
     att = spec.float32_softmax ? at::softmax(att, -1, at::kFloat).to(q.scalar_type()) : at::softmax(att, -1);
     if (spec.train && spec.dropout > 0.0) att = at::dropout(att, spec.dropout, true);
     return at::matmul(att.to(values.scalar_type()), values);
+}
+
+at::Tensor gathered_attention(const ContextParallel &cp, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                              const AttentionSpec &spec)
+{
+    const int32_t n = cp.size();
+    const int64_t t = q.size(2);
+    std::vector<at::Tensor> all;
+    for (int32_t j = 0; j < n; ++j) all.push_back(sequence_positions(t, j, n, q.options()));
+    return masked_attention(q, tp::gather_sequence(k, cp.group, 2), tp::gather_sequence(v, cp.group, 2),
+                            sequence_positions(t, cp.rank(), n, q.options()), at::cat(all), spec);
+}
+
+// Ulysses (ulysses.hpp): whole sequences for a share of the heads. Key/value heads travel unrepeated (grouped
+// queries: query share j uses exactly key/value share j) and are repeated after the exchange.
+at::Tensor ulysses_attention(const ContextParallel &cp, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                             const AttentionSpec &spec)
+{
+    const at::Tensor hq = sequence_to_heads(q, cp.group, "attention heads");
+    const at::Tensor hk = sequence_to_heads(k, cp.group, "key/value heads"), hv = sequence_to_heads(v, cp.group, "key/value heads");
+    const int64_t groups = q.size(1) / k.size(1);
+    const at::Tensor pos = at::arange(hq.size(2), q.options().dtype(at::kLong));
+    const at::Tensor y = masked_attention(hq, hk.repeat_interleave(groups, 1), hv.repeat_interleave(groups, 1), pos, pos, spec);
+    return heads_to_sequence(y, cp.group);
 }
 
 } // namespace
@@ -154,11 +175,15 @@ Strategy parse_strategy(const std::string &name)
 {
     if (name == "allgather") return Strategy::AllGather;
     if (name == "alltoall") return Strategy::Ring;
+    if (name == "ulysses") return Strategy::Ulysses; // sp_size's (not a cp_comm_strategy)
     fail(ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.cp_handler.cp_comm_strategy: expected \"allgather\" or "
                                      "\"alltoall\", got \"" + name + "\"");
 }
 
-const char *strategy_name(Strategy s) { return s == Strategy::Ring ? "alltoall" : "allgather"; }
+const char *strategy_name(Strategy s)
+{
+    return s == Strategy::Ring ? "alltoall" : s == Strategy::Ulysses ? "ulysses" : "allgather";
+}
 
 int32_t ContextParallel::rank() const { return group->rank(); }
 int32_t ContextParallel::size() const { return group->size(); }
@@ -167,9 +192,16 @@ at::Tensor attention(const ContextParallel &cp, const at::Tensor &q, const at::T
                      const AttentionSpec &spec)
 {
     if (!cp.group) fail(ACCEL_ERR_INTERNAL, "context parallel: no cp group");
-    if (q.size(2) % 2 != 0 || k.sizes() != q.sizes() || v.sizes() != q.sizes())
-        fail(ACCEL_ERR_INTERNAL, "context parallel attention: q, k and v of one even-length shape expected, got " +
-                                     c10::str(q.sizes()) + ", " + c10::str(k.sizes()) + ", " + c10::str(v.sizes()));
+    if (q.dim() != 4 || q.size(2) % 2 != 0 || k.dim() != 4 || k.sizes() != v.sizes() || k.size(1) == 0 ||
+        q.size(1) % k.size(1) != 0 || k.size(0) != q.size(0) || k.size(2) != q.size(2) || k.size(3) != q.size(3))
+        fail(ACCEL_ERR_INTERNAL, "context parallel attention: q [B, H, T, D] (T even) and k, v [B, H / g, T, D] "
+                                 "expected, got " + c10::str(q.sizes()) + ", " + c10::str(k.sizes()) + ", " +
+                                 c10::str(v.sizes()));
+    if (cp.strategy == Strategy::Ulysses) return ulysses_attention(cp, q, k, v, spec);
+    if (k.size(1) != q.size(1)) {
+        const int64_t groups = q.size(1) / k.size(1);
+        return attention(cp, q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), spec);
+    }
     if (cp.strategy == Strategy::AllGather) return gathered_attention(cp, q, k, v, spec);
     if (spec.window > 0)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_handler.cp_comm_strategy: \"alltoall\" (ring attention) "

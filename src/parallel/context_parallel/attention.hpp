@@ -10,6 +10,8 @@
 //                the diagonal skipped; backward recomputes the blocks from the saved log-sum-exp and sends the
 //                K/V gradients round the ring with them, home after a last hop. Nothing of size T x T is kept
 //                for backward (torch's "alltoall" rotater likewise passes K/V shards between neighbours).
+//   "ulysses"    parallelism_config.sp_size (ulysses.hpp): all-to-all from sequence shards to head shards,
+//                attention over whole sequences, all-to-all back. Not a cp_comm_strategy: sp_size selects it.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -23,8 +25,9 @@ class Communicator;
 
 namespace accel::parallel::cp {
 
-enum class Strategy { AllGather, Ring };
-// "allgather" -> AllGather, "alltoall" -> Ring; INVALID_ARGUMENT naming cp_comm_strategy otherwise.
+enum class Strategy { AllGather, Ring, Ulysses };
+// "allgather" -> AllGather, "alltoall" -> Ring, "ulysses" -> Ulysses; INVALID_ARGUMENT naming cp_comm_strategy
+// otherwise.
 Strategy parse_strategy(const std::string &name);
 const char *strategy_name(Strategy s);
 
@@ -44,7 +47,8 @@ struct AttentionSpec {
     bool float32_softmax = false; // the softmax computed in float32 (transformers' Llama)
 };
 
-// q, k, v [B, H, T_local, D], laid out as sequence_split lays out the sequence -> [B, H, T_local, D].
+// q [B, H, T_local, D], k and v [B, H / g, T_local, D] (g query heads per key/value head), laid out as
+// sequence_split lays out the sequence -> [B, H, T_local, D].
 // UNIMPLEMENTED naming the option for a window or a training dropout under the ring strategy.
 at::Tensor attention(const ContextParallel &cp, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                      const AttentionSpec &spec);

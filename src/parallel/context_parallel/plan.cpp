@@ -9,6 +9,7 @@
 #include "parallel/context_parallel/sequence_split.hpp"
 
 #include <memory>
+#include <string>
 #include <typeinfo>
 
 namespace accel::parallel::cp {
@@ -19,16 +20,27 @@ void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh,
     auto cp = std::make_shared<ContextParallel>();
     cp->group = mesh.group(MeshDim::Cp);
     cp->strategy = parse_strategy(strategy);
+    // Ulysses gives each rank whole heads: checked here by name (per tensor-parallel rank, attention checks it).
+    auto heads = [&](const char *key, int64_t value) {
+        if (cp->strategy == Strategy::Ulysses && value % cp->size() != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + " (" + std::to_string(value) +
+                                                 ") does not divide by parallelism_config.sp_size (" +
+                                                 std::to_string(cp->size()) + "): Ulysses gives each rank whole heads");
+    };
     if (auto *gpt = dynamic_cast<GptModel *>(&model)) {
+        heads("n_head", gpt->config().n_head);
         if (!gpt->context_parallel()) gpt->apply_context_parallel(std::move(cp));
         return;
     }
     if (auto *llama = dynamic_cast<LlamaModel *>(&model)) {
+        heads("num_attention_heads", llama->config().num_attention_heads);
+        heads("num_key_value_heads", llama->config().num_key_value_heads);
         if (!llama->context_parallel()) llama->apply_context_parallel(std::move(cp));
         return;
     }
-    fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_size: context parallelism has plans for the gpt and llama "
-                                  "models only; other model types are not built yet");
+    const char *key = cp->strategy == Strategy::Ulysses ? "sp_size" : "cp_size";
+    fail(ACCEL_ERR_UNIMPLEMENTED, std::string("parallelism_config.") + key + ": context parallelism has plans for the "
+                                      "gpt and llama models only; other model types are not built yet");
 }
 
 void split_batch(Batch &batch, const distributed::DeviceMesh &mesh)

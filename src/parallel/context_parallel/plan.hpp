@@ -22,7 +22,9 @@ class DeviceMesh;
 namespace accel::parallel::cp {
 
 // Applies the model's context-parallel plan once (a model already under it is left alone). UNIMPLEMENTED
-// naming the model type for models without one (the gpt and llama models have one).
+// naming the model type for models without one (the gpt and llama models have one). `strategy`: a
+// cp_comm_strategy, or "ulysses" for sp_size (whose heads must divide by the group's size: INVALID_ARGUMENT
+// naming them).
 void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh, const std::string &strategy);
 
 // This rank's part of a batch (inputs, labels and attention mask [B, T, ...] split along T), for the prepared

@@ -140,9 +140,6 @@ TEST(ConfigFile, ErrorsNameTheFileAndTheKey)
     EXPECT_NE(error_of("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_moe_layer_cls_names: Expert\n")
                   .find("mixture-of-experts"),
               std::string::npos);
-    EXPECT_NE(error_of("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_sp_size: 2\n")
-                  .find("parallelism_config.parallelism_config_sp_size: 2: sequence parallelism is not yet supported"),
-              std::string::npos);
     EXPECT_NE(error_of("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_dp_size: 2\n")
                   .find("parallelism_config.parallelism_config_dp_size: unknown key"),
               std::string::npos);
@@ -311,13 +308,19 @@ TEST(ConfigFile, ParallelismSectionBecomesLaunchVariables)
     const ClusterConfig c = parse_cluster_config("distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n  fsdp_version: 2\n"
                                                  "parallelism_config:\n  parallelism_config_dp_replicate_size: 2\n"
                                                  "  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 1\n"
-                                                 "  parallelism_config_cp_comm_strategy: alltoall\n",
+                                                 "  parallelism_config_cp_comm_strategy: alltoall\n"
+                                                 "  parallelism_config_sp_size: 1\n",
                                                  "p.yaml");
     EXPECT_EQ(c.parallelism_env.at("ACCELERATE_USE_PARALLELISM_CONFIG"), "true");
     EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_DP_REPLICATE_SIZE"), "2");
     EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_DP_SHARD_SIZE"), "2");
     EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_TP_SIZE"), "1");
     EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_CP_COMM_STRATEGY"), "alltoall");
+    EXPECT_EQ(c.parallelism_env.at("PARALLELISM_CONFIG_SP_SIZE"), "1");
+    // sp_size (Ulysses) is built: passed on as any size (the accelerator checks it against the job).
+    EXPECT_EQ(parse_cluster_config("distributed_type: FSDP\nparallelism_config:\n  parallelism_config_sp_size: 2\n", "s.yaml")
+                  .parallelism_env.at("PARALLELISM_CONFIG_SP_SIZE"),
+              "2");
     EXPECT_NE(c.yaml.find("parallelism_config_dp_shard_size: 2"), std::string::npos) << c.yaml;
     EXPECT_TRUE(parse_cluster_config("distributed_type: MULTI_CPU\n", "q.yaml").parallelism_env.empty());
 }

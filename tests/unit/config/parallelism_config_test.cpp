@@ -141,8 +141,13 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
     EXPECT_EQ(c.parallelism.cp_size, 2);
     EXPECT_EQ(c.parallelism.tp_size, 2);
     EXPECT_EQ(c.parallelism.cp_comm_strategy, "alltoall");
-    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 4}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.sp_size: 4: sequence parallelism");
+    // Ulysses (sp_size) runs on the cp axis: alone, with the data dimensions and TP, not with cp_size.
+    c = accel::config::parse_accelerator_config("{\"parallelism_config\": {\"sp_size\": 4}}");
+    EXPECT_EQ(c.parallelism.sp_size, 4);
+    EXPECT_EQ(c.parallelism.sequence_parallel_size(), 4);
+    EXPECT_EQ(c.parallelism.sequence_strategy(), "ulysses");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"cp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config: cp_size (2) with sp_size (2): context and Ulysses sequence parallelism");
 }
 
 TEST_F(ParallelismConfigTest, BadConfigsNameTheKey)

@@ -2,7 +2,7 @@
 // (chunks r and 2cp-1-r), attention over the split sequence under both strategies ("allgather": K/V gathered;
 // "alltoall": ring attention) against one process's causal attention with its input gradients, and GPT training
 // (20 AdamW steps, accumulation 2, clipping, DDP over dp_cp as prepare builds it, also inside tensor
-// parallelism) equal to one process on the same global batch.
+// parallelism) equal to one process on the same global batch; Ulysses (sp_size: all-to-all to head shards) the same.
 #include "common/error.hpp"
 #include "config/accelerator_config.hpp"
 #include "config/sharding_config.hpp"
@@ -138,6 +138,82 @@ TEST(ContextParallelAttention, RingRefusesWhatItDoesNotBuild)
         }
     });
     EXPECT_THROW(cp::parse_strategy("ring"), accel::Error);
+}
+
+// Ulysses (sp_size): all-to-all to head shards, attention over whole sequences, all-to-all back. Outputs and
+// input gradients equal one process's, also with grouped key/value heads (k, v with H / g heads), on 2, 3
+// (not a power of two: the pairwise exchange's order) and 4 ranks.
+void check_ulysses_attention(int32_t n, int64_t H, int64_t KV, bool causal)
+{
+    at::manual_seed(6);
+    const int64_t B = 2, T = 4 * n, D = 3, g = H / KV;
+    const double scale = 0.41;
+    at::Tensor q = at::randn({B, H, T, D}, at::kDouble), k = at::randn({B, KV, T, D}, at::kDouble),
+               v = at::randn({B, KV, T, D}, at::kDouble), gy = at::randn({B, H, T, D}, at::kDouble);
+    at::Tensor rq = q.clone().requires_grad_(true), rk = k.clone().requires_grad_(true), rv = v.clone().requires_grad_(true);
+    at::Tensor want = whole_attention(rq, rk.repeat_interleave(g, 1), rv.repeat_interleave(g, 1), scale, causal);
+    want.backward(gy);
+    const std::string what = "ulysses " + std::to_string(H) + "/" + std::to_string(KV) + " heads" +
+                             (causal ? " causal" : " full") + " on sp " + std::to_string(n);
+    dist::run_on_threads(n, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        cp::ContextParallel c{comm, cp::Strategy::Ulysses};
+        auto part = [&](const at::Tensor &t) { return cp::shard_sequence(t, 2, r, n).clone().requires_grad_(true); };
+        at::Tensor lq = part(q), lk = part(k), lv = part(v);
+        cp::AttentionSpec spec;
+        spec.scale = scale;
+        spec.causal = causal;
+        at::Tensor y = cp::attention(c, lq, lk, lv, spec);
+        expect_close(y, cp::shard_sequence(want, 2, r, n), what + " output", 1e-12);
+        y.backward(cp::shard_sequence(gy, 2, r, n));
+        expect_close(lq.grad(), cp::shard_sequence(rq.grad(), 2, r, n), what + " dq", 1e-12);
+        expect_close(lk.grad(), cp::shard_sequence(rk.grad(), 2, r, n), what + " dk", 1e-12);
+        expect_close(lv.grad(), cp::shard_sequence(rv.grad(), 2, r, n), what + " dv", 1e-12);
+    });
+}
+
+TEST(ContextParallelUlysses, AttentionEqualsOneProcess)
+{
+    for (bool causal : {true, false}) {
+        check_ulysses_attention(2, 4, 4, causal);
+        check_ulysses_attention(2, 4, 2, causal);
+        check_ulysses_attention(3, 6, 3, causal);
+        check_ulysses_attention(4, 8, 4, causal);
+    }
+}
+
+TEST(ContextParallelUlysses, HeadsMustDivideBySpSize)
+{
+    // At prepare, by the config's name; in attention (e.g. a tensor-parallel rank's heads), by the shapes.
+    auto refused = [](const char *json, const char *key) {
+        auto m = accel::make_model_from_json(json);
+        dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 1), comm);
+            if (comm->rank() != 0) return;
+            try {
+                cp::prepare_context_parallel(*m, mesh, "ulysses");
+                ADD_FAILURE() << key << " not divisible by sp_size accepted";
+            } catch (const accel::Error &e) {
+                EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+                EXPECT_NE(std::string(e.what()).find(std::string(key) + " (3) does not divide by parallelism_config.sp_size (2)"),
+                          std::string::npos) << e.what();
+            }
+        });
+    };
+    refused(R"({"type": "gpt", "vocab_size": 8, "n_positions": 8, "n_embd": 6, "n_layer": 1, "n_head": 3})", "n_head");
+    refused(R"({"type": "llama", "vocab_size": 8, "hidden_size": 12, "intermediate_size": 8, "num_hidden_layers": 1,
+        "num_attention_heads": 6, "num_key_value_heads": 3, "max_position_embeddings": 8})", "num_key_value_heads");
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        cp::ContextParallel c{comm, cp::Strategy::Ulysses};
+        at::Tensor q = at::randn({1, 3, 4, 2});
+        try {
+            cp::attention(c, q, q, q, cp::AttentionSpec{});
+            ADD_FAILURE() << "3 heads accepted on sp 2";
+        } catch (const accel::Error &e) {
+            EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+            EXPECT_NE(std::string(e.what()).find("has 3 heads"), std::string::npos) << e.what();
+        }
+    });
 }
 
 // GPT training on a mesh (dp_replicate 1 x cp x tp) as prepare builds it: the cp plan, then tensor
@@ -310,6 +386,16 @@ void check_fsdp_training(int32_t shard, int32_t cpn, cp::Strategy strategy)
     });
 }
 
+// Ulysses (sp_size) with the same training: sp 2 and sp 4, float32 and float64, sp 2 x tp 2.
+TEST(ContextParallelUlysses, GptTrainingEqualsOneProcess)
+{
+    for (auto dtype : {at::kFloat, at::kDouble}) {
+        check_training(2, 1, cp::Strategy::Ulysses, dtype);
+        check_training(4, 1, cp::Strategy::Ulysses, dtype);
+    }
+    check_training(2, 2, cp::Strategy::Ulysses, at::kFloat);
+}
+
 TEST(ContextParallelFsdp, TrainingEqualsOneProcess)
 {
     for (auto s : {cp::Strategy::AllGather, cp::Strategy::Ring}) {
@@ -334,6 +420,20 @@ TEST(ContextParallelLlama, TrainingEqualsOneProcess)
         check_training(4, 1, s, at::kFloat, llama);
     }
     check_training(2, 1, cp::Strategy::AllGather, at::kFloat, mistral);
+}
+
+// Ulysses on llama: grouped key/value heads travel unrepeated (8 query, 4 key/value heads: sp 2 and sp 4), the
+// sliding window over whole sequences.
+TEST(ContextParallelUlysses, LlamaTrainingEqualsOneProcess)
+{
+    const char *llama = R"({"type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 24,
+        "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 16})";
+    const char *mistral = R"({"type": "llama", "model_type": "mistral", "vocab_size": 37, "hidden_size": 16,
+        "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 16, "sliding_window": 5})";
+    check_training(2, 1, cp::Strategy::Ulysses, at::kFloat, llama);
+    check_training(4, 1, cp::Strategy::Ulysses, at::kFloat, llama);
+    check_training(2, 1, cp::Strategy::Ulysses, at::kFloat, mistral);
 }
 
 TEST(ContextParallelGpt, RefusesWhatItCannotSplit)
