@@ -15,6 +15,7 @@
 #include "parallel/context_parallel/loss.hpp"
 #include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/tensor_parallel/parallel_linear.hpp"
+#include "parallel/tensor_parallel/plan_linear.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
@@ -325,10 +326,7 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     };
     if (c.n_head % n != 0) refuse("n_head", c.n_head);
     if (c.inner() % n != 0) refuse("n_inner", c.inner());
-    for (const auto &b : blocks_)
-        for (const Linear *l : {b->block.qkv.get(), b->block.out_proj.get(), b->block.fc1.get(), b->block.fc2.get()})
-            if (l->stateful_forward() || l->random_forward() || !l->added_parameters().empty())
-                fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: tensor parallelism of linears decorated by LoRA or fp8 is not built yet");
+    for (const auto &slot : linear_slots()) parallel::tp::check_parallelizable(**slot.linear, slot.module);
     if (n == 1) return;
     at::NoGradGuard no_grad;
     std::map<std::string, tp::ParameterSlicing> plan;
@@ -340,22 +338,17 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
         mutable_t.set_data(part);
         plan[name] = s;
     };
+    // plan_linear.hpp splits each linear (and a LoRA adapter on it) and refuses fp8 ones by name.
+    using tp::LinearStyle;
+    tp::LinearPlanOptions by_heads;
+    by_heads.groups = 3; // c_attn is [q | k | v]: each rank gets its heads' q, k and v
     for (const auto &b : blocks_) {
         const std::string h = "transformer.h." + std::to_string(b->index) + ".";
         TransformerBlock &tb = b->block;
-        const at::Tensor qkv_w = tb.qkv->weight(), qkv_b = tb.qkv->bias(), out_w = tb.out_proj->weight(),
-                         out_b = tb.out_proj->bias(), fc1_w = tb.fc1->weight(), fc1_b = tb.fc1->bias(),
-                         fc2_w = tb.fc2->weight(), fc2_b = tb.fc2->bias();
-        narrow(h + "attn.c_attn.weight", qkv_w, tp::output_dim(Layout::InOut), 3); // [q | k | v]: by heads
-        narrow(h + "attn.c_attn.bias", qkv_b, 0, 3);
-        narrow(h + "attn.c_proj.weight", out_w, tp::input_dim(Layout::InOut), 1);
-        narrow(h + "mlp.c_fc.weight", fc1_w, tp::output_dim(Layout::InOut), 1);
-        narrow(h + "mlp.c_fc.bias", fc1_b, 0, 1);
-        narrow(h + "mlp.c_proj.weight", fc2_w, tp::input_dim(Layout::InOut), 1);
-        tb.qkv = tp::make_column_parallel_linear(make_linear(qkv_w, qkv_b, Layout::InOut), group);
-        tb.out_proj = tp::make_row_parallel_linear(make_linear(out_w, {}, Layout::InOut), out_b, group);
-        tb.fc1 = tp::make_column_parallel_linear(make_linear(fc1_w, fc1_b, Layout::InOut), group);
-        tb.fc2 = tp::make_row_parallel_linear(make_linear(fc2_w, {}, Layout::InOut), fc2_b, group);
+        tp::parallelize_linear(tb.qkv, h + "attn.c_attn", LinearStyle::Colwise, group, plan, by_heads);
+        tp::parallelize_linear(tb.out_proj, h + "attn.c_proj", LinearStyle::Rowwise, group, plan);
+        tp::parallelize_linear(tb.fc1, h + "mlp.c_fc", LinearStyle::Colwise, group, plan);
+        tp::parallelize_linear(tb.fc2, h + "mlp.c_proj", LinearStyle::Rowwise, group, plan);
         tb.options.tp_size = n;
     }
     const int64_t padded = tp::padded_vocab_size(c.vocab_size, n);

@@ -6,6 +6,7 @@
 #include "model/linear.hpp"
 #include "model/model.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
+#include "parallel/tensor_parallel/split_model.hpp"
 
 #include <map>
 #include <memory>
@@ -29,7 +30,7 @@ struct GptKvCache {
     int64_t length() const { return keys.empty() ? 0 : keys.front().size(2); }
 };
 
-class GptModel final : public Model {
+class GptModel final : public Model, public parallel::tp::TensorParallelModel {
 public:
     // `on_parameter` (optional): called with each parameter tensor right after it is made (model.hpp).
     explicit GptModel(const config::GptConfig &config, const ParameterFn &on_parameter = {});
@@ -65,10 +66,14 @@ public:
     // vocabulary padded to a multiple of the group's size; layer norms and position embeddings replicated.
     // forward() then returns this rank's columns of the logits [B, T, V_padded / tp], marked for the
     // vocabulary-parallel cross-entropy (split_outputs.hpp). INVALID_ARGUMENT naming n_head or n_inner when
-    // they do not divide by the group's size; UNIMPLEMENTED for linears decorated by LoRA or fp8.
-    void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group);
+    // they do not divide by the group's size; UNIMPLEMENTED for fp8 linears. LoRA adapters are split with their
+    // layers (plan_linear.hpp).
+    void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group) override;
     // How each parameter (by name) is split: empty without tensor parallelism.
-    const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const { return tp_slicing_; }
+    const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const override
+    {
+        return tp_slicing_;
+    }
     // Context parallelism (applied at prepare by parallel/context_parallel/plan.hpp): forward() then takes this
     // rank's part of each sequence (sequence_split.hpp: what the prepared loader yields), embeds it at its
     // whole-sequence positions, runs every block's attention over the whole sequence through the cp group, and
@@ -86,7 +91,7 @@ public:
     void apply_pipeline_stage(int64_t first_block, int64_t end_block, bool first, bool last);
     at::Tensor forward_stage(const at::Tensor &input);
     bool pipelined() const { return pipelined_; }
-    const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const { return tp_group_; }
+    const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
 
 protected:
     std::string canonical_key(const std::string &key) const override;

@@ -10,11 +10,15 @@
 #include "model/llama_model.hpp"
 
 #include "common/error.hpp"
+#include "distributed/communicator.hpp"
 #include "model/activation_checkpoint.hpp"
 #include "model/transformer_block.hpp" // activation()
 #include "parallel/context_parallel/attention.hpp"
 #include "parallel/context_parallel/loss.hpp"
 #include "parallel/context_parallel/sequence_split.hpp"
+#include "parallel/tensor_parallel/plan_linear.hpp"
+#include "parallel/tensor_parallel/split_outputs.hpp"
+#include "parallel/tensor_parallel/vocab_parallel.hpp"
 
 #include <ATen/core/grad_mode.h>
 
@@ -30,6 +34,7 @@ struct LlamaLayer {
     std::shared_ptr<Linear> q, k, v, o, gate, up, down;
     at::Tensor input_norm, post_norm;
     int64_t window = 0; // sliding window (0: none)
+    int64_t tp_size = 1; // tensor parallelism: the layer computes 1/tp_size of the heads (apply_tensor_parallel)
 
     // In transformers' named_parameters() order within model.layers.<index>, with their names.
     NamedTensors named(const std::string &prefix) const
@@ -161,7 +166,8 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
                          const at::Tensor &hidden, bool train, std::pair<at::Tensor, at::Tensor> *kv,
                          const parallel::cp::ContextParallel *cp = nullptr)
 {
-    const int64_t B = h.size(0), T = h.size(1), H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
+    const int64_t B = h.size(0), T = h.size(1), D = c.head_dim;
+    const int64_t H = c.num_attention_heads / l.tp_size, KV = c.num_key_value_heads / l.tp_size; // this rank's heads
     at::Tensor x = rms_norm(h, l.input_norm, c.rms_norm_eps);
     at::Tensor q = l.q->forward(x).view({B, T, H, D}).transpose(1, 2);
     at::Tensor k = l.k->forward(x).view({B, T, KV, D}).transpose(1, 2);
@@ -320,7 +326,9 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
     const bool train = training_ && cache == nullptr;
     ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
     if (hooks) hooks->before_layer(0);
-    at::Tensor h = at::embedding(embed_, ids, c.pad_token_id ? *c.pad_token_id : -1);
+    const int64_t pad = c.pad_token_id ? *c.pad_token_id : -1;
+    at::Tensor h = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, embed_, vocab_start_, tp_group_, pad)
+                             : at::embedding(embed_, ids, pad);
     auto cs = rotary(past, cp_ ? T * cp_->size() : T, h.device(), h.scalar_type());
     if (cp_) { // this rank's rows of the whole sequence's cos / sin
         const at::Tensor pos = parallel::cp::sequence_positions(T, cp_->rank(), cp_->size(), h.options()).to(h.device());
@@ -359,8 +367,55 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
     at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
     if (unbatched) logits = logits.squeeze(0);
+    if (tp_group_) parallel::tp::mark_vocab_parallel(logits, {tp_group_, vocab_start_, c.vocab_size});
     if (cp_) parallel::cp::mark_context_parallel(logits, cp_->group);
     return logits;
+}
+
+void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group)
+{
+    namespace tp = parallel::tp;
+    if (!group) fail(ACCEL_ERR_INTERNAL, "llama: tensor parallelism without a group");
+    if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "llama: tensor parallelism is already applied");
+    const auto &c = config_;
+    const int64_t n = group->size(), r = group->rank();
+    auto refuse = [n](const char *key, int64_t value) {
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + " (" + std::to_string(value) +
+                                             ") does not divide by parallelism_config.tp_size (" + std::to_string(n) + ")");
+    };
+    if (c.num_attention_heads % n != 0) refuse("num_attention_heads", c.num_attention_heads);
+    if (c.num_key_value_heads % n != 0) refuse("num_key_value_heads", c.num_key_value_heads);
+    if (c.intermediate_size % n != 0) refuse("intermediate_size", c.intermediate_size);
+    for (const auto &slot : linear_slots()) parallel::tp::check_parallelizable(**slot.linear, slot.module);
+    if (n == 1) return;
+    std::map<std::string, tp::ParameterSlicing> plan;
+    using tp::LinearStyle;
+    for (auto &l : layers_) {
+        const std::string p = "model.layers." + std::to_string(l->index) + ".";
+        tp::parallelize_linear(l->q, p + "self_attn.q_proj", LinearStyle::Colwise, group, plan);
+        tp::parallelize_linear(l->k, p + "self_attn.k_proj", LinearStyle::Colwise, group, plan);
+        tp::parallelize_linear(l->v, p + "self_attn.v_proj", LinearStyle::Colwise, group, plan);
+        tp::parallelize_linear(l->o, p + "self_attn.o_proj", LinearStyle::Rowwise, group, plan);
+        tp::parallelize_linear(l->gate, p + "mlp.gate_proj", LinearStyle::Colwise, group, plan);
+        tp::parallelize_linear(l->up, p + "mlp.up_proj", LinearStyle::Colwise, group, plan);
+        tp::parallelize_linear(l->down, p + "mlp.down_proj", LinearStyle::Rowwise, group, plan);
+        l->tp_size = n;
+    }
+    // The vocabulary: the embedding's rows (and the untied head's) split as the gpt plan splits them; a tied
+    // head is the same tensor, narrowed once.
+    at::NoGradGuard no_grad;
+    auto narrow_rows = [&](const std::string &name, const at::Tensor &t) {
+        tp::ParameterSlicing s{0, 1, t.size(0)};
+        at::Tensor mutable_t = t;
+        mutable_t.set_data(tp::slice_parameter(t, s, r, n));
+        plan[name] = s;
+    };
+    narrow_rows("model.embed_tokens.weight", embed_);
+    if (!c.tie_word_embeddings) narrow_rows("lm_head.weight", lm_head_);
+    lm_head_linear_ = tp::make_column_parallel_linear(make_linear(lm_head_, {}, Linear::Layout::OutIn), group);
+    vocab_start_ = r * (tp::padded_vocab_size(c.vocab_size, n) / n);
+    tp_group_ = group;
+    tp_slicing_ = std::move(plan);
 }
 
 void LlamaModel::apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp)

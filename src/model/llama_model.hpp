@@ -7,8 +7,11 @@
 #include "config/llama_config.hpp"
 #include "model/linear.hpp"
 #include "model/model.hpp"
+#include "parallel/tensor_parallel/split_model.hpp"
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace accel {
@@ -26,7 +29,7 @@ namespace parallel::cp {
 struct ContextParallel;
 }
 
-class LlamaModel final : public Model {
+class LlamaModel final : public Model, public parallel::tp::TensorParallelModel {
 public:
     // `on_parameter` (optional): called with each parameter tensor right after it is made (model.hpp).
     explicit LlamaModel(const config::LlamaConfig &config, const ParameterFn &on_parameter = {});
@@ -59,6 +62,21 @@ public:
     // under "allgather") runs over the whole sequence, the logits are marked for the whole-sequence loss.
     void apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp);
     const std::shared_ptr<const parallel::cp::ContextParallel> &context_parallel() const { return cp_; }
+    // Tensor parallelism over `group` (transformers' base_model_tp_plan for Llama / Mistral / Qwen2, applied at
+    // prepare by parallel/tensor_parallel/plan.hpp): q/k/v/gate/up column-wise (Qwen2's q/k/v biases split with
+    // their rows), o/down row-wise, so each rank computes num_attention_heads / tp query heads and
+    // num_key_value_heads / tp key/value heads (the grouped-query pairing stays within a rank); the token
+    // embedding and the head (tied or not) vocabulary-parallel over the vocabulary padded to a multiple of tp,
+    // as the gpt plan; RMSNorm weights replicated. forward() then returns this rank's vocabulary columns, marked
+    // for the vocabulary-parallel cross-entropy. INVALID_ARGUMENT naming num_attention_heads,
+    // num_key_value_heads or intermediate_size when it does not divide by the group's size. LoRA adapters are
+    // split with their layers (plan_linear.hpp).
+    void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group) override;
+    const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const override
+    {
+        return tp_slicing_;
+    }
+    const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
 
 protected:
     std::string canonical_key(const std::string &key) const override;
@@ -80,6 +98,9 @@ private:
         at::Tensor cos, sin;
     } rotary_cache_;
     std::shared_ptr<const parallel::cp::ContextParallel> cp_; // set by apply_context_parallel
+    std::shared_ptr<distributed::Communicator> tp_group_;     // set by apply_tensor_parallel
+    int64_t vocab_start_ = 0;                                 // this rank's first vocabulary row under it
+    std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
 };
 
 } // namespace accel

@@ -21,7 +21,9 @@ at::Tensor LoraLinear::forward(const at::Tensor &x)
     // result's; under autocast both matmuls run in the autocast dtype anyway.
     at::Tensor in = x.scalar_type() == lora_a_.scalar_type() || !x.is_floating_point() ? x : x.to(lora_a_.scalar_type());
     if (dropout_ > 0.0 && training_()) in = at::dropout(in, dropout_, true);
-    at::Tensor update = at::linear(at::linear(in, lora_a_), lora_b_) * scaling_;
+    at::Tensor low = at::linear(in, lora_a_);
+    if (mapping_) low = mapping_(low);
+    at::Tensor update = at::linear(low, lora_b_) * scaling_;
     return y + (update.scalar_type() == y.scalar_type() ? update : update.to(y.scalar_type()));
 }
 

@@ -33,6 +33,9 @@ public:
     // Replaces the base layer by one of the same shape (accel_model_quantize quantizes a base under its adapters:
     // QLoRA's 4-bit base with float adapters).
     void set_base(std::shared_ptr<Linear> base) { base_ = std::move(base); }
+    // Tensor parallelism: applied to lora_A's output before lora_B (parallel/tensor_parallel/plan_linear.hpp:
+    // the collective that makes the split adapter's gradients whole); none by default.
+    void set_adapter_mapping(std::function<at::Tensor(const at::Tensor &)> mapping) { mapping_ = std::move(mapping); }
     const at::Tensor &lora_a() const { return lora_a_; }
     const at::Tensor &lora_b() const { return lora_b_; }
     double scaling() const { return scaling_; }
@@ -47,6 +50,7 @@ private:
     std::shared_ptr<const config::LoraConfig> config_;
     double scaling_, dropout_;
     std::function<bool()> training_;
+    std::function<at::Tensor(const at::Tensor &)> mapping_;
 };
 
 } // namespace accel

@@ -4,7 +4,8 @@
 #include "config/accelerator_config.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
-#include "model/gpt_model.hpp"
+#include "model/model.hpp"
+#include "parallel/tensor_parallel/split_model.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/whole_gradients.hpp"
 
@@ -118,14 +119,14 @@ std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const dis
                                                          const config::DistributedDataParallelKwargs &ddp)
 {
     using distributed::MeshDim;
-    auto *gpt = dynamic_cast<GptModel *>(&model);
-    if (gpt == nullptr)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_size: tensor parallelism has a plan for the gpt model "
-                                      "only; other model types are not built yet");
-    gpt->apply_tensor_parallel(mesh.group(MeshDim::Tp));
+    auto *planned = dynamic_cast<TensorParallelModel *>(&model);
+    if (planned == nullptr)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_size: tensor parallelism has plans for the gpt and llama "
+                                      "models only; other model types are not built yet");
+    planned->apply_tensor_parallel(mesh.group(MeshDim::Tp));
     std::vector<at::Tensor> split, replicated;
     for (const auto &[name, p] : model.named_parameters())
-        (gpt->tensor_parallel_slicing().count(name) != 0 ? split : replicated).push_back(p);
+        (planned->tensor_parallel_slicing().count(name) != 0 ? split : replicated).push_back(p);
     // Gradients are averaged over the data-parallel ranks (dp_cp): every rank of one tp group saw the same batch.
     std::shared_ptr<ParallelWrapper> dp;
     const auto &dp_group = mesh.group(MeshDim::DpCp);

@@ -16,9 +16,10 @@ namespace accel::parallel::tp {
 int64_t padded_vocab_size(int64_t vocab_size, int64_t tp);
 
 // ids [...] (whole-vocabulary token ids) -> [..., C]: each rank looks up the ids it holds (zeros for the
-// others) and the partial embeddings are all-reduced. `weight`: this rank's rows [V/tp, C].
+// others) and the partial embeddings are all-reduced. `weight`: this rank's rows [V/tp, C]. `padding_idx`
+// (a whole-vocabulary id, -1: none): its row gets no gradient, as at::embedding's padding_idx (Llama's pad token).
 at::Tensor vocab_parallel_embedding(const at::Tensor &ids, const at::Tensor &weight, int64_t vocab_start,
-                                    const Group &group);
+                                    const Group &group, int64_t padding_idx = -1);
 
 struct VocabParallelLossOptions {
     int64_t vocab_start = 0;

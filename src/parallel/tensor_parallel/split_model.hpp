@@ -1,0 +1,28 @@
+// What a model with a tensor-parallel plan offers (GptModel, LlamaModel), so that prepare (plan.hpp) and the
+// checkpoint gathering (whole_state.hpp) work for any of them without knowing the model type.
+#pragma once
+
+#include "parallel/tensor_parallel/slicing.hpp"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace accel::distributed {
+class Communicator;
+}
+
+namespace accel::parallel::tp {
+
+class TensorParallelModel {
+public:
+    virtual ~TensorParallelModel() = default;
+    // Narrows each planned parameter in place to this rank's slice of `group` and swaps the linears for their
+    // parallel forms; INVALID_ARGUMENT naming a size that does not divide by the group's.
+    virtual void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group) = 0;
+    // How each parameter (by name) is split: empty without tensor parallelism (or at tp 1).
+    virtual const std::map<std::string, ParameterSlicing> &tensor_parallel_slicing() const = 0;
+    virtual const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const = 0;
+};
+
+} // namespace accel::parallel::tp
