@@ -210,7 +210,13 @@ void Accelerator::prepare_model(Model &model)
         if (sharded_of(model) == nullptr) {
             if (model.prepared_by != nullptr)
                 fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already prepared");
+            // tp_size > 1 (Accelerate's 2D: FSDP over dp_shard, TP over tp): the plan narrows the model first, then
+            // the engine shards each rank's slices over dp_shard_cp.
+            const bool tp = state_->mesh->size(distributed::MeshDim::Tp) > 1;
+            const std::vector<at::Tensor> tp_split = tp ? parallel::tp::apply_plan(model, *state_->mesh)
+                                                        : std::vector<at::Tensor>{};
             auto engine = std::make_shared<parallel::ShardedDataParallel>(model, *state_->mesh, state_->config.sharding);
+            if (tp) engine->set_tensor_parallel(state_->mesh->group(distributed::MeshDim::Tp), tp_split);
             if (state_->config.sharding.activation_checkpointing) {
                 try {
                     model.set_activation_checkpointing(engine->checkpointed_layers());

@@ -175,6 +175,16 @@ whole_split_models(const std::vector<const Model *> &models, const std::vector<s
     return parts.empty() ? nullptr : std::make_unique<parallel::tp::WholeForCheckpoint>(std::move(parts));
 }
 
+// TP inside FSDP / ZeRO: the engine joins each rank's optimizer shards into per-parameter state shaped as the tp
+// slices, which no checkpoint layout holds yet (save_model and get_state_dict write the whole weights).
+void refuse_tp_checkpoint_in_engine(const Model &model, const parallel::ParallelWrapper *wrapper, const char *what)
+{
+    if (parallel::tp::split_of(model) && wrapper != nullptr && wrapper->sharded() != nullptr)
+        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": a model split by tensor parallelism inside fsdp_plugin / "
+                                      "deepspeed_plugin (tp_size > 1 with the sharding engine): its checkpoints are not "
+                                      "built yet; save_model and get_state_dict write its whole weights");
+}
+
 } // namespace
 
 bool Accelerator::writes_main_files() const
@@ -226,7 +236,10 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
 {
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
-    for (const auto &m : models_) parallel::pp::refuse_checkpoint_of_pipeline_model(*m, "save_state");
+    for (const auto &m : models_) {
+        parallel::pp::refuse_checkpoint_of_pipeline_model(*m, "save_state");
+        refuse_tp_checkpoint_in_engine(*m, wrapper_of(*m), "save_state");
+    }
     const auto tp_whole = whole_split_models(raw(models_), optimizers_);
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
     const bool main = writes_main_files();
@@ -332,7 +345,10 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
 {
     profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
-    for (const auto &m : models_) parallel::pp::refuse_checkpoint_of_pipeline_model(*m, "load_state");
+    for (const auto &m : models_) {
+        parallel::pp::refuse_checkpoint_of_pipeline_model(*m, "load_state");
+        refuse_tp_checkpoint_in_engine(*m, wrapper_of(*m), "load_state");
+    }
     const auto &project = state_->config.project;
     const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
     // Accelerate loads into what is prepared and ignores the rest: with nothing prepared, a folder's weights

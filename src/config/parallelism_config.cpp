@@ -147,10 +147,6 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
                  std::to_string(p.pp_size) + ") = " + std::to_string(total) +
                  " processes, but the job has " + std::to_string(world) + " (num_processes)");
     const std::string plugin = c.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin";
-    if (p.tp_size > 1 && (p.dp_shard_size > 1 || c.sharding.enabled()))
-        fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".tp_size: " + std::to_string(p.tp_size) + ": tensor parallelism with " +
-                                          plugin + " or dp_shard_size > 1 (FSDP/ZeRO over the tp shards) is not built "
-                                          "yet; tensor parallelism composes with DDP (dp_replicate_size)");
     // Ulysses runs on the mesh's cp axis (src/parallel/context_parallel/ulysses.hpp): one or the other.
     if (p.cp_size > 1 && p.sp_size > 1)
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ": cp_size (" + std::to_string(p.cp_size) + ") with sp_size (" +

@@ -71,6 +71,7 @@ struct ShardedDataParallel::Impl {
         size_t unit = 0;
         int64_t offset = 0; // in the unit's flat buffer
         int64_t numel = 0;
+        bool tp_split = false; // a tensor-parallel slice (set_tensor_parallel)
     };
     struct Unit {
         std::vector<size_t> params;
@@ -102,6 +103,8 @@ struct ShardedDataParallel::Impl {
     // process); `data` is every data-parallel process (dp_cp), which gradients are averaged over and
     // sync_module_states broadcasts to. world / rank are within `comm`, total_world is data's size.
     std::shared_ptr<distributed::Communicator> comm, replicas, data;
+    // Tensor parallelism inside the engine (set_tensor_parallel): the tp group; null without.
+    std::shared_ptr<distributed::Communicator> tp;
     int32_t world = 1, rank = 0, total_world = 1;
     std::vector<Param> params;
     std::vector<Unit> units;
@@ -1286,6 +1289,40 @@ void ShardedDataParallel::zero_grad()
     }
 }
 
+void ShardedDataParallel::set_tensor_parallel(std::shared_ptr<distributed::Communicator> tp,
+                                              const std::vector<at::Tensor> &split)
+{
+    for (auto &p : impl_->params)
+        p.tp_split = std::any_of(split.begin(), split.end(), [&p](const at::Tensor &t) { return t.is_same(p.tensor); });
+    impl_->tp = std::move(tp);
+}
+
+namespace {
+
+// Under tensor parallelism: the gradient norm of the whole model from this rank's shards, whose parameters are
+// tp slices (`split`) or replicated over `tp`. Each piece's |g|^p goes to its kind's sum; both sums are reduced
+// over the shard group, the slices' also over tp (the replicated part is equal on every tp rank: counted once).
+at::Tensor tensor_parallel_norm(const std::vector<std::pair<at::Tensor, bool>> &pieces, double norm_type,
+                                distributed::Communicator *shards, distributed::Communicator &tp)
+{
+    const bool inf = std::isinf(norm_type);
+    at::Tensor acc = at::zeros({2}, at::kDouble); // [split, replicated]
+    for (const auto &[g, split] : pieces) {
+        at::Tensor part = inf ? g.abs().max().to(at::kDouble) : at::norm(g, norm_type).to(at::kDouble).pow(norm_type);
+        at::Tensor slot = acc.narrow(0, split ? 0 : 1, 1);
+        slot.copy_(inf ? at::maximum(slot, part.reshape({1})) : slot + part);
+    }
+    const auto op = inf ? distributed::ReduceOp::Max : distributed::ReduceOp::Sum;
+    if (shards != nullptr) shards->allreduce(acc, op);
+    at::Tensor split = acc.narrow(0, 0, 1).clone();
+    tp.allreduce(split, op);
+    const at::Tensor rep = acc.narrow(0, 1, 1);
+    at::Tensor total = inf ? at::maximum(split, rep) : (split + rep).pow(1.0 / norm_type);
+    return total.to(at::kFloat).reshape({});
+}
+
+} // namespace
+
 double ShardedDataParallel::clip_grad_norm(double max_norm, double norm_type, bool clip)
 {
     Impl &s = *impl_;
@@ -1296,7 +1333,20 @@ double ShardedDataParallel::clip_grad_norm(double max_norm, double norm_type, bo
         if (u.shard.grad().defined()) grads.push_back(u.shard.grad());
     const bool across = s.shard_world() > 1;
     at::Tensor total;
-    if (std::isinf(norm_type)) {
+    if (s.tp && s.tp->size() > 1) {
+        // Each parameter's piece of this rank's shard (shards are contiguous ranges of the unit's buffer).
+        std::vector<std::pair<at::Tensor, bool>> pieces;
+        for (auto &u : s.units) {
+            if (!u.shard.grad().defined()) continue;
+            const int64_t lo = s.rank_in_shard() * u.shard_numel, hi = lo + u.shard_numel;
+            for (size_t i : u.params) {
+                const auto &p = s.params[i];
+                const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+                if (b > a) pieces.emplace_back(u.shard.grad().narrow(0, a - lo, b - a), p.tp_split);
+            }
+        }
+        total = tensor_parallel_norm(pieces, norm_type, across ? s.comm.get() : nullptr, *s.tp);
+    } else if (std::isinf(norm_type)) {
         total = at::zeros({}, at::kFloat);
         for (const auto &g : grads) total = at::maximum(total, g.abs().max());
         if (across) {

@@ -81,6 +81,10 @@ public:
     void after_optimizer_step();
     // Drops every gradient (shards, reduced buffers, local gradients): optimizer.zero_grad(set_to_none).
     void zero_grad();
+    // Tensor parallelism inside the engine (the model already narrowed by its plan): `split` are this rank's tp
+    // slices, every other parameter is replicated over `tp`. clip_grad_norm then counts each slice once (their
+    // part summed over tp) and each replicated parameter once.
+    void set_tensor_parallel(std::shared_ptr<distributed::Communicator> tp, const std::vector<at::Tensor> &split);
     // Global gradient norm from the shards (all-reduced), clipping the gradients when `clip`.
     double clip_grad_norm(double max_norm, double norm_type, bool clip) override;
     void clip_grad_value(double clip_value) override;

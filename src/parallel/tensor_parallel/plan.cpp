@@ -11,6 +11,7 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <typeinfo>
@@ -115,18 +116,27 @@ private:
 
 } // namespace
 
-std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
-                                                         const config::DistributedDataParallelKwargs &ddp)
+std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &mesh)
 {
-    using distributed::MeshDim;
     auto *planned = dynamic_cast<TensorParallelModel *>(&model);
     if (planned == nullptr)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_size: tensor parallelism has plans for the gpt and llama "
                                       "models only; other model types are not built yet");
-    planned->apply_tensor_parallel(mesh.group(MeshDim::Tp));
-    std::vector<at::Tensor> split, replicated;
+    planned->apply_tensor_parallel(mesh.group(distributed::MeshDim::Tp));
+    std::vector<at::Tensor> split;
     for (const auto &[name, p] : model.named_parameters())
-        (planned->tensor_parallel_slicing().count(name) != 0 ? split : replicated).push_back(p);
+        if (planned->tensor_parallel_slicing().count(name) != 0) split.push_back(p);
+    return split;
+}
+
+std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
+                                                         const config::DistributedDataParallelKwargs &ddp)
+{
+    using distributed::MeshDim;
+    std::vector<at::Tensor> split = apply_plan(model, mesh), replicated;
+    for (const auto &[name, p] : model.named_parameters())
+        if (std::none_of(split.begin(), split.end(), [&p = p](const at::Tensor &s) { return s.is_same(p); }))
+            replicated.push_back(p);
     // Gradients are averaged over the data-parallel ranks (dp_cp): every rank of one tp group saw the same batch.
     std::shared_ptr<ParallelWrapper> dp;
     const auto &dp_group = mesh.group(MeshDim::DpCp);

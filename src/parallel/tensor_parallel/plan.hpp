@@ -8,7 +8,10 @@
 
 #include "parallel/wrapper.hpp"
 
+#include <ATen/core/Tensor.h>
+
 #include <memory>
+#include <vector>
 
 namespace accel {
 class Model;
@@ -23,6 +26,11 @@ class DeviceMesh;
 }
 
 namespace accel::parallel::tp {
+
+// The model's plan applied over the mesh's tp group (its parameters narrowed to this rank's slices, its linears
+// swapped); returns the split parameters (the rest are replicated over tp). For callers that wrap the model
+// themselves (the sharding engine: TP inside FSDP / ZeRO).
+std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &mesh);
 
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
                                                          const config::DistributedDataParallelKwargs &ddp);

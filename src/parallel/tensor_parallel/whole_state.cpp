@@ -57,17 +57,30 @@ SplitModel split_of(const Model &model)
     return {&planned->tensor_parallel_slicing(), planned->tensor_parallel_group()};
 }
 
-void gather_parameters(const Model &model)
+std::vector<KeptSlice> gather_parameters(const Model &model)
 {
-    for_each_split(model, [](const std::string &, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
-        if (!is_whole(p, s)) p.set_data(gathered(p, s, g));
+    std::vector<KeptSlice> kept;
+    for_each_split(model, [&kept](const std::string &, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
+        if (is_whole(p, s)) return;
+        kept.push_back({p, p.variable_data()});
+        p.set_data(gathered(p, s, g));
     });
+    return kept;
 }
 
-void slice_parameters(const Model &model)
+void slice_parameters(const Model &model, const std::vector<KeptSlice> &kept)
 {
-    for_each_split(model, [](const std::string &, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
-        if (is_whole(p, s)) p.set_data(slice_parameter(p.detach(), s, g.rank(), g.size()));
+    for_each_split(model, [&kept](const std::string &, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
+        if (!is_whole(p, s)) return;
+        at::Tensor slice = slice_parameter(p.detach(), s, g.rank(), g.size());
+        for (const auto &k : kept)
+            if (k.param.is_same(p)) {
+                // Back into its own storage (a sharding engine's parameters are views of its flat buffers).
+                k.before.copy_(slice);
+                slice = k.before;
+                break;
+            }
+        p.set_data(slice);
     });
 }
 
@@ -98,7 +111,8 @@ WholeForCheckpoint::WholeForCheckpoint(std::vector<Part> parts) : parts_(std::mo
     try {
         for (const auto &part : parts_) {
             if (!split_of(*part.model)) continue;
-            gather_parameters(*part.model);
+            auto kept = gather_parameters(*part.model);
+            kept_.insert(kept_.end(), kept.begin(), kept.end());
             for (auto *o : part.optimizers) gather_optimizer_state(*part.model, *o);
         }
     } catch (...) {
@@ -114,12 +128,13 @@ void WholeForCheckpoint::release() noexcept
     for (const auto &part : parts_) {
         try {
             if (!split_of(*part.model)) continue;
-            slice_parameters(*part.model);
+            slice_parameters(*part.model, kept_);
             for (auto *o : part.optimizers) slice_optimizer_state(*part.model, *o);
         } catch (...) {
         }
     }
     parts_.clear();
+    kept_.clear();
 }
 
 } // namespace accel::parallel::tp

@@ -34,10 +34,16 @@ struct SplitModel {
 };
 SplitModel split_of(const Model &model);
 
+// A split parameter and its slice before it was gathered (sharing its storage), to restore it into.
+struct KeptSlice {
+    at::Tensor param, before;
+};
 // Every split parameter whole (collective over the tp group: every rank, the same models in the same order),
-// and back to this rank's slice (local; a parameter already a slice is left as it is).
-void gather_parameters(const Model &model);
-void slice_parameters(const Model &model);
+// and back to this rank's slice (local; a parameter already a slice is left as it is): into the storage kept
+// by the gathering (the sharding engine's parameters are views of its flat buffers, which must stay so), else
+// a new one (a loaded whole tensor of a parameter that was not gathered).
+std::vector<KeptSlice> gather_parameters(const Model &model);
+void slice_parameters(const Model &model, const std::vector<KeptSlice> &kept);
 // The same for `optimizer`'s state of the split parameters (its tensors shaped as their parameter; state
 // of another shape - AdaLomo's factored moments - is UNIMPLEMENTED, named). No state yet: nothing to do.
 void gather_optimizer_state(const Model &model, AcceleratedOptimizer &optimizer);
@@ -60,6 +66,7 @@ public:
 private:
     void release() noexcept;
     std::vector<Part> parts_;
+    std::vector<KeptSlice> kept_;
 };
 
 } // namespace accel::parallel::tp

@@ -118,9 +118,10 @@ TEST_F(ParallelismConfigTest, EnvironmentAsAccelerateReadsIt)
     setenv("PARALLELISM_CONFIG_TP_SIZE", "two", 1);
     EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "PARALLELISM_CONFIG_TP_SIZE");
     setenv("PARALLELISM_CONFIG_TP_SIZE", "2", 1);
-    // Tensor parallelism is built with DDP (dp_replicate), not yet inside FSDP/ZeRO (ACCELERATE_USE_FSDP is set).
-    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 1}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.tp_size: 2: tensor parallelism with fsdp_plugin or dp_shard_size > 1");
+    // Tensor parallelism inside FSDP/ZeRO (ACCELERATE_USE_FSDP is set): the engine shards each rank's tp slices.
+    c = parse_accelerator_config("{\"parallelism_config\": {\"dp_shard_size\": 1}}");
+    EXPECT_TRUE(c.sharding.enabled());
+    EXPECT_EQ(c.parallelism.tp_size, 2);
     unsetenv("ACCELERATE_USE_FSDP");
     c = parse_accelerator_config("{\"parallelism_config\": {\"dp_shard_size\": 1}}");
     EXPECT_EQ(c.parallelism.tp_size, 2);
@@ -130,8 +131,12 @@ TEST_F(ParallelismConfigTest, EnvironmentAsAccelerateReadsIt)
 TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
 {
     world(4);
-    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.tp_size: 2: tensor parallelism with fsdp_plugin or dp_shard_size > 1");
+    // tp x dp_shard (TP inside FSDP/ZeRO) is built; dp_shard_size still needs a sharding plugin.
+    EXPECT_EQ(parse_accelerator_config("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"dp_shard_size\": 2, \"tp_size\": 2}}")
+                  .parallelism.tp_size,
+              2);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.dp_shard_size: 2 shards the model, which needs fsdp_plugin or deepspeed_plugin");
     // Context parallelism is built with DDP, TP and the sharding engine (which shards over dp_shard_cp).
     EXPECT_EQ(parse_accelerator_config("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"dp_shard_size\": 2, \"cp_size\": 2}}")
                   .parallelism.cp_size,
