@@ -12,6 +12,7 @@ packages=(
   swig python3-dev python3-pytest python3-numpy openjdk-17-jdk-headless junit5 mono-devel nunit-console
   libyaml-cpp-dev python3-yaml            # Accelerate's config files (src/config/config_file.cpp); round-trip test
   libprotobuf-dev protobuf-compiler python3-protobuf   # TensorBoard event files (src/tracking); Python read-back test
+  libssl-dev                              # HMAC-SHA256 of the rendezvous token (src/distributed/rdzv_wire.cpp)
   bindgen                                 # bindings (bindings/): SWIG, Python, Java, C# (Mono), Rust's accel-sys check
   clang-14 libclang-rt-14-dev llvm-14 lld-14  # scripts/test-sanitizers.sh: clang build, ASan/UBSan, libFuzzer
   mkdocs mkdocs-material doxygen python3-matplotlib  # scripts/docs.sh: the docs site, the C API reference, plots

@@ -556,6 +556,8 @@ int launch_main(int argc, char **argv)
     for (const auto &[k, v] : extra_env) group.env[k] = v;
     install_launcher_signal_handlers();
 
+    add_rendezvous_token(group.env, machines, env); // a job on one machine gets a fresh one (launch_env.hpp)
+
     // torchrun's elastic restarts: when a worker fails, every worker of this machine is stopped (the round ends)
     // and all start again, up to --max_restarts times. Each round meets at a rendezvous of its own (a fresh
     // port: the old round's store died with its rank 0, and a late message of the old round must not reach the

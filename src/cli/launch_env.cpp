@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 
 #include <cstdlib>
+#include <sys/random.h>
 
 namespace accel::cli {
 
@@ -122,6 +123,25 @@ std::string first_slurm_host(const std::string &list)
         host += c;
     }
     return host;
+}
+
+void add_rendezvous_token(std::map<std::string, std::string> &env, int machines, const EnvLookup &lookup)
+{
+    if (machines != 1 || lookup("ACCEL_RDZV_TOKEN") || lookup("ACCEL_RDZV_TOKEN_FILE")) return;
+    unsigned char bytes[32];
+    size_t got = 0;
+    while (got < sizeof bytes) {
+        const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+        if (n <= 0) fail(ACCEL_ERR_INTERNAL, "accel launch: the kernel gave no random bytes for the rendezvous token");
+        got += static_cast<size_t>(n);
+    }
+    static const char hex[] = "0123456789abcdef";
+    std::string token;
+    for (unsigned char b : bytes) {
+        token += hex[b >> 4];
+        token += hex[b & 15];
+    }
+    env["ACCEL_RDZV_TOKEN"] = token;
 }
 
 } // namespace accel::cli

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,5 +38,11 @@ void cluster_env_defaults(ClusterFlags &flags, const EnvLookup &env);
 
 // Slurm's hostlist "node[01-04],gpu7" -> "node01": the first host, without scontrol.
 std::string first_slurm_host(const std::string &list);
+
+// The rendezvous token (issue 40.4) of a job on one machine: when neither ACCEL_RDZV_TOKEN nor
+// ACCEL_RDZV_TOKEN_FILE is set, a fresh one (32 random bytes from the kernel, in hex) into `env`, the workers'
+// environment: never on a command line, which `ps` shows to every user of the machine. Several machines need the
+// same token on each, which only the user can arrange (by environment or file): nothing is added then.
+void add_rendezvous_token(std::map<std::string, std::string> &env, int machines, const EnvLookup &lookup);
 
 } // namespace accel::cli

@@ -2,6 +2,8 @@
 
 #include "common/error.hpp"
 #include "config/env.hpp"
+#include "distributed/auth_store.hpp"
+#include "distributed/rdzv_wire.hpp"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -169,6 +171,8 @@ c10::intrusive_ptr<c10d::Store> connect_tcp(const Rendezvous &r, bool server, c1
                                             std::chrono::milliseconds timeout, std::vector<int> *sockets)
 {
     if (sockets != nullptr) sockets->clear();
+    // With a token, accel's own store, which serves only processes that prove it (auth_store.hpp).
+    if (const auto token = rdzv::token_from_env()) return connect_authenticated(r, *token, server, workers, timeout, sockets);
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(r.port);
     o.isServer = server;
@@ -208,10 +212,19 @@ c10::intrusive_ptr<c10d::Store> open_store(const Rendezvous &r, const config::Ac
             store->setTimeout(timeout);
             return store;
         }
-        if (t.agent_store) // torchrun's agent hosts the store: no rank may bind its port
+        if (t.agent_store) { // torchrun's agent hosts the store: no rank may bind its port
+            if (rdzv::token_from_env())
+                fail(ACCEL_ERR_FAILED_PRECONDITION,
+                     "ACCEL_RDZV_TOKEN (or ACCEL_RDZV_TOKEN_FILE) is set, but torchrun's agent hosts this job's rendezvous "
+                     "store (TORCHELASTIC_USE_AGENT_STORE), and LibTorch's store cannot check a token; unset it, or start "
+                     "the job with accel launch");
             return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + t.restart_count,
                                                           connect_tcp(r, false, c10::nullopt, timeout));
+        }
         return connect_tcp(r, t.rank == 0, static_cast<size_t>(t.world_size), timeout);
+    } catch (const Error &e) { // a refused token, a bad token file: the message says what to do
+        fail(e.code(), std::string(backend) + " rendezvous at " + r.describe() + " failed on rank " + std::to_string(t.rank) +
+                           " of " + std::to_string(t.world_size) + ": " + e.what());
     } catch (const std::exception &e) {
         const std::string msg = first_line(e.what());
         fail(store_failure_status(msg), std::string(backend) + " rendezvous at " + r.describe() + " failed on rank " +

@@ -1,6 +1,8 @@
 // Rendezvous: where the processes of one job meet (env:// or tcp:// TCPStore hosted by rank 0, or a
 // file:// FileStore), shared by the gloo and nccl backends. The store carries gloo's connection
-// details, NCCL's ncclUniqueId and the heartbeats that name a rank that stopped.
+// details, NCCL's ncclUniqueId and the heartbeats that name a rank that stopped. With a token
+// (ACCEL_RDZV_TOKEN / ACCEL_RDZV_TOKEN_FILE) the store is accel's own, which serves only the processes that
+// prove it (auth_store.hpp); without one, LibTorch's TCPStore, open to anyone who reaches the port.
 #pragma once
 
 #include "config/accelerator_config.hpp"
@@ -27,7 +29,7 @@ struct Rendezvous {
 // The rendezvous kwargs_handlers.init_process_group.init_method (or MASTER_ADDR/MASTER_PORT) describes.
 Rendezvous rendezvous_of(const config::AcceleratorConfig &c);
 
-// A TCPStore connection; `server` hosts it, waiting for `workers` processes when given. A client's every read
+// A TCPStore connection (the authenticated store's when the job has a token); `server` hosts it, waiting for `workers` processes when given. A client's every read
 // and write of the store gives up after `timeout` ("Socket Timeout"), also when the host stopped without closing
 // the connection; *sockets (when given) are its sockets.
 c10::intrusive_ptr<c10d::Store> connect_tcp(const Rendezvous &r, bool server, c10::optional<size_t> workers,

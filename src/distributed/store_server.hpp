@@ -1,0 +1,65 @@
+// The authenticated rendezvous store's host (issue 40.4), run by rank 0 when the job has a token: a key-value
+// map with the c10d::Store operations accel and c10d's process groups use (set, get, add, check, wait,
+// compareSet, deleteKey, getNumKeys), served only to connections that answered the HMAC challenge
+// (rdzv_wire.hpp). A connection that does not (a stranger, a wrong token, garbage) is closed and logged with its
+// address; one that sends a malformed or oversized frame after it is closed and logged too. Neither disturbs
+// the others: every connection has its own thread, the handshake its own deadline, and the number of
+// connections a bound. No LibTorch: auth_store.cpp wraps a client around it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace accel::distributed::rdzv {
+
+class StoreServer {
+public:
+    // Listens on every interface at `port` (IPv6 with IPv4 mapped when the machine has IPv6). UNAVAILABLE
+    // naming the port when it cannot ("Address already in use" kept in the message for the caller's hint).
+    StoreServer(int port, std::string token, std::chrono::milliseconds handshake_timeout);
+    ~StoreServer(); // stops serving: every connection closed, every thread joined
+    StoreServer(const StoreServer &) = delete;
+    StoreServer &operator=(const StoreServer &) = delete;
+
+    // Connections refused so far (a failed handshake, a malformed frame, over the bound): for tests.
+    uint64_t refused() const { return refused_.load(); }
+
+    // The most connections served at once; more are closed at once (and logged).
+    static constexpr size_t kMaxConnections = 1024;
+
+private:
+    void accept_loop();
+    void serve(int fd, const std::string &peer);
+    bool handshake(int fd, const std::string &peer);
+    // The answer to one request (valid: decode_request checked it).
+    std::string answer(uint8_t op, const std::vector<std::string> &args);
+    std::string wait_for(const std::vector<std::string> &keys, int64_t timeout_ms); // "" or the error
+    void refuse(const std::string &peer, const std::string &why);
+
+    std::string token_;
+    std::chrono::milliseconds handshake_timeout_;
+    int listen_fd_ = -1;
+    std::thread acceptor_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<uint64_t> refused_{0};
+
+    std::mutex m_; // the map and the connections
+    std::condition_variable changed_; // a key was written, or the server stops
+    std::map<std::string, std::string> map_;
+    // Connections being served, each by a detached thread; the destructor shuts them down and waits for
+    // live_ to reach 0 (a thread erases its descriptor before closing it, so no number is shut down twice).
+    std::set<int> open_;
+    size_t live_ = 0;
+    std::condition_variable drained_;
+};
+
+} // namespace accel::distributed::rdzv
