@@ -38,6 +38,84 @@ BnbQuantizationConfig parse_bnb_quantization_config(const char *text, const std:
     return c;
 }
 
+std::optional<BnbQuantizationConfig> parse_hf_quantization_config(const std::string &config_json,
+                                                                  const std::string &what)
+{
+    JsonDocument doc(config_json.c_str(), what);
+    JsonObject root(doc.root(), what);
+    std::optional<JsonObject> q = root.get_object("quantization_config");
+    if (!q) return std::nullopt;
+    // Folders written before transformers named the method have none: bitsandbytes was the only one.
+    const std::string method = q->get_string("quant_method", "bitsandbytes");
+    if (method != "bitsandbytes")
+        fail(ACCEL_ERR_UNIMPLEMENTED, q->path_of("quant_method") + ": \"" + method +
+                                          "\": accel loads bitsandbytes folders only (load_in_4bit / load_in_8bit)");
+    BnbQuantizationConfig c;
+    // transformers writes each flag twice (the property and its backing field); either says it.
+    c.load_in_4bit = q->get_bool("load_in_4bit", false) | q->get_bool("_load_in_4bit", false);
+    c.load_in_8bit = q->get_bool("load_in_8bit", false) | q->get_bool("_load_in_8bit", false);
+    c.llm_int8_threshold = q->get_double("llm_int8_threshold", 6.0, 0.0, 1e30);
+    c.skip_modules_given = q->has("llm_int8_skip_modules");
+    c.skip_modules = q->get_string_array("llm_int8_skip_modules", {});
+    // Offloading int8 modules to the CPU in float32 changes nothing here: accel computes on the CPU.
+    q->get_bool("llm_int8_enable_fp32_cpu_offload", false);
+    if (q->get_bool("llm_int8_has_fp16_weight", false))
+        fail(ACCEL_ERR_UNIMPLEMENTED, q->path_of("llm_int8_has_fp16_weight") +
+                                          ": true (int8 layers that keep 16-bit weights to train) is not built; "
+                                          "accel's int8 layers are frozen");
+    c.bnb_4bit_quant_type = q->get_enum("bnb_4bit_quant_type", "fp4", {"fp4", "nf4"});
+    c.bnb_4bit_use_double_quant = q->get_bool("bnb_4bit_use_double_quant", false);
+    // transformers' default compute dtype is float32 (BitsAndBytesConfig with bnb_4bit_compute_dtype=None).
+    const std::string dtype = q->get_enum("bnb_4bit_compute_dtype", "float32", {"float32", "float16", "bfloat16"});
+    c.bnb_4bit_compute_dtype = dtype == "float32" ? "fp32" : dtype == "float16" ? "fp16" : "bf16";
+    const std::string storage = q->get_string("bnb_4bit_quant_storage", "uint8");
+    if (storage != "uint8")
+        fail(ACCEL_ERR_UNIMPLEMENTED, q->path_of("bnb_4bit_quant_storage") + ": \"" + storage +
+                                          "\" (4-bit codes packed in another dtype, for FSDP) is not read; uint8 is");
+    q->finish();
+    if (c.load_in_8bit == c.load_in_4bit)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, q->path() + (c.load_in_8bit ? ": load_in_8bit and load_in_4bit are both true"
+                                                                     : ": neither load_in_8bit nor load_in_4bit is true"));
+    return c;
+}
+
+std::string hf_config_with_quantization(const std::string &config_json, const BnbQuantizationConfig *c)
+{
+    cJSON *root = cJSON_Parse(config_json.c_str());
+    if (root == nullptr || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        fail(ACCEL_ERR_INTERNAL, "hf_config_json: not a JSON object");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization_config");
+    if (c != nullptr) {
+        // transformers' BitsAndBytesConfig.to_dict(), in its (sorted) key order.
+        // An 8-bit config has no 4-bit compute dtype of its own: transformers' default then.
+        const char *dtype = c->load_in_8bit || c->bnb_4bit_compute_dtype == "fp32" ? "float32"
+                            : c->bnb_4bit_compute_dtype == "bf16" ? "bfloat16" : "float16";
+        cJSON *q = cJSON_AddObjectToObject(root, "quantization_config");
+        cJSON_AddBoolToObject(q, "_load_in_4bit", c->load_in_4bit);
+        cJSON_AddBoolToObject(q, "_load_in_8bit", c->load_in_8bit);
+        cJSON_AddStringToObject(q, "bnb_4bit_compute_dtype", dtype);
+        cJSON_AddStringToObject(q, "bnb_4bit_quant_storage", "uint8");
+        cJSON_AddStringToObject(q, "bnb_4bit_quant_type", c->bnb_4bit_quant_type.c_str());
+        cJSON_AddBoolToObject(q, "bnb_4bit_use_double_quant", c->bnb_4bit_use_double_quant);
+        cJSON_AddBoolToObject(q, "llm_int8_enable_fp32_cpu_offload", false);
+        cJSON_AddBoolToObject(q, "llm_int8_has_fp16_weight", false);
+        cJSON *skip = cJSON_AddArrayToObject(q, "llm_int8_skip_modules");
+        for (const auto &m : c->skip_modules) cJSON_AddItemToArray(skip, cJSON_CreateString(m.c_str()));
+        cJSON_AddNumberToObject(q, "llm_int8_threshold", c->llm_int8_threshold);
+        cJSON_AddBoolToObject(q, "load_in_4bit", c->load_in_4bit);
+        cJSON_AddBoolToObject(q, "load_in_8bit", c->load_in_8bit);
+        cJSON_AddStringToObject(q, "quant_method", "bitsandbytes");
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (text == nullptr) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, "config.json: out of memory");
+    std::string out = std::string(text) + "\n";
+    cJSON_free(text);
+    return out;
+}
+
 QuantStateMeta parse_quant_state_meta(const std::string &text, const std::string &what)
 {
     JsonDocument doc(text.c_str(), what);

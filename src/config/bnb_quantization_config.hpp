@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,18 @@ struct BnbQuantizationConfig {
 // key, or when not exactly one of load_in_8bit / load_in_4bit is true (Accelerate's ValueErrors);
 // ACCEL_ERR_UNIMPLEMENTED for torch_dtype (non-quantized layers keep the dtype they have).
 BnbQuantizationConfig parse_bnb_quantization_config(const char *text, const std::string &what);
+
+// transformers' BitsAndBytesConfig as a pre-quantized folder's config.json holds it under "quantization_config"
+// (its to_dict keys: load_in_4bit / _load_in_4bit, bnb_4bit_*, llm_int8_*, quant_method). `config_json` is the
+// whole config.json text, `what` its path. nullopt when there is no quantization_config. UNIMPLEMENTED naming
+// quant_method for methods other than "bitsandbytes" (gptq, awq, ...), and for llm_int8_has_fp16_weight or a
+// bnb_4bit_quant_storage other than uint8; INVALID_ARGUMENT naming a bad or unknown key.
+std::optional<BnbQuantizationConfig> parse_hf_quantization_config(const std::string &config_json,
+                                                                  const std::string &what);
+// `config_json` with "quantization_config" set to what transformers writes for `c` (llm_int8_skip_modules:
+// c.skip_modules, the modules left in full precision, so that loading needs no rule to find them again), or
+// removed when `c` is null.
+std::string hf_config_with_quantization(const std::string &config_json, const BnbQuantizationConfig *c);
 
 // bitsandbytes' packed non-tensor part of a 4-bit QuantState.
 struct QuantStateMeta {

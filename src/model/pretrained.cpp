@@ -5,15 +5,18 @@
 #include "checkpointing/merge_weights.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
+#include "config/bnb_quantization_config.hpp"
 #include "config/pretrained_config.hpp"
 #include "model/lora.hpp"
 #include "parallel/fsdp/zero_init.hpp"
+#include "quantization/quantize_model.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace accel {
@@ -98,8 +101,9 @@ at::ScalarType scalar_type(accel_dtype_t d)
 at::ScalarType target_dtype(const FolderWeights &w, const config::FromPretrainedOptions &o)
 {
     if (o.torch_dtype) return scalar_type(*o.torch_dtype);
+    // A pre-quantized folder's statistics are float32 whatever the model's dtype.
     for (const auto &e : w.tensors)
-        if (at::isFloatingType(e.second.scalar_type())) return e.second.scalar_type();
+        if (at::isFloatingType(e.second.scalar_type()) && !is_quant_state_name(e.first)) return e.second.scalar_type();
     return at::kFloat;
 }
 
@@ -154,11 +158,14 @@ void check_strict(const LoadReport &report, const FolderWeights &w, const std::s
 }
 
 std::shared_ptr<Model> build(const std::string &dir, const config::FromPretrainedOptions &options,
-                             const std::shared_ptr<parallel::PartitionedAtInit> &partitioned)
+                             const std::shared_ptr<parallel::PartitionedAtInit> &partitioned, bool quantized)
 {
     const std::string config_path = join(dir, "config.json");
     if (!exists(config_path)) fail(ACCEL_ERR_NOT_FOUND, "path: \"" + dir + "\" has no config.json");
-    const std::string text = read_small_file(config_path, kMaxConfigBytes);
+    std::string text = read_small_file(config_path, kMaxConfigBytes);
+    // The quantization is applied after building (quantize_for_folder); the model's own config is the float one,
+    // and save_pretrained writes the quantization its layers have.
+    if (quantized) text = config::hf_config_with_quantization(text, nullptr);
     const std::string spec = config::spec_from_hf_config(text, config_path, options.model_options);
     ParameterFn partition;
     if (partitioned) partition = [&partitioned](const at::Tensor &p) { partitioned->partition(p); };
@@ -166,6 +173,34 @@ std::shared_ptr<Model> build(const std::string &dir, const config::FromPretraine
         return make_model_from_json(spec.c_str(), partition);
     } catch (const Error &e) {
         throw Error(e.code(), config_path + ": " + e.what());
+    }
+}
+
+// config.json's "quantization_config" (a folder saved quantized by transformers or accel), read before anything is
+// built so that another quant_method is refused at once.
+std::optional<config::BnbQuantizationConfig> folder_quantization(const std::string &dir)
+{
+    const std::string path = join(dir, "config.json");
+    if (!exists(path)) return std::nullopt; // build() says so
+    return config::parse_hf_quantization_config(read_small_file(path, kMaxConfigBytes), path);
+}
+
+// A pre-quantized folder: the model built from config.json takes the folder's dtype and has the layers the config
+// names quantized (transformers' replace_with_bnb_linear before loading), so that the folder's bitsandbytes
+// tensors (weight, absmax, quant_map, nested_*, quant_state, SCB) load into tensors of their shapes.
+void quantize_for_folder(Model &model, const config::BnbQuantizationConfig &c, FolderWeights &w, bool sliced,
+                         const config::FromPretrainedOptions &options, const std::string &dir)
+{
+    const std::string what = join(dir, "config.json") + ": quantization_config";
+    if (sliced)
+        fail(ACCEL_ERR_UNIMPLEMENTED, what + ": a pre-quantized folder is not loaded partitioned (zero3_init_flag or "
+                                             "cpu_ram_efficient_loading; Accelerate refuses a quantized model there)");
+    tensors_from_bnb_folder(w.tensors, [&w](const std::string &name) { return file_of(w, name); });
+    convert_floating(model, target_dtype(w, options), nullptr);
+    try {
+        quantize_model(model, c);
+    } catch (const Error &e) {
+        throw Error(e.code(), what + ": " + e.what());
     }
 }
 
@@ -179,8 +214,12 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     // zero3_init_flag (as accel_model_create_from_json) or FSDP's cpu_ram_efficient_loading: built partitioned
     // while such an accelerator lives.
     auto partitioned = parallel::PartitionedAtInit::for_new_model(true);
+    const std::optional<config::BnbQuantizationConfig> quantization = folder_quantization(dir);
+    if (quantization && options.empty_init)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "options.empty_init: a pre-quantized folder (config.json has "
+                                      "quantization_config) is not built on meta; load it without empty_init");
     PretrainedModel out;
-    out.model = build(dir, options, partitioned);
+    out.model = build(dir, options, partitioned, quantization.has_value());
     Model &model = *out.model;
     if (options.empty_init) {
         // No weights are read: the model is config.json's, on the meta device, in torch_dtype (float32 for "auto",
@@ -190,10 +229,11 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     }
     // The model's files are read once they are known to match what config.json built (a mapped safetensors
     // file is paged in only where a copy reads it).
-    const FolderWeights w = read_folder_weights(dir);
-    check_shapes(model, w);
+    FolderWeights w = read_folder_weights(dir);
     const bool sliced = partitioned && partitioned->holds_any();
-    convert_floating(model, target_dtype(w, options), sliced ? partitioned.get() : nullptr);
+    if (quantization) quantize_for_folder(model, *quantization, w, sliced, options, dir);
+    check_shapes(model, w);
+    if (!quantization) convert_floating(model, target_dtype(w, options), sliced ? partitioned.get() : nullptr);
     std::vector<std::pair<at::Tensor, at::Tensor>> copies;
     out.report = model.load_state_dict(w.tensors, false, [&copies](const at::Tensor &dst, const at::Tensor &src) {
         copies.emplace_back(dst, src);
@@ -217,6 +257,8 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
         }
     }
     batch.run();
+    // A damaged or mismatched quantization state fails here, naming its tensor, not in the first forward.
+    if (quantization) check_quantized_layers(model);
     if (!options.adapter.empty()) {
         if (sliced)
             fail(ACCEL_ERR_UNIMPLEMENTED, std::string("options.adapter: under ") + partitioned->flag() +
@@ -243,6 +285,9 @@ void write_pretrained(const Model &model, const std::string &dir, const config::
             break;
         }
     hf = config::hf_config_with_dtype(hf, dtype_name(dtype));
+    // transformers' quantization_config of a quantized model (reads only: linear_slots is not const).
+    const auto quantization = quantization_config_of(const_cast<Model &>(model));
+    hf = config::hf_config_with_quantization(hf, quantization ? &*quantization : nullptr);
     write_file_durably(join(dir, "config.json"), hf.data(), hf.size());
 }
 

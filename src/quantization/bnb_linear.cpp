@@ -17,6 +17,13 @@ at::ScalarType dtype_named(const std::string &name)
     return name == "float16" ? at::kHalf : name == "bfloat16" ? at::kBFloat16 : at::kFloat;
 }
 
+// A statistic read from a file must be finite: a NaN or infinite scale would make every output of its layer so.
+void require_finite(const at::Tensor &t, const std::string &name)
+{
+    if (!t.defined() || !at::isFloatingType(t.scalar_type())) return;
+    require(at::isfinite(t).all().item<bool>(), ACCEL_ERR_INVALID_ARGUMENT, name + ": holds a NaN or infinite value");
+}
+
 class Linear4bit final : public Linear {
 public:
     Linear4bit(std::string module, at::Tensor weight, at::Tensor bias, QuantStateTensors state, at::ScalarType compute)
@@ -27,6 +34,43 @@ public:
         require(s.shape.size() == 2, ACCEL_ERR_INVALID_ARGUMENT, module_ + ": a 4-bit linear weight must be 2-D");
         out_ = s.shape[0];
         in_ = s.shape[1];
+        type_ = s.quant_type;
+        nested_ = s.nested;
+    }
+
+    config::BnbQuantizationConfig quantization() const
+    {
+        config::BnbQuantizationConfig c;
+        c.load_in_4bit = true;
+        c.bnb_4bit_quant_type = quant_type_name(type_);
+        c.bnb_4bit_use_double_quant = nested_;
+        c.bnb_4bit_compute_dtype = compute_ == at::kFloat ? "fp32" : compute_ == at::kBFloat16 ? "bf16" : "fp16";
+        return c;
+    }
+
+    // The state a file gave must describe this layer: its shape, the type its key names, sizes that dequantize.
+    void check(const std::string &module) const
+    {
+        const std::string w = module + ".weight";
+        const QuantState s = read_quant_state(state_, module);
+        const std::string key = w + ".quant_state.bitsandbytes__" + quant_type_name(type_);
+        require(s.quant_type == type_, ACCEL_ERR_INVALID_ARGUMENT,
+                key + ": says quant_type \"" + quant_type_name(s.quant_type) + "\", the key and the config say \"" +
+                    quant_type_name(type_) + "\"");
+        require(s.shape == std::vector<int64_t>{out_, in_}, ACCEL_ERR_INVALID_ARGUMENT,
+                key + ": says shape " + c10::str(at::IntArrayRef(s.shape)) + ", the layer is [" + std::to_string(out_) +
+                    ", " + std::to_string(in_) + "]");
+        require(s.nested == nested_, ACCEL_ERR_INVALID_ARGUMENT,
+                key + (nested_ ? ": has no nested_offset, but the config asks for double quantization"
+                               : ": has a nested_offset, but the config has no double quantization"));
+        require_finite(state_.quant_map, w + ".quant_map");
+        require_finite(s.nested ? state_.nested_absmax : state_.absmax, w + (s.nested ? ".nested_absmax" : ".absmax"));
+        require_finite(state_.nested_quant_map, w + ".nested_quant_map");
+        try {
+            (void)dequantize_4bit(weight_, s);
+        } catch (const Error &e) {
+            throw Error(e.code(), w + ": " + e.what());
+        }
     }
 
     at::Tensor forward(const at::Tensor &x) override
@@ -47,6 +91,8 @@ private:
     QuantStateTensors state_;
     at::ScalarType compute_;
     int64_t in_ = 0, out_ = 0;
+    QuantType type_ = QuantType::Fp4;
+    bool nested_ = false;
 };
 
 class Linear8bit final : public Linear {
@@ -74,6 +120,25 @@ public:
     const at::Tensor &weight() const override { return weight_; }
     const at::Tensor &bias() const override { return bias_; }
     Layout layout() const override { return Layout::OutIn; }
+
+    config::BnbQuantizationConfig quantization() const
+    {
+        config::BnbQuantizationConfig c;
+        c.load_in_8bit = true;
+        c.llm_int8_threshold = threshold_;
+        return c;
+    }
+
+    void check(const std::string &module) const
+    {
+        require(weight_.dim() == 2 && weight_.scalar_type() == at::kChar, ACCEL_ERR_INVALID_ARGUMENT,
+                module + ".weight: an 8-bit layer's weight must be a 2-D int8 tensor");
+        require(scb_.dim() == 1 && scb_.numel() == weight_.size(0) && at::isFloatingType(scb_.scalar_type()),
+                ACCEL_ERR_INVALID_ARGUMENT,
+                module + ".SCB: must hold one float per row of the weight (" + std::to_string(weight_.size(0)) +
+                    "), has shape " + c10::str(scb_.sizes()));
+        require_finite(scb_, module + ".SCB");
+    }
 
 private:
     at::Tensor weight_, scb_, bias_;
@@ -114,6 +179,19 @@ std::shared_ptr<Linear> make_linear_4bit(std::string module, at::Tensor packed_w
 {
     return std::make_shared<Linear4bit>(std::move(module), std::move(packed_weight), std::move(bias), std::move(state),
                                         compute_dtype);
+}
+
+std::optional<config::BnbQuantizationConfig> layer_quantization(const Linear &layer)
+{
+    if (const auto *l = dynamic_cast<const Linear4bit *>(&layer)) return l->quantization();
+    if (const auto *l = dynamic_cast<const Linear8bit *>(&layer)) return l->quantization();
+    return std::nullopt;
+}
+
+void check_quantized_layer(const Linear &layer, const std::string &module)
+{
+    if (const auto *l = dynamic_cast<const Linear4bit *>(&layer)) l->check(module);
+    if (const auto *l = dynamic_cast<const Linear8bit *>(&layer)) l->check(module);
 }
 
 std::shared_ptr<Linear> make_linear_8bit(at::Tensor int8_weight, at::Tensor scb, at::Tensor bias, double threshold)

@@ -5,10 +5,12 @@
 // weight has no gradient; the input (and the bias) do, so that LoRA adapters over them train (QLoRA).
 #pragma once
 
+#include "config/bnb_quantization_config.hpp"
 #include "model/linear.hpp"
 #include "quantization/bnb_4bit.hpp"
 
 #include <memory>
+#include <optional>
 
 namespace accel::bnb {
 
@@ -29,5 +31,14 @@ std::shared_ptr<Linear> make_linear_4bit(std::string module, at::Tensor packed_w
 // Linear8bitLt (has_fp16_weights=False): LLM.int8's matmul (bnb_8bit.hpp) with `threshold`. In training its
 // gradient to the input is grad · W_deq (bitsandbytes' MatMul8bitLt.backward), W_deq = CB · SCB / 127.
 std::shared_ptr<Linear> make_linear_8bit(at::Tensor int8_weight, at::Tensor scb, at::Tensor bias, double threshold);
+
+// What a layer made here was quantized with (load_in_4bit / load_in_8bit, the 4-bit type, double quantization,
+// compute dtype; the int8 threshold); nullopt for any other linear.
+std::optional<config::BnbQuantizationConfig> layer_quantization(const Linear &layer);
+
+// Checks a quantized layer's state as loaded from a file against the layer (shapes, sizes, the quant_state JSON,
+// finite statistics), so that a damaged or mismatched state fails when it is loaded rather than in a forward:
+// INVALID_ARGUMENT naming the tensor (`module` + ".weight.absmax", ".SCB", ...). Nothing for other linears.
+void check_quantized_layer(const Linear &layer, const std::string &module);
 
 } // namespace accel::bnb

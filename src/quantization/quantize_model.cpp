@@ -9,6 +9,8 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+#include <cstring>
 #include <set>
 
 namespace accel {
@@ -157,6 +159,81 @@ bool is_quantized(Model &model)
     for (auto &slot : model.linear_slots())
         if (is_quantized_layer(target_of(slot).get())) return true;
     return false;
+}
+
+std::optional<config::BnbQuantizationConfig> quantization_config_of(Model &model)
+{
+    std::optional<config::BnbQuantizationConfig> out;
+    std::vector<std::string> skipped, quantized;
+    for (auto &slot : model.linear_slots()) {
+        const std::optional<config::BnbQuantizationConfig> c = bnb::layer_quantization(*target_of(slot));
+        if (!c) {
+            skipped.push_back(slot.module);
+            continue;
+        }
+        quantized.push_back(slot.module);
+        // accel_model_quantize quantizes a model once, with one config: the first layer's says it.
+        if (!out) out = c;
+    }
+    if (out) {
+        // Modules outside the linear seam (a llama's lm_head) stay float too: named, so that transformers' loader,
+        // which would quantize any nn.Linear not listed, leaves them so.
+        for (const auto &k : keys_to_not_convert(model))
+            if (std::find(skipped.begin(), skipped.end(), k) == skipped.end() && !matched(quantized, k))
+                skipped.push_back(k);
+        out->skip_modules = skipped;
+        out->skip_modules_given = true;
+    }
+    return out;
+}
+
+bool is_quant_state_name(const std::string &name)
+{
+    static const char *const suffixes[] = {".SCB", ".weight.absmax", ".weight.quant_map", ".weight.nested_absmax",
+                                           ".weight.nested_quant_map", ".weight_format"};
+    for (const char *s : suffixes) {
+        const size_t n = std::strlen(s);
+        if (name.size() >= n && name.compare(name.size() - n, n, s) == 0) return true;
+    }
+    return name.find(".weight.quant_state.bitsandbytes__") != std::string::npos;
+}
+
+void tensors_from_bnb_folder(NamedTensors &tensors, const std::function<std::string(const std::string &)> &file_of)
+{
+    static const std::string format_suffix = ".weight_format";
+    NamedTensors kept;
+    for (auto &[name, t] : tensors) {
+        const std::string where = "tensor \"" + name + "\" in " + file_of(name);
+        if (name.size() > format_suffix.size() &&
+            name.compare(name.size() - format_suffix.size(), format_suffix.size(), format_suffix) == 0) {
+            require(t.numel() == 1 && !at::isFloatingType(t.scalar_type()), ACCEL_ERR_INVALID_ARGUMENT,
+                    where + ": weight_format must be one integer");
+            const int64_t format = t.to(at::kCPU).reshape({}).item<int64_t>();
+            if (format != 0)
+                fail(ACCEL_ERR_UNIMPLEMENTED, where + ": weight_format " + std::to_string(format) +
+                                                  " (a GPU tile layout: col32, col_turing or col_ampere) is not read; "
+                                                  "0 (row-major) is");
+            continue;
+        }
+        if (name.find(".weight.quant_state.bitsandbytes__") != std::string::npos) {
+            require(t.dim() == 1 && t.scalar_type() == at::kByte, ACCEL_ERR_INVALID_ARGUMENT,
+                    where + ": a quant_state must be 1-D uint8 (bitsandbytes' packed JSON)");
+            require(t.numel() <= static_cast<int64_t>(kQuantStateBytes), ACCEL_ERR_INVALID_ARGUMENT,
+                    where + ": " + std::to_string(t.numel()) + " bytes, more than the " +
+                        std::to_string(kQuantStateBytes) + " a quant_state JSON takes");
+            at::Tensor padded = at::full({static_cast<int64_t>(kQuantStateBytes)}, ' ', at::kByte);
+            padded.narrow(0, 0, t.numel()).copy_(t);
+            kept.emplace_back(name, padded);
+            continue;
+        }
+        kept.emplace_back(name, std::move(t));
+    }
+    tensors = std::move(kept);
+}
+
+void check_quantized_layers(Model &model)
+{
+    for (auto &slot : model.linear_slots()) bnb::check_quantized_layer(*target_of(slot), slot.module);
 }
 
 std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizationConfig &c)

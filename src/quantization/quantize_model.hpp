@@ -9,6 +9,8 @@
 #include "config/bnb_quantization_config.hpp"
 #include "model/model.hpp"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,5 +30,21 @@ std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizat
 
 // Whether the model has a quantized layer.
 bool is_quantized(Model &model);
+
+// What a quantized model's layers were quantized with, as save_pretrained writes it (config.json's
+// "quantization_config"): skip_modules lists the linear layers left in full precision. nullopt when nothing is
+// quantized.
+std::optional<config::BnbQuantizationConfig> quantization_config_of(Model &model);
+
+// Whether `name` is a quantization statistic (SCB, weight.absmax, weight.quant_map, weight.nested_*, the
+// quant_state JSON): float32 whatever dtype the model is loaded in.
+bool is_quant_state_name(const std::string &name);
+
+// A pre-quantized folder's tensors as a quantized model holds them: each quant_state JSON padded to the model's
+// length (bitsandbytes writes the length its text has); bitsandbytes' `weight_format` of an 8-bit layer checked
+// (0, row-major: the only layout outside a GPU) and dropped. `file_of` names a tensor's file in messages.
+void tensors_from_bnb_folder(NamedTensors &tensors, const std::function<std::string(const std::string &)> &file_of);
+// Checks every quantized layer's state after loading (bnb::check_quantized_layer).
+void check_quantized_layers(Model &model);
 
 } // namespace accel

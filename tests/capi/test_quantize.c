@@ -189,6 +189,109 @@ static int test_reference(void)
     return capi_report("test_quantize reference");
 }
 
+/* "prequantized": Hugging Face folders as transformers saves a bitsandbytes-quantized llama (config.json's
+ * quantization_config; NF4 + double quantization, FP4, int8 with weight_format), written by bnb_reference.py, load
+ * through accel_model_from_pretrained and give the logits the reference computes from the dequantized weights;
+ * save_pretrained writes the same tensors and quantization_config back (bnb_reference.py roundtrip), and that folder
+ * loads with the same logits bit for bit. Damaged folders and other quant_methods fail naming what is wrong. */
+#define PQ_T 8
+#define PQ_VOCAB 96
+
+static int run_reference(const char *py, const char *script, const char *args)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "\"%s\" \"%s\" %s", py, script, args);
+    return system(cmd);
+}
+
+static void prequantized_logits(accel_model_t *m, const int64_t *ids, float *out)
+{
+    const int64_t shape[2] = {1, PQ_T};
+    accel_tensor_t *x = tensor_i64(ids, shape, 2), *y = NULL;
+    CHECK_OK(accel_model_forward_no_grad(m, x, &y));
+    if (y != NULL) read_f32(y, out, PQ_T * PQ_VOCAB);
+    accel_tensor_free(y);
+    accel_tensor_free(x);
+}
+
+static void prequantized_kind(const char *py, const char *script, const char *kind, accel_dtype_t weight_dtype)
+{
+    static float want[PQ_T * PQ_VOCAB], got[PQ_T * PQ_VOCAB], again[PQ_T * PQ_VOCAB];
+    int64_t ids[PQ_T];
+    char dir[256], path[300], saved[300], args[700];
+    accel_model_t *m = NULL, *back = NULL;
+    accel_tensor_t *w = NULL;
+    accel_dtype_t dtype = ACCEL_DTYPE_FLOAT32;
+    double scale = 0;
+    size_t i;
+    snprintf(dir, sizeof dir, "prequantized/%s", kind);
+    snprintf(path, sizeof path, "%s/ids.i64", dir);
+    CHECK(read_file(path, ids, sizeof ids) == (long)sizeof ids);
+    snprintf(path, sizeof path, "%s/logits.f32", dir);
+    CHECK(read_file(path, want, sizeof want) == (long)sizeof want);
+    CHECK_OK(accel_model_from_pretrained(dir, NULL, &m));
+    if (m == NULL) return;
+    CHECK_OK(accel_model_get_tensor(m, "model.layers.1.mlp.down_proj.weight", &w));
+    CHECK_OK(accel_tensor_get_dtype(w, &dtype));
+    CHECK(dtype == weight_dtype);
+    accel_tensor_free(w);
+    prequantized_logits(m, ids, got);
+    for (i = 0; i < PQ_T * PQ_VOCAB; ++i) scale = fmax(scale, fabs((double)want[i]));
+    /* The same dequantized values through float32 matmuls in another order (Python's reference): rounding only. */
+    printf("test_quantize prequantized %s: logits max |diff| %.3g (max |logit| %.3g)\n", kind,
+           max_abs_diff_f32(got, want, PQ_T * PQ_VOCAB), scale);
+    CHECK(max_abs_diff_f32(got, want, PQ_T * PQ_VOCAB) <= 1e-5 * scale);
+
+    snprintf(saved, sizeof saved, "prequantized/saved_%s", kind);
+    CHECK_OK(accel_model_save_pretrained(m, saved, NULL));
+    snprintf(args, sizeof args, "roundtrip %s %s", dir, saved);
+    CHECK(run_reference(py, script, args) == 0);
+    CHECK_OK(accel_model_from_pretrained(saved, NULL, &back));
+    if (back != NULL) prequantized_logits(back, ids, again);
+    CHECK(memcmp(got, again, sizeof got) == 0);
+    accel_model_free(back);
+    accel_model_free(m);
+}
+
+static int test_prequantized(void)
+{
+    static const struct {
+        const char *dir;
+        accel_status_t code;
+        const char *names;
+    } bad[] = {
+        {"bad_shape", ACCEL_ERR_INVALID_ARGUMENT, "model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__nf4"},
+        {"bad_quant_type", ACCEL_ERR_INVALID_ARGUMENT, "q_proj.weight.quant_state.bitsandbytes__nf4: says quant_type"},
+        {"bad_json", ACCEL_ERR_INVALID_ARGUMENT, "model.layers.0.self_attn.q_proj.weight.quant_state"},
+        {"bad_nan", ACCEL_ERR_INVALID_ARGUMENT, "model.layers.0.self_attn.q_proj.weight.nested_absmax"},
+        {"bad_missing", ACCEL_ERR_INVALID_ARGUMENT, "model.layers.0.self_attn.q_proj.weight.nested_absmax"},
+        {"bad_absmax", ACCEL_ERR_INVALID_ARGUMENT, "model.layers.0.self_attn.q_proj.weight.absmax"},
+        {"bad_scb", ACCEL_ERR_INVALID_ARGUMENT, "model.layers.1.mlp.up_proj.SCB"},
+        {"bad_weight_format", ACCEL_ERR_UNIMPLEMENTED, "model.layers.1.mlp.up_proj.weight_format"},
+        {"bad_gptq", ACCEL_ERR_UNIMPLEMENTED, "\"gptq\""},
+        {"bad_awq", ACCEL_ERR_UNIMPLEMENTED, "\"awq\""},
+    };
+    const char *py = getenv("ACCEL_PYTHON"), *script = getenv("ACCEL_BNB_REFERENCE");
+    char dir[256];
+    size_t i;
+    if (py == NULL || py[0] == '\0' || script == NULL) {
+        fprintf(stderr, "test_quantize prequantized: ACCEL_PYTHON (with torch) and ACCEL_BNB_REFERENCE must be set\n");
+        return 1;
+    }
+    CHECK(run_reference(py, script, "prequantized prequantized") == 0);
+    prequantized_kind(py, script, "nf4", ACCEL_DTYPE_UINT8);
+    prequantized_kind(py, script, "fp4", ACCEL_DTYPE_UINT8);
+    prequantized_kind(py, script, "int8", ACCEL_DTYPE_INT8);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        accel_model_t *m = NULL;
+        snprintf(dir, sizeof dir, "prequantized/%s", bad[i].dir);
+        CHECK_FAILS(accel_model_from_pretrained(dir, NULL, &m), bad[i].code, bad[i].names);
+        CHECK(m == NULL);
+        accel_model_free(m);
+    }
+    return capi_report("test_quantize prequantized");
+}
+
 /* The engines that split or re-type weights are refused by name for a quantized model (prepare). */
 static void test_refused_under_parallelism(void)
 {
@@ -218,6 +321,7 @@ static void test_refused_under_parallelism(void)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "reference") == 0) return test_reference();
+    if (argc > 1 && strcmp(argv[1], "prequantized") == 0) return test_prequantized();
     test_keys_outputs_and_refusals();
     test_train_save_load();
     test_refused_under_parallelism();
