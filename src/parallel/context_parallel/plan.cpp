@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 #include <typeinfo>
 
 namespace accel::parallel::cp {
@@ -43,23 +44,49 @@ void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh,
                                       "gpt and llama models only; other model types are not built yet");
 }
 
+namespace {
+
+// `t` [B, T, ...] extended along T to `length` with `value` (the padding sits after the sequence's end).
+at::Tensor padded(const at::Tensor &t, int64_t length, double value)
+{
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[1] = length - t.size(1);
+    return at::cat({t, at::full(shape, value, t.options())}, 1);
+}
+
+} // namespace
+
 void split_batch(Batch &batch, const distributed::DeviceMesh &mesh)
 {
     using distributed::MeshDim;
     const int32_t n = mesh.size(MeshDim::Cp), r = mesh.rank_in(MeshDim::Cp);
     if (n == 1) return;
-    auto split = [&](at::Tensor &t, const char *what) {
-        if (!t.defined()) return;
-        if (t.dim() < 2)
+    auto check = [&](const at::Tensor &t, const char *what) {
+        if (t.defined() && t.dim() < 2)
             fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("batch: ") + what + " of shape " + c10::str(t.sizes()) +
                                                  " has no sequence dimension to split over parallelism_config.cp_size (" +
                                                  std::to_string(n) + "); context parallelism takes [batch, seq, ...]");
-        check_sequence_length(t.size(1), n, (std::string("batch: ") + what).c_str());
+    };
+    check(batch.inputs, "inputs");
+    check(batch.labels, "labels");
+    check(batch.attention_mask, "attention_mask");
+    // A length that is not a multiple of 2 x cp_size is padded at the end: the models' attention is causal, so no
+    // real position sees a padded key, and padded labels are -100 (ignored), so the loss is the unpadded one's.
+    const at::Tensor &first = batch.inputs.defined() ? batch.inputs : batch.labels.defined() ? batch.labels : batch.attention_mask;
+    const int64_t length = first.defined() ? first.size(1) : 0, multiple = 2 * static_cast<int64_t>(n);
+    const int64_t target = (length + multiple - 1) / multiple * multiple;
+    auto split = [&](at::Tensor &t, double pad_value) {
+        if (!t.defined()) return;
+        if (t.size(1) != length)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: inputs, labels and attention_mask differ in sequence length (" +
+                                             std::to_string(length) + " and " + c10::str(t.sizes()) +
+                                             "); context parallelism splits them alike");
+        if (target != length) t = padded(t, target, pad_value);
         t = shard_sequence(t, 1, r, n).contiguous();
     };
-    split(batch.inputs, "inputs");
-    split(batch.labels, "labels");
-    split(batch.attention_mask, "attention_mask");
+    split(batch.inputs, 0);
+    split(batch.labels, -100);
+    split(batch.attention_mask, 0);
 }
 
 } // namespace accel::parallel::cp

@@ -28,8 +28,10 @@ namespace accel::parallel::cp {
 void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh, const std::string &strategy);
 
 // This rank's part of a batch (inputs, labels and attention mask [B, T, ...] split along T), for the prepared
-// loader. INVALID_ARGUMENT naming the tensor when it has no sequence dimension or T is not a multiple of
-// 2 x cp_size.
+// loader. A T that is not a multiple of 2 x cp_size is first padded at the end to the next one (inputs and the
+// attention mask with 0, labels with -100, PyTorch's ignore_index): causal attention keeps padded keys from
+// every real query, so the loss is the unpadded sequence's. INVALID_ARGUMENT naming the tensor when it has no
+// sequence dimension or its length differs from the inputs'.
 void split_batch(Batch &batch, const distributed::DeviceMesh &mesh);
 
 } // namespace accel::parallel::cp

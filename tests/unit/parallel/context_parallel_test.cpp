@@ -222,7 +222,8 @@ TEST(ContextParallelUlysses, HeadsMustDivideBySpSize)
 // over the ranks. The reported loss, the clipped norm and every parameter equal one process's.
 const char *const kGpt = R"({"type": "gpt", "vocab_size": 37, "n_positions": 16, "n_embd": 16, "n_layer": 2, "n_head": 4})";
 
-void check_training(int32_t cpn, int32_t tpn, cp::Strategy strategy, at::ScalarType dtype, const char *json = kGpt)
+void check_training(int32_t cpn, int32_t tpn, cp::Strategy strategy, at::ScalarType dtype, const char *json = kGpt,
+                    int64_t T = 16)
 {
     // float32: AdamW divides each update by the gradient's running RMS, which turns float32 rounding in the
     // sums (the split reorders them) into differences of up to lr on near-zero gradients; at lr 1e-3 they stay
@@ -230,7 +231,6 @@ void check_training(int32_t cpn, int32_t tpn, cp::Strategy strategy, at::ScalarT
     const bool f32 = dtype == at::kFloat;
     const double kLr = f32 ? 1e-3 : 1e-2, tol = f32 ? 1e-5 : 1e-10;
     const int32_t world = cpn * tpn;
-    const int64_t T = 16;
     std::vector<std::shared_ptr<accel::Model>> models;
     for (int32_t r = 0; r <= world; ++r) {
         at::manual_seed(31);
@@ -264,7 +264,8 @@ void check_training(int32_t cpn, int32_t tpn, cp::Strategy strategy, at::ScalarT
         ref_opt.step();
         ref_opt.zero_grad();
     }
-    const std::string what = std::string(c10::toString(dtype)) + " " + cp::strategy_name(strategy) + " cp " + std::to_string(cpn) + " x tp " + std::to_string(tpn);
+    const std::string what = std::string(c10::toString(dtype)) + " " + cp::strategy_name(strategy) + " cp " +
+                             std::to_string(cpn) + " x tp " + std::to_string(tpn) + " T " + std::to_string(T);
     dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
         dist::DeviceMesh mesh(dist::mesh_shape(1, 1, cpn, tpn), comm);
         auto &m = *models[static_cast<size_t>(comm->rank())];
@@ -282,7 +283,8 @@ void check_training(int32_t cpn, int32_t tpn, cp::Strategy strategy, at::ScalarT
                 b.inputs = ids[s][k];
                 b.labels = labels[s][k];
                 cp::split_batch(b, mesh); // what the prepared loader yields on this rank
-                EXPECT_EQ(b.inputs.size(1), T / cpn);
+                const int64_t multiple = 2 * cpn; // padded to it (labels -100)
+                EXPECT_EQ(b.inputs.size(1), (T + multiple - 1) / multiple * multiple / cpn);
                 at::Tensor loss = accel::compute_loss(causal, m.forward(b.inputs), b.labels);
                 EXPECT_NEAR(loss.item<double>(), ref_losses[static_cast<size_t>(s * kMicro + k)], tol) << what << " step " << s;
                 (loss / kMicro).backward();
@@ -436,6 +438,40 @@ TEST(ContextParallelUlysses, LlamaTrainingEqualsOneProcess)
     check_training(2, 1, cp::Strategy::Ulysses, at::kFloat, mistral);
 }
 
+// Lengths that are not a multiple of 2 x cp_size: padded at the end (inputs 0, labels -100, mask 0), each rank's
+// part laid out as usual; training then equals one process on the unpadded sequence (gpt and llama, cp 2 and
+// cp 4 both strategies, Ulysses sp 2).
+TEST(ContextParallelPadding, PadsToTheMultiple)
+{
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 1), comm);
+        const int32_t r = comm->rank();
+        accel::Batch b;
+        b.inputs = at::arange(1, 7, at::kLong).view({1, 6}); // 6 tokens -> 8 (chunks of 2)
+        b.labels = b.inputs + 10;
+        b.attention_mask = at::ones({1, 6}, at::kLong);
+        cp::split_batch(b, mesh);
+        const std::vector<int64_t> inputs = r == 0 ? std::vector<int64_t>{1, 2, 0, 0} : std::vector<int64_t>{3, 4, 5, 6};
+        const std::vector<int64_t> labels = r == 0 ? std::vector<int64_t>{11, 12, -100, -100} : std::vector<int64_t>{13, 14, 15, 16};
+        EXPECT_TRUE(at::equal(b.inputs, at::tensor(inputs, at::kLong).view({1, 4}))) << b.inputs;
+        EXPECT_TRUE(at::equal(b.labels, at::tensor(labels, at::kLong).view({1, 4}))) << b.labels;
+        EXPECT_EQ(b.attention_mask.sum().item<int64_t>(), r == 0 ? 2 : 4);
+    });
+}
+
+TEST(ContextParallelPadding, TrainingEqualsOneProcessUnpadded)
+{
+    const char *llama = R"({"type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 24,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 16})";
+    for (auto s : {cp::Strategy::AllGather, cp::Strategy::Ring}) {
+        check_training(2, 1, s, at::kFloat, kGpt, 13);
+        check_training(4, 1, s, at::kFloat, kGpt, 11);
+        check_training(2, 1, s, at::kFloat, llama, 14);
+    }
+    check_training(2, 1, cp::Strategy::Ulysses, at::kFloat, kGpt, 13);
+    check_training(2, 1, cp::Strategy::Ulysses, at::kFloat, llama, 15);
+}
+
 TEST(ContextParallelGpt, RefusesWhatItCannotSplit)
 {
     at::manual_seed(3);
@@ -446,9 +482,10 @@ TEST(ContextParallelGpt, RefusesWhatItCannotSplit)
         comm->barrier();
         if (comm->rank() != 0) return;
         accel::Batch b;
-        b.inputs = at::zeros({1, 6}, at::kLong); // 6 tokens do not split into 4 chunks
-        EXPECT_THROW(cp::split_batch(b, mesh), accel::Error);
         b.inputs = at::zeros({6}, at::kLong);    // no sequence dimension
+        EXPECT_THROW(cp::split_batch(b, mesh), accel::Error);
+        b.inputs = at::zeros({1, 6}, at::kLong);
+        b.labels = at::zeros({1, 5}, at::kLong); // another length
         EXPECT_THROW(cp::split_batch(b, mesh), accel::Error);
         // An odd part, or more positions than the model has (2 ranks x 6 > 8): refused by name.
         EXPECT_THROW(m->forward(at::zeros({1, 3}, at::kLong)), accel::Error);
