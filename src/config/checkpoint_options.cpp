@@ -1,6 +1,7 @@
 #include "config/checkpoint_options.hpp"
 
 #include "common/error.hpp"
+#include "config/device_map.hpp" // convert_file_size_to_int
 #include "config/json.hpp"
 
 #include <cjson/cJSON.h>
@@ -20,6 +21,11 @@ uint64_t parse_size_text(const std::string &text, const std::string &where)
         fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": expected a size such as \"5GB\", \"200MB\" or a number of bytes, "
                                                  "got \"" + text + "\"");
     };
+    std::string upper = s;
+    for (char &c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    // Binary units ("1.5GiB", "512MiB", "64KiB") as Accelerate's convert_file_size_to_int reads them.
+    if (upper.size() > 3 && upper.compare(upper.size() - 2, 2, "IB") == 0)
+        return static_cast<uint64_t>(convert_file_size_to_int(s, where));
     if (s.size() < 3) {
         // A bare number of bytes.
         if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return bad();

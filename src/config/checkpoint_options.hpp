@@ -59,8 +59,9 @@ LoadCheckpointOptions parse_load_checkpoint_options(const char *json, const char
 MergeWeightsOptions parse_merge_weights_options(const char *json, const char *what);
 GetStateDictOptions parse_get_state_dict_options(const char *json, const char *what);
 
-// "5GB", "200MB", "10KB", "1TB" (decimal units, case-insensitive, as huggingface_hub) or a number of
-// bytes; `where` names the value in the message.
+// "5GB", "200MB", "10KB", "1TB" (decimal units, case-insensitive, as huggingface_hub), "2GiB", "512MiB", "64KiB"
+// (binary units, as Accelerate's convert_file_size_to_int) or a number of bytes; `where` names the value in the
+// message.
 uint64_t parse_size_text(const std::string &text, const std::string &where);
 
 } // namespace accel::config
