@@ -163,11 +163,13 @@ int main(int argc, char **argv)
                  " \"n_head\": %d, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0,"
                  " \"activation_checkpointing\": %s}", getenv("ACCEL_TEST_GPT_HEADS") ? atoi(getenv("ACCEL_TEST_GPT_HEADS")) : 2,
                  strcmp(gpt, "checkpointing") == 0 ? "true" : "false");
-        if (strcmp(gpt, "llama") == 0)
+        if (strcmp(gpt, "llama") == 0) /* ACCEL_TEST_GPT_HEADS / ACCEL_TEST_KV_HEADS: 4 / 2 for tensor parallelism */
             snprintf(spec, sizeof spec,
                      "{\"type\": \"llama\", \"vocab_size\": 11, \"hidden_size\": 8, \"intermediate_size\": 12,"
-                     " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
-                     " \"tie_word_embeddings\": true, \"initializer_range\": 0.2}");
+                     " \"num_hidden_layers\": 2, \"num_attention_heads\": %d, \"num_key_value_heads\": %d,"
+                     " \"tie_word_embeddings\": true, \"initializer_range\": 0.2}",
+                     getenv("ACCEL_TEST_GPT_HEADS") ? atoi(getenv("ACCEL_TEST_GPT_HEADS")) : 2,
+                     getenv("ACCEL_TEST_KV_HEADS") ? atoi(getenv("ACCEL_TEST_KV_HEADS")) : 1);
         if (strcmp(gpt, "lora") == 0) /* adapters on every linear layer; the spec freezes the rest */
             snprintf(spec, sizeof spec,
                      "{\"type\": \"gpt\", \"vocab_size\": 11, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 2,"

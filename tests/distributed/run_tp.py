@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tensor parallelism against one process, over Gloo (dist_train's gpt under `accel launch`).
+"""Tensor parallelism against one process, over Gloo (dist_train's gpt, or its llama with --model llama, under
+`accel launch`).
 
 Every run ends with save_model (the whole weights, read back here from model.safetensors); dist_train's own file
 gives each step's clip_grad_norm total (its parameters are rank 0's slices under tp).
@@ -7,6 +8,7 @@ gives each step's clip_grad_norm total (its parameters are rank 0's slices under
 equivalence: tp N (N processes, one tp group, every rank the same batch B) trains as one process with batch B:
   parameters and every step's clip_grad_norm total within --tol. With --dp D (tp N x dp_replicate D) or --plugin
   P --dp D (tp N x dp_shard D inside the sharding engine, FSDP or ZeRO), against one process with batch B x D.
+  --sequence-parallel: the same with Megatron's sequence parallelism (tp_handler.sequence_parallel).
 resume: save_state at tp --save-tp (x dp_replicate --dp) after N steps; load_state at tp 1 (one process), tp 2 and tp 4 and N more steps
   equal the uninterrupted one-process run of 2N steps within --tol; a one-process checkpoint loads at tp 2 too. The
   folder holds one process's layout (model.safetensors with the same names and shapes as a one-process save, one
@@ -32,7 +34,8 @@ OPTIMIZERS = {"sgd": '{"type": "sgd", "lr": 0.1, "momentum": 0.9}',
 
 def base_env(a):
     e = env_base()
-    e.update({"ACCEL_TEST_GPT": "plain", "ACCEL_TEST_GPT_HEADS": "4", "ACCEL_TEST_SAME_SEED": "1",
+    e.update({"ACCEL_TEST_GPT": a.model, "ACCEL_TEST_GPT_HEADS": "4", "ACCEL_TEST_KV_HEADS": str(a.kv_heads),
+              "ACCEL_TEST_SAME_SEED": "1",
               "ACCEL_TEST_OPTIMIZER": OPTIMIZERS[a.optimizer], "ACCEL_TEST_CLIP": "0.5"})
     return e
 
@@ -45,11 +48,13 @@ PLUGINS = {"full_shard": {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD"}},
            "zero3": {"deepspeed_plugin": {"zero_stage": 3, "gradient_clipping": 0.5}}}
 
 
-def config(tp, dp, plugin=None):
+def config(tp, dp, plugin=None, sequence_parallel=False):
     """With `plugin` (TP inside the sharding engine) the data-parallel ranks are dp_shard_size, else dp_replicate."""
     c = {"gradient_accumulation_steps": 2}
     if tp > 1:
         c["parallelism_config"] = {"tp_size": tp, ("dp_shard_size" if plugin else "dp_replicate_size"): dp}
+        if sequence_parallel:
+            c["parallelism_config"]["tp_handler"] = {"sequence_parallel": True}
         c.update(PLUGINS.get(plugin, {}))
     return json.dumps(c)
 
@@ -64,7 +69,7 @@ def train(a, tp, out, steps, extra=None):
     # --dp: the runs at tp --save-tp (and --tp) have dp_replicate --dp (tp x dp processes); the global batch is
     # --batch x --dp in every run, each data-parallel rank its share.
     dp = a.dp if tp > 1 and tp in (a.save_tp, a.tp) else 1
-    args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp, a.plugin)]
+    args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp, a.plugin, a.sequence_parallel)]
     return run(launch_cmd(a, tp * dp) + args if tp > 1 else args, env=e, timeout=a.timeout).stdout
 
 
@@ -178,6 +183,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario", choices=["equivalence", "resume", "save_model"])
     ap.add_argument("--bin", required=True, help="the build directory")
+    ap.add_argument("--model", choices=["plain", "llama"], default="plain",
+                    help="dist_train's gpt (n_head 4) or its llama (4 query heads over --kv-heads key/value heads)")
+    ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--save-tp", type=int, default=2)
     ap.add_argument("--resume-tps", default="1,2,4")
@@ -187,6 +195,8 @@ def main():
     ap.add_argument("--plugin", choices=sorted(PLUGINS), default=None,
                     help="TP inside the sharding engine: --dp processes per tp rank shard the model with this plugin")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--sequence-parallel", action="store_true",
+                    help="the runs at tp > 1 with parallelism_config.tp_handler.sequence_parallel")
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--param-tol", type=float, default=0.0, help="equivalence: the parameters' tolerance (default --tol)")
     ap.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd")
