@@ -8,7 +8,6 @@ gives each step's clip_grad_norm total (its parameters are rank 0's slices under
 equivalence: tp N (N processes, one tp group, every rank the same batch B) trains as one process with batch B:
   parameters and every step's clip_grad_norm total within --tol. With --dp D (tp N x dp_replicate D) or --plugin
   P --dp D (tp N x dp_shard D inside the sharding engine, FSDP or ZeRO), against one process with batch B x D.
-  --sequence-parallel: the same with Megatron's sequence parallelism (tp_handler.sequence_parallel).
 resume: save_state at tp --save-tp (x dp_replicate --dp) after N steps; load_state at tp 1 (one process), tp 2 and tp 4 and N more steps
   equal the uninterrupted one-process run of 2N steps within --tol; a one-process checkpoint loads at tp 2 too. The
   folder holds one process's layout (model.safetensors with the same names and shapes as a one-process save, one
@@ -48,13 +47,11 @@ PLUGINS = {"full_shard": {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD"}},
            "zero3": {"deepspeed_plugin": {"zero_stage": 3, "gradient_clipping": 0.5}}}
 
 
-def config(tp, dp, plugin=None, sequence_parallel=False):
+def config(tp, dp, plugin=None):
     """With `plugin` (TP inside the sharding engine) the data-parallel ranks are dp_shard_size, else dp_replicate."""
     c = {"gradient_accumulation_steps": 2}
     if tp > 1:
         c["parallelism_config"] = {"tp_size": tp, ("dp_shard_size" if plugin else "dp_replicate_size"): dp}
-        if sequence_parallel:
-            c["parallelism_config"]["tp_handler"] = {"sequence_parallel": True}
         c.update(PLUGINS.get(plugin, {}))
     return json.dumps(c)
 
@@ -69,7 +66,7 @@ def train(a, tp, out, steps, extra=None):
     # --dp: the runs at tp --save-tp (and --tp) have dp_replicate --dp (tp x dp processes); the global batch is
     # --batch x --dp in every run, each data-parallel rank its share.
     dp = a.dp if tp > 1 and tp in (a.save_tp, a.tp) else 1
-    args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp, a.plugin, a.sequence_parallel)]
+    args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp, a.plugin)]
     return run(launch_cmd(a, tp * dp) + args if tp > 1 else args, env=e, timeout=a.timeout).stdout
 
 
@@ -195,8 +192,6 @@ def main():
     ap.add_argument("--plugin", choices=sorted(PLUGINS), default=None,
                     help="TP inside the sharding engine: --dp processes per tp rank shard the model with this plugin")
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--sequence-parallel", action="store_true",
-                    help="the runs at tp > 1 with parallelism_config.tp_handler.sequence_parallel")
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--param-tol", type=float, default=0.0, help="equivalence: the parameters' tolerance (default --tol)")
     ap.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd")
