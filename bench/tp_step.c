@@ -1,0 +1,70 @@
+/* Tensor parallelism's cost and saving on a small llama (4 layers, hidden 512, 8 query over 4 key/value heads,
+ * vocabulary 8192), through the real path (prepare applies the plan, train_step, AdamW): seconds per step
+ * (median of the steps after the first) and, after the last step, this rank's parameter and optimizer-state
+ * bytes (accel_accelerator_get_memory_stats_json) and peak RSS. Every step's loss is printed, so bench/tp_step.sh
+ * also checks that tp trains as one process does. Usage: bench_tp_step [T] [steps] */
+#include "bench_common.h"
+
+int main(int argc, char **argv)
+{
+    const int T = argc > 1 ? atoi(argv[1]) : 256;
+    const int steps = argc > 2 ? atoi(argv[2]) : 6;
+    enum { VOCAB = 8192, BATCH = 4 };
+    char spec[400];
+    snprintf(spec, sizeof spec,
+             "{\"type\": \"llama\", \"vocab_size\": %d, \"hidden_size\": 512, \"intermediate_size\": 1376,"
+             " \"num_hidden_layers\": 4, \"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
+             " \"max_position_embeddings\": %d, \"tie_word_embeddings\": false}",
+             VOCAB, T);
+    const int64_t n = (int64_t)T * BATCH * (steps + 1) + 1;
+    int64_t *tokens = malloc((size_t)n * sizeof *tokens);
+    for (int64_t i = 0; i < n; ++i) tokens[i] = (i * 7 + i / 13 + (i * i) % 29) % VOCAB;
+    char dl_config[128];
+    snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": %d}", T, BATCH);
+
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *model = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_dataloader_t *dl = NULL;
+    accel_tensor_t *stream = NULL;
+    int64_t shape[1] = {n};
+    int32_t rank = 0;
+    CHECK(accel_random_set_seed(0, false, false)); /* every rank builds the same weights */
+    CHECK(accel_accelerator_create(NULL, &acc));
+    CHECK(accel_accelerator_get_process_index(acc, &rank));
+    CHECK(accel_model_create_from_json(spec, &model));
+    CHECK(accel_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 1e-4}", &opt));
+    CHECK(accel_tensor_create(tokens, (size_t)n * sizeof *tokens, ACCEL_DTYPE_INT64, shape, 1, &stream));
+    CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
+    CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+
+    double times[64];
+    int timed = 0;
+    for (int s = 0; s < steps && s < 64; ++s) {
+        accel_batch_t *b = NULL;
+        double loss = 0.0;
+        CHECK(accel_dataloader_next(dl, &b));
+        if (b == NULL) {
+            fprintf(stderr, "bench_tp_step: the loader ran out of batches\n");
+            return 1;
+        }
+        const double t0 = now();
+        CHECK(accel_accelerator_train_step(acc, model, opt, NULL, b, "causal_lm", &loss));
+        if (s > 0) times[timed++] = now() - t0; /* the first step allocates AdamW's state */
+        accel_batch_free(b);
+        printf("rank %d step %d loss %.6f\n", rank, s, loss);
+    }
+    qsort(times, (size_t)timed, sizeof times[0], cmp);
+    char *memory = NULL;
+    CHECK(accel_accelerator_get_memory_stats_json(acc, &memory));
+    printf("rank %d seconds_per_step %.4f peak_rss_mib %.1f memory %s\n", rank, timed ? times[timed / 2] : 0.0,
+           status_mib("VmHWM:"), memory);
+    accel_string_free(memory);
+    accel_dataloader_free(dl);
+    accel_tensor_free(stream);
+    accel_optimizer_free(opt);
+    accel_model_free(model);
+    accel_accelerator_free(acc);
+    free(tokens);
+    return 0;
+}
