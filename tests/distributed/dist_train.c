@@ -60,19 +60,35 @@ static void dist_write_npy(const char *path, const char *descr, const char *shap
                 "cannot write %s", path);
 }
 
-/* A malloc'ed float32 copy of the model's tensor `name`; NULL while it cannot be read (a model built partitioned
-   under zero3_init_flag, before prepare). */
-static float *dist_copy_tensor(const accel_model_t *model, const char *name)
+/* A malloc'ed float32 copy of the model's tensor `name` (the bytes of a quantized weight, uint8 or int8, widened
+   to floats one by one); NULL while it cannot be read (a model built partitioned under zero3_init_flag, before
+   prepare). `out_n`, when not NULL, gets its element count. */
+static float *dist_copy_tensor_n(const accel_model_t *model, const char *name, int64_t *out_n)
 {
     accel_tensor_t *t = NULL;
+    accel_dtype_t dtype = ACCEL_DTYPE_FLOAT32;
     const accel_status_t st = accel_model_get_tensor(model, name, &t);
     if (st == ACCEL_ERR_FAILED_PRECONDITION) return NULL;
     DIST_CHECK(st);
     const int64_t n = dist_numel(t);
     float *buf = malloc((size_t)n * sizeof(float));
-    DIST_CHECK(accel_tensor_copy_to_buffer(t, buf, (size_t)n * sizeof(float)));
+    DIST_CHECK(accel_tensor_get_dtype(t, &dtype));
+    if (dtype == ACCEL_DTYPE_UINT8 || dtype == ACCEL_DTYPE_INT8) {
+        unsigned char *bytes = malloc((size_t)n);
+        DIST_CHECK(accel_tensor_copy_to_buffer(t, bytes, (size_t)n));
+        for (int64_t i = 0; i < n; ++i) buf[i] = dtype == ACCEL_DTYPE_INT8 ? (float)(signed char)bytes[i] : (float)bytes[i];
+        free(bytes);
+    } else {
+        DIST_CHECK(accel_tensor_copy_to_buffer(t, buf, (size_t)n * sizeof(float)));
+    }
     accel_tensor_free(t);
+    if (out_n != NULL) *out_n = n;
     return buf;
+}
+
+static float *dist_copy_tensor(const accel_model_t *model, const char *name)
+{
+    return dist_copy_tensor_n(model, name, NULL);
 }
 
 /* ACCEL_TEST_ELASTIC: the optimizer steps done, saved with every checkpoint (register_for_checkpointing). */
@@ -188,6 +204,9 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_tensor_create(x, sizeof x, ACCEL_DTYPE_FLOAT32, xs, 2, &features));
     DIST_CHECK(accel_tensor_create(y, sizeof y, ACCEL_DTYPE_INT64, ys, 1, &labels));
     DIST_CHECK(accel_model_create_from_json(spec, &model));
+    /* ACCEL_TEST_QUANTIZE: a BnbQuantizationConfig applied before prepare (QLoRA with the lora gpt: adapters over
+       a 4-bit base); each rank quantizes its own draw, so rank 0's quantized base must reach every rank. */
+    if (getenv("ACCEL_TEST_QUANTIZE") != NULL) DIST_CHECK(accel_model_quantize(model, getenv("ACCEL_TEST_QUANTIZE")));
     float *frozen_before[64] = {NULL};
     /* Frozen: the parameters of ACCEL_TEST_FROZEN's globs, or the base of a LoRA model (frozen by its spec). */
     const int lora = gpt != NULL && strcmp(gpt, "lora") == 0;
@@ -380,19 +399,15 @@ int main(int argc, char **argv)
         size_t count = 0;
         DIST_CHECK(accel_model_get_num_parameters(model, &count));
         for (size_t i = 0; i < count; ++i) {
-            accel_tensor_t *p = NULL;
             const char *name = NULL;
+            int64_t n = 0;
             DIST_CHECK(accel_model_get_parameter_name(model, i, &name));
-            DIST_CHECK(accel_model_get_tensor(model, name, &p));
-            int64_t n = dist_numel(p);
-            float *buf = malloc((size_t)n * sizeof(float));
-            DIST_CHECK(accel_tensor_copy_to_buffer(p, buf, (size_t)n * sizeof(float)));
+            float *buf = dist_copy_tensor_n(model, name, &n);
             DIST_EXPECT(frozen_before[i] == NULL || memcmp(frozen_before[i], buf, (size_t)n * sizeof(float)) == 0,
                         "frozen parameter %s changed in training", name);
             free(frozen_before[i]);
             fwrite(buf, sizeof(float), (size_t)n, f);
             free(buf);
-            accel_tensor_free(p);
         }
         if (gpt != NULL) { /* still one tensor under two names */
             accel_tensor_t *head = NULL, *wte = NULL;

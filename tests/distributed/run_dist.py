@@ -206,6 +206,7 @@ def scenario_equivalence(a):
         if not m or int(m.group(1)) != a.expect_syncs:
             sys.exit("expected %d synchronised backward passes, stats say %s" % (a.expect_syncs, m and m.group(1)))
     n = (llama_numel() if a.gpt == "llama" else gpt_numel()) if a.gpt else widths_numel(widths)
+    n = a.num_params or n
     rp, rn = split_result(ref, n)
     gp, gn = split_result(got, n)
     if len(rn) != len(gn):
@@ -1054,6 +1055,9 @@ def main():
                     "--num_machines on this host (--np processes over all of them)")
     ap.add_argument("--ref-np", type=int, default=1, help="processes of the reference run (1: batch np*B alone)")
     ap.add_argument("--env", action="append", help="KEY=VALUE for the test programs (repeatable)")
+    ap.add_argument("--num-params", type=int, default=0,
+                    help="equivalence: the values dist_train writes for the parameters, when the model's spec does not "
+                         "say it (a quantized base: one value per stored byte)")
     ap.add_argument("--expect-different", action="store_true",
                     help="equivalence: fail when the weights are bitwise those of the reference (a 16-bit run)")
     ap.add_argument("--expect-peak-gathered", type=int, default=0,
