@@ -6,12 +6,14 @@
 // of tp with a pad token, tp 2 x dp_replicate 2, generation, and the refusals by name.
 #include "common/error.hpp"
 #include "config/accelerator_config.hpp"
+#include "config/checkpoint_options.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "distributed/thread_communicator.hpp"
 #include "model/generation.hpp"
 #include "model/llama_model.hpp"
 #include "model/model.hpp"
+#include "model/pretrained.hpp"
 #include "ops/loss.hpp"
 #include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
@@ -23,8 +25,12 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/optim/adamw.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -293,6 +299,42 @@ TEST(TensorParallelLlama, WholeTensorsForCheckpoints)
         for (size_t i = 0; i < slices.size(); ++i)
             EXPECT_TRUE(at::equal(m.parameters()[i], slices[i])) << m.named_parameters()[i].first << " sliced again";
     });
+}
+
+std::string file_bytes(const std::filesystem::path &p)
+{
+    std::ifstream f(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// save_pretrained's adapter folder (adapter_only) and merged weights (merge) of a tp 2 llama, written while the
+// split tensors are gathered (as save_model does), are one process's files byte for byte: the whole adapters.
+TEST(TensorParallelLlama, AdapterFoldersEqualOneProcess)
+{
+    namespace fs = std::filesystem;
+    auto models = copies(llama_spec(2, false, true, R"({"r": 4, "target_modules": "all-linear"})"), 3);
+    const fs::path root = fs::temp_directory_path() / ("accel_tp_lora_" + std::to_string(::getpid()));
+    for (const bool merge : {false, true}) {
+        accel::config::SaveModelOptions o;
+        o.adapter_only = !merge;
+        o.merge = merge;
+        const fs::path one = root / (merge ? "one_merged" : "one_adapter"), split = root / (merge ? "tp_merged" : "tp_adapter");
+        accel::write_pretrained(*models.back(), one.string(), o);
+        dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            auto &m = *models[static_cast<size_t>(comm->rank())];
+            if (!merge) dynamic_cast<accel::LlamaModel &>(m).apply_tensor_parallel(comm);
+            tp::WholeForCheckpoint whole(std::vector<tp::WholeForCheckpoint::Part>{{&m, {}}});
+            if (comm->rank() == 0) accel::write_pretrained(m, split.string(), o);
+        });
+        size_t files = 0;
+        for (const auto &e : fs::directory_iterator(one)) {
+            ++files;
+            EXPECT_EQ(file_bytes(e.path()), file_bytes(split / e.path().filename()))
+                << e.path().filename() << (merge ? " (merge)" : " (adapter_only)");
+        }
+        EXPECT_GE(files, 2u);
+    }
+    fs::remove_all(root);
 }
 
 } // namespace
