@@ -236,7 +236,8 @@ void Accelerator::prepare_model(Model &model)
     }
     // parallelism_config.pp_size > 1: this rank's stage of the model, and the pipeline that train_step runs.
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Pp) > 1 && wrapper_of(model) == nullptr) {
-        wrappers_.emplace_back(&model, parallel::pp::prepare_pipeline(model, *state_->mesh, state_->config.parallelism));
+        wrappers_.emplace_back(&model, parallel::pp::prepare_pipeline(model, *state_->mesh, state_->config.parallelism,
+                                                                          &state_->config.ddp));
         wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
         share_found_inf(*state_);
         model.prepared_by = state_;

@@ -556,7 +556,6 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
                              const config::SaveModelOptions &options)
 {
     profiling::Range range(profiling::kSaveModel);
-    parallel::pp::refuse_checkpoint_of_pipeline_model(model, "save_model");
     const std::string dir = normalize_path(save_directory);
     if (exists(dir) && !is_dir(dir))
         fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");
@@ -565,6 +564,9 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
     if (auto *e = sharded_of(model)) whole = std::make_unique<SummonWhole>(std::vector<parallel::ShardedDataParallel *>{e});
     // A tensor-parallel model's weights are gathered over the tp group the same way (one rank writes them).
     const auto tp_whole = whole_split_models({&model}, {});
+    // A pipeline model's stages are filled in from each other (every rank of the pp group calls save_model).
+    parallel::ParallelWrapper *wrapper = wrapper_of(model);
+    const parallel::pp::WholeStages pp_whole(wrapper != nullptr ? wrapper->pipeline() : nullptr);
     if (!writes_main_files()) return;
     // The weights, and config.json for models that have a transformers counterpart: save_pretrained's folder.
     write_pretrained(model, dir, options);

@@ -67,8 +67,6 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
 {
     if (model.prepared_by != nullptr && model.prepared_by != state_)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "model: prepared by another accelerator");
-    // A pipeline stage holds only its blocks: its state dict would be a part that looks whole.
-    parallel::pp::refuse_checkpoint_of_pipeline_model(model, "get_state_dict");
     parallel::ParallelWrapper *wrapper = wrapper_of(model);
     parallel::ShardedDataParallel *engine = wrapper != nullptr ? wrapper->sharded() : nullptr;
     const bool rank0_only = options.rank0_only.value_or(engine != nullptr && rank0_only_by_default(config().sharding));
@@ -80,6 +78,8 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
     WholeWhileCopying whole(engine); // every process: the gathering is collective
     // Tensor parallelism: each split parameter gathered whole over the tp group (collective), as save_model does.
     parallel::tp::WholeForCheckpoint tp_whole(std::vector<parallel::tp::WholeForCheckpoint::Part>{{&model, {}}});
+    // A pipeline stage holds only its blocks: the others' are filled in from their stages (collective over pp).
+    const parallel::pp::WholeStages pp_whole(wrapper != nullptr ? wrapper->pipeline() : nullptr);
     model.check_tensor_access("get_state_dict");
     if (rank0_only && state_->process_index() != 0) return {};
     return snapshot(model.state_dict(/*dedupe_shared=*/false), prefix);

@@ -80,9 +80,9 @@ void parse_pipeline(JsonObject &o, ParallelismConfig &p)
 {
     p.num_micro_batches = static_cast<int32_t>(o.get_int("num_micro_batches", p.num_micro_batches, 1, INT32_MAX));
     p.pp_schedule = o.get_enum("pp_schedule", p.pp_schedule, {"gpipe", "1f1b", "interleaved_1f1b"});
-    if (p.pp_schedule != "gpipe")
+    if (p.pp_schedule == "interleaved_1f1b")
         fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("pp_schedule") + ": \"" + p.pp_schedule +
-                                          "\" is not built yet; use \"gpipe\"");
+                                          "\" is not built yet; use \"gpipe\" or \"1f1b\"");
     if (o.has("pp_split_points")) {
         p.pp_split_points = o.get_int_array("pp_split_points", 1, INT32_MAX);
         if (p.pp_split_points.size() + 1 != static_cast<size_t>(p.pp_size))
@@ -152,11 +152,11 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ": cp_size (" + std::to_string(p.cp_size) + ") with sp_size (" +
                                           std::to_string(p.sp_size) + "): context and Ulysses sequence parallelism "
                                           "together are not built yet; use one of them");
-    // Pipeline stages compose with nothing else yet (src/parallel/pipeline): each stage is one process.
-    if (p.pp_size > 1 && (p.pp_size != world || c.sharding.enabled()))
+    // Pipeline stages compose with DDP only (src/parallel/pipeline): each stage is dp_replicate_size processes.
+    if (p.pp_size > 1 && (p.dp_shard_size > 1 || p.tp_size > 1 || p.cp_size > 1 || p.sp_size > 1 || c.sharding.enabled()))
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".pp_size: " + std::to_string(p.pp_size) + ": pipeline parallelism with "
-                                          "data, tensor or context parallelism or " + plugin + " is not built yet; "
-                                          "pp_size must be the number of processes");
+                                          "tensor, context or sequence parallelism, dp_shard_size or " + plugin +
+                                          " is not built yet; it composes with DDP (dp_replicate_size)");
     if (p.dp_shard_size > 1 && !c.sharding.enabled())
         fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".dp_shard_size: " + std::to_string(p.dp_shard_size) +
                                              " shards the model, which needs fsdp_plugin or deepspeed_plugin; for "

@@ -5,6 +5,8 @@
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "model/gpt_model.hpp"
+#include "parallel/ddp.hpp"
+#include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stages.hpp"
 #include "parallel/whole_gradients.hpp"
 
@@ -21,9 +23,10 @@ namespace {
 using distributed::ReduceOp;
 
 // Tags of the schedule's messages (gloo, MPI and the thread backend match on them; NCCL on order alone).
-int32_t forward_tag(int64_t micro) { return static_cast<int32_t>(2 * micro); }
-int32_t backward_tag(int64_t micro) { return static_cast<int32_t>(2 * micro + 1); }
-constexpr int32_t kTiedTag = -2;
+// Gloo takes only tags >= 0.
+constexpr int32_t kTiedTag = 0;
+int32_t forward_tag(int64_t micro) { return static_cast<int32_t>(2 * micro + 1); }
+int32_t backward_tag(int64_t micro) { return static_cast<int32_t>(2 * micro + 2); }
 
 // Activations travel in float32 whatever the stage computed in (autocast): the receiver allocates before
 // it knows, and the precision of the stage boundary does not change what the stages compute.
@@ -32,11 +35,23 @@ constexpr at::ScalarType kWire = at::kFloat;
 } // namespace
 
 PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed::Communicator> pp_group,
-                                   int32_t num_micro_batches)
-    : model_(model), pp_(std::move(pp_group)), micro_batches_(num_micro_batches)
+                                   int32_t num_micro_batches, std::string schedule,
+                                   std::shared_ptr<distributed::Communicator> dp_group,
+                                   const config::DistributedDataParallelKwargs *ddp)
+    : model_(model), pp_(std::move(pp_group)), micro_batches_(num_micro_batches), schedule_(std::move(schedule))
 {
+    stage_schedule(schedule_, stage(), num_stages(), micro_batches_); // an unknown name fails here, not at the first step
+    std::vector<std::pair<std::string, at::Tensor>> named;
     for (const auto &np : model_.named_parameters())
-        if (np.second.numel() > 0) params_.push_back(np.second);
+        if (np.second.numel() > 0) {
+            params_.push_back(np.second);
+            named.push_back(np);
+        }
+    if (dp_group && dp_group->size() > 1) {
+        const config::DistributedDataParallelKwargs defaults;
+        dp_ = std::make_shared<DistributedDataParallel>(std::move(named), std::vector<std::pair<std::string, at::Tensor>>{},
+                                                        std::move(dp_group), ddp != nullptr ? *ddp : defaults);
+    }
     const bool first = stage() == 0, last = stage() == num_stages() - 1;
     if (model_.config().tie_word_embeddings && num_stages() > 1 && (first || last))
         tied_ = model_.named_parameters().front().second; // transformer.wte.weight, the head's weight too
@@ -64,53 +79,65 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     if (!labels.defined() || labels.size(0) != inputs.size(0))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: a pipeline needs labels with the inputs' rows");
     const int32_t s = stage(), p = num_stages();
-    const bool first = s == 0, last = s == p - 1;
+    const bool last = s == p - 1;
     const int64_t rows = inputs.size(0) / m;
     const at::TensorOptions wire = params_.empty() ? at::TensorOptions(kWire) : params_.front().options().dtype(kWire);
     const std::vector<int64_t> hidden{rows, inputs.size(1), model_.config().n_embd};
 
-    // GPipe's forward phase: each micro-batch in, through this stage, out to the next.
-    std::vector<at::Tensor> received(static_cast<size_t>(m)), outputs(static_cast<size_t>(m));
+    // Per micro-batch: the activation received (whose gradient goes back), the stage's output (the scaled
+    // loss on the last stage) and the gradient received for it; each is dropped once used.
+    std::vector<at::Tensor> received(static_cast<size_t>(m)), outputs(static_cast<size_t>(m)), grads(static_cast<size_t>(m));
     at::Tensor loss_sum = at::zeros({}, at::kDouble);
-    for (int64_t i = 0; i < m; ++i) {
-        at::Tensor x = inputs.narrow(0, i * rows, rows);
-        if (!first) {
-            x = at::empty(hidden, wire);
-            pp_->recv(x, s - 1, forward_tag(i));
-            x.requires_grad_(true);
-            received[static_cast<size_t>(i)] = x;
+    int64_t live = 0;
+    times_.peak_live = 0;
+    const std::vector<Op> ops = stage_schedule(schedule_, s, p, m);
+    int64_t last_backward = 0;
+    for (const Op &op : ops)
+        if (op.kind == OpKind::Backward) last_backward = op.micro;
+    for (const Op &op : ops) {
+        const auto i = static_cast<size_t>(op.micro);
+        switch (op.kind) {
+        case OpKind::RecvActivation:
+            received[i] = at::empty(hidden, wire);
+            pp_->recv(received[i], s - 1, forward_tag(op.micro));
+            received[i].requires_grad_(true);
+            break;
+        case OpKind::Forward:
+            timed([&] {
+                at::Tensor y = model_.forward_stage(received[i].defined() ? received[i] : inputs.narrow(0, op.micro * rows, rows));
+                if (last) {
+                    at::Tensor l = loss(y, labels.narrow(0, op.micro * rows, rows));
+                    loss_sum += l.detach().to(at::kDouble).cpu();
+                    y = scale(l / static_cast<double>(m)); // the batch's loss is the micro-batches' mean
+                }
+                outputs[i] = y;
+            });
+            times_.peak_live = std::max(times_.peak_live, ++live);
+            break;
+        case OpKind::SendActivation:
+            pp_->send(outputs[i].detach().to(kWire).contiguous(), s + 1, forward_tag(op.micro));
+            break;
+        case OpKind::RecvGrad:
+            grads[i] = at::empty(hidden, wire);
+            pp_->recv(grads[i], s + 1, backward_tag(op.micro));
+            break;
+        case OpKind::Backward:
+            // DDP's no_sync on every backward but the batch's last (the gradients summed locally first).
+            if (dp_) dp_->set_require_sync(require_sync_ && op.micro == last_backward);
+            timed([&] {
+                if (last) outputs[i].backward();
+                else outputs[i].backward(grads[i].to(outputs[i].scalar_type()));
+            });
+            outputs[i] = grads[i] = at::Tensor(); // this micro-batch's activations go now
+            --live;
+            break;
+        case OpKind::SendGrad:
+            pp_->send(received[i].grad().contiguous(), s - 1, backward_tag(op.micro));
+            received[i] = at::Tensor();
+            break;
         }
-        at::Tensor y;
-        timed([&] {
-            y = model_.forward_stage(x);
-            if (last) {
-                at::Tensor l = loss(y, labels.narrow(0, i * rows, rows));
-                loss_sum += l.detach().to(at::kDouble).cpu();
-                y = scale(l / static_cast<double>(m)); // the batch's loss is the micro-batches' mean
-            }
-        });
-        if (!last) pp_->send(y.detach().to(kWire).contiguous(), s + 1, forward_tag(i));
-        outputs[static_cast<size_t>(i)] = y;
     }
-    // Backward phase, last micro-batch first: gradients in from the next stage, out to the previous one.
-    for (int64_t i = m - 1; i >= 0; --i) {
-        at::Tensor &y = outputs[static_cast<size_t>(i)];
-        at::Tensor grad;
-        if (!last) {
-            grad = at::empty(hidden, wire);
-            pp_->recv(grad, s + 1, backward_tag(i));
-        }
-        timed([&] {
-            if (last) y.backward();
-            else y.backward(grad.to(y.scalar_type()));
-        });
-        y = at::Tensor(); // this micro-batch's activations go now
-        if (!first) {
-            at::Tensor &x = received[static_cast<size_t>(i)];
-            pp_->send(x.grad().contiguous(), s - 1, backward_tag(i));
-            x = at::Tensor();
-        }
-    }
+    if (dp_ && require_sync_) dp_->finish_backward(); // the stage's gradients averaged over its replicas
     if (require_sync_) sync_tied_gradient();
     at::Tensor mean = (loss_sum / static_cast<double>(m)).reshape({1});
     pp_->broadcast(mean, p - 1); // every rank reports the loss
@@ -178,7 +205,8 @@ void PipelineParallel::clip_grad_value(double clip_value) { whole_clip_grad_valu
 WrapperMemory PipelineParallel::memory() const { return whole_memory(params_); }
 
 std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distributed::DeviceMesh &mesh,
-                                                   const config::ParallelismConfig &config)
+                                                   const config::ParallelismConfig &config,
+                                                   const config::DistributedDataParallelKwargs *ddp)
 {
     auto *gpt = dynamic_cast<GptModel *>(&model);
     if (gpt == nullptr)
@@ -201,7 +229,54 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
     }
     const int64_t end = s + 1 < p ? starts[static_cast<size_t>(s) + 1] : n;
     gpt->apply_pipeline_stage(starts[static_cast<size_t>(s)], end, s == 0, s == p - 1);
-    return std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches);
+    return std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches, config.pp_schedule,
+                                              mesh.group(distributed::MeshDim::Dp), ddp);
+}
+
+std::vector<at::Tensor> PipelineParallel::borrow_other_stages()
+{
+    at::NoGradGuard no_grad;
+    const auto &named = model_.named_parameters();
+    at::Tensor held = at::empty({static_cast<int64_t>(named.size())}, at::kLong);
+    for (size_t i = 0; i < named.size(); ++i) held[static_cast<int64_t>(i)] = named[i].second.numel() > 0 ? 1 : 0;
+    const std::vector<at::Tensor> holders = pp_->allgather(held);
+    std::vector<at::Tensor> borrowed;
+    constexpr int64_t kMaxDims = 8;
+    for (size_t i = 0; i < named.size(); ++i) {
+        at::Tensor p = named[i].second;
+        int32_t owner = 0;
+        while (owner < num_stages() && holders[static_cast<size_t>(owner)][static_cast<int64_t>(i)].item<int64_t>() == 0) ++owner;
+        if (owner == num_stages()) fail(ACCEL_ERR_INTERNAL, "pipeline: no stage holds " + named[i].first);
+        // The owner's shape first (the others' copy has none), then its values.
+        at::Tensor shape = at::zeros({kMaxDims + 1}, at::kLong);
+        if (owner == stage()) {
+            if (p.dim() > kMaxDims) fail(ACCEL_ERR_INTERNAL, "pipeline: " + named[i].first + " has too many dimensions");
+            shape[0] = p.dim();
+            for (int64_t d = 0; d < p.dim(); ++d) shape[d + 1] = p.size(d);
+        }
+        pp_->broadcast(shape, owner);
+        at::Tensor values = owner == stage() ? p.detach().contiguous()
+                                             : at::empty(std::vector<int64_t>(shape.data_ptr<int64_t>() + 1,
+                                                                              shape.data_ptr<int64_t>() + 1 + shape[0].item<int64_t>()),
+                                                         p.options());
+        pp_->broadcast(values, owner);
+        if (owner != stage() && p.numel() == 0) {
+            p.set_data(values);
+            borrowed.push_back(p);
+        }
+    }
+    return borrowed;
+}
+
+WholeStages::WholeStages(PipelineParallel *pipeline)
+{
+    if (pipeline != nullptr) borrowed_ = pipeline->borrow_other_stages();
+}
+
+WholeStages::~WholeStages()
+{
+    at::NoGradGuard no_grad;
+    for (auto &p : borrowed_) p.set_data(at::empty({0}, p.options()));
 }
 
 void refuse_checkpoint_of_pipeline_model(const Model &model, const char *what)
@@ -209,7 +284,8 @@ void refuse_checkpoint_of_pipeline_model(const Model &model, const char *what)
     const auto *gpt = dynamic_cast<const GptModel *>(&model);
     if (gpt != nullptr && gpt->pipelined())
         fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": checkpoints of a pipeline-parallel model (pp_size > 1: each "
-                                                          "rank holds one stage; gathering the stages) are not built yet");
+                                                          "rank holds one stage's optimizer state; gathering it) are not "
+                                                          "built yet; save_model and get_state_dict write the whole weights");
 }
 
 } // namespace accel::parallel::pp

@@ -153,6 +153,14 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
     EXPECT_EQ(c.parallelism.sequence_strategy(), "ulysses");
     EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"cp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
                    "parallelism_config: cp_size (2) with sp_size (2): context and Ulysses sequence parallelism");
+    // Pipeline stages compose with DDP (pp x dp_replicate) and run GPipe or 1F1B; nothing else yet.
+    c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": \"1f1b\"}}");
+    EXPECT_EQ(c.parallelism.pp_size, 2);
+    EXPECT_EQ(c.parallelism.pp_schedule, "1f1b");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.pp_size: 2: pipeline parallelism with tensor");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": \"interleaved_1f1b\"}}",
+                   ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_schedule: \"interleaved_1f1b\" is not built yet");
 }
 
 TEST_F(ParallelismConfigTest, BadConfigsNameTheKey)
@@ -168,9 +176,9 @@ TEST_F(ParallelismConfigTest, BadConfigsNameTheKey)
                    "parallelism_config.dp_shard_size");
     EXPECT_REFUSED("{\"parallelism_config\": {\"dp_shard_size\": 2.5}}", ACCEL_ERR_INVALID_ARGUMENT,
                    "parallelism_config.dp_shard_size");
-    // Pipeline stages count in the job's processes; the schedules beyond GPipe are not built.
+    // Pipeline stages count in the job's processes; a schedule has one of the known names.
     EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT, "x pp_size (2) = 2 processes");
-    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_schedule\": \"1f1b\"}}", ACCEL_ERR_UNIMPLEMENTED,
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_schedule\": \"zero_bubble\"}}", ACCEL_ERR_INVALID_ARGUMENT,
                    "parallelism_config.pp_schedule");
     EXPECT_REFUSED("{\"parallelism_config\": {\"num_micro_batches\": 0}}", ACCEL_ERR_INVALID_ARGUMENT,
                    "parallelism_config.num_micro_batches");

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Pipeline parallelism vs one process (the baseline, same run): a 4-block GPT (n_embd 256, T tokens, a batch of
+# B rows, SGD) trained with train_step in one process and as pp 2 (two processes, one stage each) with GPipe and
+# 1F1B over M micro-batches. Prints per schedule: seconds per step vs one process, the bubble and GPipe's theory
+# (p-1)/(m+p-1), and each stage's activation memory (growth of the resident set during the first step).
+# The bubble is measured as the idle share of a stage: 1 - (one process's step / p) / (the pipeline's step),
+# which assumes balanced stages (4 equal blocks; the first stage also embeds, the last also runs the head).
+# Also checks that every step's loss equals one process's (within 1e-4: float32 sums in another order).
+# One process gets OMP_NUM_THREADS=1 like each stage, so the comparison is per core.
+# Usage: bash bench/pp_step.sh [BUILD_DIR] [T] [B] [M] [STEPS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+T=${2:-256}
+B=${3:-16}
+M=${4:-8}
+steps=${5:-4}
+source scripts/blas-env.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+OMP_NUM_THREADS=1 "$build/bench/bench_pp_step" "$T" "$B" "$steps" > "$work/one.txt"
+for s in gpipe 1f1b; do
+  OMP_NUM_THREADS=1 "$build/bin/accel" launch -n 2 --main_process_port 0 "$build/bench/bench_pp_step" "$T" "$B" "$steps" \
+    "{\"parallelism_config\": {\"pp_size\": 2, \"num_micro_batches\": $M, \"pp_schedule\": \"$s\"}}" > "$work/$s.txt"
+done
+python3 - "$work" "$T" "$B" "$M" <<'PY'
+import re, sys
+work, T, B, M = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def read(name):
+    losses, stats = {}, {}
+    for line in open(f"{work}/{name}.txt"):
+        line = re.sub(r"^\[rank\d+\]: ", "", line.strip())
+        m = re.match(r"rank (\d+) step (\d+) loss (\S+)", line)
+        if m:
+            losses.setdefault(int(m.group(2)), []).append(float(m.group(3)))
+        m = re.match(r"rank (\d+) world (\d+) activation_bytes (\d+) step_seconds (\S+)", line)
+        if m:
+            stats[int(m.group(1))] = (int(m.group(3)), float(m.group(4)))
+    return losses, stats
+one, one_stats = read("one")
+base_act, base_t = one_stats[0]
+p = 2
+print(f"T = {T}, batch {B}, {M} micro-batches: one process {base_t:.3f} s/step, activation {base_act / 2**20:.1f} MiB")
+bad = 0
+for s in ("gpipe", "1f1b"):
+    losses, stats = read(s)
+    for k, v in one.items():
+        got = losses.get(k, [])
+        if len(got) != p or any(abs(g - v[0]) > 1e-4 for g in got):
+            print(f"  {s}: step {k} losses {got} differ from one process's {v[0]}"); bad += 1
+    t = max(st for _, st in stats.values())
+    bubble = 1 - (base_t / p) / t
+    acts = " / ".join(f"{stats[r][0] / 2**20:.1f}" for r in sorted(stats))
+    print(f"pp 2 {s:<5}: {t:.3f} s/step = {base_t / t:.2f}x one process's speed; bubble {bubble:.2f} "
+          f"(theory {(p - 1) / (M + p - 1):.2f}); activation per stage {acts} MiB; losses equal one process's")
+sys.exit(1 if bad else 0)
+PY

@@ -1,0 +1,102 @@
+/*
+ * dist_pp OUT_PREFIX PER_PROCESS_BATCH STEPS ['<accelerator config JSON>']
+ *
+ * Pipeline parallelism over processes (tests/distributed/run_pp.py): a tiny "gpt" (4 blocks, tied head) trained
+ * with accel_accelerator_train_step (the pipeline's schedule under pp_size > 1) and AdamW on 8-token windows of a
+ * fixed token stream, every rank seeded alike (each stage cuts its blocks from the same weights). Each rank
+ * writes OUT_PREFIX.<rank>.txt: one line "loss STEP VALUE" per step (%.9g), then "param NAME V..." for every
+ * parameter it holds (a stage's others have no elements). run_pp.py merges the ranks' files and compares them
+ * with one process's. ACCEL_TEST_SAVE_MODEL=DIR calls save_model(DIR) after training; ACCEL_TEST_SAVE_AT=K with
+ * ACCEL_TEST_SAVE_DIR=DIR calls save_state(DIR) after step K; ACCEL_TEST_LOAD=DIR starts with load_state(DIR).
+ */
+#include "dist_common.h"
+
+#include <string.h>
+
+enum { WINDOWS = 96, BLOCK = 8, VOCAB = 37 };
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: dist_pp OUT_PREFIX BATCH STEPS [CONFIG]\n");
+        return 2;
+    }
+    const char *prefix = argv[1];
+    const int batch = atoi(argv[2]), steps = atoi(argv[3]);
+    const char *config = argc > 4 ? argv[4] : NULL;
+    static int64_t tokens[WINDOWS * BLOCK + 1];
+    const int64_t count = WINDOWS * BLOCK + 1;
+    for (int64_t i = 0; i < count; ++i) tokens[i] = (i * 7 + i / 5 + (i * i) % 13) % VOCAB;
+    const char *spec = "{\"type\": \"gpt\", \"vocab_size\": 37, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 4,"
+                       " \"n_head\": 2, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}";
+    char dl_config[128];
+    snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": %d, \"shuffle\": true, \"seed\": 7}", BLOCK,
+             batch);
+
+    accel_accelerator_t *acc = NULL;
+    accel_model_t *model = NULL;
+    accel_optimizer_t *opt = NULL;
+    accel_dataloader_t *dl = NULL;
+    accel_tensor_t *stream = NULL;
+    int32_t rank = 0;
+    DIST_CHECK(accel_process_get_index(&rank));
+    DIST_CHECK(accel_random_set_seed(1000, false, false));
+    DIST_CHECK(accel_accelerator_create(config, &acc));
+    DIST_CHECK(accel_model_create_from_json(spec, &model));
+    /* eps 1e-6: the key bias's gradient is rounding noise (softmax ignores a constant added to every score),
+       which a smaller eps turns into full-size steps that differ between runs summing in another order. */
+    DIST_CHECK(accel_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.01, \"eps\": 1e-6}",
+                                      &opt));
+    DIST_CHECK(accel_tensor_create(tokens, sizeof tokens, ACCEL_DTYPE_INT64, &count, 1, &stream));
+    DIST_CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
+    accel_tensor_free(stream);
+    DIST_CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+    if (getenv("ACCEL_TEST_LOAD") != NULL) DIST_CHECK(accel_accelerator_load_state(acc, getenv("ACCEL_TEST_LOAD")));
+    const int save_at = getenv("ACCEL_TEST_SAVE_AT") ? atoi(getenv("ACCEL_TEST_SAVE_AT")) : -1;
+
+    char path[512];
+    snprintf(path, sizeof path, "%s.%d.txt", prefix, (int)rank);
+    FILE *f = fopen(path, "w");
+    DIST_EXPECT(f != NULL, "cannot write %s", path);
+    for (int done = 0; done < steps;) {
+        accel_batch_t *b = NULL;
+        DIST_CHECK(accel_dataloader_next(dl, &b));
+        if (b == NULL) continue; /* next epoch */
+        double loss = 0.0;
+        DIST_CHECK(accel_accelerator_train_step(acc, model, opt, NULL, b, "causal_lm", &loss));
+        accel_batch_free(b);
+        fprintf(f, "loss %d %.9g\n", done, loss);
+        ++done;
+        if (done == save_at) {
+            DIST_EXPECT(getenv("ACCEL_TEST_SAVE_DIR") != NULL, "ACCEL_TEST_SAVE_AT needs ACCEL_TEST_SAVE_DIR");
+            DIST_CHECK(accel_accelerator_save_state(acc, getenv("ACCEL_TEST_SAVE_DIR")));
+        }
+    }
+    if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL)
+        DIST_CHECK(accel_accelerator_save_model(acc, model, getenv("ACCEL_TEST_SAVE_MODEL"), NULL));
+    size_t n = 0;
+    DIST_CHECK(accel_model_get_num_parameters(model, &n));
+    for (size_t i = 0; i < n; ++i) {
+        const char *name = NULL;
+        accel_tensor_t *p = NULL;
+        DIST_CHECK(accel_model_get_parameter_name(model, i, &name));
+        DIST_CHECK(accel_model_get_tensor(model, name, &p));
+        const int64_t numel = dist_numel(p);
+        if (numel > 0) {
+            float *buf = malloc((size_t)numel * sizeof(float));
+            DIST_EXPECT(buf != NULL, "out of memory");
+            DIST_CHECK(accel_tensor_copy_to_buffer(p, buf, (size_t)numel * sizeof(float)));
+            fprintf(f, "param %s", name);
+            for (int64_t k = 0; k < numel; ++k) fprintf(f, " %.9g", buf[k]);
+            fprintf(f, "\n");
+            free(buf);
+        }
+        accel_tensor_free(p);
+    }
+    DIST_EXPECT(fclose(f) == 0, "cannot write %s", path);
+    accel_dataloader_free(dl);
+    accel_optimizer_free(opt);
+    accel_model_free(model);
+    accel_accelerator_free(acc);
+    return 0;
+}

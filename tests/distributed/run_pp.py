@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Pipeline parallelism over processes against one process (dist_pp under `accel launch`, Gloo).
+
+equivalence: pp --pp stages x dp_replicate --dp (pp x dp processes, --micro micro-batches, --schedule) train
+  dist_pp's gpt with per-process batch --batch; one process trains it with batch --batch x --dp. Every parameter
+  (each from the stage holding it; the replicas of a stage agree bit for bit) and every step's loss (averaged
+  over the replicas) equal one process's within --tol. Both runs end with save_model: the pipeline's folder holds
+  one process's files, names, shapes and order (the stages gathered on the main process), values within --tol,
+  and they equal the parameters the stages hold.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_dist import check_close, env_base, launch_cmd, log, run  # noqa: E402
+from run_tp import tensors_of  # noqa: E402
+
+
+def read_rank(path):
+    """({step: loss}, {name: [values]}) of one rank's dist_pp file."""
+    losses, params = {}, {}
+    for line in open(path):
+        f = line.split()
+        if f[0] == "loss":
+            losses[int(f[1])] = float(f[2])
+        elif f[0] == "param":
+            params[f[1]] = [float(x) for x in f[2:]]
+    return losses, params
+
+
+def train(a, processes, prefix, batch, config, extra=None):
+    """dist_pp on `processes` processes (one process when 1); returns every rank's (losses, params)."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_pp")
+    e = env_base()
+    e["ACCEL_TEST_SAVE_MODEL"] = prefix + ".model"
+    e.update(extra or {})
+    args = [prog, prefix, str(batch), str(a.steps), json.dumps(config)]
+    run(launch_cmd(a, processes) + args if processes > 1 else args, env=e, timeout=a.timeout)
+    return [read_rank("%s.%d.txt" % (prefix, r)) for r in range(processes)]
+
+
+def merged(ranks, what):
+    """Every parameter from the ranks that hold it; replicas must agree exactly."""
+    out = {}
+    for r, (_, params) in enumerate(ranks):
+        for name, values in params.items():
+            if name in out and out[name] != values:
+                sys.exit("%s: rank %d's %s differs from another rank's copy" % (what, r, name))
+            out[name] = values
+    return out
+
+
+def scenario_equivalence(a, tmp):
+    (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, {})
+    config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "num_micro_batches": a.micro,
+                                     "pp_schedule": a.schedule}}
+    what = "pp %d x dp %d, %s, %d micro-batches" % (a.pp, a.dp, a.schedule, a.micro)
+    ranks = train(a, a.pp * a.dp, os.path.join(tmp, "pp"), a.batch, config)
+    got = merged(ranks, what)
+    if sorted(got) != sorted(ref_params):
+        sys.exit("%s: the stages hold %s, one process %s" % (what, sorted(got), sorted(ref_params)))
+    names = sorted(ref_params)
+    check_close([x for n in names for x in ref_params[n]], [x for n in names for x in got[n]], a.tol,
+                "%s: parameters after %d steps" % (what, a.steps))
+    steps = sorted(ref_losses)
+    if any(sorted(losses) != steps for losses, _ in ranks):
+        sys.exit("%s: a rank reported losses for other steps than %s" % (what, steps))
+    mean = [sum(losses[s] for losses, _ in ranks) / len(ranks) for s in steps]
+    check_close([ref_losses[s] for s in steps], mean, a.tol, "%s: losses (mean over the replicas)" % what)
+    one, mine = [tensors_of(os.path.join(tmp, d + ".model", "model.safetensors")) for d in ("one", "pp")]
+    if sorted(os.listdir(os.path.join(tmp, "one.model"))) != sorted(os.listdir(os.path.join(tmp, "pp.model"))):
+        sys.exit("%s: save_model wrote %s, one process %s" % (what, os.listdir(os.path.join(tmp, "pp.model")),
+                                                              os.listdir(os.path.join(tmp, "one.model"))))
+    if [(k, v[0]) for k, v in mine.items()] != [(k, v[0]) for k, v in one.items()]:
+        sys.exit("%s: save_model's names, shapes or order %s differ from one process's %s" %
+                 (what, [(k, v[0]) for k, v in mine.items()], [(k, v[0]) for k, v in one.items()]))
+    check_close([x for v in one.values() for x in v[1]], [x for v in mine.values() for x in v[1]], a.tol,
+                "%s: save_model against one process's" % what)
+    for name, values in got.items():
+        if name in mine and list(mine[name][1]) != [float(struct.unpack("<f", struct.pack("<f", x))[0]) for x in values]:
+            sys.exit("%s: save_model's %s is not what the stage holding it has" % (what, name))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario", choices=["equivalence"])
+    ap.add_argument("--bin", required=True, help="the build directory")
+    ap.add_argument("--pp", type=int, default=2)
+    ap.add_argument("--dp", type=int, default=1)
+    ap.add_argument("--micro", type=int, default=2)
+    ap.add_argument("--schedule", default="gpipe")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--timeout", type=int, default=120)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="accel_pp_")
+    {"equivalence": scenario_equivalence}[a.scenario](a, tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
