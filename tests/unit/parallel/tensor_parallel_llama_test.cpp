@@ -10,11 +10,13 @@
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "distributed/thread_communicator.hpp"
+#include "data_loader/dataset.hpp"
 #include "model/generation.hpp"
 #include "model/llama_model.hpp"
 #include "model/model.hpp"
 #include "model/pretrained.hpp"
 #include "ops/loss.hpp"
+#include "parallel/context_parallel/plan.hpp"
 #include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
@@ -299,6 +301,47 @@ TEST(TensorParallelLlama, WholeTensorsForCheckpoints)
         for (size_t i = 0; i < slices.size(); ++i)
             EXPECT_TRUE(at::equal(m.parameters()[i], slices[i])) << m.named_parameters()[i].first << " sliced again";
     });
+}
+
+// tp 2 x cp 2 (4 thread ranks; each cp rank's part of every sequence, as the prepared loader splits it, computed by
+// its tp group with half of the heads): the loss and every gradient equal one process's.
+TEST(TensorParallelLlama, WithContextParallelEqualsOneProcess)
+{
+    for (const char *strategy : {"allgather", "alltoall"}) {
+        auto models = copies(llama_spec(2, false, true), 5);
+        at::manual_seed(66);
+        const at::Tensor ids = at::randint(0, 37, {2, 8}, at::kLong), labels = at::randint(0, 37, {2, 8}, at::kLong);
+        const accel::Loss causal(accel::LossKind::CausalLm);
+        auto &ref = *models.back();
+        at::Tensor want = accel::compute_loss(causal, ref.forward(ids), labels);
+        want.backward();
+        dist::run_on_threads(4, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 2), comm);
+            auto &m = *models[static_cast<size_t>(comm->rank())];
+            accel::parallel::cp::prepare_context_parallel(m, mesh, strategy);
+            tp::prepare_tensor_parallel(m, mesh, accel::config::DistributedDataParallelKwargs{});
+            accel::Batch b;
+            b.inputs = ids;
+            b.labels = labels;
+            accel::parallel::cp::split_batch(b, mesh);
+            at::Tensor loss = accel::compute_loss(causal, m.forward(b.inputs), b.labels);
+            expect_close(loss, want, std::string(strategy) + " loss", 1e-5);
+            loss.backward();
+            // Each cp rank's gradient is its part, scaled for the data-parallel average over dp_cp that DDP takes
+            // in training (cp/loss.hpp): averaged here.
+            const auto &plan = plan_of(m);
+            const int32_t t = mesh.rank_in(dist::MeshDim::Tp);
+            for (size_t i = 0; i < m.named_parameters().size(); ++i) {
+                const auto &[name, p] = m.named_parameters()[i];
+                at::Tensor g = p.grad().clone();
+                mesh.group(dist::MeshDim::DpCp)->allreduce(g, dist::ReduceOp::Avg);
+                const at::Tensor &whole = ref.named_parameters()[i].second.grad();
+                auto it = plan.find(name);
+                at::Tensor mine = it == plan.end() ? whole : tp::slice_parameter(whole, it->second, t, 2);
+                expect_close(g, mine, std::string(strategy) + " " + name + " gradient", rel_tol(whole));
+            }
+        });
+    }
 }
 
 std::string file_bytes(const std::filesystem::path &p)
