@@ -57,7 +57,10 @@ Decoder decoder_of(Model &model, bool use_cache)
         auto cache = std::make_shared<GptKvCache>();
         Decoder d;
         d.step = [gpt, cache, use_cache](const at::Tensor &x) {
-            return use_cache ? gpt->forward_cached(x, *cache) : gpt->forward(x);
+            if (use_cache) return gpt->forward_cached(x, *cache);
+            // Under context parallelism forward() takes a rank's part of a sequence; a fresh cache runs it whole.
+            GptKvCache fresh;
+            return gpt->context_parallel() ? gpt->forward_cached(x, fresh) : gpt->forward(x);
         };
         d.vocab_size = gpt->config().vocab_size;
         d.max_positions = gpt->config().n_positions;
@@ -68,7 +71,9 @@ Decoder decoder_of(Model &model, bool use_cache)
         auto cache = std::make_shared<LlamaKvCache>();
         Decoder d;
         d.step = [llama, cache, use_cache](const at::Tensor &x) {
-            return use_cache ? llama->forward_cached(x, *cache) : llama->forward(x);
+            if (use_cache) return llama->forward_cached(x, *cache);
+            LlamaKvCache fresh; // as gpt's
+            return llama->context_parallel() ? llama->forward_cached(x, fresh) : llama->forward(x);
         };
         d.vocab_size = llama->config().vocab_size;
         return d;

@@ -183,7 +183,24 @@ at::Tensor GptModel::forward(const at::Tensor &input)
 at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
 {
     if (pipelined_) refuse_pipelined("generation");
-    return run(input, &cache);
+    if (!cp_) return run(input, &cache);
+    // Generation under context parallelism is not split: every rank runs the whole prompt and its cache as one
+    // process does, the cp group set aside for the call (training's forward keeps it).
+    const auto cp = cp_;
+    auto restore = [&] {
+        for (const auto &b : blocks_) b->block.options.context_parallel = cp;
+        cp_ = cp;
+    };
+    for (const auto &b : blocks_) b->block.options.context_parallel = nullptr;
+    cp_ = nullptr;
+    try {
+        at::Tensor out = run(input, &cache);
+        restore();
+        return out;
+    } catch (...) {
+        restore();
+        throw;
+    }
 }
 
 at::Tensor GptModel::forward_stage(const at::Tensor &input)

@@ -270,7 +270,21 @@ LlamaModel::~LlamaModel() = default;
 
 at::Tensor LlamaModel::forward(const at::Tensor &input) { return run(input, nullptr); }
 
-at::Tensor LlamaModel::forward_cached(const at::Tensor &input, LlamaKvCache &cache) { return run(input, &cache); }
+at::Tensor LlamaModel::forward_cached(const at::Tensor &input, LlamaKvCache &cache)
+{
+    if (!cp_) return run(input, &cache);
+    // As GptModel's: generation under context parallelism runs whole on every rank, the cp group set aside.
+    const auto cp = cp_;
+    cp_ = nullptr;
+    try {
+        at::Tensor out = run(input, &cache);
+        cp_ = cp;
+        return out;
+    } catch (...) {
+        cp_ = cp;
+        throw;
+    }
+}
 
 std::pair<at::Tensor, at::Tensor> LlamaModel::rotary(int64_t past, int64_t T, const at::Device &device,
                                                      at::ScalarType dtype)

@@ -18,9 +18,8 @@ void check_sequence_length(int64_t length, int32_t cp_size, const char *what)
 
 void check_model_input(int64_t local_length, bool has_cache, const char *model)
 {
-    if (has_cache)
-        fail(ACCEL_ERR_UNIMPLEMENTED,
-             std::string(model) + ": generation (a key/value cache) under context parallelism is not built yet");
+    if (has_cache) // forward_cached sets the cp group aside: generation runs whole on every rank
+        fail(ACCEL_ERR_INTERNAL, std::string(model) + ": a key/value cache reached the context-parallel forward");
     if (local_length % 2 != 0)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: under context parallelism a " + std::string(model) +
                                              " model takes this rank's part of each sequence (two equal chunks, as the "

@@ -16,7 +16,8 @@ namespace accel::parallel::cp {
 // INVALID_ARGUMENT naming `what` and the sizes when `length` is not a multiple of 2 x cp_size.
 void check_sequence_length(int64_t length, int32_t cp_size, const char *what);
 // What a model under context parallelism checks of its input (`model`: "gpt", "llama"): no key/value cache
-// (generation under cp is not built: UNIMPLEMENTED) and a local part of two equal chunks (INVALID_ARGUMENT).
+// (INTERNAL: generation sets the cp group aside and runs whole) and a local part of two equal chunks
+// (INVALID_ARGUMENT).
 void check_model_input(int64_t local_length, bool has_cache, const char *model);
 // This rank's part of `x` along `dim`: chunks rank and 2 x size - 1 - rank of 2 x size, concatenated.
 at::Tensor shard_sequence(const at::Tensor &x, int64_t dim, int32_t rank, int32_t size);

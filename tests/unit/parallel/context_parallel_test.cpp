@@ -13,6 +13,7 @@
 #include "distributed/thread_communicator.hpp"
 #include "model/gpt_model.hpp"
 #include "model/llama_model.hpp"
+#include "model/generation.hpp"
 #include "model/model.hpp"
 #include "ops/loss.hpp"
 #include "parallel/context_parallel/attention.hpp"
@@ -470,6 +471,61 @@ TEST(ContextParallelPadding, TrainingEqualsOneProcessUnpadded)
     }
     check_training(2, 1, cp::Strategy::Ulysses, at::kFloat, kGpt, 13);
     check_training(2, 1, cp::Strategy::Ulysses, at::kFloat, llama, 15);
+}
+
+// Generation (the key/value cache path) under cp 2 and Ulysses sp 2: not split, every rank runs the whole prompt
+// (5 tokens, not a multiple of anything) and one more token as one process does, and accel's generate gives one
+// process's tokens; the training forward afterwards still takes the rank's part and equals one process's.
+template <typename M, typename Cache>
+void check_generation(const char *json, const char *strategy)
+{
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (int r = 0; r < 3; ++r) {
+        at::manual_seed(41);
+        models.push_back(accel::make_model_from_json(json));
+        models.back()->train(false);
+    }
+    auto &ref = dynamic_cast<M &>(*models[2]);
+    at::manual_seed(42);
+    at::Tensor prompt = at::randint(0, 37, {2, 5}, at::kLong), next = at::randint(0, 37, {2, 1}, at::kLong);
+    at::Tensor whole = at::randint(0, 37, {1, 8}, at::kLong);
+    Cache ref_cache;
+    at::Tensor want1 = ref.forward_cached(prompt, ref_cache), want2 = ref.forward_cached(next, ref_cache);
+    at::Tensor want_whole = ref.forward(whole);
+    accel::config::GenerationConfig greedy_config;
+    greedy_config.max_new_tokens = 3;
+    const at::Tensor greedy = accel::generate(ref, prompt, greedy_config, false);
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 1), comm);
+        auto &m = dynamic_cast<M &>(*models[static_cast<size_t>(r)]);
+        cp::prepare_context_parallel(m, mesh, strategy);
+        const std::string what = std::string(strategy) + " rank " + std::to_string(r);
+        Cache cache;
+        expect_close(m.forward_cached(prompt, cache), want1, what + " prompt", 1e-6);
+        expect_close(m.forward_cached(next, cache), want2, what + " next token", 1e-6);
+        EXPECT_TRUE(m.context_parallel() != nullptr) << what << ": generation dropped the cp plan";
+        expect_close(m.forward(cp::shard_sequence(whole, 1, r, 2)), cp::shard_sequence(want_whole, 1, r, 2),
+                     what + " training forward after generation", 1e-6);
+        // accel_model_generate: greedy tokens equal one process's, also with use_cache false (the cache path
+        // serves it under cp: forward() would take the prompt for a part).
+        for (bool use_cache : {true, false}) {
+            accel::config::GenerationConfig g;
+            g.max_new_tokens = 3;
+            g.use_cache = use_cache;
+            EXPECT_TRUE(at::equal(accel::generate(m, prompt, g, false), greedy)) << what << " use_cache " << use_cache;
+        }
+    });
+}
+
+TEST(ContextParallelGeneration, KvCachePathEqualsOneProcess)
+{
+    const char *llama = R"({"type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 24,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 16})";
+    for (const char *s : {"allgather", "alltoall", "ulysses"}) {
+        check_generation<accel::GptModel, accel::GptKvCache>(kGpt, s);
+        check_generation<accel::LlamaModel, accel::LlamaKvCache>(llama, s);
+    }
 }
 
 TEST(ContextParallelGpt, RefusesWhatItCannotSplit)
