@@ -12,10 +12,12 @@
 #include "config/config_file.hpp"
 #include "config/dynamo.hpp"
 #include "cli/launch_config.hpp"
+#include "cli/launch_elastic.hpp"
 #include "cli/launch_env.hpp"
 #include "cli/cpu_affinity.hpp"
 #include "cli/launch_watchdog.hpp"
 #include "cli/launch_workers.hpp"
+#include "cli/numa_affinity.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -52,7 +54,11 @@ const char *kUsage =
     "\n"
     "  -n, --num_processes N          processes in total over all machines (default: config file, else 1 per machine)\n"
     "      --num_machines N           machines (default 1, or SLURM_NNODES)\n"
-    "      --nnodes N|MIN:MAX         torchrun's spelling of --num_machines (MIN:MAX only with MIN = MAX)\n"
+    "      --nnodes N|MIN:MAX         torchrun's spelling of --num_machines; MIN:MAX: elastic membership - the job\n"
+    "                                 runs on MIN to MAX machines, -n / MAX processes each, admitted as they come;\n"
+    "                                 machine ranks follow arrival (machine 0: the launcher at --main_process_ip)\n"
+    "      --rdzv_conf K=V,...        with --nnodes MIN:MAX: join_timeout (s to wait for MIN machines, default 600)\n"
+    "                                 and last_call_timeout (s after MIN for more, up to MAX, default 30)\n"
     "      --machine_rank R           this machine's index (default 0, or SLURM_NODEID)\n"
     "      --main_process_ip ADDR     address of machine 0 (default 127.0.0.1; required with several machines)\n"
     "      --main_process_port PORT   rendezvous port on machine 0 (default 29500, or a free port when that one\n"
@@ -105,6 +111,8 @@ const char *kUsage =
 struct Options {
     std::optional<int> num_processes, num_machines, machine_rank, main_process_port, grad_accum, threads;
     std::optional<int> nnodes; // --nnodes (torchrun's spelling), checked against --num_machines
+    std::optional<std::pair<int, int>> nnodes_range; // --nnodes MIN:MAX with MIN < MAX: elastic membership
+    ElasticOptions elastic; // --rdzv_conf's timeouts
     std::optional<std::string> main_process_ip, mixed_precision, config_file;
     bool cpu = false, debug = false, quiet = false, use_fsdp = false, use_deepspeed = false;
     std::map<std::string, std::string> sharding_flags; // flag name (fsdp_version, zero_stage, ...) -> value
@@ -223,9 +231,17 @@ Options parse(int argc, char **argv)
         } else if (flag == "--num_machines") {
             o.num_machines = to_int(flag, value(flag, inline_value, has_inline), 1, 4096);
         } else if (flag == "--nnodes") {
-            // torchrun's spelling: "N" or "MIN:MAX", parsed as torchrun does; a range is refused by name.
+            // torchrun's spelling: "N" or "MIN:MAX", parsed as torchrun does; a range is elastic (launch_elastic).
             try {
-                o.nnodes = fixed_nnodes(value(flag, inline_value, has_inline), flag);
+                const auto range = parse_nnodes(value(flag, inline_value, has_inline), flag);
+                if (range.first == range.second) o.nnodes = range.first;
+                else o.nnodes_range = range;
+            } catch (const Error &e) {
+                usage_error(e.what());
+            }
+        } else if (flag == "--rdzv_conf") {
+            try {
+                parse_rdzv_conf(value(flag, inline_value, has_inline), o.elastic.join_timeout, o.elastic.last_call_timeout);
             } catch (const Error &e) {
                 usage_error(e.what());
             }
@@ -295,10 +311,40 @@ Options parse(int argc, char **argv)
                         std::to_string(*o.num_machines) + " disagree");
         o.num_machines = o.nnodes;
     }
+    if (o.nnodes_range && o.main_process_port == 0)
+        usage_error("--nnodes MIN:MAX needs a fixed --main_process_port (every machine's launcher meets there)");
+    if (o.nnodes_range && (o.num_machines || o.machine_rank))
+        usage_error("--nnodes MIN:MAX: machine ranks follow the machines' arrival; leave out --num_machines and "
+                    "--machine_rank");
     return o;
 }
 
 std::optional<std::string> env(const char *name) { return process_env(name); }
+
+// The CPUs near each local process's GPU (local process i uses visible GPU i, as Accelerate's set_numa_affinity
+// does): the NVIDIA GPUs in NVML's order, narrowed by a numeric CUDA_VISIBLE_DEVICES; {} without GPUs or with
+// UUIDs in CUDA_VISIBLE_DEVICES (no placement by GPU then).
+std::vector<std::vector<int>> gpu_cpus_of_local_processes(int local)
+{
+    std::vector<std::string> gpus = read_nvidia_gpus("");
+    if (auto visible = env("CUDA_VISIBLE_DEVICES")) {
+        std::vector<std::string> chosen;
+        std::stringstream in(*visible);
+        for (std::string item; std::getline(in, item, ',');) {
+            const std::optional<int> k = parse_int_in(item, 0, 4095);
+            if (!k) return {};
+            if (static_cast<size_t>(*k) < gpus.size()) chosen.push_back(gpus[static_cast<size_t>(*k)]);
+        }
+        gpus = chosen;
+    }
+    if (gpus.empty()) return {};
+    std::vector<std::vector<int>> out;
+    for (int i = 0; i < local; ++i) {
+        out.push_back(read_device_cpus("", gpus[static_cast<size_t>(i) % gpus.size()]));
+        if (out.back().empty()) return {};
+    }
+    return out;
+}
 
 // The cluster engine's variables (torchrun's PET_*, PyTorchJob v1, Slurm) as defaults of the flags left out
 // (cli/launch_env.cpp); a value accel cannot use is a usage error naming the variable.
@@ -478,6 +524,15 @@ int launch_main(int argc, char **argv)
 
     cluster_env_defaults(o);
 
+    // --nnodes MIN:MAX: the world size follows the machines present; -n counts the processes at MAX machines.
+    if (o.nnodes_range) {
+        const int max_nodes = o.nnodes_range->second, total = o.num_processes.value_or(max_nodes);
+        if (total % max_nodes != 0)
+            usage_error("--num_processes " + std::to_string(total) + " is not a multiple of --nnodes MAX " +
+                        std::to_string(max_nodes));
+        o.num_processes = total / max_nodes; // this machine's, as if it ran alone (the round sets the rest)
+        if (!o.main_process_port) o.main_process_port = 29500;
+    }
     const int machines = o.num_machines.value_or(1);
     const int machine_rank = o.machine_rank.value_or(0);
     const int world = o.num_processes.value_or(machines);
@@ -514,19 +569,29 @@ int launch_main(int argc, char **argv)
 
     // --enable_cpu_affinity: local process i gets block i of the launcher's CPUs and as many OpenMP threads
     // (--num_cpu_threads_per_process still wins), as Accelerate binds each process to its own cores.
+    // With several NUMA nodes each block lies in one node and its memory prefers that node; on a GPU machine the
+    // block is taken from the CPUs near the process's GPU (numa_affinity.hpp).
     std::vector<std::vector<int>> cpu_blocks(static_cast<size_t>(local));
+    std::vector<int> memory_nodes(static_cast<size_t>(local), -1);
     if (o.enable_cpu_affinity) {
         const std::vector<int> cpus = allowed_cpus();
-        for (int i = 0; i < local; ++i) cpu_blocks[static_cast<size_t>(i)] = cpu_block(cpus, i, local);
+        const auto placement = plan_placement(cpus, read_numa_nodes(""), local, o.cpu ? std::vector<std::vector<int>>{}
+                                                                                      : gpu_cpus_of_local_processes(local));
+        for (int i = 0; i < local; ++i) {
+            cpu_blocks[static_cast<size_t>(i)] = placement[static_cast<size_t>(i)].cpus;
+            memory_nodes[static_cast<size_t>(i)] = placement[static_cast<size_t>(i)].memory_node;
+        }
         if (cpu_blocks[0].empty())
             std::fprintf(stderr, "accel launch: warning: --enable_cpu_affinity: %d processes cannot have disjoint CPU "
                                  "sets on %zu CPUs (%s); not pinned\n", local, cpus.size(), cpu_list_text(cpus).c_str());
         else if (!o.quiet)
             for (int i = 0; i < local; ++i)
-                std::fprintf(stderr, "accel launch: local process %d on CPUs %s (OMP_NUM_THREADS=%s)\n", i,
+                std::fprintf(stderr, "accel launch: local process %d on CPUs %s (OMP_NUM_THREADS=%s)%s\n", i,
                              cpu_list_text(cpu_blocks[static_cast<size_t>(i)]).c_str(),
                              o.threads ? threads.c_str()
-                                       : std::to_string(cpu_blocks[static_cast<size_t>(i)].size()).c_str());
+                                       : std::to_string(cpu_blocks[static_cast<size_t>(i)].size()).c_str(),
+                             memory_nodes[static_cast<size_t>(i)] < 0 ? "" :
+                             (", memory on NUMA node " + std::to_string(memory_nodes[static_cast<size_t>(i)])).c_str());
     }
 
     WorkerGroup group;
@@ -538,6 +603,7 @@ int launch_main(int argc, char **argv)
     group.cpu_affinity = o.enable_cpu_affinity;
     group.threads_flag = o.threads.has_value();
     group.cpu_blocks = cpu_blocks;
+    group.memory_nodes = memory_nodes;
     group.command = o.command;
     group.quiet = o.quiet;
     const int max_restarts = o.max_restarts.value_or(0);
@@ -555,6 +621,15 @@ int launch_main(int argc, char **argv)
     if (!watchdog.folder().empty()) group.env["ACCEL_LAUNCH_STATE_DIR"] = watchdog.folder();
     for (const auto &[k, v] : extra_env) group.env[k] = v;
     install_launcher_signal_handlers();
+    if (o.nnodes_range) {
+        o.elastic.min_nodes = o.nnodes_range->first;
+        o.elastic.max_nodes = o.nnodes_range->second;
+        o.elastic.addr = addr;
+        o.elastic.port = port;
+        o.elastic.quiet = o.quiet;
+        group.max_restarts = max_restarts;
+        return run_elastic(group, o.elastic, watchdog, pick_free_port);
+    }
 
     add_rendezvous_token(group.env, machines, env); // a job on one machine gets a fresh one (launch_env.hpp)
 

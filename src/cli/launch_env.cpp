@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 
 #include <cstdlib>
+#include <sstream>
 #include <sys/random.h>
 
 namespace accel::cli {
@@ -41,10 +42,27 @@ int fixed_nnodes(const std::string &text, const std::string &what)
     const auto [min, max] = parse_nnodes(text, what);
     if (min != max)
         fail(ACCEL_ERR_UNIMPLEMENTED,
-             what + "=" + text + ": a changing number of machines (MIN:MAX) needs an elastic rendezvous that admits "
-                                 "machines as they come, which accel launch does not have; give one number (see "
-                                 "docs/concepts/limitations.md)");
+             what + "=" + text + ": a changing number of machines (MIN:MAX) is taken from accel launch --nnodes "
+                                 "MIN:MAX only (its elastic rendezvous is the launcher's own store, not torchrun's "
+                                 "PET_RDZV_* backends); give one number here (see docs/concepts/limitations.md)");
     return min;
+}
+
+void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last_call_timeout)
+{
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) {
+        const size_t eq = item.find('=');
+        const std::string k = item.substr(0, eq), v = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (k != "join_timeout" && k != "last_call_timeout")
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "--rdzv_conf: unknown key \"" + k +
+                                                 "\" (accel reads join_timeout and last_call_timeout)");
+        char *end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (v.empty() || end == nullptr || *end != '\0' || !(x >= 0.0 && x <= 86400.0))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "--rdzv_conf " + k + "=" + v + ": expected seconds in [0, 86400]");
+        (k == "join_timeout" ? join_timeout : last_call_timeout) = x;
+    }
 }
 
 namespace {

@@ -28,9 +28,13 @@ int checked_int(const std::string &what, const std::string &v, int min, int max)
 // torchrun's --nnodes: "N" or "MIN:MAX" (torch.distributed.run's parse_min_max_nnodes, and its check
 // 0 < MIN <= MAX); the pair (MIN, MAX). INVALID_ARGUMENT naming `what` otherwise.
 std::pair<int, int> parse_nnodes(const std::string &text, const std::string &what);
-// The number of machines of an "N" or "MIN:MAX" with MIN == MAX. A range (MIN < MAX) asks for an elastic
-// rendezvous that admits machines as they come, which accel launch does not have: UNIMPLEMENTED naming `what`.
+// The number of machines of an "N" or "MIN:MAX" with MIN == MAX. A range (MIN < MAX) from a variable
+// (PET_NNODES) is UNIMPLEMENTED naming `what`: accel's elastic membership is `accel launch --nnodes MIN:MAX`.
 int fixed_nnodes(const std::string &text, const std::string &what);
+
+// torchrun's --rdzv_conf "key=value,key=value": join_timeout and last_call_timeout (seconds in [0, 86400]) into
+// the two; another key or value is an INVALID_ARGUMENT naming it.
+void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last_call_timeout);
 
 // Fills the flags still unset from torchrun's PET_* (and, with PET_NPROC_PER_NODE, PyTorchJob v1's RANK,
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT), then Slurm's SLURM_NNODES / SLURM_NODEID / SLURM_JOB_NODELIST.

@@ -3,6 +3,7 @@
 #include "cli/launch_workers.hpp"
 
 #include "cli/cpu_affinity.hpp"
+#include "cli/numa_affinity.hpp"
 
 #include <poll.h>
 #include <signal.h>
@@ -109,6 +110,10 @@ int exit_code_of(int status)
             if (!bind_to_cpus(block))
                 std::fprintf(stderr, "accel launch: warning: cannot bind to CPUs %s: %s\n", cpu_list_text(block).c_str(),
                              std::strerror(errno));
+            const int node = static_cast<size_t>(i) < g.memory_nodes.size() ? g.memory_nodes[static_cast<size_t>(i)] : -1;
+            if (node >= 0 && !prefer_memory_node(node)) // inherited through exec
+                std::fprintf(stderr, "accel launch: warning: cannot prefer NUMA node %d's memory: %s\n", node,
+                             std::strerror(errno));
         }
     }
     for (const auto &[k, v] : env) set(k.c_str(), v);
@@ -201,6 +206,8 @@ void install_launcher_signal_handlers()
     signal(SIGPIPE, SIG_IGN);
 }
 
+int launcher_signal() { return g_signal; }
+
 RoundOutcome run_worker_group(const WorkerGroup &g, StoppedWatchdog &watchdog)
 {
     RoundOutcome out;
@@ -225,6 +232,7 @@ RoundOutcome run_worker_group(const WorkerGroup &g, StoppedWatchdog &watchdog)
     bool kill_pending = false; // SIGKILL the stragglers at kill_at
     auto kill_at = std::chrono::steady_clock::now();
     std::optional<std::chrono::steady_clock::time_point> all_exited_since;
+    auto next_membership_look = std::chrono::steady_clock::now();
     auto stop_others = [&](int sig) {
         for (auto &c : children)
             if (!c.exited) {
@@ -253,7 +261,7 @@ RoundOutcome run_worker_group(const WorkerGroup &g, StoppedWatchdog &watchdog)
                 c.exited = true;
                 c.status = status;
                 bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-                if (!ok && first_failure < 0 && !out.interrupted) {
+                if (!ok && first_failure < 0 && !out.interrupted && !out.membership_changed) {
                     if (!g.quiet)
                         std::fprintf(stderr, "accel launch: rank %d (pid %d) %s; stopping the other processes\n", c.rank,
                                      static_cast<int>(pid), describe_status(status).c_str());
@@ -274,6 +282,18 @@ RoundOutcome run_worker_group(const WorkerGroup &g, StoppedWatchdog &watchdog)
                         kill(v->pid, SIGKILL);
                         fail_job(k, 128 + SIGKILL);
                     }
+            }
+        }
+        // --nnodes MIN:MAX: another node ended the round or waits to join; this node's workers go too.
+        if (g.membership_changed && first_failure < 0 && !out.interrupted && !out.membership_changed &&
+            std::chrono::steady_clock::now() >= next_membership_look) {
+            next_membership_look = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+            if (std::string why = g.membership_changed(); !why.empty()) {
+                out.membership_changed = true;
+                out.failure = why;
+                stop_others(SIGTERM);
+                kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+                kill_pending = true;
             }
         }
         if (g_signal != 0 && !out.interrupted) {
@@ -314,7 +334,7 @@ RoundOutcome run_worker_group(const WorkerGroup &g, StoppedWatchdog &watchdog)
         out.failed_rank = c.rank;
         out.failure = describe_status(c.status);
     }
-    if (out.interrupted) out.worker_failed = false;
+    if (out.interrupted || out.membership_changed) out.worker_failed = false;
     return out;
 }
 

@@ -4,7 +4,7 @@
 form (RANK = the node's rank, WORLD_SIZE = every process, MASTER_ADDR/MASTER_PORT, PET_NPROC_PER_NODE). Two
 launchers on this host play two nodes of one process each; the trained weights equal `accel launch -n 2` bit for
 bit. PET_MAX_RESTARTS gives --max_restarts. Values accel cannot honour are refused (exit 2) naming the variable;
-torchrun's --nnodes N / MIN:MAX is --num_machines, a range refused by name.
+torchrun's --nnodes N is --num_machines (a MIN:MAX range: test_elastic_nnodes.py), PET_NNODES=MIN:MAX refused by name.
 Usage: test_cluster_env.py BUILD_DIR"""
 import os
 import shutil
@@ -91,14 +91,14 @@ for env, word in (({"PET_NNODES": "1:2"}, "PET_NNODES"), ({"PET_NPROC_PER_NODE":
     if p.returncode != 2 or word not in p.stderr:
         failures.append("%s: exit %d, expected 2 naming %s: %s" % (env, p.returncode, word, p.stderr.strip()[:300]))
 
-# torchrun's --nnodes: "N" and "MIN:MAX" with MIN = MAX are --num_machines; a range (no elastic rendezvous), a
-# malformed value and a disagreement with --num_machines are refused naming the flag.
+# torchrun's --nnodes: "N" and "MIN:MAX" with MIN = MAX are --num_machines; a range with a machine rank (ranks
+# follow arrival; test_elastic_nnodes.py runs ranges), a malformed value and a disagreement with --num_machines are refused naming the flag.
 for flags in (["--nnodes", "1"], ["--nnodes=1:1"], ["--nnodes", "1", "--num_machines", "1"]):
     p = subprocess.run([ACCEL, "launch", *flags, "--main_process_port", "0", "true"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, universal_newlines=True, env=CLEAN, timeout=60)
     if p.returncode != 0:
         failures.append("%s: exit %d, expected 0: %s" % (flags, p.returncode, p.stdout.strip()[:300]))
-for flags, word in ((["--nnodes", "1:2"], "elastic rendezvous"), (["--nnodes", "2:1"], "MIN is above MAX"),
+for flags, word in ((["--nnodes", "1:2", "--machine_rank", "0"], "--machine_rank"), (["--nnodes", "2:1"], "MIN is above MAX"),
                     (["--nnodes", "1:2:3"], "MIN:MAX"), (["--nnodes", "x"], "--nnodes (MIN)"),
                     (["--nnodes", "0"], "--nnodes (MIN)"), (["--nnodes", "2", "--num_machines", "3"], "disagree")):
     p = subprocess.run([ACCEL, "launch", *flags, "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

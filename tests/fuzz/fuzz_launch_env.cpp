@@ -79,6 +79,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (range.first < 1 || range.first > range.second || range.second > 4096))
             fuzz::finding("nnodes accepted out of order: " + value);
         accepted([&] { cli::fixed_nnodes(value, name); });
+        double join = 1.0, last_call = 1.0;
+        if (accepted([&] { cli::parse_rdzv_conf(value, join, last_call); }) &&
+            !(join >= 0.0 && join <= 86400.0 && last_call >= 0.0 && last_call <= 86400.0))
+            fuzz::finding("--rdzv_conf accepted a timeout out of range: " + value);
         if (cli::first_slurm_host(value).size() > value.size()) fuzz::finding("a Slurm host longer than its list");
     }
 
