@@ -52,8 +52,11 @@ std::optional<BnbQuantizationConfig> parse_hf_quantization_config(const std::str
                                           "\": accel loads bitsandbytes folders only (load_in_4bit / load_in_8bit)");
     BnbQuantizationConfig c;
     // transformers writes each flag twice (the property and its backing field); either says it.
-    c.load_in_4bit = q->get_bool("load_in_4bit", false) | q->get_bool("_load_in_4bit", false);
-    c.load_in_8bit = q->get_bool("load_in_8bit", false) | q->get_bool("_load_in_8bit", false);
+    // Both read (finish() refuses a key never looked up), then either counts.
+    const bool in_4bit = q->get_bool("load_in_4bit", false), field_4bit = q->get_bool("_load_in_4bit", false);
+    const bool in_8bit = q->get_bool("load_in_8bit", false), field_8bit = q->get_bool("_load_in_8bit", false);
+    c.load_in_4bit = in_4bit || field_4bit;
+    c.load_in_8bit = in_8bit || field_8bit;
     c.llm_int8_threshold = q->get_double("llm_int8_threshold", 6.0, 0.0, 1e30);
     c.skip_modules_given = q->has("llm_int8_skip_modules");
     c.skip_modules = q->get_string_array("llm_int8_skip_modules", {});
