@@ -1,7 +1,8 @@
 // bitsandbytes quantization inputs (src/quantization, src/config/bnb_quantization_config.cpp): the first byte picks
-// the reader. Even: accel_model_quantize's BnbQuantizationConfig JSON. Odd: a 4-bit layer's state as a state dict
-// holds it (the packed quant_state JSON, with weight / absmax / quant_map / nested tensors of sizes the next four
-// bytes give), read and dequantized as a forward does.
+// the reader (modulo 3). 0: accel_model_quantize's BnbQuantizationConfig JSON. 1: a 4-bit layer's state as a state
+// dict holds it (the packed quant_state JSON, with weight / absmax / quant_map / nested tensors of sizes the next
+// four bytes give), read and dequantized as a forward does. 2: a pre-quantized folder's config.json (its
+// quantization_config), whose accepted config must read back the same after save_pretrained writes it.
 #include "config/bnb_quantization_config.hpp"
 #include "fuzz_common.hpp"
 #include "quantization/bnb_4bit.hpp"
@@ -14,7 +15,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     using namespace accel;
     if (size < 5) return 0;
     const std::string text = fuzz::text_of(data + 5, size - 5);
-    if (data[0] % 2 == 0) {
+    if (data[0] % 3 == 2) {
+        std::optional<config::BnbQuantizationConfig> c;
+        if (!fuzz::accepts([&] { c = config::parse_hf_quantization_config(text, "config.json"); }) || !c) return 0;
+        if (c->load_in_4bit == c->load_in_8bit) fuzz::finding("a quantization_config with neither or both: " + text);
+        const std::string written = config::hf_config_with_quantization("{}", &*c);
+        std::optional<config::BnbQuantizationConfig> back;
+        if (!fuzz::accepts([&] { back = config::parse_hf_quantization_config(written, "written"); }) || !back ||
+            back->load_in_4bit != c->load_in_4bit || back->bnb_4bit_quant_type != c->bnb_4bit_quant_type ||
+            back->bnb_4bit_use_double_quant != c->bnb_4bit_use_double_quant ||
+            back->skip_modules != c->skip_modules || back->llm_int8_threshold != c->llm_int8_threshold ||
+            (c->load_in_4bit && back->bnb_4bit_compute_dtype != c->bnb_4bit_compute_dtype))
+            fuzz::finding("quantization_config does not read back as written: " + text + " -> " + written);
+        return 0;
+    }
+    if (data[0] % 3 == 0) {
         config::BnbQuantizationConfig c;
         if (!fuzz::accepts([&] { c = config::parse_bnb_quantization_config(text.c_str(), "bnb_config_json"); })) return 0;
         if (c.load_in_4bit == c.load_in_8bit || c.llm_int8_threshold < 0.0)
