@@ -166,7 +166,9 @@ void prove(int fd, const std::string &token, const std::string &where, std::chro
     const Deadline deadline = deadline_after(timeout);
     bool timed_out = false;
     std::string hello, verdict, mac;
-    if (!rdzv::recv_exact(fd, hello, rdzv::kHelloBytes, deadline, &timed_out))
+    const std::string client_nonce = rdzv::random_bytes(rdzv::kNonceBytes);
+    if (!rdzv::send_all(fd, rdzv::hello(client_nonce), deadline, &timed_out) ||
+        !rdzv::recv_exact(fd, hello, rdzv::kHelloBytes, deadline, &timed_out))
         throw std::runtime_error(timed_out ? "timed out waiting for the rendezvous host at " + where + " to greet (is "
                                              "rank 0 running without ACCEL_RDZV_TOKEN, or another program on its port?)"
                                            : "the rendezvous host at " + where + " closed the connection before greeting");
@@ -174,7 +176,6 @@ void prove(int fd, const std::string &token, const std::string &where, std::chro
     if (!server_nonce)
         fail(ACCEL_ERR_PERMISSION_DENIED, "the program at " + where + " is not an accel rendezvous store with a token (is "
                                           "rank 0 running without ACCEL_RDZV_TOKEN?)");
-    const std::string client_nonce = rdzv::random_bytes(rdzv::kNonceBytes);
     if (!rdzv::send_all(fd, rdzv::proof(token, *server_nonce, client_nonce), deadline, &timed_out) ||
         !rdzv::recv_exact(fd, verdict, 1, deadline, &timed_out) || verdict != "Y")
         fail(ACCEL_ERR_PERMISSION_DENIED, "the rendezvous store at " + where + " refused this process's token: every "

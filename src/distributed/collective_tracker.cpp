@@ -1,5 +1,6 @@
 #include "distributed/collective_tracker.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -71,7 +72,7 @@ std::string encode_peer_state(const PeerState &s)
     if (!s.out_of_memory.empty()) os << "oom\t" << clean(s.out_of_memory) << "\n"; // older readers skip the line
     for (const auto &[id, r] : s.comms)
         os << "comm\t" << clean(id) << "\t" << r.issued << "\t" << r.issued_kind << "\t" << clean(r.issued_purpose) << "\t"
-           << r.blocked << "\t" << r.blocked_kind << "\t" << clean(r.blocked_purpose) << "\n";
+           << r.blocked << "\t" << r.blocked_kind << "\t" << clean(r.blocked_purpose) << "\t" << r.quiet_ms << "\n";
     return os.str();
 }
 
@@ -91,7 +92,7 @@ PeerState decode_peer_state(const std::string &text)
         }
         else if (f.size() >= 2 && f[0] == "oom") s.out_of_memory = f[1];
         else if (f.size() >= 5 && f[0] == "comm") {
-            f.resize(8);
+            f.resize(9); // an older writer has no quiet_ms (0); an older reader ignores it
             CollectiveRecord r;
             r.issued = to_int(f[2]);
             r.issued_kind = f[3];
@@ -99,6 +100,7 @@ PeerState decode_peer_state(const std::string &text)
             r.blocked = to_int(f[5]);
             r.blocked_kind = f[6];
             r.blocked_purpose = f[7];
+            r.quiet_ms = std::max<int64_t>(0, to_int(f[8]));
             s.comms[f[1]] = r;
         }
     }
@@ -125,6 +127,25 @@ std::string state_phrase(const CollectiveRecord &peer)
 std::string whereabouts(const CollectiveRecord &peer, int32_t peer_rank)
 {
     return rank_name(peer_rank) + " " + state_phrase(peer);
+}
+
+std::string seconds_text(int64_t ms)
+{
+    std::ostringstream os;
+    os.setf(std::ios::fixed);
+    os.precision(1);
+    os << static_cast<double>(ms) / 1000.0 << " s";
+    return os.str();
+}
+
+std::string whereabouts_for(const CollectiveRecord &peer, int32_t peer_rank)
+{
+    return whereabouts(peer, peer_rank) + ", for " + seconds_text(peer.quiet_ms);
+}
+
+bool arrived(const CollectiveRecord &mine, const CollectiveRecord &peer)
+{
+    return mine.blocked > 0 && peer.blocked == mine.blocked && peer.blocked_kind == mine.blocked_kind;
 }
 
 std::string contradiction(const CollectiveRecord &mine, const CollectiveRecord &peer, int32_t peer_rank)
@@ -156,9 +177,13 @@ std::string mismatch_advice(const CollectiveRecord &mine, const CollectiveRecord
     return s;
 }
 
+CollectiveTracker::CollectiveTracker() : last_change_(steady_now()) {}
+
 CollectiveTracker::Ticket CollectiveTracker::issue(const char *kind)
 {
+    const double now = steady_now();
     std::lock_guard<std::mutex> l(m_);
+    last_change_ = now;
     Ticket t{++issued_, kind, CollectivePurpose::current()};
     issued_kind_ = kind;
     issued_purpose_ = t.purpose;
@@ -174,7 +199,9 @@ CollectiveTracker::Wait::Wait(CollectiveTracker &t, const Ticket &k) : t_(t), se
 
 CollectiveTracker::Wait::~Wait()
 {
+    const double now = steady_now();
     std::lock_guard<std::mutex> l(t_.m_);
+    t_.last_change_ = now;
     for (auto it = t_.waiting_.begin(); it != t_.waiting_.end(); ++it)
         if (it->ticket.seq == seq_) {
             t_.waiting_.erase(it);
@@ -197,7 +224,8 @@ CollectiveRecord CollectiveTracker::record() const
     r.issued = issued_;
     r.issued_kind = issued_kind_;
     r.issued_purpose = issued_purpose_ ? issued_purpose_ : "";
-    const Ticket b = earliest().first;
+    const auto [b, since] = earliest();
+    r.quiet_ms = static_cast<int64_t>((steady_now() - (b.seq > 0 ? since : last_change_)) * 1000.0);
     r.blocked = b.seq;
     r.blocked_kind = b.kind;
     r.blocked_purpose = b.purpose ? b.purpose : "";

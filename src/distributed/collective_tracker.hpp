@@ -28,6 +28,10 @@ struct CollectiveRecord {
     std::string issued_purpose;  // what it was for (CollectivePurpose), "" when unknown
     int64_t blocked = 0;         // the collective this rank waits in, 0 when none
     std::string blocked_kind, blocked_purpose;
+    // How long it has been so, when the heartbeat was written (milliseconds, the writer's own clock): in its wait
+    // when blocked, else since it last issued or finished waiting in a collective. A peer's duration, not a time,
+    // so that the machines' clocks need not agree. 0 from an older writer.
+    int64_t quiet_ms = 0;
 };
 
 // A rank's published state: its heartbeat counter, its first failure (if any) and one record per communicator
@@ -58,6 +62,13 @@ std::string contradiction(const CollectiveRecord &mine, const CollectiveRecord &
 
 // Where `peer` is, for a message: "rank 1 is in barrier #12" / "rank 1 is not in a collective (its last was ...)".
 std::string whereabouts(const CollectiveRecord &peer, int32_t peer_rank);
+// The same with how long it has been so, for a timeout's message (issue 40.5): "rank 1 is not in a collective
+// (its last was all_reduce #5), for 12.3 s".
+std::string whereabouts_for(const CollectiveRecord &peer, int32_t peer_rank);
+// Whether `peer` waits in this rank's collective mine.blocked (same number and kind): it arrived.
+bool arrived(const CollectiveRecord &mine, const CollectiveRecord &peer);
+// "12.3 s" / "0.4 s": a duration in milliseconds for messages.
+std::string seconds_text(int64_t ms);
 
 // The rule and its remedy, for messages: always the rule, and the evaluation advice when either collective is
 // a sharded model's forward.
@@ -110,6 +121,7 @@ public:
 
     // Numbers a collective of `kind` (a string literal) issued by the calling thread, with its purpose.
     Ticket issue(const char *kind);
+    CollectiveTracker();
     CollectiveRecord record() const;
     // The earliest collective waited in and since when (steady seconds); seq 0 when none.
     std::pair<Ticket, double> blocked() const;
@@ -133,6 +145,7 @@ private:
         double since;
     };
     std::vector<Waiting> waiting_; // the waits in progress (rarely more than one)
+    double last_change_;           // when a collective was last issued or a wait ended (steady seconds)
     std::pair<Ticket, double> earliest() const; // with m_ held
     std::optional<Verdict> verdict_;
     // heartbeat thread only

@@ -205,6 +205,7 @@ public:
     std::string diagnose(accel_status_t *peer_failed, const Tracked *t = nullptr, CollectiveTracker::Ticket ticket = {})
     {
         std::vector<std::string> first, second;
+        std::vector<int64_t> silent_ms;
         {
             std::unique_lock<std::mutex> l(m_);
             if (!exited_) {
@@ -215,6 +216,7 @@ public:
                 if (diagnosis_done_ >= asked) {
                     first = diagnosis_first_;
                     second = diagnosis_second_;
+                    silent_ms = diagnosis_silent_ms_;
                 }
             }
         }
@@ -236,11 +238,11 @@ public:
         for (int r = 0; r < world_; ++r)
             if (r != rank_ && first[r] == second[r]) dead.push_back(r);
         if (dead.empty()) return alive_peers(second, t, ticket);
-        std::ostringstream os;
-        os << (dead.size() == 1 ? "rank " : "ranks ");
-        for (size_t i = 0; i < dead.size(); ++i) os << (i ? ", " : "") << dead[i];
-        os << " stopped responding (no heartbeat for 1.6 s)";
-        return os.str();
+        std::string out;
+        for (int r : dead)
+            out += (out.empty() ? "" : "; ") +
+                   stopped(r, static_cast<size_t>(r) < silent_ms.size() ? silent_ms[static_cast<size_t>(r)] : 0);
+        return out;
     }
 
     // This rank ran out of memory outside a collective: said on the next beat (at once).
@@ -266,6 +268,15 @@ private:
         return "rank " + std::to_string(r) + " ran out of memory: " + message;
     }
 
+    // "rank 1 stopped responding (no heartbeat for 7.4 s)": how long this rank has seen the peer's heartbeat unchanged
+    // (issue 40.5): at least the 1.6 s between the diagnosis' readings; it looks at its peers while it waits, so
+    // about its wait when the peer stopped before it.
+    static std::string stopped(int r, int64_t silent_ms)
+    {
+        return "rank " + std::to_string(r) + " stopped responding (no heartbeat for " +
+               seconds_text(std::max<int64_t>(silent_ms, 1600)) + ")";
+    }
+
     // The diagnosis when the store gives no readings.
     std::string store_silent() const
     {
@@ -282,21 +293,22 @@ private:
         mine.blocked = ticket.seq;
         mine.blocked_kind = ticket.kind;
         mine.blocked_purpose = ticket.purpose ? ticket.purpose : "";
-        std::string where;
+        // The peers that did not arrive in this collective, each with where it is and for how long (issue 40.5).
+        std::string missing;
         const CollectiveRecord *last = nullptr;
         std::vector<PeerState> states;
         for (int32_t g : t->members) states.push_back(decode_peer_state(values[static_cast<size_t>(g)]));
         for (size_t i = 0; i < t->members.size(); ++i) {
             const int32_t g = t->members[i];
             auto it = states[i].comms.find(t->id);
-            if (g == t->me || it == states[i].comms.end()) continue;
-            where += (where.empty() ? "" : ", ") + whereabouts(it->second, g);
+            if (g == t->me || it == states[i].comms.end() || arrived(mine, it->second)) continue;
+            missing += (missing.empty() ? "" : "; ") + whereabouts_for(it->second, g);
             last = &it->second;
         }
-        if (where.empty()) return "every rank is still alive; a peer may be stuck outside the collective";
-        return "every rank is alive: " + where + " while rank " + std::to_string(t->me) + " waits in " +
-               describe_collective(mine.blocked_kind, mine.blocked, mine.blocked_purpose) + t->where() + "; " +
-               mismatch_advice(mine, last);
+        const std::string here = describe_collective(mine.blocked_kind, mine.blocked, mine.blocked_purpose) + t->where();
+        if (missing.empty()) return "every rank is alive and in " + here + ", which did not complete";
+        return "every rank is alive, but did not arrive in " + here + " with rank " + std::to_string(t->me) + ": " +
+               missing + "; " + mismatch_advice(mine, last);
     }
 
     c10::intrusive_ptr<c10d::Store> connection()
@@ -319,6 +331,20 @@ private:
             out[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
         }
         return out;
+    }
+
+    // Heartbeat thread: remembers when each peer's counter was first seen at its present value.
+    void note_beats(const std::vector<PeerState> &states, double now)
+    {
+        beat_seen_.resize(static_cast<size_t>(world_), {0, now});
+        for (size_t r = 0; r < states.size() && r < beat_seen_.size(); ++r)
+            if (states[r].beat != beat_seen_[r].first) beat_seen_[r] = {states[r].beat, now};
+    }
+    void note_beats(const std::vector<std::string> &values, double now)
+    {
+        std::vector<PeerState> states;
+        for (const std::string &v : values) states.push_back(decode_peer_state(v));
+        note_beats(states, now);
     }
 
     // How a rank ends when a peer failed first: with the peer's mismatch status when it found the collectives
@@ -360,6 +386,7 @@ private:
         if (waits.empty()) return;
         std::vector<PeerState> states;
         for (const std::string &v : read_all(store)) states.push_back(decode_peer_state(v));
+        note_beats(states, now);
         for (const auto &t : waits) check(*t, states, now);
     }
 
@@ -420,15 +447,20 @@ private:
         const double now = now_seconds();
         if (diagnosis_taking_ == 0) {
             diagnosis_reading_ = read_all(store);
+            note_beats(diagnosis_reading_, now);
             diagnosis_taking_ = asked;
             diagnosis_since_ = now;
             return;
         }
         if (now - diagnosis_since_ < 1.6) return;
         auto second = read_all(store);
+        note_beats(second, now);
+        std::vector<int64_t> silent_ms;
+        for (const auto &[beat, since] : beat_seen_) silent_ms.push_back(static_cast<int64_t>((now - since) * 1000.0));
         std::lock_guard<std::mutex> l(m_);
         diagnosis_first_ = std::move(diagnosis_reading_);
         diagnosis_second_ = std::move(second);
+        diagnosis_silent_ms_ = std::move(silent_ms);
         diagnosis_done_ = diagnosis_taking_; // requests made since are served by the next pair
         diagnosis_taking_ = 0;
         cv_.notify_all();
@@ -502,10 +534,12 @@ private:
     // diagnose(): requests are numbered; the heartbeat thread serves them in pairs of readings
     uint64_t diagnosis_asked_ = 0, diagnosis_done_ = 0;
     std::vector<std::string> diagnosis_first_, diagnosis_second_;
+    std::vector<int64_t> diagnosis_silent_ms_; // per rank: how long its heartbeat had not moved at the second reading
     // heartbeat thread only: the reading in progress
     uint64_t diagnosis_taking_ = 0;
     double diagnosis_since_ = 0.0;
     std::vector<std::string> diagnosis_reading_;
+    std::vector<std::pair<uint64_t, double>> beat_seen_; // per rank: its counter, first seen when (now_seconds)
     std::vector<std::shared_ptr<Tracked>> tracked_;
     std::string failed_;
     accel_status_t failed_code_ = ACCEL_OK;
@@ -833,7 +867,11 @@ public:
         std::string who = !shared_->monitor ? ""
                           : ticket      ? shared_->monitor->diagnose(&peer_failed, tracked_.get(), *ticket)
                                         : shared_->monitor->diagnose(&peer_failed);
-        std::string full = std::string("gloo ") + op + " failed on rank " + std::to_string(global_[rank()]) + " of " +
+        // The collective by its number when it is one (issue 40.5): "gloo all_reduce #6 failed ..."
+        const std::string collective = ticket != nullptr && ticket->seq > 0
+                                     ? describe_collective(ticket->kind, ticket->seq, ticket->purpose ? ticket->purpose : "")
+                                     : std::string(op);
+        std::string full = "gloo " + collective + " failed on rank " + std::to_string(global_[rank()]) + " of " +
                            std::to_string(global_.size()) + (who.empty() ? "" : ": " + who) +
                            (timed_out ? " (timeout " + seconds(shared_->timeout) + ")" : "") +
                            " [" + msg + "]";

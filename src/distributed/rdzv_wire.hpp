@@ -5,9 +5,13 @@
 // sides share, without LibTorch (the fuzz target and the server use it alone).
 //
 // Handshake (every connection, before anything else):
-//   server -> client  hello:   "ACCELRDZV1" + 32-byte server nonce
-//   client -> server  proof:   "ACCELRDZV1" + 32-byte client nonce + HMAC(token, "client" | ns | nc)
-//   server -> client  verdict: 'Y' + HMAC(token, "server" | ns | nc)   or   'N' (then closed)
+//   client -> server  greeting: "ACCELRDZV1" + 32-byte client nonce
+//   server -> client  hello:    "ACCELRDZV1" + 32-byte server nonce
+//   client -> server  proof:    "ACCELRDZV1" + the client nonce + HMAC(token, "client" | ns | nc)
+//   server -> client  verdict:  'Y' + HMAC(token, "server" | ns | nc)   or   'N' (then closed)
+// The client speaks first, so that a program that is not accel's client (LibTorch's TCPStore client of a process
+// without the token, a scanner) never reads the server's bytes as its own protocol: LibTorch 1.13's client read a
+// hello as a length and aborted its process (std::bad_alloc on its callback thread). It is closed without a word.
 // Both sides prove the token: a client never hands its job's keys to a program that merely listens on the port.
 // Fresh nonces on both sides: a recorded exchange cannot be replayed. The token is never sent.
 //

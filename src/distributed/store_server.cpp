@@ -138,6 +138,19 @@ bool StoreServer::handshake(int fd, const std::string &peer)
     const std::string server_nonce = random_bytes(kNonceBytes);
     std::string got;
     bool timed_out = false;
+    if (!recv_exact(fd, got, kHelloBytes, deadline, &timed_out)) {
+        if (!stopping_)
+            refuse(peer, timed_out ? "no greeting of accel's rendezvous client within " +
+                                         std::to_string(handshake_timeout_.count() / 1000) + " s"
+                                   : "it closed the connection without proving the job's rendezvous token");
+        return false;
+    }
+    const auto greeted = nonce_of_hello(got); // the client's nonce
+    if (!greeted) {
+        refuse(peer, "it is not accel's rendezvous client (a stranger, or a process without the job's ACCEL_RDZV_TOKEN "
+                     "speaking LibTorch's TCPStore protocol)");
+        return false;
+    }
     if (!send_all(fd, hello(server_nonce), deadline, &timed_out)) return false;
     if (!recv_exact(fd, got, kProofBytes, deadline, &timed_out)) {
         if (!stopping_)
@@ -147,7 +160,7 @@ bool StoreServer::handshake(int fd, const std::string &peer)
         return false;
     }
     const auto client_nonce = check_proof(token_, server_nonce, got);
-    if (!client_nonce) {
+    if (!client_nonce || *client_nonce != *greeted) {
         refuse(peer, "it did not prove the job's rendezvous token (a stranger, or a process whose ACCEL_RDZV_TOKEN / "
                    "ACCEL_RDZV_TOKEN_FILE differs from rank 0's)");
         send_all(fd, "N", deadline, &timed_out);

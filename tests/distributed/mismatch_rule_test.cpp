@@ -85,6 +85,22 @@ int main()
         const std::string first = encode_peer_state(decode_peer_state("comm\ta\r\t1\tx\t\t0\t\t\ncomm\ta\x0e\t1\tx\t\t0\t\t\n"));
         expect(first == encode_peer_state(decode_peer_state(first)), "a name with a carriage return writes back stably");
     }
+    {
+        // How long a peer has been so (issue 40.5): carried on the heartbeat, 0 from an older writer, and said with
+        // whereabouts for a timeout's message; arrived() only for the same collective.
+        PeerState q;
+        q.comms["world"] = rec(4, "all_reduce", 0);
+        q.comms["world"].quiet_ms = 12345;
+        const CollectiveRecord got = decode_peer_state(encode_peer_state(q)).comms["world"];
+        expect(got.quiet_ms == 12345, "quiet_ms round trip");
+        expect(decode_peer_state("comm\tworld\t4\tall_reduce\t\t0\t\t\n").comms["world"].quiet_ms == 0, "an older writer");
+        expect(whereabouts_for(got, 1) == "rank 1 is not in a collective (its last was all_reduce #4), for 12.3 s",
+               "whereabouts with the silence: " + whereabouts_for(got, 1));
+        expect(arrived(rec(5, "all_reduce", 5, "all_reduce"), rec(5, "all_reduce", 5, "all_reduce")) &&
+                   !arrived(rec(5, "all_reduce", 5, "all_reduce"), rec(5, "barrier", 5, "barrier")) &&
+                   !arrived(rec(5, "all_reduce", 5, "all_reduce"), got),
+               "arrived: the same number and kind only");
+    }
     // The tracker: numbering, overlapping waits show the earliest, purpose from the thread.
     CollectiveTracker t;
     CollectiveTracker::Ticket a, b;

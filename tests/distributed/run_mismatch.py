@@ -67,6 +67,15 @@ def main():
                 sys.exit("rank %d did not fail within %.0f s (timeout %d s)" % (r, a.within, a.timeout))
             if "rank %d is in" % r not in m.group(2) or "rank %d " % (1 - r) not in m.group(2):
                 sys.exit("rank %d's message does not say where rank %d and rank %d are" % (r, r, 1 - r))
+    if a.mode == "eval_idle":
+        # issue 40.5: rank 0's timeout names the collective, the rank that did not arrive and how long it has been
+        # out of collectives (all of rank 0's wait, the timeout, give or take a heartbeat)
+        m = re.search(r"did not arrive in (\w+ #\d+)[^:]*: rank 1 is not in a collective \(its last was [^)]*\)+, for "
+                      r"([0-9.]+) s", outs[0])
+        if not m or float(m.group(2)) < a.timeout * 0.8:
+            sys.exit("rank 0's timeout does not name the collective, rank 1 as not arrived, and its silence of about "
+                     "%d s" % a.timeout)
+        print("rank 0 named %s, rank 1 silent for %s s" % (m.group(1), m.group(2)))
     print("ok: %s" % a.mode)
 
 

@@ -100,13 +100,15 @@ def attack(port, token, n=1000):
                 s.sendall(rng.randbytes(rng.randrange(256 << 10, 2 << 20)))
             else:
                 kinds["authenticated garbage"] += 1
+                nc = os.urandom(32)
+                s.sendall(MAGIC + nc)  # the client's greeting comes first
                 hello = b""
                 while len(hello) < 42:
                     part = s.recv(42 - len(hello))
                     if not part:
                         raise OSError("closed")
                     hello += part
-                ns, nc = hello[10:], os.urandom(32)
+                ns = hello[10:]
                 s.sendall(MAGIC + nc + hmac.new(token, b"client" + ns + nc, hashlib.sha256).digest())
                 verdict = s.recv(33)
                 if not verdict.startswith(b"Y"):

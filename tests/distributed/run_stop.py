@@ -14,6 +14,7 @@ Usage: run_stop.py MODE --bin BUILD_DIR --victim R [--launch] [--config JSON] [-
   (default 10). The stopped process is always continued and killed at the end."""
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,8 @@ def main():
     ap.add_argument("--victim", type=int, required=True)
     ap.add_argument("--launch", action="store_true")
     ap.add_argument("--config", default="")
+    ap.add_argument("--expect-silence", action="store_true",
+                    help="the survivor's message names its collective and how long the victim's heartbeat was silent")
     ap.add_argument("--timeout", type=int, default=6, help="init_process_group.timeout")
     ap.add_argument("--within", type=float, default=10.0, help="seconds allowed past the timeout")
     a = ap.parse_args()
@@ -150,6 +153,13 @@ def main():
                 sys.exit("accel launch did not say that rank %d stopped" % a.victim)
         elif waited[0].returncode != 3:
             sys.exit("rank %d exited %d, expected 3 (failed as expected)" % (1 - a.victim, waited[0].returncode))
+        if a.expect_silence:  # issue 40.5: the collective, the silent rank, how long (about the wait, >= 1.6 s)
+            m = re.search(r"gloo (\w+ #\d+)[^\n]* failed on rank[^\n]*rank %d stopped responding \(no heartbeat for "
+                          r"([0-9.]+) s" % a.victim, text)
+            if not m or not 1.6 <= float(m.group(2)) <= elapsed + 2:
+                sys.exit("the survivor's message does not name its collective and rank %d's silence (<= %.1f s)" %
+                         (a.victim, elapsed))
+            print("run_stop: named %s and rank %d silent for %s s" % (m.group(1), a.victim, m.group(2)), flush=True)
     finally:
         if victim_pid is not None and alive(victim_pid):
             os.kill(victim_pid, signal.SIGKILL)
