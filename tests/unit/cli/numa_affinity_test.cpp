@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace fs = std::filesystem;
 using accel::cli::NumaNode;
@@ -113,4 +117,23 @@ TEST(NumaAffinity, GpusNearTheirCpusAndSharersDivide)
     EXPECT_EQ(plan[3].cpus, range(4, 7));
     EXPECT_EQ(plan[0].memory_node, 1);
     EXPECT_EQ(plan[3].memory_node, 0);
+}
+
+// The memory policy itself, on this machine's node 0 (every Linux machine has one): in a child process, whose
+// policy the later tests do not inherit; /proc/self/numa_maps then shows "prefer:0" on its mappings.
+TEST(NumaAffinity, PrefersTheNodesMemory)
+{
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (!accel::cli::prefer_memory_node(0)) _exit(2);
+        std::ifstream maps("/proc/self/numa_maps");
+        std::string text((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+        _exit(text.find("prefer:0") != std::string::npos ? 0 : 3);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "2: set_mempolicy failed; 3: numa_maps shows no prefer:0";
+    EXPECT_FALSE(accel::cli::prefer_memory_node(-1));
 }
