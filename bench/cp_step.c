@@ -6,6 +6,7 @@
  * the state is saved after the steps, loaded back, and one more step's loss printed (checkpoints under cp).
  * "Activation memory" is the growth of the resident set during the first step over the resident set just
  * before it (SGD: no optimizer state appears in that step).
+ * The same measures tensor parallelism with and without sequence parallelism (BENCH_ACCEL_CONFIG below).
  * Usage: bench_cp_step [T] [steps] [folder] */
 #include <accel/accel.h>
 
@@ -86,7 +87,8 @@ int main(int argc, char **argv)
     int64_t shape[1] = {n};
     int32_t rank = 0, world = 1;
     OK(accel_random_set_seed(0, false, false));
-    OK(accel_accelerator_create(NULL, &acc));
+    /* BENCH_ACCEL_CONFIG: an accelerator config JSON (e.g. tensor parallelism with tp_handler.sequence_parallel). */
+    OK(accel_accelerator_create(getenv("BENCH_ACCEL_CONFIG"), &acc));
     OK(accel_accelerator_get_process_index(acc, &rank));
     OK(accel_accelerator_get_num_processes(acc, &world));
     OK(accel_model_create_from_json(spec, &model));

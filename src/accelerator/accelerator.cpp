@@ -213,7 +213,8 @@ void Accelerator::prepare_model(Model &model)
             // tp_size > 1 (Accelerate's 2D: FSDP over dp_shard, TP over tp): the plan narrows the model first, then
             // the engine shards each rank's slices over dp_shard_cp.
             const bool tp = state_->mesh->size(distributed::MeshDim::Tp) > 1;
-            const std::vector<at::Tensor> tp_split = tp ? parallel::tp::apply_plan(model, *state_->mesh)
+            const std::vector<at::Tensor> tp_split = tp ? parallel::tp::apply_plan(model, *state_->mesh,
+                                                                                     state_->config.parallelism.sequence_parallel)
                                                         : std::vector<at::Tensor>{};
             auto engine = std::make_shared<parallel::ShardedDataParallel>(model, *state_->mesh, state_->config.sharding);
             if (tp) engine->set_tensor_parallel(state_->mesh->group(distributed::MeshDim::Tp), tp_split);
@@ -245,7 +246,8 @@ void Accelerator::prepare_model(Model &model)
     }
     // parallelism_config.tp_size > 1: the model's tensor-parallel plan, with DDP over dp_replicate inside.
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Tp) > 1 && wrapper_of(model) == nullptr) {
-        wrappers_.emplace_back(&model, parallel::tp::prepare_tensor_parallel(model, *state_->mesh, state_->config.ddp));
+        wrappers_.emplace_back(&model, parallel::tp::prepare_tensor_parallel(model, *state_->mesh, state_->config.ddp,
+                                                                                      state_->config.parallelism.sequence_parallel));
         wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
         share_found_inf(*state_);
         model.prepared_by = state_;

@@ -511,6 +511,7 @@ std::string to_json(const AcceleratorConfig &c)
             .add("sp_size", static_cast<int64_t>(p.sp_size))
             .add("cp_backend", p.cp_backend)
             .add("sp_backend", p.sp_backend)
+            .add("sequence_parallel", p.sequence_parallel)
             .end_object();
     }
     w.begin_object("process")

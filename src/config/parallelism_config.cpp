@@ -60,6 +60,7 @@ void parse_handlers(JsonObject &o, ParallelismConfig &p)
 {
     if (auto tp = o.get_object("tp_handler")) { // TorchTensorParallelConfig
         tp->get_bool("enable_async_tp", false);
+        p.sequence_parallel = tp->get_bool("sequence_parallel", false);
         tp->finish();
     }
     if (auto cp = o.get_object("cp_handler")) { // TorchContextParallelConfig
@@ -147,6 +148,9 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
                  std::to_string(p.pp_size) + ") = " + std::to_string(total) +
                  " processes, but the job has " + std::to_string(world) + " (num_processes)");
     const std::string plugin = c.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin";
+    if (p.sequence_parallel && p.tp_size == 1)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".tp_handler.sequence_parallel: splits the sequence over the tp "
+                                                  "group, but tp_size is 1");
     // Ulysses runs on the mesh's cp axis (src/parallel/context_parallel/ulysses.hpp): one or the other.
     if (p.cp_size > 1 && p.sp_size > 1)
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ": cp_size (" + std::to_string(p.cp_size) + ") with sp_size (" +

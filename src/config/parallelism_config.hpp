@@ -20,6 +20,9 @@ struct ParallelismConfig {
     std::string cp_backend = "torch";     // PARALLELISM_CONFIG_CP_BACKEND
     std::string sp_backend = "deepspeed"; // PARALLELISM_CONFIG_SP_BACKEND
     std::string cp_comm_strategy = "allgather"; // cp_handler.cp_comm_strategy
+    // tp_handler.sequence_parallel (Megatron's sequence_parallelism; transformers' "sequence_parallel" plan style):
+    // the layer norms and dropouts between the tp regions run on a 1/tp shard of the sequence.
+    bool sequence_parallel = false;
     // Pipeline parallelism (MegatronLMPlugin's pp_degree, num_micro_batches; src/parallel/pipeline): the
     // model's blocks cut into pp_size stages, each batch into num_micro_batches along its first dimension.
     int32_t pp_size = 1;

@@ -16,6 +16,7 @@
 #include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/tensor_parallel/parallel_linear.hpp"
 #include "parallel/tensor_parallel/plan_linear.hpp"
+#include "parallel/tensor_parallel/rng_tracker.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
@@ -69,6 +70,19 @@ struct GptBlock {
 namespace {
 
 at::Tensor maybe_dropout(const at::Tensor &x, double p, bool train) { return train && p > 0.0 ? at::dropout(x, p, true) : x; }
+
+// Sequence parallelism splits the positions of each forward over the tp ranks: a whole number each, and no cache
+// (generation feeds one position at a time).
+void check_sequence_parallel_input(int64_t T, bool cached, int64_t tp)
+{
+    if (cached)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: a key/value cache (generation) under parallelism_config.tp_handler."
+                                      "sequence_parallel is not built yet; generate without sequence parallelism");
+    if (T % tp != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: sequence length " + std::to_string(T) + " does not divide by tp_size (" +
+                                             std::to_string(tp) + "), which parallelism_config.tp_handler."
+                                             "sequence_parallel splits it over");
+}
 
 // One block. With `kv` (generation), its keys and values are appended to kv->first/second.
 at::Tensor block_forward(const GptBlock &b, const at::Tensor &x, bool train, std::pair<at::Tensor, at::Tensor> *kv)
@@ -226,7 +240,11 @@ at::Tensor GptModel::embed(const at::Tensor &ids, int64_t past, bool train)
                          : at::arange(past, past + ids.size(1), ids.options().dtype(at::kLong));
     at::Tensor tokens = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, wte_, vocab_start_, tp_group_)
                                   : at::embedding(wte_, ids);
-    return maybe_dropout(tokens + at::embedding(wpe_, pos), c.embd_pdrop, train);
+    at::Tensor h = tokens + at::embedding(wpe_, pos);
+    // Sequence parallelism: from here to the head each rank holds its 1/tp of the positions.
+    if (!sequence_parallel_ || !tp_group_) return maybe_dropout(h, c.embd_pdrop, train); // replicated: one mask
+    h = parallel::tp::scatter_sequence(h, tp_group_, 1);
+    return parallel::tp::region_dropout(h, c.embd_pdrop, train, tp_dropout_); // this rank's positions: its own mask
 }
 
 at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
@@ -247,6 +265,7 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
     // Under context parallelism `ids` is this rank's part: two chunks of the whole sequence.
     if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "gpt");
+    if (sequence_parallel_ && tp_group_) check_sequence_parallel_input(T, cache != nullptr, tp_group_->size());
     const int64_t whole = cp_ ? T * cp_->size() : T;
     if (past + whole > c.n_positions)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions" +
@@ -266,9 +285,22 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         if (hooks) hooks->before_layer(i + 1);
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const GptBlock> block = blocks_[i];
+            // The rerun draws the split regions' masks again: from the tp generator's state of the first run (the
+            // checkpoint restores the default generator's itself).
+            auto tp_rng = train ? tp_dropout_ : nullptr;
+            auto first_state = std::make_shared<at::Tensor>();
             h = checkpoint_layer(h, block->checkpoint_params(),
-                                 [block, train](const at::Tensor &x) {
-                                     return block_forward(*block, x, train, nullptr);
+                                 [block, train, tp_rng, first_state](const at::Tensor &x) {
+                                     if (!tp_rng) return block_forward(*block, x, train, nullptr);
+                                     if (!first_state->defined()) {
+                                         *first_state = tp_rng->state();
+                                         return block_forward(*block, x, train, nullptr);
+                                     }
+                                     const at::Tensor now = tp_rng->state();
+                                     tp_rng->set_state(*first_state);
+                                     at::Tensor out = block_forward(*block, x, train, nullptr);
+                                     tp_rng->set_state(now);
+                                     return out;
                                  },
                                  train && (c.attn_pdrop > 0.0 || c.resid_pdrop > 0.0 || block->random_linears()));
         } else if (cache != nullptr) {
@@ -282,7 +314,10 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         if (hooks) h = hooks->after_layer(i + 1, h);
     }
     if (!stage_last_) return h;
-    h = at::layer_norm(h, {c.n_embd}, ln_f_w_, ln_f_b_, c.layer_norm_epsilon);
+    h = sequence_parallel_ && tp_group_
+            ? at::layer_norm(h, {c.n_embd}, parallel::tp::copy_to_region(ln_f_w_, tp_group_),
+                             parallel::tp::copy_to_region(ln_f_b_, tp_group_), c.layer_norm_epsilon)
+            : at::layer_norm(h, {c.n_embd}, ln_f_w_, ln_f_b_, c.layer_norm_epsilon);
     at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
     if (unbatched) logits = logits.squeeze(0);
@@ -343,6 +378,8 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     };
     if (c.n_head % n != 0) refuse("n_head", c.n_head);
     if (c.inner() % n != 0) refuse("n_inner", c.inner());
+    if (sequence_parallel_ && cp_)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel with cp_size > 1 is not built yet");
     for (const auto &slot : linear_slots()) parallel::tp::check_parallelizable(**slot.linear, slot.module);
     if (n == 1) return;
     at::NoGradGuard no_grad;
@@ -357,23 +394,31 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     };
     // plan_linear.hpp splits each linear (and a LoRA adapter on it) and refuses fp8 ones by name.
     using tp::LinearStyle;
-    tp::LinearPlanOptions by_heads;
+    // Dropout in the split regions draws from this rank's generator (rng_tracker.hpp), seeded from set_seed's.
+    auto tp_dropout = tp::make_dropout_generator(r);
+    // Sequence parallelism: the activations between the layers are [B, T / tp, C], split along dimension 1.
+    tp::LinearPlanOptions layer;
+    if (sequence_parallel_) layer.column.sequence_dim = layer.row.sequence_dim = 1;
+    tp::LinearPlanOptions by_heads = layer;
     by_heads.groups = 3; // c_attn is [q | k | v]: each rank gets its heads' q, k and v
     for (const auto &b : blocks_) {
         const std::string h = "transformer.h." + std::to_string(b->index) + ".";
         TransformerBlock &tb = b->block;
         tp::parallelize_linear(tb.qkv, h + "attn.c_attn", LinearStyle::Colwise, group, plan, by_heads);
-        tp::parallelize_linear(tb.out_proj, h + "attn.c_proj", LinearStyle::Rowwise, group, plan);
-        tp::parallelize_linear(tb.fc1, h + "mlp.c_fc", LinearStyle::Colwise, group, plan);
-        tp::parallelize_linear(tb.fc2, h + "mlp.c_proj", LinearStyle::Rowwise, group, plan);
+        tp::parallelize_linear(tb.out_proj, h + "attn.c_proj", LinearStyle::Rowwise, group, plan, layer);
+        tp::parallelize_linear(tb.fc1, h + "mlp.c_fc", LinearStyle::Colwise, group, plan, layer);
+        tp::parallelize_linear(tb.fc2, h + "mlp.c_proj", LinearStyle::Rowwise, group, plan, layer);
         tb.options.tp_size = n;
+        tb.options.tp_dropout = tp_dropout;
+        if (sequence_parallel_) tb.options.sequence_parallel = group;
     }
     const int64_t padded = tp::padded_vocab_size(c.vocab_size, n);
     narrow("transformer.wte.weight", wte_, 0, 1);
     if (!c.tie_word_embeddings) narrow("lm_head.weight", lm_head_, 0, 1);
-    lm_head_linear_ = tp::make_column_parallel_linear(make_linear(lm_head_, {}, Layout::OutIn), group);
+    lm_head_linear_ = tp::make_column_parallel_linear(make_linear(lm_head_, {}, Layout::OutIn), group, layer.column);
     vocab_start_ = r * (padded / n);
     tp_group_ = group;
+    tp_dropout_ = std::move(tp_dropout);
     tp_slicing_ = std::move(plan);
 }
 

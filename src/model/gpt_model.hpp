@@ -19,6 +19,9 @@ class Communicator;
 namespace accel::parallel::cp {
 struct ContextParallel;
 }
+namespace accel::parallel::tp {
+class DropoutGenerator;
+}
 
 namespace accel {
 
@@ -69,6 +72,12 @@ public:
     // they do not divide by the group's size; UNIMPLEMENTED for fp8 linears. LoRA adapters are split with their
     // layers (plan_linear.hpp).
     void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group) override;
+    // Megatron's sequence parallelism with the tensor parallelism applied next (set before it): the embeddings'
+    // sum is scattered along the sequence, every layer norm, dropout and residual add runs on this rank's 1/tp of
+    // the positions, the column layers all-gather the sequence and the row layers reduce-scatter it (instead of
+    // the all-reduce), and the head gathers it. The norms' and row biases' gradients are summed over tp. forward
+    // then needs a sequence length dividing by tp and no key/value cache (INVALID_ARGUMENT / UNIMPLEMENTED named).
+    void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
     // How each parameter (by name) is split: empty without tensor parallelism.
     const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const override
     {
@@ -106,6 +115,8 @@ private:
     bool training_ = true;
     std::vector<bool> checkpointed_; // per block
     std::shared_ptr<distributed::Communicator> tp_group_; // set by apply_tensor_parallel
+    bool sequence_parallel_ = false;                      // set_sequence_parallel
+    std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout_; // this tp rank's, for the split regions
     int64_t vocab_start_ = 0;                             // this rank's first vocabulary row under it
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
     std::shared_ptr<const parallel::cp::ContextParallel> cp_; // set by apply_context_parallel

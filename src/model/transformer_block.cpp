@@ -2,14 +2,14 @@
 
 #include "common/error.hpp"
 #include "parallel/context_parallel/attention.hpp"
+#include "parallel/tensor_parallel/mappings.hpp"
+#include "parallel/tensor_parallel/rng_tracker.hpp"
 
 #include <limits>
 
 namespace accel {
 
 namespace {
-
-at::Tensor maybe_dropout(const at::Tensor &x, double p, bool train) { return train && p > 0.0 ? at::dropout(x, p, true) : x; }
 
 // softmax(mask(scale(q kᵀ))) v over heads: q [B, H, T, D], k and v [B, H, past + T, D].
 at::Tensor attention(const TransformerBlockOptions &o, at::Tensor q, const at::Tensor &k, const at::Tensor &v,
@@ -35,7 +35,7 @@ at::Tensor attention(const TransformerBlockOptions &o, at::Tensor q, const at::T
         att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
     }
     att = at::softmax(att, -1).to(v.scalar_type());
-    att = maybe_dropout(att, o.attn_dropout, train);
+    att = parallel::tp::region_dropout(att, o.attn_dropout, train, o.tp_dropout); // this rank's heads: split
     return at::matmul(att, v);
 }
 
@@ -57,10 +57,16 @@ at::Tensor activation(const std::string &name, const at::Tensor &x)
 at::Tensor TransformerBlock::forward(const at::Tensor &x, bool train, std::pair<at::Tensor, at::Tensor> *kv) const
 {
     const auto &o = options;
-    const int64_t B = x.size(o.seq_first ? 1 : 0), T = x.size(o.seq_first ? 0 : 1), D = x.size(2) / o.n_head;
+    const int64_t B = x.size(o.seq_first ? 1 : 0), D = x.size(2) / o.n_head;
     const int64_t H = o.n_head / o.tp_size, C = H * D; // this rank's heads and their features
+    // The residual stream is replicated over tp (the default generator: the same mask on every rank) unless
+    // sequence parallelism splits its positions.
+    const std::shared_ptr<parallel::tp::DropoutGenerator> residual_generator = o.sequence_parallel ? o.tp_dropout : nullptr;
     auto self_attention = [&](const at::Tensor &in) {
-        auto parts = qkv->forward(in).split(C, -1);
+        at::Tensor fused = qkv->forward(in);
+        // Every position: under sequence parallelism qkv gathered the sequence (x holds 1/tp of it).
+        const int64_t T = fused.size(o.seq_first ? 0 : 1);
+        auto parts = fused.split(C, -1);
         // -> [B, H, T, D] (head h holds features h D .. (h + 1) D), and back to the stream's layout.
         auto heads = [&](const at::Tensor &t) {
             return o.seq_first ? t.reshape({T, B, H, D}).permute({1, 2, 0, 3}) : t.reshape({B, T, H, D}).transpose(1, 2);
@@ -80,18 +86,27 @@ at::Tensor TransformerBlock::forward(const at::Tensor &x, bool train, std::pair<
             kv->second = v;
         }
         at::Tensor y = merge(attention(o, q, k, v, past, train));
-        return maybe_dropout(out_proj->forward(y), o.resid_dropout, train);
+        return parallel::tp::region_dropout(out_proj->forward(y), o.resid_dropout, train, residual_generator);
     };
     auto mlp = [&](const at::Tensor &in) {
-        at::Tensor h = maybe_dropout(activation(o.activation, fc1->forward(in)), o.mlp_dropout, train);
-        return maybe_dropout(fc2->forward(h), o.resid_dropout, train);
+        // The hidden features are this rank's columns: split.
+        at::Tensor h = parallel::tp::region_dropout(activation(o.activation, fc1->forward(in)), o.mlp_dropout, train,
+                                                    o.tp_dropout);
+        return parallel::tp::region_dropout(fc2->forward(h), o.resid_dropout, train, residual_generator);
+    };
+    // Under sequence parallelism each rank's norm sees its positions only: copy_to_region sums the parameters'
+    // gradients over the group in backward (identity forward).
+    auto norm = [&](const at::Tensor &in, const at::Tensor &w, const at::Tensor &b) {
+        if (!o.sequence_parallel) return layer_norm(in, w, b, o.layer_norm_eps);
+        return layer_norm(in, parallel::tp::copy_to_region(w, o.sequence_parallel),
+                          parallel::tp::copy_to_region(b, o.sequence_parallel), o.layer_norm_eps);
     };
     if (o.norm_first) {
-        at::Tensor a = x + self_attention(layer_norm(x, norm1_weight, norm1_bias, o.layer_norm_eps));
-        return a + mlp(layer_norm(a, norm2_weight, norm2_bias, o.layer_norm_eps));
+        at::Tensor a = x + self_attention(norm(x, norm1_weight, norm1_bias));
+        return a + mlp(norm(a, norm2_weight, norm2_bias));
     }
-    at::Tensor a = layer_norm(x + self_attention(x), norm1_weight, norm1_bias, o.layer_norm_eps);
-    return layer_norm(a + mlp(a), norm2_weight, norm2_bias, o.layer_norm_eps);
+    at::Tensor a = norm(x + self_attention(x), norm1_weight, norm1_bias);
+    return norm(a + mlp(a), norm2_weight, norm2_bias);
 }
 
 } // namespace accel

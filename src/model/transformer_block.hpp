@@ -22,6 +22,14 @@ namespace torch::nn {
 class TransformerEncoderLayerImpl;
 }
 
+namespace accel::distributed {
+class Communicator;
+}
+
+namespace accel::parallel::tp {
+class DropoutGenerator;
+}
+
 namespace accel::parallel::cp {
 struct ContextParallel;
 }
@@ -53,6 +61,14 @@ struct TransformerBlockOptions {
     // Context parallelism: the block's input is this rank's part of each sequence and attention runs over the
     // whole sequence through the cp group (parallel/context_parallel/attention.hpp); no key/value cache.
     std::shared_ptr<const parallel::cp::ContextParallel> context_parallel;
+    // Sequence parallelism over this tp group (null: off): the input is this rank's 1/tp of the positions
+    // ([B, T / tp, C]); the tp-parallel linears gather and reduce-scatter the sequence, the norms run on the shard
+    // and their gradients are summed over the group.
+    std::shared_ptr<distributed::Communicator> sequence_parallel;
+    // Tensor parallelism: this tp rank's dropout generator (rng_tracker.hpp) for the split regions - the attention
+    // probabilities of this rank's heads, the MLP's hidden features, and under sequence parallelism the residual
+    // dropout on this rank's positions. Null: every dropout draws from the default generator.
+    std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout;
 };
 
 struct TransformerBlock {

@@ -174,11 +174,15 @@ int main(int argc, char **argv)
     snprintf(dl_config, sizeof dl_config, "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 7}", batch);
     if (gpt != NULL) {
         /* The tied head shares transformer.wte.weight: DDP must keep one tensor, reduced once. */
+        /* ACCEL_TEST_GPT_DROPOUT "embd,resid,attn": those dropout probabilities (0 by default). */
+        double embd = 0.0, resid = 0.0, attn = 0.0;
+        if (getenv("ACCEL_TEST_GPT_DROPOUT") != NULL)
+            sscanf(getenv("ACCEL_TEST_GPT_DROPOUT"), "%lf,%lf,%lf", &embd, &resid, &attn);
         snprintf(spec, sizeof spec,
                  "{\"type\": \"gpt\", \"vocab_size\": 11, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 2,"
-                 " \"n_head\": %d, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0,"
+                 " \"n_head\": %d, \"resid_pdrop\": %g, \"embd_pdrop\": %g, \"attn_pdrop\": %g,"
                  " \"activation_checkpointing\": %s}", getenv("ACCEL_TEST_GPT_HEADS") ? atoi(getenv("ACCEL_TEST_GPT_HEADS")) : 2,
-                 strcmp(gpt, "checkpointing") == 0 ? "true" : "false");
+                 resid, embd, attn, strcmp(gpt, "checkpointing") == 0 ? "true" : "false");
         if (strcmp(gpt, "llama") == 0) /* ACCEL_TEST_GPT_HEADS / ACCEL_TEST_KV_HEADS: 4 / 2 for tensor parallelism */
             snprintf(spec, sizeof spec,
                      "{\"type\": \"llama\", \"vocab_size\": 11, \"hidden_size\": 8, \"intermediate_size\": 12,"

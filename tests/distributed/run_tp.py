@@ -8,6 +8,7 @@ gives each step's clip_grad_norm total (its parameters are rank 0's slices under
 equivalence: tp N (N processes, one tp group, every rank the same batch B) trains as one process with batch B:
   parameters and every step's clip_grad_norm total within --tol. With --dp D (tp N x dp_replicate D) or --plugin
   P --dp D (tp N x dp_shard D inside the sharding engine, FSDP or ZeRO), against one process with batch B x D.
+  --sequence-parallel: the same with Megatron's sequence parallelism (tp_handler.sequence_parallel).
 resume: save_state at tp --save-tp (x dp_replicate --dp) after N steps; load_state at tp 1 (one process), tp 2 and tp 4 and N more steps
   equal the uninterrupted one-process run of 2N steps within --tol; a one-process checkpoint loads at tp 2 too. The
   folder holds one process's layout (model.safetensors with the same names and shapes as a one-process save, one
@@ -47,11 +48,13 @@ PLUGINS = {"full_shard": {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD"}},
            "zero3": {"deepspeed_plugin": {"zero_stage": 3, "gradient_clipping": 0.5}}}
 
 
-def config(tp, dp, plugin=None):
+def config(tp, dp, plugin=None, sequence_parallel=False):
     """With `plugin` (TP inside the sharding engine) the data-parallel ranks are dp_shard_size, else dp_replicate."""
     c = {"gradient_accumulation_steps": 2}
     if tp > 1:
         c["parallelism_config"] = {"tp_size": tp, ("dp_shard_size" if plugin else "dp_replicate_size"): dp}
+        if sequence_parallel:
+            c["parallelism_config"]["tp_handler"] = {"sequence_parallel": True}
         c.update(PLUGINS.get(plugin, {}))
     return json.dumps(c)
 
@@ -66,7 +69,7 @@ def train(a, tp, out, steps, extra=None):
     # --dp: the runs at tp --save-tp (and --tp) have dp_replicate --dp (tp x dp processes); the global batch is
     # --batch x --dp in every run, each data-parallel rank its share.
     dp = a.dp if tp > 1 and tp in (a.save_tp, a.tp) else 1
-    args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp, a.plugin)]
+    args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp, a.plugin, a.sequence_parallel)]
     return run(launch_cmd(a, tp * dp) + args if tp > 1 else args, env=e, timeout=a.timeout).stdout
 
 
@@ -176,9 +179,34 @@ def scenario_save_model(a, tmp):
                     "save_model at tp %d after %d steps against one process's" % (a.tp, steps))
 
 
+def scenario_dropout(a, tmp):
+    """Dropout under tp (rng_tracker.hpp). Replicated regions (embeddings, residual stream) draw one mask on every
+    rank from the default generator, in one process's sequence: with those dropouts only, tp trains as one process.
+    Attention dropout (split by heads) draws each rank's own masks: twice from the same seed, the same run bit for
+    bit, also with activation checkpointing (its rerun restores the tp generator), which changes nothing."""
+    ref, got = os.path.join(tmp, "ref.bin"), os.path.join(tmp, "got.bin")
+    replicated = {"ACCEL_TEST_GPT_DROPOUT": "0.2,0.3,0"}
+    train(a, 1, ref, a.steps, replicated)
+    train(a, a.tp, got, a.steps, replicated)
+    (rp, rn), (gp, gn) = split_result(ref, a.steps), split_result(got, a.steps)
+    check_close(rp, gp, a.tol, "parameters with replicated-region dropout at tp %d" % a.tp)
+    check_close(rn, gn, a.tol, "gradient norms with replicated-region dropout at tp %d" % a.tp)
+    runs = []
+    for i, gpt in enumerate(("plain", "plain", "checkpointing")):
+        out = os.path.join(tmp, "attn%d.bin" % i)
+        train(a, a.tp, out, a.steps, {"ACCEL_TEST_GPT_DROPOUT": "0.1,0.1,0.3", "ACCEL_TEST_GPT": gpt})
+        runs.append(split_result(out, a.steps))
+    if runs[0] != runs[1]:
+        sys.exit("attention dropout at tp %d: two runs from the same seed differ" % a.tp)
+    check_close(runs[0][0], runs[2][0], 1e-6, "attention dropout at tp %d with activation checkpointing" % a.tp)
+    if runs[0] == split_result(ref, a.steps):
+        sys.exit("attention dropout changed nothing")
+    log("dropout at tp %d: replicated regions as one process, split regions reproducible" % a.tp)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["equivalence", "resume", "save_model"])
+    ap.add_argument("scenario", choices=["equivalence", "resume", "save_model", "dropout"])
     ap.add_argument("--bin", required=True, help="the build directory")
     ap.add_argument("--model", choices=["plain", "llama"], default="plain",
                     help="dist_train's gpt (n_head 4) or its llama (4 query heads over --kv-heads key/value heads)")
@@ -192,6 +220,8 @@ def main():
     ap.add_argument("--plugin", choices=sorted(PLUGINS), default=None,
                     help="TP inside the sharding engine: --dp processes per tp rank shard the model with this plugin")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--sequence-parallel", action="store_true",
+                    help="the runs at tp > 1 with parallelism_config.tp_handler.sequence_parallel")
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--param-tol", type=float, default=0.0, help="equivalence: the parameters' tolerance (default --tol)")
     ap.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd")
@@ -201,7 +231,8 @@ def main():
     a = ap.parse_args()
     a.resume_tps = [int(x) for x in a.resume_tps.split(",")]
     tmp = tempfile.mkdtemp(prefix="accel_tp_")
-    {"equivalence": scenario_equivalence, "resume": scenario_resume, "save_model": scenario_save_model}[a.scenario](a, tmp)
+    {"equivalence": scenario_equivalence, "resume": scenario_resume, "save_model": scenario_save_model,
+     "dropout": scenario_dropout}[a.scenario](a, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

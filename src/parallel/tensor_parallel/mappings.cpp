@@ -118,6 +118,20 @@ struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> 
     }
 };
 
+struct ScatterSequence : torch::autograd::Function<ScatterSequence> {
+    static at::Tensor forward(AutogradContext *ctx, const at::Tensor &x, const Group &group, int64_t dim)
+    {
+        ctx->saved_data["group"] = group_capsule(group);
+        ctx->saved_data["dim"] = dim;
+        return slice_along(x, *group, dim).contiguous();
+    }
+    static variable_list backward(AutogradContext *ctx, variable_list g)
+    {
+        Communicator &group = capsule_group(ctx->saved_data["group"]);
+        return {all_gather_along(g[0], group, ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
+    }
+};
+
 void check_group(const Group &group)
 {
     if (!group) fail(ACCEL_ERR_INTERNAL, "tensor parallel: no tp group");
@@ -178,6 +192,12 @@ at::Tensor reduce_scatter_sequence(const at::Tensor &x, const Group &group, int6
 {
     check_group(group);
     return group->size() == 1 ? x : ReduceScatterSequence::apply(x, group, checked_dim(x, dim));
+}
+
+at::Tensor scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim)
+{
+    check_group(group);
+    return group->size() == 1 ? x : ScatterSequence::apply(x, group, checked_dim(x, dim));
 }
 
 } // namespace accel::parallel::tp

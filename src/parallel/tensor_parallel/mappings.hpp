@@ -11,6 +11,8 @@
 //                             backward: reduce-scatter along `dim`
 //   reduce_scatter_sequence   forward: reduce-scatter along `dim` (after a row layer)
 //                             backward: all-gather along `dim`
+//   scatter_sequence          forward: this rank's slice along `dim` (entering the sequence-parallel region
+//                             from a replicated one: after the embeddings)   backward: all-gather along `dim`
 //
 // Every rank of the group calls them in the same order with the same shapes (as any collective). With a
 // group of one they are the identity (no communication). The split dimensions must divide by the group's
@@ -36,6 +38,7 @@ at::Tensor gather_last_dim(const at::Tensor &x, const Group &group);
 at::Tensor scatter_last_dim(const at::Tensor &x, const Group &group);
 at::Tensor gather_sequence(const at::Tensor &x, const Group &group, int64_t dim);
 at::Tensor reduce_scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim);
+at::Tensor scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim);
 
 // Without autograd (the building blocks above, also for checkpoint gathering): the concatenation of every
 // rank's `x` along `dim`, and this rank's 1/size slice of `x` along `dim`.

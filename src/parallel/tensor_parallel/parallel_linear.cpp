@@ -61,7 +61,9 @@ public:
         at::Tensor partial = local_->forward(in);
         at::Tensor y = options_.sequence_dim >= 0 ? reduce_scatter_sequence(partial, group_, options_.sequence_dim)
                                                   : reduce_from_region(partial, group_);
-        return bias_.defined() ? y + bias_ : y;
+        if (!bias_.defined()) return y;
+        // Sequence parallelism: each rank adds the bias to its positions only; its gradient is summed over tp.
+        return y + (options_.sequence_dim >= 0 ? copy_to_region(bias_, group_) : bias_);
     }
     const at::Tensor &bias() const override { return bias_; }
 

@@ -4,6 +4,7 @@
 #include "config/accelerator_config.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
+#include "model/gpt_model.hpp"
 #include "model/model.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
 #include "parallel/ddp.hpp"
@@ -116,8 +117,15 @@ private:
 
 } // namespace
 
-std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &mesh)
+std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &mesh, bool sequence_parallel)
 {
+    if (sequence_parallel) {
+        auto *gpt = dynamic_cast<GptModel *>(&model);
+        if (gpt == nullptr)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel: sequence parallelism is "
+                                          "built for the gpt model only");
+        gpt->set_sequence_parallel(true);
+    }
     auto *planned = dynamic_cast<TensorParallelModel *>(&model);
     if (planned == nullptr)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_size: tensor parallelism has plans for the gpt and llama "
@@ -130,10 +138,11 @@ std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &
 }
 
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
-                                                         const config::DistributedDataParallelKwargs &ddp)
+                                                         const config::DistributedDataParallelKwargs &ddp,
+                                                         bool sequence_parallel)
 {
     using distributed::MeshDim;
-    std::vector<at::Tensor> split = apply_plan(model, mesh), replicated;
+    std::vector<at::Tensor> split = apply_plan(model, mesh, sequence_parallel), replicated;
     for (const auto &[name, p] : model.named_parameters())
         if (std::none_of(split.begin(), split.end(), [&p = p](const at::Tensor &s) { return s.is_same(p); }))
             replicated.push_back(p);

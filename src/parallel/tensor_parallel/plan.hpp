@@ -29,10 +29,12 @@ namespace accel::parallel::tp {
 
 // The model's plan applied over the mesh's tp group (its parameters narrowed to this rank's slices, its linears
 // swapped); returns the split parameters (the rest are replicated over tp). For callers that wrap the model
-// themselves (the sharding engine: TP inside FSDP / ZeRO).
-std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &mesh);
+// themselves (the sharding engine: TP inside FSDP / ZeRO). `sequence_parallel` (tp_handler.sequence_parallel):
+// Megatron's sequence parallelism too (the gpt model only; UNIMPLEMENTED naming the key for others).
+std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &mesh, bool sequence_parallel = false);
 
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
-                                                         const config::DistributedDataParallelKwargs &ddp);
+                                                         const config::DistributedDataParallelKwargs &ddp,
+                                                         bool sequence_parallel = false);
 
 } // namespace accel::parallel::tp

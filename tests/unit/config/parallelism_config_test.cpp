@@ -146,6 +146,12 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
     EXPECT_EQ(c.parallelism.cp_size, 2);
     EXPECT_EQ(c.parallelism.tp_size, 2);
     EXPECT_EQ(c.parallelism.cp_comm_strategy, "alltoall");
+    // Megatron's sequence parallelism rides on tensor parallelism: named when tp_size is 1.
+    EXPECT_TRUE(parse_accelerator_config(
+                    "{\"parallelism_config\": {\"tp_size\": 4, \"tp_handler\": {\"sequence_parallel\": true}}}")
+                    .parallelism.sequence_parallel);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_replicate_size\": 4, \"tp_handler\": {\"sequence_parallel\": true}}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.tp_handler.sequence_parallel: splits the sequence");
     // Ulysses (sp_size) runs on the cp axis: alone, with the data dimensions and TP, not with cp_size.
     c = accel::config::parse_accelerator_config("{\"parallelism_config\": {\"sp_size\": 4}}");
     EXPECT_EQ(c.parallelism.sp_size, 4);
