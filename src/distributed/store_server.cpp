@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -63,8 +64,8 @@ StoreServer::StoreServer(int port, std::string token, std::chrono::milliseconds 
 {
     std::string why;
     listen_fd_ = listen_on(port, &why);
-    if (listen_fd_ < 0)
-        fail(ACCEL_ERR_UNAVAILABLE, "cannot host the rendezvous store on port " + std::to_string(port) + ": " + why);
+    if (listen_fd_ < 0) // a runtime_error as TCPStore's: open_store adds the busy port's hint from its text
+        throw std::runtime_error("cannot host the rendezvous store on port " + std::to_string(port) + ": " + why);
     acceptor_ = std::thread([this] { accept_loop(); });
 }
 

@@ -23,7 +23,7 @@ namespace accel::distributed::rdzv {
 
 class StoreServer {
 public:
-    // Listens on every interface at `port` (IPv6 with IPv4 mapped when the machine has IPv6). UNAVAILABLE
+    // Listens on every interface at `port` (IPv6 with IPv4 mapped when the machine has IPv6). std::runtime_error
     // naming the port when it cannot ("Address already in use" kept in the message for the caller's hint).
     StoreServer(int port, std::string token, std::chrono::milliseconds handshake_timeout);
     ~StoreServer(); // stops serving: every connection closed, every thread joined
