@@ -532,9 +532,10 @@ CASES = [  # (name, accel launch flags, accelerate launch flags, the agreed diff
 ]
 
 
-# accel launch's own channel to its children, not a setting: the folder where the ranks tell its watchdog their
-# timeout (src/cli/launch_watchdog.hpp).
-LAUNCH_INTERNAL = ("ACCEL_LAUNCH_STATE_DIR",)
+# accel launch's own channels to its children, not settings: the folder where the ranks tell its watchdog their
+# timeout (src/cli/launch_watchdog.hpp), and the rendezvous token it generates for a single-machine job
+# (src/distributed/rdzv_wire.hpp; Accelerate's store takes anyone).
+LAUNCH_INTERNAL = ("ACCEL_LAUNCH_STATE_DIR", "ACCEL_RDZV_TOKEN")
 
 
 def differences(mine, real):
