@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CHECK(call)                                                                                        \
     do {                                                                                                   \
@@ -43,6 +45,51 @@ static inline double status_mib(const char *key)
         if (strncmp(line, key, strlen(key)) == 0) kb = atof(line + strlen(key));
     fclose(f);
     return kb / 1024.0;
+}
+
+/* The resident set now and its peak so far, in bytes (/proc/self/statm, getrusage). */
+static inline long long rss_bytes(void)
+{
+    long long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL || fscanf(f, "%lld %lld", &pages, &resident) != 2) resident = -1;
+    if (f) fclose(f);
+    return resident * sysconf(_SC_PAGESIZE);
+}
+
+static inline long long peak_rss_bytes(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (long long)ru.ru_maxrss * 1024;
+}
+
+/* The parallelism benchmarks' token stream (n ids below `vocab`, the same on every rank) and one causal-LM
+ * train_step on the loader's next batch, returning its loss. */
+static inline int64_t *bench_tokens(int64_t n, int64_t vocab)
+{
+    int64_t *tokens = (int64_t *)malloc((size_t)n * sizeof *tokens);
+    if (tokens == NULL) {
+        fprintf(stderr, "out of memory for %lld tokens\n", (long long)n);
+        exit(1);
+    }
+    for (int64_t i = 0; i < n; ++i) tokens[i] = (i * 7 + i / 13 + (i * i) % 29) % vocab;
+    return tokens;
+}
+
+static inline double bench_lm_step(accel_accelerator_t *acc, accel_model_t *model, accel_optimizer_t *opt,
+                                   accel_dataloader_t *dl)
+{
+    accel_batch_t *b = NULL;
+    double loss = 0.0;
+    CHECK(accel_dataloader_next(dl, &b));
+    if (b == NULL) {
+        fprintf(stderr, "the loader ran out of batches\n");
+        exit(1);
+    }
+    CHECK(accel_accelerator_train_step(acc, model, opt, NULL, b, "causal_lm", &loss));
+    accel_batch_free(b);
+    return loss;
 }
 
 /* The checkpoint and offload benchmarks' workload: an MLP of four 2048 x 2048 layers (16.8 M parameters)

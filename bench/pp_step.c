@@ -4,59 +4,7 @@
  * (bench/pp_step.sh runs GPipe and 1F1B and prints the ratios and the bubble). Each step's loss is printed, so
  * the script also checks that the pipeline trains as one process does.
  * Usage: bench_pp_step [T] [batch] [steps] ['<accelerator config JSON>'] */
-#include <accel/accel.h>
-
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/resource.h>
-#include <time.h>
-#include <unistd.h>
-
-#define OK(call)                                                                                                       \
-    do {                                                                                                               \
-        accel_status_t st_ = (call);                                                                                   \
-        if (st_ != ACCEL_OK) {                                                                                         \
-            fprintf(stderr, "bench_pp_step: %s: %s: %s\n", #call, accel_status_name(st_), accel_last_error_message()); \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static long long rss_bytes(void)
-{
-    long long pages = 0, resident = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f == NULL || fscanf(f, "%lld %lld", &pages, &resident) != 2) resident = -1;
-    if (f) fclose(f);
-    return resident * sysconf(_SC_PAGESIZE);
-}
-
-static long long peak_rss_bytes(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (long long)ru.ru_maxrss * 1024;
-}
-
-static double step(accel_accelerator_t *acc, accel_model_t *model, accel_optimizer_t *opt, accel_dataloader_t *dl)
-{
-    accel_batch_t *b = NULL;
-    double loss = 0.0;
-    OK(accel_dataloader_next(dl, &b));
-    if (b == NULL) {
-        fprintf(stderr, "bench_pp_step: the loader ran out of batches\n");
-        exit(1);
-    }
-    OK(accel_accelerator_train_step(acc, model, opt, NULL, b, "causal_lm", &loss));
-    accel_batch_free(b);
-    return loss;
-}
+#include "bench_common.h"
 
 int main(int argc, char **argv)
 {
@@ -71,8 +19,7 @@ int main(int argc, char **argv)
              " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}",
              VOCAB, T);
     const int64_t n = (int64_t)T * batch * (steps + 2) + 1;
-    int64_t *tokens = malloc((size_t)n * sizeof *tokens);
-    for (int64_t i = 0; i < n; ++i) tokens[i] = (i * 7 + i / 13 + (i * i) % 29) % VOCAB;
+    int64_t *tokens = bench_tokens(n, VOCAB);
     char dl_config[128];
     snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": %d}", T, batch);
 
@@ -83,23 +30,23 @@ int main(int argc, char **argv)
     accel_tensor_t *stream = NULL;
     int64_t shape[1] = {n};
     int32_t rank = 0, world = 1;
-    OK(accel_random_set_seed(0, false, false));
-    OK(accel_accelerator_create(config, &acc));
-    OK(accel_accelerator_get_process_index(acc, &rank));
-    OK(accel_accelerator_get_num_processes(acc, &world));
-    OK(accel_model_create_from_json(spec, &model));
-    OK(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.05}", &opt));
-    OK(accel_tensor_create(tokens, (size_t)n * sizeof *tokens, ACCEL_DTYPE_INT64, shape, 1, &stream));
-    OK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
-    OK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+    CHECK(accel_random_set_seed(0, false, false));
+    CHECK(accel_accelerator_create(config, &acc));
+    CHECK(accel_accelerator_get_process_index(acc, &rank));
+    CHECK(accel_accelerator_get_num_processes(acc, &world));
+    CHECK(accel_model_create_from_json(spec, &model));
+    CHECK(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.05}", &opt));
+    CHECK(accel_tensor_create(tokens, (size_t)n * sizeof *tokens, ACCEL_DTYPE_INT64, shape, 1, &stream));
+    CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
+    CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
 
     const long long before = rss_bytes();
-    double loss = step(acc, model, opt, dl);
+    double loss = bench_lm_step(acc, model, opt, dl);
     const long long activation = peak_rss_bytes() - before;
     printf("rank %d step 0 loss %.6f\n", rank, loss);
     const double t0 = now();
     for (int s = 1; s < steps; ++s) {
-        loss = step(acc, model, opt, dl);
+        loss = bench_lm_step(acc, model, opt, dl);
         printf("rank %d step %d loss %.6f\n", rank, s, loss);
     }
     const double seconds = now() - t0;

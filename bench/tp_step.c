@@ -17,8 +17,7 @@ int main(int argc, char **argv)
              " \"max_position_embeddings\": %d, \"tie_word_embeddings\": false}",
              VOCAB, T);
     const int64_t n = (int64_t)T * BATCH * (steps + 1) + 1;
-    int64_t *tokens = malloc((size_t)n * sizeof *tokens);
-    for (int64_t i = 0; i < n; ++i) tokens[i] = (i * 7 + i / 13 + (i * i) % 29) % VOCAB;
+    int64_t *tokens = bench_tokens(n, VOCAB);
     char dl_config[128];
     snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": %d}", T, BATCH);
 

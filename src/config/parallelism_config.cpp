@@ -59,7 +59,10 @@ bool env_true(const char *name)
 void parse_handlers(JsonObject &o, ParallelismConfig &p)
 {
     if (auto tp = o.get_object("tp_handler")) { // TorchTensorParallelConfig
-        tp->get_bool("enable_async_tp", false);
+        if (tp->get_bool("enable_async_tp", false)) // an overlap of the tp collectives with the matmuls
+            fail(ACCEL_ERR_UNIMPLEMENTED, tp->path_of("enable_async_tp") +
+                                              ": true is not built yet (async tensor parallelism; the results are "
+                                              "the same without it): set it false");
         p.sequence_parallel = tp->get_bool("sequence_parallel", false);
         tp->finish();
     }

@@ -167,6 +167,8 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
                    "parallelism_config.pp_size: 2: pipeline parallelism with tensor");
     EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": \"interleaved_1f1b\"}}",
                    ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_schedule: \"interleaved_1f1b\" is not built yet");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"tp_size\": 2, \"tp_handler\": {\"enable_async_tp\": true}}}",
+                   ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.enable_async_tp: true is not built yet");
 }
 
 TEST_F(ParallelismConfigTest, BadConfigsNameTheKey)
