@@ -201,6 +201,17 @@ void Accelerator::prepare_model(Model &model)
     }
     // FP8: Linear layers run through the emulated delayed-scaling path (fails for TorchScript models).
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) model.enable_fp8(state_->config.fp8_recipe);
+    // dynamo_backend: "ofi" evaluates a TorchScript model through a frozen copy, rebuilt when the weights' version
+    // counters or storage change. The sharding and tp/pp/cp engines write weights through collectives that bump no
+    // counter, so "ofi" stays with one process or DDP (whose broadcasts bump them: parallel/ddp.cpp).
+    const auto splits = [this](distributed::MeshDim d) { return state_->mesh && state_->mesh->size(d) > 1; };
+    if (state_->config.dynamo_backend == "OFI" &&
+        (state_->config.sharding.enabled() || splits(distributed::MeshDim::Tp) || splits(distributed::MeshDim::Pp) ||
+         splits(distributed::MeshDim::Cp)))
+        fail(ACCEL_ERR_UNIMPLEMENTED, "dynamo_backend: \"ofi\" is not supported with fsdp_plugin, deepspeed_plugin or "
+                                      "parallelism_config's tp/pp/cp dimensions: their collectives rewrite the weights "
+                                      "without the version counters the frozen copy is checked against; use \"no\"");
+    model.set_compile_backend(state_->config.dynamo_backend);
     // parallelism_config.cp_size (or sp_size: Ulysses) > 1: attention over the whole sequence through the cp
     // group; the wrappers below average the gradients over dp_cp.
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Cp) > 1)

@@ -33,8 +33,9 @@ std::string parse_dynamo(JsonObject &root)
 {
     std::string backend;
     if (auto plugin = root.get_object("dynamo_plugin")) {
-        // TorchDynamoPlugin's fields: with "no" or "eager" nothing is compiled, so mode, fullgraph, dynamic, options
-        // and the rest change nothing (as in Accelerate with backend "no"); they are still type-checked.
+        // TorchDynamoPlugin's fields: with "no" or "eager" nothing is compiled and "ofi" has no such settings, so mode,
+        // fullgraph, dynamic, options and the rest change nothing (as in Accelerate with backend "no"); they are still
+        // type-checked.
         if (auto b = plugin->get_optional_string("backend")) backend = check_dynamo_backend(*b, plugin->path_of("backend"));
         plugin->get_enum("mode", "default", {"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"});
         plugin->get_bool("fullgraph", false);
@@ -443,7 +444,7 @@ std::string to_json(const AcceleratorConfig &c)
     else w.add_null("data_seed");
     w.end_object();
     w.add("rng_types", c.rng_types).add("step_scheduler_with_optimizer", c.step_scheduler_with_optimizer);
-    w.add("dynamo_backend", c.dynamo_backend == "EAGER" ? "eager" : "no");
+    w.add("dynamo_backend", c.dynamo_backend == "EAGER" ? "eager" : c.dynamo_backend == "OFI" ? "ofi" : "no");
     w.begin_object("kwargs_handlers")
         .begin_object("autocast")
         .add("enabled", c.autocast.enabled)

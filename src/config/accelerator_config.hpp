@@ -130,8 +130,9 @@ struct AcceleratorConfig {
     GradientAccumulationPlugin gradient_accumulation;
     DataLoaderConfiguration dataloader;
     std::vector<std::string> rng_types{"generator"};
-    // dynamo_backend / dynamo_plugin.backend / ACCELERATE_DYNAMO_BACKEND: "NO" or "EAGER" (config/dynamo.hpp); both
-    // run the model as written.
+    // dynamo_backend / dynamo_plugin.backend / ACCELERATE_DYNAMO_BACKEND: "NO" or "EAGER" (config/dynamo.hpp), both
+    // running the model as written, or "OFI": a TorchScript model evaluates through a frozen, optimized copy
+    // (Model::set_compile_backend).
     std::string dynamo_backend = "NO";
     bool step_scheduler_with_optimizer = true;
     AutocastKwargs autocast;

@@ -563,7 +563,7 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
             if (is_null(kv.second)) continue;
             if (k == "dynamo_backend") {
                 // The launcher upper-cases the backend (DynamoBackend(value.upper())) and exports it for the program:
-                // a Python Accelerate program may compile with it; libaccel takes "NO" and "EAGER" and refuses the
+                // a Python Accelerate program may compile with it; libaccel takes "NO", "EAGER", "OFI" and refuses the
                 // others when it creates an accelerator (config/dynamo.hpp), which the warning says beforehand.
                 std::string v = upper(r.get_string(where, kv.second));
                 c.dynamo_env["ACCELERATE_DYNAMO_BACKEND"] = v;
@@ -573,7 +573,7 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
                     if (e.code() != ACCEL_ERR_UNIMPLEMENTED) throw;
                     warn(where, "\"" + v + "\" is exported as ACCELERATE_DYNAMO_BACKEND for Python Accelerate programs; "
                                 "libaccel refuses it when an accelerator is created (torch.compile exists only in Python "
-                                "PyTorch; accel runs \"no\" and \"eager\")");
+                                "PyTorch; accel runs \"no\", \"eager\" and \"ofi\")");
                 }
             } else if (k == "dynamo_mode") {
                 c.dynamo_env["ACCELERATE_DYNAMO_MODE"] = r.get_string(where, kv.second);

@@ -45,7 +45,7 @@ struct ClusterConfig {
     std::vector<std::string> deepspeed_fields;
     bool mixed_precision_given = false;
     // ACCELERATE_DYNAMO_* from dynamo_config, as `accelerate launch` exports them (the launcher sets its
-    // defaults for the others). libaccel runs "NO" and "EAGER" and refuses the others (config/dynamo.hpp).
+    // defaults for the others). libaccel runs "NO", "EAGER" and "OFI" and refuses the others (config/dynamo.hpp).
     std::map<std::string, std::string> dynamo_env;
     // parallelism_config: PARALLELISM_CONFIG_* and ACCELERATE_USE_PARALLELISM_CONFIG=true, as `accelerate launch`
     // exports them from its --parallelism_config_* flags (empty when the file has no such section).

@@ -104,6 +104,15 @@ void Model::enable_fp8(const config::FP8RecipeKwargs &)
                                   "layers run through accel's FP8 emulation); this model type does not support it");
 }
 
+void Model::set_compile_backend(const std::string &backend)
+{
+    if (backend == "NO" || backend == "EAGER") return;
+    fail(ACCEL_ERR_UNIMPLEMENTED, "dynamo_backend: \"" + backend + "\" needs a TorchScript model "
+                                  "(accel_model_create_from_torchscript): it is TorchScript's freeze + "
+                                  "optimize_for_inference, and this model is built from torch::nn modules (a JSON "
+                                  "spec or a pretrained folder), which have no graph to freeze");
+}
+
 const at::Tensor *Model::find_own(const std::string &key) const
 {
     for (const auto *list : {&parameters_, &buffers_})

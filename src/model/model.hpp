@@ -97,6 +97,10 @@ public:
     // Prepares the Linear layers for emulated FP8 training (src/precision/fp8); called when a model is
     // prepared with mixed_precision "fp8". Idempotent. Models that cannot run it fail with UNIMPLEMENTED.
     virtual void enable_fp8(const config::FP8RecipeKwargs &recipe);
+    // dynamo_backend at prepare (config/dynamo.hpp's name: "NO", "EAGER", "OFI"). "NO" and "EAGER" run the model
+    // as written; "OFI" (TorchScript's freeze + optimize_for_inference for evaluation) is TorchScript models' own,
+    // and other models fail with UNIMPLEMENTED naming why.
+    virtual void set_compile_backend(const std::string &backend);
 
     // The model's sub-modules in forward order, each parameter in at most one of them (tied weights
     // under their first owner). Empty for models without a known structure (TorchScript).

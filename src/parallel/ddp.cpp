@@ -156,6 +156,9 @@ struct DistributedDataParallel::Impl {
         at::Tensor t = target.contiguous();
         comm->broadcast(t, root);
         if (t.data_ptr() != target.data_ptr()) target.copy_(t);
+        // The collective wrote the memory as no tensor op does: what caches the values (dynamo_backend "ofi"'s
+        // frozen copy) checks the version counter.
+        else torch::autograd::impl::bump_version(target);
     }
 
     void finish()

@@ -1,6 +1,7 @@
 // config/accelerator_config: defaults, environment precedence, strictness, default-only sections, to_json.
 #include "common/error.hpp"
 #include "config/accelerator_config.hpp"
+#include "config/dynamo.hpp"
 
 #include <torch/cuda.h>
 #include <cjson/cJSON.h>
@@ -15,6 +16,7 @@
 
 using accel::Error;
 using accel::config::AcceleratorConfig;
+using accel::config::check_dynamo_backend;
 using accel::config::parse_accelerator_config;
 using accel::config::to_json;
 
@@ -532,7 +534,7 @@ TEST_F(AcceleratorConfigTest, Fp8RecipeKwargs)
                               ACCEL_ERR_INVALID_ARGUMENT, "kwargs_handlers.fp8_recipe.override_linear_precision: ");
 }
 
-// dynamo_backend / dynamo_plugin / ACCELERATE_DYNAMO_BACKEND (config/dynamo.hpp): "no" and "eager" in any case,
+// dynamo_backend / dynamo_plugin / ACCELERATE_DYNAMO_BACKEND (config/dynamo.hpp): "no", "eager" and "ofi" in any case,
 // the backends that need torch.compile refused by name, unknown names invalid; JSON over the environment.
 TEST_F(AcceleratorConfigTest, DynamoBackendsMappedHonestly)
 {
@@ -548,7 +550,14 @@ TEST_F(AcceleratorConfigTest, DynamoBackendsMappedHonestly)
     EXPECT_PARSE_ERROR("{\"dynamo_backend\": \"inductor\"}", ACCEL_ERR_UNIMPLEMENTED,
                        "dynamo_backend: \"inductor\" compiles the model with torch.compile (TorchDynamo), which exists "
                        "only in Python PyTorch, not in LibTorch's C++ API; accel accepts \"no\" and \"eager\" (both run "
-                       "the model as written)");
+                       "the model as written) and \"ofi\" (TorchScript models' freeze + optimize_for_inference for "
+                       "evaluation)");
+    // "ofi": TorchScript's freeze + optimize_for_inference (Model::set_compile_backend), any case, reported lower-case.
+    EXPECT_EQ(check_dynamo_backend("ofi", "k"), "OFI");
+    EXPECT_EQ(check_dynamo_backend("OFI", "k"), "OFI");
+    auto ofi = parse_accelerator_config("{\"dynamo_plugin\": {\"backend\": \"Ofi\"}}");
+    EXPECT_EQ(ofi.dynamo_backend, "OFI");
+    EXPECT_NE(to_json(ofi).find("\"dynamo_backend\":\"ofi\""), std::string::npos) << to_json(ofi);
     EXPECT_PARSE_ERROR_STARTS("{\"dynamo_plugin\": {\"backend\": \"CUDAGRAPHS\"}}", ACCEL_ERR_UNIMPLEMENTED,
                               "dynamo_plugin.backend: \"CUDAGRAPHS\" compiles the model with torch.compile");
     EXPECT_PARSE_ERROR_STARTS("{\"dynamo_backend\": \"turbo\"}", ACCEL_ERR_INVALID_ARGUMENT,

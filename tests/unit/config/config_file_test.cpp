@@ -169,9 +169,11 @@ TEST(ConfigFile, KeysThatDoNotApplyAreWarnings)
     EXPECT_TRUE(parse_cluster_config("distributed_type: NO\nrdzv_backend: static\ndynamo_config:\n  dynamo_backend: 'NO'\n",
                                      "d.yaml")
                     .warnings.empty());
-    // dynamo backends (config/dynamo.hpp): "eager" runs in libaccel (no warning), a compiling backend is exported with
-    // a warning that libaccel refuses it, an unknown name is an error naming the key.
+    // dynamo backends (config/dynamo.hpp): "eager" and "ofi" run in libaccel (no warning), a compiling backend is
+    // exported with a warning that libaccel refuses it, an unknown name is an error naming the key.
     EXPECT_TRUE(parse_cluster_config("distributed_type: NO\ndynamo_config:\n  dynamo_backend: eager\n", "e.yaml")
+                    .warnings.empty());
+    EXPECT_TRUE(parse_cluster_config("distributed_type: NO\ndynamo_config:\n  dynamo_backend: OFI\n", "o.yaml")
                     .warnings.empty());
     EXPECT_NE(error_of("distributed_type: NO\ndynamo_config:\n  dynamo_backend: turbo\n")
                   .find("cfg.yaml: dynamo_config.dynamo_backend: expected one of Accelerate's dynamo backends"),
