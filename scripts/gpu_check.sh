@@ -72,6 +72,13 @@ else echo "MLP over NCCL: outputs differ"; head -20 "$out/mlp_diff.txt"; fi
 timeout 120 $b/bin/accel launch --num_processes 2 --main_process_port 29533 $b/examples/train_mlp "$nccl_cfg" \
     > "$out/two_ranks.txt" 2>&1
 echo "two ranks on one GPU: exit $?"; tail -15 "$out/two_ranks.txt"
+# CPU affinity near the GPU (issue 41.4, tested here only on fake sysfs trees): the CPUs a process started by
+# accel launch --enable_cpu_affinity may use should lie within GPU 0's local_cpulist (printed side by side).
+gpu_bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | head -1 | cut -c5- | tr 'A-F' 'a-f')
+echo "GPU 0 ($gpu_bus) local_cpulist: $(cat "/sys/bus/pci/devices/$gpu_bus/local_cpulist" 2>&1)"
+timeout 60 $b/bin/accel launch --enable_cpu_affinity --num_processes 1 /bin/sh -c 'grep Cpus_allowed_list /proc/self/status' \
+    > "$out/affinity.txt" 2>&1
+echo "under accel launch --enable_cpu_affinity: $(grep -h Cpus_allowed_list "$out/affinity.txt" || tail -3 "$out/affinity.txt")"
 if [ "${GPU_CHECK_SUITE:-0}" = 1 ]; then
     # The rest of the single-process suite against this LibTorch (gloo-based entries fail where it has no Gloo).
     # Models and batches go to the GPU by default; the entries that fail there run again on the CPU
