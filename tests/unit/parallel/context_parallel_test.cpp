@@ -87,17 +87,14 @@ at::Tensor whole_attention(const at::Tensor &q, const at::Tensor &k, const at::T
     return at::matmul(at::softmax(s, -1), v);
 }
 
-void check_attention(int32_t n, cp::Strategy strategy, bool causal)
+// cp::attention with `strategy` on n thread ranks, each given its sequence shards of q, k, v: every rank's
+// output and input gradients equal its shards of the whole computation's (`want`, and the gradients that
+// want.backward(gy) left in rq, rk, rv).
+void expect_shards_equal_whole(int32_t n, cp::Strategy strategy, const at::Tensor &q, const at::Tensor &k,
+                               const at::Tensor &v, const at::Tensor &gy, const at::Tensor &want, const at::Tensor &rq,
+                               const at::Tensor &rk, const at::Tensor &rv, double scale, bool causal,
+                               const std::string &what)
 {
-    at::manual_seed(5);
-    const int64_t B = 2, H = 3, T = 8 * n, D = 4;
-    const double scale = 0.37;
-    at::Tensor q = at::randn({B, H, T, D}, at::kDouble), k = at::randn({B, H, T, D}, at::kDouble),
-               v = at::randn({B, H, T, D}, at::kDouble), gy = at::randn({B, H, T, D}, at::kDouble);
-    at::Tensor rq = q.clone().requires_grad_(true), rk = k.clone().requires_grad_(true), rv = v.clone().requires_grad_(true);
-    at::Tensor want = whole_attention(rq, rk, rv, scale, causal);
-    want.backward(gy);
-    const std::string what = std::string(cp::strategy_name(strategy)) + (causal ? " causal" : " full") + " on cp " + std::to_string(n);
     dist::run_on_threads(n, [&](const std::shared_ptr<dist::Communicator> &comm) {
         const int32_t r = comm->rank();
         cp::ContextParallel c{comm, strategy};
@@ -113,6 +110,20 @@ void check_attention(int32_t n, cp::Strategy strategy, bool causal)
         expect_close(lk.grad(), cp::shard_sequence(rk.grad(), 2, r, n), what + " dk", 1e-12);
         expect_close(lv.grad(), cp::shard_sequence(rv.grad(), 2, r, n), what + " dv", 1e-12);
     });
+}
+
+void check_attention(int32_t n, cp::Strategy strategy, bool causal)
+{
+    at::manual_seed(5);
+    const int64_t B = 2, H = 3, T = 8 * n, D = 4;
+    const double scale = 0.37;
+    at::Tensor q = at::randn({B, H, T, D}, at::kDouble), k = at::randn({B, H, T, D}, at::kDouble),
+               v = at::randn({B, H, T, D}, at::kDouble), gy = at::randn({B, H, T, D}, at::kDouble);
+    at::Tensor rq = q.clone().requires_grad_(true), rk = k.clone().requires_grad_(true), rv = v.clone().requires_grad_(true);
+    at::Tensor want = whole_attention(rq, rk, rv, scale, causal);
+    want.backward(gy);
+    const std::string what = std::string(cp::strategy_name(strategy)) + (causal ? " causal" : " full") + " on cp " + std::to_string(n);
+    expect_shards_equal_whole(n, strategy, q, k, v, gy, want, rq, rk, rv, scale, causal, what);
 }
 
 TEST(ContextParallelAttention, BothStrategiesEqualOneProcess)
@@ -156,21 +167,7 @@ void check_ulysses_attention(int32_t n, int64_t H, int64_t KV, bool causal)
     want.backward(gy);
     const std::string what = "ulysses " + std::to_string(H) + "/" + std::to_string(KV) + " heads" +
                              (causal ? " causal" : " full") + " on sp " + std::to_string(n);
-    dist::run_on_threads(n, [&](const std::shared_ptr<dist::Communicator> &comm) {
-        const int32_t r = comm->rank();
-        cp::ContextParallel c{comm, cp::Strategy::Ulysses};
-        auto part = [&](const at::Tensor &t) { return cp::shard_sequence(t, 2, r, n).clone().requires_grad_(true); };
-        at::Tensor lq = part(q), lk = part(k), lv = part(v);
-        cp::AttentionSpec spec;
-        spec.scale = scale;
-        spec.causal = causal;
-        at::Tensor y = cp::attention(c, lq, lk, lv, spec);
-        expect_close(y, cp::shard_sequence(want, 2, r, n), what + " output", 1e-12);
-        y.backward(cp::shard_sequence(gy, 2, r, n));
-        expect_close(lq.grad(), cp::shard_sequence(rq.grad(), 2, r, n), what + " dq", 1e-12);
-        expect_close(lk.grad(), cp::shard_sequence(rk.grad(), 2, r, n), what + " dk", 1e-12);
-        expect_close(lv.grad(), cp::shard_sequence(rv.grad(), 2, r, n), what + " dv", 1e-12);
-    });
+    expect_shards_equal_whole(n, cp::Strategy::Ulysses, q, k, v, gy, want, rq, rk, rv, scale, causal, what);
 }
 
 TEST(ContextParallelUlysses, AttentionEqualsOneProcess)
