@@ -128,10 +128,111 @@ slurm_env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": sbatch["job-name"], "SLUR
 if training_lines(text) != ref_lines:
     failures.append("train.sbatch: rank 0 printed %s, accel launch -n 2 printed %s" % (training_lines(text), ref_lines))
 
+# Ray Train: the example run as it is, with a stand-in `ray` package whose TorchTrainer does what Ray Train's does
+# in each worker (ray.train.torch's _TorchBackend.on_start and _set_torch_distributed_env_vars): MASTER_ADDR /
+# MASTER_PORT, torch's process group opened on that port (rank 0 hosts its store), then RANK, LOCAL_RANK, WORLD_SIZE,
+# LOCAL_WORLD_SIZE, NODE_RANK, ACCELERATE_TORCH_DEVICE and runtime_env's env_vars; each worker a "node" of its own.
+# Without Python's torch here, a stand-in torch.distributed holds the port and broadcasts through a file.
+RAY_STUB = {
+    "ray/__init__.py": """
+RUNTIME_ENV_VARS = {}
+def init(runtime_env=None, **_):
+    RUNTIME_ENV_VARS.update((runtime_env or {}).get("env_vars", {}))
+""",
+    "ray/train/__init__.py": """
+import os
+class ScalingConfig:
+    def __init__(self, num_workers=1, use_gpu=False, **_):
+        self.num_workers, self.use_gpu = num_workers, use_gpu
+class _Context:
+    def get_world_rank(self): return int(os.environ["RANK"])
+    def get_world_size(self): return int(os.environ["WORLD_SIZE"])
+    def get_local_rank(self): return int(os.environ["LOCAL_RANK"])
+def get_context(): return _Context()
+""",
+    "ray/train/torch/__init__.py": """
+import os, socket, traceback
+import ray
+import torch.distributed as dist
+class TorchConfig:
+    def __init__(self, backend=None, init_method="env", timeout_s=1800):
+        self.backend = backend
+class TorchTrainer:
+    def __init__(self, train_loop_per_worker, train_loop_config=None, scaling_config=None, torch_config=None, **_):
+        self.fn, self.config, self.scaling = train_loop_per_worker, train_loop_config, scaling_config
+        self.backend = (torch_config.backend if torch_config else None) or "gloo"
+    def fit(self):
+        n = self.scaling.num_workers
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        pids = []
+        for rank in range(n):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.environ.update(ray.RUNTIME_ENV_VARS)
+                    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                    dist.init_process_group(self.backend, init_method="env://", rank=rank, world_size=n)
+                    os.environ.update(LOCAL_RANK="0", RANK=str(rank), LOCAL_WORLD_SIZE="1", WORLD_SIZE=str(n),
+                                      NODE_RANK=str(rank), ACCELERATE_TORCH_DEVICE="cpu")
+                    self.fn(self.config)
+                    os._exit(0)
+                except BaseException:
+                    traceback.print_exc()
+                    os._exit(1)
+            pids.append(pid)
+        failed = [r for r, pid in enumerate(pids) if os.waitpid(pid, 0)[1] != 0]
+        if failed:
+            raise RuntimeError("ray stand-in: workers %s failed" % failed)
+""",
+}
+FAKE_TORCH = {
+    "torch/__init__.py": "",
+    "torch/distributed.py": """
+import json, os, socket, time
+_state = {"n": 0}
+def init_process_group(backend, init_method="env://", rank=0, world_size=1, **_):
+    _state.update(rank=rank)
+    if rank == 0:  # rank 0 hosts the process group's store on MASTER_PORT, as torch's TCPStore does
+        s = socket.socket()
+        s.bind(("", int(os.environ["MASTER_PORT"])))
+        s.listen()
+        _state["store"] = s
+def broadcast_object_list(objs, src=0):
+    path = os.path.join(os.environ["FAKE_DIST_DIR"], "broadcast%d" % _state["n"])
+    _state["n"] += 1
+    if _state["rank"] == src:
+        with open(path + ".tmp", "w") as f:
+            json.dump(objs, f)
+        os.rename(path + ".tmp", path)
+        return
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    with open(path) as f:
+        objs[:] = json.load(f)
+""",
+}
+stub = os.path.join(tmp, "ray-stub")
+try:
+    import torch.distributed  # noqa: F401  (Debian's python3-torch: Ray's process group for real)
+    stub_files = RAY_STUB
+except ImportError:
+    stub_files = dict(RAY_STUB, **FAKE_TORCH)
+for rel, text in stub_files.items():
+    os.makedirs(os.path.dirname(os.path.join(stub, rel)), exist_ok=True)
+    with open(os.path.join(stub, rel), "w") as f:
+        f.write(text)
+(text,) = run_nodes("ray_train.py", [([sys.executable, os.path.join(EXAMPLES, "ray_train.py"), "train_mlp"],
+                                      {"PYTHONPATH": stub, "FAKE_DIST_DIR": tmp, "PYTHONUNBUFFERED": "1"})])
+if training_lines(text) != ref_lines:
+    failures.append("ray_train.py: the workers printed %s, accel launch -n 2 printed %s" % (training_lines(text), ref_lines))
+
 if failures:
     print("FAILED:\n  " + "\n  ".join(failures))
     print("files kept in " + tmp)
     sys.exit(1)
 shutil.rmtree(tmp, ignore_errors=True)
-print("examples/clusters: the PyTorchJob manifest and the sbatch script train as accel launch -n 2 (%d lines equal)"
+print("examples/clusters: the PyTorchJob manifest, the sbatch script and the Ray Train script train as accel launch -n 2 "
+      "(%d lines equal)"
       % len(ref_lines))
