@@ -86,7 +86,9 @@ const char *kUsage =
     "      --parallelism_config_dp_replicate_size N, --parallelism_config_dp_shard_size N,\n"
     "      --parallelism_config_tp_size N, --parallelism_config_cp_size N, --parallelism_config_sp_size N,\n"
     "      --parallelism_config_cp_backend B, --parallelism_config_sp_backend B,\n"
-    "      --parallelism_config_cp_comm_strategy S   the device mesh (exported as PARALLELISM_CONFIG_* with\n"
+    "      --parallelism_config_cp_comm_strategy S, --parallelism_config_sp_seq_length N,\n"
+    "      --parallelism_config_sp_seq_length_is_variable B,\n"
+    "      --parallelism_config_sp_attn_implementation A   the device mesh (exported as PARALLELISM_CONFIG_* with\n"
     "                                 ACCELERATE_USE_PARALLELISM_CONFIG=true; --use_parallelism_config alone: all 1)\n"
     "      --debug                    ACCELERATE_DEBUG_MODE=true\n"
     "      --enable_cpu_affinity      each local process bound to its own block of CPUs (sched_setaffinity), with\n"
@@ -144,6 +146,9 @@ const ParallelismFlag kParallelismFlags[] = {
     {"--parallelism_config_cp_comm_strategy", "PARALLELISM_CONFIG_CP_COMM_STRATEGY", false},
 };
 
+    {"--parallelism_config_sp_seq_length", "PARALLELISM_CONFIG_SP_SEQ_LENGTH", false}, // may be "None"
+    {"--parallelism_config_sp_seq_length_is_variable", "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", false},
+    {"--parallelism_config_sp_attn_implementation", "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION", false},
 const ParallelismFlag *find_parallelism_flag(const std::string &flag)
 {
     for (const auto &f : kParallelismFlags)

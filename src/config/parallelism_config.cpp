@@ -54,6 +54,23 @@ bool env_true(const char *name)
     return v == "true";
 }
 
+// sp_handler.sp_attn_implementation: the kernel DeepSpeed's Ulysses runs on each rank's heads. "sdpa" is exact
+// attention, which accel's own computation is; the flash kernels (and hub-hosted ones) are not built; "eager"
+// and "flex_attention" Accelerate itself refuses.
+void check_sp_attn_implementation(const std::string &v, const std::string &where)
+{
+    if (v == "sdpa") return;
+    if (v == "eager" || v == "flex_attention")
+        fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": \"" + v + "\" is not supported with sequence parallelism (as in "
+                                                 "Accelerate); use \"sdpa\"");
+    if (v == "flash_attention_2" || v == "flash_attention_3" ||
+        (v.find('/') != std::string::npos && v.find("flash-attn") != std::string::npos))
+        fail(ACCEL_ERR_UNIMPLEMENTED, where + ": \"" + v + "\" is not built (accel computes exact attention itself, "
+                                              "as \"sdpa\" does); use \"sdpa\"");
+    fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": expected \"sdpa\", \"flash_attention_2\", \"flash_attention_3\" or "
+                                             "a hub-hosted flash attention kernel, got \"" + v + "\"");
+}
+
 // The handlers' fields as Accelerate names them; they only matter once their dimension is built, but a
 // typo is refused now.
 void parse_handlers(JsonObject &o, ParallelismConfig &p)
@@ -71,11 +88,31 @@ void parse_handlers(JsonObject &o, ParallelismConfig &p)
         cp->finish();
     }
     if (auto sp = o.get_object("sp_handler")) { // DeepSpeedSequenceParallelConfig
-        sp->get_optional_int("sp_seq_length", 1, INT32_MAX);
-        sp->get_bool("sp_seq_length_is_variable", true);
-        sp->get_optional_string("sp_attn_implementation");
+        if (auto n = sp->get_optional_int("sp_seq_length", 1, INT32_MAX)) p.sp_seq_length = *n;
+        p.sp_seq_length_is_variable = sp->get_bool("sp_seq_length_is_variable", p.sp_seq_length_is_variable);
+        if (auto a = sp->get_optional_string("sp_attn_implementation"))
+            check_sp_attn_implementation(*a, sp->path_of("sp_attn_implementation"));
         sp->finish();
     }
+}
+
+// sp_handler's environment, as DeepSpeedSequenceParallelConfig's __post_init__ reads it for fields left unset
+// (the launcher's --parallelism_config_sp_* flags and config-file keys arrive this way); the JSON overrides it.
+void sp_handler_from_env(ParallelismConfig &p)
+{
+    if (auto v = env_string("PARALLELISM_CONFIG_SP_SEQ_LENGTH"); v && *v != "None") {
+        const auto n = env_size("PARALLELISM_CONFIG_SP_SEQ_LENGTH");
+        if (*n < 1)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable PARALLELISM_CONFIG_SP_SEQ_LENGTH: must be at least 1, got " + *v);
+        p.sp_seq_length = *n;
+    }
+    if (auto v = env_string("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE")) {
+        std::string t = *v;
+        std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return std::tolower(ch); });
+        p.sp_seq_length_is_variable = t == "true";
+    }
+    if (auto v = env_string("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"))
+        check_sp_attn_implementation(*v, "environment variable PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION");
 }
 
 // The pipeline's keys (MegatronLMPlugin's num_micro_batches; accel's pp_schedule and pp_split_points). The
@@ -135,6 +172,7 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
     if (p.cp_backend != "torch")
         fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable PARALLELISM_CONFIG_CP_BACKEND: expected \"torch\", got \"" + p.cp_backend + "\"");
     if (p.sp_backend != "deepspeed")
+    sp_handler_from_env(p);
         fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable PARALLELISM_CONFIG_SP_BACKEND: expected \"deepspeed\", got \"" +
                                              p.sp_backend + "\"");
 
@@ -161,6 +199,9 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
                                           "together are not built yet; use one of them");
     // Pipeline stages compose with DDP only (src/parallel/pipeline): each stage is dp_replicate_size processes.
     if (p.pp_size > 1 && (p.dp_shard_size > 1 || p.tp_size > 1 || p.cp_size > 1 || p.sp_size > 1 || c.sharding.enabled()))
+    if (!p.sp_seq_length_is_variable && p.sp_seq_length == 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".sp_handler: with sp_seq_length_is_variable false, sp_seq_length "
+                                                  "must be given (or PARALLELISM_CONFIG_SP_SEQ_LENGTH)");
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".pp_size: " + std::to_string(p.pp_size) + ": pipeline parallelism with "
                                           "tensor, context or sequence parallelism, dp_shard_size or " + plugin +
                                           " is not built yet; it composes with DDP (dp_replicate_size)");

@@ -20,6 +20,11 @@ struct ParallelismConfig {
     std::string cp_backend = "torch";     // PARALLELISM_CONFIG_CP_BACKEND
     std::string sp_backend = "deepspeed"; // PARALLELISM_CONFIG_SP_BACKEND
     std::string cp_comm_strategy = "allgather"; // cp_handler.cp_comm_strategy
+    // sp_handler (DeepSpeedSequenceParallelConfig): with sp_seq_length_is_variable false, every batch the
+    // prepared loader splits over sp_size must be sp_seq_length long (DeepSpeed's Ulysses sizes its buffers
+    // from it); 0 when unset. accel pads and splits any length, so true (the default) needs no length.
+    int64_t sp_seq_length = 0;
+    bool sp_seq_length_is_variable = true;
     // tp_handler.sequence_parallel (Megatron's sequence_parallelism; transformers' "sequence_parallel" plan style):
     // the layer norms and dropouts between the tp regions run on a 1/tp shard of the sequence.
     bool sequence_parallel = false;
@@ -39,3 +44,5 @@ struct ParallelismConfig {
 };
 
 } // namespace accel::config
+    // The length every split batch must have (sp_handler's fixed sp_seq_length under Ulysses); 0: any.
+    int64_t fixed_sequence_length() const { return sp_size > 1 && !sp_seq_length_is_variable ? sp_seq_length : 0; }

@@ -265,7 +265,8 @@ Batch DataLoaderShard::placed(Batch b) const
 {
     // Context parallelism: each rank of a cp group gets its part of every sequence (the labels were shifted
     // over the whole sequence before).
-    if (state_ && state_->mesh) parallel::cp::split_batch(b, *state_->mesh);
+    if (state_ && state_->mesh)
+        parallel::cp::split_batch(b, *state_->mesh, state_->config.parallelism.fixed_sequence_length());
     // A prepared loader yields batches on the accelerator's device (the indices stay on the host: they
     // index the dataset).
     if (state_ && state_->places_on_device()) {

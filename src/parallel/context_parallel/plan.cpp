@@ -56,7 +56,7 @@ at::Tensor padded(const at::Tensor &t, int64_t length, double value)
 
 } // namespace
 
-void split_batch(Batch &batch, const distributed::DeviceMesh &mesh)
+void split_batch(Batch &batch, const distributed::DeviceMesh &mesh, int64_t fixed_length)
 {
     using distributed::MeshDim;
     const int32_t n = mesh.size(MeshDim::Cp), r = mesh.rank_in(MeshDim::Cp);
@@ -74,6 +74,11 @@ void split_batch(Batch &batch, const distributed::DeviceMesh &mesh)
     // real position sees a padded key, and padded labels are -100 (ignored), so the loss is the unpadded one's.
     const at::Tensor &first = batch.inputs.defined() ? batch.inputs : batch.labels.defined() ? batch.labels : batch.attention_mask;
     const int64_t length = first.defined() ? first.size(1) : 0, multiple = 2 * static_cast<int64_t>(n);
+    if (fixed_length != 0 && length != fixed_length)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: sequence length " + std::to_string(length) +
+                                             " differs from parallelism_config.sp_handler.sp_seq_length (" +
+                                             std::to_string(fixed_length) + "), which sp_seq_length_is_variable false "
+                                             "fixes; set it true for batches of varying length");
     const int64_t target = (length + multiple - 1) / multiple * multiple;
     auto split = [&](at::Tensor &t, double pad_value) {
         if (!t.defined()) return;

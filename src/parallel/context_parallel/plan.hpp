@@ -31,7 +31,8 @@ void prepare_context_parallel(Model &model, const distributed::DeviceMesh &mesh,
 // loader. A T that is not a multiple of 2 x cp_size is first padded at the end to the next one (inputs and the
 // attention mask with 0, labels with -100, PyTorch's ignore_index): causal attention keeps padded keys from
 // every real query, so the loss is the unpadded sequence's. INVALID_ARGUMENT naming the tensor when it has no
-// sequence dimension or its length differs from the inputs'.
-void split_batch(Batch &batch, const distributed::DeviceMesh &mesh);
+// sequence dimension or its length differs from the inputs', or from `fixed_length` when that is not 0
+// (ParallelismConfig::fixed_sequence_length).
+void split_batch(Batch &batch, const distributed::DeviceMesh &mesh, int64_t fixed_length = 0);
 
 } // namespace accel::parallel::cp

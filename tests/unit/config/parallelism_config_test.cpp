@@ -22,7 +22,9 @@ const char *const kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SI
                              "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "PARALLELISM_CONFIG_DP_SHARD_SIZE",
                              "PARALLELISM_CONFIG_TP_SIZE", "PARALLELISM_CONFIG_CP_SIZE", "PARALLELISM_CONFIG_SP_SIZE",
                              "PARALLELISM_CONFIG_CP_BACKEND", "PARALLELISM_CONFIG_SP_BACKEND", "ACCELERATE_USE_FSDP",
-                             "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_MIXED_PRECISION"};
+                             "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_MIXED_PRECISION",
+                             "PARALLELISM_CONFIG_SP_SEQ_LENGTH", "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE",
+                             "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"};
 
 // A job of `world` processes as the launcher describes it (rank 0); every variable above restored after.
 class ParallelismConfigTest : public ::testing::Test {
@@ -203,4 +205,38 @@ TEST_F(ParallelismConfigTest, BadConfigsNameTheKey)
     setenv("LOCAL_WORLD_SIZE", "2", 1); // two nodes of two
     EXPECT_REFUSED("{\"fsdp_plugin\": {\"sharding_strategy\": \"HYBRID_SHARD\"}, \"parallelism_config\": {\"dp_shard_size\": 4}}",
                    ACCEL_ERR_INVALID_ARGUMENT, "fsdp_plugin.sharding_strategy: HYBRID_SHARD with parallelism_config");
+}
+
+// sp_handler (DeepSpeedSequenceParallelConfig) as Accelerate reads it: a fixed length must be given with
+// sp_seq_length_is_variable false (the prepared loader then checks every batch against it:
+// ContextParallelGpt.RefusesWhatItCannotSplit), and the attention kernels accel does not have are refused by name.
+TEST_F(ParallelismConfigTest, SpHandlerIsHonouredOrRefused)
+{
+    world(2);
+    AcceleratorConfig c = parse_accelerator_config(
+        "{\"parallelism_config\": {\"sp_size\": 2, \"sp_handler\": {\"sp_seq_length\": 64, \"sp_seq_length_is_variable\": false}}}");
+    EXPECT_EQ(c.parallelism.fixed_sequence_length(), 64);
+    c = parse_accelerator_config("{\"parallelism_config\": {\"sp_size\": 2, \"sp_handler\": {\"sp_seq_length\": 64}}}");
+    EXPECT_EQ(c.parallelism.fixed_sequence_length(), 0); // variable by default: any length
+    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"sp_handler\": {\"sp_seq_length_is_variable\": false}}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "sp_seq_length must be given");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"sp_handler\": {\"sp_attn_implementation\": \"eager\"}}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "sp_handler.sp_attn_implementation: \"eager\" is not supported");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"sp_handler\": {\"sp_attn_implementation\": "
+                   "\"flash_attention_2\"}}}",
+                   ACCEL_ERR_UNIMPLEMENTED, "\"flash_attention_2\" is not built");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"sp_handler\": {\"sp_attn_implementation\": \"fast\"}}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "expected \"sdpa\"");
+    parse_accelerator_config("{\"parallelism_config\": {\"sp_size\": 2, \"sp_handler\": {\"sp_attn_implementation\": \"sdpa\"}}}");
+    // The environment the launcher's --parallelism_config_sp_* flags export.
+    setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true", 1);
+    setenv("PARALLELISM_CONFIG_SP_SIZE", "2", 1);
+    setenv("PARALLELISM_CONFIG_SP_SEQ_LENGTH", "32", 1);
+    setenv("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", "False", 1);
+    EXPECT_EQ(parse_accelerator_config("{}").parallelism.fixed_sequence_length(), 32);
+    setenv("PARALLELISM_CONFIG_SP_SEQ_LENGTH", "None", 1);
+    EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "sp_seq_length must be given");
+    setenv("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", "true", 1);
+    setenv("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION", "flex_attention", 1);
+    EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION: \"flex_attention\"");
 }

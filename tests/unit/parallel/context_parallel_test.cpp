@@ -540,6 +540,17 @@ TEST(ContextParallelGpt, RefusesWhatItCannotSplit)
         b.inputs = at::zeros({1, 6}, at::kLong);
         b.labels = at::zeros({1, 5}, at::kLong); // another length
         EXPECT_THROW(cp::split_batch(b, mesh), accel::Error);
+        // sp_handler's fixed sp_seq_length: another length is refused naming it, the same one split.
+        b.inputs = at::zeros({1, 6}, at::kLong); // (the refusal above came after the inputs were split)
+        b.labels = at::zeros({1, 6}, at::kLong);
+        try {
+            cp::split_batch(b, mesh, 8);
+            ADD_FAILURE() << "length 6 accepted for sp_seq_length 8";
+        } catch (const accel::Error &e) {
+            EXPECT_NE(std::string(e.what()).find("sp_seq_length (8)"), std::string::npos) << e.what();
+        }
+        cp::split_batch(b, mesh, 6);
+        EXPECT_EQ(b.inputs.size(1), 4); // padded to 8, rank 0's half
         // An odd part, or more positions than the model has (2 ranks x 6 > 8): refused by name.
         EXPECT_THROW(m->forward(at::zeros({1, 3}, at::kLong)), accel::Error);
         try {
