@@ -120,13 +120,23 @@ void sp_handler_from_env(ParallelismConfig &p)
 void parse_pipeline(JsonObject &o, ParallelismConfig &p)
 {
     p.num_micro_batches = static_cast<int32_t>(o.get_int("num_micro_batches", p.num_micro_batches, 1, INT32_MAX));
-    p.pp_schedule = o.get_enum("pp_schedule", p.pp_schedule, {"gpipe", "1f1b", "interleaved_1f1b"});
-    if (p.pp_schedule == "interleaved_1f1b")
-        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("pp_schedule") + ": \"" + p.pp_schedule +
-                                          "\" is not built yet; use \"gpipe\" or \"1f1b\"");
+    const char *lpv = "num_layers_per_virtual_pipeline_stage", *vpr = "num_virtual_stages_per_pipeline_rank";
+    p.num_layers_per_virtual_pipeline_stage = o.get_int(lpv, 0, 1, INT32_MAX);
+    p.num_virtual_stages_per_pipeline_rank = static_cast<int32_t>(o.get_int(vpr, 0, 1, INT32_MAX));
+    const bool chunked = o.has(lpv) || o.has(vpr);
+    // As Megatron: virtual stages mean the interleaved schedule.
+    p.pp_schedule = o.get_enum("pp_schedule", chunked ? "interleaved_1f1b" : p.pp_schedule, {"gpipe", "1f1b", "interleaved_1f1b"});
+    const bool interleaved = p.pp_schedule == "interleaved_1f1b";
+    if (chunked && !interleaved)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(o.has(lpv) ? lpv : vpr) + ": model chunks per stage need pp_schedule "
+                                         "\"interleaved_1f1b\", not \"" + p.pp_schedule + "\"");
+    if (interleaved && !chunked)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("pp_schedule") + ": \"interleaved_1f1b\" needs the model chunks per "
+                                         "stage: set " + lpv + " or " + vpr);
     if (o.has("pp_split_points")) {
         p.pp_split_points = o.get_int_array("pp_split_points", 1, INT32_MAX);
-        if (p.pp_split_points.size() + 1 != static_cast<size_t>(p.pp_size))
+        // Interleaved, the points cut pp_size x chunks virtual stages: prepare checks them against the model.
+        if (!interleaved && p.pp_split_points.size() + 1 != static_cast<size_t>(p.pp_size))
             fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("pp_split_points") + ": " + std::to_string(p.pp_split_points.size()) +
                                                  " split points for pp_size " + std::to_string(p.pp_size) +
                                                  " stages; give pp_size - 1 block indices");

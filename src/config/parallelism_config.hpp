@@ -36,6 +36,12 @@ struct ParallelismConfig {
     // The block index each stage after the first starts at (pp_size - 1 ascending values); empty: balanced
     // by parameter count.
     std::vector<int64_t> pp_split_points;
+    // pp_schedule "interleaved_1f1b": the model chunks (virtual stages) each rank holds, given as MegatronLMPlugin's
+    // num_layers_per_virtual_pipeline_stage (chunks = n_layer / (pp_size x it), known at prepare) or
+    // Megatron-core's num_virtual_stages_per_pipeline_rank; 0: not given. With pp_split_points the points cut
+    // pp_size x chunks virtual stages.
+    int64_t num_layers_per_virtual_pipeline_stage = 0;
+    int32_t num_virtual_stages_per_pipeline_rank = 0;
 
     // The mesh's cp axis (cp_size or sp_size) and how attention crosses it: sp_size's "ulysses", else
     // cp_handler.cp_comm_strategy.

@@ -337,16 +337,26 @@ void GptModel::apply_context_parallel(std::shared_ptr<const parallel::cp::Contex
 
 void GptModel::apply_pipeline_stage(int64_t first_block, int64_t end_block, bool first, bool last)
 {
+    apply_pipeline_stage({{first_block, end_block}}, first, last);
+}
+
+void GptModel::apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last)
+{
     const auto n = static_cast<int64_t>(blocks_.size());
     if (pipelined_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: pipeline parallelism is already applied");
     if (tp_group_) fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: pipeline with tensor parallelism is not built yet");
-    if (first_block < 0 || end_block > n || first_block >= end_block)
-        fail(ACCEL_ERR_INTERNAL, "gpt: pipeline stage of blocks [" + std::to_string(first_block) + ", " +
-                                     std::to_string(end_block) + ") of " + std::to_string(n));
-    // What this stage keeps: its blocks, the embeddings on the first, the final norm and head on the last.
+    if (chunks.empty()) fail(ACCEL_ERR_INTERNAL, "gpt: a pipeline stage without blocks");
+    // What this stage keeps: its chunks' blocks, the embeddings on the first, the final norm and head on the last.
     std::set<const void *> kept;
-    for (int64_t i = first_block; i < end_block; ++i)
-        for (const auto &t : blocks_[static_cast<size_t>(i)]->params()) kept.insert(t.unsafeGetTensorImpl());
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (const auto &[first_block, end_block] : chunks) {
+        if (first_block < 0 || end_block > n || first_block >= end_block)
+            fail(ACCEL_ERR_INTERNAL, "gpt: pipeline stage of blocks [" + std::to_string(first_block) + ", " +
+                                         std::to_string(end_block) + ") of " + std::to_string(n));
+        for (int64_t i = first_block; i < end_block; ++i)
+            for (const auto &t : blocks_[static_cast<size_t>(i)]->params()) kept.insert(t.unsafeGetTensorImpl());
+        ranges.emplace_back(static_cast<size_t>(first_block), static_cast<size_t>(end_block));
+    }
     if (first)
         for (const auto &t : {wte_, wpe_}) kept.insert(t.unsafeGetTensorImpl());
     if (last)
@@ -357,11 +367,21 @@ void GptModel::apply_pipeline_stage(int64_t first_block, int64_t end_block, bool
             at::Tensor t = np.second;
             t.set_data(at::empty({0}, t.options()));
         }
-    block_begin_ = static_cast<size_t>(first_block);
-    block_end_ = static_cast<size_t>(end_block);
-    stage_first_ = first;
-    stage_last_ = last;
+    stage_chunks_ = std::move(ranges);
+    holds_embeddings_ = first;
+    holds_head_ = last;
     pipelined_ = true;
+    select_pipeline_chunk(0);
+}
+
+void GptModel::select_pipeline_chunk(size_t chunk)
+{
+    if (!pipelined_ || chunk >= stage_chunks_.size())
+        fail(ACCEL_ERR_INTERNAL, "gpt: pipeline chunk " + std::to_string(chunk) + " of " + std::to_string(stage_chunks_.size()));
+    block_begin_ = stage_chunks_[chunk].first;
+    block_end_ = stage_chunks_[chunk].second;
+    stage_first_ = holds_embeddings_ && chunk == 0;
+    stage_last_ = holds_head_ && chunk + 1 == stage_chunks_.size();
 }
 
 void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group)

@@ -98,6 +98,12 @@ public:
     // and forward_stage() runs the stage: token ids -> hidden states on the first, hidden -> hidden between,
     // hidden -> logits on the last.
     void apply_pipeline_stage(int64_t first_block, int64_t end_block, bool first, bool last);
+    // Interleaved pipelines (pp_schedule "interleaved_1f1b"): the stage holds several chunks of blocks (virtual
+    // stages), each [begin, end); select_pipeline_chunk(c) makes forward_stage run chunk c: the embeddings only
+    // before chunk 0 of the first stage, the head only after the last chunk of the last, hidden -> hidden otherwise.
+    void apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last);
+    void select_pipeline_chunk(size_t chunk);
+    size_t pipeline_chunks() const { return stage_chunks_.size(); }
     at::Tensor forward_stage(const at::Tensor &input);
     bool pipelined() const { return pipelined_; }
     const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
@@ -114,6 +120,10 @@ private:
     std::vector<std::shared_ptr<GptBlock>> blocks_;
     bool training_ = true;
     std::vector<bool> checkpointed_; // per block
+    // The chunks of blocks of this pipeline stage and whether it holds the embeddings (first stage) and the head
+    // (last); block_begin_/block_end_ and stage_first_/stage_last_ are those of the chunk selected.
+    std::vector<std::pair<size_t, size_t>> stage_chunks_;
+    bool holds_embeddings_ = true, holds_head_ = true;
     std::shared_ptr<distributed::Communicator> tp_group_; // set by apply_tensor_parallel
     bool sequence_parallel_ = false;                      // set_sequence_parallel
     std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout_; // this tp rank's, for the split regions

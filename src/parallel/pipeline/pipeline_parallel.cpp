@@ -27,6 +27,9 @@ using distributed::ReduceOp;
 constexpr int32_t kTiedTag = 0;
 int32_t forward_tag(int64_t micro) { return static_cast<int32_t>(2 * micro + 1); }
 int32_t backward_tag(int64_t micro) { return static_cast<int32_t>(2 * micro + 2); }
+// Under interleaving two stages exchange activations and gradients of several chunks (on two stages both
+// directions carry both): a message is named by its micro-batch and the chunk that sends it.
+int64_t chunk_message(const Op &op, int32_t sender_chunk, int32_t chunks) { return op.micro * chunks + sender_chunk; }
 
 // Activations travel in float32 whatever the stage computed in (autocast): the receiver allocates before
 // it knows, and the precision of the stage boundary does not change what the stages compute.
@@ -40,7 +43,8 @@ PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed:
                                    const config::DistributedDataParallelKwargs *ddp)
     : model_(model), pp_(std::move(pp_group)), micro_batches_(num_micro_batches), schedule_(std::move(schedule))
 {
-    stage_schedule(schedule_, stage(), num_stages(), micro_batches_); // an unknown name fails here, not at the first step
+    // An unknown name (or micro-batches interleaving cannot group) fails here, not at the first step.
+    stage_schedule(schedule_, stage(), num_stages(), micro_batches_, chunks());
     std::vector<std::pair<std::string, at::Tensor>> named;
     for (const auto &np : model_.named_parameters())
         if (np.second.numel() > 0) {
@@ -58,6 +62,7 @@ PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed:
 }
 
 int32_t PipelineParallel::stage() const { return pp_->rank(); }
+int32_t PipelineParallel::chunks() const { return static_cast<int32_t>(model_.pipeline_chunks()); }
 int32_t PipelineParallel::num_stages() const { return pp_->size(); }
 
 double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels, const LossFn &loss, const ScaleFn &scale)
@@ -78,34 +83,41 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
                                          "parallelism_config.num_micro_batches (" + std::to_string(m) + ")");
     if (!labels.defined() || labels.size(0) != inputs.size(0))
         fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: a pipeline needs labels with the inputs' rows");
-    const int32_t s = stage(), p = num_stages();
-    const bool last = s == p - 1;
+    const int32_t s = stage(), p = num_stages(), v = chunks();
+    const bool last = s == p - 1; // the loss comes after this stage's last chunk
     const int64_t rows = inputs.size(0) / m;
     const at::TensorOptions wire = params_.empty() ? at::TensorOptions(kWire) : params_.front().options().dtype(kWire);
     const std::vector<int64_t> hidden{rows, inputs.size(1), model_.config().n_embd};
 
     // Per micro-batch: the activation received (whose gradient goes back), the stage's output (the scaled
     // loss on the last stage) and the gradient received for it; each is dropped once used.
-    std::vector<at::Tensor> received(static_cast<size_t>(m)), outputs(static_cast<size_t>(m)), grads(static_cast<size_t>(m));
+    // Interleaved: per micro-batch and chunk (micro * chunks + chunk).
+    const auto slots = static_cast<size_t>(m * v);
+    std::vector<at::Tensor> received(slots), outputs(slots), grads(slots);
     at::Tensor loss_sum = at::zeros({}, at::kDouble);
     int64_t live = 0;
     times_.peak_live = 0;
-    const std::vector<Op> ops = stage_schedule(schedule_, s, p, m);
-    int64_t last_backward = 0;
-    for (const Op &op : ops)
-        if (op.kind == OpKind::Backward) last_backward = op.micro;
-    for (const Op &op : ops) {
-        const auto i = static_cast<size_t>(op.micro);
+    const std::vector<Op> ops = stage_schedule(schedule_, s, p, m, v);
+    // Each chunk's last backward: its parameters' gradients are final there (DDP synchronises them then).
+    std::vector<size_t> last_backward(static_cast<size_t>(v), 0);
+    for (size_t k = 0; k < ops.size(); ++k)
+        if (ops[k].kind == OpKind::Backward) last_backward[static_cast<size_t>(ops[k].chunk)] = k;
+    for (size_t k = 0; k < ops.size(); ++k) {
+        const Op &op = ops[k];
+        const auto i = static_cast<size_t>(op.micro * v + op.chunk);
+        const bool loss_here = last && op.chunk == v - 1;
+        const VirtualStage prev = previous_virtual_stage(s, op.chunk, p), next = next_virtual_stage(s, op.chunk, p);
         switch (op.kind) {
         case OpKind::RecvActivation:
             received[i] = at::empty(hidden, wire);
-            pp_->recv(received[i], s - 1, forward_tag(op.micro));
+            pp_->recv(received[i], prev.stage, forward_tag(chunk_message(op, prev.chunk, v)));
             received[i].requires_grad_(true);
             break;
         case OpKind::Forward:
+            model_.select_pipeline_chunk(static_cast<size_t>(op.chunk));
             timed([&] {
                 at::Tensor y = model_.forward_stage(received[i].defined() ? received[i] : inputs.narrow(0, op.micro * rows, rows));
-                if (last) {
+                if (loss_here) {
                     at::Tensor l = loss(y, labels.narrow(0, op.micro * rows, rows));
                     loss_sum += l.detach().to(at::kDouble).cpu();
                     y = scale(l / static_cast<double>(m)); // the batch's loss is the micro-batches' mean
@@ -115,24 +127,24 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
             times_.peak_live = std::max(times_.peak_live, ++live);
             break;
         case OpKind::SendActivation:
-            pp_->send(outputs[i].detach().to(kWire).contiguous(), s + 1, forward_tag(op.micro));
+            pp_->send(outputs[i].detach().to(kWire).contiguous(), next.stage, forward_tag(chunk_message(op, op.chunk, v)));
             break;
         case OpKind::RecvGrad:
             grads[i] = at::empty(hidden, wire);
-            pp_->recv(grads[i], s + 1, backward_tag(op.micro));
+            pp_->recv(grads[i], next.stage, backward_tag(chunk_message(op, next.chunk, v)));
             break;
         case OpKind::Backward:
-            // DDP's no_sync on every backward but the batch's last (the gradients summed locally first).
-            if (dp_) dp_->set_require_sync(require_sync_ && op.micro == last_backward);
+            // DDP's no_sync on every backward but the last of each chunk (the gradients summed locally first).
+            if (dp_) dp_->set_require_sync(require_sync_ && k == last_backward[static_cast<size_t>(op.chunk)]);
             timed([&] {
-                if (last) outputs[i].backward();
+                if (loss_here) outputs[i].backward();
                 else outputs[i].backward(grads[i].to(outputs[i].scalar_type()));
             });
             outputs[i] = grads[i] = at::Tensor(); // this micro-batch's activations go now
             --live;
             break;
         case OpKind::SendGrad:
-            pp_->send(received[i].grad().contiguous(), s - 1, backward_tag(op.micro));
+            pp_->send(received[i].grad().contiguous(), prev.stage, backward_tag(chunk_message(op, op.chunk, v)));
             received[i] = at::Tensor();
             break;
         }
@@ -215,9 +227,15 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
     const auto &group = mesh.group(distributed::MeshDim::Pp);
     const int32_t p = group->size(), s = group->rank();
     const int64_t n = gpt->config().n_layer;
+    // Interleaved: chunks virtual stages per rank, virtual stage c * p + s being this rank's chunk c.
+    const int32_t chunks = config.pp_schedule == "interleaved_1f1b"
+                               ? chunks_per_stage(config.num_layers_per_virtual_pipeline_stage,
+                                                  config.num_virtual_stages_per_pipeline_rank, n, p)
+                               : 1;
+    const int32_t virtual_stages = p * chunks;
     std::vector<int64_t> starts;
     if (!config.pp_split_points.empty()) {
-        starts = stage_starts_from_split_points(config.pp_split_points, n, p);
+        starts = stage_starts_from_split_points(config.pp_split_points, n, virtual_stages);
     } else {
         // Balanced by the blocks' parameter counts (GPT's are equal: an even cut, the remainder early).
         std::vector<int64_t> costs(static_cast<size_t>(n), 0);
@@ -225,10 +243,14 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
         for (const auto &[name, t] : gpt->named_parameters())
             if (name.compare(0, prefix.size(), prefix) == 0)
                 costs[std::stoul(name.substr(prefix.size()))] += t.numel();
-        starts = balanced_stage_starts(costs, p);
+        starts = balanced_stage_starts(costs, virtual_stages);
     }
-    const int64_t end = s + 1 < p ? starts[static_cast<size_t>(s) + 1] : n;
-    gpt->apply_pipeline_stage(starts[static_cast<size_t>(s)], end, s == 0, s == p - 1);
+    std::vector<std::pair<int64_t, int64_t>> blocks;
+    for (int32_t c = 0; c < chunks; ++c) {
+        const auto vs = static_cast<size_t>(c * p + s);
+        blocks.emplace_back(starts[vs], vs + 1 < starts.size() ? starts[vs + 1] : n);
+    }
+    gpt->apply_pipeline_stage(blocks, s == 0, s == p - 1);
     return std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches, config.pp_schedule,
                                               mesh.group(distributed::MeshDim::Dp), ddp);
 }

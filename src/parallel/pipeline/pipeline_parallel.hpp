@@ -60,6 +60,7 @@ public:
     const ScheduleTimes &last_times() const { return times_; }
     int32_t stage() const;
     int32_t num_stages() const;
+    int32_t chunks() const; // model chunks (virtual stages) this stage holds: 1 unless interleaved
 
     void set_require_sync(bool on) override { require_sync_ = on; }
     void finish_backward() override {}

@@ -47,7 +47,8 @@ std::vector<int64_t> stage_starts_from_split_points(const std::vector<int64_t> &
     const std::string key = "parallelism_config.pp_split_points";
     if (points.size() + 1 != static_cast<size_t>(stages))
         fail(ACCEL_ERR_INVALID_ARGUMENT, key + ": " + std::to_string(points.size()) + " points for " + std::to_string(stages) +
-                                             " stages; give pp_size - 1 block indices");
+                                             " stages; give one block index fewer than the stages (pp_size, times the "
+                                             "chunks per stage under interleaving)");
     std::vector<int64_t> starts{0};
     for (int64_t p : points) {
         if (p <= starts.back() || p >= num_layers)
@@ -57,6 +58,31 @@ std::vector<int64_t> stage_starts_from_split_points(const std::vector<int64_t> &
         starts.push_back(p);
     }
     return starts;
+}
+
+int32_t chunks_per_stage(int64_t layers_per_virtual_stage, int32_t virtual_stages_per_rank, int64_t num_layers, int32_t stages)
+{
+    const std::string lpv = "parallelism_config.num_layers_per_virtual_pipeline_stage";
+    const std::string vpr = "parallelism_config.num_virtual_stages_per_pipeline_rank";
+    if (layers_per_virtual_stage <= 0 && virtual_stages_per_rank <= 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.pp_schedule: \"interleaved_1f1b\" needs the model chunks per "
+                                         "stage: set " + lpv + " or " + vpr);
+    int64_t chunks = virtual_stages_per_rank;
+    if (layers_per_virtual_stage > 0) {
+        if (num_layers % (layers_per_virtual_stage * stages) != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, lpv + ": the model's " + std::to_string(num_layers) + " blocks do not divide "
+                                             "into pp_size (" + std::to_string(stages) + ") x " +
+                                             std::to_string(layers_per_virtual_stage) + " blocks per chunk");
+        chunks = num_layers / (layers_per_virtual_stage * stages);
+        if (virtual_stages_per_rank > 0 && virtual_stages_per_rank != chunks)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, vpr + " (" + std::to_string(virtual_stages_per_rank) + ") disagrees with " + lpv +
+                                             " (" + std::to_string(layers_per_virtual_stage) + " blocks per chunk of " +
+                                             std::to_string(num_layers) + " make " + std::to_string(chunks) + ")");
+    }
+    if (chunks * stages > num_layers)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, vpr + ": " + std::to_string(chunks) + " chunks on each of " + std::to_string(stages) +
+                                         " stages need at least as many blocks, the model has " + std::to_string(num_layers));
+    return static_cast<int32_t>(chunks);
 }
 
 } // namespace accel::parallel::pp

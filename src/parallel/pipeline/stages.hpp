@@ -15,5 +15,10 @@ std::vector<int64_t> balanced_stage_starts(const std::vector<int64_t> &costs, in
 // {0, points...} after checking the points against `num_layers` (ascending, inside (0, num_layers), one
 // fewer than `stages`); INVALID_ARGUMENT naming parallelism_config.pp_split_points otherwise.
 std::vector<int64_t> stage_starts_from_split_points(const std::vector<int64_t> &points, int64_t num_layers, int32_t stages);
+// The model chunks (virtual stages) each of `stages` ranks holds under interleaving, from MegatronLMPlugin's
+// num_layers_per_virtual_pipeline_stage (the blocks must divide into stages x it, as Megatron checks) or
+// Megatron-core's num_virtual_stages_per_pipeline_rank (0: not given; both given must agree).
+// INVALID_ARGUMENT naming the keys when neither is given, they disagree, or the blocks do not suffice.
+int32_t chunks_per_stage(int64_t layers_per_virtual_stage, int32_t virtual_stages_per_rank, int64_t num_layers, int32_t stages);
 
 } // namespace accel::parallel::pp

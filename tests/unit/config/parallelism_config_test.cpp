@@ -161,14 +161,27 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
     EXPECT_EQ(c.parallelism.sequence_strategy(), "ulysses");
     EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"cp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
                    "parallelism_config: cp_size (2) with sp_size (2): context and Ulysses sequence parallelism");
-    // Pipeline stages compose with DDP (pp x dp_replicate) and run GPipe or 1F1B; nothing else yet.
+    // Pipeline stages compose with DDP (pp x dp_replicate) and run GPipe, 1F1B or interleaved 1F1B; nothing else yet.
     c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": \"1f1b\"}}");
     EXPECT_EQ(c.parallelism.pp_size, 2);
     EXPECT_EQ(c.parallelism.pp_schedule, "1f1b");
     EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
                    "parallelism_config.pp_size: 2: pipeline parallelism with tensor");
+    // Interleaved 1F1B takes its chunks per stage by Megatron's names (either implies the schedule); the
+    // blocks per chunk meet the model at prepare (PipelineStages.ChunksPerStage).
+    c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": "
+                                 "\"interleaved_1f1b\", \"num_layers_per_virtual_pipeline_stage\": 3}}");
+    EXPECT_EQ(c.parallelism.pp_schedule, "interleaved_1f1b");
+    EXPECT_EQ(c.parallelism.num_layers_per_virtual_pipeline_stage, 3);
+    c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 4, \"num_virtual_stages_per_pipeline_rank\": 2, "
+                                 "\"pp_split_points\": [1, 2, 3, 4, 5, 6, 7]}}");
+    EXPECT_EQ(c.parallelism.pp_schedule, "interleaved_1f1b");
+    EXPECT_EQ(c.parallelism.num_virtual_stages_per_pipeline_rank, 2);
     EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": \"interleaved_1f1b\"}}",
-                   ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_schedule: \"interleaved_1f1b\" is not built yet");
+                   ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.pp_schedule: \"interleaved_1f1b\" needs the model chunks");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 4, \"pp_schedule\": \"1f1b\", \"num_layers_per_virtual_pipeline_stage\": 1}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.num_layers_per_virtual_pipeline_stage: model chunks per "
+                   "stage need pp_schedule \"interleaved_1f1b\", not \"1f1b\"");
     EXPECT_REFUSED("{\"parallelism_config\": {\"tp_size\": 2, \"tp_handler\": {\"enable_async_tp\": true}}}",
                    ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.enable_async_tp: true is not built yet");
 }

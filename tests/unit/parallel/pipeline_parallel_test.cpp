@@ -24,9 +24,11 @@
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace dist = accel::distributed;
@@ -54,11 +56,14 @@ TEST(PipelineStages, SplitPointsChecked)
 
 // Plays every stage's schedule against its neighbours with transfers that complete only when both sides
 // have reached them (a send that waits for its receive, as NCCL's may): returns "" when every stage finishes
-// and each transfer meets the same micro-batch on the other side, else what went wrong.
-std::string play(const std::vector<std::vector<pp::Op>> &ops)
+// and each transfer meets the same micro-batch (and chunk) on the other side, else what went wrong. On a
+// clock where a chunk's forward takes 1 / chunks and its backward 2 / chunks, a transfer happens when both
+// sides are there: `idle` gets each stage's idle fraction of the whole schedule.
+std::string play(const std::vector<std::vector<pp::Op>> &ops, int32_t chunks = 1, std::vector<double> *idle = nullptr)
 {
     const auto stages = static_cast<int32_t>(ops.size());
     std::vector<size_t> at(static_cast<size_t>(stages), 0);
+    std::vector<double> clock(static_cast<size_t>(stages), 0.0), busy(static_cast<size_t>(stages), 0.0);
     auto current = [&](int32_t s) -> const pp::Op * {
         const auto &o = ops[static_cast<size_t>(s)];
         return at[static_cast<size_t>(s)] < o.size() ? &o[at[static_cast<size_t>(s)]] : nullptr;
@@ -70,20 +75,29 @@ std::string play(const std::vector<std::vector<pp::Op>> &ops)
             if (op == nullptr) continue;
             using K = pp::OpKind;
             if (op->kind == K::Forward || op->kind == K::Backward) {
+                const double cost = (op->kind == K::Forward ? 1.0 : 2.0) / chunks;
+                clock[static_cast<size_t>(s)] += cost;
+                busy[static_cast<size_t>(s)] += cost;
                 ++at[static_cast<size_t>(s)];
                 moved = true;
                 continue;
             }
-            // A send meets the neighbour's receive of the same kind (activations forward, gradients back).
+            // A send meets the receive of the same kind on the next virtual stage (activations) or the previous
+            // one (gradients).
             const bool send = op->kind == K::SendActivation || op->kind == K::SendGrad;
             if (!send) continue; // receives move with their send
-            const int32_t peer = op->kind == K::SendActivation ? s + 1 : s - 1;
+            const pp::VirtualStage to = op->kind == K::SendActivation ? pp::next_virtual_stage(s, op->chunk, stages)
+                                                                      : pp::previous_virtual_stage(s, op->chunk, stages);
+            const int32_t peer = to.stage;
             const K want = op->kind == K::SendActivation ? K::RecvActivation : K::RecvGrad;
             const pp::Op *other = current(peer);
             if (other == nullptr || other->kind != want) continue;
-            if (other->micro != op->micro)
-                return "stage " + std::to_string(s) + " sends micro-batch " + std::to_string(op->micro) + ", stage " +
-                       std::to_string(peer) + " receives " + std::to_string(other->micro);
+            if (other->micro != op->micro || other->chunk != to.chunk)
+                return "stage " + std::to_string(s) + " sends micro-batch " + std::to_string(op->micro) + " chunk " +
+                       std::to_string(op->chunk) + ", stage " + std::to_string(peer) + " receives " +
+                       std::to_string(other->micro) + " chunk " + std::to_string(other->chunk);
+            const double when = std::max(clock[static_cast<size_t>(s)], clock[static_cast<size_t>(peer)]);
+            clock[static_cast<size_t>(s)] = clock[static_cast<size_t>(peer)] = when;
             ++at[static_cast<size_t>(s)];
             ++at[static_cast<size_t>(peer)];
             moved = true;
@@ -91,14 +105,53 @@ std::string play(const std::vector<std::vector<pp::Op>> &ops)
     }
     for (int32_t s = 0; s < stages; ++s)
         if (current(s) != nullptr) return "deadlock: stage " + std::to_string(s) + " stuck at op " + std::to_string(at[static_cast<size_t>(s)]);
+    if (idle != nullptr) {
+        const double end = *std::max_element(clock.begin(), clock.end()); // the step ends when the last stage does
+        idle->clear();
+        for (double b : busy) idle->push_back(1.0 - b / end);
+    }
     return "";
 }
 
-std::vector<std::vector<pp::Op>> schedules(const std::string &schedule, int32_t stages, int64_t m)
+std::vector<std::vector<pp::Op>> schedules(const std::string &schedule, int32_t stages, int64_t m, int32_t chunks = 1)
 {
     std::vector<std::vector<pp::Op>> ops;
-    for (int32_t s = 0; s < stages; ++s) ops.push_back(pp::stage_schedule(schedule, s, stages, m));
+    for (int32_t s = 0; s < stages; ++s) ops.push_back(pp::stage_schedule(schedule, s, stages, m, chunks));
     return ops;
+}
+
+// Every (micro-batch, chunk)'s forward and backward exactly once on stage s, each after the receive of its
+// input (not on the first virtual stage; the backward's from the next, not on the last) and before its send.
+void expect_each_once_in_order(const std::vector<pp::Op> &ops, int32_t s, int32_t p, int64_t m, int32_t chunks)
+{
+    using K = pp::OpKind;
+    std::map<std::tuple<int, int64_t, int32_t>, size_t> where; // (kind, micro, chunk) -> position
+    for (size_t k = 0; k < ops.size(); ++k) {
+        EXPECT_TRUE(where.emplace(std::make_tuple(static_cast<int>(ops[k].kind), ops[k].micro, ops[k].chunk), k).second)
+            << "stage " << s << " op " << k << " twice";
+    }
+    auto pos = [&](K kind, int64_t i, int32_t c) {
+        auto it = where.find({static_cast<int>(kind), i, c});
+        return it == where.end() ? std::string::npos : it->second;
+    };
+    for (int64_t i = 0; i < m; ++i)
+        for (int32_t c = 0; c < chunks; ++c) {
+            const int32_t vs = c * p + s, last = p * chunks - 1;
+            const size_t f = pos(K::Forward, i, c), b = pos(K::Backward, i, c);
+            ASSERT_NE(f, std::string::npos) << "stage " << s << " micro " << i << " chunk " << c;
+            ASSERT_NE(b, std::string::npos);
+            EXPECT_LT(f, b);
+            if (vs > 0) {
+                EXPECT_LT(pos(K::RecvActivation, i, c), f);
+                EXPECT_GT(pos(K::SendGrad, i, c), b);
+                EXPECT_NE(pos(K::SendGrad, i, c), std::string::npos);
+            }
+            if (vs < last) {
+                EXPECT_LT(pos(K::RecvGrad, i, c), b);
+                EXPECT_GT(pos(K::SendActivation, i, c), f);
+                EXPECT_NE(pos(K::SendActivation, i, c), std::string::npos);
+            }
+        }
 }
 
 TEST(PipelineSchedule, TransfersPairWithoutDeadlock)
@@ -130,6 +183,8 @@ TEST(PipelineSchedule, TransfersPairWithoutDeadlock)
             std::swap(naive[0][i], naive[0][i + 1]);
     EXPECT_NE(play(naive).find("deadlock"), std::string::npos);
     EXPECT_EQ(catch_error([] { pp::stage_schedule("interleaved", 0, 2, 2); }).code(), ACCEL_ERR_INVALID_ARGUMENT);
+    for (const char *schedule : {"gpipe", "1f1b"})
+        for (int32_t s = 0; s < 3; ++s) expect_each_once_in_order(pp::stage_schedule(schedule, s, 3, 5), s, 3, 5, 1);
 }
 
 TEST(PipelineSchedule, OneFOneBHoldsFewerActivations)
@@ -139,6 +194,56 @@ TEST(PipelineSchedule, OneFOneBHoldsFewerActivations)
         EXPECT_EQ(pp::peak_live_micro_batches(pp::stage_schedule("1f1b", s, 4, 8)), 4 - s);
     }
     EXPECT_EQ(pp::peak_live_micro_batches(pp::stage_schedule("1f1b", 0, 4, 2)), 2); // fewer micro-batches than stages
+}
+
+// The interleaved schedule (Megatron's, chunks model chunks per stage): transfers pair on the ring of stages
+// without deadlock, each op in order, activations live at most warm-up + 1 chunks, and on the clock of play()
+// every stage idles (p - 1) / (chunks m + p - 1) of the step, as the theory says; GPipe and 1F1B (p - 1) / (m + p - 1).
+TEST(PipelineSchedule, InterleavedPairsWithoutDeadlockAndMeetsTheBubble)
+{
+    for (int32_t p = 2; p <= 4; ++p)
+        for (int64_t m = p; m <= 8; m += p)
+            for (int32_t v = 1; v <= 3; ++v) {
+                SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) + " v " + std::to_string(v));
+                std::vector<double> idle;
+                ASSERT_EQ(play(schedules("interleaved_1f1b", p, m, v), v, &idle), "");
+                for (int32_t s = 0; s < p; ++s) {
+                    const auto ops = pp::stage_schedule("interleaved_1f1b", s, p, m, v);
+                    expect_each_once_in_order(ops, s, p, m, v);
+                    const int64_t warmup = std::min<int64_t>(2 * (p - s - 1) + (v - 1) * p, m * v);
+                    EXPECT_EQ(pp::peak_live_micro_batches(ops), std::min<int64_t>(warmup + 1, m * v)) << "stage " << s;
+                    EXPECT_NEAR(idle[static_cast<size_t>(s)], (p - 1.0) / (v * m + p - 1.0), 1e-9) << "stage " << s;
+                }
+                if (v > 1) continue;
+                for (const char *schedule : {"gpipe", "1f1b"}) {
+                    ASSERT_EQ(play(schedules(schedule, p, m), 1, &idle), "");
+                    for (int32_t s = 0; s < p; ++s) {
+                        EXPECT_NEAR(idle[static_cast<size_t>(s)], (p - 1.0) / (m + p - 1.0), 1e-9) << schedule << " stage " << s;
+                    }
+                }
+            }
+    // Megatron's conditions, by name.
+    auto refused = [](auto f) { return catch_error(f); };
+    const accel::Error m_odd = refused([] { pp::stage_schedule("interleaved_1f1b", 0, 2, 3, 2); });
+    EXPECT_EQ(m_odd.code(), ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(m_odd.what()).find("num_micro_batches: 3 is not a multiple of pp_size (2)"), std::string::npos) << m_odd.what();
+    EXPECT_EQ(refused([] { pp::stage_schedule("interleaved_1f1b", 0, 1, 2, 2); }).code(), ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(refused([] { pp::stage_schedule("1f1b", 0, 2, 2, 2); }).code(), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+TEST(PipelineStages, ChunksPerStage)
+{
+    EXPECT_EQ(pp::chunks_per_stage(1, 0, 8, 4), 2); // MegatronLMPlugin's num_layers_per_virtual_pipeline_stage
+    EXPECT_EQ(pp::chunks_per_stage(2, 0, 12, 2), 3);
+    EXPECT_EQ(pp::chunks_per_stage(0, 2, 6, 2), 2); // Megatron-core's num_virtual_stages_per_pipeline_rank
+    EXPECT_EQ(pp::chunks_per_stage(2, 3, 12, 2), 3); // both, agreeing
+    for (auto bad : {std::vector<int64_t>{0, 0, 8, 2}, {3, 0, 8, 2}, {2, 3, 8, 2}, {0, 3, 5, 2}}) {
+        const accel::Error e = catch_error([&] {
+            pp::chunks_per_stage(bad[0], static_cast<int32_t>(bad[1]), bad[2], static_cast<int32_t>(bad[3]));
+        });
+        EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("parallelism_config."), std::string::npos) << e.what();
+    }
 }
 
 std::string gpt_json(int64_t layers, bool tied)
@@ -162,11 +267,13 @@ int64_t bytes_of(const accel::Model &m)
 // reports, the clipped norms and every parameter a stage holds equal one process's within 1e-5 relative.
 // With dp > 1 each stage has dp replicas (pp x dp, 2 x dp threads), each training its share of the batch's rows
 // under DDP; the losses they report are their shares' and are not compared.
+// `micro` micro-batches; `chunks` > 1: interleaved, that many chunks per stage (num_virtual_stages_per_pipeline_rank).
 void check_training(int32_t stages, int64_t layers, bool tied, const std::vector<int64_t> &split_points,
-                    const std::string &schedule = "gpipe", int32_t dp = 1)
+                    const std::string &schedule = "gpipe", int32_t dp = 1, int64_t micro = kMicroBatches, int32_t chunks = 1)
 {
     SCOPED_TRACE(schedule + ", pp " + std::to_string(stages) + " x dp " + std::to_string(dp) + ", " + std::to_string(layers) +
-                 " layers, " + (tied ? "tied" : "untied"));
+                 " layers, " + (tied ? "tied" : "untied") + ", " + std::to_string(micro) + " micro-batches of " +
+                 std::to_string(chunks) + " chunks");
     const std::string json = gpt_json(layers, tied);
     std::vector<std::shared_ptr<accel::Model>> models;
     for (int32_t r = 0; r <= stages * dp; ++r) { // the same seed: every stage starts from one process's weights
@@ -208,8 +315,9 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
         accel::config::ParallelismConfig config;
         config.pp_size = stages;
         config.pp_schedule = schedule;
-        config.num_micro_batches = kMicroBatches;
+        config.num_micro_batches = static_cast<int32_t>(micro);
         config.pp_split_points = split_points;
+        if (chunks > 1) config.num_virtual_stages_per_pipeline_rank = chunks;
         auto opt = adamw(m.parameters()); // made before the cut, as a user's optimizer may be
         auto pipeline = pp::prepare_pipeline(m, mesh, config);
         // Each stage holds its share of the blocks, plus the embeddings (first) or the head (last).
@@ -240,7 +348,11 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
         EXPECT_GT(pipeline->last_times().wall, 0.0);
         EXPECT_GT(pipeline->last_times().busy, 0.0);
         const int32_t stage = pipeline->stage();
-        EXPECT_EQ(pipeline->last_times().peak_live, schedule == "gpipe" ? kMicroBatches : std::min<int64_t>(stages - stage, kMicroBatches));
+        EXPECT_EQ(pipeline->last_times().peak_live,
+                  schedule == "gpipe"  ? micro
+                  : schedule == "1f1b" ? std::min<int64_t>(stages - stage, micro)
+                                       : pp::peak_live_micro_batches(pp::stage_schedule(schedule, stage, stages, micro, chunks)));
+        EXPECT_EQ(pipeline->chunks(), chunks);
         for (size_t i = 0; i < m.named_parameters().size(); ++i) {
             const auto &[name, p] = m.named_parameters()[i];
             if (p.numel() == 0) continue; // another stage's
@@ -269,6 +381,18 @@ TEST(PipelineParallel1F1B, EqualsOneProcess)
     check_training(2, 4, true, {}, "1f1b");
     check_training(4, 6, true, {1, 2, 5}, "1f1b");
     check_training(4, 4, false, {}, "1f1b");
+}
+
+// Interleaved 1F1B: 2 and 3 chunks per stage on 2 and 4 stages (the ring of stages gone round 2 or 3 times),
+// with explicit split points of the virtual stages, and under DDP (each chunk's gradients synchronised at its
+// last backward), equal one process (and so GPipe, which the tests above hold to the same).
+TEST(PipelineParallelInterleaved, EqualsOneProcess)
+{
+    check_training(2, 4, true, {}, "interleaved_1f1b", 1, 2, 2);
+    check_training(4, 8, true, {}, "interleaved_1f1b", 1, 4, 2);
+    check_training(2, 6, false, {}, "interleaved_1f1b", 1, 4, 3);
+    check_training(2, 5, true, {1, 3, 4}, "interleaved_1f1b", 1, 2, 2);
+    check_training(2, 4, false, {}, "interleaved_1f1b", 2, 2, 2);
 }
 
 // pp x dp: two replicas of each stage under DDP, each on half the rows, equal one process on all of them.
