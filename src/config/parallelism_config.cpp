@@ -202,11 +202,12 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
     if (p.sequence_parallel && p.tp_size == 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".tp_handler.sequence_parallel: splits the sequence over the tp "
                                                   "group, but tp_size is 1");
-    // Ulysses runs on the mesh's cp axis (src/parallel/context_parallel/ulysses.hpp): one or the other.
+    // Accelerate refuses the two together, and accel runs Ulysses on the mesh's cp axis
+    // (src/parallel/context_parallel/ulysses.hpp): one or the other.
     if (p.cp_size > 1 && p.sp_size > 1)
-        fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ": cp_size (" + std::to_string(p.cp_size) + ") with sp_size (" +
-                                          std::to_string(p.sp_size) + "): context and Ulysses sequence parallelism "
-                                          "together are not built yet; use one of them");
+        fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ": cp_size (" + std::to_string(p.cp_size) + ") with sp_size (" +
+                                             std::to_string(p.sp_size) + "): context and Ulysses sequence parallelism "
+                                             "are mutually exclusive (as in Accelerate); set cp_size or sp_size to 1");
     // Pipeline stages compose with DDP only (src/parallel/pipeline): each stage is dp_replicate_size processes.
     if (p.pp_size > 1 && (p.dp_shard_size > 1 || p.tp_size > 1 || p.cp_size > 1 || p.sp_size > 1 || c.sharding.enabled()))
     if (!p.sp_seq_length_is_variable && p.sp_seq_length == 0)

@@ -159,8 +159,9 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
     EXPECT_EQ(c.parallelism.sp_size, 4);
     EXPECT_EQ(c.parallelism.sequence_parallel_size(), 4);
     EXPECT_EQ(c.parallelism.sequence_strategy(), "ulysses");
-    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"cp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config: cp_size (2) with sp_size (2): context and Ulysses sequence parallelism");
+    EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"cp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config: cp_size (2) with sp_size (2): context and Ulysses sequence parallelism "
+                   "are mutually exclusive");
     // Pipeline stages compose with DDP (pp x dp_replicate) and run GPipe, 1F1B or interleaved 1F1B; nothing else yet.
     c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": \"1f1b\"}}");
     EXPECT_EQ(c.parallelism.pp_size, 2);
