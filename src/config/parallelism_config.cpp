@@ -199,6 +199,9 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
                  std::to_string(p.pp_size) + ") = " + std::to_string(total) +
                  " processes, but the job has " + std::to_string(world) + " (num_processes)");
     const std::string plugin = c.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin";
+    if (!p.sp_seq_length_is_variable && p.sp_seq_length == 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".sp_handler: with sp_seq_length_is_variable false, sp_seq_length "
+                                                  "must be given (or PARALLELISM_CONFIG_SP_SEQ_LENGTH)");
     if (p.sequence_parallel && p.tp_size == 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".tp_handler.sequence_parallel: splits the sequence over the tp "
                                                   "group, but tp_size is 1");
@@ -210,9 +213,6 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
                                              "are mutually exclusive (as in Accelerate); set cp_size or sp_size to 1");
     // Pipeline stages compose with DDP only (src/parallel/pipeline): each stage is dp_replicate_size processes.
     if (p.pp_size > 1 && (p.dp_shard_size > 1 || p.tp_size > 1 || p.cp_size > 1 || p.sp_size > 1 || c.sharding.enabled()))
-    if (!p.sp_seq_length_is_variable && p.sp_seq_length == 0)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".sp_handler: with sp_seq_length_is_variable false, sp_seq_length "
-                                                  "must be given (or PARALLELISM_CONFIG_SP_SEQ_LENGTH)");
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".pp_size: " + std::to_string(p.pp_size) + ": pipeline parallelism with "
                                           "tensor, context or sequence parallelism, dp_shard_size or " + plugin +
                                           " is not built yet; it composes with DDP (dp_replicate_size)");
