@@ -144,11 +144,11 @@ const ParallelismFlag kParallelismFlags[] = {
     {"--parallelism_config_cp_backend", "PARALLELISM_CONFIG_CP_BACKEND", false},
     {"--parallelism_config_sp_backend", "PARALLELISM_CONFIG_SP_BACKEND", false},
     {"--parallelism_config_cp_comm_strategy", "PARALLELISM_CONFIG_CP_COMM_STRATEGY", false},
-};
-
     {"--parallelism_config_sp_seq_length", "PARALLELISM_CONFIG_SP_SEQ_LENGTH", false}, // may be "None"
     {"--parallelism_config_sp_seq_length_is_variable", "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", false},
     {"--parallelism_config_sp_attn_implementation", "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION", false},
+};
+
 const ParallelismFlag *find_parallelism_flag(const std::string &flag)
 {
     for (const auto &f : kParallelismFlags)

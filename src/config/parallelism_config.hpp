@@ -47,8 +47,8 @@ struct ParallelismConfig {
     // cp_handler.cp_comm_strategy.
     int32_t sequence_parallel_size() const { return cp_size * sp_size; }
     std::string sequence_strategy() const { return sp_size > 1 ? "ulysses" : cp_comm_strategy; }
+    // The length every split batch must have (sp_handler's fixed sp_seq_length under Ulysses); 0: any.
+    int64_t fixed_sequence_length() const { return sp_size > 1 && !sp_seq_length_is_variable ? sp_seq_length : 0; }
 };
 
 } // namespace accel::config
-    // The length every split batch must have (sp_handler's fixed sp_seq_length under Ulysses); 0: any.
-    int64_t fixed_sequence_length() const { return sp_size > 1 && !sp_seq_length_is_variable ? sp_seq_length : 0; }
