@@ -31,7 +31,9 @@ GptConfig parse_gpt_config(JsonObject &o)
     c.scale_attn_weights = o.get_bool("scale_attn_weights", true);
     c.scale_attn_by_inverse_layer_idx = o.get_bool("scale_attn_by_inverse_layer_idx", false);
     c.tie_word_embeddings = o.get_bool("tie_word_embeddings", true);
-    c.activation_checkpointing = o.get_bool("activation_checkpointing", false);
+    const std::string granularity = o.get_enum("recompute_granularity", "", {"full", "selective"});
+    c.activation_checkpointing = o.get_bool("activation_checkpointing", false) || granularity == "full";
+    c.selective_recompute = granularity == "selective";
     o.finish();
     return c;
 }

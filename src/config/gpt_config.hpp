@@ -26,6 +26,9 @@ struct GptConfig {
     bool tie_word_embeddings = true;
     // accel's own key: recompute each gpt_block's activations in backward instead of keeping them.
     bool activation_checkpointing = false;
+    // Megatron-LM's recompute_granularity: "full" is activation_checkpointing; "selective" keeps every activation
+    // but the attention core's (q kᵀ, softmax, dropout, · v: the [B, heads, T, T] tensors), recomputed in backward.
+    bool selective_recompute = false;
 
     int64_t inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
 };

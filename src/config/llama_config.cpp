@@ -147,7 +147,9 @@ LlamaConfig parse_llama_config(JsonObject &o)
             c.max_window_layers = o.get_int("max_window_layers", c.max_window_layers, 0, 1 << 16);
         }
     }
-    c.activation_checkpointing = o.get_bool("activation_checkpointing", false);
+    const std::string granularity = o.get_enum("recompute_granularity", "", {"full", "selective"});
+    c.activation_checkpointing = o.get_bool("activation_checkpointing", false) || granularity == "full";
+    c.selective_recompute = granularity == "selective";
     accept_inert_keys(o);
     o.finish();
     return c;

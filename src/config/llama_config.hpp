@@ -48,6 +48,9 @@ struct LlamaConfig {
     int64_t max_window_layers = 28;
     // accel's own key, as the gpt spec's: recompute each decoder layer's activations in backward.
     bool activation_checkpointing = false;
+    // Megatron-LM's recompute_granularity: "full" is activation_checkpointing; "selective" keeps every activation
+    // but the attention core's (q kᵀ, softmax, dropout, · v: the [B, heads, T, T] tensors), recomputed in backward.
+    bool selective_recompute = false;
 
     bool qkv_bias() const { return model_type == "qwen2" || (model_type == "llama" && attention_bias); }
     bool o_bias() const { return model_type == "llama" && attention_bias; }

@@ -139,6 +139,7 @@ GptModel::GptModel(const config::GptConfig &config, const ParameterFn &on_parame
         b->index = i;
         TransformerBlock &tb = b->block;
         tb.options = block_options(c, i);
+        tb.options.recompute_attention = c.selective_recompute;
         // Drawn in HF's parameter order (the generator's sequence decides the weights).
         tb.norm1_weight = made(ones(C));
         tb.norm1_bias = made(zeros(C));
@@ -285,24 +286,14 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
         if (hooks) hooks->before_layer(i + 1);
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const GptBlock> block = blocks_[i];
-            // The rerun draws the split regions' masks again: from the tp generator's state of the first run (the
-            // checkpoint restores the default generator's itself).
-            auto tp_rng = train ? tp_dropout_ : nullptr;
-            auto first_state = std::make_shared<at::Tensor>();
+            // The rerun draws the split regions' masks again: the tp generator goes back to its state of the first
+            // run with the default one.
+            std::vector<ExtraGenerator> extra;
+            if (train && tp_dropout_) extra.push_back(parallel::tp::checkpoint_generator(tp_dropout_));
             h = checkpoint_layer(h, block->checkpoint_params(),
-                                 [block, train, tp_rng, first_state](const at::Tensor &x) {
-                                     if (!tp_rng) return block_forward(*block, x, train, nullptr);
-                                     if (!first_state->defined()) {
-                                         *first_state = tp_rng->state();
-                                         return block_forward(*block, x, train, nullptr);
-                                     }
-                                     const at::Tensor now = tp_rng->state();
-                                     tp_rng->set_state(*first_state);
-                                     at::Tensor out = block_forward(*block, x, train, nullptr);
-                                     tp_rng->set_state(now);
-                                     return out;
-                                 },
-                                 train && (c.attn_pdrop > 0.0 || c.resid_pdrop > 0.0 || block->random_linears()));
+                                 [block, train](const at::Tensor &x) { return block_forward(*block, x, train, nullptr); },
+                                 train && (c.attn_pdrop > 0.0 || c.resid_pdrop > 0.0 || block->random_linears()),
+                                 std::move(extra));
         } else if (cache != nullptr) {
             std::pair<at::Tensor, at::Tensor> kv{cache->keys[i], cache->values[i]};
             h = block_forward(*blocks_[i], h, false, &kv);
@@ -331,6 +322,9 @@ void GptModel::apply_context_parallel(std::shared_ptr<const parallel::cp::Contex
     if (!cp || !cp->group) fail(ACCEL_ERR_INTERNAL, "gpt: context parallelism without a group");
     if (cp_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: context parallelism is already applied");
     if (cp->size() == 1) return;
+    if (config_.selective_recompute)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: recompute_granularity \"selective\" under context parallelism (cp_size > 1) "
+                                      "is not built yet; use activation_checkpointing (\"full\")");
     for (const auto &b : blocks_) b->block.options.context_parallel = cp;
     cp_ = std::move(cp);
 }

@@ -35,6 +35,7 @@ struct LlamaLayer {
     at::Tensor input_norm, post_norm;
     int64_t window = 0; // sliding window (0: none)
     int64_t tp_size = 1; // tensor parallelism: the layer computes 1/tp_size of the heads (apply_tensor_parallel)
+    bool recompute_attention = false; // recompute_granularity "selective" (LlamaConfig::selective_recompute)
 
     // In transformers' named_parameters() order within model.layers.<index>, with their names.
     NamedTensors named(const std::string &prefix) const
@@ -144,6 +145,18 @@ at::Tensor repeat_kv(const at::Tensor &x, int64_t n_rep)
     return x.unsqueeze(2).expand({B, kv, n_rep, S, D}).reshape({B, kv * n_rep, S, D});
 }
 
+// softmax(mask(q kᵀ · head_dim^-½)) (in float32) v: q [B, H, T, D], k and v [B, KV, S, D], `hidden` [T, S].
+at::Tensor attention_core(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &hidden,
+                          double dropout, bool train)
+{
+    const int64_t n_rep = q.size(1) / k.size(1);
+    at::Tensor scores = at::matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * std::pow(static_cast<double>(q.size(3)), -0.5);
+    scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+    at::Tensor att = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    att = maybe_dropout(att, dropout, train);
+    return at::matmul(att, repeat_kv(v, n_rep));
+}
+
 struct Rotary {
     at::Tensor cos, sin;
 };
@@ -191,12 +204,16 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
         spec.train = train;
         spec.float32_softmax = true;
         y = parallel::cp::attention(*cp, q, k, v, spec); // grouped: repeated there (Ulysses sends them unrepeated)
+    } else if (l.recompute_attention && kv == nullptr && at::GradMode::is_enabled()) {
+        // Selective recomputation: q, k and v kept, the [B, H, T, T] tensors made again in backward.
+        const double p = c.attention_dropout;
+        y = checkpoint_function({q, k, v}, {},
+                                [hidden, p, train](const std::vector<at::Tensor> &in) {
+                                    return attention_core(in[0], in[1], in[2], hidden, p, train);
+                                },
+                                train && p > 0.0);
     } else {
-        at::Tensor scores = at::matmul(q, repeat_kv(k, H / KV).transpose(2, 3)) * std::pow(static_cast<double>(D), -0.5);
-        scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
-        at::Tensor att = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-        att = maybe_dropout(att, c.attention_dropout, train);
-        y = at::matmul(att, repeat_kv(v, H / KV));
+        y = attention_core(q, k, v, hidden, c.attention_dropout, train);
     }
     y = y.transpose(1, 2).reshape({B, T, H * D});
     at::Tensor a = h + l.o->forward(y);
@@ -239,6 +256,7 @@ LlamaModel::LlamaModel(const config::LlamaConfig &config, const ParameterFn &on_
         auto l = std::make_shared<LlamaLayer>();
         l->index = i;
         l->window = c.window(i);
+        l->recompute_attention = c.selective_recompute;
         l->q = linear(H * D, C, c.qkv_bias());
         l->k = linear(KV * D, C, c.qkv_bias());
         l->v = linear(KV * D, C, c.qkv_bias());
@@ -436,6 +454,9 @@ void LlamaModel::apply_context_parallel(std::shared_ptr<const parallel::cp::Cont
 {
     if (!cp || !cp->group) fail(ACCEL_ERR_INTERNAL, "llama: context parallelism without a group");
     if (cp_) fail(ACCEL_ERR_FAILED_PRECONDITION, "llama: context parallelism is already applied");
+    if (cp->size() > 1 && config_.selective_recompute)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "llama: recompute_granularity \"selective\" under context parallelism (cp_size > 1) "
+                                      "is not built yet; use activation_checkpointing (\"full\")");
     if (cp->size() > 1) cp_ = std::move(cp);
 }
 

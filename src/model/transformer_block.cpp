@@ -1,9 +1,12 @@
 #include "model/transformer_block.hpp"
 
 #include "common/error.hpp"
+#include "model/activation_checkpoint.hpp"
 #include "parallel/context_parallel/attention.hpp"
 #include "parallel/tensor_parallel/mappings.hpp"
 #include "parallel/tensor_parallel/rng_tracker.hpp"
+
+#include <ATen/core/grad_mode.h>
 
 #include <limits>
 
@@ -37,6 +40,19 @@ at::Tensor attention(const TransformerBlockOptions &o, at::Tensor q, const at::T
     att = at::softmax(att, -1).to(v.scalar_type());
     att = parallel::tp::region_dropout(att, o.attn_dropout, train, o.tp_dropout); // this rank's heads: split
     return at::matmul(att, v);
+}
+
+// attention() under selective recomputation: only q, k and v are kept for backward.
+at::Tensor recomputed_attention(const TransformerBlockOptions &o, const at::Tensor &q, const at::Tensor &k,
+                                const at::Tensor &v, bool train)
+{
+    const bool random = train && o.attn_dropout > 0.0;
+    std::vector<ExtraGenerator> extra;
+    if (random && o.tp_dropout) extra.push_back(parallel::tp::checkpoint_generator(o.tp_dropout));
+    // The options by value: the rerun in backward must not depend on the block staying as it was.
+    return checkpoint_function({q, k, v}, {},
+                               [o, train](const std::vector<at::Tensor> &in) { return attention(o, in[0], in[1], in[2], 0, train); },
+                               random, std::move(extra));
 }
 
 at::Tensor layer_norm(const at::Tensor &x, const at::Tensor &w, const at::Tensor &b, double eps)
@@ -85,7 +101,9 @@ at::Tensor TransformerBlock::forward(const at::Tensor &x, bool train, std::pair<
             kv->first = k;
             kv->second = v;
         }
-        at::Tensor y = merge(attention(o, q, k, v, past, train));
+        at::Tensor y = merge(o.recompute_attention && kv == nullptr && !o.context_parallel && at::GradMode::is_enabled()
+                                 ? recomputed_attention(o, q, k, v, train)
+                                 : attention(o, q, k, v, past, train));
         return parallel::tp::region_dropout(out_proj->forward(y), o.resid_dropout, train, residual_generator);
     };
     auto mlp = [&](const at::Tensor &in) {

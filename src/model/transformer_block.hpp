@@ -69,6 +69,10 @@ struct TransformerBlockOptions {
     // probabilities of this rank's heads, the MLP's hidden features, and under sequence parallelism the residual
     // dropout on this rank's positions. Null: every dropout draws from the default generator.
     std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout;
+    // Selective recomputation (Megatron-LM's recompute_granularity "selective"): in training with gradients, the
+    // attention core keeps only q, k and v and computes its scores, softmax and dropout again in backward (with
+    // the same masks). Not with a key/value cache (no backward there) nor context parallelism (refused at apply).
+    bool recompute_attention = false;
 };
 
 struct TransformerBlock {

@@ -39,4 +39,9 @@ at::Tensor region_dropout(const at::Tensor &x, double p, bool train, const std::
     return split ? split->dropout(x, p) : at::dropout(x, p, true);
 }
 
+ExtraGenerator checkpoint_generator(const std::shared_ptr<DropoutGenerator> &g)
+{
+    return {[g] { return g->state(); }, [g](const at::Tensor &state) { g->set_state(state); }};
+}
+
 } // namespace accel::parallel::tp

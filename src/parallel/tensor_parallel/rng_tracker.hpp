@@ -7,6 +7,8 @@
 // draws do not touch it, so it follows the one-process sequence).
 #pragma once
 
+#include "model/activation_checkpoint.hpp"
+
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
@@ -37,5 +39,9 @@ std::shared_ptr<DropoutGenerator> make_dropout_generator(int64_t tp_rank);
 
 // Dropout in training (p > 0) from `split` when given (a split region), else from the default generator.
 at::Tensor region_dropout(const at::Tensor &x, double p, bool train, const std::shared_ptr<DropoutGenerator> &split);
+
+// `g` as a generator that a recomputation (activation checkpointing) sets back to its forward state around the
+// rerun, so that a split region's masks are drawn again alike.
+ExtraGenerator checkpoint_generator(const std::shared_ptr<DropoutGenerator> &g);
 
 } // namespace accel::parallel::tp
