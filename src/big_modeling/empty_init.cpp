@@ -1,5 +1,6 @@
 #include "big_modeling/empty_init.hpp"
 
+#include "common/allocator.hpp"
 #include "common/error.hpp"
 
 #include <c10/core/TensorImpl.h>
@@ -22,7 +23,12 @@ void replace_contents(const at::Tensor &t, const at::Tensor &from)
 
 ParameterFn empty_init_hook()
 {
-    return [](const at::Tensor &p) { move_to_meta(p); };
+    return [](const at::Tensor &p) {
+        move_to_meta(p);
+        // The values just made are freed, but glibc keeps freed heap pages (and accel raises its trim threshold,
+        // allocator.hpp): without giving them back, the resident set of building grows towards the whole model's.
+        return_free_memory();
+    };
 }
 
 void move_to_meta(const at::Tensor &t)

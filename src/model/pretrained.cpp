@@ -166,7 +166,16 @@ std::shared_ptr<Model> build(const std::string &dir, const config::FromPretraine
     // The quantization is applied after building (quantize_for_folder); the model's own config is the float one,
     // and save_pretrained writes the quantization its layers have.
     if (quantized) text = config::hf_config_with_quantization(text, nullptr);
-    const std::string spec = config::spec_from_hf_config(text, config_path, options.model_options);
+    // A quantized model is built on meta and its layers made quantized there, so that the float model never
+    // takes memory (transformers builds it under init_empty_weights too): loading gives the tensors memory.
+    std::vector<std::pair<std::string, std::string>> model_options = options.model_options;
+    if (quantized) {
+        model_options.erase(std::remove_if(model_options.begin(), model_options.end(),
+                                           [](const auto &kv) { return kv.first == "empty_init"; }),
+                            model_options.end());
+        model_options.emplace_back("empty_init", "true");
+    }
+    const std::string spec = config::spec_from_hf_config(text, config_path, model_options);
     ParameterFn partition;
     if (partitioned) partition = [&partitioned](const at::Tensor &p) { partitioned->partition(p); };
     try {
@@ -188,15 +197,16 @@ std::optional<config::BnbQuantizationConfig> folder_quantization(const std::stri
 // A pre-quantized folder: the model built from config.json takes the folder's dtype and has the layers the config
 // names quantized (transformers' replace_with_bnb_linear before loading), so that the folder's bitsandbytes
 // tensors (weight, absmax, quant_map, nested_*, quant_state, SCB) load into tensors of their shapes.
-void quantize_for_folder(Model &model, const config::BnbQuantizationConfig &c, FolderWeights &w, bool sliced,
+// The model is on meta (build), so the layers are made in structure only; `w` is null for empty_init (no weights
+// read: the model stays on meta, in torch_dtype or float32).
+void quantize_for_folder(Model &model, const config::BnbQuantizationConfig &c, FolderWeights *w,
                          const config::FromPretrainedOptions &options, const std::string &dir)
 {
     const std::string what = join(dir, "config.json") + ": quantization_config";
-    if (sliced)
-        fail(ACCEL_ERR_UNIMPLEMENTED, what + ": a pre-quantized folder is not loaded partitioned (zero3_init_flag or "
-                                             "cpu_ram_efficient_loading; Accelerate refuses a quantized model there)");
-    tensors_from_bnb_folder(w.tensors, [&w](const std::string &name) { return file_of(w, name); });
-    convert_floating(model, target_dtype(w, options), nullptr);
+    if (w != nullptr) tensors_from_bnb_folder(w->tensors, [w](const std::string &name) { return file_of(*w, name); });
+    const at::ScalarType dtype =
+        w != nullptr ? target_dtype(*w, options) : options.torch_dtype ? scalar_type(*options.torch_dtype) : at::kFloat;
+    convert_floating(model, dtype, nullptr);
     try {
         quantize_model(model, c);
     } catch (const Error &e) {
@@ -215,23 +225,25 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     // while such an accelerator lives.
     auto partitioned = parallel::PartitionedAtInit::for_new_model(true);
     const std::optional<config::BnbQuantizationConfig> quantization = folder_quantization(dir);
-    if (quantization && options.empty_init)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "options.empty_init: a pre-quantized folder (config.json has "
-                                      "quantization_config) is not built on meta; load it without empty_init");
+    if (quantization && partitioned)
+        fail(ACCEL_ERR_UNIMPLEMENTED, join(dir, "config.json") + ": quantization_config: a pre-quantized folder is not "
+                                      "loaded partitioned (" + partitioned->flag() + "; Accelerate refuses a quantized "
+                                      "model under DeepSpeed and FSDP)");
     PretrainedModel out;
-    out.model = build(dir, options, partitioned, quantization.has_value());
+    out.model = build(dir, options, quantization ? nullptr : partitioned, quantization.has_value());
     Model &model = *out.model;
+    if (quantization && options.empty_init) quantize_for_folder(model, *quantization, nullptr, options, dir);
     if (options.empty_init) {
         // No weights are read: the model is config.json's, on the meta device, in torch_dtype (float32 for "auto",
         // as transformers' from_config).
-        if (options.torch_dtype) convert_floating(model, scalar_type(*options.torch_dtype), nullptr);
+        if (options.torch_dtype && !quantization) convert_floating(model, scalar_type(*options.torch_dtype), nullptr);
         return out;
     }
     // The model's files are read once they are known to match what config.json built (a mapped safetensors
     // file is paged in only where a copy reads it).
     FolderWeights w = read_folder_weights(dir);
     const bool sliced = partitioned && partitioned->holds_any();
-    if (quantization) quantize_for_folder(model, *quantization, w, sliced, options, dir);
+    if (quantization) quantize_for_folder(model, *quantization, &w, options, dir);
     check_shapes(model, w);
     if (!quantization) convert_floating(model, target_dtype(w, options), sliced ? partitioned.get() : nullptr);
     std::vector<std::pair<at::Tensor, at::Tensor>> copies;

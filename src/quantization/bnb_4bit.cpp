@@ -3,6 +3,8 @@
 #include "common/error.hpp"
 #include "quantization/bnb_blockwise.hpp"
 
+#include <c10/util/accumulate.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -115,6 +117,28 @@ Quantized4bit quantize_4bit(const at::Tensor &x, QuantType type, int64_t blocksi
     return out;
 }
 
+Quantized4bit empty_4bit(at::IntArrayRef shape, at::ScalarType dtype, QuantType type, int64_t blocksize,
+                         bool compress_statistics)
+{
+    require(blocksize > 0, ACCEL_ERR_INVALID_ARGUMENT, "empty_4bit: blocksize must be positive");
+    const at::TensorOptions meta = at::TensorOptions().device(at::kMeta);
+    const int64_t n = c10::multiply_integers(shape), blocks = (n + blocksize - 1) / blocksize;
+    Quantized4bit out{at::empty({(n + 1) / 2, 1}, meta.dtype(at::kByte)), QuantState{}};
+    QuantState &s = out.state;
+    s.quant_type = type;
+    s.blocksize = blocksize;
+    s.code = at::empty({16}, meta.dtype(at::kFloat));
+    s.shape = shape.vec();
+    s.dtype = dtype;
+    s.nested = compress_statistics;
+    s.absmax = at::empty({blocks}, meta.dtype(compress_statistics ? at::kByte : at::kFloat));
+    if (compress_statistics) {
+        s.nested_absmax = at::empty({(blocks + s.nested_blocksize - 1) / s.nested_blocksize}, meta.dtype(at::kFloat));
+        s.nested_code = at::empty({256}, meta.dtype(at::kFloat));
+    }
+    return out;
+}
+
 at::Tensor block_absmax(const QuantState &s)
 {
     if (!s.nested) return s.absmax.to(at::kCPU, at::kFloat).contiguous();
@@ -122,7 +146,7 @@ at::Tensor block_absmax(const QuantState &s)
     return dequantize_blockwise(Blockwise8bit{s.absmax, s.nested_absmax, s.nested_code, s.nested_blocksize}) + s.offset;
 }
 
-at::Tensor dequantize_4bit(const at::Tensor &packed, const QuantState &s)
+void check_4bit_sizes(const at::Tensor &packed, const QuantState &s)
 {
     check_blocksize(s.blocksize, "dequantize_4bit");
     const int64_t n = s.numel(), blocks = blocks_of(n, s.blocksize);
@@ -133,6 +157,12 @@ at::Tensor dequantize_4bit(const at::Tensor &packed, const QuantState &s)
             "dequantize_4bit: absmax must have " + std::to_string(blocks) + " values (blocks of " +
                 std::to_string(s.blocksize) + "), got " + std::to_string(s.absmax.numel()));
     require(s.code.numel() == 16, ACCEL_ERR_INVALID_ARGUMENT, "dequantize_4bit: quant_map must have 16 values");
+}
+
+at::Tensor dequantize_4bit(const at::Tensor &packed, const QuantState &s)
+{
+    check_4bit_sizes(packed, s);
+    const int64_t n = s.numel(), blocks = blocks_of(n, s.blocksize);
     // In tensor ops (this runs in every forward of a 4-bit layer): each byte looks up its two values at once in a
     // 256 x 2 table (high nibble first), then each block is scaled by its absmax (float32, as the element-wise
     // definition in the header).

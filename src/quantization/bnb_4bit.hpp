@@ -48,10 +48,16 @@ struct Quantized4bit {
 // with the code of 0.
 Quantized4bit quantize_4bit(const at::Tensor &x, QuantType type, int64_t blocksize = 64,
                             bool compress_statistics = false);
+// What quantize_4bit returns for a tensor of `shape` and `dtype`, with every tensor on the meta device (shapes
+// and dtypes only): the layout of a layer whose values are read from a file later (empty init).
+Quantized4bit empty_4bit(at::IntArrayRef shape, at::ScalarType dtype, QuantType type, int64_t blocksize = 64,
+                         bool compress_statistics = false);
 // Each block's absmax, float32 (undoing double quantization).
 at::Tensor block_absmax(const QuantState &state);
 // code[index] * absmax[block], reshaped to state.shape, in state.dtype. Checks the sizes of what it reads
 // (a state from a file): INVALID_ARGUMENT naming the mismatch.
 at::Tensor dequantize_4bit(const at::Tensor &packed, const QuantState &state);
+// The checks dequantize_4bit makes of the sizes (INVALID_ARGUMENT naming the mismatch), without dequantizing.
+void check_4bit_sizes(const at::Tensor &packed, const QuantState &state);
 
 } // namespace accel::bnb

@@ -67,7 +67,9 @@ public:
         require_finite(s.nested ? state_.nested_absmax : state_.absmax, w + (s.nested ? ".nested_absmax" : ".absmax"));
         require_finite(state_.nested_quant_map, w + ".nested_quant_map");
         try {
-            (void)dequantize_4bit(weight_, s);
+            // Sizes only: dequantizing every layer here would cost a float layer's memory each (at load time).
+            check_4bit_sizes(weight_, s);
+            if (s.nested) (void)block_absmax(s); // the nested statistics' sizes (a block's worth of floats)
         } catch (const Error &e) {
             throw Error(e.code(), w + ": " + e.what());
         }

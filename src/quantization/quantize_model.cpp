@@ -89,13 +89,21 @@ NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfi
     Linear &base = *target;
     at::Tensor weight = base.weight(), bias = base.bias();
     const at::Device device = weight.device();
+    // A weight on the meta device (empty init) has no values: the layer gets the quantized tensors' shapes and
+    // dtypes on meta, and loading a quantized checkpoint gives them memory and values (transformers'
+    // replace_with_bnb_linear under init_empty_weights).
+    const bool empty = weight.is_meta();
     // transformers quantizes Conv1D (GPT-2) weights transposed, as [out, in].
-    const at::Tensor w = base.weight_out_in().detach().contiguous();
+    const at::Tensor w = empty ? at::Tensor() : base.weight_out_in().detach().contiguous();
+    const std::vector<int64_t> out_in = {base.out_features(), base.in_features()};
     at::NoGradGuard no_grad;
     weight.requires_grad_(false);
     NamedTensors added;
     if (c.load_in_8bit) {
-        bnb::Int8Rows q = bnb::int8_vectorwise_quant(w);
+        const at::TensorOptions meta = at::TensorOptions().device(at::kMeta);
+        bnb::Int8Rows q = empty ? bnb::Int8Rows{at::empty(out_in, meta.dtype(at::kChar)),
+                                                at::empty({out_in[0]}, meta.dtype(at::kFloat)), at::Tensor()}
+                                : bnb::int8_vectorwise_quant(w);
         weight.set_data(q.q.to(device));
         at::Tensor scb = q.stats.to(device);
         added.emplace_back(slot.module + ".SCB", scb);
@@ -103,7 +111,8 @@ NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfi
         return added;
     }
     const auto type = c.bnb_4bit_quant_type == "nf4" ? bnb::QuantType::Nf4 : bnb::QuantType::Fp4;
-    bnb::Quantized4bit q = bnb::quantize_4bit(w, type, 64, c.bnb_4bit_use_double_quant);
+    bnb::Quantized4bit q = empty ? bnb::empty_4bit(out_in, weight.scalar_type(), type, 64, c.bnb_4bit_use_double_quant)
+                                 : bnb::quantize_4bit(w, type, 64, c.bnb_4bit_use_double_quant);
     weight.set_data(q.packed.to(device));
     config::QuantStateMeta meta;
     meta.quant_type = bnb::quant_type_name(type);
@@ -125,7 +134,8 @@ NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfi
         added.emplace_back(p + "nested_absmax", t.nested_absmax);
         added.emplace_back(p + "nested_quant_map", t.nested_quant_map);
     }
-    t.packed_meta = bytes_of(config::quant_state_meta_json(meta)).to(device);
+    // Real even on meta: the layer reads its shape and type from it when it is made (a 256-byte buffer).
+    t.packed_meta = bytes_of(config::quant_state_meta_json(meta)).to(empty ? at::Device(at::kCPU) : device);
     added.emplace_back(p + "quant_state.bitsandbytes__" + meta.quant_type, t.packed_meta);
     replace(slot, bnb::make_linear_4bit(slot.module, weight, bias, t, compute_dtype(c.bnb_4bit_compute_dtype)));
     return added;
@@ -244,7 +254,8 @@ std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizat
     if (slots.empty())
         fail(ACCEL_ERR_UNIMPLEMENTED, "quantize: this model has no linear layers accel can replace (gpt, llama and "
                                       "spec linear layers can be; TorchScript models cannot)");
-    model.check_tensor_access("quantize");
+    // A model on the meta device is quantized in structure only (quantize_layer); its callers load values after.
+    model.check_tensor_access("quantize", true);
     if (c.load_in_4bit && c.bnb_4bit_compute_dtype == "fp16" && model.device().is_cpu())
         fail(ACCEL_ERR_UNIMPLEMENTED, "bnb_4bit_compute_dtype: \"fp16\" (the default) on the CPU: LibTorch 1.13 has no "
                                       "float16 matmul there; give \"bf16\" or \"fp32\"");

@@ -21,7 +21,9 @@ namespace accel {
 // Hugging Face causal LMs; for a model built from a spec, the top-level name of its last parameter).
 std::vector<std::string> keys_to_not_convert(Model &model);
 
-// Quantizes `model` in place; returns the modules converted, in forward order. A layer with LoRA adapters has its
+// Quantizes `model` in place; returns the modules converted, in forward order. Layers whose weight is on the meta
+// device (empty init) become quantized layers on meta (the shapes and dtypes bitsandbytes stores), to be given
+// values by loading a quantized checkpoint. A layer with LoRA adapters has its
 // base quantized under them (QLoRA: the adapters train over the quantized base). FAILED_PRECONDITION once the model
 // is prepared or is quantized already; UNIMPLEMENTED for a model without
 // linear layers accel can replace (TorchScript), or fp16 compute on the CPU (LibTorch 1.13 has no float16 matmul

@@ -179,6 +179,29 @@ static inline void write_file(const char *dir, const char *name, const void *dat
     if (f != NULL) fclose(f);
 }
 
+/* A /proc/self/status value in MiB ("VmRSS:", "VmHWM:"; -1 when it cannot be read). */
+static inline double status_mib(const char *key)
+{
+    char line[256];
+    double kb = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL) return -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, key, strlen(key)) == 0) kb = atof(line + strlen(key));
+    fclose(f);
+    return kb / 1024.0;
+}
+
+/* VmHWM restarts from the current RSS ("5" to /proc/self/clear_refs; counted as a check). */
+static inline void reset_peak_rss(void)
+{
+    FILE *clear = fopen("/proc/self/clear_refs", "w");
+    CHECK(clear != NULL);
+    if (clear == NULL) return;
+    fputs("5", clear);
+    fclose(clear);
+}
+
 /* tests/capi/gpt_reference.py's GPT-2 (vocabulary 61, 16 positions) and its input: batch 2. */
 enum { GPT_REF_B = 2, GPT_REF_T = 16, GPT_REF_V = 61 };
 

@@ -205,18 +205,6 @@ static void test_refusals(void)
     accel_tensor_free(x);
 }
 
-static double status_mib(const char *key)
-{
-    char line[256];
-    double kb = -1;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (f == NULL) return -1;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, key, strlen(key)) == 0) kb = atof(line + strlen(key));
-    fclose(f);
-    return kb / 1024.0;
-}
-
 /* Peak RSS of generation with every module on disk, in a process of its own (see the top). */
 static int rss_main(void)
 {
@@ -236,7 +224,6 @@ static int rss_main(void)
     accel_tensor_t *x = tensor_i64(prompt, shape, 2), *g = NULL;
     char options[1200];
     double before, peak, after_dispatch, built;
-    FILE *clear;
     built = status_mib("VmRSS:");
     snprintf(options, sizeof options, "{\"offload_dir\": \"%s\"}", folder("rss"));
     CHECK_OK(accel_model_dispatch(m, "{\"\": \"disk\"}", options));
@@ -246,12 +233,7 @@ static int rss_main(void)
     accel_tensor_free(g);
     g = NULL;
     before = status_mib("VmRSS:");
-    clear = fopen("/proc/self/clear_refs", "w"); /* "5": VmHWM restarts from the current RSS */
-    CHECK(clear != NULL);
-    if (clear != NULL) {
-        fputs("5", clear);
-        fclose(clear);
-    }
+    reset_peak_rss();
     CHECK_OK(accel_model_generate(m, x, "{\"max_new_tokens\": 32}", &g));
     peak = status_mib("VmHWM:") - before;
     printf("whole model %.1f MiB; RSS built %.1f, after dispatch %.1f, before generating %.1f MiB; peak while "
