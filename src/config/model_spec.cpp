@@ -94,6 +94,8 @@ LayerSpec parse_layer(JsonObject &o)
         l.in_features = required_int("in_features", 1);
         l.out_features = required_int("out_features", 1);
         l.bias = o.get_bool("bias", true);
+        if (auto style = o.get_optional_string("tp_plan"))
+            l.tp_plan = tp_style_name(parse_tp_style(*style, o.path_of("tp_plan")));
     } else if (l.type == "conv2d") {
         l.in_channels = required_int("in_channels", 1);
         l.out_channels = required_int("out_channels", 1);
@@ -134,6 +136,7 @@ LayerSpec parse_layer(JsonObject &o)
         l.dropout = o.get_double("dropout", 0.1, 0.0, 1.0);
         l.activation = o.get_enum("activation", "relu", {"relu", "gelu"});
         l.batch_first = o.get_bool("batch_first", false);
+        l.tp_plan = o.get_enum("tp_plan", "", {"auto", "replicate"});
     }
     o.finish();
     count_bytes(l, o);
@@ -171,6 +174,8 @@ ModelSpec parse_model_spec(const char *json)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "type: required (\"mlp\", \"sequential\", \"gpt\" or \"llama\")");
     spec.frozen = parse_frozen(root);
     spec.empty_init = root.get_bool("empty_init", false);
+    parse_tp_plan(root, "base_model_tp_plan", spec.tp_plan);
+    parse_tp_plan(root, "tp_plan", spec.tp_plan);
     if (type == "gpt") {
         const GptConfig c = parse_gpt_config(root);
         // transformer.wte, .wpe; per block c_attn + attn.c_proj (4 C^2), c_fc + mlp.c_proj (2 C inner), biases

@@ -4,6 +4,7 @@
 
 #include "config/gpt_config.hpp"
 #include "config/lora_config.hpp"
+#include "config/tp_plan_config.hpp"
 #include "config/llama_config.hpp"
 
 #include <cstdint>
@@ -40,6 +41,9 @@ struct LayerSpec {
     double dropout = 0.1;
     std::string activation = "relu";
     bool batch_first = false;
+    // linear: "colwise", "rowwise", "colwise_rep" or "replicate"; transformer_encoder_layer: "auto" (heads split,
+    // MLP column- then row-wise) or "replicate"; "" when absent (replicated). Used under tensor parallelism.
+    std::string tp_plan;
 
     // fp32 bytes of the layer's parameters and buffers, and the JSON keys whose sizes make them up (for
     // messages): computed while parsing so that impossible sizes are rejected before LibTorch is asked.
@@ -61,6 +65,9 @@ struct ModelSpec {
     // "empty_init": parameters on the meta device (Accelerate's init_empty_weights; src/big_modeling/empty_init.hpp),
     // for every model type.
     bool empty_init = false;
+    // "base_model_tp_plan" then "tp_plan" (transformers' names): module-name patterns to tp_plan styles, for every
+    // model type (a JSON-spec model's modules are its layer indices); read before the type's own keys.
+    TpPlan tp_plan;
 };
 
 // Parses a spec. Sizes whose byte count overflows are ACCEL_ERR_INVALID_ARGUMENT naming their keys.

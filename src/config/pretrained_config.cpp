@@ -14,7 +14,8 @@ namespace accel::config {
 namespace {
 
 // Model options from_pretrained hands on into the spec unread: their owners' parsers check them there.
-constexpr const char *kForwarded[] = {"frozen", "lora", "empty_init"};
+// tp_plan: transformers' from_pretrained(tp_plan={...}).
+constexpr const char *kForwarded[] = {"frozen", "lora", "empty_init", "tp_plan"};
 
 // GPT2Config keys (and PretrainedConfig's) that do not change what GPT2LMHeadModel computes or trains:
 // generation and tokenizer settings, the heads of other GPT-2 classes (summary_*: GPT2DoubleHeadsModel),

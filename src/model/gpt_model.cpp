@@ -15,10 +15,12 @@
 #include "parallel/context_parallel/loss.hpp"
 #include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/tensor_parallel/parallel_linear.hpp"
+#include "parallel/tensor_parallel/block_plan.hpp"
 #include "parallel/tensor_parallel/plan_linear.hpp"
 #include "parallel/tensor_parallel/rng_tracker.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
+#include "parallel/tensor_parallel/tp_plan.hpp"
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
@@ -378,6 +380,31 @@ void GptModel::select_pipeline_chunk(size_t chunk)
     stage_last_ = holds_head_ && chunk + 1 == stage_chunks_.size();
 }
 
+// The gpt's plan as tp_plan.hpp lists it: per block two regions (attention 2i, MLP 2i + 1), the rest fixed.
+std::vector<parallel::tp::PlanModule> GptModel::plan_modules() const
+{
+    using config::TpStyle;
+    const TpStyle norm = sequence_parallel_ ? TpStyle::SequenceParallel : TpStyle::Replicate;
+    std::vector<parallel::tp::PlanModule> m;
+    m.push_back({"transformer.wte", TpStyle::Rowwise, {}}); // vocabulary-parallel
+    m.push_back({"transformer.wpe", TpStyle::Replicate, {}});
+    for (const auto &b : blocks_) {
+        const std::string h = "transformer.h." + std::to_string(b->index) + ".";
+        const int attn = static_cast<int>(2 * b->index), mlp = attn + 1;
+        m.push_back({h + "ln_1", norm, {}});
+        m.push_back({h + "attn.c_attn", TpStyle::Colwise, {}, attn});
+        m.push_back({h + "attn.c_proj", TpStyle::Rowwise, {}, attn, true});
+        m.push_back({h + "ln_2", norm, {}});
+        m.push_back({h + "mlp.c_fc", TpStyle::Colwise, {}, mlp});
+        m.push_back({h + "mlp.c_proj", TpStyle::Rowwise, {}, mlp, true});
+    }
+    m.push_back({"transformer.ln_f", norm, {}});
+    // transformers names its head colwise_rep (logits gathered); accel keeps them split for the vocabulary-parallel
+    // loss, which no rank needs whole: the same weights.
+    m.push_back({"lm_head", TpStyle::ColwiseRep, {TpStyle::Colwise}});
+    return m;
+}
+
 void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group)
 {
     namespace tp = parallel::tp;
@@ -386,15 +413,21 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: tensor parallelism is already applied");
     const auto &c = config_;
     const int64_t n = group->size(), r = group->rank();
-    auto refuse = [n](const char *key, int64_t value) {
-        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + " (" + std::to_string(value) +
-                                             ") does not divide by parallelism_config.tp_size (" + std::to_string(n) + ")");
+    const tp::ResolvedPlan resolved =
+        tp::resolve_plan(plan_modules(), static_cast<int>(2 * blocks_.size()), tp_plan(), "transformer.");
+    if (resolved.overridden && sequence_parallel_)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "tp_plan: a replicated attention or MLP under parallelism_config.tp_handler."
+                                      "sequence_parallel is not built yet");
+    auto split_of_block = [&](const GptBlock &b) {
+        return tp::BlockSplit{resolved.region_split[2 * b.index], resolved.region_split[2 * b.index + 1]};
     };
-    if (c.n_head % n != 0) refuse("n_head", c.n_head);
-    if (c.inner() % n != 0) refuse("n_inner", c.inner());
+    auto names = [](const GptBlock &b) {
+        const std::string h = "transformer.h." + std::to_string(b.index) + ".";
+        return tp::BlockModules{h + "attn.c_attn", h + "attn.c_proj", h + "mlp.c_fc", h + "mlp.c_proj"};
+    };
+    for (const auto &b : blocks_) tp::check_block(b->block, names(*b), split_of_block(*b), n, "n_head", "n_inner");
     if (sequence_parallel_ && cp_)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel with cp_size > 1 is not built yet");
-    for (const auto &slot : linear_slots()) parallel::tp::check_parallelizable(**slot.linear, slot.module);
     if (n == 1) return;
     at::NoGradGuard no_grad;
     std::map<std::string, tp::ParameterSlicing> plan;
@@ -406,25 +439,15 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
         mutable_t.set_data(part);
         plan[name] = s;
     };
-    // plan_linear.hpp splits each linear (and a LoRA adapter on it) and refuses fp8 ones by name.
-    using tp::LinearStyle;
     // Dropout in the split regions draws from this rank's generator (rng_tracker.hpp), seeded from set_seed's.
     auto tp_dropout = tp::make_dropout_generator(r);
     // Sequence parallelism: the activations between the layers are [B, T / tp, C], split along dimension 1.
     tp::LinearPlanOptions layer;
     if (sequence_parallel_) layer.column.sequence_dim = layer.row.sequence_dim = 1;
-    tp::LinearPlanOptions by_heads = layer;
-    by_heads.groups = 3; // c_attn is [q | k | v]: each rank gets its heads' q, k and v
     for (const auto &b : blocks_) {
-        const std::string h = "transformer.h." + std::to_string(b->index) + ".";
-        TransformerBlock &tb = b->block;
-        tp::parallelize_linear(tb.qkv, h + "attn.c_attn", LinearStyle::Colwise, group, plan, by_heads);
-        tp::parallelize_linear(tb.out_proj, h + "attn.c_proj", LinearStyle::Rowwise, group, plan, layer);
-        tp::parallelize_linear(tb.fc1, h + "mlp.c_fc", LinearStyle::Colwise, group, plan, layer);
-        tp::parallelize_linear(tb.fc2, h + "mlp.c_proj", LinearStyle::Rowwise, group, plan, layer);
-        tb.options.tp_size = n;
-        tb.options.tp_dropout = tp_dropout;
-        if (sequence_parallel_) tb.options.sequence_parallel = group;
+        // block_plan.hpp splits the linears (and LoRA adapters on them; fp8 ones refused by name).
+        tp::parallelize_block(b->block, names(*b), split_of_block(*b), group, plan, layer, tp_dropout);
+        if (sequence_parallel_) b->block.options.sequence_parallel = group;
     }
     const int64_t padded = tp::padded_vocab_size(c.vocab_size, n);
     narrow("transformer.wte.weight", wte_, 0, 1);

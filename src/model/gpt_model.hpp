@@ -7,6 +7,7 @@
 #include "model/model.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
+#include "parallel/tensor_parallel/tp_plan.hpp"
 
 #include <map>
 #include <memory>
@@ -70,7 +71,8 @@ public:
     // forward() then returns this rank's columns of the logits [B, T, V_padded / tp], marked for the
     // vocabulary-parallel cross-entropy (split_outputs.hpp). INVALID_ARGUMENT naming n_head or n_inner when
     // they do not divide by the group's size; UNIMPLEMENTED for fp8 linears. LoRA adapters are split with their
-    // layers (plan_linear.hpp).
+    // layers (plan_linear.hpp). The model's tp_plan overrides (set_tp_plan) may replicate an attention or an MLP
+    // ("replicate" on its linears: parallel/tensor_parallel/tp_plan.hpp), named refusals for what cannot be.
     void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group) override;
     // Megatron's sequence parallelism with the tensor parallelism applied next (set before it): the embeddings'
     // sum is scattered along the sequence, every layer norm, dropout and residual add runs on this rank's 1/tp of
@@ -124,6 +126,7 @@ private:
     // (last); block_begin_/block_end_ and stage_first_/stage_last_ are those of the chunk selected.
     std::vector<std::pair<size_t, size_t>> stage_chunks_;
     bool holds_embeddings_ = true, holds_head_ = true;
+    std::vector<parallel::tp::PlanModule> plan_modules() const; // the built-in plan, for the tp_plan overrides
     std::shared_ptr<distributed::Communicator> tp_group_; // set by apply_tensor_parallel
     bool sequence_parallel_ = false;                      // set_sequence_parallel
     std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout_; // this tp rank's, for the split regions

@@ -18,6 +18,7 @@
 #include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/tensor_parallel/plan_linear.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
+#include "parallel/tensor_parallel/tp_plan.hpp"
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
 
 #include <ATen/core/grad_mode.h>
@@ -404,6 +405,31 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
     return logits;
 }
 
+// The llama's plan as tp_plan.hpp lists it (transformers' base_model_tp_plan): per layer two regions (attention
+// 2i, MLP 2i + 1), the rest fixed.
+std::vector<parallel::tp::PlanModule> LlamaModel::plan_modules() const
+{
+    using config::TpStyle;
+    std::vector<parallel::tp::PlanModule> m;
+    m.push_back({"model.embed_tokens", TpStyle::Rowwise, {}}); // vocabulary-parallel
+    for (const auto &l : layers_) {
+        const std::string p = "model.layers." + std::to_string(l->index) + ".";
+        const int attn = static_cast<int>(2 * l->index), mlp = attn + 1;
+        m.push_back({p + "input_layernorm", TpStyle::Replicate, {}});
+        for (const char *x : {"q_proj", "k_proj", "v_proj"})
+            m.push_back({p + "self_attn." + x, TpStyle::Colwise, {}, attn});
+        m.push_back({p + "self_attn.o_proj", TpStyle::Rowwise, {}, attn, true});
+        m.push_back({p + "post_attention_layernorm", TpStyle::Replicate, {}});
+        m.push_back({p + "mlp.gate_proj", TpStyle::Colwise, {}, mlp});
+        m.push_back({p + "mlp.up_proj", TpStyle::Colwise, {}, mlp});
+        m.push_back({p + "mlp.down_proj", TpStyle::Rowwise, {}, mlp, true});
+    }
+    m.push_back({"model.norm", TpStyle::Replicate, {}});
+    // transformers' colwise_rep head gathers the logits; accel keeps them split for the vocabulary-parallel loss.
+    m.push_back({"lm_head", TpStyle::ColwiseRep, {TpStyle::Colwise}});
+    return m;
+}
+
 void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group)
 {
     namespace tp = parallel::tp;
@@ -411,27 +437,48 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "llama: tensor parallelism is already applied");
     const auto &c = config_;
     const int64_t n = group->size(), r = group->rank();
+    const tp::ResolvedPlan resolved =
+        tp::resolve_plan(plan_modules(), static_cast<int>(2 * layers_.size()), tp_plan(), "model.");
+    bool any_attention = false, any_mlp = false;
+    for (const auto &l : layers_) {
+        any_attention = any_attention || resolved.region_split[2 * l->index];
+        any_mlp = any_mlp || resolved.region_split[2 * l->index + 1];
+    }
     auto refuse = [n](const char *key, int64_t value) {
         fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + " (" + std::to_string(value) +
                                              ") does not divide by parallelism_config.tp_size (" + std::to_string(n) + ")");
     };
-    if (c.num_attention_heads % n != 0) refuse("num_attention_heads", c.num_attention_heads);
-    if (c.num_key_value_heads % n != 0) refuse("num_key_value_heads", c.num_key_value_heads);
-    if (c.intermediate_size % n != 0) refuse("intermediate_size", c.intermediate_size);
-    for (const auto &slot : linear_slots()) parallel::tp::check_parallelizable(**slot.linear, slot.module);
+    if (any_attention && c.num_attention_heads % n != 0) refuse("num_attention_heads", c.num_attention_heads);
+    if (any_attention && c.num_key_value_heads % n != 0) refuse("num_key_value_heads", c.num_key_value_heads);
+    if (any_mlp && c.intermediate_size % n != 0) refuse("intermediate_size", c.intermediate_size);
+    for (const auto &l : layers_) {
+        const std::string p = "model.layers." + std::to_string(l->index) + ".";
+        if (resolved.region_split[2 * l->index])
+            for (const auto &[linear, name] : {std::pair{l->q, "self_attn.q_proj"}, {l->k, "self_attn.k_proj"},
+                                               {l->v, "self_attn.v_proj"}, {l->o, "self_attn.o_proj"}})
+                tp::check_parallelizable(*linear, p + name);
+        if (resolved.region_split[2 * l->index + 1])
+            for (const auto &[linear, name] :
+                 {std::pair{l->gate, "mlp.gate_proj"}, {l->up, "mlp.up_proj"}, {l->down, "mlp.down_proj"}})
+                tp::check_parallelizable(*linear, p + name);
+    }
     if (n == 1) return;
     std::map<std::string, tp::ParameterSlicing> plan;
     using tp::LinearStyle;
     for (auto &l : layers_) {
         const std::string p = "model.layers." + std::to_string(l->index) + ".";
-        tp::parallelize_linear(l->q, p + "self_attn.q_proj", LinearStyle::Colwise, group, plan);
-        tp::parallelize_linear(l->k, p + "self_attn.k_proj", LinearStyle::Colwise, group, plan);
-        tp::parallelize_linear(l->v, p + "self_attn.v_proj", LinearStyle::Colwise, group, plan);
-        tp::parallelize_linear(l->o, p + "self_attn.o_proj", LinearStyle::Rowwise, group, plan);
-        tp::parallelize_linear(l->gate, p + "mlp.gate_proj", LinearStyle::Colwise, group, plan);
-        tp::parallelize_linear(l->up, p + "mlp.up_proj", LinearStyle::Colwise, group, plan);
-        tp::parallelize_linear(l->down, p + "mlp.down_proj", LinearStyle::Rowwise, group, plan);
-        l->tp_size = n;
+        if (resolved.region_split[2 * l->index]) {
+            tp::parallelize_linear(l->q, p + "self_attn.q_proj", LinearStyle::Colwise, group, plan);
+            tp::parallelize_linear(l->k, p + "self_attn.k_proj", LinearStyle::Colwise, group, plan);
+            tp::parallelize_linear(l->v, p + "self_attn.v_proj", LinearStyle::Colwise, group, plan);
+            tp::parallelize_linear(l->o, p + "self_attn.o_proj", LinearStyle::Rowwise, group, plan);
+            l->tp_size = n;
+        }
+        if (resolved.region_split[2 * l->index + 1]) {
+            tp::parallelize_linear(l->gate, p + "mlp.gate_proj", LinearStyle::Colwise, group, plan);
+            tp::parallelize_linear(l->up, p + "mlp.up_proj", LinearStyle::Colwise, group, plan);
+            tp::parallelize_linear(l->down, p + "mlp.down_proj", LinearStyle::Rowwise, group, plan);
+        }
     }
     // The vocabulary: the embedding's rows (and the untied head's) split as the gpt plan splits them; a tied
     // head is the same tensor, narrowed once.

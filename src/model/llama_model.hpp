@@ -8,6 +8,7 @@
 #include "model/linear.hpp"
 #include "model/model.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
+#include "parallel/tensor_parallel/tp_plan.hpp"
 
 #include <map>
 #include <memory>
@@ -70,7 +71,8 @@ public:
     // as the gpt plan; RMSNorm weights replicated. forward() then returns this rank's vocabulary columns, marked
     // for the vocabulary-parallel cross-entropy. INVALID_ARGUMENT naming num_attention_heads,
     // num_key_value_heads or intermediate_size when it does not divide by the group's size. LoRA adapters are
-    // split with their layers (plan_linear.hpp).
+    // split with their layers (plan_linear.hpp). The model's tp_plan overrides (set_tp_plan) may replicate an
+    // attention or an MLP (parallel/tensor_parallel/tp_plan.hpp), named refusals for what cannot be.
     void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group) override;
     const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const override
     {
@@ -98,6 +100,7 @@ private:
         at::Tensor cos, sin;
     } rotary_cache_;
     std::shared_ptr<const parallel::cp::ContextParallel> cp_; // set by apply_context_parallel
+    std::vector<parallel::tp::PlanModule> plan_modules() const; // the built-in plan, for the tp_plan overrides
     std::shared_ptr<distributed::Communicator> tp_group_;     // set by apply_tensor_parallel
     int64_t vocab_start_ = 0;                                 // this rank's first vocabulary row under it
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;

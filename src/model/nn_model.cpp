@@ -11,6 +11,11 @@
 #include "model/linear.hpp"
 #include "model/lora.hpp"
 #include "model/transformer_block.hpp"
+#include "distributed/communicator.hpp"
+#include "parallel/tensor_parallel/block_plan.hpp"
+#include "parallel/tensor_parallel/rng_tracker.hpp"
+#include "parallel/tensor_parallel/sequential_plan.hpp"
+#include "parallel/tensor_parallel/split_model.hpp"
 #include "precision/fp8_linear.hpp"
 
 #include <ATen/autocast_mode.h>
@@ -70,10 +75,12 @@ NamedTensors to_named(const torch::OrderedDict<std::string, at::Tensor> &dict)
     return out;
 }
 
-class NnModel final : public Model {
+class NnModel final : public Model, public parallel::tp::TensorParallelModel {
 public:
-    NnModel(torch::nn::Sequential seq, std::vector<bool> batch_first, std::vector<std::string> types)
-        : seq_(std::move(seq)), batch_first_(std::move(batch_first)), types_(std::move(types))
+    NnModel(torch::nn::Sequential seq, std::vector<bool> batch_first, std::vector<std::string> types,
+            std::vector<parallel::tp::SequentialLayer> tp_layers)
+        : seq_(std::move(seq)), batch_first_(std::move(batch_first)), types_(std::move(types)),
+          tp_layers_(std::move(tp_layers))
     {
         set_tensors(to_named(seq_->named_parameters(true)), to_named(seq_->named_buffers(true)));
         // Linear layers compute through the linear seam over the module's own parameters (which keep their
@@ -138,6 +145,7 @@ public:
         size_t i = 0;
         for (const auto &m : *seq_) {
             const bool on = i < layers.size() && layers[i] && types_[i] != "batch_norm" && !m.ptr()->parameters(true).empty();
+            if (on) refuse_recomputed_split_dropout(i);
             if (on && linear_[i] && linear_[i]->stateful_forward())
                 fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: layer " + std::to_string(i) + " computes in fp8, "
                                               "whose scaling state would be updated again by the recomputation");
@@ -169,6 +177,60 @@ public:
             if (linear_[i]) out.push_back({std::to_string(i), &linear_[i], i});
         return out;
     }
+    // The spec's tp_plan (sequential_plan.hpp) over the mesh's tp group: linear layers split column- or row-wise
+    // through the linear seam, transformer_encoder_layer layers by heads and MLP columns (block_plan.hpp).
+    void apply_tensor_parallel(const std::shared_ptr<distributed::Communicator> &group) override
+    {
+        namespace tp = parallel::tp;
+        if (!group) fail(ACCEL_ERR_INTERNAL, "sequential: tensor parallelism without a group");
+        if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "sequential: tensor parallelism is already applied");
+        const int64_t n = group->size();
+        const std::vector<tp::LayerSplit> splits = tp::plan_sequential(tp_layers_, tp_plan(), n);
+        for (size_t i = 0; i < splits.size(); ++i) { // every refusal before anything is split
+            if (splits[i] == tp::LayerSplit::Block) {
+                const std::string key = "layers[" + std::to_string(i) + "].";
+                tp::check_block(*blocks_[i], block_modules(i), {}, n, key + "nhead", key + "dim_feedforward");
+                if (checkpointed_[i]) refuse_recomputed_split_dropout(i, true);
+            } else if (splits[i] != tp::LayerSplit::None) {
+                tp::check_parallelizable(*linear_[i], std::to_string(i));
+            }
+        }
+        if (n == 1) return;
+        auto dropout = tp::make_dropout_generator(group->rank());
+        std::map<std::string, tp::ParameterSlicing> plan;
+        for (size_t i = 0; i < splits.size(); ++i) {
+            const std::string name = std::to_string(i);
+            tp::LinearPlanOptions gathered;
+            gathered.column.gather_output = true;
+            switch (splits[i]) {
+            case tp::LayerSplit::Colwise: tp::parallelize_linear(linear_[i], name, tp::LinearStyle::Colwise, group, plan); break;
+            case tp::LayerSplit::ColwiseRep:
+                tp::parallelize_linear(linear_[i], name, tp::LinearStyle::Colwise, group, plan, gathered);
+                break;
+            case tp::LayerSplit::Rowwise: tp::parallelize_linear(linear_[i], name, tp::LinearStyle::Rowwise, group, plan); break;
+            case tp::LayerSplit::Block: {
+                tp::parallelize_block(*blocks_[i], block_modules(i), {}, group, plan, {}, dropout);
+                // torch's MultiheadAttention names the fused projection's tensors in_proj_weight / in_proj_bias.
+                for (const char *what : {"weight", "bias"}) {
+                    auto it = plan.find(name + ".self_attn.in_proj." + what);
+                    if (it == plan.end()) continue;
+                    plan[name + ".self_attn.in_proj_" + what] = it->second;
+                    plan.erase(it);
+                }
+                break;
+            }
+            case tp::LayerSplit::None: break;
+            }
+        }
+        tp_group_ = group;
+        tp_slicing_ = std::move(plan);
+    }
+    const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const override
+    {
+        return tp_slicing_;
+    }
+    const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
+
     void train(bool on) override { seq_->train(on); }
     bool is_training() const override { return seq_->is_training(); }
     std::vector<std::string> layer_types() const override { return types_; }
@@ -196,7 +258,25 @@ private:
     std::vector<bool> checkpointed_;                              // per layer: recomputed in backward
     std::vector<at::Tensor> norm_weight_; // per layer: a parameter of a layer whose input goes into a layer norm
 
-    std::vector<std::shared_ptr<const TransformerBlock>> blocks_; // per layer; null if not a transformer layer
+    std::vector<std::shared_ptr<TransformerBlock>> blocks_; // per layer; null if not a transformer layer
+    std::vector<parallel::tp::SequentialLayer> tp_layers_;  // per layer: what the tensor-parallel plan reads
+    std::shared_ptr<distributed::Communicator> tp_group_;   // set by apply_tensor_parallel
+    std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
+
+    parallel::tp::BlockModules block_modules(size_t i) const
+    {
+        const std::string p = std::to_string(i) + ".";
+        return {p + "self_attn.in_proj", p + "self_attn.out_proj", p + "linear1", p + "linear2"};
+    }
+    // A recomputed layer draws its dropout masks again from the default generator, which activation checkpointing
+    // restores; a split transformer layer's masks come from the tp generator, which it does not.
+    void refuse_recomputed_split_dropout(size_t i, bool split = false) const
+    {
+        if (!(split || (blocks_[i] && blocks_[i]->options.tp_dropout)) || tp_layers_[i].p == 0.0) return;
+        fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: layers[" + std::to_string(i) + "] is a "
+                                      "transformer_encoder_layer split by tensor parallelism with dropout > 0, whose "
+                                      "recomputation would draw other masks; not built yet");
+    }
 
     // A layer: linear layers and transformer layers through accel's seams, the others as their module.
     static at::Tensor layer_forward(torch::nn::AnyModule &m, Linear *lin, const TransformerBlock *block, bool train,
@@ -293,7 +373,17 @@ std::shared_ptr<Model> with_frozen(std::shared_ptr<Model> model, const std::vect
     return model;
 }
 
+std::shared_ptr<Model> construct_model(const config::ModelSpec &spec, const ParameterFn &on_parameter);
+
+// Every model type has a tensor-parallel plan, which the spec's tp_plan overrides (applied at prepare).
 std::shared_ptr<Model> build_model(const config::ModelSpec &spec, const ParameterFn &on_parameter)
+{
+    std::shared_ptr<Model> m = construct_model(spec, on_parameter);
+    if (auto *planned = dynamic_cast<parallel::tp::TensorParallelModel *>(m.get())) planned->set_tp_plan(spec.tp_plan);
+    return m;
+}
+
+std::shared_ptr<Model> construct_model(const config::ModelSpec &spec, const ParameterFn &on_parameter)
 {
     if (spec.gpt) return std::make_shared<GptModel>(*spec.gpt, on_parameter);
     if (spec.llama) return std::make_shared<LlamaModel>(*spec.llama, on_parameter);
@@ -307,7 +397,11 @@ std::shared_ptr<Model> build_model(const config::ModelSpec &spec, const Paramete
         types.push_back(l.type);
         batch_first.push_back(l.type == "transformer_encoder_layer" && l.batch_first);
     }
-    return std::make_shared<NnModel>(std::move(seq), std::move(batch_first), std::move(types));
+    std::vector<parallel::tp::SequentialLayer> tp_layers;
+    for (const auto &l : spec.layers)
+        tp_layers.push_back({l.type, l.tp_plan, l.in_features, l.out_features, l.nhead, l.dim_feedforward,
+                             l.type == "transformer_encoder_layer" ? l.dropout : l.p});
+    return std::make_shared<NnModel>(std::move(seq), std::move(batch_first), std::move(types), std::move(tp_layers));
 }
 
 } // namespace

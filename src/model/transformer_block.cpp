@@ -38,7 +38,8 @@ at::Tensor attention(const TransformerBlockOptions &o, at::Tensor q, const at::T
         att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
     }
     att = at::softmax(att, -1).to(v.scalar_type());
-    att = parallel::tp::region_dropout(att, o.attn_dropout, train, o.tp_dropout); // this rank's heads: split
+    // This rank's heads (split); all of them (replicated by a tp_plan override) at tp_size 1.
+    att = parallel::tp::region_dropout(att, o.attn_dropout, train, o.tp_size > 1 ? o.tp_dropout : nullptr);
     return at::matmul(att, v);
 }
 
@@ -109,7 +110,7 @@ at::Tensor TransformerBlock::forward(const at::Tensor &x, bool train, std::pair<
     auto mlp = [&](const at::Tensor &in) {
         // The hidden features are this rank's columns: split.
         at::Tensor h = parallel::tp::region_dropout(activation(o.activation, fc1->forward(in)), o.mlp_dropout, train,
-                                                    o.tp_dropout);
+                                                    o.mlp_replicated ? nullptr : o.tp_dropout);
         return parallel::tp::region_dropout(fc2->forward(h), o.resid_dropout, train, residual_generator);
     };
     // Under sequence parallelism each rank's norm sees its positions only: copy_to_region sums the parameters'

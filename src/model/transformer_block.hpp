@@ -41,6 +41,9 @@ struct TransformerBlockOptions {
     // Tensor parallelism: the q/k/v projection yields this rank's n_head / tp_size heads only (whole heads,
     // parallel/tensor_parallel), the attention computes those, and out_proj takes their features.
     int64_t tp_size = 1;
+    // Tensor parallelism with the MLP replicated (a tp_plan override: fc1 and fc2 whole on every rank), so its
+    // dropout draws the same mask on every rank. (A replicated attention is tp_size 1.)
+    bool mlp_replicated = false;
     double layer_norm_eps = 1e-5;
     // "relu", "gelu" (exact), "gelu_new" / "gelu_pytorch_tanh" (tanh approximation), anything else: silu
     // (HF's ACT2FN names that GPT-2 configs use).

@@ -128,8 +128,9 @@ std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &
     }
     auto *planned = dynamic_cast<TensorParallelModel *>(&model);
     if (planned == nullptr)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_size: tensor parallelism has plans for the gpt and llama "
-                                      "models only; other model types are not built yet");
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_size: tensor parallelism has plans for the models built "
+                                      "from a JSON spec (gpt, llama, sequential, mlp); other model types (TorchScript) "
+                                      "are not built yet");
     planned->apply_tensor_parallel(mesh.group(distributed::MeshDim::Tp));
     std::vector<at::Tensor> split;
     for (const auto &[name, p] : model.named_parameters())

@@ -2,11 +2,13 @@
 // checkpoint gathering (whole_state.hpp) work for any of them without knowing the model type.
 #pragma once
 
+#include "config/tp_plan_config.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace accel::distributed {
 class Communicator;
@@ -23,6 +25,14 @@ public:
     // How each parameter (by name) is split: empty without tensor parallelism (or at tp 1).
     virtual const std::map<std::string, ParameterSlicing> &tensor_parallel_slicing() const = 0;
     virtual const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const = 0;
+
+    // The spec's tp_plan / base_model_tp_plan overrides (tp_plan.hpp), which apply_tensor_parallel maps onto the
+    // model's plan.
+    void set_tp_plan(config::TpPlan plan) { tp_plan_ = std::move(plan); }
+    const config::TpPlan &tp_plan() const { return tp_plan_; }
+
+private:
+    config::TpPlan tp_plan_;
 };
 
 } // namespace accel::parallel::tp

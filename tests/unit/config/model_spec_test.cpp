@@ -89,7 +89,8 @@ TEST(ModelSpec, TopLevelErrors)
     EXPECT_SPEC_ERROR("{\"type\": \"mlp\", \"widths\": [4]}",
                       "widths: expected at least 2 sizes (inputs and outputs), got 1");
     EXPECT_SPEC_ERROR("{\"type\": \"mlp\", \"widths\": [4, 2], \"layers\": []}",
-                      "layers: unknown key (known keys: activation, bias, dropout, empty_init, frozen, lora, type, widths)");
+                      "layers: unknown key (known keys: activation, base_model_tp_plan, bias, dropout, empty_init, frozen, lora, "
+                      "tp_plan, type, widths)");
     EXPECT_SPEC_ERROR("{\"type\": \"mlp\", \"widths\": [4, 2], \"bias\": 1}", "bias: expected true or false, got 1");
     accel::Error e = spec_error(nullptr);
     EXPECT_STREQ(e.what(), "spec_json: must not be NULL");

@@ -1,0 +1,106 @@
+#include "parallel/tensor_parallel/sequential_plan.hpp"
+
+#include "common/error.hpp"
+#include "parallel/tensor_parallel/tp_plan.hpp"
+
+#include <algorithm>
+
+namespace accel::parallel::tp {
+
+namespace {
+
+using config::TpStyle;
+
+std::string layer_name(size_t i, const SequentialLayer &l)
+{
+    return "layers[" + std::to_string(i) + "] (" + l.type + (l.tp_plan.empty() ? "" : ", tp_plan \"" + l.tp_plan + "\"") + ")";
+}
+
+// The spec's top-level patterns onto the layers' own entries.
+void apply_overrides(std::vector<SequentialLayer> &layers, const config::TpPlan &overrides)
+{
+    for (const auto &o : overrides) {
+        bool matched = false;
+        for (size_t i = 0; i < layers.size(); ++i) {
+            auto &l = layers[i];
+            if ((l.type != "linear" && l.type != "transformer_encoder_layer") || !module_matches(o.pattern, std::to_string(i)))
+                continue;
+            matched = true;
+            if (l.type == "linear") {
+                l.tp_plan = config::tp_style_name(o.style);
+            } else if (o.style == TpStyle::Replicate) {
+                l.tp_plan = "replicate";
+            } else {
+                fail(ACCEL_ERR_INVALID_ARGUMENT, o.path + ": layers[" + std::to_string(i) + "] is a transformer_encoder_layer, "
+                                                 "whose tp_plan is \"auto\" (its own entry) or \"replicate\"");
+            }
+        }
+        if (!matched)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path + ": the pattern \"" + o.pattern + "\" matches no linear or "
+                                             "transformer_encoder_layer layer (they are named by index: \"0\", \"1\", ...)");
+    }
+}
+
+} // namespace
+
+std::vector<LayerSplit> plan_sequential(std::vector<SequentialLayer> layers, const config::TpPlan &overrides,
+                                        int64_t tp_size)
+{
+    apply_overrides(layers, overrides);
+    auto divides = [tp_size](size_t i, const char *key, int64_t value) {
+        if (value % tp_size != 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "layers[" + std::to_string(i) + "]." + key + " (" + std::to_string(value) +
+                                                 ") does not divide by parallelism_config.tp_size (" +
+                                                 std::to_string(tp_size) + ")");
+    };
+    const std::vector<std::string> elementwise = {"relu", "gelu", "tanh", "sigmoid"};
+    std::vector<LayerSplit> out(layers.size(), LayerSplit::None);
+    long open = -1; // the colwise layer whose split outputs flow on
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const SequentialLayer &l = layers[i];
+        const std::string here = layer_name(i, l);
+        const std::string inside = open < 0 ? "" : layer_name(static_cast<size_t>(open), layers[static_cast<size_t>(open)]);
+        if (l.type == "linear" && l.tp_plan == "rowwise") {
+            if (open < 0)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, here + ": rowwise needs a split input (a colwise layer before it), "
+                                                        "and this layer's input is whole on every rank");
+            divides(i, "in_features", l.in_features);
+            out[i] = LayerSplit::Rowwise;
+            open = -1;
+            continue;
+        }
+        if (open >= 0) {
+            if (std::find(elementwise.begin(), elementwise.end(), l.type) != elementwise.end()) continue;
+            if (l.type == "dropout" && l.p == 0.0) continue;
+            if (l.type == "dropout")
+                fail(ACCEL_ERR_UNIMPLEMENTED, here + ": dropout with p > 0 between " + inside + " and its rowwise layer "
+                                                     "is not built yet (each rank would need its own mask)");
+            fail(ACCEL_ERR_INVALID_ARGUMENT, here + ": sits between " + inside + " and a rowwise layer, where each rank "
+                                                    "holds a slice of the features; only relu, gelu, tanh, sigmoid and "
+                                                    "dropout (p 0) may (end the region with a rowwise linear first)");
+        }
+        if (l.type == "linear" && (l.tp_plan == "colwise" || l.tp_plan == "colwise_rep")) {
+            divides(i, "out_features", l.out_features);
+            out[i] = l.tp_plan == "colwise" ? LayerSplit::Colwise : LayerSplit::ColwiseRep;
+            if (l.tp_plan == "colwise") open = static_cast<long>(i);
+        } else if (l.type == "linear" && !l.tp_plan.empty() && l.tp_plan != "replicate") {
+            fail(ACCEL_ERR_INVALID_ARGUMENT, here + ": a linear layer's tp_plan is colwise, rowwise, colwise_rep or "
+                                                    "replicate");
+        } else if (l.type == "transformer_encoder_layer" && l.tp_plan == "auto") {
+            divides(i, "nhead", l.nhead);
+            divides(i, "dim_feedforward", l.dim_feedforward);
+            out[i] = LayerSplit::Block;
+        }
+    }
+    if (open >= 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, layer_name(static_cast<size_t>(open), layers[static_cast<size_t>(open)]) +
+                                             ": colwise leaves its outputs split, and no rowwise linear follows to join "
+                                             "them (end the region with one, or use colwise_rep)");
+    if (std::all_of(out.begin(), out.end(), [](LayerSplit s) { return s == LayerSplit::None; }))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.tp_size (" + std::to_string(tp_size) + "): the JSON-spec "
+                                         "model splits no layer; give its linear layers a \"tp_plan\" (\"colwise\" then "
+                                         "\"rowwise\") or its transformer_encoder_layer layers \"tp_plan\": \"auto\"");
+    return out;
+}
+
+} // namespace accel::parallel::tp

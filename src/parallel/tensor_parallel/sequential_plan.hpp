@@ -1,0 +1,34 @@
+// The tensor-parallel plan of a JSON-spec model (a sequence of layers): each `linear` layer's "tp_plan" ("colwise",
+// "rowwise", "colwise_rep", "replicate"), each `transformer_encoder_layer`'s ("auto": heads split, MLP column- then
+// row-wise; "replicate"), and the spec's top-level tp_plan patterns over the layer names ("0", "2", ...), which
+// win over the layers' own entries. Checked as a whole before anything is split:
+//   - a colwise layer opens a split region (its outputs are this rank's columns) that a rowwise layer closes;
+//     between them only elementwise activations (relu, gelu, tanh, sigmoid) and dropout with p = 0;
+//   - rowwise without an open region (its input is whole), a region left open at the end, or another layer inside
+//     one: INVALID_ARGUMENT naming the layer; split sizes not divisible by tp: INVALID_ARGUMENT naming the key;
+//   - dropout with p > 0 inside a region: UNIMPLEMENTED (each rank would need its own mask);
+//   - no layer split at all: INVALID_ARGUMENT (tp_size > 1 would only replicate the model).
+#pragma once
+
+#include "config/tp_plan_config.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accel::parallel::tp {
+
+struct SequentialLayer {
+    std::string type;       // the spec's layer type
+    std::string tp_plan;    // the layer's own entry ("" when none)
+    int64_t in_features = 0, out_features = 0; // linear
+    int64_t nhead = 0, dim_feedforward = 0;    // transformer_encoder_layer
+    double p = 0.0;                            // dropout
+};
+
+enum class LayerSplit { None, Colwise, ColwiseRep, Rowwise, Block };
+
+std::vector<LayerSplit> plan_sequential(std::vector<SequentialLayer> layers, const config::TpPlan &overrides,
+                                        int64_t tp_size);
+
+} // namespace accel::parallel::tp
