@@ -1,8 +1,10 @@
 /* Pipeline parallelism's cost and saving through the real path (prepared token loader, train_step): the growth
  * of the resident set during the first training step of a GPT (its activations; SGD adds no state) and the
  * seconds per step over the following steps, in one process and as pipeline stages under `accel launch`
- * (bench/pp_step.sh runs GPipe and 1F1B and prints the ratios and the bubble). Each step's loss is printed, so
- * the script also checks that the pipeline trains as one process does.
+ * (bench/pp_step.sh runs GPipe, 1F1B and interleaved 1F1B and prints the ratios and the bubble), and each
+ * stage's bubble as the pipeline measures it (accel_accelerator_get_parallel_ranks_json's "pipeline": the
+ * share of the schedule's wall time outside the stage's computations, averaged over the timed steps). Each
+ * step's loss is printed, so the script also checks that the pipeline trains as one process does.
  * Usage: bench_pp_step [T] [batch] [steps] ['<accelerator config JSON>'] */
 #include "bench_common.h"
 
@@ -45,13 +47,26 @@ int main(int argc, char **argv)
     const long long activation = peak_rss_bytes() - before;
     printf("rank %d step 0 loss %.6f\n", rank, loss);
     const double t0 = now();
+    double bubble = 0.0, wall = 0.0, busy = 0.0;
     for (int s = 1; s < steps; ++s) {
         loss = bench_lm_step(acc, model, opt, dl);
         printf("rank %d step %d loss %.6f\n", rank, s, loss);
+        /* The pipeline's own measure of this stage's step (wall time, compute time, idle share). */
+        char *ranks = NULL;
+        CHECK(accel_accelerator_get_parallel_ranks_json(acc, &ranks));
+        const char *p = strstr(ranks, "\"last_step\"");
+        if (p != NULL) {
+            wall += strtod(strstr(p, "\"wall_seconds\": ") + 16, NULL);
+            busy += strtod(strstr(p, "\"busy_seconds\": ") + 16, NULL);
+            bubble += strtod(strstr(p, "\"bubble\": ") + 10, NULL);
+        }
+        accel_string_free(ranks);
     }
     const double seconds = now() - t0;
+    const int timed = steps > 1 ? steps - 1 : 1;
     printf("rank %d world %d activation_bytes %lld step_seconds %.4f\n", rank, world, activation,
            steps > 1 ? seconds / (steps - 1) : 0.0);
+    printf("rank %d schedule_wall %.4f schedule_busy %.4f bubble %.4f\n", rank, wall / timed, busy / timed, bubble / timed);
     accel_dataloader_free(dl);
     accel_tensor_free(stream);
     accel_optimizer_free(opt);

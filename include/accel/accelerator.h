@@ -1014,9 +1014,12 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_accelerator_get_ddp_stats_json(co
  * This process's place on the device mesh (parallelism_config; docs/guides/parallelism.md), as JSON with
  * Accelerate's names: {"world_size", "rank", "data_parallel_rank" / "data_parallel_size" (the dp_replicate
  * dimension, as Accelerate's data_parallel_rank), "data_parallel_shard_rank" / "_size" (dp_shard),
- * "tensor_parallel_rank" / "_size", "context_parallel_rank" / "_size", "pipeline_parallel_rank" / "_size"
- * (always 0 / 1 until pipeline parallelism exists), "mesh": {"dp_replicate", "dp_shard", "cp", "tp", "dp",
- * "dp_shard_cp", "dp_cp": {"size", "rank"}}} ("dp": the data shards, which get different batches). Without a
+ * "tensor_parallel_rank" / "_size", "context_parallel_rank" / "_size", "pipeline_parallel_rank" / "_size",
+ * "mesh": {"dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp": {"size", "rank"}}} ("dp": the
+ * data shards, which get different batches), and once a pipeline-parallel model is prepared "pipeline":
+ * {"schedule", "num_micro_batches", "chunks" (model chunks per stage), "last_step": {"wall_seconds",
+ * "busy_seconds" (this stage's forwards, losses and backwards), "bubble" (1 - busy / wall), "peak_live_micro_batches"}}
+ * of this rank's stage (the bubble of pp_size / num_micro_batches / pp_schedule measured). Without a
  * parallelism_config the mesh is what the plugins imply: (processes, 1) for DDP, (1, processes) sharded. Keys may
  * be added. No communication.
  *

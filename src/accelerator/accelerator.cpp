@@ -454,7 +454,20 @@ std::string Accelerator::parallel_ranks_json() const
         out += std::string(d ? ", \"" : "\"") + distributed::mesh_dim_name(dim) + "\": {\"size\": " +
                std::to_string(m.size(dim)) + ", \"rank\": " + std::to_string(m.rank_in(dim)) + "}";
     }
-    return out + "}}";
+    out += "}";
+    // A prepared pipeline: its schedule and this stage's last train_step (the bubble measured: the share of the
+    // schedule's wall time outside this stage's forwards, losses and backwards).
+    for (const auto &w : wrappers_)
+        if (const parallel::pp::PipelineParallel *pipe = w.second->pipeline(); pipe != nullptr) {
+            const auto &t = pipe->last_times();
+            out += ", \"pipeline\": {\"schedule\": \"" + pipe->schedule() + "\", \"num_micro_batches\": " +
+                   std::to_string(pipe->num_micro_batches()) + ", \"chunks\": " + std::to_string(pipe->chunks()) +
+                   ", \"last_step\": {\"wall_seconds\": " + std::to_string(t.wall) + ", \"busy_seconds\": " +
+                   std::to_string(t.busy) + ", \"bubble\": " + std::to_string(t.bubble_fraction()) +
+                   ", \"peak_live_micro_batches\": " + std::to_string(t.peak_live) + "}}";
+            break;
+        }
+    return out + "}";
 }
 
 std::string Accelerator::ddp_stats_json() const

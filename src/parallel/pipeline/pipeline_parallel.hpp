@@ -61,6 +61,8 @@ public:
     int32_t stage() const;
     int32_t num_stages() const;
     int32_t chunks() const; // model chunks (virtual stages) this stage holds: 1 unless interleaved
+    const std::string &schedule() const { return schedule_; }
+    int32_t num_micro_batches() const { return micro_batches_; }
 
     void set_require_sync(bool on) override { require_sync_ = on; }
     void finish_backward() override {}
