@@ -107,7 +107,8 @@ const char *kUsage =
     "      --                         end of flags\n"
     "\n"
     "Flags left out come from torchrun's PET_* variables (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT,\n"
-    "PET_NPROC_PER_NODE, PET_MAX_RESTARTS, PET_RDZV_ID; with PET_NPROC_PER_NODE also PyTorchJob's RANK = node rank,\n"
+    "PET_NPROC_PER_NODE (a number, cpu, gpu or auto, as torchrun), PET_MAX_RESTARTS, PET_RDZV_ID, PET_RDZV_ENDPOINT,\n"
+    "PET_RDZV_CONF, PET_RDZV_BACKEND (static or c10d); with PET_NPROC_PER_NODE also PyTorchJob's RANK = node rank,\n"
     "WORLD_SIZE = all processes, MASTER_ADDR, MASTER_PORT), then Slurm's (SLURM_NNODES, SLURM_NODEID,\n"
     "SLURM_JOB_NODELIST).\n";
 
@@ -116,6 +117,7 @@ struct Options {
     std::optional<int> nnodes; // --nnodes (torchrun's spelling), checked against --num_machines
     std::optional<std::pair<int, int>> nnodes_range; // --nnodes MIN:MAX with MIN < MAX: elastic membership
     ElasticOptions elastic; // --rdzv_conf's timeouts
+    std::optional<std::string> rdzv_conf; // --rdzv_conf's text (else PET_RDZV_CONF's)
     std::optional<std::string> main_process_ip, mixed_precision, config_file;
     bool cpu = false, debug = false, quiet = false, use_fsdp = false, use_deepspeed = false;
     std::map<std::string, std::string> sharding_flags; // flag name (fsdp_version, zero_stage, ...) -> value
@@ -247,7 +249,8 @@ Options parse(int argc, char **argv)
             }
         } else if (flag == "--rdzv_conf") {
             try {
-                parse_rdzv_conf(value(flag, inline_value, has_inline), o.elastic.join_timeout, o.elastic.last_call_timeout);
+                o.rdzv_conf = value(flag, inline_value, has_inline);
+                parse_rdzv_conf(*o.rdzv_conf, o.elastic.join_timeout, o.elastic.last_call_timeout);
             } catch (const Error &e) {
                 usage_error(e.what());
             }
@@ -327,6 +330,22 @@ Options parse(int argc, char **argv)
 
 std::optional<std::string> env(const char *name) { return process_env(name); }
 
+// torchrun's torch.cuda.device_count() without CUDA: the NVIDIA GPUs the kernel lists, narrowed by
+// CUDA_VISIBLE_DEVICES (numbers below the count, or UUIDs, each one GPU).
+int visible_gpu_count()
+{
+    const std::vector<std::string> gpus = read_nvidia_gpus("");
+    const std::optional<std::string> visible = env("CUDA_VISIBLE_DEVICES");
+    if (!visible) return static_cast<int>(gpus.size());
+    int n = 0;
+    std::stringstream in(*visible);
+    for (std::string item; std::getline(in, item, ',');) {
+        const std::optional<int> k = parse_int_in(item, 0, 4095);
+        if (k ? static_cast<size_t>(*k) < gpus.size() : item.rfind("GPU-", 0) == 0) ++n;
+    }
+    return n;
+}
+
 // The CPUs near each local process's GPU (local process i uses visible GPU i, as Accelerate's set_numa_affinity
 // does): the NVIDIA GPUs in NVML's order, narrowed by a numeric CUDA_VISIBLE_DEVICES; {} without GPUs or with
 // UUIDs in CUDA_VISIBLE_DEVICES (no placement by GPU then).
@@ -357,9 +376,12 @@ std::vector<std::vector<int>> gpu_cpus_of_local_processes(int local)
 void cluster_env_defaults(Options &o)
 {
     ClusterFlags f{o.num_processes, o.num_machines,    o.machine_rank, o.main_process_port,
-                   o.max_restarts,  o.main_process_ip, o.rdzv_id};
+                   o.max_restarts,  o.main_process_ip, o.rdzv_id,      o.rdzv_conf};
+    const LocalDevices devices{[] { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }, visible_gpu_count};
     try {
-        cli::cluster_env_defaults(f, process_env);
+        cli::cluster_env_defaults(f, process_env, devices);
+        if (f.rdzv_conf && !o.rdzv_conf) // PET_RDZV_CONF (checked there)
+            parse_rdzv_conf(*f.rdzv_conf, o.elastic.join_timeout, o.elastic.last_call_timeout, "PET_RDZV_CONF");
     } catch (const Error &e) {
         usage_error(e.what());
     }

@@ -3,6 +3,7 @@
 #include "cli/launch_config.hpp"
 #include "common/error.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <sys/random.h>
@@ -48,21 +49,39 @@ int fixed_nnodes(const std::string &text, const std::string &what)
     return min;
 }
 
-void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last_call_timeout)
+void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last_call_timeout, const std::string &what)
 {
     std::stringstream in(text);
     for (std::string item; std::getline(in, item, ',');) {
         const size_t eq = item.find('=');
         const std::string k = item.substr(0, eq), v = eq == std::string::npos ? "" : item.substr(eq + 1);
         if (k != "join_timeout" && k != "last_call_timeout")
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "--rdzv_conf: unknown key \"" + k +
+            fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": unknown key \"" + k +
                                                  "\" (accel reads join_timeout and last_call_timeout)");
         char *end = nullptr;
         const double x = std::strtod(v.c_str(), &end);
         if (v.empty() || end == nullptr || *end != '\0' || !(x >= 0.0 && x <= 86400.0))
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "--rdzv_conf " + k + "=" + v + ": expected seconds in [0, 86400]");
+            fail(ACCEL_ERR_INVALID_ARGUMENT, what + " " + k + "=" + v + ": expected seconds in [0, 86400]");
         (k == "join_timeout" ? join_timeout : last_call_timeout) = x;
     }
+}
+
+int nproc_per_node(const std::string &text, const std::string &what, const LocalDevices &devices)
+{
+    const auto gpus = [&] { return devices.gpus ? std::max(0, devices.gpus()) : 0; };
+    const auto cpus = [&] { return devices.cpus ? std::clamp(devices.cpus(), 1, 4096) : 1; };
+    if (text == "cpu") return cpus();
+    if (text == "auto") return gpus() > 0 ? std::min(gpus(), 4096) : cpus();
+    if (text == "gpu") {
+        if (gpus() == 0)
+            fail(ACCEL_ERR_FAILED_PRECONDITION, what + "=gpu: no GPU is visible on this machine (torchrun refuses it "
+                                                       "alike); give a number, or cpu / auto");
+        return std::min(gpus(), 4096);
+    }
+    if (!parse_int_in(text, 1, 4096))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": expected a number of processes in 1..4096, cpu, gpu or auto, "
+                                                "got \"" + text + "\"");
+    return *parse_int_in(text, 1, 4096);
 }
 
 namespace {
@@ -72,7 +91,45 @@ namespace {
 // WORLD_SIZE counts every process (training-operator >= 1.7), MASTER_ADDR / MASTER_PORT the rendezvous - when
 // PET_NPROC_PER_NODE says how many processes a node starts. Only with PET_NPROC_PER_NODE: a RANK inherited from an
 // outer launcher otherwise means nothing to this one.
-void torchrun_env_defaults(ClusterFlags &o, const EnvLookup &env)
+// torchrun's rendezvous flags as PET_RDZV_*: the meeting point (PET_RDZV_ENDPOINT "host[:port]", "[v6]:port"),
+// its id, its timeouts; the backend only checked (accel's launchers meet at a store of their own, c10d's kind).
+void rdzv_env_defaults(ClusterFlags &o, const EnvLookup &env)
+{
+    if (auto v = env("PET_RDZV_BACKEND"); v && *v != "static" && *v != "c10d") {
+        if (*v == "etcd" || *v == "etcd-v2")
+            fail(ACCEL_ERR_UNIMPLEMENTED, "PET_RDZV_BACKEND=" + *v + ": accel's launchers meet at a store of their own "
+                                          "(c10d's kind), not in etcd; use c10d or static (see docs/concepts/limitations.md)");
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "PET_RDZV_BACKEND=" + *v + ": expected static, c10d (or torchrun's etcd)");
+    }
+    if (!o.rdzv_id)
+        if (auto v = env("PET_RDZV_ID")) o.rdzv_id = *v;
+    if (!o.rdzv_conf)
+        if (auto v = env("PET_RDZV_CONF")) {
+            double join = 0, last_call = 0;
+            parse_rdzv_conf(*v, join, last_call, "PET_RDZV_CONF");
+            o.rdzv_conf = *v;
+        }
+    const std::optional<std::string> endpoint = env("PET_RDZV_ENDPOINT");
+    if (!endpoint || (o.main_process_ip && o.main_process_port)) return;
+    // "[::1]:29400", "host:29400", "host": the port after the last colon outside brackets.
+    std::string host = *endpoint;
+    std::optional<std::string> port;
+    const size_t close = host.rfind(']'), colon = host.rfind(':');
+    if (!host.empty() && host[0] == '[') {
+        if (close == std::string::npos || (close + 1 < host.size() && host[close + 1] != ':'))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "PET_RDZV_ENDPOINT=" + *endpoint + ": expected host[:port] or [v6]:port");
+        if (close + 1 < host.size()) port = host.substr(close + 2);
+        host = host.substr(1, close - 1);
+    } else if (colon != std::string::npos && host.find(':') == colon) {
+        port = host.substr(colon + 1);
+        host = host.substr(0, colon);
+    }
+    if (host.empty()) fail(ACCEL_ERR_INVALID_ARGUMENT, "PET_RDZV_ENDPOINT=" + *endpoint + ": no host");
+    if (!o.main_process_ip) o.main_process_ip = host;
+    if (!o.main_process_port && port) o.main_process_port = checked_int("PET_RDZV_ENDPOINT's port", *port, 1, 65535);
+}
+
+void torchrun_env_defaults(ClusterFlags &o, const EnvLookup &env, const LocalDevices &devices)
 {
     const std::optional<std::string> nproc_text = env("PET_NPROC_PER_NODE");
     if (!o.num_machines)
@@ -85,11 +142,9 @@ void torchrun_env_defaults(ClusterFlags &o, const EnvLookup &env)
         if (auto v = env("PET_MASTER_PORT")) o.main_process_port = checked_int("PET_MASTER_PORT", *v, 1, 65535);
     if (!o.max_restarts)
         if (auto v = env("PET_MAX_RESTARTS")) o.max_restarts = checked_int("PET_MAX_RESTARTS", *v, 0, 1000000);
-    if (!o.rdzv_id)
-        if (auto v = env("PET_RDZV_ID")) o.rdzv_id = *v;
+    rdzv_env_defaults(o, env);
     if (!nproc_text) return;
-    // torchrun also takes "gpu", "cpu" and "auto" here; a node of accel's runs a given number of processes.
-    const int nproc = checked_int("PET_NPROC_PER_NODE", *nproc_text, 1, 4096);
+    const int nproc = nproc_per_node(*nproc_text, "PET_NPROC_PER_NODE", devices);
     // PyTorchJob v1: the node's place from RANK / WORLD_SIZE / MASTER_*, where PET_* did not give it.
     if (!o.machine_rank)
         if (auto v = env("RANK")) o.machine_rank = checked_int("RANK (PyTorchJob's node rank)", *v, 0, 4095);
@@ -114,9 +169,9 @@ void torchrun_env_defaults(ClusterFlags &o, const EnvLookup &env)
 
 } // namespace
 
-void cluster_env_defaults(ClusterFlags &o, const EnvLookup &env)
+void cluster_env_defaults(ClusterFlags &o, const EnvLookup &env, const LocalDevices &devices)
 {
-    torchrun_env_defaults(o, env);
+    torchrun_env_defaults(o, env, devices);
     // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
     if (!o.num_machines)
         if (auto v = env("SLURM_NNODES")) o.num_machines = checked_int("SLURM_NNODES", *v, 1, 4096);

@@ -15,6 +15,13 @@ namespace accel::cli {
 struct ClusterFlags {
     std::optional<int> num_processes, num_machines, machine_rank, main_process_port, max_restarts;
     std::optional<std::string> main_process_ip, rdzv_id;
+    std::optional<std::string> rdzv_conf; // --rdzv_conf's text (checked by parse_rdzv_conf)
+};
+
+// What torchrun's "cpu", "gpu" and "auto" processes per node count on this machine (its os.cpu_count() and
+// torch.cuda.device_count()); asked only when a variable says one of them.
+struct LocalDevices {
+    std::function<int()> cpus, gpus;
 };
 
 // A variable's value; nullopt when unset or empty (torchrun treats both alike).
@@ -33,12 +40,21 @@ std::pair<int, int> parse_nnodes(const std::string &text, const std::string &wha
 int fixed_nnodes(const std::string &text, const std::string &what);
 
 // torchrun's --rdzv_conf "key=value,key=value": join_timeout and last_call_timeout (seconds in [0, 86400]) into
-// the two; another key or value is an INVALID_ARGUMENT naming it.
-void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last_call_timeout);
+// the two; another key or value is an INVALID_ARGUMENT naming it and `what` (the flag or the variable).
+void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last_call_timeout,
+                     const std::string &what = "--rdzv_conf");
+
+// torchrun's --nproc_per_node: a number, or "cpu" (the machine's CPUs), "gpu" (its GPUs; none is a
+// FAILED_PRECONDITION, as torchrun's "Cuda is not available"), "auto" (the GPUs, else the CPUs). INVALID_ARGUMENT
+// naming `what` otherwise.
+int nproc_per_node(const std::string &text, const std::string &what, const LocalDevices &devices);
 
 // Fills the flags still unset from torchrun's PET_* (and, with PET_NPROC_PER_NODE, PyTorchJob v1's RANK,
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT), then Slurm's SLURM_NNODES / SLURM_NODEID / SLURM_JOB_NODELIST.
-void cluster_env_defaults(ClusterFlags &flags, const EnvLookup &env);
+// torchrun's rendezvous settings: PET_RDZV_ENDPOINT (host[:port], where PET_MASTER_* leave the meeting point
+// open), PET_RDZV_ID, PET_RDZV_CONF; PET_RDZV_BACKEND static or c10d (accel's own store is c10d's kind), etcd
+// refused by name (UNIMPLEMENTED).
+void cluster_env_defaults(ClusterFlags &flags, const EnvLookup &env, const LocalDevices &devices);
 
 // Slurm's hostlist "node[01-04],gpu7" -> "node01": the first host, without scontrol.
 std::string first_slurm_host(const std::string &list);

@@ -67,6 +67,11 @@ ProcessTopology topology_from_env()
     if (t.rank >= t.world_size)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "environment: RANK " + std::to_string(t.rank) + " is not below WORLD_SIZE " +
                                              std::to_string(t.world_size));
+    // A local rank counts the processes of one machine, never more than the job's (and local_rank + 1 below
+    // cannot overflow then).
+    if (t.local_rank >= t.world_size)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "environment: LOCAL_RANK " + std::to_string(t.local_rank) +
+                                             " is not below WORLD_SIZE " + std::to_string(t.world_size));
     if (t.local_rank >= t.local_world_size && t.local_world_size > 0)
         t.local_world_size = t.local_rank + 1; // a launcher that exports no local size
     if (env_string("WORLD_SIZE") || env_string("RANK")) t.launcher = "torchrun";

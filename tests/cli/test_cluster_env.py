@@ -81,9 +81,11 @@ p = subprocess.run([ACCEL, "launch", "-n", "2", "--main_process_port", "0", PROG
 if p.returncode != 0 or "restart 1 of 1" not in p.stdout:
     failures.append("PET_MAX_RESTARTS=1: exit %d, expected one restart:\n%s" % (p.returncode, p.stdout[-1500:]))
 
-# Refused, naming the variable: a changing membership, torchrun's "gpu"/"auto" process counts, and a PyTorchJob
-# WORLD_SIZE that is not a multiple of the processes per node.
-for env, word in (({"PET_NNODES": "1:2"}, "PET_NNODES"), ({"PET_NPROC_PER_NODE": "gpu"}, "PET_NPROC_PER_NODE"),
+# Refused, naming the variable: a changing membership, torchrun's "gpu" process count on a machine without GPUs
+# (CI's), an etcd rendezvous, and a PyTorchJob WORLD_SIZE that is not a multiple of the processes per node.
+for env, word in (({"PET_NNODES": "1:2"}, "PET_NNODES"), ({"PET_NPROC_PER_NODE": "gpu", "CUDA_VISIBLE_DEVICES": ""},
+                                                          "PET_NPROC_PER_NODE=gpu"),
+                  ({"PET_RDZV_BACKEND": "etcd"}, "PET_RDZV_BACKEND"),
                   ({"PET_NPROC_PER_NODE": "2", "WORLD_SIZE": "3", "RANK": "0"}, "WORLD_SIZE"),
                   ({"PET_MAX_RESTARTS": "-1"}, "PET_MAX_RESTARTS")):
     p = subprocess.run([ACCEL, "launch", "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -104,6 +104,30 @@ if len(pods) * nproc != 2 or training_lines(texts[0]) != ref_lines:
     failures.append("pytorchjob.yaml: %d pods x %d processes; rank 0 printed %s, accel launch -n 2 printed %s"
                     % (len(pods), nproc, training_lines(texts[0]), ref_lines))
 
+# Kubeflow Trainer v2: what the torch plugin of Trainer's controller sets in each pod of a TrainJob (its
+# EnforceMLPolicy): numProcPerNode "auto" / "cpu" become the CPU limit when the resources ask for no GPU; a Secret's
+# value (the rendezvous token) is the same random string in every pod.
+with open(os.path.join(EXAMPLES, "trainjob.yaml")) as f:
+    trainjob = yaml.safe_load(f)
+trainer = trainjob["spec"]["trainer"]
+assert trainjob["spec"]["runtimeRef"]["name"] == "torch-distributed"
+nnodes = int(trainer["numNodes"])
+nproc = str(trainer.get("numProcPerNode", "auto"))
+limits = trainer.get("resourcesPerNode", {}).get("limits", {})
+if nproc in ("auto", "cpu") and not any("gpu" in k.lower() for k in limits) and "cpu" in limits:
+    nproc = str(max(1, int(limits["cpu"])))
+secret = os.urandom(32).hex()
+pod_env = {e["name"]: e["value"] if "value" in e else secret for e in trainer.get("env", [])}
+port = 29400 if port_free(29400) else free_port()
+runs = [(trainer["command"] + trainer.get("args", []),
+         dict(pod_env, PET_NNODES=str(nnodes), PET_NPROC_PER_NODE=nproc, PET_NODE_RANK=str(i),
+              PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port)))
+        for i in range(nnodes)]
+texts = run_nodes("trainjob.yaml", runs)
+if training_lines(texts[0]) != ref_lines:
+    failures.append("trainjob.yaml: %d pods, PET_NPROC_PER_NODE=%s; rank 0 printed %s, accel launch -n 2 printed %s"
+                    % (nnodes, nproc, training_lines(texts[0]), ref_lines))
+
 # Slurm: the sbatch script as it is, with the variables sbatch/srun set and a stand-in srun (one task per node).
 script = os.path.join(EXAMPLES, "train.sbatch")
 with open(script) as f:
@@ -233,6 +257,7 @@ if failures:
     print("files kept in " + tmp)
     sys.exit(1)
 shutil.rmtree(tmp, ignore_errors=True)
-print("examples/clusters: the PyTorchJob manifest, the sbatch script and the Ray Train script train as accel launch -n 2 "
+print("examples/clusters: the PyTorchJob and TrainJob manifests, the sbatch script and the Ray Train script train as "
+      "accel launch -n 2 "
       "(%d lines equal)"
       % len(ref_lines))

@@ -31,7 +31,8 @@ bool accepted(Body &&body)
         body();
         return true;
     } catch (const accel::Error &e) {
-        if (e.code() != ACCEL_ERR_INVALID_ARGUMENT && e.code() != ACCEL_ERR_UNIMPLEMENTED)
+        if (e.code() != ACCEL_ERR_INVALID_ARGUMENT && e.code() != ACCEL_ERR_UNIMPLEMENTED &&
+            e.code() != ACCEL_ERR_FAILED_PRECONDITION) // PET_NPROC_PER_NODE=gpu without GPUs
             accel::fuzz::finding(std::string("unexpected status ") + std::to_string(e.code()) + ": " + e.what());
         if (std::string(e.what()).empty()) accel::fuzz::finding("a refusal without a message");
         return false;
@@ -64,8 +65,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     };
 
     // The launcher: each flag within its range when accepted.
+    // "cpu" / "gpu" / "auto" count a machine of 3 CPUs and 0 or 2 GPUs (the input's length decides).
+    const cli::LocalDevices devices{[] { return 3; }, [size] { return size % 2 == 0 ? 2 : 0; }};
     cli::ClusterFlags flags;
-    if (accepted([&] { cli::cluster_env_defaults(flags, lookup); })) {
+    if (accepted([&] { cli::cluster_env_defaults(flags, lookup, devices); })) {
         in_range(flags.num_machines, 1, 4096, "num_machines");
         in_range(flags.machine_rank, 0, 4095, "machine_rank");
         in_range(flags.main_process_port, 1, 65535, "main_process_port");
@@ -84,6 +87,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             !(join >= 0.0 && join <= 86400.0 && last_call >= 0.0 && last_call <= 86400.0))
             fuzz::finding("--rdzv_conf accepted a timeout out of range: " + value);
         if (cli::first_slurm_host(value).size() > value.size()) fuzz::finding("a Slurm host longer than its list");
+        int nproc = 0;
+        if (accepted([&] { nproc = cli::nproc_per_node(value, name, devices); }) && (nproc < 1 || nproc > 4096))
+            fuzz::finding("processes per node accepted out of range: " + std::to_string(nproc));
     }
 
     // The worker: topology_from_env reads the process environment.

@@ -341,6 +341,15 @@ TEST_F(AcceleratorConfigTest, WorldSizeTwoIsReadFromTheLauncher)
     EXPECT_EQ(section(j, "process.rank"), "1");
 }
 
+// fuzz.launch_env's finding: LOCAL_RANK 2147483647 overflowed local_rank + 1 (the local size it implies).
+TEST_F(AcceleratorConfigTest, LocalRankBeyondTheWorldIsRefused)
+{
+    set("WORLD_SIZE", "2");
+    set("RANK", "0");
+    set("LOCAL_RANK", "2147483647");
+    EXPECT_PARSE_ERROR(nullptr, ACCEL_ERR_INVALID_ARGUMENT, "environment: LOCAL_RANK 2147483647 is not below WORLD_SIZE 2");
+}
+
 TEST_F(AcceleratorConfigTest, TopologyFromEnv)
 {
     set("WORLD_SIZE", "1");

@@ -1,0 +1,95 @@
+// accel launch's cluster variables (cli/launch_env.cpp): Kubeflow Trainer v2's PET_NPROC_PER_NODE words and
+// torchrun's PET_RDZV_* settings.
+#include "cli/launch_env.hpp"
+#include "common/error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace accel::cli {
+namespace {
+
+EnvLookup lookup_of(const std::map<std::string, std::string> &vars)
+{
+    return [vars](const char *name) -> std::optional<std::string> {
+        auto it = vars.find(name);
+        if (it == vars.end() || it->second.empty()) return std::nullopt;
+        return it->second;
+    };
+}
+
+const LocalDevices kCpuMachine{[] { return 6; }, [] { return 0; }};
+const LocalDevices kGpuMachine{[] { return 6; }, [] { return 4; }};
+
+ClusterFlags flags_of(const std::map<std::string, std::string> &vars, const LocalDevices &devices = kCpuMachine)
+{
+    ClusterFlags f;
+    cluster_env_defaults(f, lookup_of(vars), devices);
+    return f;
+}
+
+accel_status_t code_of(const std::map<std::string, std::string> &vars, std::string *message,
+                       const LocalDevices &devices = kCpuMachine)
+{
+    try {
+        flags_of(vars, devices);
+    } catch (const Error &e) {
+        *message = e.what();
+        return e.code();
+    }
+    return ACCEL_OK;
+}
+
+// torchrun's determine_local_world_size: cpu = the CPUs, gpu = the GPUs, auto = the GPUs, else the CPUs.
+TEST(LaunchEnvTrainerV2, ProcessesPerNodeWordsAsTorchrun)
+{
+    EXPECT_EQ(nproc_per_node("3", "X", kCpuMachine), 3);
+    EXPECT_EQ(nproc_per_node("cpu", "X", kGpuMachine), 6);
+    EXPECT_EQ(nproc_per_node("auto", "X", kGpuMachine), 4);
+    EXPECT_EQ(nproc_per_node("auto", "X", kCpuMachine), 6);
+    EXPECT_EQ(nproc_per_node("gpu", "X", kGpuMachine), 4);
+    const auto f = flags_of({{"PET_NNODES", "2"}, {"PET_NODE_RANK", "1"}, {"PET_NPROC_PER_NODE", "auto"},
+                             {"PET_MASTER_ADDR", "job-node-0-0.job"}, {"PET_MASTER_PORT", "29400"}},
+                            kGpuMachine);
+    EXPECT_EQ(f.num_processes, 8);
+    EXPECT_EQ(f.num_machines, 2);
+    EXPECT_EQ(f.machine_rank, 1);
+    EXPECT_EQ(f.main_process_ip, "job-node-0-0.job");
+    EXPECT_EQ(f.main_process_port, 29400);
+    std::string message;
+    EXPECT_EQ(code_of({{"PET_NPROC_PER_NODE", "gpu"}}, &message), ACCEL_ERR_FAILED_PRECONDITION);
+    EXPECT_NE(message.find("PET_NPROC_PER_NODE=gpu: no GPU"), std::string::npos) << message;
+    EXPECT_EQ(code_of({{"PET_NPROC_PER_NODE", "tpu"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(message.find("PET_NPROC_PER_NODE: expected a number of processes in 1..4096, cpu, gpu or auto, got \"tpu\""),
+              std::string::npos) << message;
+}
+
+TEST(LaunchEnvTrainerV2, RendezvousSettingsReadOrRefusedByName)
+{
+    // The endpoint is the meeting point where PET_MASTER_* leave it open; IPv6 in brackets.
+    auto f = flags_of({{"PET_RDZV_ENDPOINT", "[fd00::1]:29401"}, {"PET_RDZV_BACKEND", "c10d"},
+                       {"PET_RDZV_ID", "job-7"}, {"PET_RDZV_CONF", "join_timeout=60,last_call_timeout=5"}});
+    EXPECT_EQ(f.main_process_ip, "fd00::1");
+    EXPECT_EQ(f.main_process_port, 29401);
+    EXPECT_EQ(f.rdzv_id, "job-7");
+    EXPECT_EQ(f.rdzv_conf, "join_timeout=60,last_call_timeout=5");
+    f = flags_of({{"PET_RDZV_ENDPOINT", "head:29402"}, {"PET_MASTER_ADDR", "master"}});
+    EXPECT_EQ(f.main_process_ip, "master");
+    EXPECT_EQ(f.main_process_port, 29402);
+    f = flags_of({{"PET_RDZV_ENDPOINT", "head"}, {"PET_RDZV_BACKEND", "static"}});
+    EXPECT_EQ(f.main_process_ip, "head");
+    EXPECT_FALSE(f.main_process_port);
+    std::string message;
+    EXPECT_EQ(code_of({{"PET_RDZV_BACKEND", "etcd"}}, &message), ACCEL_ERR_UNIMPLEMENTED);
+    EXPECT_NE(message.find("PET_RDZV_BACKEND=etcd"), std::string::npos) << message;
+    EXPECT_EQ(code_of({{"PET_RDZV_BACKEND", "zookeeper"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(code_of({{"PET_RDZV_CONF", "read_timeout=5"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(message.find("PET_RDZV_CONF: unknown key \"read_timeout\""), std::string::npos) << message;
+    EXPECT_EQ(code_of({{"PET_RDZV_ENDPOINT", "head:99999"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(message.find("PET_RDZV_ENDPOINT's port"), std::string::npos) << message;
+    EXPECT_EQ(code_of({{"PET_RDZV_ENDPOINT", "[::1"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+} // namespace
+} // namespace accel::cli
