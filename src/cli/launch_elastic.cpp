@@ -6,6 +6,9 @@
 #include "cli/launch_elastic.hpp"
 
 #include "common/error.hpp"
+#include "distributed/auth_store.hpp"
+#include "distributed/rdzv_wire.hpp"
+#include "distributed/rendezvous.hpp"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -64,32 +67,35 @@ bool port_bindable(int port)
     return ok;
 }
 
+// The launchers' meeting point. With the job's rendezvous token (ACCEL_RDZV_TOKEN / ACCEL_RDZV_TOKEN_FILE in the
+// launchers' environment) it is the workers' authenticated store (distributed/auth_store.hpp): a launcher
+// without the token, or with another, is refused there (the host logs its address) and never joins a round;
+// without a token, LibTorch's TCPStore, open to anyone who reaches the port.
 class AgentStore {
   public:
-    AgentStore(const ElasticOptions &o) : o_(o)
+    AgentStore(const ElasticOptions &o) : o_(o), token_(distributed::rdzv::token_from_env())
     {
-        c10d::TCPStoreOptions so;
-        so.port = static_cast<uint16_t>(o.port);
-        so.waitWorkers = false;
-        so.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(o.join_timeout, 30.0) * 1000.0));
         if (is_local_address(o.addr) && port_bindable(o.port)) {
             try { // the first launcher of the store's machine hosts it; the others there find the port taken
-                so.isServer = true;
-                store_ = c10::make_intrusive<c10d::TCPStore>(o.addr, so);
+                store_ = open(true);
                 host_ = true;
                 return;
+            } catch (const Error &) {
+                throw; // the token: refused (or unreadable) even by our own host
             } catch (const std::exception &) {
             }
         }
-        so.isServer = false;
         try {
-            store_ = c10::make_intrusive<c10d::TCPStore>(o.addr, so);
+            store_ = open(false);
+        } catch (const Error &e) {
+            fail(e.code(), "the elastic rendezvous (agent store) at " + where() + ": " + e.what());
         } catch (const std::exception &e) {
             fail(ACCEL_ERR_UNAVAILABLE, "cannot reach the elastic rendezvous (agent store) at " + where() + ": " +
                                             first_line(e.what()));
         }
     }
     bool host() const { return host_; }
+    bool guarded() const { return token_.has_value(); }
     std::string where() const { return o_.addr + ":" + std::to_string(o_.port); }
     int64_t count(const std::string &k) { return store_->add(k, 0); }
     int64_t add(const std::string &k) { return store_->add(k, 1); }
@@ -103,8 +109,26 @@ class AgentStore {
     static std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
 
   private:
+    c10::intrusive_ptr<c10d::Store> open(bool server) const
+    {
+        const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::max(o_.join_timeout, 30.0) * 1000.0));
+        if (token_) {
+            distributed::Rendezvous r;
+            r.host = o_.addr;
+            r.port = o_.port;
+            return distributed::connect_authenticated(r, *token_, server, c10::nullopt, timeout, nullptr);
+        }
+        c10d::TCPStoreOptions so;
+        so.port = static_cast<uint16_t>(o_.port);
+        so.waitWorkers = false;
+        so.timeout = timeout;
+        so.isServer = server;
+        return c10::make_intrusive<c10d::TCPStore>(o_.addr, so);
+    }
+
     const ElasticOptions &o_;
-    c10::intrusive_ptr<c10d::TCPStore> store_;
+    std::optional<std::string> token_;
+    c10::intrusive_ptr<c10d::Store> store_;
     bool host_ = false;
 };
 
@@ -262,14 +286,16 @@ int run_elastic(WorkerGroup group, const ElasticOptions &o, StoppedWatchdog &wat
     try {
         AgentStore s(o);
         if (!o.quiet)
-            std::fprintf(stderr, "accel launch: elastic rendezvous at %s (%s)\n", s.where().c_str(),
-                         s.host() ? "hosted by this launcher" : "joined");
+            std::fprintf(stderr, "accel launch: elastic rendezvous at %s (%s, %s)\n", s.where().c_str(),
+                         s.host() ? "hosted by this launcher" : "joined",
+                         s.guarded() ? "rendezvous token proven" : "no rendezvous token: open to anyone who reaches it");
         return run_rounds(group, o, watchdog, pick_port, s);
     } catch (const Error &e) {
         std::fprintf(stderr, "accel launch: elastic rendezvous: %s\n", e.what());
     } catch (const std::exception &e) {
-        std::fprintf(stderr, "accel launch: elastic rendezvous at %s:%d is gone (its launcher, machine 0's, ended?): %s\n",
-                     o.addr.c_str(), o.port, AgentStore::first_line(e.what()).c_str());
+        std::fprintf(stderr, "accel launch: elastic rendezvous at %s:%d is gone (its launcher, machine 0's, ended? or it "
+                             "refused this launcher, which has %s ACCEL_RDZV_TOKEN): %s\n", o.addr.c_str(), o.port,
+                     distributed::rdzv::token_from_env() ? "another" : "no", AgentStore::first_line(e.what()).c_str());
     }
     return 1;
 }

@@ -139,13 +139,18 @@ bool StoreServer::handshake(int fd, const std::string &peer)
     const std::string server_nonce = random_bytes(kNonceBytes);
     std::string got;
     bool timed_out = false;
-    if (!recv_exact(fd, got, kHelloBytes, deadline, &timed_out)) {
+    // The magic first: LibTorch's TCPStore client (a process or launcher without the token) sends a request of
+    // fewer bytes than a greeting and waits for an answer; it is refused at once, not after the deadline.
+    std::string magic, rest;
+    if (!recv_exact(fd, magic, kMagicBytes, deadline, &timed_out) ||
+        (magic == hello("") && !recv_exact(fd, rest, kHelloBytes - kMagicBytes, deadline, &timed_out))) {
         if (!stopping_)
             refuse(peer, timed_out ? "no greeting of accel's rendezvous client within " +
                                          std::to_string(handshake_timeout_.count() / 1000) + " s"
                                    : "it closed the connection without proving the job's rendezvous token");
         return false;
     }
+    got = magic + rest;
     const auto greeted = nonce_of_hello(got); // the client's nonce
     if (!greeted) {
         refuse(peer, "it is not accel's rendezvous client (a stranger, or a process without the job's ACCEL_RDZV_TOKEN "

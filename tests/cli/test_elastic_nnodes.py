@@ -6,7 +6,8 @@ machine B disappears (its launcher and workers SIGKILLed as one process group): 
 collectives, A forms round 1 alone (world size 1) and the program resumes from the newest complete checkpoint and
 finishes. Prints the restart time (the kill to the survivor's first step after the resume) and the work lost (steps
 between the newest checkpoint at the kill and the resume point). Also: a machine that comes late is admitted at
-the next round (the running round is ended for it); bad --nnodes/--rdzv_conf values are refused by name.
+the next round (the running round is ended for it), and launchers with another rendezvous token or none are
+refused; bad --nnodes/--rdzv_conf values are refused by name.
 Usage: test_elastic_nnodes.py BUILD_DIR"""
 import os
 import re
@@ -38,14 +39,14 @@ def free_port():
 
 
 class Launcher:
-    def __init__(self, name, port, project, extra=()):
+    def __init__(self, name, port, project, extra=(), env=None):
         config = '{"project_config": {"project_dir": "%s", "automatic_checkpoint_naming": true, "total_limit": 3}}' % project
         self.out = os.path.join(tmp, name + ".bin")
         cmd = [ACCEL, "launch", "-n", "2", "--nnodes", "1:2", "--main_process_port", str(port), "--max_restarts", "1",
                "--rdzv_conf", "last_call_timeout=3,join_timeout=60", *extra, PROG, self.out, "4", str(STEPS), config]
         self.name, self.lines = name, []
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                                  env=ENV, start_new_session=True)
+                                  env=dict(ENV, **(env or {})), start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -118,15 +119,31 @@ if first and resumed:
           % (ckpt_at_kill, first[0] - t_kill, resumed[0]), flush=True)
 
 # 2. A machine that comes late (round 0 closed without it) is admitted: the running round ends and round 1 has 2.
+# The job's launchers share a rendezvous token: launchers with another token or none come first, are refused (the
+# host names their address) and never join; the job is unharmed.
 port, project = free_port(), os.path.join(tmp, "proj_late")
-a = Launcher("A_late", port, project)
+token = {"ACCEL_RDZV_TOKEN": os.urandom(32).hex()}
+a = Launcher("A_late", port, project, env=token)
 a.wait_for(r"elastic round 0: 1 node ", 30)
 a.wait_for(r"resumed at step|fresh start", 30)
-b = Launcher("B_late", port, project)
+intruders = [Launcher(name, port, os.path.join(tmp, "proj_" + name), env=env)
+             for name, env in (("wrong_token", {"ACCEL_RDZV_TOKEN": os.urandom(32).hex()}), ("no_token", {}))]
+for x in intruders:
+    code_x = x.finish(60)
+    if code_x == 0 or "elastic round" in x.text() or "127.0.0.1:%d" % port not in x.text():
+        failures.append("a launcher (%s): exit %s, expected a refusal naming the store 127.0.0.1:%d"
+                        % (x.name, code_x, port))
+# (LibTorch's client opens two connections: one asks, one waits for callbacks and is refused when it closes.)
+for why in ("it did not prove the job's rendezvous token", "it is not accel's rendezvous client"):
+    if not a.wait_for(r"refused the connection from 127\.0\.0\.1:\d+: " + why, 10):
+        failures.append("the host did not name a refused launcher's address with: " + why)
+b = Launcher("B_late", port, project, env=token)
 ok = a.wait_for(r"elastic round 1: 2 nodes", 60) and b.wait_for(r"elastic round 1: 2 nodes .* this node 1", 60)
 code_a, code_b = a.finish(), b.finish()
 if not ok or code_a != 0 or code_b != 0 or "a node is waiting to join" not in a.text():
     failures.append("a late machine: not admitted at round 1 (exits %s, %s)" % (code_a, code_b))
+if "rendezvous token proven" not in b.text():
+    failures.append("the late machine did not prove the token")
 
 # 3. Values refused by name.
 for flags, word in ((["--nnodes", "1:2", "--machine_rank", "1"], "--machine_rank"),
