@@ -27,6 +27,9 @@ BnbQuantizationConfig parse_bnb_quantization_config(const char *text, const std:
     c.skip_modules_given = o.has("skip_modules");
     c.skip_modules = o.get_string_array("skip_modules", {});
     c.keep_in_fp32_modules = o.get_string_array("keep_in_fp32_modules", {});
+    c.weights_location = o.get_string("weights_location", "");
+    if (o.has("weights_location") && c.weights_location.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ".weights_location: must name a checkpoint file or folder");
     // Accelerate casts the other layers to torch_dtype only when it loads them from a checkpoint; a model quantized
     // in place keeps the dtype it has, so a torch_dtype given here would change nothing.
     o.require_absent("torch_dtype", "the layers that are not quantized keep the dtype the model has (cast the model "

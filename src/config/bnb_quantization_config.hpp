@@ -22,6 +22,9 @@ struct BnbQuantizationConfig {
     std::vector<std::string> skip_modules;
     bool skip_modules_given = false;
     std::vector<std::string> keep_in_fp32_modules;
+    // load_and_quantize_model's weights_location (an argument there, a key of accel_model_quantize's JSON here):
+    // a float checkpoint file or folder to load while quantizing; "" for none.
+    std::string weights_location;
 };
 
 // `text` is the JSON object; `what` names the argument in messages. ACCEL_ERR_INVALID_ARGUMENT for a bad or unknown

@@ -1,6 +1,10 @@
 #include "quantization/quantize_model.hpp"
 
+#include "big_modeling/empty_init.hpp"
+#include "checkpointing/checkpointing.hpp"
+#include "checkpointing/mapped_tensor.hpp"
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "model/linear.hpp"
 #include "model/lora_linear.hpp"
 #include "quantization/bnb_4bit.hpp"
@@ -11,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 
 namespace accel {
@@ -246,7 +251,10 @@ void check_quantized_layers(Model &model)
     for (auto &slot : model.linear_slots()) bnb::check_quantized_layer(*target_of(slot), slot.module);
 }
 
-std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizationConfig &c)
+namespace {
+
+// The slots quantize_model converts, after its checks.
+std::vector<LinearSlot> slots_to_quantize(Model &model, const config::BnbQuantizationConfig &c)
 {
     if (model.prepared_by || model.forward_hooks)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "quantize: the model is prepared already; quantize it before preparing it");
@@ -275,6 +283,22 @@ std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizat
     if (chosen.empty())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "quantize: skip_modules and keep_in_fp32_modules leave no linear layer to "
                                          "quantize (first one: " + slots.front().module + ")");
+    return chosen;
+}
+
+// The model's name of a tensor object (a LoRA base's weight is not under its module's plain name).
+std::string name_of(Model &model, const at::Tensor &t)
+{
+    for (const auto &[name, p] : model.named_parameters())
+        if (p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return name;
+    fail(ACCEL_ERR_INTERNAL, "quantize: a layer's weight is not a parameter of the model");
+}
+
+} // namespace
+
+std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizationConfig &c)
+{
+    std::vector<LinearSlot> chosen = slots_to_quantize(model, c);
     NamedTensors added;
     std::vector<std::string> done;
     for (auto &slot : chosen) {
@@ -283,6 +307,58 @@ std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizat
         done.push_back(slot.module);
     }
     ModelQuantizing::add_buffers(model, added);
+    return done;
+}
+
+std::vector<std::string> load_and_quantize_model(Model &model, const config::BnbQuantizationConfig &c)
+{
+    const std::string where = normalize_path(c.weights_location);
+    std::vector<LinearSlot> chosen = slots_to_quantize(model, c);
+    // Mapped (safetensors): a tensor's bytes are read when it is copied, so only one float weight is in memory at
+    // a time, as Accelerate's load_checkpoint_in_model quantizes each weight as it sets it.
+    const NamedTensors file = ckpt::read_model_weights(where);
+    std::map<std::string, const at::Tensor *> by_name;
+    for (const auto &[name, t] : file) by_name.emplace(name, &t);
+    std::set<std::string> quantized_names;
+    NamedTensors added;
+    std::vector<std::string> done;
+    for (auto &slot : chosen) {
+        const at::Tensor weight = target_of(slot)->weight();
+        const std::string name = name_of(model, weight);
+        const auto it = by_name.find(name);
+        if (it == by_name.end())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
+        require(it->second->sizes() == weight.sizes(), ACCEL_ERR_INVALID_ARGUMENT,
+                "weights_location: \"" + name + "\" in \"" + where + "\" has shape " + c10::str(it->second->sizes()) +
+                    ", the model's is " + c10::str(weight.sizes()) + " (a float checkpoint is quantized as it loads)");
+        require(at::isFloatingType(it->second->scalar_type()), ACCEL_ERR_INVALID_ARGUMENT,
+                "weights_location: \"" + name + "\" in \"" + where + "\" is " +
+                    std::string(c10::toString(it->second->scalar_type())) + ", not a float weight to quantize");
+        big_modeling::materialize(weight, at::kCPU);
+        ckpt::CopyBatch one;
+        one.add(weight, *it->second);
+        one.run();
+        NamedTensors a = quantize_layer(slot, c);
+        added.insert(added.end(), a.begin(), a.end());
+        quantized_names.insert(name);
+        done.push_back(slot.module);
+    }
+    ModelQuantizing::add_buffers(model, added);
+    // The other tensors load as load_checkpoint_in_model does: every one the model has must be in the checkpoint.
+    NamedTensors rest;
+    for (const auto &[name, t] : file)
+        if (quantized_names.count(name) == 0) rest.emplace_back(name, t);
+    ckpt::CopyBatch batch;
+    LoadReport report = model.load_state_dict(rest, false, [&batch](const at::Tensor &dst, const at::Tensor &src) {
+        batch.add(dst, src);
+    });
+    for (const auto &m : report.missing)
+        if (quantized_names.count(m) == 0 && !is_quant_state_name(m))
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + m + "\"");
+    if (!report.unexpected.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + report.unexpected.front() + "\" in \"" + where +
+                                             "\" is not a tensor of the model");
+    batch.run();
     return done;
 }
 

@@ -30,6 +30,13 @@ std::vector<std::string> keys_to_not_convert(Model &model);
 // there); INVALID_ARGUMENT when nothing is left to quantize.
 std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizationConfig &config);
 
+// Accelerate's load_and_quantize_model with weights_location (config.weights_location): the layers are replaced as
+// quantize_model does (on meta for an empty model), and the float checkpoint (a file or folder) is loaded, each
+// quantized layer's weight read and quantized one at a time, the other tensors copied into the model. A model
+// tensor missing from the checkpoint, a checkpoint tensor the model lacks, or a weight of another shape:
+// INVALID_ARGUMENT naming it.
+std::vector<std::string> load_and_quantize_model(Model &model, const config::BnbQuantizationConfig &config);
+
 // Whether the model has a quantized layer.
 bool is_quantized(Model &model);
 

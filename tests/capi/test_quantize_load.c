@@ -4,7 +4,9 @@
  *   capi_test_quantize_load       a small pre-quantized llama folder: empty_init builds it quantized on meta (a
  *                                 forward names the meta tensor; loading the folder gives it values); under
  *                                 zero3_init_flag it is refused by name (Accelerate refuses quantized models
- *                                 under DeepSpeed).
+ *                                 under DeepSpeed). weights_location (load_and_quantize_model): an empty llama
+ *                                 quantized while loading a float folder computes the logits of the same model
+ *                                 quantized in memory, bit for bit (NF4 and int8); bad values are named.
  *
  *   capi_test_quantize_load rss   (a process of its own, not under the sanitizers) a 4-bit llama folder written by
  *                                 save_pretrained loads through accel_model_from_pretrained, and through empty_init
@@ -169,6 +171,67 @@ static void test_empty_and_refused(void)
     accel_tensor_free(x);
 }
 
+static const char *kSmallLlamaEmpty = "{\"type\": \"llama\", \"vocab_size\": 300, \"hidden_size\": 64, \"intermediate_size\": 96,"
+                                      " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                                      " \"empty_init\": true}";
+
+static void small_logits(accel_model_t *m, float *out)
+{
+    const int64_t shape[2] = {1, 6}, ids[6] = {5, 8, 13, 21, 34, 55};
+    accel_tensor_t *x = tensor_i64(ids, shape, 2), *y = NULL;
+    CHECK_OK(accel_model_forward_no_grad(m, x, &y));
+    if (y != NULL) CHECK(read_f32(y, out, 6 * 300) == 0);
+    accel_tensor_free(y);
+    accel_tensor_free(x);
+}
+
+/* The same model quantized in memory and quantized while loading its float folder into an empty model. */
+static void weights_location_kind(const char *config)
+{
+    static float want[6 * 300], got[6 * 300];
+    char with_location[1200];
+    accel_model_t *m = NULL, *e = NULL;
+    CHECK_OK(accel_random_set_seed(3, false, false));
+    CHECK_OK(accel_model_create_from_json(kSmallLlama, &m));
+    CHECK_OK(accel_model_save_pretrained(m, folder("float"), NULL));
+    CHECK_OK(accel_model_quantize(m, config));
+    small_logits(m, want);
+    snprintf(with_location, sizeof with_location, "%.*s, \"weights_location\": \"%s\"}", (int)strlen(config) - 1,
+             config, folder("float"));
+    CHECK_OK(accel_model_create_from_json(kSmallLlamaEmpty, &e));
+    CHECK_OK(accel_model_quantize(e, with_location));
+    small_logits(e, got);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    accel_model_free(e);
+    accel_model_free(m);
+}
+
+static void test_weights_location(void)
+{
+    char bad[1200];
+    accel_model_t *e = NULL, *other = NULL;
+    weights_location_kind(kNf4);
+    weights_location_kind("{\"load_in_8bit\": true}");
+    CHECK_OK(accel_model_create_from_json(kSmallLlamaEmpty, &e));
+    CHECK_FAILS(accel_model_quantize(e, kNf4), ACCEL_ERR_FAILED_PRECONDITION, "weights_location");
+    CHECK_FAILS(accel_model_quantize(e, "{\"load_in_8bit\": true, \"weights_location\": \"\"}"),
+                ACCEL_ERR_INVALID_ARGUMENT, "weights_location");
+    snprintf(bad, sizeof bad, "{\"load_in_8bit\": true, \"weights_location\": \"%s\"}", folder("nowhere"));
+    CHECK_FAILS(accel_model_quantize(e, bad), ACCEL_ERR_NOT_FOUND, "nowhere");
+    accel_model_free(e);
+    /* a checkpoint of another model: the first weight of another shape is named */
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"llama\", \"vocab_size\": 300, \"hidden_size\": 32, "
+                                          "\"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4}",
+                                          &other));
+    CHECK_OK(accel_model_save_pretrained(other, folder("other"), NULL));
+    accel_model_free(other);
+    e = NULL;
+    CHECK_OK(accel_model_create_from_json(kSmallLlamaEmpty, &e));
+    snprintf(bad, sizeof bad, "{\"load_in_8bit\": true, \"weights_location\": \"%s\"}", folder("other"));
+    CHECK_FAILS(accel_model_quantize(e, bad), ACCEL_ERR_INVALID_ARGUMENT, "model.layers.0.self_attn.q_proj.weight");
+    accel_model_free(e);
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
@@ -185,6 +248,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "rss") == 0) rc = rss_main();
     else {
         test_empty_and_refused();
+        test_weights_location();
         rc = capi_report("test_quantize_load");
     }
     nftw(g_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
