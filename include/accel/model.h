@@ -352,6 +352,12 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_requires_grad(const acc
  * modules and the head) and "keep_in_fp32_modules". Unknown keys are ACCEL_ERR_INVALID_ARGUMENT naming them;
  * "torch_dtype" is ACCEL_ERR_UNIMPLEMENTED (layers left unquantized keep the model's dtype).
  *
+ * "weights_location" (load_and_quantize_model's argument, given here as a key): a float checkpoint file or folder
+ * loaded while quantizing, each quantized layer's weight read and quantized one at a time, so that a model built
+ * with "empty_init" is quantized without its float weights ever being in memory together. Without it a model still
+ * on the meta device is ACCEL_ERR_FAILED_PRECONDITION (as Accelerate's RuntimeError); a tensor missing from the
+ * checkpoint, one the model lacks or of another shape is ACCEL_ERR_INVALID_ARGUMENT naming it.
+ *
  * Each converted layer's "<module>.weight" parameter then holds the quantized weight, frozen: int8 [out, in] with
  * "<module>.SCB" (8-bit), or packed uint8 [out * in / 2, 1] with "<module>.weight.absmax", ".weight.quant_map",
  * (".weight.nested_absmax", ".weight.nested_quant_map" with double quantization) and
