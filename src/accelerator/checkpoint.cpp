@@ -117,6 +117,26 @@ void plain_to_json(const PyObj &v, std::string &out, const std::string &what)
     }
 }
 
+// Pipeline models whole for a checkpoint (WholeStages), each with the optimizers over it: one process's layout
+// whatever pp saved or loads the folder; `gather_state` for a save (the optimizers' state of every parameter).
+template <typename WrapperOf>
+std::vector<std::unique_ptr<parallel::pp::WholeStages>>
+whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
+                      const std::vector<std::shared_ptr<AcceleratedOptimizer>> &optimizers, WrapperOf &&wrapper_of,
+                      bool gather_state)
+{
+    std::vector<std::unique_ptr<parallel::pp::WholeStages>> out;
+    for (const auto &m : models) {
+        parallel::ParallelWrapper *w = wrapper_of(*m);
+        if (w == nullptr || w->pipeline() == nullptr) continue;
+        std::vector<AcceleratedOptimizer *> over;
+        for (const auto &o : optimizers)
+            if (o->model() == m) over.push_back(o.get());
+        out.push_back(std::make_unique<parallel::pp::WholeStages>(w->pipeline(), std::move(over), gather_state));
+    }
+    return out;
+}
+
 // Sharded models hold only their shards at rest: gathered whole for the duration of a save or a load
 // (collective: every rank), then written back to the shards and freed. Those the user has summoned stay so.
 class SummonWhole {
@@ -237,10 +257,10 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
     for (const auto &m : models_) {
-        parallel::pp::refuse_checkpoint_of_pipeline_model(*m, "save_state");
         refuse_tp_checkpoint_in_engine(*m, wrapper_of(*m), "save_state");
     }
     const auto tp_whole = whole_split_models(raw(models_), optimizers_);
+    const auto pp_whole = whole_pipeline_models(models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, true);
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
     const bool main = writes_main_files();
     // The state is gathered here, on the calling thread (optimizer state, user callbacks); the files are
@@ -346,7 +366,6 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
     for (const auto &m : models_) {
-        parallel::pp::refuse_checkpoint_of_pipeline_model(*m, "load_state");
         refuse_tp_checkpoint_in_engine(*m, wrapper_of(*m), "load_state");
     }
     const auto &project = state_->config.project;
@@ -365,6 +384,8 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
         try {
             // Loaded into the whole tensors, then each rank keeps its slices of them.
             const auto tp_whole = whole_split_models(raw(models_), optimizers_);
+            // A pipeline model whole, its optimizers' state then loaded for every parameter; each stage keeps its own.
+            const auto pp_whole = whole_pipeline_models(models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, false);
             load_folder(candidates[c], options);
         } catch (const distributed::Rejected &e) {
             // Automatic naming: a newest checkpoint that is damaged or incomplete (every process agreed, so every

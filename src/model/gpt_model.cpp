@@ -183,23 +183,29 @@ namespace {
 
 [[noreturn]] void refuse_pipelined(const char *what)
 {
-    fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + " of a pipeline-parallel model (parallelism_config.pp_size > 1: "
-                                                     "each rank holds one stage) is not built yet; train it with "
-                                                     "accel_accelerator_train_step");
+    fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(what) + " of a pipeline stage (parallelism_config.pp_size > 1: "
+                                                           "each rank holds one stage) needs the pipeline that cut it, "
+                                                           "which is gone (its accelerator was freed)");
 }
 
 } // namespace
 
+at::Tensor GptModel::through_pipeline(const at::Tensor &input, GptKvCache *cache, const char *what)
+{
+    if (!pipeline_forward_) refuse_pipelined(what);
+    return pipeline_forward_(input, cache);
+}
+
 at::Tensor GptModel::forward(const at::Tensor &input)
 {
-    if (pipelined_) refuse_pipelined("forward");
+    if (pipelined_) return through_pipeline(input, nullptr, "forward");
     return run(input, nullptr);
 }
 
 // Under tensor parallelism the cache holds this rank's heads, as the blocks compute them.
 at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
 {
-    if (pipelined_) refuse_pipelined("generation");
+    if (pipelined_) return through_pipeline(input, &cache, "generation");
     if (!cp_) return run(input, &cache);
     // Generation under context parallelism is not split: every rank runs the whole prompt and its cache as one
     // process does, the cp group set aside for the call (training's forward keeps it).
@@ -220,12 +226,12 @@ at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
     }
 }
 
-at::Tensor GptModel::forward_stage(const at::Tensor &input)
+at::Tensor GptModel::forward_stage(const at::Tensor &input, GptKvCache *cache)
 {
     if (!pipelined_) fail(ACCEL_ERR_INTERNAL, "gpt: forward_stage without a pipeline stage");
     if (!stage_first_ && (!input.defined() || input.dim() != 3 || input.size(2) != config_.n_embd))
         fail(ACCEL_ERR_INTERNAL, "gpt: a later pipeline stage takes hidden states [B, T, n_embd]");
-    return run(input, nullptr);
+    return run(input, cache);
 }
 
 // The first stage's input: token ids checked, then token + position embeddings (dropout in training).

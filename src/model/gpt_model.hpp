@@ -31,7 +31,13 @@ struct GptBlock;
 // Keys and values of the positions seen so far, one [B, n_head, T, head_dim] pair per block.
 struct GptKvCache {
     std::vector<at::Tensor> keys, values;
-    int64_t length() const { return keys.empty() ? 0 : keys.front().size(2); }
+    // A pipeline stage fills only its own blocks' entries: the first it holds says.
+    int64_t length() const
+    {
+        for (const auto &k : keys)
+            if (k.defined()) return k.size(2);
+        return 0;
+    }
 };
 
 class GptModel final : public Model, public parallel::tp::TensorParallelModel {
@@ -96,9 +102,10 @@ public:
     // blocks [first_block, end_block); every other parameter is emptied in place (set_data to zero elements:
     // names stay, so an optimizer made before prepare keeps its list, and the memory goes). The first stage
     // keeps the embeddings, the last the final norm and the head (the token embedding too when tied; the
-    // pipeline sums its gradient over the two). Afterwards forward() and forward_cached() are refused by name
-    // and forward_stage() runs the stage: token ids -> hidden states on the first, hidden -> hidden between,
-    // hidden -> logits on the last.
+    // pipeline sums its gradient over the two). forward_stage() runs the stage: token ids -> hidden states on
+    // the first, hidden -> hidden between, hidden -> logits on the last (with `cache`: this stage's blocks'
+    // keys and values). forward() and forward_cached() run the whole model through the pipeline set by
+    // set_pipeline_forward (collective over `group`, the pp group); refused by name without one.
     void apply_pipeline_stage(int64_t first_block, int64_t end_block, bool first, bool last);
     // Interleaved pipelines (pp_schedule "interleaved_1f1b"): the stage holds several chunks of blocks (virtual
     // stages), each [begin, end); select_pipeline_chunk(c) makes forward_stage run chunk c: the embeddings only
@@ -106,8 +113,15 @@ public:
     void apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last);
     void select_pipeline_chunk(size_t chunk);
     size_t pipeline_chunks() const { return stage_chunks_.size(); }
-    at::Tensor forward_stage(const at::Tensor &input);
+    at::Tensor forward_stage(const at::Tensor &input, GptKvCache *cache = nullptr);
     bool pipelined() const { return pipelined_; }
+    using PipelineForward = std::function<at::Tensor(const at::Tensor &input, GptKvCache *cache)>;
+    void set_pipeline_forward(PipelineForward forward, std::shared_ptr<distributed::Communicator> group)
+    {
+        pipeline_forward_ = std::move(forward);
+        pp_group_ = std::move(group);
+    }
+    const std::shared_ptr<distributed::Communicator> &pipeline_group() const { return pp_group_; }
     const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
 
 protected:
@@ -136,6 +150,9 @@ private:
     // This rank's pipeline stage (the whole model without one).
     bool pipelined_ = false, stage_first_ = true, stage_last_ = true;
     size_t block_begin_ = 0, block_end_ = 0;
+    PipelineForward pipeline_forward_;
+    std::shared_ptr<distributed::Communicator> pp_group_;
+    at::Tensor through_pipeline(const at::Tensor &input, GptKvCache *cache, const char *what);
 };
 
 } // namespace accel

@@ -99,6 +99,11 @@ public:
     // has no state yet), and putting such a list back (offloading).
     std::vector<at::Tensor> state_tensors(const at::Tensor &param) const;
     void set_state_tensors(const at::Tensor &param, const std::vector<at::Tensor> &tensors);
+    // A parameter's whole state, to move it between processes (pipeline checkpoints): its step count as an int64
+    // scalar (undefined for types without one), then state_tensors(); empty when it has none. set_param_state
+    // makes that state anew (whether or not the parameter had some); an empty list drops it.
+    std::vector<at::Tensor> param_state(const at::Tensor &param) const;
+    void set_param_state(const at::Tensor &param, const std::vector<at::Tensor> &state);
     // State made while the parameters were elsewhere joins each parameter's device (Accelerate's
     // AcceleratedOptimizer moves it with device_placement); done before the first step after a move.
     void move_state_to_parameters();

@@ -826,6 +826,34 @@ void AcceleratedOptimizer::set_state_tensors(const at::Tensor &param, const std:
     for (size_t i = 0; i < slots.size(); ++i) slots[i].set(*it->second, tensors[i]);
 }
 
+std::vector<at::Tensor> AcceleratedOptimizer::param_state(const at::Tensor &param) const
+{
+    auto it = optimizer_->state().find(key_of(param));
+    if (it == optimizer_->state().end() || !it->second) return {};
+    const OptimizerType &type = type_of(optimizer_->param_groups()[0].options());
+    std::vector<at::Tensor> out{type.get_step ? at::scalar_tensor(type.get_step(*it->second), at::kLong) : at::Tensor()};
+    for (const auto &st : type.tensors) out.push_back(st.get(*it->second));
+    return out;
+}
+
+void AcceleratedOptimizer::set_param_state(const at::Tensor &param, const std::vector<at::Tensor> &state)
+{
+    // Over the shards of a sharding engine the state is per unit, not per parameter.
+    if (layout_) fail(ACCEL_ERR_INTERNAL, "optimizer: per-parameter state put into a sharded optimizer");
+    if (state.empty()) {
+        optimizer_->state().erase(key_of(param));
+        return;
+    }
+    const OptimizerType &type = type_of(optimizer_->param_groups()[0].options());
+    if (state.size() != type.tensors.size() + 1)
+        fail(ACCEL_ERR_INTERNAL, "optimizer: " + std::to_string(state.size()) + " state entries for a parameter of an "
+                                 "optimizer with " + std::to_string(type.tensors.size() + 1));
+    std::unique_ptr<ParamState> ps = type.make_state();
+    if (type.set_step && state[0].defined()) type.set_step(*ps, state[0].item<int64_t>());
+    for (size_t i = 0; i < type.tensors.size(); ++i) type.tensors[i].set(*ps, state[i + 1]);
+    optimizer_->state()[key_of(param)] = std::move(ps);
+}
+
 void AcceleratedOptimizer::move_state_to_parameters()
 {
     for (const auto &group : optimizer_->param_groups())

@@ -7,6 +7,9 @@ equivalence: pp --pp stages x dp_replicate --dp (pp x dp processes, --micro micr
   over the replicas) equal one process's within --tol. Both runs end with save_model: the pipeline's folder holds
   one process's files, names, shapes and order (the stages gathered on the main process), values within --tol,
   and they equal the parameters the stages hold.
+resume: save_state / load_state under pp --pp (one process's layout): a pp run saves after 10 of 20 steps; loading
+  that folder, pp --pp and one process each train the last 10 steps as the uninterrupted run did (every step's loss
+  and every parameter within --tol); a one-process folder saved the same way loads onto pp --pp alike.
 """
 import argparse
 import json
@@ -86,9 +89,50 @@ def scenario_equivalence(a, tmp):
             sys.exit("%s: save_model's %s is not what the stage holding it has" % (what, name))
 
 
+def scenario_resume(a, tmp):
+    config = {"parallelism_config": {"pp_size": a.pp, "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
+    full = a.steps
+    half = full // 2
+
+    def saved(name, processes, cfg):
+        folder = os.path.join(tmp, name + ".state")
+        ranks = train(a, processes, os.path.join(tmp, name), a.batch, cfg,
+                      {"ACCEL_TEST_SAVE_AT": str(half), "ACCEL_TEST_SAVE_DIR": folder})
+        return folder, ranks
+
+    def resumed(name, processes, cfg, folder, whole, what):
+        e = {"ACCEL_TEST_LOAD": folder}
+        ranks = train(a, processes, os.path.join(tmp, name), a.batch, cfg, e)
+        want_losses = [whole[0][0][s] for s in range(half, full)]
+        for r, (losses, _) in enumerate(ranks):
+            check_close(want_losses, [losses[s] for s in range(full - half)], a.tol, "%s: rank %d's losses" % (what, r))
+        want, got = merged(whole, what), merged(ranks, what)
+        if sorted(got) != sorted(want):
+            sys.exit("%s: the parameters %s, the uninterrupted run's %s" % (what, sorted(got), sorted(want)))
+        names = sorted(want)
+        check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
+                    "%s: parameters after %d more steps" % (what, full - half))
+
+    pp_folder, pp_run = saved("pp", a.pp, config)
+    one_folder, one_run = saved("one", 1, {})
+    # One process's layout: the same weights file (names, shapes, order) whichever run saved it.
+    for f in ("model.safetensors", "optimizer.bin"):
+        if not os.path.exists(os.path.join(pp_folder, f)):
+            sys.exit("pp %d: save_state wrote %s, without %s" % (a.pp, sorted(os.listdir(pp_folder)), f))
+    pp_w, one_w = [tensors_of(os.path.join(d, "model.safetensors")) for d in (pp_folder, one_folder)]
+    if [(k, v[0]) for k, v in pp_w.items()] != [(k, v[0]) for k, v in one_w.items()]:
+        sys.exit("pp %d: save_state's weights %s, one process's %s" %
+                 (a.pp, [(k, v[0]) for k, v in pp_w.items()], [(k, v[0]) for k, v in one_w.items()]))
+    a.steps = full - half
+    resumed("pp_pp", a.pp, config, pp_folder, pp_run, "pp %d -> pp %d" % (a.pp, a.pp))
+    resumed("pp_one", 1, {}, pp_folder, pp_run, "pp %d -> one process" % a.pp)
+    resumed("one_pp", a.pp, config, one_folder, one_run, "one process -> pp %d" % a.pp)
+    a.steps = full
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["equivalence"])
+    ap.add_argument("scenario", choices=["equivalence", "resume"])
     ap.add_argument("--bin", required=True, help="the build directory")
     ap.add_argument("--pp", type=int, default=2)
     ap.add_argument("--dp", type=int, default=1)
@@ -100,7 +144,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=120)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="accel_pp_")
-    {"equivalence": scenario_equivalence}[a.scenario](a, tmp)
+    {"equivalence": scenario_equivalence, "resume": scenario_resume}[a.scenario](a, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

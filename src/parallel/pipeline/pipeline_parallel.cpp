@@ -5,6 +5,7 @@
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "model/gpt_model.hpp"
+#include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stages.hpp"
@@ -34,6 +35,29 @@ int64_t chunk_message(const Op &op, int32_t sender_chunk, int32_t chunks) { retu
 // Activations travel in float32 whatever the stage computed in (autocast): the receiver allocates before
 // it knows, and the precision of the stage boundary does not change what the stages compute.
 constexpr at::ScalarType kWire = at::kFloat;
+
+// `mine` as `owner` holds it (undefined: nothing), the same tensor on every rank of `group` afterwards (a
+// copy on `device`): its dtype and shape first, which the others do not know, then its values.
+at::Tensor from_owner(distributed::Communicator &group, const at::Tensor &mine, int32_t owner, const at::Device &device)
+{
+    constexpr int64_t kMaxDims = 8;
+    at::Tensor header = at::zeros({kMaxDims + 3}, at::kLong); // defined, dtype, dims, sizes
+    auto *h = header.data_ptr<int64_t>();
+    if (group.rank() == owner && mine.defined()) {
+        if (mine.dim() > kMaxDims) fail(ACCEL_ERR_INTERNAL, "pipeline: a tensor of " + std::to_string(mine.dim()) + " dimensions");
+        h[0] = 1;
+        h[1] = static_cast<int64_t>(mine.scalar_type());
+        h[2] = mine.dim();
+        for (int64_t d = 0; d < mine.dim(); ++d) h[3 + d] = mine.size(d);
+    }
+    group.broadcast(header, owner);
+    if (h[0] == 0) return {};
+    at::Tensor values = group.rank() == owner ? mine.detach().contiguous()
+                                              : at::empty(std::vector<int64_t>(h + 3, h + 3 + h[2]),
+                                                          at::TensorOptions(static_cast<at::ScalarType>(h[1])).device(device));
+    group.broadcast(values, owner);
+    return values;
+}
 
 } // namespace
 
@@ -158,6 +182,54 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     return mean.item<double>();
 }
 
+at::Tensor PipelineParallel::forward(const at::Tensor &input, GptKvCache *cache)
+{
+    at::NoGradGuard no_grad;
+    const auto &c = model_.config();
+    // Checked here on every rank (each holds the same ids), not on the first stage alone: a refusal there would
+    // leave the others waiting for its activations.
+    if (!input.defined() || (input.scalar_type() != at::kLong && input.scalar_type() != at::kInt) ||
+        (input.dim() != 1 && input.dim() != 2) || input.numel() == 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: a pipeline-parallel gpt model takes non-empty token ids (int64 or int32) "
+                                         "[batch, seq] or [seq], got " +
+                                             (input.defined() ? c10::str(input.scalar_type(), " ", input.sizes()) : std::string("none")));
+    if (auto [lo, hi] = at::aminmax(input); lo.item<int64_t>() < 0 || hi.item<int64_t>() >= c.vocab_size)
+        fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(lo.item<int64_t>() < 0 ? lo.item<int64_t>() : hi.item<int64_t>()) +
+                                         " is outside [0, " + std::to_string(c.vocab_size) + ")");
+    const int64_t past = cache != nullptr ? cache->length() : 0;
+    if (past + input.size(-1) > c.n_positions)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + input.size(-1)) + " positions exceed n_positions " +
+                                             std::to_string(c.n_positions));
+    const bool unbatched = input.dim() == 1;
+    const at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
+    const int32_t s = stage(), p = num_stages();
+    // A cache holds every row of each block: one micro-batch then.
+    const int64_t chunks = cache != nullptr ? 1 : std::min<int64_t>(micro_batches_, ids.size(0));
+    const std::vector<at::Tensor> pieces = ids.tensor_split(chunks, 0);
+    const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_.front().device();
+    // Each micro-batch through the virtual stages in turn (interleaved: chunk c of stage s is virtual stage
+    // c * p + s); every stage meets its messages in the one order they travel, so blocking sends cannot deadlock.
+    const int32_t v = this->chunks();
+    std::vector<at::Tensor> logits;
+    for (int64_t i = 0; i < chunks; ++i) {
+        const at::Tensor &piece = pieces[static_cast<size_t>(i)];
+        for (int32_t k = 0; k < v; ++k) {
+            at::Tensor x = piece;
+            if (s > 0 || k > 0) {
+                const VirtualStage prev = previous_virtual_stage(s, k, p);
+                x = at::empty({piece.size(0), piece.size(1), c.n_embd}, at::TensorOptions(kWire).device(device));
+                pp_->recv(x, prev.stage, forward_tag(i * v + prev.chunk));
+            }
+            model_.select_pipeline_chunk(static_cast<size_t>(k));
+            at::Tensor y = model_.forward_stage(x, cache);
+            if (s == p - 1 && k == v - 1) logits.push_back(y);
+            else pp_->send(y.to(kWire).contiguous(), next_virtual_stage(s, k, p).stage, forward_tag(i * v + k));
+        }
+    }
+    at::Tensor out = from_owner(*pp_, s == p - 1 ? at::cat(logits, 0) : at::Tensor(), p - 1, device);
+    return unbatched ? out.squeeze(0) : out;
+}
+
 // The tied token embedding lives on the first stage (as the embedding) and the last (as the head): each
 // sends its gradient to the other and both add, so both hold the sum in the same bits (a + b == b + a) and
 // their optimizers keep the two copies equal. The first sends before it receives, the last the other way
@@ -251,38 +323,46 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
         blocks.emplace_back(starts[vs], vs + 1 < starts.size() ? starts[vs + 1] : n);
     }
     gpt->apply_pipeline_stage(blocks, s == 0, s == p - 1);
-    return std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches, config.pp_schedule,
-                                              mesh.group(distributed::MeshDim::Dp), ddp);
+    auto pipeline = std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches, config.pp_schedule,
+                                                       mesh.group(distributed::MeshDim::Dp), ddp);
+    // The model's forward() and generation run through the pipeline while it lives (the accelerator holds it).
+    std::weak_ptr<PipelineParallel> weak = pipeline;
+    gpt->set_pipeline_forward(
+        [weak](const at::Tensor &input, GptKvCache *cache) {
+            const auto held = weak.lock();
+            if (!held) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: a pipeline stage whose accelerator was freed cannot run "
+                                                           "the whole model");
+            return held->forward(input, cache);
+        },
+        group);
+    return pipeline;
 }
 
-std::vector<at::Tensor> PipelineParallel::borrow_other_stages()
+std::vector<int32_t> PipelineParallel::owners()
 {
-    at::NoGradGuard no_grad;
     const auto &named = model_.named_parameters();
     at::Tensor held = at::empty({static_cast<int64_t>(named.size())}, at::kLong);
     for (size_t i = 0; i < named.size(); ++i) held[static_cast<int64_t>(i)] = named[i].second.numel() > 0 ? 1 : 0;
     const std::vector<at::Tensor> holders = pp_->allgather(held);
-    std::vector<at::Tensor> borrowed;
-    constexpr int64_t kMaxDims = 8;
+    std::vector<int32_t> out;
     for (size_t i = 0; i < named.size(); ++i) {
-        at::Tensor p = named[i].second;
         int32_t owner = 0;
         while (owner < num_stages() && holders[static_cast<size_t>(owner)][static_cast<int64_t>(i)].item<int64_t>() == 0) ++owner;
         if (owner == num_stages()) fail(ACCEL_ERR_INTERNAL, "pipeline: no stage holds " + named[i].first);
-        // The owner's shape first (the others' copy has none), then its values.
-        at::Tensor shape = at::zeros({kMaxDims + 1}, at::kLong);
-        if (owner == stage()) {
-            if (p.dim() > kMaxDims) fail(ACCEL_ERR_INTERNAL, "pipeline: " + named[i].first + " has too many dimensions");
-            shape[0] = p.dim();
-            for (int64_t d = 0; d < p.dim(); ++d) shape[d + 1] = p.size(d);
-        }
-        pp_->broadcast(shape, owner);
-        at::Tensor values = owner == stage() ? p.detach().contiguous()
-                                             : at::empty(std::vector<int64_t>(shape.data_ptr<int64_t>() + 1,
-                                                                              shape.data_ptr<int64_t>() + 1 + shape[0].item<int64_t>()),
-                                                         p.options());
-        pp_->broadcast(values, owner);
-        if (owner != stage() && p.numel() == 0) {
+        out.push_back(owner);
+    }
+    return out;
+}
+
+std::vector<at::Tensor> PipelineParallel::borrow_other_stages(const std::vector<int32_t> &owner)
+{
+    at::NoGradGuard no_grad;
+    const auto &named = model_.named_parameters();
+    std::vector<at::Tensor> borrowed;
+    for (size_t i = 0; i < named.size(); ++i) {
+        at::Tensor p = named[i].second;
+        at::Tensor values = from_owner(*pp_, p, owner[i], p.device());
+        if (owner[i] != stage() && p.numel() == 0) {
             p.set_data(values);
             borrowed.push_back(p);
         }
@@ -290,24 +370,54 @@ std::vector<at::Tensor> PipelineParallel::borrow_other_stages()
     return borrowed;
 }
 
-WholeStages::WholeStages(PipelineParallel *pipeline)
-{
-    if (pipeline != nullptr) borrowed_ = pipeline->borrow_other_stages();
-}
-
-WholeStages::~WholeStages()
+void PipelineParallel::borrow_optimizer_state(AcceleratedOptimizer &optimizer, const std::vector<int32_t> &owner,
+                                              const std::vector<at::Tensor> &borrowed)
 {
     at::NoGradGuard no_grad;
-    for (auto &p : borrowed_) p.set_data(at::empty({0}, p.options()));
+    const auto &named = model_.named_parameters();
+    for (size_t i = 0; i < named.size(); ++i) {
+        const at::Tensor &p = named[i].second;
+        const bool mine = owner[i] == stage();
+        std::vector<at::Tensor> state = mine ? optimizer.param_state(p) : std::vector<at::Tensor>{};
+        at::Tensor count = from_owner(*pp_, at::scalar_tensor(static_cast<int64_t>(state.size()), at::kLong), owner[i], at::kCPU);
+        state.resize(static_cast<size_t>(count.item<int64_t>()));
+        for (auto &t : state) t = from_owner(*pp_, t, owner[i], p.device());
+        const bool wanted = std::any_of(borrowed.begin(), borrowed.end(), [&p](const at::Tensor &b) { return b.is_same(p); });
+        if (!mine && wanted && !state.empty()) optimizer.set_param_state(p, state);
+    }
 }
 
-void refuse_checkpoint_of_pipeline_model(const Model &model, const char *what)
+WholeStages::WholeStages(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers, bool gather_state)
 {
-    const auto *gpt = dynamic_cast<const GptModel *>(&model);
-    if (gpt != nullptr && gpt->pipelined())
-        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": checkpoints of a pipeline-parallel model (pp_size > 1: each "
-                                                          "rank holds one stage's optimizer state; gathering it) are not "
-                                                          "built yet; save_model and get_state_dict write the whole weights");
+    if (pipeline == nullptr) return;
+    optimizers_ = std::move(optimizers);
+    const std::vector<int32_t> owners = pipeline->owners();
+    borrowed_ = pipeline->borrow_other_stages(owners);
+    try {
+        if (gather_state)
+            for (auto *o : optimizers_) pipeline->borrow_optimizer_state(*o, owners, borrowed_);
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+WholeStages::~WholeStages() { release(); }
+
+void WholeStages::release() noexcept
+{
+    at::NoGradGuard no_grad;
+    for (auto &p : borrowed_) {
+        // The other stages' optimizer state (borrowed, or installed by a load) goes with their parameters.
+        for (auto *o : optimizers_) {
+            try {
+                o->set_param_state(p, {});
+            } catch (...) {
+            }
+        }
+        p.set_data(at::empty({0}, p.options()));
+    }
+    borrowed_.clear();
 }
 
 } // namespace accel::parallel::pp

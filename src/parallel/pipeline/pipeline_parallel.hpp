@@ -17,7 +17,9 @@
 #include <vector>
 
 namespace accel {
+class AcceleratedOptimizer;
 class GptModel;
+struct GptKvCache;
 namespace config {
 struct DistributedDataParallelKwargs;
 struct ParallelismConfig;
@@ -57,6 +59,14 @@ public:
     // loss on every rank (broadcast from the last stage). INVALID_ARGUMENT when the batch's first dimension
     // does not divide into the micro-batches.
     double run(const at::Tensor &inputs, const at::Tensor &labels, const LossFn &loss, const ScaleFn &scale);
+    // The prepare_pippy equivalent (what the model's forward() and generation run on a stage; collective over
+    // the pp group, every rank passing the same token ids [batch, seq] or [seq]): the whole model's logits on
+    // every rank (the last stage's, broadcast). Inference: no gradients. The rows go through in up to
+    // num_micro_batches micro-batches, GPipe's order (stage s runs micro-batch i while s + 1 runs i - 1); with
+    // `cache` (generation) in one, each stage keeping its own blocks' keys and values. The ids are checked on
+    // every rank before anything is sent, so a bad input fails everywhere alike instead of leaving the other
+    // stages waiting.
+    at::Tensor forward(const at::Tensor &input, GptKvCache *cache);
     const ScheduleTimes &last_times() const { return times_; }
     int32_t stage() const;
     int32_t num_stages() const;
@@ -73,9 +83,15 @@ public:
     // free_memory: the model stays cut into its stage (the limitations page says so).
     void release(Model &) override {}
     PipelineParallel *pipeline() override { return this; }
-    // Every parameter of the whole model filled in from the first stage holding it (collective over the pp
-    // group): the ones this stage does not hold, which WholeStages empties again.
-    std::vector<at::Tensor> borrow_other_stages();
+    // Per parameter of the whole model (named_parameters order), the first stage holding it (collective).
+    std::vector<int32_t> owners();
+    // Every parameter of the whole model filled in from its owner (collective over the pp group): the ones
+    // this stage does not hold, which WholeStages empties again.
+    std::vector<at::Tensor> borrow_other_stages(const std::vector<int32_t> &owners);
+    // `optimizer`'s state of each parameter in `borrowed` filled in from its owner (collective): the whole
+    // model's state on every rank, in one process's parameter order, as its state_dict() then writes it.
+    void borrow_optimizer_state(AcceleratedOptimizer &optimizer, const std::vector<int32_t> &owners,
+                                const std::vector<at::Tensor> &borrowed);
 
 private:
     void sync_tied_gradient();
@@ -98,22 +114,24 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
                                                    const config::ParallelismConfig &config,
                                                    const config::DistributedDataParallelKwargs *ddp = nullptr);
 
-// save_model / get_state_dict of a pipeline model: while this lives every parameter is whole on each rank of
-// the pp group, as tensor parallelism's WholeForCheckpoint gathers its slices, so the main process writes one
-// process's weights; then each stage holds only its own again. Nothing for a null pipeline.
+// save_model / get_state_dict / save_state / load_state of a pipeline model: while this lives every parameter
+// is whole on each rank of the pp group, as tensor parallelism's WholeForCheckpoint gathers its slices, so the
+// main process writes one process's weights (and, with `gather_state`, the optimizers' state of every
+// parameter: save_state's FULL layout) and a load reads one process's files whatever pp saved them; then each
+// stage holds only its own parameters again, and its optimizers only their state (a load's included).
+// Nothing for a null pipeline.
 class WholeStages {
 public:
-    explicit WholeStages(PipelineParallel *pipeline);
+    explicit WholeStages(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers = {},
+                         bool gather_state = false);
     ~WholeStages();
     WholeStages(const WholeStages &) = delete;
     WholeStages &operator=(const WholeStages &) = delete;
 
 private:
+    void release() noexcept;
     std::vector<at::Tensor> borrowed_;
+    std::vector<AcceleratedOptimizer *> optimizers_;
 };
-
-// save_state / load_state of a pipeline-stage model: UNIMPLEMENTED naming `what` (the optimizer state of the
-// other stages' parameters is not gathered yet).
-void refuse_checkpoint_of_pipeline_model(const Model &model, const char *what);
 
 } // namespace accel::parallel::pp

@@ -2,11 +2,13 @@
 // schedules' transfer order (played against each other with rendezvous sends) and live activations, GPipe and
 // 1F1B over micro-batches, alone and with DDP over two replicas of each stage (pp x dp), against one process
 // training the whole model on the same batches (fp32, 20 AdamW steps with accumulation and clipping, tied and
-// untied heads), each stage's parameter memory, and what a pipeline model refuses (forward, generation,
-// checkpoints, batches that do not divide).
+// untied heads), each stage's parameter memory, forward and generation through the stages (the prepare_pippy
+// equivalent) against one process, the whole model's weights and optimizer state for checkpoints (WholeStages),
+// and what a pipeline model refuses (bad ids on every rank, batches that do not divide, a pipeline gone).
 #include "catch_error.hpp"
 #include "common/error.hpp"
 #include "config/generation_config.hpp"
+#include "config/optimizer_config.hpp"
 #include "config/parallelism_config.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
@@ -15,6 +17,7 @@
 #include "model/gpt_model.hpp"
 #include "model/model.hpp"
 #include "ops/loss.hpp"
+#include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stages.hpp"
@@ -402,8 +405,8 @@ TEST(PipelineParallelDp, TwoStagesTimesTwoReplicasEqualOneProcess)
     check_training(2, 3, false, {}, "1f1b", 2);
 }
 
-// What a stage of a model cannot do: a whole forward, generation, a checkpoint of its stage alone, or a
-// batch whose rows do not divide into the micro-batches.
+// What a stage of a model refuses: ids it cannot embed (on every rank alike: no stage is left waiting), a
+// batch whose rows do not divide into the micro-batches, and a whole forward once its pipeline is gone.
 TEST(PipelineParallelGpipe, RefusesWhatIsNotBuilt)
 {
     const std::string json = gpt_json(2, true);
@@ -412,18 +415,14 @@ TEST(PipelineParallelGpipe, RefusesWhatIsNotBuilt)
     dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
         dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, 1, 2), comm);
         auto &m = *models[static_cast<size_t>(comm->rank())];
-        EXPECT_NO_THROW(pp::refuse_checkpoint_of_pipeline_model(m, "save_state"));
         accel::config::ParallelismConfig config;
         config.pp_size = 2;
         config.num_micro_batches = 3;
         auto pipeline = pp::prepare_pipeline(m, mesh, config);
         at::Tensor ids = at::randint(0, 37, {4, 8}, at::kLong);
-        EXPECT_EQ(catch_error([&] { m.forward(ids); }).code(), ACCEL_ERR_UNIMPLEMENTED);
-        accel::config::GenerationConfig options;
-        options.max_new_tokens = 2;
-        const accel::Error refused = catch_error([&] { accel::generate(m, ids.narrow(1, 0, 4), options, false); });
-        EXPECT_EQ(refused.code(), ACCEL_ERR_UNIMPLEMENTED) << refused.what();
-        EXPECT_EQ(catch_error([&] { pp::refuse_checkpoint_of_pipeline_model(m, "save_state"); }).code(), ACCEL_ERR_UNIMPLEMENTED);
+        EXPECT_EQ(catch_error([&] { m.forward(ids + 37); }).code(), ACCEL_ERR_OUT_OF_RANGE);
+        EXPECT_EQ(catch_error([&] { m.forward(ids.to(at::kFloat)); }).code(), ACCEL_ERR_INVALID_ARGUMENT);
+        EXPECT_EQ(catch_error([&] { m.forward(at::cat({ids, ids}, 1)); }).code(), ACCEL_ERR_INVALID_ARGUMENT); // 16 > n_positions
         const accel::Loss loss(accel::LossKind::CausalLm);
         EXPECT_EQ(catch_error([&] {
                       pipeline->run(
@@ -431,6 +430,170 @@ TEST(PipelineParallelGpipe, RefusesWhatIsNotBuilt)
                           [](const at::Tensor &l) { return l; });
                   }).code(),
                   ACCEL_ERR_INVALID_ARGUMENT);
+        comm->barrier();
+        pipeline.reset();
+        EXPECT_EQ(catch_error([&] { m.forward(ids); }).code(), ACCEL_ERR_FAILED_PRECONDITION);
+    });
+}
+
+// The prepare_pippy equivalent: forward() of every stage returns the whole model's logits (equal to one
+// process's within 1e-6, rows split into micro-batches, a row count that does not divide included, and one
+// unbatched sequence), and generate() the same tokens (greedy with and without the key/value cache, sampled
+// with a seed), on every rank.
+void check_inference(int32_t stages, int64_t layers, bool tied, int32_t micro_batches, int32_t chunks = 1)
+{
+    SCOPED_TRACE("pp " + std::to_string(stages) + " x " + std::to_string(chunks) + " chunks, " + std::to_string(layers) +
+                 " layers, " + std::to_string(micro_batches) + " micro-batches, " + (tied ? "tied" : "untied"));
+    const std::string json = gpt_json(layers, tied);
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (int32_t r = 0; r <= stages; ++r) {
+        at::manual_seed(41);
+        models.push_back(accel::make_model_from_json(json.c_str()));
+        models.back()->train(false);
+    }
+    auto &ref = *models.back();
+    at::manual_seed(43);
+    const at::Tensor ids = at::randint(0, 37, {5, 6}, at::kLong);
+    const at::Tensor want = ref.forward(ids).detach(), want_one = ref.forward(ids[2]).detach();
+    accel::config::GenerationConfig greedy, cached, sampled;
+    greedy.max_new_tokens = cached.max_new_tokens = sampled.max_new_tokens = 2;
+    greedy.use_cache = false;
+    cached.use_cache = true;
+    sampled.do_sample = true;
+    sampled.seed = 5;
+    const at::Tensor prompt = ids.narrow(1, 0, 4);
+    const at::Tensor want_greedy = accel::generate(ref, prompt, greedy, false);
+    const at::Tensor want_sampled = accel::generate(ref, prompt, sampled, false);
+    dist::run_on_threads(stages, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, 1, stages), comm);
+        auto &m = *models[static_cast<size_t>(comm->rank())];
+        accel::config::ParallelismConfig config;
+        config.pp_size = stages;
+        config.num_micro_batches = micro_batches;
+        if (chunks > 1) {
+            config.pp_schedule = "interleaved_1f1b";
+            config.num_virtual_stages_per_pipeline_rank = chunks;
+        }
+        auto pipeline = pp::prepare_pipeline(m, mesh, config);
+        const at::Tensor got = m.forward(ids);
+        ASSERT_EQ(got.sizes(), want.sizes()) << "rank " << comm->rank();
+        EXPECT_LE((got - want).abs().max().item<double>(), 1e-6) << "rank " << comm->rank();
+        EXPECT_FALSE(got.requires_grad());
+        const at::Tensor one = m.forward(ids[2]);
+        ASSERT_EQ(one.sizes(), want_one.sizes());
+        EXPECT_LE((one - want_one).abs().max().item<double>(), 1e-6) << "rank " << comm->rank();
+        EXPECT_TRUE(at::equal(accel::generate(m, prompt, greedy, false), want_greedy)) << "rank " << comm->rank();
+        EXPECT_TRUE(at::equal(accel::generate(m, prompt, cached, false), want_greedy)) << "rank " << comm->rank();
+        EXPECT_TRUE(at::equal(accel::generate(m, prompt, sampled, false), want_sampled)) << "rank " << comm->rank();
+    });
+}
+
+TEST(PipelineParallelInference, ForwardAndGenerateEqualOneProcess)
+{
+    check_inference(2, 4, true, 2);
+    check_inference(2, 3, false, 3);
+    check_inference(4, 4, true, 8); // more micro-batches than rows: one row each
+    check_inference(2, 4, true, 2, 2); // interleaved: two chunks per stage, through the ring twice
+}
+
+std::shared_ptr<accel::AcceleratedOptimizer> adamw_of(const std::shared_ptr<accel::Model> &m)
+{
+    return std::make_shared<accel::AcceleratedOptimizer>(
+        m, accel::config::parse_optimizer_config(R"({"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "eps": 1e-6})"));
+}
+
+// {parameter index: {key: tensor}} of an optimizer's state_dict(), and the step counts as tensors too.
+std::map<int64_t, std::map<std::string, at::Tensor>> state_of(const accel::AcceleratedOptimizer &o)
+{
+    std::map<int64_t, std::map<std::string, at::Tensor>> out;
+    const accel::PyRef sd = o.state_dict();
+    for (const auto &[key, entry] : sd->get("state")->map)
+        for (const auto &[name, value] : entry->map)
+            if (value->kind == accel::PyObj::Kind::Tensor) out[key->i][name->s] = value->tensor;
+    return out;
+}
+
+// Checkpoints of a pipeline model (WholeStages, as save_state and load_state hold it): after 3 steps through the
+// stages, every rank holds the whole model and the optimizer state of every parameter, equal to one process's
+// (the same steps), and afterwards only its stage's again. Loading one process's state (weights and optimizer)
+// through it leaves each stage with that state of its own parameters.
+TEST(PipelineParallelCheckpoint, WholeStagesHoldOneProcessState)
+{
+    const int32_t stages = 2;
+    const std::string json = gpt_json(4, true);
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (int32_t r = 0; r <= stages; ++r) {
+        at::manual_seed(41);
+        models.push_back(accel::make_model_from_json(json.c_str()));
+        models.back()->train(false);
+    }
+    constexpr int kSteps3 = 3;
+    at::manual_seed(42);
+    const at::Tensor ids = at::randint(0, 37, {kSteps3, 4, 8}, at::kLong), labels = at::randint(0, 37, {kSteps3, 4, 8}, at::kLong);
+    const accel::Loss causal(accel::LossKind::CausalLm);
+    auto ref_opt = adamw_of(models.back());
+    for (int s = 0; s < kSteps3; ++s) {
+        accel::compute_loss(causal, models.back()->forward(ids[s]), labels[s]).backward();
+        ref_opt->step();
+        ref_opt->zero_grad();
+    }
+    const auto want_state = state_of(*ref_opt);
+    const accel::PyRef ref_sd = ref_opt->state_dict();
+    const auto ref_weights = models.back()->state_dict(false);
+    dist::run_on_threads(stages, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, 1, stages), comm);
+        auto &m = *models[static_cast<size_t>(comm->rank())];
+        auto opt = adamw_of(models[static_cast<size_t>(comm->rank())]);
+        accel::config::ParallelismConfig config;
+        config.pp_size = stages;
+        config.num_micro_batches = 2;
+        auto pipeline = pp::prepare_pipeline(m, mesh, config);
+        for (int s = 0; s < kSteps3; ++s) {
+            pipeline->run(
+                ids[s], labels[s], [&](const at::Tensor &o, const at::Tensor &y) { return accel::compute_loss(causal, o, y); },
+                [](const at::Tensor &l) { return l; });
+            opt->step();
+            opt->zero_grad();
+        }
+        const size_t own = state_of(*opt).size();
+        EXPECT_LT(own, want_state.size());
+        {
+            const pp::WholeStages whole(pipeline.get(), {opt.get()}, true);
+            for (const auto &[name, t] : m.named_parameters()) {
+                const at::Tensor &w = *models.back()->find_tensor(name);
+                ASSERT_EQ(t.sizes(), w.sizes()) << name;
+                EXPECT_LE((t - w).abs().max().item<double>(), 1e-5) << name;
+            }
+            const auto got = state_of(*opt);
+            ASSERT_EQ(got.size(), want_state.size()) << "rank " << comm->rank();
+            for (const auto &[index, entry] : want_state)
+                for (const auto &[key, t] : entry) {
+                    const at::Tensor &g = got.at(index).at(key);
+                    EXPECT_LE((g.to(at::kDouble) - t.to(at::kDouble)).abs().max().item<double>(), 1e-5 * std::max(1.0, t.abs().max().item<double>()))
+                        << "state " << index << " " << key << " rank " << comm->rank();
+                }
+        }
+        EXPECT_EQ(state_of(*opt).size(), own); // the borrowed state went with the borrowed parameters
+        int64_t held = 0;
+        for (const auto &np : m.named_parameters()) held += np.second.numel() > 0 ? 1 : 0;
+        EXPECT_LT(held, static_cast<int64_t>(m.named_parameters().size()));
+        // Load: one process's state, read whole, each stage keeping its own.
+        models[static_cast<size_t>(comm->rank())]->train(false);
+        auto fresh = adamw_of(models[static_cast<size_t>(comm->rank())]);
+        {
+            const pp::WholeStages whole(pipeline.get(), {fresh.get()}, false);
+            auto copy = [](const at::Tensor &d, const at::Tensor &s) {
+                at::NoGradGuard no_grad;
+                d.copy_(s);
+            };
+            EXPECT_TRUE(m.load_state_dict(ref_weights, true, copy).empty());
+            fresh->load_state_dict(*ref_sd, "optimizer.bin", copy)();
+        }
+        EXPECT_EQ(state_of(*fresh).size(), own);
+        for (const auto &[name, t] : m.named_parameters())
+            if (t.numel() > 0) {
+                EXPECT_TRUE(at::equal(t, *models.back()->find_tensor(name))) << name;
+            }
     });
 }
 
