@@ -7,9 +7,10 @@ equivalence: pp --pp stages x dp_replicate --dp (pp x dp processes, --micro micr
   over the replicas) equal one process's within --tol. Both runs end with save_model: the pipeline's folder holds
   one process's files, names, shapes and order (the stages gathered on the main process), values within --tol,
   and they equal the parameters the stages hold.
-resume: save_state / load_state under pp --pp (one process's layout): a pp run saves after 10 of 20 steps; loading
-  that folder, pp --pp and one process each train the last 10 steps as the uninterrupted run did (every step's loss
-  and every parameter within --tol); a one-process folder saved the same way loads onto pp --pp alike.
+resume: save_state / load_state under pp --pp x dp_replicate --dp (one process's layout): a pipeline run saves after
+  10 of 20 steps; loading that folder, the pipeline and one process (on the global batch) each train the last 10
+  steps as the uninterrupted run did (every step's loss, averaged over the replicas, and every parameter within
+  --tol); a one-process folder saved the same way loads onto the pipeline alike.
 """
 import argparse
 import json
@@ -90,22 +91,28 @@ def scenario_equivalence(a, tmp):
 
 
 def scenario_resume(a, tmp):
-    config = {"parallelism_config": {"pp_size": a.pp, "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
+    config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "num_micro_batches": a.micro,
+                                     "pp_schedule": a.schedule}}
     full = a.steps
     half = full // 2
+    pipe = "pp %d x dp %d" % (a.pp, a.dp) if a.dp > 1 else "pp %d" % a.pp
+
+    def run_of(processes, name, cfg, extra):
+        # The pipeline's replicas each take their share of one process's batch.
+        return train(a, processes, os.path.join(tmp, name), a.batch if cfg else a.batch * a.dp, cfg, extra)
 
     def saved(name, processes, cfg):
         folder = os.path.join(tmp, name + ".state")
-        ranks = train(a, processes, os.path.join(tmp, name), a.batch, cfg,
-                      {"ACCEL_TEST_SAVE_AT": str(half), "ACCEL_TEST_SAVE_DIR": folder})
+        ranks = run_of(processes, name, cfg, {"ACCEL_TEST_SAVE_AT": str(half), "ACCEL_TEST_SAVE_DIR": folder})
         return folder, ranks
 
+    def mean_losses(ranks, steps):
+        return [sum(losses[s] for losses, _ in ranks) / len(ranks) for s in steps]
+
     def resumed(name, processes, cfg, folder, whole, what):
-        e = {"ACCEL_TEST_LOAD": folder}
-        ranks = train(a, processes, os.path.join(tmp, name), a.batch, cfg, e)
-        want_losses = [whole[0][0][s] for s in range(half, full)]
-        for r, (losses, _) in enumerate(ranks):
-            check_close(want_losses, [losses[s] for s in range(full - half)], a.tol, "%s: rank %d's losses" % (what, r))
+        ranks = run_of(processes, name, cfg, {"ACCEL_TEST_LOAD": folder})
+        check_close(mean_losses(whole, range(half, full)), mean_losses(ranks, range(full - half)), a.tol,
+                    "%s: losses (mean over the replicas)" % what)
         want, got = merged(whole, what), merged(ranks, what)
         if sorted(got) != sorted(want):
             sys.exit("%s: the parameters %s, the uninterrupted run's %s" % (what, sorted(got), sorted(want)))
@@ -113,20 +120,20 @@ def scenario_resume(a, tmp):
         check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
                     "%s: parameters after %d more steps" % (what, full - half))
 
-    pp_folder, pp_run = saved("pp", a.pp, config)
+    pp_folder, pp_run = saved("pp", a.pp * a.dp, config)
     one_folder, one_run = saved("one", 1, {})
     # One process's layout: the same weights file (names, shapes, order) whichever run saved it.
     for f in ("model.safetensors", "optimizer.bin"):
         if not os.path.exists(os.path.join(pp_folder, f)):
-            sys.exit("pp %d: save_state wrote %s, without %s" % (a.pp, sorted(os.listdir(pp_folder)), f))
+            sys.exit("%s: save_state wrote %s, without %s" % (pipe, sorted(os.listdir(pp_folder)), f))
     pp_w, one_w = [tensors_of(os.path.join(d, "model.safetensors")) for d in (pp_folder, one_folder)]
     if [(k, v[0]) for k, v in pp_w.items()] != [(k, v[0]) for k, v in one_w.items()]:
-        sys.exit("pp %d: save_state's weights %s, one process's %s" %
-                 (a.pp, [(k, v[0]) for k, v in pp_w.items()], [(k, v[0]) for k, v in one_w.items()]))
+        sys.exit("%s: save_state's weights %s, one process's %s" %
+                 (pipe, [(k, v[0]) for k, v in pp_w.items()], [(k, v[0]) for k, v in one_w.items()]))
     a.steps = full - half
-    resumed("pp_pp", a.pp, config, pp_folder, pp_run, "pp %d -> pp %d" % (a.pp, a.pp))
-    resumed("pp_one", 1, {}, pp_folder, pp_run, "pp %d -> one process" % a.pp)
-    resumed("one_pp", a.pp, config, one_folder, one_run, "one process -> pp %d" % a.pp)
+    resumed("pp_pp", a.pp * a.dp, config, pp_folder, pp_run, "%s -> %s" % (pipe, pipe))
+    resumed("pp_one", 1, {}, pp_folder, pp_run, "%s -> one process" % pipe)
+    resumed("one_pp", a.pp * a.dp, config, one_folder, one_run, "one process -> %s" % pipe)
     a.steps = full
 
 
