@@ -73,19 +73,6 @@ namespace {
 
 at::Tensor maybe_dropout(const at::Tensor &x, double p, bool train) { return train && p > 0.0 ? at::dropout(x, p, true) : x; }
 
-// Sequence parallelism splits the positions of each forward over the tp ranks: a whole number each, and no cache
-// (generation feeds one position at a time).
-void check_sequence_parallel_input(int64_t T, bool cached, int64_t tp)
-{
-    if (cached)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: a key/value cache (generation) under parallelism_config.tp_handler."
-                                      "sequence_parallel is not built yet; generate without sequence parallelism");
-    if (T % tp != 0)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: sequence length " + std::to_string(T) + " does not divide by tp_size (" +
-                                             std::to_string(tp) + "), which parallelism_config.tp_handler."
-                                             "sequence_parallel splits it over");
-}
-
 // One block. With `kv` (generation), its keys and values are appended to kv->first/second.
 at::Tensor block_forward(const GptBlock &b, const at::Tensor &x, bool train, std::pair<at::Tensor, at::Tensor> *kv)
 {
@@ -274,7 +261,7 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
     // Under context parallelism `ids` is this rank's part: two chunks of the whole sequence.
     if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "gpt");
-    if (sequence_parallel_ && tp_group_) check_sequence_parallel_input(T, cache != nullptr, tp_group_->size());
+    if (sequence_parallel_ && tp_group_) parallel::tp::check_sequence_split(T, cache != nullptr, tp_group_->size(), "gpt");
     const int64_t whole = cp_ ? T * cp_->size() : T;
     if (past + whole > c.n_positions)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions" +

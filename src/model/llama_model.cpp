@@ -37,6 +37,8 @@ struct LlamaLayer {
     int64_t window = 0; // sliding window (0: none)
     int64_t tp_size = 1; // tensor parallelism: the layer computes 1/tp_size of the heads (apply_tensor_parallel)
     bool recompute_attention = false; // recompute_granularity "selective" (LlamaConfig::selective_recompute)
+    // Sequence parallelism (set_sequence_parallel): the tp group over which h holds 1/tp of the positions; null: off.
+    std::shared_ptr<distributed::Communicator> sequence_parallel;
 
     // In transformers' named_parameters() order within model.layers.<index>, with their names.
     NamedTensors named(const std::string &prefix) const
@@ -86,6 +88,13 @@ at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &w, double eps)
     at::Tensor x32 = x.to(at::kFloat);
     at::Tensor var = x32.pow(2).mean(-1, true);
     return w * (x32 * at::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+// A norm's weight under sequence parallelism: each rank normalises its own positions, so the weight's gradient is
+// summed over the group in backward (copy_to_region: identity forward).
+at::Tensor sp_weight(const at::Tensor &w, const std::shared_ptr<distributed::Communicator> &sp)
+{
+    return sp ? parallel::tp::copy_to_region(w, sp) : w;
 }
 
 at::Tensor rotate_half(const at::Tensor &x)
@@ -180,10 +189,14 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
                          const at::Tensor &hidden, bool train, std::pair<at::Tensor, at::Tensor> *kv,
                          const parallel::cp::ContextParallel *cp = nullptr)
 {
-    const int64_t B = h.size(0), T = h.size(1), D = c.head_dim;
+    const int64_t B = h.size(0), D = c.head_dim;
     const int64_t H = c.num_attention_heads / l.tp_size, KV = c.num_key_value_heads / l.tp_size; // this rank's heads
-    at::Tensor x = rms_norm(h, l.input_norm, c.rms_norm_eps);
-    at::Tensor q = l.q->forward(x).view({B, T, H, D}).transpose(1, 2);
+    at::Tensor x = rms_norm(h, sp_weight(l.input_norm, l.sequence_parallel), c.rms_norm_eps);
+    at::Tensor q = l.q->forward(x);
+    // Every position: under sequence parallelism the projections gathered them (h holds this rank's 1/tp), and the
+    // rotary embedding and the mask are the whole sequence's.
+    const int64_t T = q.size(1);
+    q = q.view({B, T, H, D}).transpose(1, 2);
     at::Tensor k = l.k->forward(x).view({B, T, KV, D}).transpose(1, 2);
     at::Tensor v = l.v->forward(x).view({B, T, KV, D}).transpose(1, 2);
     q = apply_rope(q, rope.cos, rope.sin);
@@ -218,7 +231,7 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
     }
     y = y.transpose(1, 2).reshape({B, T, H * D});
     at::Tensor a = h + l.o->forward(y);
-    x = rms_norm(a, l.post_norm, c.rms_norm_eps);
+    x = rms_norm(a, sp_weight(l.post_norm, l.sequence_parallel), c.rms_norm_eps);
     return a + l.down->forward(activation(c.hidden_act, l.gate->forward(x)) * l.up->forward(x));
 }
 
@@ -356,12 +369,16 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
     }
     const int64_t past = cache != nullptr ? cache->length() : 0;
     if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "llama");
+    const bool sequence_parallel = sequence_parallel_ && tp_group_;
+    if (sequence_parallel) parallel::tp::check_sequence_split(T, cache != nullptr, tp_group_->size(), "llama");
     const bool train = training_ && cache == nullptr;
     ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
     if (hooks) hooks->before_layer(0);
     const int64_t pad = c.pad_token_id ? *c.pad_token_id : -1;
     at::Tensor h = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, embed_, vocab_start_, tp_group_, pad)
                              : at::embedding(embed_, ids, pad);
+    // Sequence parallelism: from here to the head each rank holds its 1/tp of the positions.
+    if (sequence_parallel) h = parallel::tp::scatter_sequence(h, tp_group_, 1);
     auto cs = rotary(past, cp_ ? T * cp_->size() : T, h.device(), h.scalar_type());
     if (cp_) { // this rank's rows of the whole sequence's cos / sin
         const at::Tensor pos = parallel::cp::sequence_positions(T, cp_->rank(), cp_->size(), h.options()).to(h.device());
@@ -396,7 +413,7 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         }
         if (hooks) h = hooks->after_layer(i + 1, h);
     }
-    h = rms_norm(h, norm_w_, c.rms_norm_eps);
+    h = rms_norm(h, sp_weight(norm_w_, sequence_parallel ? tp_group_ : nullptr), c.rms_norm_eps);
     at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
     if (unbatched) logits = logits.squeeze(0);
@@ -451,16 +468,24 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     if (any_attention && c.num_attention_heads % n != 0) refuse("num_attention_heads", c.num_attention_heads);
     if (any_attention && c.num_key_value_heads % n != 0) refuse("num_key_value_heads", c.num_key_value_heads);
     if (any_mlp && c.intermediate_size % n != 0) refuse("intermediate_size", c.intermediate_size);
+    if (sequence_parallel_ && cp_)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel with cp_size > 1 is not built yet");
+    if (resolved.overridden && sequence_parallel_)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "tp_plan: a replicated attention or MLP under parallelism_config.tp_handler."
+                                      "sequence_parallel is not built yet");
+    // Sequence parallelism: the activations between the layers are [B, T / tp, C], split along dimension 1.
+    tp::LinearPlanOptions layer;
+    if (sequence_parallel_) layer.column.sequence_dim = layer.row.sequence_dim = 1;
     for (const auto &l : layers_) {
         const std::string p = "model.layers." + std::to_string(l->index) + ".";
         if (resolved.region_split[2 * l->index])
             for (const auto &[linear, name] : {std::pair{l->q, "self_attn.q_proj"}, {l->k, "self_attn.k_proj"},
                                                {l->v, "self_attn.v_proj"}, {l->o, "self_attn.o_proj"}})
-                tp::check_parallelizable(*linear, p + name);
+                tp::check_parallelizable(*linear, p + name, layer);
         if (resolved.region_split[2 * l->index + 1])
             for (const auto &[linear, name] :
                  {std::pair{l->gate, "mlp.gate_proj"}, {l->up, "mlp.up_proj"}, {l->down, "mlp.down_proj"}})
-                tp::check_parallelizable(*linear, p + name);
+                tp::check_parallelizable(*linear, p + name, layer);
     }
     if (n == 1) return;
     std::map<std::string, tp::ParameterSlicing> plan;
@@ -468,16 +493,17 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     for (auto &l : layers_) {
         const std::string p = "model.layers." + std::to_string(l->index) + ".";
         if (resolved.region_split[2 * l->index]) {
-            tp::parallelize_linear(l->q, p + "self_attn.q_proj", LinearStyle::Colwise, group, plan);
-            tp::parallelize_linear(l->k, p + "self_attn.k_proj", LinearStyle::Colwise, group, plan);
-            tp::parallelize_linear(l->v, p + "self_attn.v_proj", LinearStyle::Colwise, group, plan);
-            tp::parallelize_linear(l->o, p + "self_attn.o_proj", LinearStyle::Rowwise, group, plan);
+            tp::parallelize_linear(l->q, p + "self_attn.q_proj", LinearStyle::Colwise, group, plan, layer);
+            tp::parallelize_linear(l->k, p + "self_attn.k_proj", LinearStyle::Colwise, group, plan, layer);
+            tp::parallelize_linear(l->v, p + "self_attn.v_proj", LinearStyle::Colwise, group, plan, layer);
+            tp::parallelize_linear(l->o, p + "self_attn.o_proj", LinearStyle::Rowwise, group, plan, layer);
             l->tp_size = n;
         }
+        if (sequence_parallel_) l->sequence_parallel = group;
         if (resolved.region_split[2 * l->index + 1]) {
-            tp::parallelize_linear(l->gate, p + "mlp.gate_proj", LinearStyle::Colwise, group, plan);
-            tp::parallelize_linear(l->up, p + "mlp.up_proj", LinearStyle::Colwise, group, plan);
-            tp::parallelize_linear(l->down, p + "mlp.down_proj", LinearStyle::Rowwise, group, plan);
+            tp::parallelize_linear(l->gate, p + "mlp.gate_proj", LinearStyle::Colwise, group, plan, layer);
+            tp::parallelize_linear(l->up, p + "mlp.up_proj", LinearStyle::Colwise, group, plan, layer);
+            tp::parallelize_linear(l->down, p + "mlp.down_proj", LinearStyle::Rowwise, group, plan, layer);
         }
     }
     // The vocabulary: the embedding's rows (and the untied head's) split as the gpt plan splits them; a tied
@@ -491,7 +517,7 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     };
     narrow_rows("model.embed_tokens.weight", embed_);
     if (!c.tie_word_embeddings) narrow_rows("lm_head.weight", lm_head_);
-    lm_head_linear_ = tp::make_column_parallel_linear(make_linear(lm_head_, {}, Linear::Layout::OutIn), group);
+    lm_head_linear_ = tp::make_column_parallel_linear(make_linear(lm_head_, {}, Linear::Layout::OutIn), group, layer.column);
     vocab_start_ = r * (tp::padded_vocab_size(c.vocab_size, n) / n);
     tp_group_ = group;
     tp_slicing_ = std::move(plan);

@@ -79,6 +79,12 @@ public:
         return tp_slicing_;
     }
     const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
+    // Megatron's sequence parallelism, as GptModel's (set before apply_tensor_parallel): the token embeddings are
+    // scattered along the sequence, the RMSNorms and residual adds run on this rank's 1/tp of the positions (the
+    // norms' weight gradients summed over tp), q/k/v and gate/up all-gather the sequence, o and down reduce-scatter
+    // it, the head gathers it; the rotary embedding and the causal mask stay the whole sequence's. forward then
+    // needs a sequence length dividing by tp and no key/value cache (INVALID_ARGUMENT / UNIMPLEMENTED named).
+    void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
 
 protected:
     std::string canonical_key(const std::string &key) const override;
@@ -103,6 +109,7 @@ private:
     std::vector<parallel::tp::PlanModule> plan_modules() const; // the built-in plan, for the tp_plan overrides
     std::shared_ptr<distributed::Communicator> tp_group_;     // set by apply_tensor_parallel
     int64_t vocab_start_ = 0;                                 // this rank's first vocabulary row under it
+    bool sequence_parallel_ = false;                          // set_sequence_parallel
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
 };
 

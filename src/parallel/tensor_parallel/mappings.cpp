@@ -200,4 +200,16 @@ at::Tensor scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim
     return group->size() == 1 ? x : ScatterSequence::apply(x, group, checked_dim(x, dim));
 }
 
+void check_sequence_split(int64_t length, bool cached, int64_t tp, const char *model)
+{
+    if (cached)
+        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(model) + ": a key/value cache (generation) under parallelism_config."
+                                      "tp_handler.sequence_parallel is not built yet; generate without sequence "
+                                      "parallelism");
+    if (length % tp != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: sequence length " + std::to_string(length) +
+                                             " does not divide by tp_size (" + std::to_string(tp) +
+                                             "), which parallelism_config.tp_handler.sequence_parallel splits it over");
+}
+
 } // namespace accel::parallel::tp

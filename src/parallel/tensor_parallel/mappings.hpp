@@ -45,4 +45,9 @@ at::Tensor scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim
 at::Tensor all_gather_along(const at::Tensor &x, distributed::Communicator &group, int64_t dim);
 at::Tensor slice_along(const at::Tensor &x, const distributed::Communicator &group, int64_t dim);
 
+// Sequence parallelism splits the positions of each forward over the tp ranks: a whole number each, and no
+// key/value cache (generation feeds one position at a time). INVALID_ARGUMENT / UNIMPLEMENTED naming `model` and
+// tp_handler.sequence_parallel otherwise.
+void check_sequence_split(int64_t length, bool cached, int64_t tp, const char *model);
+
 } // namespace accel::parallel::tp

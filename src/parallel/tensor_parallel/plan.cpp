@@ -5,6 +5,7 @@
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "model/gpt_model.hpp"
+#include "model/llama_model.hpp"
 #include "model/model.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
 #include "parallel/ddp.hpp"
@@ -121,10 +122,12 @@ std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &
 {
     if (sequence_parallel) {
         auto *gpt = dynamic_cast<GptModel *>(&model);
-        if (gpt == nullptr)
+        auto *llama = dynamic_cast<LlamaModel *>(&model);
+        if (gpt == nullptr && llama == nullptr)
             fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel: sequence parallelism is "
-                                          "built for the gpt model only");
-        gpt->set_sequence_parallel(true);
+                                          "built for the gpt and llama models only");
+        if (gpt != nullptr) gpt->set_sequence_parallel(true);
+        if (llama != nullptr) llama->set_sequence_parallel(true);
     }
     auto *planned = dynamic_cast<TensorParallelModel *>(&model);
     if (planned == nullptr)
