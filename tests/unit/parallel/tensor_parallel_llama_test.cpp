@@ -23,6 +23,7 @@
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "parallel/whole_gradients.hpp"
+#include "tp_generation.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -175,23 +176,7 @@ TEST(TensorParallelLlama, RefusesSizesThatDoNotDivide)
 // process's tokens on every rank of tp 2.
 TEST(TensorParallelLlama, GenerationEqualsOneProcess)
 {
-    auto models = copies(llama_spec(2, false, true), 3);
-    const at::Tensor prompt = at::tensor(std::vector<int64_t>{3, 14, 15, 9, 2, 6, 5, 35}, at::kLong).view({2, 4});
-    std::vector<accel::config::GenerationConfig> configs(3);
-    for (auto &c : configs) c.max_new_tokens = 6;
-    configs[1].use_cache = false;
-    configs[2].do_sample = true;
-    configs[2].top_k = 5;
-    configs[2].seed = 7;
-    std::vector<at::Tensor> expected;
-    for (const auto &c : configs) expected.push_back(accel::generate(*models.back(), prompt, c, false));
-    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
-        auto &m = dynamic_cast<accel::LlamaModel &>(*models[static_cast<size_t>(comm->rank())]);
-        m.apply_tensor_parallel(comm);
-        for (size_t i = 0; i < configs.size(); ++i)
-            EXPECT_TRUE(at::equal(accel::generate(m, prompt, configs[i], false), expected[i]))
-                << "config " << i << " on rank " << comm->rank();
-    });
+    expect_tp_generation_equals_one_process(copies(llama_spec(2, false, true), 3), 6);
 }
 
 // 20 AdamW steps through prepare_tensor_parallel, accumulation 2 (the first micro-batch without synchronisation),

@@ -22,6 +22,7 @@
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "parallel/whole_gradients.hpp"
+#include "tp_generation.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -336,22 +337,7 @@ TEST(TensorParallelGpt, GenerationEqualsOneProcess)
         at::manual_seed(41);
         models.push_back(accel::make_model_from_json(json));
     }
-    const at::Tensor prompt = at::tensor(std::vector<int64_t>{3, 14, 15, 9, 2, 6, 5, 35}, at::kLong).view({2, 4});
-    std::vector<accel::config::GenerationConfig> configs(3);
-    configs[0].max_new_tokens = configs[1].max_new_tokens = configs[2].max_new_tokens = 8;
-    configs[1].use_cache = false;
-    configs[2].do_sample = true;
-    configs[2].top_k = 5;
-    configs[2].seed = 7;
-    std::vector<at::Tensor> expected;
-    for (const auto &c : configs) expected.push_back(accel::generate(*models.back(), prompt, c, false));
-    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
-        auto &m = dynamic_cast<accel::GptModel &>(*models[static_cast<size_t>(comm->rank())]);
-        m.apply_tensor_parallel(comm);
-        for (size_t i = 0; i < configs.size(); ++i)
-            EXPECT_TRUE(at::equal(accel::generate(m, prompt, configs[i], false), expected[i]))
-                << "config " << i << " on rank " << comm->rank();
-    });
+    expect_tp_generation_equals_one_process(models, 8);
 }
 
 // Training through prepare's wrapper (prepare_tensor_parallel) on tp 2 and on tp 2 x dp_replicate 2: 20 AdamW
