@@ -8,6 +8,8 @@
  * parameter it holds (a stage's others have no elements). run_pp.py merges the ranks' files and compares them
  * with one process's. ACCEL_TEST_SAVE_MODEL=DIR calls save_model(DIR) after training; ACCEL_TEST_SAVE_AT=K with
  * ACCEL_TEST_SAVE_DIR=DIR calls save_state(DIR) after step K; ACCEL_TEST_LOAD=DIR starts with load_state(DIR).
+ * After training every rank also writes "logits V..." (accel_model_forward_no_grad of a fixed 3 x 5 prompt) and
+ * "tokens V..." (accel_model_generate, 3 greedy tokens): under pp both run through the stages, on every rank.
  */
 #include "dist_common.h"
 
@@ -74,6 +76,32 @@ int main(int argc, char **argv)
     }
     if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL)
         DIST_CHECK(accel_accelerator_save_model(acc, model, getenv("ACCEL_TEST_SAVE_MODEL"), NULL));
+    {
+        static const int64_t prompt[15] = {1, 5, 9, 2, 7, 3, 3, 8, 0, 36, 11, 4, 6, 20, 2};
+        const int64_t shape[2] = {3, 5};
+        accel_tensor_t *in = NULL, *logits = NULL, *tokens = NULL;
+        DIST_CHECK(accel_tensor_create(prompt, sizeof prompt, ACCEL_DTYPE_INT64, shape, 2, &in));
+        DIST_CHECK(accel_model_forward_no_grad(model, in, &logits));
+        const int64_t nl = dist_numel(logits);
+        float *buf = malloc((size_t)nl * sizeof(float));
+        DIST_EXPECT(buf != NULL, "out of memory");
+        DIST_CHECK(accel_tensor_copy_to_buffer(logits, buf, (size_t)nl * sizeof(float)));
+        fprintf(f, "logits");
+        for (int64_t k = 0; k < nl; ++k) fprintf(f, " %.9g", buf[k]);
+        fprintf(f, "\n");
+        free(buf);
+        DIST_CHECK(accel_model_generate(model, in, "{\"max_new_tokens\": 3}", &tokens));
+        const int64_t nt = dist_numel(tokens);
+        int64_t ids[32];
+        DIST_EXPECT(nt <= 32, "%lld tokens", (long long)nt);
+        DIST_CHECK(accel_tensor_copy_to_buffer(tokens, ids, (size_t)nt * sizeof(int64_t)));
+        fprintf(f, "tokens");
+        for (int64_t k = 0; k < nt; ++k) fprintf(f, " %lld", (long long)ids[k]);
+        fprintf(f, "\n");
+        accel_tensor_free(tokens);
+        accel_tensor_free(logits);
+        accel_tensor_free(in);
+    }
     size_t n = 0;
     DIST_CHECK(accel_model_get_num_parameters(model, &n));
     for (size_t i = 0; i < n; ++i) {

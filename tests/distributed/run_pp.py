@@ -6,7 +6,8 @@ equivalence: pp --pp stages x dp_replicate --dp (pp x dp processes, --micro micr
   (each from the stage holding it; the replicas of a stage agree bit for bit) and every step's loss (averaged
   over the replicas) equal one process's within --tol. Both runs end with save_model: the pipeline's folder holds
   one process's files, names, shapes and order (the stages gathered on the main process), values within --tol,
-  and they equal the parameters the stages hold.
+  and they equal the parameters the stages hold. The trained model's logits of a fixed prompt (forward through the
+  stages) and its greedy tokens (generate), on every rank, are compared the same way.
 resume: save_state / load_state under pp --pp x dp_replicate --dp (one process's layout): a pipeline run saves after
   10 of 20 steps; loading that folder, the pipeline and one process (on the global batch) each train the last 10
   steps as the uninterrupted run did (every step's loss, averaged over the replicas, and every parameter within
@@ -34,6 +35,8 @@ def read_rank(path):
             losses[int(f[1])] = float(f[2])
         elif f[0] == "param":
             params[f[1]] = [float(x) for x in f[2:]]
+        elif f[0] in ("logits", "tokens"):  # the trained model's forward and generate: compared as parameters are
+            params["<%s>" % f[0]] = [float(x) for x in f[1:]]
     return losses, params
 
 
