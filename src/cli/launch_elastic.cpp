@@ -5,6 +5,8 @@
 // elastic/r/done; elastic/round is the host's current round (where a newcomer joins), elastic/failed ends the job.
 #include "cli/launch_elastic.hpp"
 
+#include "cli/elastic_values.hpp"
+
 #include "common/error.hpp"
 #include "distributed/auth_store.hpp"
 #include "distributed/rdzv_wire.hpp"
@@ -146,7 +148,8 @@ void wait_a_little(Clock::time_point deadline, const std::string &what)
 
 void check_not_failed(AgentStore &s)
 {
-    if (s.has("elastic/failed")) fail(ACCEL_ERR_ABORTED, "the job failed on another node: " + s.get("elastic/failed"));
+    if (s.has("elastic/failed"))
+        fail(ACCEL_ERR_ABORTED, "the job failed on another node: " + store_text(s.get("elastic/failed")));
 }
 
 // The host opens round r, waits for MIN nodes (itself included), then up to the last call for more up to MAX,
@@ -173,7 +176,8 @@ Membership host_round(AgentStore &s, int r, const ElasticOptions &o, const std::
 // Another launcher joins round r; nullopt when the round closed without it (it waits for the next).
 std::optional<Membership> join_round(AgentStore &s, int r, const ElasticOptions &o)
 {
-    const int place = static_cast<int>(s.add(key(r, "joined"))); // 1, 2, ...: node `place` if the round has room
+    const int64_t joined = s.add(key(r, "joined")); // 1, 2, ...: node `joined` if the round has room
+    const int place = store_int(key(r, "joined"), std::to_string(joined), 1, 1 << 20);
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(o.join_timeout + o.last_call_timeout + 30.0));
     while (!s.has(key(r, "nodes"))) {
@@ -181,13 +185,13 @@ std::optional<Membership> join_round(AgentStore &s, int r, const ElasticOptions 
         wait_a_little(deadline, "waiting for round " + std::to_string(r) + " to close at " + s.where());
     }
     Membership m;
-    m.nodes = std::stoi(s.get(key(r, "nodes")));
+    m.nodes = store_int(key(r, "nodes"), s.get(key(r, "nodes")), 1, o.max_nodes);
     if (place >= m.nodes) {
         s.add(key(r, "waiting"));
         return std::nullopt;
     }
     m.rank = place;
-    m.port = std::stoi(s.get(key(r, "port")));
+    m.port = store_int(key(r, "port"), s.get(key(r, "port")), 1, 65535);
     return m;
 }
 
@@ -198,7 +202,7 @@ int next_open_round(AgentStore &s, int after, const ElasticOptions &o)
     for (;;) {
         check_not_failed(s);
         if (s.has("elastic/round")) {
-            const int r = std::stoi(s.get("elastic/round"));
+            const int r = store_int("elastic/round", s.get("elastic/round"), 0, 1 << 30);
             if (r > after) return r;
         }
         wait_a_little(deadline, "waiting for a round to join at " + s.where());

@@ -1,5 +1,6 @@
 // accel launch's cluster variables (cli/launch_env.cpp): Kubeflow Trainer v2's PET_NPROC_PER_NODE words and
 // torchrun's PET_RDZV_* settings.
+#include "cli/elastic_values.hpp"
 #include "cli/launch_env.hpp"
 #include "common/error.hpp"
 
@@ -89,6 +90,24 @@ TEST(LaunchEnvTrainerV2, RendezvousSettingsReadOrRefusedByName)
     EXPECT_EQ(code_of({{"PET_RDZV_ENDPOINT", "head:99999"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(message.find("PET_RDZV_ENDPOINT's port"), std::string::npos) << message;
     EXPECT_EQ(code_of({{"PET_RDZV_ENDPOINT", "[::1"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+// The launchers' store is read from the network: its numbers are checked, its texts kept short and printable.
+TEST(ElasticStoreValues, CheckedBeforeUse)
+{
+    EXPECT_EQ(store_int("elastic/0/nodes", "2", 1, 4), 2);
+    for (const char *bad : {"5", "0", "-1", "x", "", "2147483648"}) {
+        try {
+            store_int("elastic/0/nodes", bad, 1, 4);
+            ADD_FAILURE() << bad << " accepted";
+        } catch (const Error &e) {
+            EXPECT_EQ(e.code(), ACCEL_ERR_DATA_LOSS);
+            EXPECT_NE(std::string(e.what()).find("under elastic/0/nodes, expected an integer in 1..4"), std::string::npos)
+                << e.what();
+        }
+    }
+    EXPECT_EQ(store_text(std::string("rank 1\n\x1b[2J", 11)), "rank 1??[2J");
+    EXPECT_EQ(store_text(std::string(1000, 'a')).size(), 303u);
 }
 
 } // namespace
