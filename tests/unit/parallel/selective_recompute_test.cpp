@@ -22,6 +22,7 @@
 #include <torch/optim/adamw.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -181,4 +182,54 @@ TEST(SelectiveRecompute, ConfigKeyAndRefusals)
             }
         });
     }
+}
+
+// The issue's memory point (T = 512, tp 2, the bench's GPT: 4 layers, n_embd 256, 8 heads, vocabulary 4096, one
+// sequence, dropout 0), on two thread ranks: the bytes the graph holds after the forward and the peak of the step
+// (forward and backward, gradients included) above what was held before it, for tp 2 alone, with sequence
+// parallelism, with selective recomputation and with both. Printed for BENCHMARKS.md; checked: each of SP and
+// selective recomputation holds less than tp 2 alone, and both together hold at most 0.6 x tp 2 alone.
+TEST(SelectiveRecompute, ActivationMemoryAtTheIssuePoint)
+{
+    const std::string spec = R"({"type": "gpt", "vocab_size": 4096, "n_positions": 512, "n_embd": 256, "n_layer": 4,
+        "n_head": 8, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0)";
+    at::manual_seed(77);
+    const at::Tensor ids = at::randint(0, 4096, {1, 512}, at::kLong), labels = at::randint(0, 4096, {1, 512}, at::kLong);
+    struct Measure {
+        uint64_t held = 0, peak = 0;
+    };
+    auto measure = [&](bool sp, bool selective) {
+        std::vector<std::shared_ptr<accel::GptModel>> models;
+        for (int r = 0; r < 2; ++r) models.push_back(std::dynamic_pointer_cast<accel::GptModel>(make(spec, selective)));
+        dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            auto &m = *models[static_cast<size_t>(comm->rank())];
+            m.set_sequence_parallel(sp);
+            m.apply_tensor_parallel(comm);
+            m.train(true);
+        });
+        Measure out;
+        accel::MemoryBudgetScope count(UINT64_MAX); // both ranks' allocations: halved below
+        std::vector<uint64_t> held(2);
+        dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            auto &m = *models[static_cast<size_t>(comm->rank())];
+            at::Tensor loss = accel::compute_loss(accel::Loss(accel::LossKind::CausalLm), m.forward(ids), labels);
+            comm->barrier();
+            if (comm->rank() == 0) out.held = count.held_bytes();
+            comm->barrier();
+            loss.backward();
+        });
+        out.peak = count.peak_bytes();
+        out.held /= 2;
+        out.peak /= 2;
+        return out;
+    };
+    const Measure tp2 = measure(false, false), sp = measure(true, false), sel = measure(false, true), both = measure(true, true);
+    auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+    for (const auto &[name, m] : std::vector<std::pair<std::string, Measure>>{
+             {"tp 2", tp2}, {"tp 2 + SP", sp}, {"tp 2 + selective", sel}, {"tp 2 + SP + selective", both}})
+        std::printf("%-24s held after forward %7.2f MiB (%.3f x)  step peak %7.2f MiB (%.3f x) per rank\n", name.c_str(),
+                    mib(m.held), static_cast<double>(m.held) / tp2.held, mib(m.peak), static_cast<double>(m.peak) / tp2.peak);
+    EXPECT_LT(sp.held, tp2.held);
+    EXPECT_LT(sel.held, tp2.held);
+    EXPECT_LE(static_cast<double>(both.held), 0.6 * static_cast<double>(tp2.held));
 }
