@@ -5,6 +5,7 @@
 #include "config/env.hpp"
 #include "config/tracking_config.hpp"
 #include "config/json.hpp"
+#include "config/megatron_lm_plugin.hpp"
 #include "config/profile_config.hpp"
 
 #include <torch/cuda.h>
@@ -403,8 +404,8 @@ AcceleratorConfig parse_accelerator_config(const char *json)
     apply_process_place(c.init_process_group, c.topology);
     parse_project_config(root, c.project);
     parse_sharding_plugins(root, c);
-    root.require_absent("megatron_lm_plugin", "Megatron-LM parallelism is " + std::string(kNotYet));
     parse_parallelism_config(root, c);
+    parse_megatron_lm_plugin(root, c); // its pipeline onto parallelism_config
     c.dynamo_backend = parse_dynamo(root);
     c.log_with = checked_log_with(root.get_string_or_array("log_with", {}), "log_with");
     // Accelerate refuses file trackers without a logging_dir (TensorBoard's "requires a logging_dir").

@@ -1,0 +1,154 @@
+#include "config/megatron_lm_plugin.hpp"
+
+#include "common/error.hpp"
+#include "config/accelerator_config.hpp"
+#include "config/env.hpp"
+#include "config/json.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+namespace accel::config {
+
+namespace {
+
+// MegatronLMPlugin's fields that drive Megatron-LM's own training loop, data sets and schedulers: accel runs
+// its train_step instead, so a value given for any of them would be silently ignored.
+const char *const kMegatronLoopKeys[] = {
+    "pipeline_model_parallel_split_rank", "is_train_batch_min", "train_iters", "train_samples",
+    "weight_decay_incr_style", "start_weight_decay", "end_weight_decay", "lr_decay_style", "lr_decay_iters",
+    "lr_decay_samples", "lr_warmup_iters", "lr_warmup_samples", "lr_warmup_fraction", "min_lr", "consumed_samples",
+    "no_wd_decay_cond", "scale_lr_cond", "lr_mult", "megatron_dataset_flag", "seq_length", "encoder_seq_length",
+    "decoder_seq_length", "tensorboard_dir", "set_all_logging_options", "eval_iters", "eval_interval",
+    "return_logits", "custom_train_step_class", "custom_train_step_kwargs", "custom_model_provider_function",
+    "custom_prepare_model_function", "other_megatron_args"};
+
+struct Megatron {
+    int64_t tp_degree = 1, pp_degree = 1, num_micro_batches = 1, layers_per_virtual_stage = 0;
+    double gradient_clipping = 1.0; // MegatronLMPlugin's default: Megatron clips at 1.0 unless told 0
+    bool sequence_parallelism = false, recompute_activation = false, use_distributed_optimizer = false;
+    std::string where = "megatron_lm_plugin";
+};
+
+std::string lower(std::string v)
+{
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    return v;
+}
+
+// Accelerate's str_to_bool: y/yes/t/true/on/1 and n/no/f/false/off/0.
+bool env_bool(const char *name, bool def)
+{
+    const auto v = env_string(name);
+    if (!v) return def;
+    const std::string t = lower(*v);
+    if (t == "y" || t == "yes" || t == "t" || t == "true" || t == "on" || t == "1") return true;
+    if (t == "n" || t == "no" || t == "f" || t == "false" || t == "off" || t == "0") return false;
+    fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected a boolean, got \"" + *v + "\"");
+}
+
+double env_number(const char *name, double def, bool integer)
+{
+    const auto v = env_string(name);
+    if (!v) return def;
+    errno = 0;
+    char *end = nullptr;
+    const double x = std::strtod(v->c_str(), &end);
+    if (end == v->c_str() || *end != '\0' || errno == ERANGE || (integer && (x != static_cast<int64_t>(x) || x < 1 || x > INT32_MAX)))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected " +
+                                             (integer ? "a positive integer" : "a number") + ", got \"" + *v + "\"");
+    return x;
+}
+
+Megatron from_env()
+{
+    Megatron m;
+    m.where = "environment variable MEGATRON_LM_";
+    m.tp_degree = static_cast<int64_t>(env_number("MEGATRON_LM_TP_DEGREE", 1, true));
+    m.pp_degree = static_cast<int64_t>(env_number("MEGATRON_LM_PP_DEGREE", 1, true));
+    m.num_micro_batches = static_cast<int64_t>(env_number("MEGATRON_LM_NUM_MICRO_BATCHES", 1, true));
+    m.gradient_clipping = env_number("MEGATRON_LM_GRADIENT_CLIPPING", 1.0, false);
+    m.sequence_parallelism = env_bool("MEGATRON_LM_SEQUENCE_PARALLELISM", false);
+    // accelerate launch exports RECOMPUTE_ACTIVATIONS; MegatronLMPlugin reads RECOMPUTE_ACTIVATION: either.
+    m.recompute_activation = env_bool("MEGATRON_LM_RECOMPUTE_ACTIVATION", false) || env_bool("MEGATRON_LM_RECOMPUTE_ACTIVATIONS", false);
+    m.use_distributed_optimizer = env_bool("MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER", false);
+    return m;
+}
+
+Megatron from_json(JsonObject &o)
+{
+    for (const char *key : kMegatronLoopKeys)
+        o.require_absent(key, "Megatron-LM's own training loop is not accel's (train_step runs the pipeline); "
+                              "this MegatronLMPlugin key is not supported");
+    Megatron m;
+    m.where = o.path();
+    m.tp_degree = o.get_int("tp_degree", 1, 1, INT32_MAX);
+    m.pp_degree = o.get_int("pp_degree", 1, 1, INT32_MAX);
+    m.num_micro_batches = o.get_int("num_micro_batches", 1, 1, INT32_MAX);
+    m.layers_per_virtual_stage = o.get_int("num_layers_per_virtual_pipeline_stage", 0, 1, INT32_MAX);
+    m.gradient_clipping = o.get_double("gradient_clipping", 1.0, 0.0, 1e300);
+    m.sequence_parallelism = o.get_bool("sequence_parallelism", false);
+    m.recompute_activation = o.get_bool("recompute_activation", false);
+    m.use_distributed_optimizer = o.get_bool("use_distributed_optimizer", false);
+    o.finish();
+    return m;
+}
+
+} // namespace
+
+void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
+{
+    std::optional<JsonObject> obj = root.get_object("megatron_lm_plugin");
+    if (!obj && !env_bool("ACCELERATE_USE_MEGATRON_LM", false)) return;
+    const Megatron m = obj ? from_json(*obj) : from_env();
+    const bool env = !obj;
+    auto key = [&](const char *json, const char *var) { return env ? m.where + var : m.where + "." + json; };
+    if (m.tp_degree > 1)
+        fail(ACCEL_ERR_UNIMPLEMENTED, key("tp_degree", "TP_DEGREE") + ": " + std::to_string(m.tp_degree) +
+                                          ": Megatron's tensor parallelism is not mapped (pipeline with tensor parallelism "
+                                          "is not built yet); without a pipeline use parallelism_config.tp_size");
+    if (m.sequence_parallelism)
+        fail(ACCEL_ERR_UNIMPLEMENTED, key("sequence_parallelism", "SEQUENCE_PARALLELISM") +
+                                          ": needs Megatron's tensor parallelism, which is not mapped; use "
+                                          "parallelism_config.tp_handler.sequence_parallel");
+    if (m.recompute_activation)
+        fail(ACCEL_ERR_UNIMPLEMENTED, key("recompute_activation", "RECOMPUTE_ACTIVATION") +
+                                          ": not mapped; use the model spec's recompute_granularity (\"selective\") or "
+                                          "activation_checkpointing");
+    if (m.use_distributed_optimizer)
+        fail(ACCEL_ERR_UNIMPLEMENTED, key("use_distributed_optimizer", "USE_DISTRIBUTED_OPTIMIZER") +
+                                          ": Megatron's distributed optimizer is not built (pipeline stages compose with "
+                                          "DDP only); set it false");
+    if (m.gradient_clipping != 0.0)
+        fail(ACCEL_ERR_UNIMPLEMENTED, key("gradient_clipping", "GRADIENT_CLIPPING") + ": " + std::to_string(m.gradient_clipping) +
+                                          ": Megatron's train step clips by itself, accel's does not; set it 0 and call "
+                                          "accel_accelerator_clip_grad_norm (over all stages) in the loop");
+    ParallelismConfig &p = c.parallelism;
+    if (p.given && m.pp_degree > 1)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, m.where + " with parallelism_config: give the parallelism in one of them");
+    const int32_t world = std::max(1, c.topology.world_size);
+    if (world % m.pp_degree != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, key("pp_degree", "PP_DEGREE") + ": " + std::to_string(m.pp_degree) +
+                                             " stages do not divide the job's " + std::to_string(world) + " processes");
+    if (m.pp_degree > 1 && c.sharding.enabled())
+        fail(ACCEL_ERR_UNIMPLEMENTED, key("pp_degree", "PP_DEGREE") + ": pipeline parallelism with fsdp_plugin or "
+                                          "deepspeed_plugin is not built yet; it composes with DDP");
+    if (m.layers_per_virtual_stage > 0 && m.pp_degree == 1)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, m.where + ".num_layers_per_virtual_pipeline_stage: needs pp_degree above 1");
+    if (m.pp_degree == 1) return; // data parallelism only: what accel does without the plugin
+    p.given = true;
+    p.pp_size = static_cast<int32_t>(m.pp_degree);
+    p.dp_replicate_size = world / p.pp_size; // Megatron's data-parallel size: world / (tp x pp)
+    p.dp_shard_size = p.tp_size = p.cp_size = p.sp_size = 1;
+    p.num_micro_batches = static_cast<int32_t>(m.num_micro_batches);
+    p.num_layers_per_virtual_pipeline_stage = m.layers_per_virtual_stage;
+    // Megatron: virtual stages mean the interleaved schedule, none its 1F1B.
+    p.pp_schedule = m.layers_per_virtual_stage > 0 ? "interleaved_1f1b" : "1f1b";
+}
+
+} // namespace accel::config
