@@ -6,6 +6,7 @@
 // process's whole tensors; bad plans are refused by name before anything is split.
 #include "common/error.hpp"
 #include "config/accelerator_config.hpp"
+#include "config/pretrained_config.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "distributed/thread_communicator.hpp"
@@ -198,6 +199,31 @@ TEST(TensorParallelPlanOverrides, ReplicatedParameterIsWhole)
             }
         }
     });
+}
+
+// Where transformers takes a plan: from_pretrained(tp_plan={...}) (full names; "auto" is the built-in plan) and a
+// config.json's base_model_tp_plan (relative names) both reach the model; the latter first, so the option wins.
+TEST(TensorParallelPlanOverrides, FromPretrainedOptionsAndConfigJson)
+{
+    const std::string config = R"({"model_type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 24,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "base_model_tp_plan": {"layers.*.mlp.up_proj": "colwise"}})";
+    auto options = accel::config::parse_from_pretrained_options(
+        R"({"tp_plan": {"model.layers.0.mlp.*": "replicate"}})", "options_json");
+    auto m = accel::make_model_from_json(accel::config::spec_from_hf_config(config, "config.json", options.model_options).c_str());
+    const auto &plan = dynamic_cast<tp::TensorParallelModel &>(*m).tp_plan();
+    ASSERT_EQ(plan.size(), 2u);
+    EXPECT_EQ(plan[0].pattern, "layers.*.mlp.up_proj");
+    EXPECT_EQ(plan[1].style, accel::config::TpStyle::Replicate);
+    EXPECT_EQ(plan[1].path, "tp_plan.model.layers.0.mlp.*");
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        if (comm->rank() != 0) return;
+        dynamic_cast<tp::TensorParallelModel &>(*m).apply_tensor_parallel(comm); // the MLP replicated as a whole
+        EXPECT_EQ(plan_of(*m).count("model.layers.0.mlp.up_proj.weight"), 0u);
+        EXPECT_EQ(plan_of(*m).count("model.layers.0.self_attn.q_proj.weight"), 1u);
+    });
+    options = accel::config::parse_from_pretrained_options(R"({"tp_plan": "auto"})", "options_json");
+    m = accel::make_model_from_json(accel::config::spec_from_hf_config(config, "config.json", options.model_options).c_str());
+    EXPECT_EQ(dynamic_cast<tp::TensorParallelModel &>(*m).tp_plan().size(), 1u);
 }
 
 struct Refusal {
