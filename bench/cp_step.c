@@ -6,7 +6,8 @@
  * the state is saved after the steps, loaded back, and one more step's loss printed (checkpoints under cp).
  * "Activation memory" is the growth of the resident set during the first step over the resident set just
  * before it (SGD: no optimizer state appears in that step).
- * The same measures tensor parallelism with and without sequence parallelism (BENCH_ACCEL_CONFIG below).
+ * The same measures tensor parallelism with and without sequence parallelism (BENCH_ACCEL_CONFIG below) and
+ * selective recomputation (BENCH_MODEL_KEYS).
  * Usage: bench_cp_step [T] [steps] [folder] */
 #include "bench_common.h"
 
@@ -16,11 +17,13 @@ int main(int argc, char **argv)
     const int steps = argc > 2 ? atoi(argv[2]) : 4;
     const char *folder = argc > 3 ? argv[3] : NULL;
     enum { VOCAB = 4096 };
-    char spec[320];
+    /* BENCH_MODEL_KEYS: more keys of the model spec, e.g. "\"recompute_granularity\": \"selective\"". */
+    const char *keys = getenv("BENCH_MODEL_KEYS");
+    char spec[512];
     snprintf(spec, sizeof spec,
              "{\"type\": \"gpt\", \"vocab_size\": %d, \"n_positions\": %d, \"n_embd\": 256, \"n_layer\": 4, \"n_head\": 8,"
-             " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}",
-             VOCAB, T);
+             " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0%s%s}",
+             VOCAB, T, keys != NULL ? ", " : "", keys != NULL ? keys : "");
     const int64_t n = (int64_t)T * (steps + 2) + 1;
     int64_t *tokens = bench_tokens(n, VOCAB);
     char dl_config[128];
