@@ -23,8 +23,9 @@ ACCEL_BEGIN_DECLS
  *
  * @p options_json (NULL = defaults): "offload_dir" (or "offload_folder"; needed when a module is mapped to
  * "disk": if it holds no index.json, the disk modules' parameters and buffers are written there first, otherwise
- * the folder's entries are the weights, as in Accelerate), "offload_buffers" (false; true is ACCEL_ERR_UNIMPLEMENTED
- * when a disk module has buffers), "force_hooks" (false), "main_device" ("cpu"; anything else
+ * the folder's entries are the weights, as in Accelerate), "offload_buffers" (false: disk modules' buffers stay in
+ * memory; true: they are read from the folder with their module's parameters and released after it, like them),
+ * "force_hooks" (false), "main_device" ("cpu"; anything else
  * ACCEL_ERR_UNIMPLEMENTED). A map with every module on "cpu" changes nothing.
  *
  * @param model  The model (borrowed for the call; keeps the folder's path). Must not be NULL.

@@ -8,6 +8,7 @@
 #include "common/allocator.hpp"
 #include "common/error.hpp"
 #include "checkpointing/checkpointing.hpp"
+#include "checkpointing/mapped_tensor.hpp"
 #include "common/files.hpp"
 #include "model/model.hpp"
 
@@ -39,6 +40,8 @@ public:
         at::Tensor param; // the model's own tensor: set_data changes what every holder of it computes with
         size_t layer = 0;
         bool loaded = false;
+        // Held for the whole forward (a buffer of a module without parameters: no layer is known for it).
+        bool whole = false;
     };
 
     OffloadHooks(std::shared_ptr<const OffloadFolder> folder, std::vector<Slot> slots, bool layered)
@@ -55,20 +58,20 @@ public:
     at::Tensor before_forward(const at::Tensor &input) override
     {
         check_no_grad();
-        if (!layered_)
-            for (auto &s : slots_) load(s);
+        for (auto &s : slots_)
+            if (!layered_ || s.whole) load(s);
         return input;
     }
     void before_layer(size_t layer) override
     {
         check_no_grad();
         for (auto &s : slots_)
-            if (s.layer == layer) load(s);
+            if (!s.whole && s.layer == layer) load(s);
     }
     at::Tensor after_layer(size_t layer, const at::Tensor &out) override
     {
         for (auto &s : slots_)
-            if (s.layer == layer) release(s);
+            if (!s.whole && s.layer == layer) release(s);
         return out;
     }
     at::Tensor after_forward(const at::Tensor &out) override
@@ -155,15 +158,8 @@ void dispatch_model(Model &model, const config::DeviceMap &map, const config::Di
     std::vector<std::pair<std::string, at::Tensor>> to_write;
     for (const auto &[n, t] : model.named_parameters())
         if (on_disk(n)) to_write.emplace_back(n, t);
-    bool disk_buffers = false;
     for (const auto &[n, t] : model.named_buffers())
-        if (on_disk(n)) {
-            to_write.emplace_back(n, t);
-            disk_buffers = true;
-        }
-    if (options.offload_buffers && disk_buffers)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "options_json.offload_buffers: offloading buffers is not built yet (buffers of "
-                                      "disk modules stay in memory when it is false)");
+        if (on_disk(n)) to_write.emplace_back(n, t);
     // dispatch_model's rule: a folder that already holds an index is the weights' source, else they are written.
     const std::string dir = normalize_path(options.offload_dir);
     if (!exists(join(dir, kOffloadIndex))) {
@@ -179,19 +175,39 @@ void dispatch_model(Model &model, const config::DeviceMap &map, const config::Di
     const std::vector<size_t> layers = model.parameter_layers();
     const bool layered = !model.layer_types().empty();
     std::vector<OffloadHooks::Slot> slots;
+    auto check_entry = [&](const std::string &name, const at::Tensor &t) {
+        const OffloadEntry *e = folder->find(name);
+        if (e == nullptr)
+            fail(ACCEL_ERR_NOT_FOUND, "options_json.offload_dir: " + join(dir, kOffloadIndex) + " has no entry for \"" +
+                                          name + "\" (mapped to disk)");
+        if (at::IntArrayRef(e->shape) != t.sizes())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "options_json.offload_dir: \"" + name + "\" has shape " +
+                                                 c10::str(at::IntArrayRef(e->shape)) + " in " + dir + ", the model's " +
+                                                 c10::str(t.sizes()));
+    };
     const auto &params = model.named_parameters();
     for (size_t i = 0; i < params.size(); ++i) {
         if (!on_disk(params[i].first)) continue;
-        const OffloadEntry *e = folder->find(params[i].first);
-        if (e == nullptr)
-            fail(ACCEL_ERR_NOT_FOUND, "options_json.offload_dir: " + join(dir, kOffloadIndex) + " has no entry for \"" +
-                                          params[i].first + "\" (mapped to disk)");
-        if (at::IntArrayRef(e->shape) != params[i].second.sizes())
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "options_json.offload_dir: \"" + params[i].first + "\" has shape " +
-                                                 c10::str(at::IntArrayRef(e->shape)) + " in " + dir + ", the model's " +
-                                                 c10::str(params[i].second.sizes()));
-        slots.push_back({params[i].first, params[i].second, layered && i < layers.size() ? layers[i] : 0, false});
+        check_entry(params[i].first, params[i].second);
+        slots.push_back({params[i].first, params[i].second, layered && i < layers.size() ? layers[i] : 0, false, false});
     }
+    // offload_buffers: a disk module's buffers are read with its parameters and released with them (Accelerate's
+    // AlignDevicesHook(offload_buffers=True)); false keeps them in memory, as Accelerate's default.
+    if (options.offload_buffers)
+        for (const auto &[n, t] : model.named_buffers()) {
+            if (!on_disk(n)) continue;
+            check_entry(n, t);
+            // The layer of the module's parameters (a buffer belongs to the module its name ends in).
+            const std::string module = n.substr(0, n.rfind('.') == std::string::npos ? 0 : n.rfind('.') + 1);
+            OffloadHooks::Slot slot{n, t, 0, false, true};
+            for (size_t i = 0; layered && !module.empty() && i < params.size() && i < layers.size(); ++i)
+                if (params[i].first.compare(0, module.size(), module) == 0) {
+                    slot.layer = layers[i];
+                    slot.whole = false;
+                    break;
+                }
+            slots.push_back(std::move(slot));
+        }
     model.forward_hooks = std::make_shared<OffloadHooks>(std::move(folder), std::move(slots), layered);
     // The released weights stop counting at once (glibc may otherwise keep the freed pages in its heap).
     return_free_memory();
@@ -240,9 +256,15 @@ bool load_with_disk_offload(Model &model, const std::string &checkpoint, const c
             continue;
         }
         if (!on_disk.insert(name).second) continue; // a tied weight's second name: written once
-        at::Tensor v = to && at::isFloatingType(t.scalar_type()) ? t.to(*to) : t;
-        offload_state_dict(dir, {{name, v}}); // one tensor's bytes in memory at most (a conversion's)
-        t = at::Tensor();                     // the map's pages of it are not needed again
+        // Read with pread into a tensor of its own (converted on the way), not through the map: the map's pages
+        // would stay in the resident set for as long as the checkpoint is mapped (the whole model's, at the end).
+        at::Tensor v = at::empty(t.sizes(), t.options().dtype(to && at::isFloatingType(t.scalar_type()) ? *to
+                                                                                                        : t.scalar_type()));
+        ckpt::CopyBatch read;
+        read.add(v, t);
+        read.run();
+        offload_state_dict(dir, {{name, v}}); // one tensor's bytes in memory at most
+        t = at::Tensor();
     }
     config::LoadCheckpointOptions memory_part = options.load;
     memory_part.strict = false; // the disk part is checked below with the rest

@@ -205,6 +205,54 @@ static void test_refusals(void)
     accel_tensor_free(x);
 }
 
+/* offload_buffers: a batch_norm's running statistics are read from the folder with its module. A model whose
+ * statistics were updated writes the folder; a fresh model of the same weights dispatched on that folder computes
+ * the updated model's outputs with offload_buffers (its buffers come from the folder, bit for bit), and its own
+ * without (its buffers stay in memory). */
+static void test_offload_buffers(void)
+{
+    static const char *spec = "{\"type\": \"sequential\", \"layers\": [{\"type\": \"linear\", \"in_features\": 4,"
+                              " \"out_features\": 6}, {\"type\": \"batch_norm\", \"num_features\": 6, \"dims\": 1},"
+                              " {\"type\": \"linear\", \"in_features\": 6, \"out_features\": 3}]}";
+    const float xs[8] = {0.5f, -1.0f, 2.0f, 0.25f, 1.5f, 0.75f, -0.5f, 3.0f};
+    const int64_t shape[2] = {2, 4};
+    float updated[6], fresh[6], got[6];
+    char with[1200], without[1200];
+    accel_tensor_t *x = tensor_f32(xs, shape, 2), *y = NULL;
+    accel_model_t *a = seeded(spec, 11), *b = NULL, *c = NULL;
+    CHECK_OK(accel_model_forward_no_grad(a, x, &y)); /* eval: the initial statistics */
+    if (y != NULL) CHECK(read_f32(y, fresh, 6) == 0);
+    accel_tensor_free(y);
+    CHECK_OK(accel_model_train(a));
+    CHECK_OK(accel_model_forward_no_grad(a, x, &y)); /* train mode: running statistics updated */
+    accel_tensor_free(y);
+    CHECK_OK(accel_model_eval(a));
+    CHECK_OK(accel_model_forward_no_grad(a, x, &y));
+    if (y != NULL) CHECK(read_f32(y, updated, 6) == 0);
+    accel_tensor_free(y);
+    CHECK(memcmp(updated, fresh, sizeof fresh) != 0);
+    snprintf(with, sizeof with, "{\"offload_dir\": \"%s\", \"offload_buffers\": true}", folder("buffers"));
+    snprintf(without, sizeof without, "{\"offload_dir\": \"%s\"}", folder("buffers"));
+    CHECK_OK(accel_model_dispatch(a, "{\"\": \"disk\"}", with));
+    CHECK_OK(accel_model_forward_no_grad(a, x, &y));
+    if (y != NULL) CHECK(read_f32(y, got, 6) == 0 && memcmp(got, updated, sizeof got) == 0);
+    accel_tensor_free(y);
+    b = seeded(spec, 11);
+    CHECK_OK(accel_model_dispatch(b, "{\"\": \"disk\"}", with));
+    CHECK_OK(accel_model_forward_no_grad(b, x, &y));
+    if (y != NULL) CHECK(read_f32(y, got, 6) == 0 && memcmp(got, updated, sizeof got) == 0);
+    accel_tensor_free(y);
+    c = seeded(spec, 11);
+    CHECK_OK(accel_model_dispatch(c, "{\"\": \"disk\"}", without));
+    CHECK_OK(accel_model_forward_no_grad(c, x, &y));
+    if (y != NULL) CHECK(read_f32(y, got, 6) == 0 && memcmp(got, fresh, sizeof got) == 0);
+    accel_tensor_free(y);
+    accel_model_free(c);
+    accel_model_free(b);
+    accel_model_free(a);
+    accel_tensor_free(x);
+}
+
 /* Peak RSS of generation with every module on disk, in a process of its own (see the top). */
 static int rss_main(void)
 {
@@ -267,6 +315,7 @@ int main(int argc, char **argv)
         test_equal_to_memory();
         test_load_checkpoint_and_dispatch();
         test_refusals();
+        test_offload_buffers();
         rc = capi_report("capi_test_dispatch");
     }
     nftw(g_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
