@@ -257,7 +257,12 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     const bool unbatched = ids_in && input.dim() == 1;
     at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
     const int64_t T = ids.size(1);
-    const int64_t past = cache != nullptr ? cache->length() : 0;
+    // The positions this chunk's blocks have cached: an interleaved stage's later chunk runs after its earlier
+    // one has already added this call's positions to the earlier blocks' entries.
+    const int64_t past = cache == nullptr                                                             ? 0
+                         : block_begin_ < cache->keys.size() && cache->keys[block_begin_].defined() ? cache->keys[block_begin_].size(2)
+                         : pipelined_                                                              ? 0
+                                                                                                   : cache->length();
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
     // Under context parallelism `ids` is this rank's part: two chunks of the whole sequence.
     if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "gpt");

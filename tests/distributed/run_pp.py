@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pipeline parallelism over processes against one process (dist_pp under `accel launch`, Gloo).
 
-equivalence: pp --pp stages x dp_replicate --dp (pp x dp processes, --micro micro-batches, --schedule) train
+equivalence: pp --pp stages x dp_replicate --dp (pp x dp processes, --micro micro-batches, --schedule, --chunks) train
   dist_pp's gpt with per-process batch --batch; one process trains it with batch --batch x --dp. Every parameter
   (each from the stage holding it; the replicas of a stage agree bit for bit) and every step's loss (averaged
   over the replicas) equal one process's within --tol. Both runs end with save_model: the pipeline's folder holds
@@ -66,6 +66,8 @@ def scenario_equivalence(a, tmp):
     (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, {})
     config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "num_micro_batches": a.micro,
                                      "pp_schedule": a.schedule}}
+    if a.chunks > 1:  # interleaved 1F1B: model chunks per stage
+        config["parallelism_config"]["num_virtual_stages_per_pipeline_rank"] = a.chunks
     what = "pp %d x dp %d, %s, %d micro-batches" % (a.pp, a.dp, a.schedule, a.micro)
     ranks = train(a, a.pp * a.dp, os.path.join(tmp, "pp"), a.batch, config)
     got = merged(ranks, what)
@@ -148,6 +150,7 @@ def main():
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--micro", type=int, default=2)
     ap.add_argument("--schedule", default="gpipe")
+    ap.add_argument("--chunks", type=int, default=1, help="model chunks per stage (interleaved_1f1b)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--tol", type=float, default=1e-5)
