@@ -172,6 +172,7 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
     p.cp_backend = env_string("PARALLELISM_CONFIG_CP_BACKEND").value_or(p.cp_backend);
     p.sp_backend = env_string("PARALLELISM_CONFIG_SP_BACKEND").value_or(p.sp_backend);
     if (auto v = env_string("PARALLELISM_CONFIG_CP_COMM_STRATEGY")) p.cp_comm_strategy = *v;
+    sp_handler_from_env(p);
     if (obj) {
         p.cp_backend = obj->get_enum("cp_backend", p.cp_backend, {"torch"});
         p.sp_backend = obj->get_enum("sp_backend", p.sp_backend, {"deepspeed"});
@@ -182,7 +183,6 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
     if (p.cp_backend != "torch")
         fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable PARALLELISM_CONFIG_CP_BACKEND: expected \"torch\", got \"" + p.cp_backend + "\"");
     if (p.sp_backend != "deepspeed")
-    sp_handler_from_env(p);
         fail(ACCEL_ERR_INVALID_ARGUMENT, "environment variable PARALLELISM_CONFIG_SP_BACKEND: expected \"deepspeed\", got \"" +
                                              p.sp_backend + "\"");
 
