@@ -22,6 +22,7 @@
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
+#include "parallel/tensor_parallel/rng_checkpoint.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
@@ -172,10 +173,22 @@ private:
     std::vector<parallel::ShardedDataParallel *> summoned_;
 };
 
-std::vector<const Model *> raw(const std::vector<std::shared_ptr<Model>> &models)
+// The models the sharding engine holds (in_engine) or the others: tensor parallelism gathers and slices them
+// differently (whole_state.hpp).
+template <typename EngineOf>
+std::vector<const Model *> models_where(const std::vector<std::shared_ptr<Model>> &models, EngineOf &&engine_of, bool in_engine)
 {
     std::vector<const Model *> out;
-    for (const auto &m : models) out.push_back(m.get());
+    for (const auto &m : models)
+        if ((engine_of(*m) != nullptr) == in_engine) out.push_back(m.get());
+    return out;
+}
+
+// An optimizer's trainable parameters in its state dict's id order (numbered group after group).
+std::vector<std::string> state_dict_names(const AcceleratedOptimizer &optimizer)
+{
+    std::vector<std::string> out;
+    for (const auto &group : optimizer.param_names_by_group()) out.insert(out.end(), group.begin(), group.end());
     return out;
 }
 
@@ -195,14 +208,27 @@ whole_split_models(const std::vector<const Model *> &models, const std::vector<s
     return parts.empty() ? nullptr : std::make_unique<parallel::tp::WholeForCheckpoint>(std::move(parts));
 }
 
-// TP inside FSDP / ZeRO: the engine joins each rank's optimizer shards into per-parameter state shaped as the tp
-// slices, which no checkpoint layout holds yet (save_model and get_state_dict write the whole weights).
-void refuse_tp_checkpoint_in_engine(const Model &model, const parallel::ParallelWrapper *wrapper, const char *what)
+// TP inside FSDP / ZeRO saves FULL_STATE_DICT's layout (one process's: gathered over dp_shard, then over tp). The
+// per-rank layouts would hold pieces of tp slices (a column shard is not a flat range of the whole tensor), which
+// they do not yet.
+void refuse_tp_layout_in_engine(const Model &model, const parallel::ShardedDataParallel *engine, bool deepspeed_layout)
 {
-    if (parallel::tp::split_of(model) && wrapper != nullptr && wrapper->sharded() != nullptr)
-        fail(ACCEL_ERR_UNIMPLEMENTED, std::string(what) + ": a model split by tensor parallelism inside fsdp_plugin / "
-                                      "deepspeed_plugin (tp_size > 1 with the sharding engine): its checkpoints are not "
-                                      "built yet; save_model and get_state_dict write its whole weights");
+    if (engine == nullptr || !parallel::tp::split_of(model)) return;
+    if (deepspeed_layout)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: a model split by tensor parallelism inside deepspeed_plugin "
+                                      "(zero_stage >= 1): DeepSpeed's checkpoint layout of it (per tp rank) is not built "
+                                      "yet; fsdp_plugin with FULL_STATE_DICT saves it in one process's layout");
+    if (engine->writes_sharded_state_dict())
+        fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: fsdp_plugin.state_dict_type SHARDED_STATE_DICT of a model split by "
+                                      "tensor parallelism (pieces of tp slices) is not built yet; FULL_STATE_DICT saves "
+                                      "it in one process's layout");
+}
+
+[[noreturn]] void refuse_tp_pieces_in_engine(const std::string &folder)
+{
+    fail(ACCEL_ERR_UNIMPLEMENTED, "load_state: " + folder + " holds a SHARDED_STATE_DICT or DeepSpeed layout, which "
+                                  "is not built yet for a model split by tensor parallelism inside the sharding engine; "
+                                  "a FULL_STATE_DICT folder (any mesh's) loads");
 }
 
 } // namespace
@@ -257,9 +283,11 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
     for (const auto &m : models_) {
-        refuse_tp_checkpoint_in_engine(*m, wrapper_of(*m), "save_state");
+        refuse_tp_layout_in_engine(*m, sharded_of(*m), deepspeed_layout(*m));
     }
-    const auto tp_whole = whole_split_models(raw(models_), optimizers_);
+    auto engine_of = [this](const Model &m) { return sharded_of(m); };
+    // Split models inside the engine are gathered over tp once the engine has gathered them (below).
+    const auto tp_whole = whole_split_models(models_where(models_, engine_of, false), optimizers_);
     const auto pp_whole = whole_pipeline_models(models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, true);
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);
     const bool main = writes_main_files();
@@ -298,7 +326,14 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
             ckpt::add_sharded_files(files, ckpt::sharded_optimizer_folder(i), optimizers_[i]->sharded_state_dict(), rank, main);
         else if (main || optimizers_[i]->is_sharded())
             optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
+        // TP inside the engine: its state is per parameter now, shaped as this rank's tp slices; joined over tp.
+        const Model &m = *optimizers_[i]->model();
+        if (optimizer_states[i] && sharded_of(m) != nullptr && parallel::tp::split_of(m))
+            optimizer_states[i] = parallel::tp::joined_optimizer_state(m, *optimizer_states[i], state_dict_names(*optimizers_[i]));
     }
+    // Then the engine's split models whole (their parameters, views of the engine's gathered buffers, written
+    // back into them afterwards, before the engine writes its shards back).
+    const auto tp_engine_whole = whole_split_models(models_where(models_, engine_of, true), {});
     for (size_t i = 0; i < models_.size(); ++i)
         if (auto *e = sharded_of(*models_[i]); e != nullptr && e->writes_sharded_state_dict())
             ckpt::add_sharded_files(files, ckpt::sharded_model_folder(i), e->sharded_state_dict(*models_[i]), rank, main);
@@ -331,6 +366,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         py_set(*d, "step", py_int(state_->step));
         const PyRef rng = rng_state_dict();
         for (const auto &kv : rng->map) d->map.push_back(kv);
+        parallel::tp::add_tracker_states(*d, models_); // tp dropout's generators, as Megatron's checkpoints keep them
         object(ckpt::random_states_name(state_->process_index()), d);
     }
     // 7. registered custom objects (main process).
@@ -365,9 +401,6 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
 {
     profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
-    for (const auto &m : models_) {
-        refuse_tp_checkpoint_in_engine(*m, wrapper_of(*m), "load_state");
-    }
     const auto &project = state_->config.project;
     const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
     // Accelerate loads into what is prepared and ignores the rest: with nothing prepared, a folder's weights
@@ -382,8 +415,10 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     for (size_t c = 0;; ++c) {
         run_state_hooks(false, candidates[c]); // outside the try: a hook's failure is not a damaged folder
         try {
-            // Loaded into the whole tensors, then each rank keeps its slices of them.
-            const auto tp_whole = whole_split_models(raw(models_), optimizers_);
+            // Loaded into the whole tensors, then each rank keeps its slices of them. Split models inside the
+            // engine instead take their slices of the files' tensors (load_folder).
+            const auto tp_whole = whole_split_models(models_where(models_, [this](const Model &m) { return sharded_of(m); }, false),
+                                                     optimizers_);
             // A pipeline model whole, its optimizers' state then loaded for every parameter; each stage keeps its own.
             const auto pp_whole = whole_pipeline_models(models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, false);
             load_folder(candidates[c], options);
@@ -444,9 +479,13 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
             }
             const bool pieces = deepspeed[i] || ckpt::is_sharded_folder(sharded);
             auto *e = sharded_of(*models_[i]);
+            // TP inside the engine: this rank's tp slices of the whole tensors, loaded as the engine loads any.
+            const bool split_in_engine = e != nullptr && parallel::tp::split_of(*models_[i]);
+            if (split_in_engine && pieces) refuse_tp_pieces_in_engine(sharded);
             const ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
             if (!pieces || e == nullptr || e->summoned())
                 weights[i] = match_model_keys(*models_[i], pieces ? ckpt::read_source_tensors(piece_src) : ckpt::read_weights(dir, i));
+            if (split_in_engine) weights[i] = parallel::tp::sliced_weights(*models_[i], std::move(weights[i]));
             if (e == nullptr || e->summoned()) continue;
             // A sharded model takes its pieces by range from any layout (a whole tensor is a source of one
             // piece): nothing gathered. A whole-model file missing some of the model's tensors (loadable when
@@ -476,6 +515,7 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
                     return o.load_sharded_state_dict(*ds.optimizer_rest, ds.optimizer, what, copy);
                 });
             } else if (ckpt::is_sharded_folder(sharded)) {
+                if (o.is_sharded() && parallel::tp::split_of(*o.model())) refuse_tp_pieces_in_engine(sharded);
                 PyRef rest = ckpt::read_sharded_rest(sharded);
                 const ShardedSource src = ckpt::sharded_source(sharded);
                 optimizer_loads.push_back([&o, rest, src, sharded](const CopyFn &copy) {
@@ -484,6 +524,8 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
             } else {
                 const std::string name = path(indexed("optimizer", ".bin", i));
                 PyRef file = ckpt::read_object(dir, indexed("optimizer", ".bin", i), true);
+                if (o.is_sharded() && parallel::tp::split_of(*o.model()))
+                    file = parallel::tp::sliced_optimizer_state(*o.model(), *file, state_dict_names(o));
                 optimizer_loads.push_back([&o, file, name](const CopyFn &copy) { return o.load_state_dict(*file, name, copy); });
             }
         }
@@ -510,6 +552,7 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
             const std::string name = ckpt::random_states_name(state_->process_index());
             if (PyRef d = ckpt::read_object(dir, name, false)) {
                 if (!d->is_dict()) fail(ACCEL_ERR_DATA_LOSS, path(name) + ": not a dict");
+                apply.push_back(parallel::tp::take_tracker_states(*d, models_, path(name)));
                 apply.push_back(load_rng_state_dict(*d, path(name)));
                 // 1.x's save_state stores accumulate()'s step; 0.2x's has none and its load_state leaves the step
                 // as it is, as 1.x does when the key is missing.

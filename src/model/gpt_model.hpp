@@ -123,6 +123,7 @@ public:
     }
     const std::shared_ptr<distributed::Communicator> &pipeline_group() const { return pp_group_; }
     const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
+    std::shared_ptr<parallel::tp::DropoutGenerator> tensor_parallel_dropout() const override { return tp_dropout_; }
 
 protected:
     std::string canonical_key(const std::string &key) const override;

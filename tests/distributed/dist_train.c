@@ -37,6 +37,7 @@
  * model whole on every rank and slices it; nothing is broadcast over the tp group), ACCEL_TEST_GPT_HEADS sets
  * the gpt's n_head (4 for tp 4), ACCEL_TEST_SAVE_MODEL=DIR calls save_model(DIR) after training, and
  * ACCEL_TEST_GET_STATE_DICT=FILE writes get_state_dict's tensors to FILE (accel_accelerator_save) after that.
+ * ACCEL_TEST_PRINT_LOSS=1: every rank prints each micro-batch's loss ("dist_train loss RANK VALUE").
  */
 #include "dist_common.h"
 
@@ -284,6 +285,7 @@ int main(int argc, char **argv)
         DIST_CHECK(accel_accelerator_load_state(acc, load_dir));
     }
     const int elastic = getenv("ACCEL_TEST_ELASTIC") != NULL && atoi(getenv("ACCEL_TEST_ELASTIC")) == 1;
+    const int print_loss = getenv("ACCEL_TEST_PRINT_LOSS") != NULL;
     int report_first_step = 0;
     if (elastic) {
         int32_t index = -1;
@@ -312,6 +314,12 @@ int main(int argc, char **argv)
         DIST_CHECK(accel_batch_get_labels(b, &lab));
         DIST_CHECK(accel_model_forward(model, in, &out));
         DIST_CHECK(accel_loss_compute(gpt != NULL ? "causal_lm" : "cross_entropy", out, lab, &loss));
+        if (print_loss) { /* every micro-batch's loss on this rank's rows (run_tp.py averages the data-parallel ranks) */
+            double value = 0.0;
+            DIST_CHECK(accel_tensor_get_item(loss, &value));
+            printf("dist_train loss %d %.9e\n", rank, value);
+            fflush(stdout);
+        }
         DIST_CHECK(accel_accelerator_backward(acc, loss));
         DIST_CHECK(accel_accelerator_get_sync_gradients(acc, &sync));
         if (sync) {

@@ -9,6 +9,8 @@ equivalence: tp N (N processes, one tp group, every rank the same batch B) train
   parameters and every step's clip_grad_norm total within --tol. With --dp D (tp N x dp_replicate D) or --plugin
   P --dp D (tp N x dp_shard D inside the sharding engine, FSDP or ZeRO), against one process with batch B x D.
   --sequence-parallel: the same with Megatron's sequence parallelism (tp_handler.sequence_parallel).
+dropout: tp dropout's masks (see scenario_dropout), also continued by save_state / load_state.
+resume_meshes: FULL_STATE_DICT folders of TP inside FSDP and of DDP resumed on other meshes (scenario_resume_meshes).
 resume: save_state at tp --save-tp (x dp_replicate --dp) after N steps; load_state at tp 1 (one process), tp 2 and tp 4 and N more steps
   equal the uninterrupted one-process run of 2N steps within --tol; a one-process checkpoint loads at tp 2 too. The
   folder holds one process's layout (model.safetensors with the same names and shapes as a one-process save, one
@@ -20,6 +22,7 @@ save_model: save_model of the tp model writes one process's files byte for byte 
 import argparse
 import json
 import os
+import re
 import shutil
 import struct
 import sys
@@ -49,12 +52,14 @@ PLUGINS = {"full_shard": {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD"}},
 
 
 def config(tp, dp, plugin=None, sequence_parallel=False):
-    """With `plugin` (TP inside the sharding engine) the data-parallel ranks are dp_shard_size, else dp_replicate."""
+    """With `plugin` (TP inside the sharding engine) the data-parallel ranks are dp_shard_size, else dp_replicate
+    (tp 1 on several processes: the plugin over all of them, or DDP)."""
     c = {"gradient_accumulation_steps": 2}
     if tp > 1:
         c["parallelism_config"] = {"tp_size": tp, ("dp_shard_size" if plugin else "dp_replicate_size"): dp}
         if sequence_parallel:
             c["parallelism_config"]["tp_handler"] = {"sequence_parallel": True}
+    if tp * dp > 1:
         c.update(PLUGINS.get(plugin, {}))
     return json.dumps(c)
 
@@ -71,6 +76,31 @@ def train(a, tp, out, steps, extra=None):
     dp = a.dp if tp > 1 and tp in (a.save_tp, a.tp) else 1
     args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp, a.plugin, a.sequence_parallel)]
     return run(launch_cmd(a, tp * dp) + args if tp > 1 else args, env=e, timeout=a.timeout).stdout
+
+
+def train_mesh(a, tp, dp, plugin, out, steps, extra=None, refused=None):
+    """dist_train on tp x dp processes (`plugin` shards over dp, else DDP), the global batch a.batch x a.dp split over
+    the dp ranks, every micro-batch's loss printed; returns (weights, norms, losses: the dp ranks' mean per
+    micro-batch). With `refused` (words of the message) the run must fail with ACCEL_ERR_UNIMPLEMENTED saying them."""
+    prog = os.path.join(a.bin, "tests", "distributed", "dist_train")
+    e = base_env(a)
+    e.update({"ACCEL_TEST_SAVE_MODEL": out + ".model", "ACCEL_TEST_PRINT_LOSS": "1"})
+    e.update(extra or {})
+    args = [prog, out, str(a.batch * a.dp // dp), str(steps), config(tp, dp, plugin)]
+    p = run(launch_cmd(a, tp * dp) + args if tp * dp > 1 else args, env=e, timeout=a.timeout, check=refused is None)
+    if refused is not None:
+        if p.returncode == 0 or "ACCEL_ERR_UNIMPLEMENTED" not in p.stdout or any(w not in p.stdout for w in refused):
+            sys.exit("expected a refusal (ACCEL_ERR_UNIMPLEMENTED naming %s), got status %d" % (refused, p.returncode))
+        return None
+    stdout = p.stdout
+    per_rank = {}
+    for m in re.finditer(r"dist_train loss (\d+) (\S+)", stdout):
+        per_rank.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+    if sorted(per_rank) != list(range(tp * dp)) or len({len(v) for v in per_rank.values()}) != 1:
+        sys.exit("losses: expected every one of %d ranks' losses, got %s" % (tp * dp, {r: len(v) for r, v in per_rank.items()}))
+    # Ranks of one tp group hold the same loss; the dp ranks' means over equal shares average to the global one.
+    losses = [sum(v) / len(v) for v in zip(*per_rank.values())]
+    return split_result(out, steps) + (losses,)
 
 
 def safetensors_header(path):
@@ -154,6 +184,43 @@ def scenario_resume(a, tmp):
     check_close(fn_[a.steps:], rn, a.tol, "gradient norms: saved by one process, resumed at tp %d" % a.save_tp)
 
 
+MESHES = {"one": (1, 1, None), "ddp2": (1, 2, None), "fsdp4": (1, 4, "full_shard"),
+          "tp2_fsdp2": (2, 2, "full_shard"), "tp2_zero3": (2, 2, "zero3")}
+# Layouts not built under tp inside the engine: save_state refuses them by name.
+REFUSED = {"tp2_zero3": ["deepspeed_plugin"], "tp2_fsdp2_sharded": ["SHARDED_STATE_DICT"]}
+PLUGINS["full_shard_sharded"] = {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "state_dict_type": "SHARDED_STATE_DICT"}}
+MESHES["tp2_fsdp2_sharded"] = (2, 2, "full_shard_sharded")
+
+
+def scenario_resume_meshes(a, tmp):
+    """Checkpoints across meshes (FULL_STATE_DICT: one process's layout whatever the mesh): each --saves mesh saves
+    after N steps; each of its resume meshes (--resumes, "SAVED:RESUMED,...") loads it and trains N more steps, whose
+    weights, clip_grad_norm totals and losses equal the uninterrupted one-process run's last N within --tol."""
+    full = os.path.join(tmp, "full.bin")
+    fp, fn_, fl = train_mesh(a, 1, 1, None, full, 2 * a.steps)
+    for pair in a.resumes.split(","):
+        saved, resumed = pair.split(":")
+        ckpt = os.path.join(tmp, "ckpt_" + saved)
+        if not os.path.isdir(ckpt):
+            _, _, sl = train_mesh(a, *MESHES[saved], os.path.join(tmp, "first_%s.bin" % saved), 2 * a.steps,
+                                  {"ACCEL_TEST_SAVE_AT": str(a.steps), "ACCEL_TEST_SAVE_DIR": ckpt})
+            check_close(fl[:len(sl)], sl, a.tol, "losses before the save on %s" % saved)
+            for f in ("model.safetensors", "optimizer.bin"):
+                if f not in os.listdir(ckpt):
+                    sys.exit("%s: %s is missing (one process's layout expected)" % (ckpt, f))
+        rp, rn, rl = train_mesh(a, *MESHES[resumed], os.path.join(tmp, "%s_from_%s.bin" % (resumed, saved)), a.steps,
+                                {"ACCEL_TEST_LOAD": ckpt})
+        what = "saved on %s, resumed on %s" % (saved, resumed)
+        check_close(fl[len(fl) - len(rl):], rl, a.tol, "losses: " + what)
+        check_close(fn_[a.steps:], rn, a.tol, "gradient norms: " + what)
+        check_close(fp, rp, a.tol, "parameters: " + what)
+        log("%s: the uninterrupted one-process run's losses, norms and weights within %g" % (what, a.tol))
+    for mesh, words in sorted(REFUSED.items()) if a.refusals else ():
+        train_mesh(a, *MESHES[mesh], os.path.join(tmp, "refused_%s.bin" % mesh), 2,
+                   {"ACCEL_TEST_SAVE_AT": "1", "ACCEL_TEST_SAVE_DIR": os.path.join(tmp, "refused_" + mesh)}, refused=words)
+        log("save_state on %s: refused by name (%s)" % (mesh, ", ".join(words)))
+
+
 def scenario_save_model(a, tmp):
     for steps in (0, a.steps):
         dirs = {}
@@ -201,12 +268,24 @@ def scenario_dropout(a, tmp):
     check_close(runs[0][0], runs[2][0], 1e-6, "attention dropout at tp %d with activation checkpointing" % a.tp)
     if runs[0] == split_result(ref, a.steps):
         sys.exit("attention dropout changed nothing")
-    log("dropout at tp %d: replicated regions as one process, split regions reproducible" % a.tp)
+    # save_state keeps the tp generators (rng_checkpoint.hpp): saved halfway and resumed, the same run bit for bit.
+    half, ckpt = a.steps // 2, os.path.join(tmp, "dropout_ckpt")
+    attn = {"ACCEL_TEST_GPT_DROPOUT": "0.1,0.1,0.3"}
+    train(a, a.tp, os.path.join(tmp, "first_half.bin"), a.steps,
+          dict(attn, ACCEL_TEST_SAVE_AT=str(half), ACCEL_TEST_SAVE_DIR=ckpt))
+    out = os.path.join(tmp, "second_half.bin")
+    train(a, a.tp, out, a.steps - half, dict(attn, ACCEL_TEST_LOAD=ckpt))
+    rp, rn = split_result(out, a.steps - half)
+    if rp != runs[0][0] or list(rn) != list(runs[0][1][half:]):
+        check_close(runs[0][0], rp, 0.0, "attention dropout at tp %d: saved after %d steps and resumed" % (a.tp, half))
+        sys.exit("attention dropout at tp %d: the resumed run's gradient norms differ from the uninterrupted run's" % a.tp)
+    log("dropout at tp %d: replicated regions as one process, split regions reproducible, also across save_state / "
+        "load_state" % a.tp)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["equivalence", "resume", "save_model", "dropout"])
+    ap.add_argument("scenario", choices=["equivalence", "resume", "resume_meshes", "save_model", "dropout"])
     ap.add_argument("--bin", required=True, help="the build directory")
     ap.add_argument("--model", choices=["plain", "llama"], default="plain",
                     help="dist_train's gpt (n_head 4) or its llama (4 query heads over --kv-heads key/value heads)")
@@ -227,11 +306,15 @@ def main():
     ap.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd")
     ap.add_argument("--same-tp-only", action="store_true",
                     help="resume: compare only the resume at --save-tp (bit for bit), not other tp against one process")
+    ap.add_argument("--resumes", default="tp2_fsdp2:one,tp2_fsdp2:fsdp4,tp2_fsdp2:tp2_zero3,ddp2:tp2_fsdp2",
+                    help="resume_meshes: SAVED:RESUMED pairs of " + ",".join(sorted(MESHES)))
+    ap.add_argument("--refusals", action="store_true", help="resume_meshes: also check the layouts refused by name")
     ap.add_argument("--timeout", type=int, default=120)
     a = ap.parse_args()
     a.resume_tps = [int(x) for x in a.resume_tps.split(",")]
     tmp = tempfile.mkdtemp(prefix="accel_tp_")
-    {"equivalence": scenario_equivalence, "resume": scenario_resume, "save_model": scenario_save_model,
+    {"equivalence": scenario_equivalence, "resume": scenario_resume, "resume_meshes": scenario_resume_meshes,
+     "save_model": scenario_save_model,
      "dropout": scenario_dropout}[a.scenario](a, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
 

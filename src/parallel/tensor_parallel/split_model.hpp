@@ -16,6 +16,8 @@ class Communicator;
 
 namespace accel::parallel::tp {
 
+class DropoutGenerator;
+
 class TensorParallelModel {
 public:
     virtual ~TensorParallelModel() = default;
@@ -25,6 +27,9 @@ public:
     // How each parameter (by name) is split: empty without tensor parallelism (or at tp 1).
     virtual const std::map<std::string, ParameterSlicing> &tensor_parallel_slicing() const = 0;
     virtual const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const = 0;
+    // This rank's generator for dropout in the split regions (rng_tracker.hpp), which checkpoints keep; null when
+    // the model draws none.
+    virtual std::shared_ptr<DropoutGenerator> tensor_parallel_dropout() const { return nullptr; }
 
     // The spec's tp_plan / base_model_tp_plan overrides (tp_plan.hpp), which apply_tensor_parallel maps onto the
     // model's plan.

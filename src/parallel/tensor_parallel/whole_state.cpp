@@ -29,14 +29,18 @@ at::Tensor gathered(const at::Tensor &slice, const ParameterSlicing &s, distribu
     return join(parts, s.dim, s.groups).narrow(s.dim, 0, s.whole).contiguous();
 }
 
+[[noreturn]] void refuse_unshaped_state(const std::string &name)
+{
+    fail(ACCEL_ERR_UNIMPLEMENTED, "tensor parallel: the optimizer state of \"" + name + "\" is not shaped as the "
+                                  "parameter (factored moments); checkpoints of it under tp_size > 1 are not built yet");
+}
+
 // The optimizer state tensors of a split parameter, checked to be shaped as their parameter.
 std::vector<at::Tensor> state_of(AcceleratedOptimizer &optimizer, const at::Tensor &p, const std::string &name)
 {
     std::vector<at::Tensor> st = optimizer.state_tensors(p);
     for (const auto &t : st)
-        if (t.defined() && t.dim() != p.dim())
-            fail(ACCEL_ERR_UNIMPLEMENTED, "tensor parallel: the optimizer state of \"" + name + "\" is not shaped as the "
-                                          "parameter (factored moments); checkpoints of it under tp_size > 1 are not built yet");
+        if (t.defined() && t.dim() != p.dim()) refuse_unshaped_state(name);
     return st;
 }
 
@@ -48,7 +52,75 @@ template <typename Fn> void for_each_split(const Model &model, Fn &&fn)
     for (const auto &[name, s] : *split.slicing) fn(name, s, tensor_named(model, name), *split.group);
 }
 
+// `sd` (an optimizer state dict in PyTorch's per-parameter form) with every per-element state tensor of a split
+// parameter replaced by fn(tensor, its parameter, slicing, group); the rest shared with `sd`. Ids the names do
+// not cover are left for the optimizer's own checks.
+template <typename Fn>
+PyRef map_split_state(const Model &model, const PyObj &sd, const std::vector<std::string> &names, Fn &&fn)
+{
+    auto out = std::make_shared<PyObj>(sd);
+    const SplitModel split = split_of(model);
+    if (!split) return out;
+    at::NoGradGuard no_grad;
+    for (auto &[key, value] : out->map) {
+        if (key->kind != PyObj::Kind::Str || key->s != "state" || !value->is_dict()) continue;
+        value = std::make_shared<PyObj>(*value);
+        for (auto &[id, entry] : value->map) {
+            if (id->kind != PyObj::Kind::Int || id->i < 0 || static_cast<size_t>(id->i) >= names.size() || !entry->is_dict())
+                continue;
+            const std::string &name = names[static_cast<size_t>(id->i)];
+            const auto it = split.slicing->find(name);
+            if (it == split.slicing->end()) continue;
+            const at::Tensor p = tensor_named(model, name);
+            entry = std::make_shared<PyObj>(*entry);
+            for (auto &kv : entry->map)
+                if (kv.second->kind == PyObj::Kind::Tensor && kv.second->tensor.dim() > 0) // not "step"
+                    kv.second = py_tensor(fn(kv.second->tensor, p, name, it->second, *split.group));
+        }
+    }
+    return out;
+}
+
 } // namespace
+
+PyRef joined_optimizer_state(const Model &model, const PyObj &state_dict, const std::vector<std::string> &names)
+{
+    return map_split_state(model, state_dict, names,
+                           [](const at::Tensor &t, const at::Tensor &p, const std::string &name, const ParameterSlicing &s,
+                              distributed::Communicator &g) {
+                               if (t.sizes() != p.sizes()) refuse_unshaped_state(name);
+                               return gathered(t, s, g);
+                           });
+}
+
+PyRef sliced_optimizer_state(const Model &model, const PyObj &state_dict, const std::vector<std::string> &names)
+{
+    // A tensor that is not the whole parameter's shape is left as it is: the optimizer's load names it.
+    return map_split_state(model, state_dict, names,
+                           [](const at::Tensor &t, const at::Tensor &p, const std::string &, const ParameterSlicing &s,
+                              distributed::Communicator &g) {
+                               return t.dim() == p.dim() && is_whole(t, s) ? slice_parameter(t, s, g.rank(), g.size()) : t;
+                           });
+}
+
+TensorList sliced_weights(const Model &model, TensorList whole)
+{
+    const SplitModel split = split_of(model);
+    if (!split) return whole;
+    // By identity: a key the model resolves to a split parameter (a tied head's name too) is cut as that one.
+    std::vector<std::pair<at::Tensor, const ParameterSlicing *>> params;
+    for (const auto &[name, s] : *split.slicing) params.emplace_back(tensor_named(model, name), &s);
+    for (auto &[name, t] : whole) {
+        const at::Tensor *mine = model.find_tensor(name);
+        if (mine == nullptr) continue;
+        for (const auto &[p, s] : params)
+            if (p.is_same(*mine) && t.dim() == p.dim() && is_whole(t, *s)) {
+                t = slice_parameter(t, *s, split.group->rank(), split.group->size());
+                break;
+            }
+    }
+    return whole;
+}
 
 SplitModel split_of(const Model &model)
 {

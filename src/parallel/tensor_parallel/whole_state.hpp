@@ -8,6 +8,7 @@
 #pragma once
 
 #include "parallel/tensor_parallel/slicing.hpp"
+#include "state/state_dict.hpp"
 
 #include <map>
 #include <memory>
@@ -48,6 +49,17 @@ void slice_parameters(const Model &model, const std::vector<KeptSlice> &kept);
 // of another shape - AdaLomo's factored moments - is UNIMPLEMENTED, named). No state yet: nothing to do.
 void gather_optimizer_state(const Model &model, AcceleratedOptimizer &optimizer);
 void slice_optimizer_state(const Model &model, AcceleratedOptimizer &optimizer);
+
+// TP inside the sharding engine (whose parameters are views of its flat buffers and whose optimizer steps flat
+// shards: neither can take whole tensors in place). save_state: the optimizer's state dict as the engine gives it
+// (PyTorch's per-parameter form, each split parameter's per-element tensors shaped as this rank's slice) with those
+// tensors joined over the tp group into one process's shapes (collective over the group: every rank, the same
+// dict). load_state: a whole state dict (a FULL folder) with them cut to this rank's slices, and whole weights
+// likewise (local). `names`: the trainable parameters in the state dict's id order (param_names_by_group, group
+// after group). Tensors of another shape than their parameter (factored moments) are UNIMPLEMENTED, named.
+PyRef joined_optimizer_state(const Model &model, const PyObj &state_dict, const std::vector<std::string> &names);
+PyRef sliced_optimizer_state(const Model &model, const PyObj &state_dict, const std::vector<std::string> &names);
+TensorList sliced_weights(const Model &model, TensorList whole);
 
 // save_state / load_state / save_model: the split models (and their optimizers' state) whole while this
 // lives, then sliced again (also when the checkpoint failed: a failed load leaves the gathered tensors as
