@@ -128,6 +128,9 @@ a.wait_for(r"elastic round 0: 1 node ", 30)
 a.wait_for(r"resumed at step|fresh start", 30)
 intruders = [Launcher(name, port, os.path.join(tmp, "proj_" + name), env=env)
              for name, env in (("wrong_token", {"ACCEL_RDZV_TOKEN": os.urandom(32).hex()}), ("no_token", {}))]
+# The late machine starts with the intruders, not after them: waiting for their refusals first let A's whole run
+# (STEPS steps) end before B arrived, and B then found no round to join.
+b = Launcher("B_late", port, project, env=token)
 for x in intruders:
     code_x = x.finish(60)
     if code_x == 0 or "elastic round" in x.text() or "127.0.0.1:%d" % port not in x.text():
@@ -137,7 +140,6 @@ for x in intruders:
 for why in ("it did not prove the job's rendezvous token", "it is not accel's rendezvous client"):
     if not a.wait_for(r"refused the connection from 127\.0\.0\.1:\d+: " + why, 10):
         failures.append("the host did not name a refused launcher's address with: " + why)
-b = Launcher("B_late", port, project, env=token)
 ok = a.wait_for(r"elastic round 1: 2 nodes", 60) and b.wait_for(r"elastic round 1: 2 nodes .* this node 1", 60)
 code_a, code_b = a.finish(), b.finish()
 if not ok or code_a != 0 or code_b != 0 or "a node is waiting to join" not in a.text():
