@@ -28,8 +28,19 @@ namespace {
 constexpr char kMagic[] = "ACCELRDZV1";
 static_assert(sizeof kMagic - 1 == kMagicBytes, "the magic's length");
 
+// The store server's threads are not joined before the process exits, so one may still answer a connection
+// while exit handlers run; OpenSSL's own atexit handler would by then have freed its random generator (a
+// segfault in RAND_bytes, seen under accel launch). Initialised without that handler, OpenSSL stays usable to
+// the end. The first initialisation decides, so this runs before accel's first OpenSSL call.
+void init_openssl()
+{
+    static const bool ok = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
+    if (!ok) fail(ACCEL_ERR_INTERNAL, "rendezvous: OpenSSL failed to initialise");
+}
+
 std::string hmac(const std::string &token, const char *role, const std::string &server_nonce, const std::string &client_nonce)
 {
+    init_openssl();
     const std::string msg = std::string(role) + server_nonce + client_nonce;
     unsigned char out[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
@@ -102,6 +113,7 @@ std::optional<std::string> token_from_env()
 
 std::string random_bytes(size_t n)
 {
+    init_openssl();
     std::string out(n, '\0');
     if (RAND_bytes(reinterpret_cast<unsigned char *>(out.data()), static_cast<int>(n)) != 1)
         fail(ACCEL_ERR_INTERNAL, "rendezvous: OpenSSL's random generator failed");
