@@ -25,6 +25,7 @@
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "precision/autocast.hpp"
+#include "parallel_test_support.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -42,13 +43,7 @@ namespace tp = accel::parallel::tp;
 
 namespace {
 
-void expect_close(const at::Tensor &got, const at::Tensor &want, const std::string &what, double tol)
-{
-    ASSERT_TRUE(got.defined()) << what << ": undefined";
-    ASSERT_EQ(got.sizes(), want.sizes()) << what;
-    const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-    EXPECT_LE(diff, tol) << what << ": max difference " << diff;
-}
+using namespace accel_test;
 
 TEST(ContextParallelSequence, LoadBalancedChunksAndPositions)
 {

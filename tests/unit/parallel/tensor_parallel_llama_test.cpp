@@ -24,6 +24,7 @@
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "tp_generation.hpp"
+#include "parallel_test_support.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -43,15 +44,7 @@ namespace tp = accel::parallel::tp;
 
 namespace {
 
-void expect_close(const at::Tensor &got, const at::Tensor &want, const std::string &what, double tol)
-{
-    ASSERT_TRUE(got.defined()) << what << ": undefined";
-    ASSERT_EQ(got.sizes(), want.sizes()) << what;
-    const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-    EXPECT_LE(diff, tol) << what << ": max difference " << diff;
-}
-
-double rel_tol(const at::Tensor &whole) { return 1e-5 * std::max(1.0, whole.abs().max().item<double>()); }
+using namespace accel_test;
 
 // A tiny llama: 4 query heads over `kv` key/value heads, a vocabulary of 37 (padded under tp 2 and 4), pad token 3.
 std::string llama_spec(int64_t kv, bool tied, bool qwen2_biases, const std::string &lora = "")
@@ -79,11 +72,6 @@ std::vector<std::shared_ptr<accel::Model>> copies(const std::string &spec, int32
             for (const auto &p : out.back()->parameters()) at::Tensor(p).set_data(p.detach().to(at::kDouble));
     }
     return out;
-}
-
-const std::map<std::string, tp::ParameterSlicing> &plan_of(accel::Model &m)
-{
-    return dynamic_cast<tp::TensorParallelModel &>(m).tensor_parallel_slicing();
 }
 
 // One forward and backward: loss and every gradient equal one process's, each rank holding its slices.
@@ -275,16 +263,7 @@ TEST(TensorParallelLlama, WholeTensorsForCheckpoints)
     dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
         auto &m = *models[static_cast<size_t>(comm->rank())];
         dynamic_cast<accel::LlamaModel &>(m).apply_tensor_parallel(comm);
-        std::vector<at::Tensor> slices;
-        for (const auto &p : m.parameters()) slices.push_back(p.detach().clone());
-        {
-            tp::WholeForCheckpoint whole(std::vector<tp::WholeForCheckpoint::Part>{{&m, {}}});
-            for (size_t i = 0; i < m.named_parameters().size(); ++i)
-                EXPECT_TRUE(at::equal(m.named_parameters()[i].second, models.back()->named_parameters()[i].second))
-                    << m.named_parameters()[i].first << " gathered";
-        }
-        for (size_t i = 0; i < slices.size(); ++i)
-            EXPECT_TRUE(at::equal(m.parameters()[i], slices[i])) << m.named_parameters()[i].first << " sliced again";
+        accel_test::expect_whole_for_checkpoint(m, *models.back());
     });
 }
 

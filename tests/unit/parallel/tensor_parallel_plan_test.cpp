@@ -17,6 +17,7 @@
 #include "parallel/tensor_parallel/split_model.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "parallel/whole_gradients.hpp"
+#include "parallel_test_support.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -34,15 +35,7 @@ namespace tp = accel::parallel::tp;
 
 namespace {
 
-void expect_close(const at::Tensor &got, const at::Tensor &want, const std::string &what, double tol)
-{
-    ASSERT_TRUE(got.defined()) << what << ": undefined";
-    ASSERT_EQ(got.sizes(), want.sizes()) << what;
-    const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-    EXPECT_LE(diff, tol) << what << ": max difference " << diff;
-}
-
-double rel_tol(const at::Tensor &whole) { return 1e-5 * std::max(1.0, whole.abs().max().item<double>()); }
+using namespace accel_test;
 
 // `count` copies of one model (the same seed), in float64.
 std::vector<std::shared_ptr<accel::Model>> copies(const std::string &spec, int32_t count)
@@ -56,11 +49,6 @@ std::vector<std::shared_ptr<accel::Model>> copies(const std::string &spec, int32
         for (const auto &p : out.back()->parameters()) at::Tensor(p).set_data(p.detach().to(at::kDouble));
     }
     return out;
-}
-
-const std::map<std::string, tp::ParameterSlicing> &plan_of(accel::Model &m)
-{
-    return dynamic_cast<tp::TensorParallelModel &>(m).tensor_parallel_slicing();
 }
 
 // One micro-batch: inputs and targets of `rows` rows starting at `first`, and the loss on the model's outputs.
@@ -354,16 +342,7 @@ TEST(TensorParallelSequential, WholeTensorsForCheckpoints)
         auto &m = *models[static_cast<size_t>(comm->rank())];
         dynamic_cast<tp::TensorParallelModel &>(m).apply_tensor_parallel(comm);
         EXPECT_EQ(plan_of(m).size(), 3u + 6u);
-        std::vector<at::Tensor> slices;
-        for (const auto &p : m.parameters()) slices.push_back(p.detach().clone());
-        {
-            tp::WholeForCheckpoint whole(std::vector<tp::WholeForCheckpoint::Part>{{&m, {}}});
-            for (size_t i = 0; i < m.named_parameters().size(); ++i)
-                EXPECT_TRUE(at::equal(m.named_parameters()[i].second, models.back()->named_parameters()[i].second))
-                    << m.named_parameters()[i].first << " gathered";
-        }
-        for (size_t i = 0; i < slices.size(); ++i)
-            EXPECT_TRUE(at::equal(m.parameters()[i], slices[i])) << m.named_parameters()[i].first << " sliced again";
+        accel_test::expect_whole_for_checkpoint(m, *models.back());
     });
 }
 

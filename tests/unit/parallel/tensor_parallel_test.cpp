@@ -23,6 +23,7 @@
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "tp_generation.hpp"
+#include "parallel_test_support.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -39,15 +40,9 @@ using accel::Linear;
 
 namespace {
 
-constexpr double kTol = 1e-6;
+using namespace accel_test;
 
-void expect_close(const at::Tensor &got, const at::Tensor &want, const std::string &what, double tol = kTol)
-{
-    ASSERT_TRUE(got.defined()) << what << ": undefined";
-    ASSERT_EQ(got.sizes(), want.sizes()) << what;
-    const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-    EXPECT_LE(diff, tol) << what << ": max difference " << diff;
-}
+constexpr double kTol = 1e-6;
 
 at::Tensor leaf(const at::Tensor &t) { return t.detach().clone().requires_grad_(true); }
 
