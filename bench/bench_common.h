@@ -64,8 +64,7 @@ static inline long long peak_rss_bytes(void)
     return (long long)ru.ru_maxrss * 1024;
 }
 
-/* The parallelism benchmarks' token stream (n ids below `vocab`, the same on every rank) and one causal-LM
- * train_step on the loader's next batch, returning its loss. */
+/* The parallelism benchmarks' token stream: n ids below `vocab`, the same on every rank. */
 static inline int64_t *bench_tokens(int64_t n, int64_t vocab)
 {
     int64_t *tokens = (int64_t *)malloc((size_t)n * sizeof *tokens);
@@ -77,19 +76,62 @@ static inline int64_t *bench_tokens(int64_t n, int64_t vocab)
     return tokens;
 }
 
-static inline double bench_lm_step(accel_accelerator_t *acc, accel_model_t *model, accel_optimizer_t *opt,
-                                   accel_dataloader_t *dl)
+/* The parallelism benchmarks' setup (the same seed on every rank, so every rank builds the same weights): an
+ * accelerator from `config` (NULL: the launcher's environment), a model from `spec` with the optimizer `optimizer`,
+ * and a loader of `block`-token windows, `batch` to a batch, over bench_tokens(n, vocab); all prepared together.
+ * bench_lm_free releases them. */
+typedef struct {
+    accel_accelerator_t *acc;
+    accel_model_t *model;
+    accel_optimizer_t *opt;
+    accel_dataloader_t *dl;
+    accel_tensor_t *stream;
+    int64_t *tokens;
+    int32_t rank, world;
+} BenchLm;
+
+static inline BenchLm bench_prepare_lm(const char *config, const char *spec, const char *optimizer, int block,
+                                       int batch, int64_t n, int64_t vocab)
+{
+    BenchLm lm = {NULL, NULL, NULL, NULL, NULL, bench_tokens(n, vocab), 0, 1};
+    char dl_config[128];
+    snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": %d}", block, batch);
+    int64_t shape[1] = {n};
+    CHECK(accel_random_set_seed(0, false, false));
+    CHECK(accel_accelerator_create(config, &lm.acc));
+    CHECK(accel_accelerator_get_process_index(lm.acc, &lm.rank));
+    CHECK(accel_accelerator_get_num_processes(lm.acc, &lm.world));
+    CHECK(accel_model_create_from_json(spec, &lm.model));
+    CHECK(accel_optimizer_create(lm.model, optimizer, &lm.opt));
+    CHECK(accel_tensor_create(lm.tokens, (size_t)n * sizeof *lm.tokens, ACCEL_DTYPE_INT64, shape, 1, &lm.stream));
+    CHECK(accel_dataloader_create_from_tokens(lm.stream, dl_config, &lm.dl));
+    CHECK(accel_accelerator_prepare(lm.acc, lm.model, lm.opt, lm.dl, NULL));
+    return lm;
+}
+
+/* One causal-LM train_step on the loader's next batch; returns its loss. */
+static inline double bench_lm_step(const BenchLm *lm)
 {
     accel_batch_t *b = NULL;
     double loss = 0.0;
-    CHECK(accel_dataloader_next(dl, &b));
+    CHECK(accel_dataloader_next(lm->dl, &b));
     if (b == NULL) {
         fprintf(stderr, "the loader ran out of batches\n");
         exit(1);
     }
-    CHECK(accel_accelerator_train_step(acc, model, opt, NULL, b, "causal_lm", &loss));
+    CHECK(accel_accelerator_train_step(lm->acc, lm->model, lm->opt, NULL, b, "causal_lm", &loss));
     accel_batch_free(b);
     return loss;
+}
+
+static inline void bench_lm_free(BenchLm *lm)
+{
+    accel_dataloader_free(lm->dl);
+    accel_tensor_free(lm->stream);
+    accel_optimizer_free(lm->opt);
+    accel_model_free(lm->model);
+    accel_accelerator_free(lm->acc);
+    free(lm->tokens);
 }
 
 /* The checkpoint and offload benchmarks' workload: an MLP of four 2048 x 2048 layers (16.8 M parameters)

@@ -25,51 +25,27 @@ int main(int argc, char **argv)
              " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0%s%s}",
              VOCAB, T, keys != NULL ? ", " : "", keys != NULL ? keys : "");
     const int64_t n = (int64_t)T * (steps + 2) + 1;
-    int64_t *tokens = bench_tokens(n, VOCAB);
-    char dl_config[128];
-    snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": 1}", T);
-
-    accel_accelerator_t *acc = NULL;
-    accel_model_t *model = NULL;
-    accel_optimizer_t *opt = NULL;
-    accel_dataloader_t *dl = NULL;
-    accel_tensor_t *stream = NULL;
-    int64_t shape[1] = {n};
-    int32_t rank = 0, world = 1;
-    CHECK(accel_random_set_seed(0, false, false));
     /* BENCH_ACCEL_CONFIG: an accelerator config JSON (e.g. tensor parallelism with tp_handler.sequence_parallel). */
-    CHECK(accel_accelerator_create(getenv("BENCH_ACCEL_CONFIG"), &acc));
-    CHECK(accel_accelerator_get_process_index(acc, &rank));
-    CHECK(accel_accelerator_get_num_processes(acc, &world));
-    CHECK(accel_model_create_from_json(spec, &model));
-    CHECK(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.05}", &opt));
-    CHECK(accel_tensor_create(tokens, (size_t)n * sizeof *tokens, ACCEL_DTYPE_INT64, shape, 1, &stream));
-    CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
-    CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+    BenchLm lm = bench_prepare_lm(getenv("BENCH_ACCEL_CONFIG"), spec, "{\"type\": \"sgd\", \"lr\": 0.05}", T, 1, n, VOCAB);
 
     const long long before = rss_bytes(), peak_before = peak_rss_bytes();
-    double loss = bench_lm_step(acc, model, opt, dl);
+    double loss = bench_lm_step(&lm);
     const long long activation = peak_rss_bytes() - before;
-    printf("rank %d step 0 loss %.6f\n", rank, loss);
+    printf("rank %d step 0 loss %.6f\n", lm.rank, loss);
     const double t0 = now();
     for (int s = 1; s < steps; ++s) {
-        loss = bench_lm_step(acc, model, opt, dl);
-        printf("rank %d step %d loss %.6f\n", rank, s, loss);
+        loss = bench_lm_step(&lm);
+        printf("rank %d step %d loss %.6f\n", lm.rank, s, loss);
     }
     const double seconds = now() - t0;
     if (folder != NULL) {
-        CHECK(accel_accelerator_save_state(acc, folder));
-        CHECK(accel_accelerator_load_state(acc, folder));
-        printf("rank %d resumed loss %.6f\n", rank, bench_lm_step(acc, model, opt, dl));
+        CHECK(accel_accelerator_save_state(lm.acc, folder));
+        CHECK(accel_accelerator_load_state(lm.acc, folder));
+        printf("rank %d resumed loss %.6f\n", lm.rank, bench_lm_step(&lm));
     }
-    /* The whole batch's tokens per second (every rank of a cp group works on the same sequences). */
-    printf("rank %d world %d activation_bytes %lld peak_before_bytes %lld tokens_per_s %.1f\n", rank, world, activation,
+    /* The whole batch's tokens per second (every lm.rank of a cp group works on the same sequences). */
+    printf("rank %d world %d activation_bytes %lld peak_before_bytes %lld tokens_per_s %.1f\n", lm.rank, lm.world, activation,
            peak_before, steps > 1 ? (double)T * (steps - 1) / seconds : 0.0);
-    accel_dataloader_free(dl);
-    accel_tensor_free(stream);
-    accel_optimizer_free(opt);
-    accel_model_free(model);
-    accel_accelerator_free(acc);
-    free(tokens);
+    bench_lm_free(&lm);
     return 0;
 }

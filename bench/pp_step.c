@@ -21,39 +21,20 @@ int main(int argc, char **argv)
              " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}",
              VOCAB, T);
     const int64_t n = (int64_t)T * batch * (steps + 2) + 1;
-    int64_t *tokens = bench_tokens(n, VOCAB);
-    char dl_config[128];
-    snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": %d}", T, batch);
-
-    accel_accelerator_t *acc = NULL;
-    accel_model_t *model = NULL;
-    accel_optimizer_t *opt = NULL;
-    accel_dataloader_t *dl = NULL;
-    accel_tensor_t *stream = NULL;
-    int64_t shape[1] = {n};
-    int32_t rank = 0, world = 1;
-    CHECK(accel_random_set_seed(0, false, false));
-    CHECK(accel_accelerator_create(config, &acc));
-    CHECK(accel_accelerator_get_process_index(acc, &rank));
-    CHECK(accel_accelerator_get_num_processes(acc, &world));
-    CHECK(accel_model_create_from_json(spec, &model));
-    CHECK(accel_optimizer_create(model, "{\"type\": \"sgd\", \"lr\": 0.05}", &opt));
-    CHECK(accel_tensor_create(tokens, (size_t)n * sizeof *tokens, ACCEL_DTYPE_INT64, shape, 1, &stream));
-    CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
-    CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+    BenchLm lm = bench_prepare_lm(config, spec, "{\"type\": \"sgd\", \"lr\": 0.05}", T, batch, n, VOCAB);
 
     const long long before = rss_bytes();
-    double loss = bench_lm_step(acc, model, opt, dl);
+    double loss = bench_lm_step(&lm);
     const long long activation = peak_rss_bytes() - before;
-    printf("rank %d step 0 loss %.6f\n", rank, loss);
+    printf("rank %d step 0 loss %.6f\n", lm.rank, loss);
     const double t0 = now();
     double bubble = 0.0, wall = 0.0, busy = 0.0;
     for (int s = 1; s < steps; ++s) {
-        loss = bench_lm_step(acc, model, opt, dl);
-        printf("rank %d step %d loss %.6f\n", rank, s, loss);
+        loss = bench_lm_step(&lm);
+        printf("rank %d step %d loss %.6f\n", lm.rank, s, loss);
         /* The pipeline's own measure of this stage's step (wall time, compute time, idle share). */
         char *ranks = NULL;
-        CHECK(accel_accelerator_get_parallel_ranks_json(acc, &ranks));
+        CHECK(accel_accelerator_get_parallel_ranks_json(lm.acc, &ranks));
         const char *p = strstr(ranks, "\"last_step\"");
         if (p != NULL) {
             wall += strtod(strstr(p, "\"wall_seconds\": ") + 16, NULL);
@@ -64,14 +45,9 @@ int main(int argc, char **argv)
     }
     const double seconds = now() - t0;
     const int timed = steps > 1 ? steps - 1 : 1;
-    printf("rank %d world %d activation_bytes %lld step_seconds %.4f\n", rank, world, activation,
+    printf("rank %d world %d activation_bytes %lld step_seconds %.4f\n", lm.rank, lm.world, activation,
            steps > 1 ? seconds / (steps - 1) : 0.0);
-    printf("rank %d schedule_wall %.4f schedule_busy %.4f bubble %.4f\n", rank, wall / timed, busy / timed, bubble / timed);
-    accel_dataloader_free(dl);
-    accel_tensor_free(stream);
-    accel_optimizer_free(opt);
-    accel_model_free(model);
-    accel_accelerator_free(acc);
-    free(tokens);
+    printf("rank %d schedule_wall %.4f schedule_busy %.4f bubble %.4f\n", lm.rank, wall / timed, busy / timed, bubble / timed);
+    bench_lm_free(&lm);
     return 0;
 }

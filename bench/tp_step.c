@@ -17,53 +17,30 @@ int main(int argc, char **argv)
              " \"max_position_embeddings\": %d, \"tie_word_embeddings\": false}",
              VOCAB, T);
     const int64_t n = (int64_t)T * BATCH * (steps + 1) + 1;
-    int64_t *tokens = bench_tokens(n, VOCAB);
-    char dl_config[128];
-    snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": %d}", T, BATCH);
-
-    accel_accelerator_t *acc = NULL;
-    accel_model_t *model = NULL;
-    accel_optimizer_t *opt = NULL;
-    accel_dataloader_t *dl = NULL;
-    accel_tensor_t *stream = NULL;
-    int64_t shape[1] = {n};
-    int32_t rank = 0;
-    CHECK(accel_random_set_seed(0, false, false)); /* every rank builds the same weights */
-    CHECK(accel_accelerator_create(NULL, &acc));
-    CHECK(accel_accelerator_get_process_index(acc, &rank));
-    CHECK(accel_model_create_from_json(spec, &model));
-    CHECK(accel_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 1e-4}", &opt));
-    CHECK(accel_tensor_create(tokens, (size_t)n * sizeof *tokens, ACCEL_DTYPE_INT64, shape, 1, &stream));
-    CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
-    CHECK(accel_accelerator_prepare(acc, model, opt, dl, NULL));
+    BenchLm lm = bench_prepare_lm(NULL, spec, "{\"type\": \"adamw\", \"lr\": 1e-4}", T, BATCH, n, VOCAB);
 
     double times[64];
     int timed = 0;
     for (int s = 0; s < steps && s < 64; ++s) {
         accel_batch_t *b = NULL;
         double loss = 0.0;
-        CHECK(accel_dataloader_next(dl, &b));
+        CHECK(accel_dataloader_next(lm.dl, &b));
         if (b == NULL) {
             fprintf(stderr, "bench_tp_step: the loader ran out of batches\n");
             return 1;
         }
         const double t0 = now();
-        CHECK(accel_accelerator_train_step(acc, model, opt, NULL, b, "causal_lm", &loss));
+        CHECK(accel_accelerator_train_step(lm.acc, lm.model, lm.opt, NULL, b, "causal_lm", &loss));
         if (s > 0) times[timed++] = now() - t0; /* the first step allocates AdamW's state */
         accel_batch_free(b);
-        printf("rank %d step %d loss %.6f\n", rank, s, loss);
+        printf("rank %d step %d loss %.6f\n", lm.rank, s, loss);
     }
     qsort(times, (size_t)timed, sizeof times[0], cmp);
     char *memory = NULL;
-    CHECK(accel_accelerator_get_memory_stats_json(acc, &memory));
-    printf("rank %d seconds_per_step %.4f peak_rss_mib %.1f memory %s\n", rank, timed ? times[timed / 2] : 0.0,
+    CHECK(accel_accelerator_get_memory_stats_json(lm.acc, &memory));
+    printf("rank %d seconds_per_step %.4f peak_rss_mib %.1f memory %s\n", lm.rank, timed ? times[timed / 2] : 0.0,
            status_mib("VmHWM:"), memory);
     accel_string_free(memory);
-    accel_dataloader_free(dl);
-    accel_tensor_free(stream);
-    accel_optimizer_free(opt);
-    accel_model_free(model);
-    accel_accelerator_free(acc);
-    free(tokens);
+    bench_lm_free(&lm);
     return 0;
 }
