@@ -106,7 +106,7 @@ const char *kUsage =
     "  -q, --quiet                    no launcher messages\n"
     "      --                         end of flags\n"
     "\n"
-    "Flags left out come from torchrun's PET_* variables (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT,\n"
+    "Flags left out come from torchrun's PET_* variables (PET_NNODES N or MIN:MAX, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT,\n"
     "PET_NPROC_PER_NODE (a number, cpu, gpu or auto, as torchrun), PET_MAX_RESTARTS, PET_RDZV_ID, PET_RDZV_ENDPOINT,\n"
     "PET_RDZV_CONF, PET_RDZV_BACKEND (static or c10d); with PET_NPROC_PER_NODE also PyTorchJob's RANK = node rank,\n"
     "WORLD_SIZE = all processes, MASTER_ADDR, MASTER_PORT), then Slurm's (SLURM_NNODES, SLURM_NODEID,\n"
@@ -376,7 +376,7 @@ std::vector<std::vector<int>> gpu_cpus_of_local_processes(int local)
 void cluster_env_defaults(Options &o)
 {
     ClusterFlags f{o.num_processes, o.num_machines,    o.machine_rank, o.main_process_port,
-                   o.max_restarts,  o.main_process_ip, o.rdzv_id,      o.rdzv_conf};
+                   o.max_restarts,  o.main_process_ip, o.rdzv_id,      o.rdzv_conf, o.nnodes_range};
     const LocalDevices devices{[] { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }, visible_gpu_count};
     try {
         cli::cluster_env_defaults(f, process_env, devices);
@@ -392,6 +392,13 @@ void cluster_env_defaults(Options &o)
     o.max_restarts = f.max_restarts;
     o.main_process_ip = f.main_process_ip;
     o.rdzv_id = f.rdzv_id;
+    if (f.nnodes_range && !o.nnodes_range) { // PET_NNODES=MIN:MAX: checked as --nnodes MIN:MAX is
+        o.nnodes_range = f.nnodes_range;
+        if (o.main_process_port == 0)
+            usage_error("PET_NNODES=MIN:MAX needs a fixed --main_process_port (every machine's launcher meets there)");
+        if (o.machine_rank)
+            usage_error("PET_NNODES=MIN:MAX: machine ranks follow the machines' arrival; leave out --machine_rank");
+    }
 }
 
 bool port_free(int port)

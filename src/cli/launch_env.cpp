@@ -38,17 +38,6 @@ std::pair<int, int> parse_nnodes(const std::string &text, const std::string &wha
     return {min, max};
 }
 
-int fixed_nnodes(const std::string &text, const std::string &what)
-{
-    const auto [min, max] = parse_nnodes(text, what);
-    if (min != max)
-        fail(ACCEL_ERR_UNIMPLEMENTED,
-             what + "=" + text + ": a changing number of machines (MIN:MAX) is taken from accel launch --nnodes "
-                                 "MIN:MAX only (its elastic rendezvous is the launcher's own store, not torchrun's "
-                                 "PET_RDZV_* backends); give one number here (see docs/concepts/limitations.md)");
-    return min;
-}
-
 void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last_call_timeout, const std::string &what)
 {
     std::stringstream in(text);
@@ -132,9 +121,13 @@ void rdzv_env_defaults(ClusterFlags &o, const EnvLookup &env)
 void torchrun_env_defaults(ClusterFlags &o, const EnvLookup &env, const LocalDevices &devices)
 {
     const std::optional<std::string> nproc_text = env("PET_NPROC_PER_NODE");
-    if (!o.num_machines)
-        if (auto v = env("PET_NNODES")) o.num_machines = fixed_nnodes(*v, "PET_NNODES");
-    if (!o.machine_rank)
+    if (!o.num_machines && !o.nnodes_range)
+        if (auto v = env("PET_NNODES")) { // torchrun's elastic form MIN:MAX (Trainer v2, PyTorchJob's elasticPolicy)
+            const auto range = parse_nnodes(*v, "PET_NNODES");
+            if (range.first == range.second) o.num_machines = range.first;
+            else o.nnodes_range = range;
+        }
+    if (!o.machine_rank && !o.nnodes_range) // torchrun's c10d rendezvous ranks the nodes by arrival, as accel's
         if (auto v = env("PET_NODE_RANK")) o.machine_rank = checked_int("PET_NODE_RANK", *v, 0, 4095);
     if (!o.main_process_ip)
         if (auto v = env("PET_MASTER_ADDR")) o.main_process_ip = *v;
@@ -145,10 +138,11 @@ void torchrun_env_defaults(ClusterFlags &o, const EnvLookup &env, const LocalDev
     rdzv_env_defaults(o, env);
     if (!nproc_text) return;
     const int nproc = nproc_per_node(*nproc_text, "PET_NPROC_PER_NODE", devices);
-    // PyTorchJob v1: the node's place from RANK / WORLD_SIZE / MASTER_*, where PET_* did not give it.
-    if (!o.machine_rank)
+    // PyTorchJob v1: the node's place from RANK / WORLD_SIZE / MASTER_*, where PET_* did not give it (an elastic
+    // range ranks by arrival and counts processes at MAX machines, as --nnodes MIN:MAX's -n).
+    if (!o.machine_rank && !o.nnodes_range)
         if (auto v = env("RANK")) o.machine_rank = checked_int("RANK (PyTorchJob's node rank)", *v, 0, 4095);
-    if (!o.num_machines)
+    if (!o.num_machines && !o.nnodes_range)
         if (auto v = env("WORLD_SIZE")) {
             const int total = checked_int("WORLD_SIZE (PyTorchJob's number of processes)", *v, 1, 1 << 20);
             if (total % nproc != 0)
@@ -164,7 +158,8 @@ void torchrun_env_defaults(ClusterFlags &o, const EnvLookup &env, const LocalDev
         if (auto v = env("MASTER_ADDR")) o.main_process_ip = *v;
     if (!o.main_process_port)
         if (auto v = env("MASTER_PORT")) o.main_process_port = checked_int("MASTER_PORT", *v, 1, 65535);
-    if (!o.num_processes) o.num_processes = nproc * o.num_machines.value_or(1);
+    const int machines = o.nnodes_range ? o.nnodes_range->second : o.num_machines.value_or(1);
+    if (!o.num_processes) o.num_processes = nproc * machines;
 }
 
 } // namespace
@@ -173,9 +168,9 @@ void cluster_env_defaults(ClusterFlags &o, const EnvLookup &env, const LocalDevi
 {
     torchrun_env_defaults(o, env, devices);
     // Slurm: one `accel launch` per node (srun --ntasks-per-node=1) gets its machine from Slurm.
-    if (!o.num_machines)
+    if (!o.num_machines && !o.nnodes_range)
         if (auto v = env("SLURM_NNODES")) o.num_machines = checked_int("SLURM_NNODES", *v, 1, 4096);
-    if (!o.machine_rank)
+    if (!o.machine_rank && !o.nnodes_range)
         if (auto v = env("SLURM_NODEID")) o.machine_rank = checked_int("SLURM_NODEID", *v, 0, 4095);
     if (!o.main_process_ip)
         if (auto v = env("SLURM_JOB_NODELIST"))

@@ -16,6 +16,9 @@ struct ClusterFlags {
     std::optional<int> num_processes, num_machines, machine_rank, main_process_port, max_restarts;
     std::optional<std::string> main_process_ip, rdzv_id;
     std::optional<std::string> rdzv_conf; // --rdzv_conf's text (checked by parse_rdzv_conf)
+    // --nnodes MIN:MAX with MIN < MAX (elastic membership): machine ranks then follow the arrival, so no variable
+    // fills num_machines or machine_rank.
+    std::optional<std::pair<int, int>> nnodes_range;
 };
 
 // What torchrun's "cpu", "gpu" and "auto" processes per node count on this machine (its os.cpu_count() and
@@ -35,10 +38,6 @@ int checked_int(const std::string &what, const std::string &v, int min, int max)
 // torchrun's --nnodes: "N" or "MIN:MAX" (torch.distributed.run's parse_min_max_nnodes, and its check
 // 0 < MIN <= MAX); the pair (MIN, MAX). INVALID_ARGUMENT naming `what` otherwise.
 std::pair<int, int> parse_nnodes(const std::string &text, const std::string &what);
-// The number of machines of an "N" or "MIN:MAX" with MIN == MAX. A range (MIN < MAX) from a variable
-// (PET_NNODES) is UNIMPLEMENTED naming `what`: accel's elastic membership is `accel launch --nnodes MIN:MAX`.
-int fixed_nnodes(const std::string &text, const std::string &what);
-
 // torchrun's --rdzv_conf "key=value,key=value": join_timeout and last_call_timeout (seconds in [0, 86400]) into
 // the two; another key or value is an INVALID_ARGUMENT naming it and `what` (the flag or the variable).
 void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last_call_timeout,
@@ -49,7 +48,8 @@ void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last
 // naming `what` otherwise.
 int nproc_per_node(const std::string &text, const std::string &what, const LocalDevices &devices);
 
-// Fills the flags still unset from torchrun's PET_* (and, with PET_NPROC_PER_NODE, PyTorchJob v1's RANK,
+// Fills the flags still unset from torchrun's PET_* (PET_NNODES "N" or "MIN:MAX": a range is nnodes_range, as
+// --nnodes MIN:MAX, and PET_NODE_RANK, RANK and SLURM_NODEID are then not read; and, with PET_NPROC_PER_NODE, PyTorchJob v1's RANK,
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT), then Slurm's SLURM_NNODES / SLURM_NODEID / SLURM_JOB_NODELIST.
 // torchrun's rendezvous settings: PET_RDZV_ENDPOINT (host[:port], where PET_MASTER_* leave the meeting point
 // open), PET_RDZV_ID, PET_RDZV_CONF; PET_RDZV_BACKEND static or c10d (accel's own store is c10d's kind), etcd

@@ -4,7 +4,7 @@
 form (RANK = the node's rank, WORLD_SIZE = every process, MASTER_ADDR/MASTER_PORT, PET_NPROC_PER_NODE). Two
 launchers on this host play two nodes of one process each; the trained weights equal `accel launch -n 2` bit for
 bit. PET_MAX_RESTARTS gives --max_restarts. Values accel cannot honour are refused (exit 2) naming the variable;
-torchrun's --nnodes N is --num_machines (a MIN:MAX range: test_elastic_nnodes.py), PET_NNODES=MIN:MAX refused by name.
+torchrun's --nnodes N is --num_machines (a MIN:MAX range, and PET_NNODES=MIN:MAX: test_elastic_nnodes.py).
 Usage: test_cluster_env.py BUILD_DIR"""
 import os
 import shutil
@@ -81,9 +81,9 @@ p = subprocess.run([ACCEL, "launch", "-n", "2", "--main_process_port", "0", PROG
 if p.returncode != 0 or "restart 1 of 1" not in p.stdout:
     failures.append("PET_MAX_RESTARTS=1: exit %d, expected one restart:\n%s" % (p.returncode, p.stdout[-1500:]))
 
-# Refused, naming the variable: a changing membership, torchrun's "gpu" process count on a machine without GPUs
+# Refused, naming the variable: a range out of order, torchrun's "gpu" process count on a machine without GPUs
 # (CI's), an etcd rendezvous, and a PyTorchJob WORLD_SIZE that is not a multiple of the processes per node.
-for env, word in (({"PET_NNODES": "1:2"}, "PET_NNODES"), ({"PET_NPROC_PER_NODE": "gpu", "CUDA_VISIBLE_DEVICES": ""},
+for env, word in (({"PET_NNODES": "2:1"}, "PET_NNODES"), ({"PET_NPROC_PER_NODE": "gpu", "CUDA_VISIBLE_DEVICES": ""},
                                                           "PET_NPROC_PER_NODE=gpu"),
                   ({"PET_RDZV_BACKEND": "etcd"}, "PET_RDZV_BACKEND"),
                   ({"PET_NPROC_PER_NODE": "2", "WORLD_SIZE": "3", "RANK": "0"}, "WORLD_SIZE"),

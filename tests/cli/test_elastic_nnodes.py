@@ -6,8 +6,9 @@ machine B disappears (its launcher and workers SIGKILLed as one process group): 
 collectives, A forms round 1 alone (world size 1) and the program resumes from the newest complete checkpoint and
 finishes. Prints the restart time (the kill to the survivor's first step after the resume) and the work lost (steps
 between the newest checkpoint at the kill and the resume point). Also: a machine that comes late is admitted at
-the next round (the running round is ended for it), and launchers with another rendezvous token or none are
-refused; bad --nnodes/--rdzv_conf values are refused by name.
+the next round (the running round is ended for it; that machine's launcher is configured by torchrun's PET_NNODES=1:2
+and PET_RDZV_* variables, as Kubeflow sets them), and launchers with another rendezvous token or none are refused;
+bad --nnodes/--rdzv_conf values are refused by name.
 Usage: test_elastic_nnodes.py BUILD_DIR"""
 import os
 import re
@@ -39,11 +40,14 @@ def free_port():
 
 
 class Launcher:
-    def __init__(self, name, port, project, extra=(), env=None):
+    def __init__(self, name, port, project, extra=(), env=None, flags=None):
+        """flags: the launcher's flags, else the elastic ones of this test (env may give them as PET_* instead)."""
         config = '{"project_config": {"project_dir": "%s", "automatic_checkpoint_naming": true, "total_limit": 3}}' % project
         self.out = os.path.join(tmp, name + ".bin")
-        cmd = [ACCEL, "launch", "-n", "2", "--nnodes", "1:2", "--main_process_port", str(port), "--max_restarts", "1",
-               "--rdzv_conf", "last_call_timeout=3,join_timeout=60", *extra, PROG, self.out, "4", str(STEPS), config]
+        if flags is None:
+            flags = ["-n", "2", "--nnodes", "1:2", "--main_process_port", str(port), "--max_restarts", "1",
+                     "--rdzv_conf", "last_call_timeout=3,join_timeout=60"]
+        cmd = [ACCEL, "launch", *flags, *extra, PROG, self.out, "4", str(STEPS), config]
         self.name, self.lines = name, []
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                                   env=dict(ENV, **(env or {})), start_new_session=True)
@@ -130,7 +134,12 @@ intruders = [Launcher(name, port, os.path.join(tmp, "proj_" + name), env=env)
              for name, env in (("wrong_token", {"ACCEL_RDZV_TOKEN": os.urandom(32).hex()}), ("no_token", {}))]
 # The late machine starts with the intruders, not after them: waiting for their refusals first let A's whole run
 # (STEPS steps) end before B arrived, and B then found no round to join.
-b = Launcher("B_late", port, project, env=token)
+# B is configured as Kubeflow Trainer v2 / PyTorchJob's elasticPolicy configure torchrun: PET_NNODES=MIN:MAX with
+# the rendezvous in PET_RDZV_* (its PET_NODE_RANK is not read: ranks follow the arrival).
+pet = {"PET_NNODES": "1:2", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "1", "PET_MAX_RESTARTS": "1",
+       "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "127.0.0.1:%d" % port,
+       "PET_RDZV_CONF": "last_call_timeout=3,join_timeout=60"}
+b = Launcher("B_late", port, project, env=dict(token, **pet), flags=[])
 for x in intruders:
     code_x = x.finish(60)
     if code_x == 0 or "elastic round" in x.text() or "127.0.0.1:%d" % port not in x.text():
@@ -149,11 +158,14 @@ if "rendezvous token proven" not in b.text():
 
 # 3. Values refused by name.
 for flags, word in ((["--nnodes", "1:2", "--machine_rank", "1"], "--machine_rank"),
+                    (["--machine_rank", "1", "PET_NNODES=1:2"], "PET_NNODES=MIN:MAX: machine ranks"),
+                    (["--main_process_port", "0", "PET_NNODES=1:2"], "PET_NNODES=MIN:MAX needs a fixed"),
                     (["--nnodes", "1:2", "--main_process_port", "0"], "--main_process_port"),
                     (["--nnodes", "1:2", "-n", "3"], "--nnodes MAX"),
                     (["--rdzv_conf", "timeout=5"], "timeout"), (["--rdzv_conf", "join_timeout=x"], "join_timeout")):
-    p = subprocess.run([ACCEL, "launch", *flags, "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True, env=ENV, timeout=30)
+    env = dict(ENV, **dict(f.split("=", 1) for f in flags if f.startswith("PET_")))
+    p = subprocess.run([ACCEL, "launch", *[f for f in flags if not f.startswith("PET_")], "true"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env, timeout=30)
     if p.returncode != 2 or word not in p.stderr:
         failures.append("%s: exit %d, expected 2 naming %s: %s" % (flags, p.returncode, word, p.stderr.strip()[:300]))
 

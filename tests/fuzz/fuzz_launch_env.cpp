@@ -74,6 +74,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         in_range(flags.main_process_port, 1, 65535, "main_process_port");
         in_range(flags.max_restarts, 0, 1000000, "max_restarts");
         in_range(flags.num_processes, 1, 4096 * 4096, "num_processes");
+        // PET_NNODES=MIN:MAX: a true range, and no variable then places the machine (ranks follow arrival).
+        if (flags.nnodes_range && (flags.nnodes_range->first >= flags.nnodes_range->second ||
+                                   flags.nnodes_range->first < 1 || flags.nnodes_range->second > 4096 ||
+                                   flags.num_machines || flags.machine_rank))
+            fuzz::finding("PET_NNODES range accepted with a fixed place or out of order");
     }
     for (const auto &var : vars) {
         const std::string &name = var.first, &value = var.second; // (C++17 lambdas cannot capture a binding)
@@ -81,7 +86,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (accepted([&] { range = cli::parse_nnodes(value, name); }) &&
             (range.first < 1 || range.first > range.second || range.second > 4096))
             fuzz::finding("nnodes accepted out of order: " + value);
-        accepted([&] { cli::fixed_nnodes(value, name); });
         double join = 1.0, last_call = 1.0;
         if (accepted([&] { cli::parse_rdzv_conf(value, join, last_call); }) &&
             !(join >= 0.0 && join <= 86400.0 && last_call >= 0.0 && last_call <= 86400.0))

@@ -1,5 +1,5 @@
 // accel launch's cluster variables (cli/launch_env.cpp): Kubeflow Trainer v2's PET_NPROC_PER_NODE words and
-// torchrun's PET_RDZV_* settings.
+// torchrun's PET_RDZV_* settings and PET_NNODES's elastic range.
 #include "cli/elastic_values.hpp"
 #include "cli/launch_env.hpp"
 #include "common/error.hpp"
@@ -90,6 +90,36 @@ TEST(LaunchEnvTrainerV2, RendezvousSettingsReadOrRefusedByName)
     EXPECT_EQ(code_of({{"PET_RDZV_ENDPOINT", "head:99999"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(message.find("PET_RDZV_ENDPOINT's port"), std::string::npos) << message;
     EXPECT_EQ(code_of({{"PET_RDZV_ENDPOINT", "[::1"}}, &message), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+// PET_NNODES=MIN:MAX (Trainer v2 and PyTorchJob's elasticPolicy pass torchrun's elastic form): the range of
+// --nnodes MIN:MAX; the node's rank follows the arrival, so PET_NODE_RANK / RANK / SLURM_NODEID place nothing, and
+// PET_NPROC_PER_NODE counts the processes at MAX machines (as -n with --nnodes MIN:MAX).
+TEST(LaunchEnvTrainerV2, ElasticNodeRangeAsTheFlag)
+{
+    auto f = flags_of({{"PET_NNODES", "1:3"}, {"PET_NODE_RANK", "2"}, {"PET_NPROC_PER_NODE", "2"}, {"RANK", "1"},
+                       {"WORLD_SIZE", "4"}, {"SLURM_NNODES", "2"}, {"SLURM_NODEID", "1"},
+                       {"PET_RDZV_ENDPOINT", "head:29400"}, {"PET_RDZV_BACKEND", "c10d"}});
+    ASSERT_TRUE(f.nnodes_range);
+    EXPECT_EQ(*f.nnodes_range, std::make_pair(1, 3));
+    EXPECT_FALSE(f.num_machines);
+    EXPECT_FALSE(f.machine_rank);
+    EXPECT_EQ(f.num_processes, 6);
+    EXPECT_EQ(f.main_process_ip, "head");
+    EXPECT_EQ(f.main_process_port, 29400);
+    f = flags_of({{"PET_NNODES", "2:2"}, {"PET_NODE_RANK", "1"}}); // MIN = MAX: a fixed number, placed
+    EXPECT_FALSE(f.nnodes_range);
+    EXPECT_EQ(f.num_machines, 2);
+    EXPECT_EQ(f.machine_rank, 1);
+    ClusterFlags flag; // the command line wins: --num_machines 2 leaves PET_NNODES unread
+    flag.num_machines = 2;
+    cluster_env_defaults(flag, lookup_of({{"PET_NNODES", "1:4"}}), kCpuMachine);
+    EXPECT_FALSE(flag.nnodes_range);
+    std::string message;
+    for (const char *bad : {"3:1", "1:2:3", "0:2", "1:x"}) {
+        EXPECT_EQ(code_of({{"PET_NNODES", bad}}, &message), ACCEL_ERR_INVALID_ARGUMENT) << bad;
+        EXPECT_NE(message.find("PET_NNODES"), std::string::npos) << message;
+    }
 }
 
 // The launchers' store is read from the network: its numbers are checked, its texts kept short and printable.
