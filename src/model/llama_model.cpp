@@ -17,6 +17,7 @@
 #include "parallel/context_parallel/loss.hpp"
 #include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/tensor_parallel/plan_linear.hpp"
+#include "parallel/tensor_parallel/rng_tracker.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
 #include "parallel/tensor_parallel/tp_plan.hpp"
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
@@ -37,6 +38,9 @@ struct LlamaLayer {
     int64_t window = 0; // sliding window (0: none)
     int64_t tp_size = 1; // tensor parallelism: the layer computes 1/tp_size of the heads (apply_tensor_parallel)
     bool recompute_attention = false; // recompute_granularity "selective" (LlamaConfig::selective_recompute)
+    // Tensor parallelism: the rank's generator for the attention dropout of its heads (a split region, rng_tracker.hpp);
+    // null while the attention is whole (tp 1 or replicated by a tp_plan override): the default generator.
+    std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout;
     // Sequence parallelism (set_sequence_parallel): the tp group over which h holds 1/tp of the positions; null: off.
     std::shared_ptr<distributed::Communicator> sequence_parallel;
 
@@ -145,8 +149,6 @@ at::Tensor scaled_inv_freq(const config::LlamaConfig &c, int64_t seq_len)
     return base_inv_freq(c.rope_theta, dim);
 }
 
-at::Tensor maybe_dropout(const at::Tensor &x, double p, bool train) { return train && p > 0.0 ? at::dropout(x, p, true) : x; }
-
 // [B, kv, S, D] -> [B, kv * n_rep, S, D], kv head j serving query heads j n_rep .. (j + 1) n_rep - 1 (repeat_kv).
 at::Tensor repeat_kv(const at::Tensor &x, int64_t n_rep)
 {
@@ -156,14 +158,15 @@ at::Tensor repeat_kv(const at::Tensor &x, int64_t n_rep)
 }
 
 // softmax(mask(q kᵀ · head_dim^-½)) (in float32) v: q [B, H, T, D], k and v [B, KV, S, D], `hidden` [T, S].
+// Dropout on the probabilities from `split` (this tp rank's heads) when given, else the default generator.
 at::Tensor attention_core(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &hidden,
-                          double dropout, bool train)
+                          double dropout, bool train, const std::shared_ptr<parallel::tp::DropoutGenerator> &split)
 {
     const int64_t n_rep = q.size(1) / k.size(1);
     at::Tensor scores = at::matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * std::pow(static_cast<double>(q.size(3)), -0.5);
     scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
     at::Tensor att = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-    att = maybe_dropout(att, dropout, train);
+    att = parallel::tp::region_dropout(att, dropout, train, split);
     return at::matmul(att, repeat_kv(v, n_rep));
 }
 
@@ -221,13 +224,16 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
     } else if (l.recompute_attention && kv == nullptr && at::GradMode::is_enabled()) {
         // Selective recomputation: q, k and v kept, the [B, H, T, T] tensors made again in backward.
         const double p = c.attention_dropout;
+        const bool random = train && p > 0.0;
+        std::vector<ExtraGenerator> extra;
+        if (random && l.tp_dropout) extra.push_back(parallel::tp::checkpoint_generator(l.tp_dropout));
         y = checkpoint_function({q, k, v}, {},
-                                [hidden, p, train](const std::vector<at::Tensor> &in) {
-                                    return attention_core(in[0], in[1], in[2], hidden, p, train);
+                                [hidden, p, train, split = l.tp_dropout](const std::vector<at::Tensor> &in) {
+                                    return attention_core(in[0], in[1], in[2], hidden, p, train, split);
                                 },
-                                train && p > 0.0);
+                                random, std::move(extra));
     } else {
-        y = attention_core(q, k, v, hidden, c.attention_dropout, train);
+        y = attention_core(q, k, v, hidden, c.attention_dropout, train, l.tp_dropout);
     }
     y = y.transpose(1, 2).reshape({B, T, H * D});
     at::Tensor a = h + l.o->forward(y);
@@ -398,11 +404,14 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const LlamaLayer> layer = layers_[i];
             const config::LlamaConfig cfg = c;
+            // The rerun draws its heads' masks again: the tp generator goes back with the default one (as the gpt's).
+            std::vector<ExtraGenerator> extra;
+            if (train && layer->tp_dropout) extra.push_back(parallel::tp::checkpoint_generator(layer->tp_dropout));
             h = checkpoint_layer(h, layer->checkpoint_params(),
                                  [layer, cfg, rope, train, hidden = hidden_for(layer->window), cp](const at::Tensor &x) {
                                      return layer_forward(*layer, cfg, x, rope, hidden, train, nullptr, cp);
                                  },
-                                 train && (c.attention_dropout > 0.0 || layer->random_linears()));
+                                 train && (c.attention_dropout > 0.0 || layer->random_linears()), std::move(extra));
         } else if (cache != nullptr) {
             std::pair<at::Tensor, at::Tensor> kv{cache->keys[i], cache->values[i]};
             h = layer_forward(*layers_[i], c, h, rope, hidden_for(layers_[i]->window), false, &kv);
@@ -490,6 +499,8 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     if (n == 1) return;
     std::map<std::string, tp::ParameterSlicing> plan;
     using tp::LinearStyle;
+    // Attention dropout on a rank's heads draws from its generator (rng_tracker.hpp), seeded from set_seed's.
+    auto tp_dropout = tp::make_dropout_generator(r);
     for (auto &l : layers_) {
         const std::string p = "model.layers." + std::to_string(l->index) + ".";
         if (resolved.region_split[2 * l->index]) {
@@ -498,6 +509,7 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
             tp::parallelize_linear(l->v, p + "self_attn.v_proj", LinearStyle::Colwise, group, plan, layer);
             tp::parallelize_linear(l->o, p + "self_attn.o_proj", LinearStyle::Rowwise, group, plan, layer);
             l->tp_size = n;
+            l->tp_dropout = tp_dropout;
         }
         if (sequence_parallel_) l->sequence_parallel = group;
         if (resolved.region_split[2 * l->index + 1]) {
@@ -520,6 +532,7 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     lm_head_linear_ = tp::make_column_parallel_linear(make_linear(lm_head_, {}, Linear::Layout::OutIn), group, layer.column);
     vocab_start_ = r * (tp::padded_vocab_size(c.vocab_size, n) / n);
     tp_group_ = group;
+    if (any_attention) tp_dropout_ = std::move(tp_dropout);
     tp_slicing_ = std::move(plan);
 }
 

@@ -1,0 +1,221 @@
+// Dropout under tensor parallelism (issue 33, rng_tracker.hpp) for the models beyond the gpt, on two thread ranks.
+// The thread ranks share one default generator, so "the ranks' masks differ" alone cannot tell a split region's
+// generator from the default one (threads drawing from it in turn get different masks too). What these tests check
+// instead, besides the differing masks:
+//  - a split region's draws leave the default generator where it was (a split region that draws from it would
+//    give every process of a real tp group the same masks, and move the replicated regions' stream off one
+//    process's), and advance the rank's own generator;
+//  - a rerun from the same seed, activation checkpointing's and selective recomputation's reruns, and a resume from
+//    the saved generator state (rng_checkpoint.hpp) give the same gradients / losses bit for bit.
+#include "distributed/communicator.hpp"
+#include "distributed/thread_communicator.hpp"
+#include "model/llama_model.hpp"
+#include "model/model.hpp"
+#include "ops/loss.hpp"
+#include "parallel/tensor_parallel/rng_checkpoint.hpp"
+#include "parallel/tensor_parallel/rng_tracker.hpp"
+#include "state/state_dict.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dist = accel::distributed;
+namespace tp = accel::parallel::tp;
+
+namespace {
+
+using Grads = std::vector<at::Tensor>;
+
+// A llama with 4 query heads over 2 key/value heads (tp 2: 2 and 1 per rank), head_dim 4.
+std::string llama_spec(double p, const std::string &extra = "")
+{
+    return R"({"type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "initializer_range": 0.2, "attention_dropout": )" +
+           std::to_string(p) + extra + "}";
+}
+
+// Rank 1's heads made copies of rank 0's (q, k, v rows, o_proj's columns): with equal masks the two ranks'
+// gradients of their q/k/v slices are then equal, so differing gradients show differing masks.
+void mirror_heads(accel::Model &m)
+{
+    at::NoGradGuard no_grad;
+    for (const auto &[name, p] : m.named_parameters()) {
+        if (name.find("self_attn") == std::string::npos) continue;
+        const int64_t dim = name.find("o_proj") != std::string::npos ? 1 : 0, half = p.size(dim) / 2;
+        at::Tensor(p).narrow(dim, half, half).copy_(p.narrow(dim, 0, half));
+    }
+}
+
+std::vector<std::shared_ptr<accel::Model>> split_models(const std::string &spec, int count)
+{
+    std::vector<std::shared_ptr<accel::Model>> out;
+    for (int i = 0; i < count; ++i) {
+        at::manual_seed(81);
+        out.push_back(accel::make_model_from_json(spec.c_str()));
+        mirror_heads(*out.back());
+    }
+    return out;
+}
+
+struct Batches {
+    at::Tensor ids, labels; // [steps, 2, 8]
+};
+
+Batches batches(int steps)
+{
+    at::manual_seed(82);
+    return {at::randint(0, 37, {steps, 2, 8}, at::kLong), at::randint(0, 37, {steps, 2, 8}, at::kLong)};
+}
+
+double train_step(accel::Model &m, const Batches &b, int step)
+{
+    at::Tensor loss = accel::compute_loss(accel::Loss(accel::LossKind::CausalLm), m.forward(b.ids[step]), b.labels[step]);
+    loss.backward();
+    return loss.item<double>();
+}
+
+Grads grads_of(accel::Model &m)
+{
+    Grads out;
+    for (const auto &p : m.parameters()) out.push_back(p.grad().clone());
+    return out;
+}
+
+// SGD (no state besides the weights and the generators): p -= 0.1 g.
+void sgd(accel::Model &m)
+{
+    at::NoGradGuard no_grad;
+    for (const auto &p : m.parameters()) {
+        at::Tensor(p).sub_(p.grad() * 0.1);
+        at::Tensor(p).mutable_grad().zero_();
+    }
+}
+
+// One training forward and backward per rank of each model: the gradients by model and rank. The models are split
+// at tp 2 (their generators seeded from seed 83) and the default generator's next draw after it is checked to be
+// the one it would be without the step.
+std::vector<std::vector<Grads>> one_step(const std::vector<std::shared_ptr<accel::Model>> &models)
+{
+    const Batches b = batches(1);
+    at::manual_seed(83);
+    const at::Tensor untouched = at::rand({8});
+    at::manual_seed(83);
+    std::vector<std::vector<Grads>> out(models.size() / 2, std::vector<Grads>(2));
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const size_t r = static_cast<size_t>(comm->rank());
+        for (size_t k = 0; k < out.size(); ++k) {
+            auto &m = dynamic_cast<accel::LlamaModel &>(*models[2 * k + r]);
+            m.apply_tensor_parallel(comm);
+            const at::Tensor before = m.tensor_parallel_dropout()->state();
+            m.train(true);
+            train_step(m, b, 0);
+            EXPECT_FALSE(at::equal(m.tensor_parallel_dropout()->state(), before))
+                << "rank " << r << ": the heads' dropout did not draw from the rank's generator";
+            out[k][r] = grads_of(m);
+        }
+    });
+    EXPECT_TRUE(at::equal(at::rand({8}), untouched))
+        << "the split attention's dropout drew from the default generator (every tp rank would draw the same masks)";
+    return out;
+}
+
+void expect_equal(const Grads &a, const Grads &b, const std::string &what)
+{
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << what << ", parameter " << i;
+}
+
+// The q_proj slices' gradients of the two ranks (parameter 1: after the embedding), equal iff the masks are.
+bool q_grads_equal(const std::vector<Grads> &ranks) { return at::equal(ranks[0][1], ranks[1][1]); }
+
+} // namespace
+
+// Llama's attention dropout at tp 2 draws each rank's heads' masks from that rank's generator: the masks differ
+// (with mirrored heads the ranks' q gradients then differ, and without dropout they are equal), the default
+// generator is left alone, and a rerun from the same seed - plain, with activation checkpointing or with selective
+// recomputation - has the same gradients bit for bit.
+TEST(TensorParallelDropoutLlama, HeadsDrawFromTheRankGenerator)
+{
+    // Without dropout the mirrored heads give equal gradients on the two ranks (what makes the check below mean masks).
+    const auto none = split_models(llama_spec(0.0), 2);
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dynamic_cast<accel::LlamaModel &>(*none[static_cast<size_t>(comm->rank())]).apply_tensor_parallel(comm);
+    });
+    {
+        const Batches b = batches(1);
+        std::vector<Grads> g(2);
+        dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            auto &m = *none[static_cast<size_t>(comm->rank())];
+            m.train(true);
+            train_step(m, b, 0);
+            g[static_cast<size_t>(comm->rank())] = grads_of(m);
+        });
+        EXPECT_TRUE(q_grads_equal(g)) << "mirrored heads without dropout";
+    }
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (const std::string &extra : {std::string(), std::string(), std::string(R"(, "activation_checkpointing": true)"),
+                                     std::string(R"(, "recompute_granularity": "selective")")})
+        for (auto &m : split_models(llama_spec(0.5, extra), 2)) models.push_back(m);
+    const auto g = one_step(models);
+    EXPECT_FALSE(q_grads_equal(g[0])) << "the tp ranks' heads got the same dropout masks";
+    for (size_t r = 0; r < 2; ++r) {
+        const std::string rank = "rank " + std::to_string(r);
+        expect_equal(g[1][r], g[0][r], rank + ": rerun from the same seed");
+        expect_equal(g[2][r], g[0][r], rank + ": activation checkpointing's rerun");
+        expect_equal(g[3][r], g[0][r], rank + ": selective recomputation's rerun");
+    }
+}
+
+// 6 SGD steps with attention dropout at tp 2; the same run saved after step 3 (weights and the tracker states
+// save_state writes) and resumed on fresh models continues with the uninterrupted run's losses bit for bit.
+TEST(TensorParallelDropoutLlama, ResumesBitForBit)
+{
+    constexpr int kSteps = 6, kSaved = 3;
+    const std::string spec = llama_spec(0.5);
+    const Batches b = batches(kSteps);
+    const auto run = split_models(spec, 2), resumed = split_models(spec, 2);
+    std::vector<std::vector<double>> losses(2, std::vector<double>(kSteps)), again = losses;
+    std::vector<std::vector<at::Tensor>> weights(2);
+    std::vector<accel::PyRef> states(2);
+    at::manual_seed(84);
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const size_t r = static_cast<size_t>(comm->rank());
+        auto &m = dynamic_cast<accel::LlamaModel &>(*run[r]);
+        m.apply_tensor_parallel(comm);
+        m.train(true);
+        for (int s = 0; s < kSteps; ++s) {
+            if (s == kSaved) {
+                for (const auto &p : m.parameters()) weights[r].push_back(p.detach().clone());
+                states[r] = accel::py_dict();
+                tp::add_tracker_states(*states[r], {run[r]});
+            }
+            losses[r][static_cast<size_t>(s)] = train_step(m, b, s);
+            sgd(m);
+        }
+    });
+    at::manual_seed(85); // another seed: only the restored state can give the saved run's masks
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const size_t r = static_cast<size_t>(comm->rank());
+        auto &m = dynamic_cast<accel::LlamaModel &>(*resumed[r]);
+        m.apply_tensor_parallel(comm);
+        m.train(true);
+        {
+            at::NoGradGuard no_grad;
+            for (size_t i = 0; i < weights[r].size(); ++i) at::Tensor(m.parameters()[i]).copy_(weights[r][i]);
+        }
+        ASSERT_TRUE(states[r]->get("rng_tracker_states") != nullptr) << "save_state keeps no llama tp generator";
+        tp::take_tracker_states(*states[r], {resumed[r]}, "random_states")();
+        for (int s = kSaved; s < kSteps; ++s) {
+            again[r][static_cast<size_t>(s)] = train_step(m, b, s);
+            sgd(m);
+        }
+    });
+    for (size_t r = 0; r < 2; ++r)
+        for (int s = kSaved; s < kSteps; ++s)
+            EXPECT_EQ(again[r][static_cast<size_t>(s)], losses[r][static_cast<size_t>(s)]) << "rank " << r << ", step " << s;
+}
