@@ -423,7 +423,10 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
         const std::string h = "transformer.h." + std::to_string(b.index) + ".";
         return tp::BlockModules{h + "attn.c_attn", h + "attn.c_proj", h + "mlp.c_fc", h + "mlp.c_proj"};
     };
-    for (const auto &b : blocks_) tp::check_block(b->block, names(*b), split_of_block(*b), n, "n_head", "n_inner");
+    // Sequence parallelism: the activations between the layers are [B, T / tp, C], split along dimension 1.
+    tp::LinearPlanOptions layer;
+    if (sequence_parallel_) layer.column.sequence_dim = layer.row.sequence_dim = 1;
+    for (const auto &b : blocks_) tp::check_block(b->block, names(*b), split_of_block(*b), n, "n_head", "n_inner", layer);
     if (sequence_parallel_ && cp_)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel with cp_size > 1 is not built yet");
     if (n == 1) return;
@@ -439,9 +442,6 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     };
     // Dropout in the split regions draws from this rank's generator (rng_tracker.hpp), seeded from set_seed's.
     auto tp_dropout = tp::make_dropout_generator(r);
-    // Sequence parallelism: the activations between the layers are [B, T / tp, C], split along dimension 1.
-    tp::LinearPlanOptions layer;
-    if (sequence_parallel_) layer.column.sequence_dim = layer.row.sequence_dim = 1;
     for (const auto &b : blocks_) {
         // block_plan.hpp splits the linears (and LoRA adapters on them; fp8 ones refused by name).
         tp::parallelize_block(b->block, names(*b), split_of_block(*b), group, plan, layer, tp_dropout);

@@ -470,13 +470,11 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
         any_attention = any_attention || resolved.region_split[2 * l->index];
         any_mlp = any_mlp || resolved.region_split[2 * l->index + 1];
     }
-    auto refuse = [n](const char *key, int64_t value) {
-        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(key) + " (" + std::to_string(value) +
-                                             ") does not divide by parallelism_config.tp_size (" + std::to_string(n) + ")");
-    };
-    if (any_attention && c.num_attention_heads % n != 0) refuse("num_attention_heads", c.num_attention_heads);
-    if (any_attention && c.num_key_value_heads % n != 0) refuse("num_key_value_heads", c.num_key_value_heads);
-    if (any_mlp && c.intermediate_size % n != 0) refuse("intermediate_size", c.intermediate_size);
+    if (any_attention) {
+        tp::require_divides("num_attention_heads", c.num_attention_heads, n);
+        tp::require_divides("num_key_value_heads", c.num_key_value_heads, n);
+    }
+    if (any_mlp) tp::require_divides("intermediate_size", c.intermediate_size, n);
     if (sequence_parallel_ && cp_)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel with cp_size > 1 is not built yet");
     if (resolved.overridden && sequence_parallel_)

@@ -189,7 +189,7 @@ public:
         for (size_t i = 0; i < splits.size(); ++i) { // every refusal before anything is split
             if (splits[i] == tp::LayerSplit::Block) {
                 const std::string key = "layers[" + std::to_string(i) + "].";
-                tp::check_block(*blocks_[i], block_modules(i), {}, n, key + "nhead", key + "dim_feedforward");
+                tp::check_block(*blocks_[i], block_modules(i), {}, n, key + "nhead", key + "dim_feedforward", {});
                 if (checkpointed_[i]) refuse_recomputed_split_dropout(i, true);
             } else if (splits[i] != tp::LayerSplit::None) {
                 tp::check_parallelizable(*linear_[i], std::to_string(i));

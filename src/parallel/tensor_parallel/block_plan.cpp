@@ -9,21 +9,17 @@
 namespace accel::parallel::tp {
 
 void check_block(const TransformerBlock &block, const BlockModules &names, BlockSplit split, int64_t tp_size,
-                 const std::string &heads_key, const std::string &inner_key)
+                 const std::string &heads_key, const std::string &inner_key, const LinearPlanOptions &layer)
 {
-    auto refuse = [tp_size](const std::string &key, int64_t value) {
-        fail(ACCEL_ERR_INVALID_ARGUMENT, key + " (" + std::to_string(value) +
-                                             ") does not divide by parallelism_config.tp_size (" + std::to_string(tp_size) + ")");
-    };
-    if (split.attention && block.options.n_head % tp_size != 0) refuse(heads_key, block.options.n_head);
-    if (split.mlp && block.fc1->out_features() % tp_size != 0) refuse(inner_key, block.fc1->out_features());
     if (split.attention) {
-        check_parallelizable(*block.qkv, names.qkv);
-        check_parallelizable(*block.out_proj, names.out_proj);
+        require_divides(heads_key, block.options.n_head, tp_size);
+        check_parallelizable(*block.qkv, names.qkv, layer);
+        check_parallelizable(*block.out_proj, names.out_proj, layer);
     }
     if (split.mlp) {
-        check_parallelizable(*block.fc1, names.fc1);
-        check_parallelizable(*block.fc2, names.fc2);
+        require_divides(inner_key, block.fc1->out_features(), tp_size);
+        check_parallelizable(*block.fc1, names.fc1, layer);
+        check_parallelizable(*block.fc2, names.fc2, layer);
     }
 }
 

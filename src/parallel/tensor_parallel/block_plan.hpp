@@ -28,10 +28,11 @@ struct BlockSplit {
 };
 
 // Checks the sizes first (INVALID_ARGUMENT naming `heads_key` / `inner_key` and their values when they do not divide
-// by the group's size) and every linear (check_parallelizable), then splits; the block computes this rank's heads
-// and hidden features, drawing dropout in the split regions from `dropout`.
+// by the group's size) and every linear as `layer` would split it (check_parallelizable), before any block is
+// split; parallelize_block then splits: the block computes this rank's heads and hidden features, drawing dropout
+// in the split regions from `dropout`.
 void check_block(const TransformerBlock &block, const BlockModules &names, BlockSplit split, int64_t tp_size,
-                 const std::string &heads_key, const std::string &inner_key);
+                 const std::string &heads_key, const std::string &inner_key, const LinearPlanOptions &layer);
 void parallelize_block(TransformerBlock &block, const BlockModules &names, BlockSplit split, const Group &group,
                        std::map<std::string, ParameterSlicing> &plan, const LinearPlanOptions &layer,
                        std::shared_ptr<DropoutGenerator> dropout);

@@ -38,6 +38,13 @@ void check_parallelizable(const Linear &linear, const std::string &module, const
         fail(ACCEL_ERR_UNIMPLEMENTED, where + "LoRA under sequence parallelism is not built yet");
 }
 
+void require_divides(const std::string &key, int64_t value, int64_t tp_size)
+{
+    if (value % tp_size != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, key + " (" + std::to_string(value) + ") does not divide by parallelism_config.tp_size (" +
+                                             std::to_string(tp_size) + ")");
+}
+
 void parallelize_linear(std::shared_ptr<Linear> &slot, const std::string &module, LinearStyle style, const Group &group,
                         std::map<std::string, ParameterSlicing> &plan, const LinearPlanOptions &options)
 {

@@ -40,6 +40,9 @@ struct LinearPlanOptions {
 // one leaves the model unsplit.
 void check_parallelizable(const Linear &linear, const std::string &module, const LinearPlanOptions &options = {});
 
+// INVALID_ARGUMENT naming `key` and its value unless `value` (heads, features) divides by the tp group's size.
+void require_divides(const std::string &key, int64_t value, int64_t tp_size);
+
 void parallelize_linear(std::shared_ptr<Linear> &slot, const std::string &module, LinearStyle style, const Group &group,
                         std::map<std::string, ParameterSlicing> &plan, const LinearPlanOptions &options = {});
 

@@ -1,6 +1,7 @@
 #include "parallel/tensor_parallel/sequential_plan.hpp"
 
 #include "common/error.hpp"
+#include "parallel/tensor_parallel/plan_linear.hpp"
 #include "parallel/tensor_parallel/tp_plan.hpp"
 
 #include <algorithm>
@@ -48,10 +49,7 @@ std::vector<LayerSplit> plan_sequential(std::vector<SequentialLayer> layers, con
 {
     apply_overrides(layers, overrides);
     auto divides = [tp_size](size_t i, const char *key, int64_t value) {
-        if (value % tp_size != 0)
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "layers[" + std::to_string(i) + "]." + key + " (" + std::to_string(value) +
-                                                 ") does not divide by parallelism_config.tp_size (" +
-                                                 std::to_string(tp_size) + ")");
+        require_divides("layers[" + std::to_string(i) + "]." + key, value, tp_size);
     };
     const std::vector<std::string> elementwise = {"relu", "gelu", "tanh", "sigmoid"};
     std::vector<LayerSplit> out(layers.size(), LayerSplit::None);
