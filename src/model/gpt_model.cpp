@@ -266,7 +266,8 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
     // Under context parallelism `ids` is this rank's part: two chunks of the whole sequence.
     if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "gpt");
-    if (sequence_parallel_ && tp_group_) parallel::tp::check_sequence_split(T, cache != nullptr, tp_group_->size(), "gpt");
+    // A later pipeline stage receives the positions already split (its T is this rank's share).
+    if (ids_in && sequence_parallel()) parallel::tp::check_sequence_split(T, cache != nullptr, tp_group_->size(), "gpt");
     const int64_t whole = cp_ ? T * cp_->size() : T;
     if (past + whole > c.n_positions)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions" +
@@ -312,9 +313,14 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
     if (unbatched) logits = logits.squeeze(0);
-    if (tp_group_) parallel::tp::mark_vocab_parallel(logits, {tp_group_, vocab_start_, c.vocab_size});
-    if (cp_) parallel::cp::mark_context_parallel(logits, cp_->group);
+    mark_logits(logits);
     return logits;
+}
+
+void GptModel::mark_logits(const at::Tensor &logits) const
+{
+    if (tp_group_) parallel::tp::mark_vocab_parallel(logits, {tp_group_, vocab_start_, config_.vocab_size});
+    if (cp_) parallel::cp::mark_context_parallel(logits, cp_->group);
 }
 
 void GptModel::apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp)
@@ -338,7 +344,6 @@ void GptModel::apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t
 {
     const auto n = static_cast<int64_t>(blocks_.size());
     if (pipelined_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: pipeline parallelism is already applied");
-    if (tp_group_) fail(ACCEL_ERR_UNIMPLEMENTED, "gpt: pipeline with tensor parallelism is not built yet");
     if (chunks.empty()) fail(ACCEL_ERR_INTERNAL, "gpt: a pipeline stage without blocks");
     // What this stage keeps: its chunks' blocks, the embeddings on the first, the final norm and head on the last.
     std::set<const void *> kept;
@@ -409,6 +414,8 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     using Layout = Linear::Layout;
     if (!group) fail(ACCEL_ERR_INTERNAL, "gpt: tensor parallelism without a group");
     if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: tensor parallelism is already applied");
+    // pp x tp slices the whole model first: a stage's emptied parameters have nothing left to slice.
+    if (pipelined_) fail(ACCEL_ERR_INTERNAL, "gpt: tensor parallelism after the pipeline cut");
     const auto &c = config_;
     const int64_t n = group->size(), r = group->rank();
     const tp::ResolvedPlan resolved =

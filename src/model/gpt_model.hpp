@@ -86,6 +86,7 @@ public:
     // the all-reduce), and the head gathers it. The norms' and row biases' gradients are summed over tp. forward
     // then needs a sequence length dividing by tp and no key/value cache (INVALID_ARGUMENT / UNIMPLEMENTED named).
     void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
+    bool sequence_parallel() const { return sequence_parallel_ && tp_group_ != nullptr; }
     // How each parameter (by name) is split: empty without tensor parallelism.
     const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const override
     {
@@ -106,6 +107,8 @@ public:
     // the first, hidden -> hidden between, hidden -> logits on the last (with `cache`: this stage's blocks'
     // keys and values). forward() and forward_cached() run the whole model through the pipeline set by
     // set_pipeline_forward (collective over `group`, the pp group); refused by name without one.
+    // Under tensor parallelism (applied first: pp x tp) the stage keeps its tp slices; the hidden states between
+    // stages are then replicated over tp, or each rank's 1/tp of the positions under sequence parallelism.
     void apply_pipeline_stage(int64_t first_block, int64_t end_block, bool first, bool last);
     // Interleaved pipelines (pp_schedule "interleaved_1f1b"): the stage holds several chunks of blocks (virtual
     // stages), each [begin, end); select_pipeline_chunk(c) makes forward_stage run chunk c: the embeddings only
@@ -115,6 +118,9 @@ public:
     size_t pipeline_chunks() const { return stage_chunks_.size(); }
     at::Tensor forward_stage(const at::Tensor &input, GptKvCache *cache = nullptr);
     bool pipelined() const { return pipelined_; }
+    // The marks run() puts on the head's logits (vocabulary-parallel under tp, context-parallel under cp), for
+    // logits a pipeline broadcast from the last stage (a copy, unmarked).
+    void mark_logits(const at::Tensor &logits) const;
     using PipelineForward = std::function<at::Tensor(const at::Tensor &input, GptKvCache *cache)>;
     void set_pipeline_forward(PipelineForward forward, std::shared_ptr<distributed::Communicator> group)
     {

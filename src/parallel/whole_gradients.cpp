@@ -37,6 +37,20 @@ void whole_clip_grad_value(const std::vector<at::Tensor> &params, double clip_va
         if (p.grad().defined()) p.grad().clamp_(-clip_value, clip_value);
 }
 
+at::Tensor grad_norm_part(const std::vector<at::Tensor> &params, double norm_type)
+{
+    at::NoGradGuard no_grad;
+    const bool inf = std::isinf(norm_type);
+    at::Tensor acc = at::zeros({1}, at::kDouble);
+    for (const auto &p : params) {
+        if (!p.grad().defined()) continue;
+        at::Tensor g = p.grad().to(at::kDouble).abs();
+        // Reduced where the gradient lives; only the scalar comes to the CPU.
+        acc = inf ? at::maximum(acc, g.max().cpu().reshape({1})) : acc + g.pow(norm_type).sum().cpu();
+    }
+    return acc;
+}
+
 WrapperMemory whole_memory(const std::vector<at::Tensor> &params)
 {
     WrapperMemory m;

@@ -9,6 +9,8 @@
 #include "parallel/ddp.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stages.hpp"
+#include "parallel/tensor_parallel/mappings.hpp"
+#include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/whole_gradients.hpp"
 
 #include <ATen/core/grad_mode.h>
@@ -69,11 +71,13 @@ PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed:
 {
     // An unknown name (or micro-batches interleaving cannot group) fails here, not at the first step.
     stage_schedule(schedule_, stage(), num_stages(), micro_batches_, chunks());
+    if (const auto &tp = model_.tensor_parallel_group(); tp && tp->size() > 1) tp_ = tp;
     std::vector<std::pair<std::string, at::Tensor>> named;
     for (const auto &np : model_.named_parameters())
         if (np.second.numel() > 0) {
             params_.push_back(np.second);
             named.push_back(np);
+            if (model_.tensor_parallel_slicing().count(np.first) != 0) tp_split_.push_back(np.second);
         }
     if (dp_group && dp_group->size() > 1) {
         const config::DistributedDataParallelKwargs defaults;
@@ -88,6 +92,13 @@ PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed:
 int32_t PipelineParallel::stage() const { return pp_->rank(); }
 int32_t PipelineParallel::chunks() const { return static_cast<int32_t>(model_.pipeline_chunks()); }
 int32_t PipelineParallel::num_stages() const { return pp_->size(); }
+
+int64_t PipelineParallel::boundary_length(int64_t length, bool cached) const
+{
+    if (!model_.sequence_parallel()) return length;
+    parallel::tp::check_sequence_split(length, cached, tp_->size(), "gpt");
+    return length / tp_->size();
+}
 
 double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels, const LossFn &loss, const ScaleFn &scale)
 {
@@ -111,7 +122,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     const bool last = s == p - 1; // the loss comes after this stage's last chunk
     const int64_t rows = inputs.size(0) / m;
     const at::TensorOptions wire = params_.empty() ? at::TensorOptions(kWire) : params_.front().options().dtype(kWire);
-    const std::vector<int64_t> hidden{rows, inputs.size(1), model_.config().n_embd};
+    const std::vector<int64_t> hidden{rows, boundary_length(inputs.size(1), false), model_.config().n_embd};
 
     // Per micro-batch: the activation received (whose gradient goes back), the stage's output (the scaled
     // loss on the last stage) and the gradient received for it; each is dropped once used.
@@ -200,6 +211,7 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, GptKvCache *cache)
     if (past + input.size(-1) > c.n_positions)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + input.size(-1)) + " positions exceed n_positions " +
                                              std::to_string(c.n_positions));
+    const int64_t length = boundary_length(input.size(-1), cache != nullptr);
     const bool unbatched = input.dim() == 1;
     const at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
     const int32_t s = stage(), p = num_stages();
@@ -217,7 +229,7 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, GptKvCache *cache)
             at::Tensor x = piece;
             if (s > 0 || k > 0) {
                 const VirtualStage prev = previous_virtual_stage(s, k, p);
-                x = at::empty({piece.size(0), piece.size(1), c.n_embd}, at::TensorOptions(kWire).device(device));
+                x = at::empty({piece.size(0), length, c.n_embd}, at::TensorOptions(kWire).device(device));
                 pp_->recv(x, prev.stage, forward_tag(i * v + prev.chunk));
             }
             model_.select_pipeline_chunk(static_cast<size_t>(k));
@@ -227,7 +239,9 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, GptKvCache *cache)
         }
     }
     at::Tensor out = from_owner(*pp_, s == p - 1 ? at::cat(logits, 0) : at::Tensor(), p - 1, device);
-    return unbatched ? out.squeeze(0) : out;
+    if (unbatched) out = out.squeeze(0);
+    model_.mark_logits(out); // under tp: this rank's vocabulary columns, for the loss and generation
+    return out;
 }
 
 // The tied token embedding lives on the first stage (as the embedding) and the last (as the head): each
@@ -262,17 +276,24 @@ std::vector<at::Tensor> PipelineParallel::counted_parameters() const
     return out;
 }
 
-// torch's clip_grad_norm_ over the whole model: each stage's part of the norm (the tied embedding once),
-// reduced over the pp group, then every stage scales its gradients alike.
+// torch's clip_grad_norm_ over the whole model: each stage's part of the norm (the tied embedding once; under
+// tp the stage's tp group's part, as tensor parallelism counts it), reduced over the pp group, then every stage
+// scales its gradients alike.
 double PipelineParallel::clip_grad_norm(double max_norm, double norm_type, bool clip)
 {
     at::NoGradGuard no_grad;
     const bool inf = std::isinf(norm_type);
-    at::Tensor acc = at::zeros({1}, at::kDouble);
-    for (const auto &t : counted_parameters()) {
-        if (!t.grad().defined()) continue;
-        at::Tensor g = t.grad().to(at::kDouble).cpu();
-        acc = inf ? at::maximum(acc, g.abs().max().reshape({1})) : acc + g.abs().pow(norm_type).sum();
+    const std::vector<at::Tensor> counted = counted_parameters();
+    at::Tensor acc;
+    if (tp_) {
+        std::vector<at::Tensor> split, replicated;
+        for (const auto &t : counted) {
+            const bool is_split = std::any_of(tp_split_.begin(), tp_split_.end(), [&t](const at::Tensor &x) { return x.is_same(t); });
+            (is_split ? split : replicated).push_back(t);
+        }
+        acc = parallel::tp::tensor_parallel_norm_part(split, replicated, *tp_, norm_type);
+    } else {
+        acc = grad_norm_part(counted, norm_type);
     }
     pp_->allreduce(acc, inf ? ReduceOp::Max : ReduceOp::Sum);
     const double total = inf ? acc.item<double>() : std::pow(acc.item<double>(), 1.0 / norm_type);
@@ -296,6 +317,8 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
     if (gpt == nullptr)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: pipeline parallelism has a plan for the gpt model only; "
                                       "other model types are not built yet");
+    // pp x tp: the whole model split over the stage's tp group first (the cut then keeps this rank's slices).
+    if (mesh.size(distributed::MeshDim::Tp) > 1) parallel::tp::apply_plan(model, mesh, config.sequence_parallel);
     const auto &group = mesh.group(distributed::MeshDim::Pp);
     const int32_t p = group->size(), s = group->rank();
     const int64_t n = gpt->config().n_layer;

@@ -5,6 +5,10 @@
 // share (so blocking sends cannot deadlock, and NCCL, which matches by issue order and has no tags, pairs them
 // as gloo and MPI do by tag). With dp_replicate_size > 1 every stage is replicated: DDP over the stage's
 // data-parallel group averages its gradients after the batch's last backward (pp x dp).
+// With tp_size > 1 (pp x tp, Megatron's layout: tp innermost) every stage's model is first split by its
+// tensor-parallel plan over the stage's tp group, and the pp group links the same tp rank of each stage: each
+// sends its hidden states (replicated over tp; under sequence parallelism its 1/tp of the positions) to its
+// counterpart. The head's vocabulary-parallel loss runs over the last stage's tp group.
 #pragma once
 
 #include "parallel/wrapper.hpp"
@@ -96,6 +100,9 @@ public:
 private:
     void sync_tied_gradient();
     std::vector<at::Tensor> counted_parameters() const; // each parameter of the whole model on one stage only
+    // The positions a stage boundary carries of a sequence of `length` (1/tp of them under sequence
+    // parallelism), after checking on every rank what the first stage would refuse, so no stage is left waiting.
+    int64_t boundary_length(int64_t length, bool cached) const;
 
     GptModel &model_;
     std::shared_ptr<distributed::Communicator> pp_;
@@ -103,6 +110,8 @@ private:
     std::string schedule_;
     std::shared_ptr<DistributedDataParallel> dp_; // null without data-parallel replicas
     std::vector<at::Tensor> params_; // this stage's (non-empty) parameters
+    std::shared_ptr<distributed::Communicator> tp_; // the stage's tp group under pp x tp, else null
+    std::vector<at::Tensor> tp_split_;              // the parameters of params_ split over tp_
     at::Tensor tied_;                // the token embedding on the first and last stage when the head is tied
     bool require_sync_ = true;
     ScheduleTimes times_;

@@ -58,21 +58,8 @@ public:
     double clip_grad_norm(double max_norm, double norm_type, bool clip) override
     {
         at::NoGradGuard no_grad;
-        const bool inf = std::isinf(norm_type);
-        auto part = [&](const std::vector<at::Tensor> &params) {
-            at::Tensor acc = at::zeros({1}, at::kDouble);
-            for (const auto &p : params) {
-                if (!p.grad().defined()) continue;
-                at::Tensor g = p.grad().to(at::kDouble);
-                acc = inf ? at::maximum(acc, g.abs().max().reshape({1})) : acc + g.abs().pow(norm_type).sum();
-            }
-            return acc;
-        };
-        at::Tensor split = part(split_);
-        tp_->allreduce(split, inf ? ReduceOp::Max : ReduceOp::Sum);
-        at::Tensor rep = part(replicated_);
-        const double total = inf ? std::max(split.item<double>(), rep.item<double>())
-                                 : std::pow(split.item<double>() + rep.item<double>(), 1.0 / norm_type);
+        const double part = tensor_parallel_norm_part(split_, replicated_, *tp_, norm_type).item<double>();
+        const double total = std::isinf(norm_type) ? part : std::pow(part, 1.0 / norm_type);
         if (clip) {
             const double coef = std::min(1.0, max_norm / (total + 1e-6));
             for (const auto *params : {&split_, &replicated_})
@@ -139,6 +126,16 @@ std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &
     for (const auto &[name, p] : model.named_parameters())
         if (planned->tensor_parallel_slicing().count(name) != 0) split.push_back(p);
     return split;
+}
+
+at::Tensor tensor_parallel_norm_part(const std::vector<at::Tensor> &split, const std::vector<at::Tensor> &replicated,
+                                     Communicator &tp_group, double norm_type)
+{
+    const bool inf = std::isinf(norm_type);
+    at::Tensor part = grad_norm_part(split, norm_type);
+    tp_group.allreduce(part, inf ? ReduceOp::Max : ReduceOp::Sum);
+    const at::Tensor rep = grad_norm_part(replicated, norm_type);
+    return inf ? at::maximum(part, rep) : part + rep;
 }
 
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,

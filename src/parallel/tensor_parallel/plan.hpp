@@ -22,8 +22,9 @@ struct DistributedDataParallelKwargs;
 }
 
 namespace accel::distributed {
+class Communicator;
 class DeviceMesh;
-}
+} // namespace accel::distributed
 
 namespace accel::parallel::tp {
 
@@ -32,6 +33,12 @@ namespace accel::parallel::tp {
 // themselves (the sharding engine: TP inside FSDP / ZeRO). `sequence_parallel` (tp_handler.sequence_parallel):
 // Megatron's sequence parallelism too (the gpt model only; UNIMPLEMENTED naming the key for others).
 std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &mesh, bool sequence_parallel = false);
+
+// This tp group's part of torch's clip_grad_norm_ (whole_gradients.hpp's grad_norm_part): the split
+// parameters' part reduced over the tp group (each slice once), the replicated ones' (equal on every tp rank)
+// added once; the same on every rank of the group. A pipeline stage reduces it further over its stages.
+at::Tensor tensor_parallel_norm_part(const std::vector<at::Tensor> &split, const std::vector<at::Tensor> &replicated,
+                                     distributed::Communicator &tp_group, double norm_type);
 
 std::shared_ptr<ParallelWrapper> prepare_tensor_parallel(Model &model, const distributed::DeviceMesh &mesh,
                                                          const config::DistributedDataParallelKwargs &ddp,

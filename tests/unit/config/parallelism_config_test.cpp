@@ -162,12 +162,17 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
     EXPECT_REFUSED("{\"parallelism_config\": {\"sp_size\": 2, \"cp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
                    "parallelism_config: cp_size (2) with sp_size (2): context and Ulysses sequence parallelism "
                    "are mutually exclusive");
-    // Pipeline stages compose with DDP (pp x dp_replicate) and run GPipe, 1F1B or interleaved 1F1B; nothing else yet.
+    // Pipeline stages compose with DDP (pp x dp_replicate) and TP (pp x tp, sequence parallelism too) and run
+    // GPipe, 1F1B or interleaved 1F1B; nothing else yet.
     c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": \"1f1b\"}}");
     EXPECT_EQ(c.parallelism.pp_size, 2);
     EXPECT_EQ(c.parallelism.pp_schedule, "1f1b");
-    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.pp_size: 2: pipeline parallelism with tensor");
+    c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"tp_size\": 2, \"tp_handler\": "
+                                 "{\"sequence_parallel\": true}}}");
+    EXPECT_EQ(c.parallelism.tp_size, 2);
+    EXPECT_TRUE(c.parallelism.sequence_parallel);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"cp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.pp_size: 2: pipeline parallelism with context parallelism (cp_size)");
     // Interleaved 1F1B takes its chunks per stage by Megatron's names (either implies the schedule); the
     // blocks per chunk meet the model at prepare (PipelineStages.ChunksPerStage).
     c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": "
