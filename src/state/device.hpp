@@ -7,8 +7,9 @@
 
 namespace accel {
 
-// cuda:(LOCAL_RANK % visible GPUs) when `cpu` is false and this LibTorch sees a GPU (then also made the
-// current CUDA device, so tensors made for "cuda" land on it); otherwise the CPU.
+// The device of state/device_choice.hpp's choose_device (ACCELERATE_TORCH_DEVICE, else cuda:(LOCAL_RANK % visible
+// GPUs) when `cpu` is false and this LibTorch sees a GPU, else the CPU); a GPU is also made the current CUDA
+// device, so tensors made for "cuda" land on it.
 at::Device select_device(const config::AcceleratorConfig &config);
 
 // `t` on `device` (itself when it is there already or undefined). `non_blocking` copies from pinned host
