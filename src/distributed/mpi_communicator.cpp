@@ -3,12 +3,19 @@
 // there with MPI_THREAD_FUNNELED), in submission order, so operations are asynchronous for DDP's
 // buckets and every wait has a timeout. A rank that dies is reported by mpirun, which ends the job;
 // a rank that stops answering makes the others fail with ACCEL_ERR_DEADLINE_EXCEEDED after the
-// timeout (MPI does not say which rank is missing).
+// timeout. MPI does not say which rank is missing, so the ranks keep gloo's heartbeat (peer_monitor.hpp) in a
+// store of their own - rank 0 hosts it at a free port, MASTER_ADDR or its host name, sent to the others with
+// MPI_Bcast - and a timeout names the collective and the silent ranks; a peer's failure or a mismatched
+// collective ends a wait early. A blocking MPI call cannot be cancelled: after such a failure the MPI thread
+// stays in it, the communicator is poisoned, and MPI is not finalized at exit.
 #include "distributed/communicator.hpp"
 
 #include "common/error.hpp"
 
 #ifdef ACCEL_WITH_MPI
+
+#include "distributed/peer_monitor.hpp"
+#include "distributed/rendezvous.hpp"
 
 // The C API only: no MPI C++ bindings (libmpi_cxx is not linked).
 #define OMPI_SKIP_MPICXX 1
@@ -18,8 +25,15 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
+#include <optional>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -30,9 +44,27 @@ namespace accel::distributed {
 
 namespace {
 
+using namespace std::chrono_literals;
+
+// How often a waiting collective looks for the monitor's verdict (as gloo's).
+constexpr std::chrono::milliseconds kPollSlice{200};
+
+// The heartbeat of this process (one MPI world per process): the monitor and its store, the poison.
+struct MpiShared {
+    c10::intrusive_ptr<c10d::Store> store;
+    std::unique_ptr<PeerMonitor> monitor;
+    int64_t groups = 0; // new_group calls so far: a group's record name
+};
+MpiShared *g_shared = nullptr;
+
 class MpiWork : public Work {
 public:
-    explicit MpiWork(std::chrono::milliseconds timeout, std::string what) : timeout_(timeout), what_(std::move(what)) {}
+    // `tracked` and `ticket` (seq 0: not a collective) say which collective waits, for the monitor.
+    MpiWork(std::chrono::milliseconds timeout, std::string what, std::shared_ptr<Tracked> tracked = nullptr,
+            CollectiveTracker::Ticket ticket = {})
+        : timeout_(timeout), what_(std::move(what)), tracked_(std::move(tracked)), ticket_(ticket)
+    {
+    }
     void finish(std::exception_ptr e)
     {
         {
@@ -52,8 +84,12 @@ public:
     std::function<void()> after; // runs on the waiting thread once done (Avg's division)
 
 private:
+    [[noreturn]] void fail_poisoned(accel_status_t code, const std::string &message);
+
     std::chrono::milliseconds timeout_;
     std::string what_;
+    std::shared_ptr<Tracked> tracked_;
+    CollectiveTracker::Ticket ticket_;
     mutable std::mutex m_;
     std::condition_variable cv_;
     bool done_ = false;
@@ -146,23 +182,57 @@ std::atomic<bool> g_stuck{false};
 
 void shutdown_at_exit()
 {
+    if (g_shared != nullptr && g_shared->monitor) g_shared->monitor->stop(); // its last beat says a failure
     if (g_worker != nullptr) g_worker->shutdown(g_stuck.load());
 }
 
+// "6 s", "0.5 s" (std::to_string would write "6.000000").
+std::string seconds(std::chrono::milliseconds d) { return seconds_text(d.count()); }
+
+// Ends this wait and poisons the communicator; the peers learn of it from the next heartbeat. The MPI thread may
+// still be in the collective, so MPI is not finalized at exit.
+void MpiWork::fail_poisoned(accel_status_t code, const std::string &message)
+{
+    g_stuck = true;
+    {
+        std::lock_guard<std::mutex> p(g_worker->poison_m);
+        if (g_worker->poison.empty()) g_worker->poison = message;
+    }
+    if (g_shared != nullptr && g_shared->monitor) g_shared->monitor->publish_failure(code, message);
+    fail(code, message);
+}
+
+// Waits in slices, so that a verdict of the monitor (a peer that failed, or is in another collective) ends the
+// wait; at the timeout the monitor's diagnosis names the silent ranks and where the live ones are (issue 40.5).
 void MpiWork::wait()
 {
+    std::optional<CollectiveTracker::Wait> waiting;
+    if (tracked_ && ticket_.seq > 0) waiting.emplace(tracked_->tracker, ticket_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
     std::unique_lock<std::mutex> l(m_);
-    if (!cv_.wait_for(l, timeout_, [this] { return done_; })) {
-        g_stuck = true;
-        std::string msg = "mpi " + what_ + " did not complete within " + std::to_string(timeout_.count() / 1000.0) +
-                          " s on rank " + std::to_string(g_worker->world_rank) + " of " +
-                          std::to_string(g_worker->world_size) +
-                          ": a peer stopped responding (MPI does not say which; mpirun names a rank that died)";
-        {
-            std::lock_guard<std::mutex> p(g_worker->poison_m);
-            if (g_worker->poison.empty()) g_worker->poison = msg;
-        }
-        fail(ACCEL_ERR_DEADLINE_EXCEEDED, msg);
+    while (!done_) {
+        const auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= 0ms) break;
+        if (cv_.wait_for(l, std::min<std::chrono::steady_clock::duration>(left, kPollSlice), [this] { return done_; }))
+            break;
+        if (tracked_)
+            if (auto v = tracked_->tracker.verdict()) {
+                l.unlock();
+                fail_poisoned(v->code, v->message);
+            }
+    }
+    if (!done_) {
+        l.unlock();
+        const std::string collective =
+            ticket_.seq > 0 ? describe_collective(ticket_.kind, ticket_.seq, ticket_.purpose ? ticket_.purpose : "") : what_;
+        accel_status_t peer_failed = ACCEL_OK;
+        const std::string who = g_shared != nullptr && g_shared->monitor
+                                    ? g_shared->monitor->diagnose(&peer_failed, tracked_.get(), ticket_)
+                                    : "a peer stopped responding";
+        fail_poisoned(peer_failed != ACCEL_OK ? peer_failed : ACCEL_ERR_DEADLINE_EXCEEDED,
+                      "mpi " + collective + (tracked_ ? tracked_->where() : "") + " did not complete within " +
+                          seconds(timeout_) + " on rank " + std::to_string(g_worker->world_rank) + " of " +
+                          std::to_string(g_worker->world_size) + ": " + who);
     }
     if (error_) std::rethrow_exception(error_);
     if (after && !after_done_) {
@@ -232,9 +302,16 @@ void check_mpi(int rc, const char *op)
 
 class MpiCommunicator : public Communicator, public std::enable_shared_from_this<MpiCommunicator> {
 public:
-    MpiCommunicator(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
-        : comm_(comm), rank_(rank), size_(size), timeout_(timeout)
+    // `global`: the world ranks of this communicator's ranks; `id` its record on the heartbeat ("world", "group 0").
+    MpiCommunicator(MPI_Comm comm, int rank, std::vector<int32_t> global, std::chrono::milliseconds timeout,
+                    std::string id)
+        : comm_(comm), rank_(rank), size_(static_cast<int>(global.size())), timeout_(timeout),
+          tracked_(std::make_shared<Tracked>())
     {
+        tracked_->id = std::move(id);
+        tracked_->members = std::move(global);
+        tracked_->me = tracked_->members[static_cast<size_t>(rank_)];
+        if (g_shared != nullptr && g_shared->monitor) g_shared->monitor->track(tracked_);
     }
 
     const char *backend() const override { return "mpi"; }
@@ -246,7 +323,7 @@ public:
     {
         contiguous(tensor, "allreduce");
         at::Tensor t = tensor;
-        auto w = submit("allreduce", [t, op, this] {
+        auto w = submit("allreduce", "all_reduce", [t, op, this] {
             check_mpi(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), checked_count(t), mpi_type(t.scalar_type()),
                                     mpi_op(op, t.scalar_type()), comm_),
                       "allreduce");
@@ -267,7 +344,7 @@ public:
         std::vector<int64_t> shape{size_};
         for (auto s : in.sizes()) shape.push_back(s);
         at::Tensor out = at::empty(shape, in.options());
-        submit("allgather", [in, out, this] {
+        submit("allgather", "all_gather", [in, out, this] {
             MPI_Datatype ty = mpi_type(in.scalar_type());
             int n = checked_count(in);
             check_mpi(MPI_Allgather(in.data_ptr(), n, ty, out.data_ptr(), n, ty, comm_), "allgather");
@@ -282,7 +359,7 @@ public:
         check_rank(root, "root");
         contiguous(tensor, "broadcast");
         at::Tensor t = tensor;
-        submit("broadcast", [t, root, this] {
+        submit("broadcast", "broadcast", [t, root, this] {
             check_mpi(MPI_Bcast(t.data_ptr(), checked_count(t), mpi_type(t.scalar_type()), root, comm_), "broadcast");
         })->wait();
     }
@@ -294,7 +371,7 @@ public:
                                                  std::to_string(size_) + ")");
         at::Tensor in = input.contiguous();
         at::Tensor out = at::empty_like(in.narrow(0, 0, in.size(0) / size_)).contiguous();
-        auto w = submit("reduce_scatter", [in, out, op, this] {
+        auto w = submit("reduce_scatter", "reduce_scatter", [in, out, op, this] {
             check_mpi(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), checked_count(out),
                                                mpi_type(in.scalar_type()), mpi_op(op, in.scalar_type()), comm_),
                       "reduce_scatter");
@@ -311,7 +388,7 @@ public:
     {
         check_rank(dst, "dst");
         at::Tensor t = tensor.contiguous();
-        submit("send", [t, dst, tag, this] {
+        submit("send", nullptr, [t, dst, tag, this] {
             check_mpi(MPI_Send(t.data_ptr(), checked_count(t), mpi_type(t.scalar_type()), dst, tag, comm_), "send");
         })->wait();
     }
@@ -321,7 +398,7 @@ public:
         check_rank(src, "src");
         contiguous(tensor, "recv");
         at::Tensor t = tensor;
-        submit("recv", [t, src, tag, this] {
+        submit("recv", nullptr, [t, src, tag, this] {
             check_mpi(MPI_Recv(t.data_ptr(), checked_count(t), mpi_type(t.scalar_type()), src, tag, comm_,
                                MPI_STATUS_IGNORE),
                       "recv");
@@ -330,7 +407,7 @@ public:
 
     void barrier() override
     {
-        submit("barrier", [this] { check_mpi(MPI_Barrier(comm_), "barrier"); })->wait();
+        submit("barrier", "barrier", [this] { check_mpi(MPI_Barrier(comm_), "barrier"); })->wait();
     }
 
     std::shared_ptr<Communicator> new_group(const std::vector<int32_t> &ranks) override
@@ -343,24 +420,29 @@ public:
         int key = -1;
         for (size_t i = 0; i < ranks.size(); ++i)
             if (ranks[i] == rank_) key = static_cast<int>(i);
+        const int64_t id = g_shared != nullptr ? g_shared->groups++ : 0; // (new_group runs on the caller's thread)
         auto out = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
-        submit("new_group", [out, key, this] {
+        submit("new_group", nullptr, [out, key, this] {
             check_mpi(MPI_Comm_split(comm_, key >= 0 ? 0 : MPI_UNDEFINED, key >= 0 ? key : 0, out.get()), "new_group");
             if (*out != MPI_COMM_NULL) MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
         })->wait();
         if (key < 0) return nullptr;
-        return std::make_shared<MpiCommunicator>(*out, key, static_cast<int>(ranks.size()), timeout_);
+        std::vector<int32_t> global;
+        for (int32_t r : ranks) global.push_back(tracked_->members[static_cast<size_t>(r)]);
+        return std::make_shared<MpiCommunicator>(*out, key, std::move(global), timeout_, "group " + std::to_string(id));
     }
 
 private:
-    std::shared_ptr<MpiWork> submit(const char *op, std::function<void()> body)
+    // `kind` (a string literal, gloo's names): a collective, numbered for the monitor; nullptr for others.
+    std::shared_ptr<MpiWork> submit(const char *op, const char *kind, std::function<void()> body)
     {
         {
             std::lock_guard<std::mutex> l(g_worker->poison_m);
             if (!g_worker->poison.empty())
                 fail(ACCEL_ERR_ABORTED, std::string("mpi ") + op + ": communication already failed: " + g_worker->poison);
         }
-        auto w = std::make_shared<MpiWork>(timeout_, op);
+        const CollectiveTracker::Ticket ticket = kind != nullptr ? tracked_->tracker.issue(kind) : CollectiveTracker::Ticket{};
+        auto w = std::make_shared<MpiWork>(timeout_, op, tracked_, ticket);
         g_worker->submit([w, body = std::move(body)] {
             try {
                 body();
@@ -385,7 +467,60 @@ private:
     MPI_Comm comm_;
     int rank_, size_;
     std::chrono::milliseconds timeout_;
+    std::shared_ptr<Tracked> tracked_;
 };
+
+// A port nobody listens on now, on this machine (the store binds it a moment later).
+int free_port()
+{
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) fail(ACCEL_ERR_UNAVAILABLE, std::string("mpi: no socket for the heartbeat store: ") + std::strerror(errno));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    if (port == 0) fail(ACCEL_ERR_UNAVAILABLE, "mpi: no free port for the heartbeat store");
+    return port;
+}
+
+// The heartbeat store's address, chosen by rank 0 (MASTER_ADDR, else its host name; a free port) and sent to
+// every rank with MPI_Bcast: mpirun gives no rendezvous of its own.
+Rendezvous heartbeat_rendezvous(std::chrono::milliseconds timeout)
+{
+    // Shared with the MPI thread: a timed-out wait leaves it writing there after this function returned.
+    auto buffer = std::make_shared<std::array<char, 512>>();
+    char *text = buffer->data();
+    if (g_worker->world_rank == 0) {
+        std::string host;
+        if (const char *v = std::getenv("MASTER_ADDR"); v != nullptr && *v != '\0') host = v;
+        else {
+            char name[256] = {0};
+            host = gethostname(name, sizeof name - 1) == 0 && name[0] != '\0' ? name : "127.0.0.1";
+        }
+        std::snprintf(text, buffer->size(), "%d %s", free_port(), host.substr(0, 400).c_str());
+    }
+    auto w = std::make_shared<MpiWork>(timeout, "heartbeat store address");
+    g_worker->submit([w, buffer] {
+        const int rc = MPI_Bcast(buffer->data(), static_cast<int>(buffer->size()), MPI_CHAR, 0, MPI_COMM_WORLD);
+        w->finish(rc == MPI_SUCCESS ? nullptr
+                                    : std::make_exception_ptr(Error(ACCEL_ERR_UNAVAILABLE, "mpi: MPI_Bcast of the "
+                                                                    "heartbeat store's address failed")));
+    });
+    w->wait();
+    text[buffer->size() - 1] = '\0';
+    Rendezvous r;
+    char *host = nullptr;
+    r.port = static_cast<int>(std::strtol(text, &host, 10));
+    if (host == nullptr || *host != ' ' || r.port <= 0 || r.port > 65535)
+        fail(ACCEL_ERR_INTERNAL, "mpi: rank 0 sent a malformed heartbeat store address");
+    r.host = host + 1;
+    return r;
+}
 
 } // namespace
 
@@ -414,7 +549,17 @@ std::shared_ptr<Communicator> make_mpi_communicator(const config::AcceleratorCon
                  std::to_string(g_worker->world_size) + ", but the environment says rank " +
                  std::to_string(c.topology.rank) + " of " + std::to_string(c.topology.world_size) +
                  " (the mpi backend needs a program started by mpirun)");
-    return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, g_worker->world_rank, g_worker->world_size, timeout);
+    if (g_shared == nullptr && g_worker->world_size > 1) { // the heartbeat, once per process (MPI's world is one)
+        auto shared = std::make_unique<MpiShared>();
+        const Rendezvous r = heartbeat_rendezvous(timeout);
+        shared->store = open_store(r, c, "mpi (heartbeat store)");
+        shared->monitor = std::make_unique<PeerMonitor>("mpi", r, shared->store, g_worker->world_rank,
+                                                        g_worker->world_size, mismatch_delay());
+        g_shared = shared.release(); // kept until exit (shutdown_at_exit stops its thread)
+    }
+    std::vector<int32_t> world;
+    for (int32_t i = 0; i < g_worker->world_size; ++i) world.push_back(i);
+    return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, g_worker->world_rank, std::move(world), timeout, "world");
 }
 
 } // namespace accel::distributed

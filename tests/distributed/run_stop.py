@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A stopped rank (SIGSTOP) must not hang the others (dist_stop.c; issue 42.1).
 
-Usage: run_stop.py MODE --bin BUILD_DIR --victim R [--launch] [--config JSON] [--timeout S] [--within S]
-  2 processes, started by hand or by `accel launch`; once both printed "ready", rank R gets SIGSTOP.
+Usage: run_stop.py MODE --bin BUILD_DIR --victim R [--launch | --mpirun] [--config JSON] [--timeout S] [--within S]
+  2 processes, started by hand, by `accel launch` or by mpirun (the mpi backend); once both printed "ready", rank R
+  gets SIGSTOP.
   train: by hand, the other rank must exit 3 (its step failed with DEADLINE_EXCEEDED / UNAVAILABLE naming rank R,
       then it freed everything and returned from main); under accel launch, the launcher must end the job, its
       output naming rank R, and leave no process behind.
@@ -78,6 +79,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--victim", type=int, required=True)
     ap.add_argument("--launch", action="store_true")
+    ap.add_argument("--mpirun", action="store_true", help="started by mpirun: the mpi backend")
     ap.add_argument("--config", default="")
     ap.add_argument("--expect-silence", action="store_true",
                     help="the survivor's message names its collective and how long the victim's heartbeat was silent")
@@ -90,7 +92,12 @@ def main():
         base.pop(k, None)
     cmd = [prog, a.mode, str(a.timeout), a.config]
     procs, readers = [], []
-    if a.launch:
+    if a.mpirun:  # mpirun ends the job once the survivor exits; its output is the ranks'
+        procs.append(subprocess.Popen(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x",
+                                       "OMP_NUM_THREADS=1"] + cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, env=base))
+        readers.append(Reader(procs[0], "mpirun"))
+    elif a.launch:
         procs.append(subprocess.Popen([os.path.join(a.bin, "bin", "accel"), "launch", "-n", "2", "--main_process_port",
                                        "0"] + cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       env=base))
@@ -125,7 +132,7 @@ def main():
         os.kill(victim_pid, signal.SIGSTOP)
         stopped_at = time.time()
         print("run_stop: SIGSTOP to rank %d (pid %d)" % (a.victim, victim_pid), flush=True)
-        waited = procs if a.launch else [p for r, p in enumerate(procs) if r != a.victim]
+        waited = procs if a.launch or a.mpirun else [p for r, p in enumerate(procs) if r != a.victim]
         for p in waited:
             try:
                 p.wait(timeout=max(0.1, limit + 30 - (time.time() - stopped_at)))
@@ -137,7 +144,8 @@ def main():
             rd.t.join(timeout=5)
         text = "\n".join(rd.text() for rd in readers)
         print("run_stop: %s, %s, victim rank %d, timeout %d s: every other process exited %.1f s after the SIGSTOP "
-              "(exit statuses %s)" % (a.mode, "accel launch" if a.launch else "by hand", a.victim, a.timeout, elapsed,
+              "(exit statuses %s)" % (a.mode, "accel launch" if a.launch else "mpirun" if a.mpirun else "by hand",
+                                      a.victim, a.timeout, elapsed,
                                       [p.returncode for p in waited]), flush=True)
         if elapsed > limit:
             sys.exit("took %.1f s, more than the timeout + %g s" % (elapsed, a.within))
@@ -151,11 +159,14 @@ def main():
                 sys.exit("accel launch left the stopped rank %d (pid %d) behind" % (a.victim, victim_pid))
             if a.mode == "idle" and "stopped" not in text:
                 sys.exit("accel launch did not say that rank %d stopped" % a.victim)
+        elif a.mpirun:  # mpirun's status is the first failing rank's (the survivor's 3, or its kill of the rest)
+            if procs[0].returncode == 0:
+                sys.exit("mpirun exited 0 with a stopped rank")
         elif waited[0].returncode != 3:
             sys.exit("rank %d exited %d, expected 3 (failed as expected)" % (1 - a.victim, waited[0].returncode))
         if a.expect_silence:  # issue 40.5: the collective, the silent rank, how long (about the wait, >= 1.6 s)
-            m = re.search(r"gloo (\w+ #\d+)[^\n]* failed on rank[^\n]*rank %d stopped responding \(no heartbeat for "
-                          r"([0-9.]+) s" % a.victim, text)
+            m = re.search(r"(?:gloo|mpi) (\w+ #\d+)[^\n]* (?:failed|did not complete within [0-9.]+ s) on rank[^\n]*"
+                          r"rank %d stopped responding \(no heartbeat for ([0-9.]+) s" % a.victim, text)
             if not m or not 1.6 <= float(m.group(2)) <= elapsed + 2:
                 sys.exit("the survivor's message does not name its collective and rank %d's silence (<= %.1f s)" %
                          (a.victim, elapsed))
