@@ -208,25 +208,37 @@ whole_split_models(const std::vector<const Model *> &models, const std::vector<s
     return parts.empty() ? nullptr : std::make_unique<parallel::tp::WholeForCheckpoint>(std::move(parts));
 }
 
-// TP inside FSDP / ZeRO saves FULL_STATE_DICT's layout (one process's: gathered over dp_shard, then over tp). The
-// per-rank layouts would hold pieces of tp slices (a column shard is not a flat range of the whole tensor), which
-// they do not yet.
-void refuse_tp_layout_in_engine(const Model &model, const parallel::ShardedDataParallel *engine, bool deepspeed_layout)
+// TP inside FSDP saves FULL_STATE_DICT's layout (one process's: gathered over dp_shard, then over tp), inside
+// DeepSpeed DeepSpeed's own per-tp-rank layout (deepspeed_checkpoint.cpp). SHARDED_STATE_DICT would hold pieces of
+// tp slices (a column shard is not a flat range of the whole tensor), which it does not yet.
+void refuse_tp_layout_in_engine(const Model &model, const parallel::ShardedDataParallel *engine)
 {
     if (engine == nullptr || !parallel::tp::split_of(model)) return;
-    if (deepspeed_layout)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: a model split by tensor parallelism inside deepspeed_plugin "
-                                      "(zero_stage >= 1): DeepSpeed's checkpoint layout of it (per tp rank) is not built "
-                                      "yet; fsdp_plugin with FULL_STATE_DICT saves it in one process's layout");
     if (engine->writes_sharded_state_dict())
         fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: fsdp_plugin.state_dict_type SHARDED_STATE_DICT of a model split by "
                                       "tensor parallelism (pieces of tp slices) is not built yet; FULL_STATE_DICT saves "
                                       "it in one process's layout");
 }
 
+// DeepSpeed's layout saved under tp holds each tp rank's slices (mp_rank_XX files): each rank of the same tp size
+// reads its own. Another tp size (or tp outside the engine) would re-cut every tensor from all of them. A folder saved
+// without tp holds whole tensors: a split model outside the engine loads them whole (whole_state.hpp).
+void check_deepspeed_tp(const std::string &folder, int32_t saved_tp, int32_t tp, bool in_engine)
+{
+    const bool split_outside_engine = tp > 1 && !in_engine;
+    if (in_engine ? saved_tp == tp : saved_tp == 1) return;
+    fail(ACCEL_ERR_UNIMPLEMENTED,
+         "load_state: " + folder + " holds DeepSpeed's layout saved at tp_size " + std::to_string(saved_tp) +
+             " (mp_rank files per tp rank), and this model is split over tp_size " + std::to_string(tp) +
+             (split_outside_engine ? " outside deepspeed_plugin" : "") +
+             ": re-cutting DeepSpeed's tp slices for another tp size is not built yet; load it at tp_size " +
+             std::to_string(saved_tp) + " inside deepspeed_plugin (a run saving with fsdp_plugin FULL_STATE_DICT "
+             "writes a folder that loads on any mesh)");
+}
+
 [[noreturn]] void refuse_tp_pieces_in_engine(const std::string &folder)
 {
-    fail(ACCEL_ERR_UNIMPLEMENTED, "load_state: " + folder + " holds a SHARDED_STATE_DICT or DeepSpeed layout, which "
+    fail(ACCEL_ERR_UNIMPLEMENTED, "load_state: " + folder + " holds a SHARDED_STATE_DICT layout, which "
                                   "is not built yet for a model split by tensor parallelism inside the sharding engine; "
                                   "a FULL_STATE_DICT folder (any mesh's) loads");
 }
@@ -283,7 +295,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
     for (const auto &m : models_) {
-        refuse_tp_layout_in_engine(*m, sharded_of(*m), deepspeed_layout(*m));
+        refuse_tp_layout_in_engine(*m, sharded_of(*m));
     }
     auto engine_of = [this](const Model &m) { return sharded_of(m); };
     // Split models inside the engine are gathered over tp once the engine has gathered them (below).
@@ -333,7 +345,9 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     }
     // Then the engine's split models whole (their parameters, views of the engine's gathered buffers, written
     // back into them afterwards, before the engine writes its shards back).
-    const auto tp_engine_whole = whole_split_models(models_where(models_, engine_of, true), {});
+    // (DeepSpeed's layout keeps each tp rank's slices: its models stay split.)
+    const auto tp_engine_whole = whole_split_models(
+        models_where(models_, [this](const Model &m) { return deepspeed_layout(m) ? nullptr : sharded_of(m); }, true), {});
     for (size_t i = 0; i < models_.size(); ++i)
         if (auto *e = sharded_of(*models_[i]); e != nullptr && e->writes_sharded_state_dict())
             ckpt::add_sharded_files(files, ckpt::sharded_model_folder(i), e->sharded_state_dict(*models_[i]), rank, main);
@@ -473,19 +487,22 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
         });
         for (size_t i = 0; i < models_.size(); ++i) {
             std::string sharded = path(ckpt::sharded_model_folder(i));
+            auto *e = sharded_of(*models_[i]);
+            // TP inside the engine: this rank's tp slices of the whole tensors, loaded as the engine loads any.
+            const parallel::tp::SplitModel split = parallel::tp::split_of(*models_[i]);
+            const bool split_in_engine = e != nullptr && split;
             if (const std::string ds = ckpt::deepspeed_load_folder(dir, i); ckpt::is_deepspeed_folder(ds)) {
-                deepspeed[i] = ckpt::read_deepspeed_folder(ds);
+                // Saved under tp: this tp rank's files hold its slices, loaded as they are (no slicing below).
+                check_deepspeed_tp(ds, ckpt::deepspeed_mp_world(ds), split ? split.group->size() : 1, e != nullptr);
+                deepspeed[i] = ckpt::read_deepspeed_folder(ds, split_in_engine ? split.group->rank() : 0);
                 sharded = ds;
             }
             const bool pieces = deepspeed[i] || ckpt::is_sharded_folder(sharded);
-            auto *e = sharded_of(*models_[i]);
-            // TP inside the engine: this rank's tp slices of the whole tensors, loaded as the engine loads any.
-            const bool split_in_engine = e != nullptr && parallel::tp::split_of(*models_[i]);
-            if (split_in_engine && pieces) refuse_tp_pieces_in_engine(sharded);
+            if (split_in_engine && pieces && !deepspeed[i]) refuse_tp_pieces_in_engine(sharded);
             const ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
             if (!pieces || e == nullptr || e->summoned())
                 weights[i] = match_model_keys(*models_[i], pieces ? ckpt::read_source_tensors(piece_src) : ckpt::read_weights(dir, i));
-            if (split_in_engine) weights[i] = parallel::tp::sliced_weights(*models_[i], std::move(weights[i]));
+            if (split_in_engine && !deepspeed[i]) weights[i] = parallel::tp::sliced_weights(*models_[i], std::move(weights[i]));
             if (e == nullptr || e->summoned()) continue;
             // A sharded model takes its pieces by range from any layout (a whole tensor is a source of one
             // piece): nothing gathered. A whole-model file missing some of the model's tensors (loadable when

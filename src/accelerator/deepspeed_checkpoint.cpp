@@ -12,7 +12,10 @@
 #include "distributed/communicator.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
+#include "distributed/device_mesh.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
+#include "parallel/tensor_parallel/whole_state.hpp"
+#include "state/accelerator_state.hpp"
 
 #include <ATen/ATen.h>
 
@@ -134,15 +137,24 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
     const Model &model = *models_.at(i);
     parallel::ShardedDataParallel &engine = *sharded_of(model);
     const AcceleratedOptimizer &optimizer = *optimizer_of(model);
-    distributed::Communicator &comm = *state_->comm;
+    // Under tensor parallelism each tp rank's slices are a model of their own to DeepSpeed (as under Megatron's
+    // mpu): the ZeRO partitions span the data-parallel group the engine shards over, the files carry the tp rank
+    // (mp_rank_XX), and data-parallel rank 0 of each tp rank writes its model states.
+    const parallel::tp::SplitModel split = parallel::tp::split_of(model);
+    const auto &mesh = state_->mesh;
+    if (split && mesh == nullptr) fail(ACCEL_ERR_INTERNAL, "save_state: a model split by tensor parallelism without a mesh");
+    distributed::Communicator &comm = split ? *mesh->group(distributed::MeshDim::DpShardCp) : *state_->comm;
     const int stage = static_cast<int>(engine.config().zero_stage);
     const int32_t world = comm.size(), rank = comm.rank();
     const std::string tag = ckpt::deepspeed_tag(i);
+    // Replicas over dp_replicate hold the same partitions: the first one writes them.
+    const bool writes = !split || mesh->rank_in(distributed::MeshDim::DpReplicate) == 0;
+    if (split) main = rank == 0;
 
     const ShardedState masters = engine.sharded_state_dict(model);
     const ShardedState state = optimizer.sharded_state_dict();
     if (masters.world_size != world || state.world_size != world)
-        fail(ACCEL_ERR_INTERNAL, "save_state: DeepSpeed's layout needs the shards spread over every process");
+        fail(ACCEL_ERR_INTERNAL, "save_state: DeepSpeed's layout needs the shards spread over every data-parallel process");
 
     // The trainable parameters group by group, and where DeepSpeed puts each one's elements on this rank.
     const auto names = optimizer.param_names_by_group();
@@ -160,6 +172,12 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
 
     ckpt::DsRankState s;
     s.rank = rank;
+    if (split) {
+        s.mp_rank = split.group->rank();
+        s.mp_world = split.group->size();
+        for (const auto &[name, sl] : *split.slicing)
+            if (sl.dim >= 0) s.tp_slicing.emplace_back(name, ckpt::DsSlicing{sl.dim, sl.groups, sl.whole});
+    }
     s.clip_grad = engine.config().gradient_clipping;
     s.bf16 = state_->config.mixed_precision == ACCEL_MIXED_PRECISION_BF16;
     auto flat = [&](size_t g, at::ScalarType dtype) { return at::zeros({part.flat_numel(g)}, at::TensorOptions().dtype(dtype)); };
@@ -245,9 +263,12 @@ void Accelerator::add_deepspeed_files(std::vector<ckpt::CheckpointFile> &files, 
         s.module.emplace_back(name, b.detach());
         s.buffer_names.push_back(name);
     }
+    if (!writes) return;
     if (stage == 3 || main)
-        files.push_back({tag + "/" + ckpt::deepspeed_model_states_name(stage, rank), ckpt::deepspeed_model_states(part, s), nullptr, nullptr});
-    files.push_back({tag + "/" + ckpt::deepspeed_optim_states_name(rank, s.bf16), ckpt::deepspeed_optim_states(part, s), nullptr, nullptr});
+        files.push_back({tag + "/" + ckpt::deepspeed_model_states_name(stage, rank, s.mp_rank), ckpt::deepspeed_model_states(part, s),
+                         nullptr, nullptr});
+    files.push_back({tag + "/" + ckpt::deepspeed_optim_states_name(rank, s.bf16, s.mp_rank), ckpt::deepspeed_optim_states(part, s),
+                     nullptr, nullptr});
 }
 
 } // namespace accel

@@ -1,9 +1,11 @@
 #include "checkpointing/deepspeed_folder.hpp"
 
+#include "checkpointing/checkpointing.hpp"
 #include "checkpointing/integrity.hpp"
 #include "checkpointing/torch_archive.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
+#include "parallel/tensor_parallel/slicing.hpp"
 
 #include <accel/version.h>
 
@@ -25,6 +27,13 @@ const char *kLossScaler = "deepspeed.runtime.fp16.loss_scaler.LossScaler";
 const char *kZeroStage = "deepspeed.runtime.zero.config.ZeroStageEnum";
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Python's f"{mp:02d}": at least two digits.
+std::string two_digits(int32_t v)
+{
+    const std::string s = std::to_string(v);
+    return s.size() < 2 ? std::string(2 - s.size(), '0') + s : s;
+}
 
 PyRef py_size(const std::vector<int64_t> &shape)
 {
@@ -50,14 +59,16 @@ PyRef ds_config(const DsPartition &part, const DsRankState &s)
 
 std::string deepspeed_tag(size_t i) { return i == 0 ? "pytorch_model" : "pytorch_model_" + std::to_string(i); }
 
-std::string deepspeed_model_states_name(int stage, int32_t rank)
+std::string deepspeed_model_states_name(int stage, int32_t rank, int32_t mp)
 {
-    return stage == 3 ? "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt";
+    const std::string mp_rank = "mp_rank_" + two_digits(mp) + "_model_states.pt";
+    return stage == 3 ? "zero_pp_rank_" + std::to_string(rank) + "_" + mp_rank : mp_rank;
 }
 
-std::string deepspeed_optim_states_name(int32_t rank, bool bf16)
+std::string deepspeed_optim_states_name(int32_t rank, bool bf16, int32_t mp)
 {
-    return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.pt";
+    return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_" + two_digits(mp) +
+           "_optim_states.pt";
 }
 
 int64_t DsParam::numel() const
@@ -152,7 +163,13 @@ PyRef deepspeed_model_states(const DsPartition &part, const DsRankState &s)
     py_set(*d, "skipped_steps", py_int(0)); // no step is skipped without fp16, which sharding does not run
     py_set(*d, "global_steps", py_int(s.global_steps));
     py_set(*d, "dp_world_size", py_int(part.world()));
-    py_set(*d, "mp_world_size", py_int(1));
+    py_set(*d, "mp_world_size", py_int(s.mp_world));
+    if (!s.tp_slicing.empty()) {
+        auto slicing = py_dict();
+        for (const auto &[name, sl] : s.tp_slicing)
+            py_set(*slicing, name, py_tuple({py_int(sl.dim), py_int(sl.groups), py_int(sl.whole)}));
+        py_set(*d, "accel_tp_slicing", slicing);
+    }
     py_set(*d, "ds_config", ds_config(part, s));
     py_set(*d, "ds_version", py_str(kDsVersion));
     return d;
@@ -276,6 +293,33 @@ Located whole(const at::Tensor &t)
     return Located{t.sizes().vec(), t.scalar_type(), {Piece{0, t.numel(), t.reshape({-1})}}};
 }
 
+// The model states' tensor-parallel record: mp_world_size (DeepSpeed's; 1 when absent, as DeepSpeed writes it
+// without an mpu) agreeing with the files present, and accel's slicing of the split parameters.
+void read_tp_layout(const PyObj &model, const std::string &what, int32_t mp_files, DsFolder &out)
+{
+    const PyObj *mp_world = model.get("mp_world_size");
+    out.mp_world = 1;
+    if (mp_world != nullptr) {
+        if (mp_world->kind != PyObj::Kind::Int || mp_world->i < 1 || mp_world->i > 65536)
+            fail(ACCEL_ERR_DATA_LOSS, what + ": \"mp_world_size\" is not a process count");
+        out.mp_world = static_cast<int32_t>(mp_world->i);
+    }
+    if (out.mp_world != mp_files)
+        fail(ACCEL_ERR_DATA_LOSS, what + ": \"mp_world_size\" is " + std::to_string(out.mp_world) + ", but the folder holds " +
+                                      "the optimizer states of " + std::to_string(mp_files) + " model-parallel rank(s)");
+    const PyObj *slicing = model.get("accel_tp_slicing");
+    if (slicing == nullptr) return;
+    if (!slicing->is_dict()) fail(ACCEL_ERR_DATA_LOSS, what + ": \"accel_tp_slicing\" is not a dict");
+    for (const auto &[k, v] : slicing->map) {
+        const bool ok = k->kind == PyObj::Kind::Str && v->kind == PyObj::Kind::Tuple && v->items.size() == 3 &&
+                        std::all_of(v->items.begin(), v->items.end(), [](const PyRef &x) { return x->kind == PyObj::Kind::Int; });
+        const DsSlicing s = ok ? DsSlicing{v->items[0]->i, v->items[1]->i, v->items[2]->i} : DsSlicing{};
+        if (!ok || s.dim < 0 || s.dim > 7 || s.groups < 1 || s.groups > (int64_t{1} << 20) || s.whole < 1)
+            fail(ACCEL_ERR_DATA_LOSS, what + ": \"accel_tp_slicing\" holds an entry that is not (dim, groups, whole)");
+        out.slicing[k->s] = s;
+    }
+}
+
 } // namespace
 
 bool is_deepspeed_folder(const std::string &dir)
@@ -325,12 +369,27 @@ bool holds_only_deepspeed_files(const std::string &dir)
     return true;
 }
 
-DsFolder read_deepspeed_folder(const std::string &dir)
+int32_t deepspeed_mp_world(const std::string &dir)
+{
+    // Data-parallel rank 0's optimizer states file of each model-parallel rank: mp_rank_00 up to the first missing.
+    int32_t n = 0;
+    while (n < 65536 && (exists(join(dir, deepspeed_optim_states_name(0, false, n))) ||
+                         exists(join(dir, deepspeed_optim_states_name(0, true, n)))))
+        ++n;
+    return std::max(n, 1);
+}
+
+DsFolder read_deepspeed_folder(const std::string &dir, int32_t mp)
 {
     verify_folder_manifest(dir); // every file accel wrote here, as recorded (none for DeepSpeed's own folders)
     DsFolder out;
-    const bool bf16 = exists(join(dir, deepspeed_optim_states_name(0, true)));
-    auto optim_path = [&](int32_t r) { return join(dir, deepspeed_optim_states_name(r, bf16)); };
+    out.mp_rank = mp;
+    const int32_t mp_files = deepspeed_mp_world(dir);
+    if (mp < 0 || mp >= mp_files)
+        fail(ACCEL_ERR_OUT_OF_RANGE, dir + ": holds the files of " + std::to_string(mp_files) +
+                                         " model-parallel (tp) rank(s), not of mp_rank " + std::to_string(mp));
+    const bool bf16 = exists(join(dir, deepspeed_optim_states_name(0, true, mp)));
+    auto optim_path = [&](int32_t r) { return join(dir, deepspeed_optim_states_name(r, bf16, mp)); };
     if (!exists(optim_path(0))) fail(ACCEL_ERR_DATA_LOSS, optim_path(0) + ": does not exist");
     std::vector<PyRef> optim{load_torch_file(optim_path(0))};
     auto osd_of = [&](int32_t r) -> const PyObj & {
@@ -358,10 +417,11 @@ DsFolder read_deepspeed_folder(const std::string &dir)
                                       std::to_string(out.world) + ")");
 
     // The parameters, group by group, from the model states file.
-    const std::string model_path = join(dir, deepspeed_model_states_name(out.stage, 0));
+    const std::string model_path = join(dir, deepspeed_model_states_name(out.stage, 0, mp));
     if (!exists(model_path)) fail(ACCEL_ERR_DATA_LOSS, model_path + ": does not exist");
     PyRef model = load_torch_file(model_path);
     if (!model->is_dict()) fail(ACCEL_ERR_DATA_LOSS, model_path + ": not a dict");
+    read_tp_layout(*model, model_path, mp_files, out);
     const PyObj &shapes = need(*model, "param_shapes", model_path);
     if (shapes.kind != PyObj::Kind::List || shapes.items.empty())
         fail(ACCEL_ERR_DATA_LOSS, model_path + ": \"param_shapes\" is not a list of groups");
@@ -465,7 +525,7 @@ DsFolder read_deepspeed_folder(const std::string &dir)
     // empty parameters, frozen fragments), so a missing, empty or truncated one is DATA_LOSS naming it.
     std::vector<PyRef> models{model};
     for (int32_t r = 1; out.stage == 3 && r < out.world; ++r) {
-        const std::string path = join(dir, deepspeed_model_states_name(3, r));
+        const std::string path = join(dir, deepspeed_model_states_name(3, r, mp));
         if (!exists(path)) fail(ACCEL_ERR_DATA_LOSS, path + ": does not exist");
         models.push_back(load_torch_file(path));
     }
@@ -477,7 +537,7 @@ DsFolder read_deepspeed_folder(const std::string &dir)
             for (int64_t d : shape) n *= d;
             const int64_t ps = out.stage == 3 ? ceil_div(n, out.world) : n;
             for (size_t r = 0; r < models.size(); ++r) {
-                const std::string what = join(dir, deepspeed_model_states_name(out.stage, static_cast<int32_t>(r)));
+                const std::string what = join(dir, deepspeed_model_states_name(out.stage, static_cast<int32_t>(r), mp));
                 const PyObj *fragments = models[r]->get("frozen_param_fragments");
                 const PyObj *t = fragments != nullptr ? fragments->get(k->s) : nullptr;
                 if (t == nullptr) fail(ACCEL_ERR_DATA_LOSS, what + ": has no fragment of frozen \"" + k->s + "\"");
@@ -522,6 +582,60 @@ DsFolder read_deepspeed_folder(const std::string &dir)
     out.optimizer_rest = py_dict();
     py_set(*out.optimizer_rest, "state", state);
     py_set(*out.optimizer_rest, "param_groups", groups_out);
+    return out;
+}
+
+namespace {
+
+// Every model-parallel rank's slice of one tensor joined along its slicing; the parts are checked first (they come
+// from files): DATA_LOSS naming the tensor when they cannot be the slices of one tensor.
+at::Tensor join_slices(const std::vector<at::Tensor> &parts, const DsSlicing &s, const std::string &what)
+{
+    const at::Tensor &first = parts.front();
+    bool ok = s.dim < first.dim() && first.size(s.dim) % s.groups == 0;
+    for (const auto &p : parts) ok = ok && p.sizes() == first.sizes() && p.scalar_type() == first.scalar_type();
+    if (ok) ok = first.size(s.dim) * static_cast<int64_t>(parts.size()) >= s.whole;
+    if (!ok)
+        fail(ACCEL_ERR_DATA_LOSS, what + ": its slices (shape " + std::to_string(first.dim()) + "-d, per mp_rank) do not "
+                                         "join along dim " + std::to_string(s.dim) + " into " + std::to_string(s.whole) +
+                                         " (accel_tp_slicing)");
+    return parallel::tp::join(parts, s.dim, s.groups).narrow(s.dim, 0, s.whole).contiguous();
+}
+
+} // namespace
+
+TensorList read_deepspeed_whole_tensors(const std::string &dir)
+{
+    const DsFolder first = read_deepspeed_folder(dir, 0);
+    TensorList out = read_source_tensors(first.model);
+    if (first.mp_world == 1) return out;
+    if (first.slicing.empty())
+        fail(ACCEL_ERR_UNIMPLEMENTED, dir + ": holds the files of " + std::to_string(first.mp_world) +
+                                          " model-parallel (tp) ranks without accel's record of how they were cut "
+                                          "(accel_tp_slicing, as in a Megatron-DeepSpeed folder): joining them needs the "
+                                          "model's split dimensions, which is not built");
+    std::vector<TensorList> ranks;
+    for (int32_t mp = 1; mp < first.mp_world; ++mp) {
+        const DsFolder f = read_deepspeed_folder(dir, mp);
+        if (f.mp_world != first.mp_world)
+            fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(mp) + "'s model states give another mp_world_size");
+        ranks.push_back(read_source_tensors(f.model));
+        if (ranks.back().size() != out.size())
+            fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(mp) + " holds " + std::to_string(ranks.back().size()) +
+                                          " tensors, mp_rank 0 " + std::to_string(out.size()));
+    }
+    for (size_t k = 0; k < out.size(); ++k) {
+        auto &[name, t] = out[k];
+        for (int32_t mp = 1; mp < first.mp_world; ++mp)
+            if (ranks[static_cast<size_t>(mp - 1)][k].first != name)
+                fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(mp) + " holds \"" +
+                                              ranks[static_cast<size_t>(mp - 1)][k].first + "\" where mp_rank 0 holds \"" + name + "\"");
+        const auto it = first.slicing.find(name);
+        if (it == first.slicing.end()) continue; // replicated: every tp rank holds the same
+        std::vector<at::Tensor> parts{t};
+        for (const auto &r : ranks) parts.push_back(r[k].second);
+        t = join_slices(parts, it->second, dir + ": \"" + name + "\"");
+    }
     return out;
 }
 

@@ -14,6 +14,7 @@
 #include "state/state_dict.hpp"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,12 @@ namespace accel::ckpt {
 
 // "pytorch_model" for model 0, "pytorch_model_{i}" after (Accelerate's tags).
 std::string deepspeed_tag(size_t i);
-// mp_rank_00_model_states.pt (ZeRO-1/2: rank 0 only) or zero_pp_rank_{r}_mp_rank_00_model_states.pt (ZeRO-3).
-std::string deepspeed_model_states_name(int stage, int32_t rank);
-// [bf16_]zero_pp_rank_{r}_mp_rank_00_optim_states.pt
-std::string deepspeed_optim_states_name(int32_t rank, bool bf16);
+// mp_rank_{mp:02d}_model_states.pt (ZeRO-1/2: data-parallel rank 0 only) or
+// zero_pp_rank_{r}_mp_rank_{mp:02d}_model_states.pt (ZeRO-3), as DeepSpeed's engine names them (_get_ckpt_name):
+// `mp` is the model-parallel (tp) rank, `r` the rank in the data-parallel group the ZeRO partitions span.
+std::string deepspeed_model_states_name(int stage, int32_t rank, int32_t mp = 0);
+// [bf16_]zero_pp_rank_{r}_mp_rank_{mp:02d}_optim_states.pt (_get_zero_ckpt_name).
+std::string deepspeed_optim_states_name(int32_t rank, bool bf16, int32_t mp = 0);
 
 // DeepSpeed's partition of the trainable parameters (given group by group, each in optimizer order).
 struct DsParam {
@@ -66,9 +69,20 @@ private:
 // optimizer's state in accel's sharded form ("state.{id}.{key}" per parameter, `optimizer_rest` the rest),
 // both readable by range. Every file is checked when opened: a missing, truncated or foreign one is
 // DATA_LOSS naming it.
+// How tensor parallelism cut a parameter of a folder saved under tp (mp_world_size > 1): along `dim` in `groups`
+// blocks, `whole` long before padding (parallel/tensor_parallel/slicing.hpp's ParameterSlicing). accel records
+// it in every model states file as "accel_tp_slicing" (DeepSpeed hands unknown keys back as client state), so
+// the folder's slices can be joined without the model (merge-weights) or re-cut for another tp size.
+struct DsSlicing {
+    int64_t dim = -1, groups = 1, whole = 0;
+};
 struct DsFolder {
     int stage = 0;
     int32_t world = 1;
+    // The model-parallel (tp) rank read and how many the folder holds (its model states' mp_world_size), with
+    // the slicing of each split parameter (empty when mp_world is 1).
+    int32_t mp_rank = 0, mp_world = 1;
+    std::map<std::string, DsSlicing> slicing;
     ShardedSource model;
     ShardedSource optimizer;
     PyRef optimizer_rest;
@@ -84,7 +98,18 @@ std::string deepspeed_load_folder(const std::string &dir, size_t i);
 // record of them, accel_checksums.json): a tag
 // folder of an earlier save, which a save into the same folder may replace whole.
 bool holds_only_deepspeed_files(const std::string &dir);
-DsFolder read_deepspeed_folder(const std::string &dir);
+// How many model-parallel (tp) ranks' files the folder holds (1 for a folder saved without tp), by the names of
+// data-parallel rank 0's optimizer states files.
+int32_t deepspeed_mp_world(const std::string &dir);
+// The files of model-parallel rank `mp` (tp rank; 0 for a folder saved without tp). OUT_OF_RANGE naming the folder
+// when it holds fewer model-parallel ranks.
+DsFolder read_deepspeed_folder(const std::string &dir, int32_t mp = 0);
+
+// The whole tensors of a DeepSpeed folder (merge-weights, zero_to_fp32): the model's tensors of every
+// model-parallel rank, the tp slices of each split parameter joined as accel_tp_slicing records (the vocabulary's
+// padding dropped), the replicated ones from mp_rank 00. UNIMPLEMENTED naming the folder when it holds several
+// model-parallel ranks without that record (a Megatron-DeepSpeed folder: the split dimensions are the model's).
+TensorList read_deepspeed_whole_tensors(const std::string &dir);
 
 // The text of <output_dir>/zero_to_fp32.py, which save_state writes beside the layout where DeepSpeed copies its
 // own recovery script: accel's, for the files accel writes, needing only Python's torch.
@@ -109,6 +134,8 @@ struct DsRankState {
     double clip_grad = 0.0;
     bool bf16 = false;
     int64_t global_steps = 0;
+    int32_t mp_rank = 0, mp_world = 1;                          // tensor parallelism's rank and size
+    std::vector<std::pair<std::string, DsSlicing>> tp_slicing; // the split parameters (under tp)
 };
 // The model states file's object (ZeRO-1/2: rank 0's only file; ZeRO-3: every rank's) and the optimizer
 // states file's.

@@ -61,6 +61,9 @@ def fp32_state_dict(checkpoint_dir, tag=None):
         with open(os.path.join(checkpoint_dir, "latest")) as f:
             tag = f.read().strip()
     folder = os.path.join(checkpoint_dir, tag)
+    if any("_mp_rank_00_" not in f and not f.startswith("mp_rank_00_") for f in os.listdir(folder) if f.endswith("_states.pt")):
+        sys.exit("%s: holds the tp slices of several model-parallel ranks (mp_rank_01 and on); this script does not "
+                 "join them: `accel merge-weights %s OUT` does" % (folder, checkpoint_dir))
     files = sorted((f for f in os.listdir(folder) if f.endswith("_optim_states.pt")), key=_rank)
     optim = [torch.load(os.path.join(folder, f), map_location="cpu")["optimizer_state_dict"] for f in files]
     stage = int(optim[0]["zero_stage"])

@@ -184,12 +184,55 @@ def scenario_resume(a, tmp):
     check_close(fn_[a.steps:], rn, a.tol, "gradient norms: saved by one process, resumed at tp %d" % a.save_tp)
 
 
+PLUGINS["zero2"] = {"deepspeed_plugin": {"zero_stage": 2, "gradient_clipping": 0.5}}
 MESHES = {"one": (1, 1, None), "ddp2": (1, 2, None), "fsdp4": (1, 4, "full_shard"),
-          "tp2_fsdp2": (2, 2, "full_shard"), "tp2_zero3": (2, 2, "zero3")}
+          "tp2_fsdp2": (2, 2, "full_shard"), "tp2_zero3": (2, 2, "zero3"), "tp2_zero2": (2, 2, "zero2")}
 # Layouts not built under tp inside the engine: save_state refuses them by name.
-REFUSED = {"tp2_zero3": ["deepspeed_plugin"], "tp2_fsdp2_sharded": ["SHARDED_STATE_DICT"]}
+REFUSED = {"tp2_fsdp2_sharded": ["SHARDED_STATE_DICT"]}
+# DeepSpeed's layout under tp (each tp rank's slices in its mp_rank_XX files) loads at the same tp size only: loading
+# it elsewhere is refused by name (SAVED:LOADED -> words).
+REFUSED_LOADS = {"tp2_zero2:fsdp4": ["re-cutting DeepSpeed's tp slices", "tp_size 2"]}
+
+
+def deepspeed_names(tp, dp, stage):
+    """The files DeepSpeed's engine names for tp x dp ranks (engine.py _get_ckpt_name / _get_zero_ckpt_name):
+    mp_rank_{tp:02d}_model_states.pt (ZeRO-3: zero_pp_rank_{dp}_mp_rank_{tp:02d}_model_states.pt per dp rank) and
+    zero_pp_rank_{dp}_mp_rank_{tp:02d}_optim_states.pt."""
+    names = set()
+    for t in range(tp):
+        for d in range(dp):
+            names.add("zero_pp_rank_%d_mp_rank_%02d_optim_states.pt" % (d, t))
+            names.add(("zero_pp_rank_%d_" % d if stage == 3 else "") + "mp_rank_%02d_model_states.pt" % t)
+    return names
+
+
+def check_saved_layout(ckpt, mesh):
+    tp, dp, plugin = MESHES[mesh]
+    if plugin in ("zero2", "zero3"):
+        got = {f for f in os.listdir(os.path.join(ckpt, "pytorch_model")) if f.endswith(".pt")}
+        want = deepspeed_names(tp, dp, int(plugin[-1]))
+        if got != want:
+            sys.exit("%s/pytorch_model: files %s, expected DeepSpeed's names %s" % (ckpt, sorted(got), sorted(want)))
+        return
+    for f in ("model.safetensors", "optimizer.bin"):
+        if f not in os.listdir(ckpt):
+            sys.exit("%s: %s is missing (one process's layout expected)" % (ckpt, f))
 PLUGINS["full_shard_sharded"] = {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "state_dict_type": "SHARDED_STATE_DICT"}}
 MESHES["tp2_fsdp2_sharded"] = (2, 2, "full_shard_sharded")
+
+
+def check_merged(a, ckpt, model_dir, tmp):
+    """accel merge-weights of a DeepSpeed folder saved under tp joins each tp rank's slices: the whole weights the
+    saving run's save_model wrote right after the save (same names, shapes and values bit for bit)."""
+    merged = os.path.join(tmp, os.path.basename(ckpt) + "_merged")
+    run([os.path.join(a.bin, "bin", "accel"), "merge-weights", ckpt, merged])
+    got = tensors_of(os.path.join(merged, "model.safetensors"))
+    want = tensors_of(os.path.join(model_dir, "model.safetensors"))
+    for k, v in want.items():
+        if got.get(k) != v:
+            sys.exit("merge-weights of %s: %s is %s, save_model wrote %s" % (
+                ckpt, k, got[k][0] if k in got else "missing", v[0]))
+    log("merge-weights of %s: save_model's %d tensors bit for bit" % (ckpt, len(want)))
 
 
 def scenario_resume_meshes(a, tmp):
@@ -205,9 +248,9 @@ def scenario_resume_meshes(a, tmp):
             _, _, sl = train_mesh(a, *MESHES[saved], os.path.join(tmp, "first_%s.bin" % saved), 2 * a.steps,
                                   {"ACCEL_TEST_SAVE_AT": str(a.steps), "ACCEL_TEST_SAVE_DIR": ckpt})
             check_close(fl[:len(sl)], sl, a.tol, "losses before the save on %s" % saved)
-            for f in ("model.safetensors", "optimizer.bin"):
-                if f not in os.listdir(ckpt):
-                    sys.exit("%s: %s is missing (one process's layout expected)" % (ckpt, f))
+            check_saved_layout(ckpt, saved)
+            if MESHES[saved][2] in ("zero2", "zero3"):
+                check_merged(a, ckpt, os.path.join(tmp, "first_%s.bin.model" % saved), tmp)
         rp, rn, rl = train_mesh(a, *MESHES[resumed], os.path.join(tmp, "%s_from_%s.bin" % (resumed, saved)), a.steps,
                                 {"ACCEL_TEST_LOAD": ckpt})
         what = "saved on %s, resumed on %s" % (saved, resumed)
@@ -219,6 +262,14 @@ def scenario_resume_meshes(a, tmp):
         train_mesh(a, *MESHES[mesh], os.path.join(tmp, "refused_%s.bin" % mesh), 2,
                    {"ACCEL_TEST_SAVE_AT": "1", "ACCEL_TEST_SAVE_DIR": os.path.join(tmp, "refused_" + mesh)}, refused=words)
         log("save_state on %s: refused by name (%s)" % (mesh, ", ".join(words)))
+    for pair, words in sorted(REFUSED_LOADS.items()) if a.refusals else ():
+        saved, loaded = pair.split(":")
+        ckpt = os.path.join(tmp, "ckpt_" + saved)
+        if not os.path.isdir(ckpt):
+            sys.exit("refused load %s: no folder saved on %s (name it in --resumes)" % (pair, saved))
+        train_mesh(a, *MESHES[loaded], os.path.join(tmp, "refused_%s_from_%s.bin" % (loaded, saved)), 1,
+                   {"ACCEL_TEST_LOAD": ckpt}, refused=words)
+        log("load_state on %s of a folder saved on %s: refused by name (%s)" % (loaded, saved, ", ".join(words)))
 
 
 def scenario_save_model(a, tmp):
@@ -306,7 +357,8 @@ def main():
     ap.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd")
     ap.add_argument("--same-tp-only", action="store_true",
                     help="resume: compare only the resume at --save-tp (bit for bit), not other tp against one process")
-    ap.add_argument("--resumes", default="tp2_fsdp2:one,tp2_fsdp2:fsdp4,tp2_fsdp2:tp2_zero3,ddp2:tp2_fsdp2",
+    ap.add_argument("--resumes", default="tp2_fsdp2:one,tp2_fsdp2:fsdp4,tp2_fsdp2:tp2_zero3,ddp2:tp2_fsdp2,"
+                    "tp2_zero2:tp2_zero2,tp2_zero3:tp2_zero3",
                     help="resume_meshes: SAVED:RESUMED pairs of " + ",".join(sorted(MESHES)))
     ap.add_argument("--refusals", action="store_true", help="resume_meshes: also check the layouts refused by name")
     ap.add_argument("--timeout", type=int, default=120)

@@ -1,7 +1,8 @@
 // checkpointing/deepspeed_folder: DeepSpeed's partition arithmetic (ZeRO-1/2: a group cut evenly after padding
 // to 2 x world; ZeRO-3: every parameter cut on its own), files written from it read back whole and by range
 // (parameters, optimizer state, buffers, frozen parameters), and a folder with a missing or an extra rank file is DATA_LOSS
-// naming it. The pickled DeepSpeed/torch objects read back as plain values.
+// naming it. The pickled DeepSpeed/torch objects read back as plain values. Under tensor parallelism: each tp rank's
+// files (mp_rank_XX) read on their own, joined whole by accel_tp_slicing, and a damaged record named.
 #include "checkpointing/deepspeed_folder.hpp"
 #include "checkpointing/pickle.hpp"
 #include "checkpointing/torch_archive.hpp"
@@ -177,4 +178,111 @@ TEST(DeepSpeedFolder, PickledObjectsReadAsPlainValues)
     // Any other global stays refused.
     const std::string evil = "cos\nsystem\n(S'true'\ntR.";
     EXPECT_THROW(pickle_loads(reinterpret_cast<const uint8_t *>(evil.data()), evil.size(), {}, "test"), Error);
+}
+
+namespace {
+
+// The folder tp 2 x `world` data-parallel ranks leave: "w" (whole 3 x 2 = 0..5, split along dim 0 and padded to 4
+// rows: mp_rank r holds rows 2r, 2r + 1) and "r" (replicated, 7 and 8), with accel's record of the split, each
+// entry of `slicing` as given (dim, groups, whole).
+std::string write_tp_folder(const std::string &name, int stage, int32_t world, const std::vector<PyRef> &slicing = {})
+{
+    const std::string dir = fresh_dir(name);
+    const at::Tensor w = at::cat({at::arange(6, at::kFloat).view({3, 2}), at::zeros({1, 2})}); // padded to 4 rows
+    for (int32_t mp = 0; mp < 2; ++mp) {
+        const DsPartition part({{"w", {2, 2}, 0}, {"r", {2}, 0}}, 1, stage, world);
+        const at::Tensor whole[2] = {w.narrow(0, 2 * mp, 2).reshape({-1}), at::arange(7, 9, at::kFloat)};
+        for (int32_t r = 0; r < world; ++r) {
+            DsRankState s;
+            s.rank = r;
+            s.mp_rank = mp;
+            s.mp_world = 2;
+            if (slicing.empty()) s.tp_slicing = {{"w", DsSlicing{0, 1, 3}}}; // else the given record, below
+            at::Tensor flat = at::zeros({part.flat_numel(0)});
+            for (const auto &run : part.runs(r, 0))
+                flat.narrow(0, run.flat_offset, run.numel).copy_(whole[run.param].narrow(0, run.param_offset, run.numel));
+            s.fp32 = {flat};
+            s.group_state = {nullptr};
+            s.group_options = {py_dict({{py_str("lr"), py_float(0.5)}})};
+            s.module = {{"w", at::empty({0})}, {"r", at::empty({0})}};
+            PyRef states = deepspeed_model_states(part, s);
+            if (!slicing.empty()) py_set(*states, "accel_tp_slicing", py_dict({{py_str("w"), slicing.at(static_cast<size_t>(mp))}}));
+            if (stage == 3 || r == 0) save_torch_file(join(dir, deepspeed_model_states_name(stage, r, mp)), *states);
+            save_torch_file(join(dir, deepspeed_optim_states_name(r, false, mp)), *deepspeed_optim_states(part, s));
+        }
+    }
+    return dir;
+}
+
+template <typename Fn> void expect_failure(Fn &&fn, accel_status_t code, const std::vector<std::string> &named)
+{
+    try {
+        fn();
+        ADD_FAILURE() << "no error";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.code(), code) << e.what();
+        for (const auto &n : named) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+}
+
+PyRef slicing_entry(int64_t dim, int64_t groups, int64_t whole)
+{
+    return py_tuple({py_int(dim), py_int(groups), py_int(whole)});
+}
+
+} // namespace
+
+TEST(DeepSpeedFolder, TensorParallelRanksReadAndJoined)
+{
+    for (int stage : {2, 3}) {
+        SCOPED_TRACE("stage " + std::to_string(stage));
+        const std::string dir = write_tp_folder("tp", stage, 2);
+        EXPECT_EQ(deepspeed_mp_world(dir), 2);
+        // DeepSpeed's names: mp_rank_01 for tp rank 1.
+        EXPECT_TRUE(exists(join(dir, "zero_pp_rank_1_mp_rank_01_optim_states.pt")));
+        EXPECT_TRUE(exists(join(dir, stage == 3 ? "zero_pp_rank_1_mp_rank_01_model_states.pt" : "mp_rank_01_model_states.pt")));
+        // Each tp rank reads its own slices.
+        const DsFolder f = read_deepspeed_folder(dir, 1);
+        EXPECT_EQ(f.mp_rank, 1);
+        EXPECT_EQ(f.mp_world, 2);
+        ASSERT_EQ(f.slicing.count("w"), 1u);
+        EXPECT_EQ(f.slicing.at("w").whole, 3);
+        EXPECT_TRUE(at::equal(read(f.model, "w", 0, 4), at::tensor({4.f, 5.f, 0.f, 0.f})));
+        // Whole: the slices joined, the padding row dropped; the replicated tensor once.
+        const TensorList whole = read_deepspeed_whole_tensors(dir);
+        ASSERT_EQ(whole.size(), 2u);
+        EXPECT_EQ(whole[0].first, "w");
+        EXPECT_TRUE(at::equal(whole[0].second, at::arange(6, at::kFloat).view({3, 2})));
+        EXPECT_TRUE(at::equal(whole[1].second, at::arange(7, 9, at::kFloat)));
+        expect_failure([&] { read_deepspeed_folder(dir, 2); }, ACCEL_ERR_OUT_OF_RANGE, {dir, "mp_rank 2"});
+        remove_all(dir);
+    }
+}
+
+TEST(DeepSpeedFolder, DamagedTensorParallelRecordIsDataLoss)
+{
+    // A model-parallel rank's files missing: mp_world_size says 2, the folder holds 1.
+    {
+        const std::string dir = write_tp_folder("tp_missing", 2, 2);
+        for (int32_t r = 0; r < 2; ++r) std::remove(join(dir, deepspeed_optim_states_name(r, false, 1)).c_str());
+        expect_failure([&] { read_deepspeed_folder(dir, 0); }, ACCEL_ERR_DATA_LOSS,
+                       {join(dir, "mp_rank_00_model_states.pt"), "mp_world_size"});
+        remove_all(dir);
+    }
+    // accel_tp_slicing malformed, or slices that cannot join into the recorded size: named.
+    {
+        const std::string dir = write_tp_folder("tp_malformed", 2, 2, {py_tuple({py_int(0), py_int(1)}), slicing_entry(0, 1, 3)});
+        expect_failure([&] { read_deepspeed_whole_tensors(dir); }, ACCEL_ERR_DATA_LOSS, {"mp_rank_00_model_states.pt", "accel_tp_slicing"});
+        remove_all(dir);
+    }
+    {
+        const std::string dir = write_tp_folder("tp_too_long", 3, 2, {slicing_entry(0, 1, 100), slicing_entry(0, 1, 100)});
+        expect_failure([&] { read_deepspeed_whole_tensors(dir); }, ACCEL_ERR_DATA_LOSS, {"\"w\"", "do not join"});
+        remove_all(dir);
+    }
+    {
+        const std::string dir = write_tp_folder("tp_bad_dim", 3, 2, {slicing_entry(5, 1, 3), slicing_entry(5, 1, 3)});
+        expect_failure([&] { read_deepspeed_whole_tensors(dir); }, ACCEL_ERR_DATA_LOSS, {"\"w\"", "do not join"});
+        remove_all(dir);
+    }
 }
