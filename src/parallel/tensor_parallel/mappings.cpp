@@ -207,7 +207,7 @@ void check_sequence_split(int64_t length, bool cached, int64_t tp, const char *m
                                       "tp_handler.sequence_parallel is not built yet; generate without sequence "
                                       "parallelism");
     if (length % tp != 0)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: sequence length " + std::to_string(length) +
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(model) + ": input: sequence length " + std::to_string(length) +
                                              " does not divide by tp_size (" + std::to_string(tp) +
                                              "), which parallelism_config.tp_handler.sequence_parallel splits it over");
 }

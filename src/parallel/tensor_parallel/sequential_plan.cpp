@@ -27,8 +27,11 @@ void apply_overrides(std::vector<SequentialLayer> &layers, const config::TpPlan 
             if ((l.type != "linear" && l.type != "transformer_encoder_layer") || !module_matches(o.pattern, std::to_string(i)))
                 continue;
             matched = true;
-            if (l.type == "linear") {
+            if (l.type == "linear" && o.style != TpStyle::SequenceParallel) {
                 l.tp_plan = config::tp_style_name(o.style);
+            } else if (l.type == "linear") {
+                fail(ACCEL_ERR_INVALID_ARGUMENT, o.path + ": layers[" + std::to_string(i) + "] is a linear layer, whose "
+                                                 "tp_plan is colwise, rowwise, colwise_rep or replicate");
             } else if (o.style == TpStyle::Replicate) {
                 l.tp_plan = "replicate";
             } else {

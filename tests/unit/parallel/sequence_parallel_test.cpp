@@ -86,6 +86,7 @@ void check_sequence_parallel(int32_t world)
         } catch (const accel::Error &e) {
             EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
             EXPECT_NE(std::string(e.what()).find("sequence_parallel"), std::string::npos) << e.what();
+            EXPECT_EQ(std::string(e.what()).rfind("gpt: input: sequence length", 0), 0u) << e.what();
         }
     });
 }

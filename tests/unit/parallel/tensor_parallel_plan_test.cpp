@@ -377,6 +377,8 @@ TEST(TensorParallelSequential, BadPlansNamed)
          "tp_plan.7: the pattern \"7\" matches no linear"},
         {seq(R"({"type": "linear", "in_features": 4, "out_features": 8, "tp_plan": "sequential"})"),
          ACCEL_ERR_INVALID_ARGUMENT, "layers[0].tp_plan: unknown tp_plan style \"sequential\""},
+        {seq(col + ", " + row, R"(, "tp_plan": {"1": "sequence_parallel"})"), ACCEL_ERR_INVALID_ARGUMENT,
+         "tp_plan.1: layers[1] is a linear layer, whose tp_plan is colwise"},
     });
 }
 
