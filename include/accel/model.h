@@ -349,14 +349,21 @@ ACCEL_NODISCARD ACCEL_API accel_status_t accel_model_get_requires_grad(const acc
  * "llm_int8_threshold" (6.0; LLM.int8's outlier threshold), "bnb_4bit_quant_type" ("fp4" or "nf4"),
  * "bnb_4bit_use_double_quant" (false), "bnb_4bit_compute_dtype" ("fp16", "bf16" or "fp32"; "fp16" is refused on
  * the CPU, where LibTorch 1.13 has no float16 matmul), "skip_modules" (default: Accelerate's choice, the tied
- * modules and the head) and "keep_in_fp32_modules". Unknown keys are ACCEL_ERR_INVALID_ARGUMENT naming them;
- * "torch_dtype" is ACCEL_ERR_UNIMPLEMENTED (layers left unquantized keep the model's dtype).
+ * modules and the head) and "keep_in_fp32_modules". Unknown keys are ACCEL_ERR_INVALID_ARGUMENT naming them.
+ * "torch_dtype" ("float32", "bfloat16"; "float16" is ACCEL_ERR_UNIMPLEMENTED on the CPU): the dtype of the
+ * floating-point tensors that are not quantized (keep_in_fp32_modules: float32), applied before quantizing.
  *
- * "weights_location" (load_and_quantize_model's argument, given here as a key): a float checkpoint file or folder
+ * "weights_location" (load_and_quantize_model's argument, given here as a key): a checkpoint file or folder
  * loaded while quantizing, each quantized layer's weight read and quantized one at a time, so that a model built
- * with "empty_init" is quantized without its float weights ever being in memory together. Without it a model still
- * on the meta device is ACCEL_ERR_FAILED_PRECONDITION (as Accelerate's RuntimeError); a tensor missing from the
- * checkpoint, one the model lacks or of another shape is ACCEL_ERR_INVALID_ARGUMENT naming it.
+ * with "empty_init" is quantized without its float weights ever being in memory together. A checkpoint that holds
+ * quantized tensors already (a quantized model's save_pretrained folder, or transformers' bitsandbytes layout) is
+ * loaded as it is. Without it a model still on the meta device is ACCEL_ERR_FAILED_PRECONDITION (as Accelerate's
+ * RuntimeError); a tensor missing from the checkpoint, one the model lacks or of another shape is
+ * ACCEL_ERR_INVALID_ARGUMENT naming it. With "weights_location" only: "device_map" (a map as accel_model_dispatch
+ * takes, or "auto" / "balanced" / "balanced_low_0" / "sequential", inferred on the quantized sizes with
+ * "max_memory" and "no_split_module_classes"), "offload_folder" (where the "disk" modules' tensors are written,
+ * quantized, as they load) and "offload_state_dict" (accepted: loading is tensor by tensor already); the model is
+ * then dispatched as accel_model_dispatch does. GPU targets are ACCEL_ERR_UNIMPLEMENTED.
  *
  * Each converted layer's "<module>.weight" parameter then holds the quantized weight, frozen: int8 [out, in] with
  * "<module>.SCB" (8-bit), or packed uint8 [out * in / 2, 1] with "<module>.weight.absmax", ".weight.quant_map",

@@ -213,10 +213,6 @@ void dispatch_model(Model &model, const config::DeviceMap &map, const config::Di
     return_free_memory();
 }
 
-namespace {
-
-// The model's own name of the tensor a checkpoint key names (another spelling of it: a tied weight's second name),
-// or "" when the model has no such tensor.
 std::string own_name(const Model &model, const std::string &key)
 {
     const at::Tensor *t = model.find_tensor(key);
@@ -226,6 +222,20 @@ std::string own_name(const Model &model, const std::string &key)
             if (&e.second == t) return e.first;
     return {};
 }
+
+void offload_from_checkpoint(const std::string &dir, const std::string &name, const at::Tensor &src,
+                             at::ScalarType dtype)
+{
+    // Read with pread into a tensor of its own (converted on the way), not through the map: the map's pages
+    // would stay in the resident set for as long as the checkpoint is mapped (the whole model's, at the end).
+    at::Tensor v = at::empty(src.sizes(), src.options().dtype(dtype));
+    ckpt::CopyBatch read;
+    read.add(v, src);
+    read.run();
+    offload_state_dict(dir, {{name, v}}); // one tensor's bytes in memory at most
+}
+
+namespace {
 
 // Accelerate's load_checkpoint_in_model with an offload folder: the tensors of disk modules go from the checkpoint
 // (mapped, not copied) straight into the folder, one at a time, and never into the model (an empty model's stay
@@ -256,14 +266,7 @@ bool load_with_disk_offload(Model &model, const std::string &checkpoint, const c
             continue;
         }
         if (!on_disk.insert(name).second) continue; // a tied weight's second name: written once
-        // Read with pread into a tensor of its own (converted on the way), not through the map: the map's pages
-        // would stay in the resident set for as long as the checkpoint is mapped (the whole model's, at the end).
-        at::Tensor v = at::empty(t.sizes(), t.options().dtype(to && at::isFloatingType(t.scalar_type()) ? *to
-                                                                                                        : t.scalar_type()));
-        ckpt::CopyBatch read;
-        read.add(v, t);
-        read.run();
-        offload_state_dict(dir, {{name, v}}); // one tensor's bytes in memory at most
+        offload_from_checkpoint(dir, name, t, to && at::isFloatingType(t.scalar_type()) ? *to : t.scalar_type());
         t = at::Tensor();
     }
     config::LoadCheckpointOptions memory_part = options.load;

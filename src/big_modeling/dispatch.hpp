@@ -8,7 +8,13 @@
 
 #include "config/dispatch_options.hpp"
 
+#include <c10/core/ScalarType.h>
+
 #include <string>
+
+namespace at {
+class Tensor;
+}
 
 namespace accel {
 class Model;
@@ -25,6 +31,15 @@ void dispatch_model(Model &model, const config::DeviceMap &map, const config::Di
 // load_checkpoint_and_dispatch: the checkpoint (any file or folder accel_model_load_checkpoint reads) is loaded
 // into the model, then the model is dispatched with the options' map (none: loaded only).
 void load_checkpoint_and_dispatch(Model &model, const std::string &checkpoint, const config::LoadAndDispatchOptions &options);
+
+// The model's own name of the tensor a checkpoint key names (another spelling of it: a tied weight's second name),
+// or "" when the model has no such tensor.
+std::string own_name(const Model &model, const std::string &key);
+
+// A checkpoint tensor (`src`, mapped) written into the offload folder `dir` as `name`, in `dtype`: read into a
+// tensor of its own, so that only one tensor's bytes are in memory at a time.
+void offload_from_checkpoint(const std::string &dir, const std::string &name, const at::Tensor &src,
+                             at::ScalarType dtype);
 
 // Whether dispatch_model put offload hooks on `model` (Accelerator::prepare refuses such a model).
 bool is_dispatched(const Model &model);

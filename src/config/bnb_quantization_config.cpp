@@ -7,8 +7,31 @@
 
 #include <charconv>
 #include <cmath>
+#include <memory>
 
 namespace accel::config {
+
+namespace {
+
+// load_and_quantize_model's placement arguments, read by load_checkpoint_and_dispatch's parser (the same names
+// and rules there: a strategy name or a map, max_memory and no_split_module_classes with a strategy only).
+std::optional<LoadAndDispatchOptions> read_placement(JsonObject &o, const std::string &what)
+{
+    std::unique_ptr<cJSON, void (*)(cJSON *)> sub(cJSON_CreateObject(), cJSON_Delete);
+    bool any = false;
+    for (const char *key : {"device_map", "max_memory", "no_split_module_classes", "offload_folder", "offload_state_dict"}) {
+        const cJSON *v = o.get_raw(key);
+        if (v == nullptr) continue;
+        cJSON_AddItemToObject(sub.get(), key, cJSON_Duplicate(v, true));
+        any = true;
+    }
+    if (!any) return std::nullopt;
+    std::unique_ptr<char, void (*)(void *)> text(cJSON_PrintUnformatted(sub.get()), cJSON_free);
+    if (!text) fail(ACCEL_ERR_RESOURCE_EXHAUSTED, what + ": out of memory");
+    return parse_load_and_dispatch_options(text.get(), what);
+}
+
+} // namespace
 
 BnbQuantizationConfig parse_bnb_quantization_config(const char *text, const std::string &what)
 {
@@ -30,10 +53,16 @@ BnbQuantizationConfig parse_bnb_quantization_config(const char *text, const std:
     c.weights_location = o.get_string("weights_location", "");
     if (o.has("weights_location") && c.weights_location.empty())
         fail(ACCEL_ERR_INVALID_ARGUMENT, what + ".weights_location: must name a checkpoint file or folder");
-    // Accelerate casts the other layers to torch_dtype only when it loads them from a checkpoint; a model quantized
-    // in place keeps the dtype it has, so a torch_dtype given here would change nothing.
-    o.require_absent("torch_dtype", "the layers that are not quantized keep the dtype the model has (cast the model "
-                                    "before quantizing it)");
+    c.torch_dtype = get_dtype(o, "torch_dtype");
+    if (c.torch_dtype == ACCEL_DTYPE_FLOAT16)
+        fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("torch_dtype") + ": \"float16\" on the CPU: LibTorch 1.13 has no "
+                                                                 "float16 matmul there; give \"bfloat16\" or \"float32\"");
+    c.placement = read_placement(o, what);
+    if (c.placement && c.weights_location.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": device_map, max_memory, no_split_module_classes, offload_folder and "
+                                                "offload_state_dict place a model as it is loaded from "
+                                                "\"weights_location\" (Accelerate's load_and_quantize_model); give it, "
+                                                "or quantize in memory and then accel_model_dispatch");
     o.finish();
     if (c.load_in_8bit == c.load_in_4bit)
         fail(ACCEL_ERR_INVALID_ARGUMENT, what + (c.load_in_8bit ? ": load_in_8bit and load_in_4bit can't be both true"

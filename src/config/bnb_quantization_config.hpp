@@ -3,6 +3,10 @@
 // layer's "weight.quant_state.bitsandbytes__<type>" tensor (QuantState.as_dict(packed=True)).
 #pragma once
 
+#include "config/dispatch_options.hpp"
+
+#include <accel/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,11 +29,20 @@ struct BnbQuantizationConfig {
     // load_and_quantize_model's weights_location (an argument there, a key of accel_model_quantize's JSON here):
     // a float checkpoint file or folder to load while quantizing; "" for none.
     std::string weights_location;
+    // load_and_quantize_model's torch_dtype: the dtype of the floating-point tensors that are not quantized
+    // (norms, embeddings, the head; not keep_in_fp32_modules), applied before quantizing, as transformers loads
+    // in torch_dtype first. nullopt: they keep the model's dtype.
+    std::optional<accel_dtype_t> torch_dtype;
+    // load_and_quantize_model's device_map / max_memory / no_split_module_classes / offload_folder /
+    // offload_state_dict (keys of the same JSON, with weights_location only), as load_checkpoint_and_dispatch
+    // reads them. nullopt when none is given: the model stays whole in memory.
+    std::optional<LoadAndDispatchOptions> placement;
 };
 
 // `text` is the JSON object; `what` names the argument in messages. ACCEL_ERR_INVALID_ARGUMENT for a bad or unknown
 // key, or when not exactly one of load_in_8bit / load_in_4bit is true (Accelerate's ValueErrors);
-// ACCEL_ERR_UNIMPLEMENTED for torch_dtype (non-quantized layers keep the dtype they have).
+// ACCEL_ERR_UNIMPLEMENTED for torch_dtype "float16" (LibTorch 1.13 has no float16 matmul on the CPU); the placement
+// keys without weights_location are INVALID_ARGUMENT (Accelerate places only a model it loads).
 BnbQuantizationConfig parse_bnb_quantization_config(const char *text, const std::string &what);
 
 // transformers' BitsAndBytesConfig as a pre-quantized folder's config.json holds it under "quantization_config"

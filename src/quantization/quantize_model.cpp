@@ -1,11 +1,15 @@
 #include "quantization/quantize_model.hpp"
 
+#include "big_modeling/device_map.hpp"
+#include "big_modeling/device_map_infer.hpp"
+#include "big_modeling/dispatch.hpp"
 #include "big_modeling/empty_init.hpp"
 #include "checkpointing/checkpointing.hpp"
 #include "checkpointing/mapped_tensor.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "model/linear.hpp"
+#include "model/lora.hpp"
 #include "model/lora_linear.hpp"
 #include "quantization/bnb_4bit.hpp"
 #include "quantization/bnb_8bit.hpp"
@@ -86,6 +90,47 @@ void replace(LinearSlot &slot, std::shared_ptr<Linear> layer)
     else *slot.linear = std::move(layer);
 }
 
+// A layer's quantized tensors: the weight, then its state as bitsandbytes names it (`module` + ".SCB"; or
+// ".weight.absmax", ".weight.quant_map", ".weight.nested_*", ".weight.quant_state.bitsandbytes__<type>").
+// From `w` ([out, in], `dtype`: the float dtype the 4-bit state records), or, when `w` is undefined, the shapes
+// and dtypes bitsandbytes stores on the meta device (the quant_state JSON real: layers read it when made).
+struct LayerTensors {
+    at::Tensor weight;
+    NamedTensors state;
+};
+LayerTensors layer_tensors(const std::string &module, const at::Tensor &w, const std::vector<int64_t> &out_in,
+                           at::ScalarType dtype, const config::BnbQuantizationConfig &c)
+{
+    const bool empty = !w.defined();
+    at::NoGradGuard no_grad;
+    if (c.load_in_8bit) {
+        const at::TensorOptions meta = at::TensorOptions().device(at::kMeta);
+        bnb::Int8Rows q = empty ? bnb::Int8Rows{at::empty(out_in, meta.dtype(at::kChar)),
+                                                at::empty({out_in[0]}, meta.dtype(at::kFloat)), at::Tensor()}
+                                : bnb::int8_vectorwise_quant(w.to(dtype).contiguous());
+        return {q.q, {{module + ".SCB", q.stats}}};
+    }
+    const auto type = c.bnb_4bit_quant_type == "nf4" ? bnb::QuantType::Nf4 : bnb::QuantType::Fp4;
+    bnb::Quantized4bit q = empty ? bnb::empty_4bit(out_in, dtype, type, 64, c.bnb_4bit_use_double_quant)
+                                 : bnb::quantize_4bit(w.to(dtype).contiguous(), type, 64, c.bnb_4bit_use_double_quant);
+    config::QuantStateMeta meta;
+    meta.quant_type = bnb::quant_type_name(type);
+    meta.blocksize = q.state.blocksize;
+    meta.dtype = dtype_name(q.state.dtype);
+    meta.shape = q.state.shape;
+    meta.nested = q.state.nested;
+    meta.nested_blocksize = q.state.nested_blocksize;
+    meta.nested_offset = q.state.offset;
+    const std::string p = module + ".weight.";
+    LayerTensors out{q.packed, {{p + "absmax", q.state.absmax}, {p + "quant_map", q.state.code}}};
+    if (q.state.nested) {
+        out.state.emplace_back(p + "nested_absmax", q.state.nested_absmax);
+        out.state.emplace_back(p + "nested_quant_map", q.state.nested_code);
+    }
+    out.state.emplace_back(p + "quant_state.bitsandbytes__" + meta.quant_type, bytes_of(config::quant_state_meta_json(meta)));
+    return out;
+}
+
 // Quantizes one layer: the weight parameter takes the quantized values (set_data: the model's tensor object stays,
 // so names, the parameter list and later moves see it), the state is returned as buffers to register.
 NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfig &c)
@@ -99,51 +144,28 @@ NamedTensors quantize_layer(LinearSlot &slot, const config::BnbQuantizationConfi
     // replace_with_bnb_linear under init_empty_weights).
     const bool empty = weight.is_meta();
     // transformers quantizes Conv1D (GPT-2) weights transposed, as [out, in].
-    const at::Tensor w = empty ? at::Tensor() : base.weight_out_in().detach().contiguous();
-    const std::vector<int64_t> out_in = {base.out_features(), base.in_features()};
+    const at::Tensor w = empty ? at::Tensor() : base.weight_out_in().detach();
+    LayerTensors q = layer_tensors(slot.module, w, {base.out_features(), base.in_features()}, weight.scalar_type(), c);
     at::NoGradGuard no_grad;
     weight.requires_grad_(false);
-    NamedTensors added;
+    weight.set_data(q.weight.to(device));
+    // The quant_state JSON stays real even on meta (a 256-byte buffer the layer reads when it is made).
+    for (auto &[name, t] : q.state)
+        if (!t.is_meta()) t = t.to(device.is_meta() ? at::Device(at::kCPU) : device);
     if (c.load_in_8bit) {
-        const at::TensorOptions meta = at::TensorOptions().device(at::kMeta);
-        bnb::Int8Rows q = empty ? bnb::Int8Rows{at::empty(out_in, meta.dtype(at::kChar)),
-                                                at::empty({out_in[0]}, meta.dtype(at::kFloat)), at::Tensor()}
-                                : bnb::int8_vectorwise_quant(w);
-        weight.set_data(q.q.to(device));
-        at::Tensor scb = q.stats.to(device);
-        added.emplace_back(slot.module + ".SCB", scb);
-        replace(slot, bnb::make_linear_8bit(weight, scb, bias, c.llm_int8_threshold));
-        return added;
+        replace(slot, bnb::make_linear_8bit(weight, q.state[0].second, bias, c.llm_int8_threshold));
+        return q.state;
     }
-    const auto type = c.bnb_4bit_quant_type == "nf4" ? bnb::QuantType::Nf4 : bnb::QuantType::Fp4;
-    bnb::Quantized4bit q = empty ? bnb::empty_4bit(out_in, weight.scalar_type(), type, 64, c.bnb_4bit_use_double_quant)
-                                 : bnb::quantize_4bit(w, type, 64, c.bnb_4bit_use_double_quant);
-    weight.set_data(q.packed.to(device));
-    config::QuantStateMeta meta;
-    meta.quant_type = bnb::quant_type_name(type);
-    meta.blocksize = q.state.blocksize;
-    meta.dtype = dtype_name(q.state.dtype);
-    meta.shape = q.state.shape;
-    meta.nested = q.state.nested;
-    meta.nested_blocksize = q.state.nested_blocksize;
-    meta.nested_offset = q.state.offset;
-    const std::string p = slot.module + ".weight.";
     bnb::QuantStateTensors t;
-    t.absmax = q.state.absmax.to(device);
-    t.quant_map = q.state.code.to(device);
-    added.emplace_back(p + "absmax", t.absmax);
-    added.emplace_back(p + "quant_map", t.quant_map);
-    if (q.state.nested) {
-        t.nested_absmax = q.state.nested_absmax.to(device);
-        t.nested_quant_map = q.state.nested_code.to(device);
-        added.emplace_back(p + "nested_absmax", t.nested_absmax);
-        added.emplace_back(p + "nested_quant_map", t.nested_quant_map);
+    t.absmax = q.state[0].second;
+    t.quant_map = q.state[1].second;
+    if (c.bnb_4bit_use_double_quant) {
+        t.nested_absmax = q.state[2].second;
+        t.nested_quant_map = q.state[3].second;
     }
-    // Real even on meta: the layer reads its shape and type from it when it is made (a 256-byte buffer).
-    t.packed_meta = bytes_of(config::quant_state_meta_json(meta)).to(empty ? at::Device(at::kCPU) : device);
-    added.emplace_back(p + "quant_state.bitsandbytes__" + meta.quant_type, t.packed_meta);
+    t.packed_meta = q.state.back().second;
     replace(slot, bnb::make_linear_4bit(slot.module, weight, bias, t, compute_dtype(c.bnb_4bit_compute_dtype)));
-    return added;
+    return q.state;
 }
 
 } // namespace
@@ -296,9 +318,37 @@ std::string name_of(Model &model, const at::Tensor &t)
 
 } // namespace
 
+namespace {
+
+at::ScalarType scalar_type_of(accel_dtype_t d)
+{
+    return d == ACCEL_DTYPE_BFLOAT16 ? at::kBFloat16 : d == ACCEL_DTYPE_FLOAT64 ? at::kDouble : at::kFloat;
+}
+
+// torch_dtype: every floating-point parameter and buffer not in keep_in_fp32_modules (which become float32) and
+// not a LoRA adapter (PEFT keeps those float32) takes `dtype`, in place (set_data: the layers hold the tensors).
+// Before quantizing, so the layers are quantized from torch_dtype values and their 4-bit state records it.
+void apply_torch_dtype(Model &model, const config::BnbQuantizationConfig &c)
+{
+    if (!c.torch_dtype) return;
+    const at::ScalarType dtype = scalar_type_of(*c.torch_dtype);
+    const std::set<std::string> adapters = adapter_parameter_names(model);
+    at::NoGradGuard no_grad;
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
+        for (const auto &[name, t] : *list) {
+            if (!t.defined() || !at::isFloatingType(t.scalar_type()) || adapters.count(name) != 0) continue;
+            const std::string module = name.substr(0, name.rfind('.'));
+            const at::ScalarType want = matched(c.keep_in_fp32_modules, module) ? at::kFloat : dtype;
+            if (t.scalar_type() != want) const_cast<at::Tensor &>(t).set_data(t.to(want));
+        }
+}
+
+} // namespace
+
 std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizationConfig &c)
 {
     std::vector<LinearSlot> chosen = slots_to_quantize(model, c);
+    apply_torch_dtype(model, c);
     NamedTensors added;
     std::vector<std::string> done;
     for (auto &slot : chosen) {
@@ -310,55 +360,178 @@ std::vector<std::string> quantize_model(Model &model, const config::BnbQuantizat
     return done;
 }
 
+namespace {
+
+// Where load_and_quantize_model puts each tensor: the device map (given, or inferred on the quantized sizes) and
+// the offload folder its "disk" modules go to.
+struct Placement {
+    std::optional<big_modeling::DeviceMap> map;
+    std::string dir; // the offload folder ("" without disk modules)
+    bool on_disk(const std::string &name) const
+    {
+        if (!map) return false;
+        const config::DeviceTarget *t = big_modeling::device_for(*map, name);
+        return t != nullptr && t->kind == config::DeviceTarget::Kind::disk;
+    }
+};
+
+Placement place(Model &model, const config::BnbQuantizationConfig &c)
+{
+    Placement p;
+    if (!c.placement) return p;
+    p.map = c.placement->device_map;
+    // Inferred once the layers are quantized on meta: the sizes are the quantized tensors' (Accelerate infers
+    // with the quantized dtype as target_dtype).
+    if (c.placement->infer) p.map = big_modeling::infer_auto_device_map(model, *c.placement->infer);
+    if (!p.map) return p;
+    big_modeling::check_device_map(model, *p.map, "device_map");
+    std::string disk;
+    bool any_disk = false;
+    for (const auto &[name, target] : *p.map) {
+        if (target.kind == config::DeviceTarget::Kind::gpu)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "device_map: \"" + name + "\": " + target.str() +
+                                              ": dispatching onto a GPU is not built yet (\"cpu\" and \"disk\" are)");
+        if (target.kind != config::DeviceTarget::Kind::disk) continue;
+        disk += std::string(any_disk ? ", " : "") + (name.empty() ? "\"\" (the whole model)" : name);
+        any_disk = true;
+    }
+    if (!any_disk) return p;
+    if (c.placement->dispatch.offload_dir.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "offload_folder: needed: the device_map offloads these modules to disk: " + disk);
+    p.dir = normalize_path(c.placement->dispatch.offload_dir);
+    return p;
+}
+
+} // namespace
+
 std::vector<std::string> load_and_quantize_model(Model &model, const config::BnbQuantizationConfig &c)
 {
     const std::string where = normalize_path(c.weights_location);
     std::vector<LinearSlot> chosen = slots_to_quantize(model, c);
-    // Mapped (safetensors): a tensor's bytes are read when it is copied, so only one float weight is in memory at
-    // a time, as Accelerate's load_checkpoint_in_model quantizes each weight as it sets it.
-    const NamedTensors file = ckpt::read_model_weights(where);
-    std::map<std::string, const at::Tensor *> by_name;
-    for (const auto &[name, t] : file) by_name.emplace(name, &t);
-    std::set<std::string> quantized_names;
+    apply_torch_dtype(model, c);
+    // Each chosen layer is made quantized on meta first (its float weight, if any, released: the checkpoint's
+    // replaces it), as Accelerate's replace_with_bnb_layers under init_empty_weights; the checkpoint then gives
+    // the quantized tensors their values one layer at a time.
+    std::map<std::string, std::pair<LinearSlot *, at::ScalarType>> float_weights; // weight name -> its layer, dtype
     NamedTensors added;
     std::vector<std::string> done;
     for (auto &slot : chosen) {
         const at::Tensor weight = target_of(slot)->weight();
-        const std::string name = name_of(model, weight);
-        const auto it = by_name.find(name);
-        if (it == by_name.end())
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
-        require(it->second->sizes() == weight.sizes(), ACCEL_ERR_INVALID_ARGUMENT,
-                "weights_location: \"" + name + "\" in \"" + where + "\" has shape " + c10::str(it->second->sizes()) +
-                    ", the model's is " + c10::str(weight.sizes()) + " (a float checkpoint is quantized as it loads)");
-        require(at::isFloatingType(it->second->scalar_type()), ACCEL_ERR_INVALID_ARGUMENT,
-                "weights_location: \"" + name + "\" in \"" + where + "\" is " +
-                    std::string(c10::toString(it->second->scalar_type())) + ", not a float weight to quantize");
-        big_modeling::materialize(weight, at::kCPU);
-        ckpt::CopyBatch one;
-        one.add(weight, *it->second);
-        one.run();
+        float_weights[name_of(model, weight)] = {&slot, weight.scalar_type()};
+        if (!weight.is_meta()) big_modeling::move_to_meta(weight);
         NamedTensors a = quantize_layer(slot, c);
         added.insert(added.end(), a.begin(), a.end());
-        quantized_names.insert(name);
         done.push_back(slot.module);
     }
     ModelQuantizing::add_buffers(model, added);
-    // The other tensors load as load_checkpoint_in_model does: every one the model has must be in the checkpoint.
-    NamedTensors rest;
-    for (const auto &[name, t] : file)
-        if (quantized_names.count(name) == 0) rest.emplace_back(name, t);
+    const Placement placement = place(model, c);
+    // Disk parameters hold no memory: their values go from the checkpoint to the offload folder.
+    for (const auto &[name, t] : model.named_parameters())
+        if (placement.on_disk(name) && !t.is_meta()) big_modeling::move_to_meta(t);
+
+    // Mapped (safetensors): a tensor's bytes are read when it is copied, so only one float weight is in memory at
+    // a time, as Accelerate's load_checkpoint_in_model quantizes each weight as it sets it. A pre-quantized
+    // checkpoint (bitsandbytes' tensors, as save_pretrained of a quantized model writes them) is read as
+    // from_pretrained reads one, its tensors loaded as they are.
+    NamedTensors file = ckpt::read_model_weights(where);
+    tensors_from_bnb_folder(file, [&where](const std::string &) { return where; });
+    // Each quantized layer's weight is checked in the model's order before anything is read, so that a checkpoint
+    // of another model is named by its first layer.
+    std::map<std::string, const at::Tensor *> by_name;
+    for (const auto &[name, t] : file) by_name.emplace(name, &t);
+    for (auto &slot : chosen) {
+        const std::shared_ptr<Linear> target = target_of(slot);
+        const std::string name = name_of(model, target->weight());
+        const auto it = by_name.find(name);
+        if (it == by_name.end())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
+        // A pre-quantized weight: the shape and dtype the layer's quantized weight has (its state is checked with
+        // the layer once loaded: check_quantized_layers).
+        if (!at::isFloatingType(it->second->scalar_type())) {
+            const at::Tensor &w = target->weight();
+            require(it->second->sizes() == w.sizes() && it->second->scalar_type() == w.scalar_type(),
+                    ACCEL_ERR_INVALID_ARGUMENT,
+                    "weights_location: \"" + name + "\" in \"" + where + "\" is a quantized weight " +
+                        std::string(c10::toString(it->second->scalar_type())) + " " + c10::str(it->second->sizes()) +
+                        ", this config quantizes the layer to " + std::string(c10::toString(w.scalar_type())) + " " +
+                        c10::str(w.sizes()) + " (the folder was quantized with another config)");
+            continue;
+        }
+        const std::vector<int64_t> out_in = {target->out_features(), target->in_features()};
+        const std::vector<int64_t> stored =
+            target->layout() == Linear::Layout::OutIn ? out_in : std::vector<int64_t>{out_in[1], out_in[0]};
+        require(it->second->sizes() == at::IntArrayRef(stored), ACCEL_ERR_INVALID_ARGUMENT,
+                "weights_location: \"" + name + "\" in \"" + where + "\" has shape " +
+                    c10::str(it->second->sizes()) + ", the model's is " + c10::str(at::IntArrayRef(stored)) +
+                    " (a float checkpoint is quantized as it loads)");
+    }
+    NamedTensors to_model;
+    std::set<std::string> to_disk, parameters;
+    for (const auto &e : model.named_parameters()) parameters.insert(e.first);
+    auto route = [&](const std::string &name, const at::Tensor &t) {
+        const std::string own = big_modeling::own_name(model, name);
+        const bool parameter = parameters.count(own) != 0;
+        if (!own.empty() && placement.on_disk(own) && parameter) {
+            if (!to_disk.insert(own).second) return; // a tied weight's second name: written once
+            const at::Tensor &dst = *model.find_tensor(own);
+            require(dst.sizes() == t.sizes(), ACCEL_ERR_INVALID_ARGUMENT,
+                    "weights_location: \"" + name + "\" in \"" + where + "\" has shape " + c10::str(t.sizes()) +
+                        ", the model's is " + c10::str(dst.sizes()));
+            big_modeling::offload_from_checkpoint(placement.dir, own, t, dst.scalar_type());
+            return;
+        }
+        to_model.emplace_back(name, t);
+    };
+    for (auto &[name, t] : file) {
+        const auto it = float_weights.find(name);
+        if (it == float_weights.end() || !at::isFloatingType(t.scalar_type())) {
+            route(name, t);
+            continue;
+        }
+        // A float weight of a quantized layer: read (pread, not through the map), quantized, routed as a
+        // pre-quantized layer's tensors would be.
+        const LinearSlot &slot = *it->second.first;
+        const std::shared_ptr<Linear> target = target_of(slot);
+        const std::vector<int64_t> out_in = {target->out_features(), target->in_features()};
+        at::Tensor w = at::empty(t.sizes(), t.options().device(at::kCPU));
+        ckpt::CopyBatch one;
+        one.add(w, t);
+        one.run();
+        if (target->layout() != Linear::Layout::OutIn) w = w.t();
+        LayerTensors q = layer_tensors(slot.module, w, out_in, it->second.second, c);
+        w = at::Tensor();
+        route(name, q.weight);
+        for (const auto &[n, v] : q.state) route(n, v);
+        // Copied into the model now, so that one layer's quantized tensors are in flight at a time.
+        ckpt::CopyBatch batch;
+        (void)model.load_state_dict(to_model, false, [&batch](const at::Tensor &dst, const at::Tensor &src) {
+            batch.add(dst, src);
+        });
+        batch.run();
+        to_model.clear();
+    }
+    // The rest loads as load_checkpoint_in_model does: every tensor the model has must come from the checkpoint.
     ckpt::CopyBatch batch;
-    LoadReport report = model.load_state_dict(rest, false, [&batch](const at::Tensor &dst, const at::Tensor &src) {
+    LoadReport report = model.load_state_dict(to_model, false, [&batch](const at::Tensor &dst, const at::Tensor &src) {
         batch.add(dst, src);
     });
-    for (const auto &m : report.missing)
-        if (quantized_names.count(m) == 0 && !is_quant_state_name(m))
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + m + "\"");
+    batch.run();
+    for (const auto &[name, t] : model.named_parameters())
+        if (t.is_meta() && to_disk.count(name) == 0)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
+    for (const auto &[name, t] : model.named_buffers())
+        if (t.is_meta())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
     if (!report.unexpected.empty())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + report.unexpected.front() + "\" in \"" + where +
                                              "\" is not a tensor of the model");
-    batch.run();
+    // A pre-quantized layer's state that does not fit the config or the layer fails here, naming its tensor.
+    check_quantized_layers(model);
+    if (placement.map) {
+        config::DispatchOptions d = c.placement->dispatch;
+        d.offload_dir = placement.dir;
+        big_modeling::dispatch_model(model, *placement.map, d);
+    }
     return done;
 }
 

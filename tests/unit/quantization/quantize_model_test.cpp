@@ -189,7 +189,8 @@ TEST(QuantizeModel, Refusals)
               std::string::npos);
     EXPECT_EQ(code_of([] { config(R"({})"); }), ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(code_of([] { config(R"({"load_in_4bit": true, "load_in_8bit": true})"); }), ACCEL_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(code_of([] { config(R"({"load_in_8bit": true, "torch_dtype": "bf16"})"); }), ACCEL_ERR_UNIMPLEMENTED);
+    EXPECT_EQ(code_of([] { config(R"({"load_in_8bit": true, "torch_dtype": "float16"})"); }), ACCEL_ERR_UNIMPLEMENTED);
+    EXPECT_EQ(code_of([] { config(R"({"load_in_8bit": true, "torch_dtype": "bf16"})"); }), ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(code_of([] { config(R"({"load_in_4bit": true, "bnb_4bit_quant_type": "int4"})"); }),
               ACCEL_ERR_INVALID_ARGUMENT);
     auto m = make(kLlama);
