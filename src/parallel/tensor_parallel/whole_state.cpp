@@ -7,6 +7,7 @@
 #include "optimizer/accelerated_optimizer.hpp"
 
 #include <ATen/core/grad_mode.h>
+#include <unordered_map>
 
 namespace accel::parallel::tp {
 
@@ -108,16 +109,14 @@ TensorList sliced_weights(const Model &model, TensorList whole)
     const SplitModel split = split_of(model);
     if (!split) return whole;
     // By identity: a key the model resolves to a split parameter (a tied head's name too) is cut as that one.
-    std::vector<std::pair<at::Tensor, const ParameterSlicing *>> params;
-    for (const auto &[name, s] : *split.slicing) params.emplace_back(tensor_named(model, name), &s);
+    std::unordered_map<const c10::TensorImpl *, const ParameterSlicing *> by_tensor;
+    for (const auto &[name, s] : *split.slicing) by_tensor.emplace(tensor_named(model, name).unsafeGetTensorImpl(), &s);
     for (auto &[name, t] : whole) {
         const at::Tensor *mine = model.find_tensor(name);
         if (mine == nullptr) continue;
-        for (const auto &[p, s] : params)
-            if (p.is_same(*mine) && t.dim() == p.dim() && is_whole(t, *s)) {
-                t = slice_parameter(t, *s, split.group->rank(), split.group->size());
-                break;
-            }
+        const auto it = by_tensor.find(mine->unsafeGetTensorImpl());
+        if (it != by_tensor.end() && t.dim() == mine->dim() && is_whole(t, *it->second))
+            t = slice_parameter(t, *it->second, split.group->rank(), split.group->size());
     }
     return whole;
 }
