@@ -76,10 +76,10 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
                                    ? "module."
                                    : "";
     WholeWhileCopying whole(engine); // every process: the gathering is collective
-    // Tensor parallelism: each split parameter gathered whole over the tp group (collective), as save_model does.
-    parallel::tp::WholeForCheckpoint tp_whole(std::vector<parallel::tp::WholeForCheckpoint::Part>{{&model, {}}});
-    // A pipeline stage holds only its blocks: the others' are filled in from their stages (collective over pp).
+    // A pipeline stage holds only its blocks: the others' are filled in from their stages (collective over pp)...
     const parallel::pp::WholeStages pp_whole(wrapper != nullptr ? wrapper->pipeline() : nullptr);
+    // ...then, under tensor parallelism, each split parameter gathered whole over the tp group, as save_model does.
+    parallel::tp::WholeForCheckpoint tp_whole(std::vector<parallel::tp::WholeForCheckpoint::Part>{{&model, {}}});
     model.check_tensor_access("get_state_dict");
     if (rank0_only && state_->process_index() != 0) return {};
     return snapshot(model.state_dict(/*dedupe_shared=*/false), prefix);

@@ -40,6 +40,11 @@ def read_rank(path):
     return losses, params
 
 
+class Ranks(list):
+    """Every rank's (losses, params); under pp x tp also the folder save_model wrote (the ranks hold tp slices)."""
+    model = None
+
+
 def train(a, processes, prefix, batch, config, extra=None):
     """dist_pp on `processes` processes (one process when 1); returns every rank's (losses, params)."""
     prog = os.path.join(a.bin, "tests", "distributed", "dist_pp")
@@ -48,11 +53,17 @@ def train(a, processes, prefix, batch, config, extra=None):
     e.update(extra or {})
     args = [prog, prefix, str(batch), str(a.steps), json.dumps(config)]
     run(launch_cmd(a, processes) + args if processes > 1 else args, env=e, timeout=a.timeout)
-    return [read_rank("%s.%d.txt" % (prefix, r)) for r in range(processes)]
+    ranks = Ranks(read_rank("%s.%d.txt" % (prefix, r)) for r in range(processes))
+    if a.tp > 1:  # compared through save_model's whole weights, one process's as well
+        ranks.model = e["ACCEL_TEST_SAVE_MODEL"]
+    return ranks
 
 
 def merged(ranks, what):
-    """Every parameter from the ranks that hold it; replicas must agree exactly."""
+    """Every parameter from the ranks that hold it; replicas must agree exactly. Under pp x tp the ranks hold
+    tp slices (and their vocabulary columns of the logits): the whole weights save_model wrote instead."""
+    if getattr(ranks, "model", None):
+        return {k: list(v[1]) for k, v in tensors_of(os.path.join(ranks.model, "model.safetensors")).items()}
     out = {}
     for r, (_, params) in enumerate(ranks):
         for name, values in params.items():
@@ -64,12 +75,12 @@ def merged(ranks, what):
 
 def scenario_equivalence(a, tmp):
     (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, {})
-    config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "num_micro_batches": a.micro,
-                                     "pp_schedule": a.schedule}}
+    config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "tp_size": a.tp,
+                                     "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
     if a.chunks > 1:  # interleaved 1F1B: model chunks per stage
         config["parallelism_config"]["num_virtual_stages_per_pipeline_rank"] = a.chunks
     what = "pp %d x dp %d, %s, %d micro-batches" % (a.pp, a.dp, a.schedule, a.micro)
-    ranks = train(a, a.pp * a.dp, os.path.join(tmp, "pp"), a.batch, config)
+    ranks = train(a, a.pp * a.dp * a.tp, os.path.join(tmp, "pp"), a.batch, config)
     got = merged(ranks, what)
     if sorted(got) != sorted(ref_params):
         sys.exit("%s: the stages hold %s, one process %s" % (what, sorted(got), sorted(ref_params)))
@@ -96,11 +107,13 @@ def scenario_equivalence(a, tmp):
 
 
 def scenario_resume(a, tmp):
-    config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "num_micro_batches": a.micro,
-                                     "pp_schedule": a.schedule}}
+    config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "tp_size": a.tp,
+                                     "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
     full = a.steps
     half = full // 2
     pipe = "pp %d x dp %d" % (a.pp, a.dp) if a.dp > 1 else "pp %d" % a.pp
+    pipe += " x tp %d" % a.tp if a.tp > 1 else ""
+    world = a.pp * a.dp * a.tp
 
     def run_of(processes, name, cfg, extra):
         # The pipeline's replicas each take their share of one process's batch.
@@ -125,7 +138,7 @@ def scenario_resume(a, tmp):
         check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
                     "%s: parameters after %d more steps" % (what, full - half))
 
-    pp_folder, pp_run = saved("pp", a.pp * a.dp, config)
+    pp_folder, pp_run = saved("pp", world, config)
     one_folder, one_run = saved("one", 1, {})
     # One process's layout: the same weights file (names, shapes, order) whichever run saved it.
     for f in ("model.safetensors", "optimizer.bin"):
@@ -136,9 +149,9 @@ def scenario_resume(a, tmp):
         sys.exit("%s: save_state's weights %s, one process's %s" %
                  (pipe, [(k, v[0]) for k, v in pp_w.items()], [(k, v[0]) for k, v in one_w.items()]))
     a.steps = full - half
-    resumed("pp_pp", a.pp * a.dp, config, pp_folder, pp_run, "%s -> %s" % (pipe, pipe))
+    resumed("pp_pp", world, config, pp_folder, pp_run, "%s -> %s" % (pipe, pipe))
     resumed("pp_one", 1, {}, pp_folder, pp_run, "%s -> one process" % pipe)
-    resumed("one_pp", a.pp * a.dp, config, one_folder, one_run, "one process -> %s" % pipe)
+    resumed("one_pp", world, config, one_folder, one_run, "one process -> %s" % pipe)
     a.steps = full
 
 
@@ -148,6 +161,7 @@ def main():
     ap.add_argument("--bin", required=True, help="the build directory")
     ap.add_argument("--pp", type=int, default=2)
     ap.add_argument("--dp", type=int, default=1)
+    ap.add_argument("--tp", type=int, default=1, help="tp_size: each stage split over tp processes (pp x tp)")
     ap.add_argument("--micro", type=int, default=2)
     ap.add_argument("--schedule", default="gpipe")
     ap.add_argument("--chunks", type=int, default=1, help="model chunks per stage (interleaved_1f1b)")
