@@ -121,15 +121,23 @@ public:
                 norm_weight_[i].scalar_type() == at::kFloat)
                 x = x.to(at::kFloat);
             const bool train = seq_->is_training();
-            if (grad_on && checkpointed_[i]) {
+            if (split_dropout_.size() > i && split_dropout_[i]) {
+                // Inside a split region: this rank's features, this rank's masks (rng_tracker.hpp).
+                x = parallel::tp::region_dropout(x, tp_layers_[i].p, train, tp_dropout_);
+            } else if (grad_on && checkpointed_[i]) {
                 std::vector<at::Tensor> params = m.ptr()->parameters(true);
                 if (linear_[i])
                     for (const auto &t : linear_[i]->added_parameters()) params.push_back(t); // LoRA's adapters
+                // A split transformer layer's rerun draws its heads' and hidden features' masks again: the tp
+                // generator goes back with the default one.
+                std::vector<ExtraGenerator> extra;
+                if (train && blocks_[i] && blocks_[i]->options.tp_dropout)
+                    extra.push_back(parallel::tp::checkpoint_generator(blocks_[i]->options.tp_dropout));
                 x = checkpoint_layer(x, params,
                                      [m, lin = linear_[i], block = blocks_[i], train](const at::Tensor &in) mutable {
                                          return layer_forward(m, lin.get(), block.get(), train, in);
                                      },
-                                     train);
+                                     train, std::move(extra));
             } else {
                 x = layer_forward(m, linear_[i].get(), blocks_[i].get(), train, x);
             }
@@ -145,7 +153,6 @@ public:
         size_t i = 0;
         for (const auto &m : *seq_) {
             const bool on = i < layers.size() && layers[i] && types_[i] != "batch_norm" && !m.ptr()->parameters(true).empty();
-            if (on) refuse_recomputed_split_dropout(i);
             if (on && linear_[i] && linear_[i]->stateful_forward())
                 fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: layer " + std::to_string(i) + " computes in fp8, "
                                               "whose scaling state would be updated again by the recomputation");
@@ -190,13 +197,14 @@ public:
             if (splits[i] == tp::LayerSplit::Block) {
                 const std::string key = "layers[" + std::to_string(i) + "].";
                 tp::check_block(*blocks_[i], block_modules(i), {}, n, key + "nhead", key + "dim_feedforward", {});
-                if (checkpointed_[i]) refuse_recomputed_split_dropout(i, true);
-            } else if (splits[i] != tp::LayerSplit::None) {
+            } else if (linear_[i] && splits[i] != tp::LayerSplit::None) {
                 tp::check_parallelizable(*linear_[i], std::to_string(i));
             }
         }
         if (n == 1) return;
+        // Dropout inside the split regions draws from this rank's generator (rng_tracker.hpp), seeded from set_seed's.
         auto dropout = tp::make_dropout_generator(group->rank());
+        std::vector<bool> split_dropout(splits.size(), false);
         std::map<std::string, tp::ParameterSlicing> plan;
         for (size_t i = 0; i < splits.size(); ++i) {
             const std::string name = std::to_string(i);
@@ -219,9 +227,12 @@ public:
                 }
                 break;
             }
+            case tp::LayerSplit::SplitDropout: split_dropout[i] = true; break;
             case tp::LayerSplit::None: break;
             }
         }
+        tp_dropout_ = std::move(dropout);
+        split_dropout_ = std::move(split_dropout);
         tp_group_ = group;
         tp_slicing_ = std::move(plan);
     }
@@ -230,6 +241,7 @@ public:
         return tp_slicing_;
     }
     const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
+    std::shared_ptr<parallel::tp::DropoutGenerator> tensor_parallel_dropout() const override { return tp_dropout_; }
 
     void train(bool on) override { seq_->train(on); }
     bool is_training() const override { return seq_->is_training(); }
@@ -262,20 +274,13 @@ private:
     std::vector<parallel::tp::SequentialLayer> tp_layers_;  // per layer: what the tensor-parallel plan reads
     std::shared_ptr<distributed::Communicator> tp_group_;   // set by apply_tensor_parallel
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
+    std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout_; // this tp rank's, for the split regions' dropout
+    std::vector<bool> split_dropout_; // per layer (empty without tp): a dropout inside a split region
 
     parallel::tp::BlockModules block_modules(size_t i) const
     {
         const std::string p = std::to_string(i) + ".";
         return {p + "self_attn.in_proj", p + "self_attn.out_proj", p + "linear1", p + "linear2"};
-    }
-    // A recomputed layer draws its dropout masks again from the default generator, which activation checkpointing
-    // restores; a split transformer layer's masks come from the tp generator, which it does not.
-    void refuse_recomputed_split_dropout(size_t i, bool split = false) const
-    {
-        if (!(split || (blocks_[i] && blocks_[i]->options.tp_dropout)) || tp_layers_[i].p == 0.0) return;
-        fail(ACCEL_ERR_UNIMPLEMENTED, "activation_checkpointing: layers[" + std::to_string(i) + "] is a "
-                                      "transformer_encoder_layer split by tensor parallelism with dropout > 0, whose "
-                                      "recomputation would draw other masks; not built yet");
     }
 
     // A layer: linear layers and transformer layers through accel's seams, the others as their module.

@@ -72,13 +72,13 @@ std::vector<LayerSplit> plan_sequential(std::vector<SequentialLayer> layers, con
         }
         if (open >= 0) {
             if (std::find(elementwise.begin(), elementwise.end(), l.type) != elementwise.end()) continue;
-            if (l.type == "dropout" && l.p == 0.0) continue;
-            if (l.type == "dropout")
-                fail(ACCEL_ERR_UNIMPLEMENTED, here + ": dropout with p > 0 between " + inside + " and its rowwise layer "
-                                                     "is not built yet (each rank would need its own mask)");
+            if (l.type == "dropout") {
+                if (l.p > 0.0) out[i] = LayerSplit::SplitDropout;
+                continue;
+            }
             fail(ACCEL_ERR_INVALID_ARGUMENT, here + ": sits between " + inside + " and a rowwise layer, where each rank "
                                                     "holds a slice of the features; only relu, gelu, tanh, sigmoid and "
-                                                    "dropout (p 0) may (end the region with a rowwise linear first)");
+                                                    "dropout may (end the region with a rowwise linear first)");
         }
         if (l.type == "linear" && (l.tp_plan == "colwise" || l.tp_plan == "colwise_rep")) {
             divides(i, "out_features", l.out_features);

@@ -3,10 +3,11 @@
 // row-wise; "replicate"), and the spec's top-level tp_plan patterns over the layer names ("0", "2", ...), which
 // win over the layers' own entries. Checked as a whole before anything is split:
 //   - a colwise layer opens a split region (its outputs are this rank's columns) that a rowwise layer closes;
-//     between them only elementwise activations (relu, gelu, tanh, sigmoid) and dropout with p = 0;
+//     between them only elementwise activations (relu, gelu, tanh, sigmoid) and dropout; a dropout with p > 0 there
+//     is SplitDropout: it acts on this rank's features, so it draws from the rank's tp generator (rng_tracker.hpp),
+//     while a dropout outside the regions acts on a replicated activation and draws from the default generator;
 //   - rowwise without an open region (its input is whole), a region left open at the end, or another layer inside
 //     one: INVALID_ARGUMENT naming the layer; split sizes not divisible by tp: INVALID_ARGUMENT naming the key;
-//   - dropout with p > 0 inside a region: UNIMPLEMENTED (each rank would need its own mask);
 //   - no layer split at all: INVALID_ARGUMENT (tp_size > 1 would only replicate the model).
 #pragma once
 
@@ -26,7 +27,7 @@ struct SequentialLayer {
     double p = 0.0;                            // dropout
 };
 
-enum class LayerSplit { None, Colwise, ColwiseRep, Rowwise, Block };
+enum class LayerSplit { None, Colwise, ColwiseRep, Rowwise, Block, SplitDropout };
 
 std::vector<LayerSplit> plan_sequential(std::vector<SequentialLayer> layers, const config::TpPlan &overrides,
                                         int64_t tp_size);

@@ -361,8 +361,6 @@ TEST(TensorParallelSequential, BadPlansNamed)
         {seq(col + R"(, {"type": "relu"})"), ACCEL_ERR_INVALID_ARGUMENT, "colwise leaves its outputs split"},
         {seq(col + R"(, {"type": "layer_norm", "normalized_shape": [8]}, )" + row), ACCEL_ERR_INVALID_ARGUMENT,
          "layers[1] (layer_norm): sits between layers[0]"},
-        {seq(col + R"(, {"type": "dropout", "p": 0.1}, )" + row), ACCEL_ERR_UNIMPLEMENTED,
-         "layers[1] (dropout): dropout with p > 0"},
         {seq(col + ", " + col + ", " + row), ACCEL_ERR_INVALID_ARGUMENT, "layers[1] (linear, tp_plan \"colwise\"): sits between"},
         {seq(R"({"type": "linear", "in_features": 4, "out_features": 8}, {"type": "relu"})"), ACCEL_ERR_INVALID_ARGUMENT,
          "the JSON-spec model splits no layer"},

@@ -219,3 +219,124 @@ TEST(TensorParallelDropoutLlama, ResumesBitForBit)
         for (int s = kSaved; s < kSteps; ++s)
             EXPECT_EQ(again[r][static_cast<size_t>(s)], losses[r][static_cast<size_t>(s)]) << "rank " << r << ", step " << s;
 }
+
+namespace {
+
+// A JSON-spec model: a colwise / rowwise pair with a dropout of p_split between them (a split region), a dropout of
+// p_replicated after it (the replicated stream), a split transformer_encoder_layer with dropout p_block, a head.
+std::string sequential_spec(double p_split, double p_replicated, double p_block)
+{
+    auto p = [](double v) { return std::to_string(v); };
+    return R"({"type": "sequential", "layers": [
+        {"type": "linear", "in_features": 6, "out_features": 8, "tp_plan": "colwise"}, {"type": "relu"},
+        {"type": "dropout", "p": )" + p(p_split) + R"(},
+        {"type": "linear", "in_features": 8, "out_features": 6, "tp_plan": "rowwise"},
+        {"type": "dropout", "p": )" + p(p_replicated) + R"(},
+        {"type": "transformer_encoder_layer", "d_model": 6, "nhead": 2, "dim_feedforward": 8, "dropout": )" +
+           p(p_block) + R"(, "batch_first": true, "tp_plan": "auto"},
+        {"type": "linear", "in_features": 6, "out_features": 3}]})";
+}
+
+// Rank 1's features of the split pair made copies of rank 0's (layer 0's rows, layer 3's columns): with equal
+// masks the ranks' gradients of layer 0's slices are then equal.
+std::shared_ptr<accel::Model> mirrored_sequential(const std::string &spec)
+{
+    at::manual_seed(86);
+    auto m = accel::make_model_from_json(spec.c_str());
+    at::NoGradGuard no_grad;
+    for (const auto &[name, p] : m->named_parameters()) {
+        const bool rows = name == "0.weight" || name == "0.bias", cols = name == "3.weight";
+        if (!rows && !cols) continue;
+        const int64_t dim = cols ? 1 : 0, half = p.size(dim) / 2;
+        at::Tensor(p).narrow(dim, half, half).copy_(p.narrow(dim, 0, half));
+    }
+    return m;
+}
+
+struct SequentialRun {
+    std::vector<Grads> grads;                   // by rank
+    std::vector<at::Tensor> before, after;      // by rank: the tp generator's state around the step
+    bool default_untouched = false;             // the default generator's next draw is what it was before the step
+};
+
+// One training step at tp 2 of models[rank] (split from seed 87), the default generator checked around it.
+SequentialRun sequential_step(const std::vector<std::shared_ptr<accel::Model>> &models,
+                              const std::vector<bool> &checkpointed = {})
+{
+    at::manual_seed(88);
+    const at::Tensor x = at::randn({4, 5, 6}), y = at::randn({4, 5, 3});
+    at::manual_seed(87);
+    const at::Tensor untouched = at::rand({8});
+    at::manual_seed(87);
+    SequentialRun out;
+    out.grads.resize(2);
+    out.before.resize(2);
+    out.after.resize(2);
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const size_t r = static_cast<size_t>(comm->rank());
+        auto &m = *models[r];
+        if (!checkpointed.empty()) m.set_activation_checkpointing(checkpointed);
+        auto &split = dynamic_cast<tp::TensorParallelModel &>(m);
+        split.apply_tensor_parallel(comm);
+        ASSERT_TRUE(split.tensor_parallel_dropout() != nullptr) << "no tp generator for the JSON-spec model";
+        out.before[r] = split.tensor_parallel_dropout()->state();
+        m.train(true);
+        (m.forward(x) - y).pow(2).mean().backward();
+        out.after[r] = split.tensor_parallel_dropout()->state();
+        out.grads[r] = grads_of(m);
+    });
+    out.default_untouched = at::equal(at::rand({8}), untouched);
+    return out;
+}
+
+std::vector<std::shared_ptr<accel::Model>> two(const std::string &spec)
+{
+    return {mirrored_sequential(spec), mirrored_sequential(spec)};
+}
+
+} // namespace
+
+// A dropout between a colwise and a rowwise layer acts on each rank's features: it draws from the rank's tp
+// generator (the masks differ across ranks, the default generator is left alone, a rerun from the seed is the same
+// bit for bit), where the plan used to refuse it.
+TEST(TensorParallelDropoutSequential, SplitRegionDrawsFromTheRankGenerator)
+{
+    const SequentialRun none = sequential_step(two(sequential_spec(0.0, 0.0, 0.0)));
+    EXPECT_TRUE(at::equal(none.grads[0][0], none.grads[1][0])) << "mirrored features without dropout";
+    const SequentialRun a = sequential_step(two(sequential_spec(0.5, 0.0, 0.0)));
+    const SequentialRun b = sequential_step(two(sequential_spec(0.5, 0.0, 0.0)));
+    EXPECT_FALSE(at::equal(a.grads[0][0], a.grads[1][0])) << "the tp ranks' split features got the same dropout masks";
+    EXPECT_TRUE(a.default_untouched) << "the split region's dropout drew from the default generator";
+    for (size_t r = 0; r < 2; ++r) {
+        EXPECT_FALSE(at::equal(a.after[r], a.before[r])) << "rank " << r << ": the rank's generator drew nothing";
+        expect_equal(b.grads[r], a.grads[r], "rank " + std::to_string(r) + ": rerun from the same seed");
+    }
+}
+
+// A dropout outside the split regions acts on the replicated activation: it draws from the default generator,
+// which every rank seeded alike (set_seed) and advances alike, so every rank of a tp group draws the same mask;
+// the tp generator is left alone.
+TEST(TensorParallelDropoutSequential, ReplicatedRegionDrawsFromTheDefaultGenerator)
+{
+    const SequentialRun run = sequential_step(two(sequential_spec(0.0, 0.5, 0.0)));
+    EXPECT_FALSE(run.default_untouched) << "the replicated dropout did not draw from the default generator";
+    for (size_t r = 0; r < 2; ++r)
+        EXPECT_TRUE(at::equal(run.after[r], run.before[r])) << "rank " << r << ": the replicated dropout drew from "
+                                                               "the rank's generator (the ranks' activations diverge)";
+}
+
+// A split transformer_encoder_layer with dropout under activation checkpointing (refused before): the rerun in
+// backward sets the tp generator back to its forward state and draws the same heads' and hidden features' masks,
+// so after the step the generator is where the step without checkpointing left it (a rerun without the restore
+// would have drawn on).
+TEST(TensorParallelDropoutSequential, CheckpointedSplitLayerReplaysItsMasks)
+{
+    const std::vector<bool> block_only = {false, false, false, false, false, true, false};
+    const SequentialRun plain = sequential_step(two(sequential_spec(0.0, 0.0, 0.3)));
+    const SequentialRun recomputed = sequential_step(two(sequential_spec(0.0, 0.0, 0.3)), block_only);
+    for (size_t r = 0; r < 2; ++r) {
+        EXPECT_FALSE(at::equal(plain.after[r], plain.before[r])) << "rank " << r << ": the split layer drew nothing";
+        EXPECT_TRUE(at::equal(recomputed.after[r], plain.after[r]))
+            << "rank " << r << ": activation checkpointing's rerun drew other masks from the tp generator";
+    }
+}
