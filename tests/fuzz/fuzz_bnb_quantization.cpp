@@ -1,5 +1,6 @@
 // bitsandbytes quantization inputs (src/quantization, src/config/bnb_quantization_config.cpp): the first byte picks
-// the reader (modulo 3). 0: accel_model_quantize's BnbQuantizationConfig JSON. 1: a 4-bit layer's state as a state
+// the reader (modulo 3). 0: accel_model_quantize's BnbQuantizationConfig JSON (with load_and_quantize_model's
+// torch_dtype and placement keys). 1: a 4-bit layer's state as a state
 // dict holds it (the packed quant_state JSON, with weight / absmax / quant_map / nested tensors of sizes the next
 // four bytes give), read and dequantized as a forward does. 2: a pre-quantized folder's config.json (its
 // quantization_config), whose accepted config must read back the same after save_pretrained writes it.
@@ -34,6 +35,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!fuzz::accepts([&] { c = config::parse_bnb_quantization_config(text.c_str(), "bnb_config_json"); })) return 0;
         if (c.load_in_4bit == c.load_in_8bit || c.llm_int8_threshold < 0.0)
             fuzz::finding("a quantization config accepted with unusable values: " + text);
+        // load_and_quantize_model's placement keys act only while loading weights_location; float16 cannot compute.
+        if ((c.placement && c.weights_location.empty()) || c.torch_dtype == ACCEL_DTYPE_FLOAT16)
+            fuzz::finding("a quantization config accepted with placement keys and no weights_location, or float16: " +
+                          text);
         return 0;
     }
     // Small tensors (the packed weight: byte 1 times 64 bytes), the JSON says the rest.
