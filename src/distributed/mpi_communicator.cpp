@@ -182,8 +182,14 @@ std::atomic<bool> g_stuck{false};
 
 void shutdown_at_exit()
 {
-    if (g_shared != nullptr && g_shared->monitor) g_shared->monitor->stop(); // its last beat says a failure
     if (g_worker != nullptr) g_worker->shutdown(g_stuck.load());
+}
+
+// Registered after the heartbeat store was opened, so it runs before the store's host stops (StoreServer::stop_all,
+// registered when it started): the last beat, which may say this rank's failure, still reaches it.
+void stop_heartbeat_at_exit()
+{
+    if (g_shared != nullptr && g_shared->monitor) g_shared->monitor->stop();
 }
 
 // "6 s", "0.5 s" (std::to_string would write "6.000000").
@@ -555,7 +561,8 @@ std::shared_ptr<Communicator> make_mpi_communicator(const config::AcceleratorCon
         shared->store = open_store(r, c, "mpi (heartbeat store)");
         shared->monitor = std::make_unique<PeerMonitor>("mpi", r, shared->store, g_worker->world_rank,
                                                         g_worker->world_size, mismatch_delay());
-        g_shared = shared.release(); // kept until exit (shutdown_at_exit stops its thread)
+        g_shared = shared.release(); // kept until exit
+        std::atexit(stop_heartbeat_at_exit);
     }
     std::vector<int32_t> world;
     for (int32_t i = 0; i < g_worker->world_size; ++i) world.push_back(i);

@@ -28,10 +28,11 @@ namespace {
 constexpr char kMagic[] = "ACCELRDZV1";
 static_assert(sizeof kMagic - 1 == kMagicBytes, "the magic's length");
 
-// The store server's threads are not joined before the process exits, so one may still answer a connection
-// while exit handlers run; OpenSSL's own atexit handler would by then have freed its random generator (a
-// segfault in RAND_bytes, seen under accel launch). Initialised without that handler, OpenSSL stays usable to
-// the end. The first initialisation decides, so this runs before accel's first OpenSSL call.
+// The store server's threads are joined at exit by StoreServer::stop_all, an atexit handler registered when the
+// first server starts; OpenSSL's own handler, registered at its first use (later), would run before it and free
+// its random generator while a server thread may still answer a handshake (a segfault in RAND_bytes, seen under
+// accel launch before the threads were joined). Initialised without that handler, OpenSSL stays usable to the
+// end. The first initialisation decides, so this runs before accel's first OpenSSL call.
 void init_openssl()
 {
     static const bool ok = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;

@@ -4,6 +4,7 @@
 #include "distributed/rdzv_wire.hpp"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -54,6 +55,18 @@ int listen_on(int port, std::string *why)
 
 Deadline after(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 
+// The live servers, for stop_all (never destroyed: it may run during exit).
+std::mutex &servers_mutex()
+{
+    static auto *m = new std::mutex();
+    return *m;
+}
+std::set<StoreServer *> &servers()
+{
+    static auto *s = new std::set<StoreServer *>();
+    return *s;
+}
+
 std::string ok(std::vector<std::string> args = {}) { return encode(Message{kOk, std::move(args)}); }
 std::string error(const std::string &why) { return encode(Message{kError, {why}}); }
 
@@ -67,18 +80,60 @@ StoreServer::StoreServer(int port, std::string token, std::chrono::milliseconds 
     if (listen_fd_ < 0) // a runtime_error as TCPStore's: open_store adds the busy port's hint from its text
         throw std::runtime_error("cannot host the rendezvous store on port " + std::to_string(port) + ": " + why);
     acceptor_ = std::thread([this] { accept_loop(); });
+    static std::once_flag registered;
+    std::call_once(registered, [] { std::atexit(stop_all); });
+    std::lock_guard<std::mutex> l(servers_mutex());
+    servers().insert(this);
 }
 
 StoreServer::~StoreServer()
 {
+    {
+        std::lock_guard<std::mutex> l(servers_mutex()); // (waits for a stop_all that is stopping this one)
+        servers().erase(this);
+    }
+    stop();
+}
+
+void StoreServer::stop_all()
+{
+    std::lock_guard<std::mutex> l(servers_mutex());
+    for (StoreServer *s : servers()) s->stop();
+}
+
+void StoreServer::stop()
+{
+    std::lock_guard<std::mutex> once(stop_m_);
+    if (stopped_) return;
+    stopped_ = true;
     stopping_ = true;
     shutdown(listen_fd_, SHUT_RDWR); // ends the acceptor's accept()
-    if (acceptor_.joinable()) acceptor_.join();
+    if (acceptor_.joinable()) acceptor_.join(); // no connection thread starts after this
     close(listen_fd_);
-    std::unique_lock<std::mutex> l(m_);
-    for (int fd : open_) shutdown(fd, SHUT_RDWR);
-    changed_.notify_all(); // ends the waits
-    drained_.wait(l, [this] { return live_ == 0; });
+    std::map<uint64_t, std::thread> threads;
+    {
+        std::lock_guard<std::mutex> l(m_);
+        for (int fd : open_) shutdown(fd, SHUT_RDWR); // ends their reads and writes
+        changed_.notify_all();                        // ends their waits
+        threads.swap(threads_);
+        finished_.clear();
+    }
+    for (auto &entry : threads) entry.second.join();
+}
+
+void StoreServer::join_finished()
+{
+    std::vector<std::thread> done;
+    {
+        std::lock_guard<std::mutex> l(m_);
+        for (uint64_t id : finished_) {
+            auto it = threads_.find(id);
+            done.push_back(std::move(it->second));
+            threads_.erase(it);
+        }
+        finished_.clear();
+    }
+    for (auto &t : done) t.join(); // each has ended, or is about to return
 }
 
 void StoreServer::accept_loop()
@@ -98,29 +153,30 @@ void StoreServer::accept_loop()
             close(fd);
             return;
         }
-        {
-            std::lock_guard<std::mutex> l(m_);
-            if (live_ >= kMaxConnections) {
-                refuse(address_text(&from), "more than " + std::to_string(kMaxConnections) + " connections at once");
-                close(fd);
-                continue;
-            }
-            ++live_;
-            open_.insert(fd);
-        }
+        join_finished();
         const int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        std::thread([this, fd, peer = address_text(&from)] {
+        std::lock_guard<std::mutex> l(m_); // held while the thread is made: it is in threads_ before it can finish
+        if (live_ >= kMaxConnections) {
+            refuse(address_text(&from), "more than " + std::to_string(kMaxConnections) + " connections at once");
+            close(fd);
+            continue;
+        }
+        ++live_;
+        open_.insert(fd);
+        const uint64_t id = next_connection_++;
+        threads_[id] = std::thread([this, fd, id, peer = address_text(&from)] {
             try {
                 serve(fd, peer);
             } catch (const std::exception &e) { // bad_alloc and the like: this connection ends, the store goes on
                 refuse(peer, e.what());
             }
-            std::lock_guard<std::mutex> l(m_);
+            std::lock_guard<std::mutex> done(m_);
             open_.erase(fd);
             close(fd);
-            if (--live_ == 0) drained_.notify_all();
-        }).detach();
+            --live_;
+            finished_.push_back(id);
+        });
     }
 }
 

@@ -5,6 +5,10 @@
 // address; one that sends a malformed or oversized frame after it is closed and logged too. Neither disturbs
 // the others: every connection has its own thread, the handshake its own deadline, and the number of
 // connections a bound. No LibTorch: auth_store.cpp wraps a client around it.
+// Its threads are joined when it stops: when it is destroyed, or at the process's normal exit (the process
+// communicator keeps the job's store, and so this server, to the end; stop_all() runs from an atexit handler), so
+// that none of them runs during static destruction (one used to answer a handshake after OpenSSL's exit handler
+// had freed its random generator).
 #pragma once
 
 #include <atomic>
@@ -26,9 +30,15 @@ public:
     // Listens on every interface at `port` (IPv6 with IPv4 mapped when the machine has IPv6). std::runtime_error
     // naming the port when it cannot ("Address already in use" kept in the message for the caller's hint).
     StoreServer(int port, std::string token, std::chrono::milliseconds handshake_timeout);
-    ~StoreServer(); // stops serving: every connection closed, every thread joined
+    ~StoreServer(); // stop(), then frees
     StoreServer(const StoreServer &) = delete;
     StoreServer &operator=(const StoreServer &) = delete;
+
+    // Stops serving: the listener and every connection closed (their clients' calls fail), every thread joined.
+    // Idempotent; the object stays usable for its owners (whose calls then fail).
+    void stop();
+    // stop() of every server of this process; registered with atexit by the first one.
+    static void stop_all();
 
     // Connections refused so far (a failed handshake, a malformed frame, over the bound): for tests.
     uint64_t refused() const { return refused_.load(); }
@@ -52,14 +62,20 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<uint64_t> refused_{0};
 
+    std::mutex stop_m_; // stop()'s: one at a time, once
+    bool stopped_ = false;
+
     std::mutex m_; // the map and the connections
     std::condition_variable changed_; // a key was written, or the server stops
     std::map<std::string, std::string> map_;
-    // Connections being served, each by a detached thread; the destructor shuts them down and waits for
-    // live_ to reach 0 (a thread erases its descriptor before closing it, so no number is shut down twice).
+    // Connections being served, each by a thread of its own; stop() shuts them down and joins the threads (a
+    // thread erases its descriptor before closing it, so no number is shut down twice).
     std::set<int> open_;
     size_t live_ = 0;
-    std::condition_variable drained_;
+    std::map<uint64_t, std::thread> threads_; // by connection number
+    std::vector<uint64_t> finished_;          // connections whose thread has ended: joined by the acceptor
+    uint64_t next_connection_ = 0;
+    void join_finished(); // the acceptor's
 };
 
 } // namespace accel::distributed::rdzv
