@@ -59,7 +59,8 @@ int connect_idle(int port)
     return fd;
 }
 
-// Waits (up to 5 s) until the process has `n` threads.
+// Waits (up to 5 s) until the process has `n` threads. The server's handshake deadline is 30 s, so a thread that
+// stop() did not end would still be there.
 bool threads_become(int n)
 {
     for (auto end = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < end;
@@ -86,7 +87,8 @@ TEST(StoreServerStop, JoinsEveryThreadWithAConnectionOpen)
     const auto t0 = std::chrono::steady_clock::now();
     server.stop();
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "stop() waited for the handshake's deadline";
-    EXPECT_EQ(thread_count(), before) << "a thread of the server outlived stop()";
+    // (Polled: a joined thread leaves /proc/self/task a moment after its join returned.)
+    EXPECT_TRUE(threads_become(before)) << thread_count() << " threads: one of the server outlived stop()";
     expect_closed(client);
     EXPECT_LT(connect_idle(port), 0) << "still listening after stop()";
     server.stop(); // idempotent, as the destructor calls it again
@@ -101,7 +103,7 @@ TEST(StoreServerStop, StopAllAsAtExit)
     ASSERT_GE(client, 0);
     ASSERT_TRUE(threads_become(before + 2));
     StoreServer::stop_all();
-    EXPECT_EQ(thread_count(), before) << "a thread of the server outlived stop_all()";
+    EXPECT_TRUE(threads_become(before)) << thread_count() << " threads: one of the server outlived stop_all()";
     expect_closed(client);
 }
 
