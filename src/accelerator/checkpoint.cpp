@@ -220,20 +220,13 @@ void refuse_tp_layout_in_engine(const Model &model, const parallel::ShardedDataP
                                       "it in one process's layout");
 }
 
-// DeepSpeed's layout saved under tp holds each tp rank's slices (mp_rank_XX files): each rank of the same tp size
-// reads its own. Another tp size (or tp outside the engine) would re-cut every tensor from all of them. A folder saved
-// without tp holds whole tensors: a split model outside the engine loads them whole (whole_state.hpp).
-void check_deepspeed_tp(const std::string &folder, int32_t saved_tp, int32_t tp, bool in_engine)
+// DeepSpeed's layout saved under tp holds each tp rank's slices (mp_rank_XX files): inside the engine at the same tp
+// size each rank reads its own tp rank's files, by range; a folder saved without tp holds whole tensors, which a
+// model outside the engine reads whole. Otherwise (another tp size) the folder is read as one process's state
+// (read_deepspeed_whole: the slices joined) and cut as a FULL folder is.
+bool deepspeed_per_rank(int32_t saved_tp, int32_t tp, bool in_engine)
 {
-    const bool split_outside_engine = tp > 1 && !in_engine;
-    if (in_engine ? saved_tp == tp : saved_tp == 1) return;
-    fail(ACCEL_ERR_UNIMPLEMENTED,
-         "load_state: " + folder + " holds DeepSpeed's layout saved at tp_size " + std::to_string(saved_tp) +
-             " (mp_rank files per tp rank), and this model is split over tp_size " + std::to_string(tp) +
-             (split_outside_engine ? " outside deepspeed_plugin" : "") +
-             ": re-cutting DeepSpeed's tp slices for another tp size is not built yet; load it at tp_size " +
-             std::to_string(saved_tp) + " inside deepspeed_plugin (a run saving with fsdp_plugin FULL_STATE_DICT "
-             "writes a folder that loads on any mesh)");
+    return in_engine ? saved_tp == tp : saved_tp == 1;
 }
 
 [[noreturn]] void refuse_tp_pieces_in_engine(const std::string &folder)
@@ -476,6 +469,7 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
     std::vector<bool> by_range(models_.size(), false);
     // DeepSpeed's layout (a tag folder per model, holding its optimizer's files too) reads the same way.
     std::vector<std::optional<ckpt::DsFolder>> deepspeed(models_.size());
+    std::vector<std::optional<ckpt::DsWhole>> deepspeed_whole(models_.size()); // saved at another tp size
     std::vector<std::function<ApplyState(const CopyFn &)>> optimizer_loads;
     std::vector<ApplyState> apply;
     std::vector<std::string> custom;
@@ -495,15 +489,20 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
             const bool split_in_engine = e != nullptr && split;
             if (const std::string ds = ckpt::deepspeed_load_folder(dir, i); ckpt::is_deepspeed_folder(ds)) {
                 // Saved under tp: this tp rank's files hold its slices, loaded as they are (no slicing below).
-                check_deepspeed_tp(ds, ckpt::deepspeed_mp_world(ds), split ? split.group->size() : 1, e != nullptr);
-                deepspeed[i] = ckpt::read_deepspeed_folder(ds, split_in_engine ? split.group->rank() : 0);
-                sharded = ds;
+                if (deepspeed_per_rank(ckpt::deepspeed_mp_world(ds), split ? split.group->size() : 1, e != nullptr)) {
+                    deepspeed[i] = ckpt::read_deepspeed_folder(ds, split_in_engine ? split.group->rank() : 0);
+                    sharded = ds;
+                } else {
+                    deepspeed_whole[i] = ckpt::read_deepspeed_whole(ds);
+                }
             }
             const bool pieces = deepspeed[i] || ckpt::is_sharded_folder(sharded);
             if (split_in_engine && pieces && !deepspeed[i]) refuse_tp_pieces_in_engine(sharded);
             const ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
             if (!pieces || e == nullptr || e->summoned())
-                weights[i] = match_model_keys(*models_[i], pieces ? ckpt::read_source_tensors(piece_src) : ckpt::read_weights(dir, i));
+                weights[i] = match_model_keys(*models_[i], pieces               ? ckpt::read_source_tensors(piece_src)
+                                                           : deepspeed_whole[i] ? deepspeed_whole[i]->model
+                                                                                : ckpt::read_weights(dir, i));
             if (split_in_engine && !deepspeed[i]) weights[i] = parallel::tp::sliced_weights(*models_[i], std::move(weights[i]));
             if (e == nullptr || e->summoned()) continue;
             // A sharded model takes its pieces by range from any layout (a whole tensor is a source of one
@@ -541,8 +540,10 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
                     return o.load_sharded_state_dict(*rest, src, sharded, copy);
                 });
             } else {
-                const std::string name = path(indexed("optimizer", ".bin", i));
-                PyRef file = ckpt::read_object(dir, indexed("optimizer", ".bin", i), true);
+                // DeepSpeed's tp layout read at another tp size gives one process's state dict, as optimizer.bin does.
+                const bool ds_whole = m < models_.size() && deepspeed_whole[m];
+                const std::string name = ds_whole ? path(ckpt::deepspeed_tag(m)) : path(indexed("optimizer", ".bin", i));
+                PyRef file = ds_whole ? deepspeed_whole[m]->optimizer : ckpt::read_object(dir, indexed("optimizer", ".bin", i), true);
                 if (o.is_sharded() && parallel::tp::split_of(*o.model()))
                     file = parallel::tp::sliced_optimizer_state(*o.model(), *file, state_dict_names(o));
                 optimizer_loads.push_back([&o, file, name](const CopyFn &copy) { return o.load_state_dict(*file, name, copy); });

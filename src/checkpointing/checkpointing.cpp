@@ -578,7 +578,7 @@ size_t merge_weights(const std::string &input, const std::string &output, bool s
     // parameters joined from every rank's partition (what DeepSpeed's zero_to_fp32.py does), the buffers.
     const std::string ds = is_deepspeed_folder(input) ? input : deepspeed_load_folder(input, 0);
     if (is_deepspeed_folder(ds)) {
-        const TensorList tensors = read_deepspeed_whole_tensors(ds); // tp slices joined
+        const TensorList tensors = read_deepspeed_whole(ds).model; // tp slices joined
         write_weights_file(output, tensors, safe);
         fsync_dir(parent_of(output));
         return tensors.size();

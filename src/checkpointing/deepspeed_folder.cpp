@@ -452,6 +452,7 @@ DsFolder read_deepspeed_folder(const std::string &dir, int32_t mp)
     for (const auto &p : params) {
         model_where->emplace(p.name, Located{p.shape, at::kFloat, {}});
         model_order.push_back(p.name);
+        out.params.push_back(p.name);
     }
     const char *fp32_key = out.stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups";
     const char *base_key = out.stage == 3 ? "optimizer_state_dict" : "base_optimizer_state";
@@ -604,39 +605,70 @@ at::Tensor join_slices(const std::vector<at::Tensor> &parts, const DsSlicing &s,
 
 } // namespace
 
-TensorList read_deepspeed_whole_tensors(const std::string &dir)
+DsWhole read_deepspeed_whole(const std::string &dir)
 {
-    const DsFolder first = read_deepspeed_folder(dir, 0);
-    TensorList out = read_source_tensors(first.model);
-    if (first.mp_world == 1) return out;
-    if (first.slicing.empty())
+    std::vector<DsFolder> mps;
+    mps.push_back(read_deepspeed_folder(dir, 0));
+    mps.reserve(static_cast<size_t>(mps.front().mp_world)); // `first` stays valid while the others are added
+    const DsFolder &first = mps.front();
+    if (first.mp_world > 1 && first.slicing.empty())
         fail(ACCEL_ERR_UNIMPLEMENTED, dir + ": holds the files of " + std::to_string(first.mp_world) +
                                           " model-parallel (tp) ranks without accel's record of how they were cut "
                                           "(accel_tp_slicing, as in a Megatron-DeepSpeed folder): joining them needs the "
                                           "model's split dimensions, which is not built");
-    std::vector<TensorList> ranks;
     for (int32_t mp = 1; mp < first.mp_world; ++mp) {
-        const DsFolder f = read_deepspeed_folder(dir, mp);
-        if (f.mp_world != first.mp_world)
-            fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(mp) + "'s model states give another mp_world_size");
-        ranks.push_back(read_source_tensors(f.model));
-        if (ranks.back().size() != out.size())
-            fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(mp) + " holds " + std::to_string(ranks.back().size()) +
-                                          " tensors, mp_rank 0 " + std::to_string(out.size()));
+        mps.push_back(read_deepspeed_folder(dir, mp));
+        if (mps.back().mp_world != first.mp_world || mps.back().params != first.params)
+            fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(mp) + "'s model states give other parameters "
+                                          "or another mp_world_size than mp_rank 0's");
     }
-    for (size_t k = 0; k < out.size(); ++k) {
-        auto &[name, t] = out[k];
-        for (int32_t mp = 1; mp < first.mp_world; ++mp)
-            if (ranks[static_cast<size_t>(mp - 1)][k].first != name)
-                fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(mp) + " holds \"" +
-                                              ranks[static_cast<size_t>(mp - 1)][k].first + "\" where mp_rank 0 holds \"" + name + "\"");
-        const auto it = first.slicing.find(name);
-        if (it == first.slicing.end()) continue; // replicated: every tp rank holds the same
-        std::vector<at::Tensor> parts{t};
-        for (const auto &r : ranks) parts.push_back(r[k].second);
-        t = join_slices(parts, it->second, dir + ": \"" + name + "\"");
+    // Every rank's tensors of one source, name by name; a split one joined (its slicing found by `split_name`).
+    auto joined = [&](ShardedSource DsFolder::*which, auto &&split_name) {
+        std::vector<TensorList> ranks;
+        for (const auto &f : mps) ranks.push_back(read_source_tensors(f.*which));
+        TensorList out = ranks.front();
+        for (size_t r = 1; r < ranks.size(); ++r)
+            if (ranks[r].size() != out.size())
+                fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(r) + " holds " + std::to_string(ranks[r].size()) +
+                                              " tensors, mp_rank 0 " + std::to_string(out.size()));
+        for (size_t k = 0; k < out.size(); ++k) {
+            auto &[name, t] = out[k];
+            for (size_t r = 1; r < ranks.size(); ++r)
+                if (ranks[r][k].first != name)
+                    fail(ACCEL_ERR_DATA_LOSS, dir + ": mp_rank " + std::to_string(r) + " holds \"" + ranks[r][k].first +
+                                                  "\" where mp_rank 0 holds \"" + name + "\"");
+            const auto it = first.slicing.find(split_name(name));
+            if (it == first.slicing.end()) continue; // replicated: every tp rank holds the same
+            std::vector<at::Tensor> parts;
+            for (const auto &r : ranks) parts.push_back(r[k].second);
+            t = join_slices(parts, it->second, dir + ": \"" + name + "\"");
+        }
+        return out;
+    };
+    DsWhole whole;
+    whole.model = joined(&DsFolder::model, [](const std::string &name) { return name; });
+    // "state.{id}.{key}": the parameter's slicing.
+    const TensorList state = joined(&DsFolder::optimizer, [&first](const std::string &name) {
+        const size_t dot = name.find('.', 6);
+        const size_t id = dot == std::string::npos ? first.params.size() : std::stoul(name.substr(6, dot - 6));
+        return id < first.params.size() ? first.params[id] : std::string();
+    });
+    // PyTorch's per-parameter form: the rest's entries (step counts) with the per-element tensors put in.
+    auto entries = py_dict();
+    for (const auto &kv : first.optimizer_rest->get("state")->map)
+        entries->map.emplace_back(kv.first, std::make_shared<PyObj>(*kv.second));
+    for (const auto &[name, t] : state) {
+        const size_t dot = name.find('.', 6); // the reader's own names: "state.{id}.{key}"
+        const int64_t id = std::stoll(name.substr(6, dot - 6));
+        auto it = std::find_if(entries->map.begin(), entries->map.end(),
+                               [id](const auto &kv) { return kv.first->kind == PyObj::Kind::Int && kv.first->i == id; });
+        if (it == entries->map.end()) it = entries->map.insert(entries->map.end(), {py_int(id), py_dict()});
+        py_set(*it->second, name.substr(dot + 1), py_tensor(t));
     }
-    return out;
+    whole.optimizer = py_dict();
+    for (const auto &kv : first.optimizer_rest->map)
+        whole.optimizer->map.emplace_back(kv.first, kv.first->kind == PyObj::Kind::Str && kv.first->s == "state" ? entries : kv.second);
+    return whole;
 }
 
 } // namespace accel::ckpt

@@ -83,6 +83,7 @@ struct DsFolder {
     // the slicing of each split parameter (empty when mp_world is 1).
     int32_t mp_rank = 0, mp_world = 1;
     std::map<std::string, DsSlicing> slicing;
+    std::vector<std::string> params; // the trainable parameters by optimizer id ("state.{id}.{key}")
     ShardedSource model;
     ShardedSource optimizer;
     PyRef optimizer_rest;
@@ -105,11 +106,17 @@ int32_t deepspeed_mp_world(const std::string &dir);
 // when it holds fewer model-parallel ranks.
 DsFolder read_deepspeed_folder(const std::string &dir, int32_t mp = 0);
 
-// The whole tensors of a DeepSpeed folder (merge-weights, zero_to_fp32): the model's tensors of every
-// model-parallel rank, the tp slices of each split parameter joined as accel_tp_slicing records (the vocabulary's
-// padding dropped), the replicated ones from mp_rank 00. UNIMPLEMENTED naming the folder when it holds several
-// model-parallel ranks without that record (a Megatron-DeepSpeed folder: the split dimensions are the model's).
-TensorList read_deepspeed_whole_tensors(const std::string &dir);
+// A DeepSpeed folder as one process's state (merge-weights; load_state at another tp size than the folder's): the
+// model's tensors and the optimizer's per-element state of every model-parallel rank, the tp slices of each split
+// parameter joined as accel_tp_slicing records (the vocabulary's padding dropped), the replicated ones from
+// mp_rank 00; the optimizer's state dict in PyTorch's per-parameter form (optimizer.bin's). UNIMPLEMENTED naming
+// the folder when it holds several model-parallel ranks without that record (a Megatron-DeepSpeed folder: the split
+// dimensions are the model's).
+struct DsWhole {
+    TensorList model;
+    PyRef optimizer;
+};
+DsWhole read_deepspeed_whole(const std::string &dir);
 
 // The text of <output_dir>/zero_to_fp32.py, which save_state writes beside the layout where DeepSpeed copies its
 // own recovery script: accel's, for the files accel writes, needing only Python's torch.

@@ -249,7 +249,7 @@ TEST(DeepSpeedFolder, TensorParallelRanksReadAndJoined)
         EXPECT_EQ(f.slicing.at("w").whole, 3);
         EXPECT_TRUE(at::equal(read(f.model, "w", 0, 4), at::tensor({4.f, 5.f, 0.f, 0.f})));
         // Whole: the slices joined, the padding row dropped; the replicated tensor once.
-        const TensorList whole = read_deepspeed_whole_tensors(dir);
+        const TensorList whole = read_deepspeed_whole(dir).model;
         ASSERT_EQ(whole.size(), 2u);
         EXPECT_EQ(whole[0].first, "w");
         EXPECT_TRUE(at::equal(whole[0].second, at::arange(6, at::kFloat).view({3, 2})));
@@ -272,17 +272,17 @@ TEST(DeepSpeedFolder, DamagedTensorParallelRecordIsDataLoss)
     // accel_tp_slicing malformed, or slices that cannot join into the recorded size: named.
     {
         const std::string dir = write_tp_folder("tp_malformed", 2, 2, {py_tuple({py_int(0), py_int(1)}), slicing_entry(0, 1, 3)});
-        expect_failure([&] { read_deepspeed_whole_tensors(dir); }, ACCEL_ERR_DATA_LOSS, {"mp_rank_00_model_states.pt", "accel_tp_slicing"});
+        expect_failure([&] { read_deepspeed_whole(dir).model; }, ACCEL_ERR_DATA_LOSS, {"mp_rank_00_model_states.pt", "accel_tp_slicing"});
         remove_all(dir);
     }
     {
         const std::string dir = write_tp_folder("tp_too_long", 3, 2, {slicing_entry(0, 1, 100), slicing_entry(0, 1, 100)});
-        expect_failure([&] { read_deepspeed_whole_tensors(dir); }, ACCEL_ERR_DATA_LOSS, {"\"w\"", "do not join"});
+        expect_failure([&] { read_deepspeed_whole(dir).model; }, ACCEL_ERR_DATA_LOSS, {"\"w\"", "do not join"});
         remove_all(dir);
     }
     {
         const std::string dir = write_tp_folder("tp_bad_dim", 3, 2, {slicing_entry(5, 1, 3), slicing_entry(5, 1, 3)});
-        expect_failure([&] { read_deepspeed_whole_tensors(dir); }, ACCEL_ERR_DATA_LOSS, {"\"w\"", "do not join"});
+        expect_failure([&] { read_deepspeed_whole(dir).model; }, ACCEL_ERR_DATA_LOSS, {"\"w\"", "do not join"});
         remove_all(dir);
     }
 }
