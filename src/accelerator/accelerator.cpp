@@ -20,6 +20,7 @@
 #include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "model/model.hpp"
+#include "model/selective_recompute.hpp"
 #include "quantization/quantize_model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "common/offload_files.hpp"
@@ -212,6 +213,8 @@ void Accelerator::prepare_model(Model &model)
                                       "parallelism_config's tp/pp/cp dimensions: their collectives rewrite the weights "
                                       "without the version counters the frozen copy is checked against; use \"no\"");
     model.set_compile_backend(state_->config.dynamo_backend);
+    // MegatronLMPlugin's recompute_activation; before context parallelism, which refuses it by name.
+    if (state_->config.selective_recompute) apply_selective_recompute(model);
     // parallelism_config.cp_size (or sp_size: Ulysses) > 1: attention over the whole sequence through the cp
     // group; the wrappers below average the gradients over dp_cp.
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Cp) > 1)

@@ -11,6 +11,7 @@
 #include "common/error.hpp"
 #include "config/config_file.hpp"
 #include "config/dynamo.hpp"
+#include "config/megatron_lm_launch.hpp"
 #include "cli/launch_config.hpp"
 #include "cli/launch_elastic.hpp"
 #include "cli/launch_env.hpp"
@@ -83,6 +84,12 @@ const char *kUsage =
     "                                 (exported as ACCELERATE_DEEPSPEED_* / ACCELERATE_GRADIENT_CLIPPING)\n"
     "                                 (distributed_type FSDP / DEEPSPEED with fsdp_config / deepspeed_config in the\n"
     "                                 config file do the same; the library checks the values)\n"
+    "      --use_megatron_lm          Megatron-LM's parallelism (ACCELERATE_USE_MEGATRON_LM=true) with\n"
+    "                                 --megatron_lm_tp_degree N, --megatron_lm_pp_degree N,\n"
+    "                                 --megatron_lm_num_micro_batches N, --megatron_lm_sequence_parallelism B,\n"
+    "                                 --megatron_lm_recompute_activations B, --megatron_lm_use_distributed_optimizer B,\n"
+    "                                 --megatron_lm_gradient_clipping X (exported as MEGATRON_LM_*; distributed_type\n"
+    "                                 MEGATRON_LM with megatron_lm_config in the config file does the same)\n"
     "      --parallelism_config_dp_replicate_size N, --parallelism_config_dp_shard_size N,\n"
     "      --parallelism_config_tp_size N, --parallelism_config_cp_size N, --parallelism_config_sp_size N,\n"
     "      --parallelism_config_cp_backend B, --parallelism_config_sp_backend B,\n"
@@ -122,6 +129,9 @@ struct Options {
     bool cpu = false, debug = false, quiet = false, use_fsdp = false, use_deepspeed = false;
     std::map<std::string, std::string> sharding_flags; // flag name (fsdp_version, zero_stage, ...) -> value
     bool use_parallelism_config = false;
+    bool use_megatron_lm = false;
+    std::map<std::string, std::string> megatron_env; // MEGATRON_LM_* from --megatron_lm_* flags
+    std::string megatron_flag;                       // the first of them (named when --use_megatron_lm is missing)
     bool enable_cpu_affinity = false; // --enable_cpu_affinity or the file's enable_cpu_affinity: true
     std::map<std::string, std::string> parallelism_env; // PARALLELISM_CONFIG_* -> value
     std::map<std::string, std::string> dynamo_env;      // ACCELERATE_DYNAMO_* from --dynamo_* flags
@@ -296,6 +306,15 @@ Options parse(int argc, char **argv)
         } else if (flag == "--rdzv_id") {
             o.rdzv_id = value(flag, inline_value, has_inline);
             if (o.rdzv_id->empty()) usage_error(flag + ": must not be empty");
+        } else if (flag == "--use_megatron_lm") {
+            o.use_megatron_lm = true;
+        } else if (const auto *ms = flag.rfind("--", 0) == 0 ? config::find_megatron_lm_setting(flag.substr(2)) : nullptr) {
+            try {
+                o.megatron_env[ms->env] = config::megatron_lm_flag_text(*ms, value(flag, inline_value, has_inline), flag);
+                if (o.megatron_flag.empty()) o.megatron_flag = flag;
+            } catch (const Error &e) {
+                usage_error(e.what());
+            }
         } else if (flag == "--use_parallelism_config") {
             o.use_parallelism_config = true;
         } else if (const ParallelismFlag *pf = find_parallelism_flag(flag)) {
@@ -314,6 +333,9 @@ Options parse(int argc, char **argv)
                     "\" as its value (did its value go missing? write " + last_spaced_flag + "=VALUE)");
     if (o.command.empty()) usage_error("missing the command to run");
     if (o.use_fsdp && o.use_deepspeed) usage_error("--use_fsdp and --use_deepspeed exclude each other");
+    if (o.use_megatron_lm && (o.use_fsdp || o.use_deepspeed))
+        usage_error(std::string("--use_megatron_lm and ") + (o.use_fsdp ? "--use_fsdp" : "--use_deepspeed") +
+                    " exclude each other");
     if (o.nnodes) {
         if (o.num_machines && *o.num_machines != *o.nnodes)
             usage_error("--nnodes " + std::to_string(*o.nnodes) + " and --num_machines " +
@@ -524,11 +546,14 @@ int launch_main(int argc, char **argv)
         if (cfg.mixed_precision_given && !mixed_precision_flag) ds_fields.emplace_back("mixed_precision");
         if (cfg.gpu_ids && *cfg.gpu_ids != "all") extra_env["CUDA_VISIBLE_DEVICES"] = *cfg.gpu_ids;
         // The file's engine unless a paradigm flag chose one; its settings unless a flag gives them.
-        if (!o.use_fsdp && !o.use_deepspeed) {
+        if (!o.use_fsdp && !o.use_deepspeed && !o.use_megatron_lm) {
             o.use_fsdp = cfg.sharding == "fsdp";
             o.use_deepspeed = cfg.sharding == "deepspeed";
+            o.use_megatron_lm = cfg.megatron_lm;
             for (const auto &[k, v] : cfg.sharding_env) extra_env[k] = v;
         }
+        // megatron_lm_config applies with --use_megatron_lm too, as in Accelerate (its flags win here).
+        if (o.use_megatron_lm) o.megatron_env.insert(cfg.megatron_lm_env.begin(), cfg.megatron_lm_env.end());
     }
     // Sharding flags: exported only with their engine chosen, as `accelerate launch`.
     for (const auto &[name, v] : o.sharding_flags) {
@@ -540,6 +565,14 @@ int launch_main(int argc, char **argv)
         else if (!o.quiet)
             std::fprintf(stderr, "accel launch: warning: --%s does not apply (accel launch starts the processes "
                                  "itself; give an nvme path in the program's deepspeed_plugin config)\n", name.c_str());
+    }
+    // Megatron-LM's flags: exported only with --use_megatron_lm (or the file's MEGATRON_LM), with the launcher's
+    // defaults for the degrees and the clipping (config/megatron_lm_launch.hpp).
+    if (o.use_megatron_lm) {
+        config::megatron_lm_env_defaults(o.megatron_env);
+        for (const auto &[k, v] : o.megatron_env) extra_env[k] = v;
+    } else if (!o.megatron_flag.empty()) {
+        usage_error(o.megatron_flag + " needs --use_megatron_lm (or distributed_type MEGATRON_LM in the config file)");
     }
     // As accelerate launch: any --parallelism_config_* flag turns the ParallelismConfig on.
     if (o.use_parallelism_config || !o.parallelism_env.empty()) {

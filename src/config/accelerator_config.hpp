@@ -147,6 +147,9 @@ struct AcceleratorConfig {
     std::vector<std::string> log_with;
     ShardingConfig sharding; // fsdp_plugin / deepspeed_plugin (src/parallel/fsdp)
     ParallelismConfig parallelism; // parallelism_config: the device mesh's sizes (src/distributed/device_mesh)
+    // MegatronLMPlugin's recompute_activation (Megatron's --recompute-activations, recompute_granularity
+    // "selective"): prepare turns on the gpt / llama model's selective recomputation (refused by name for others).
+    bool selective_recompute = false;
     bool malloc_tuning = true; // ACCEL_MALLOC_TUNING (environment only: a process-wide setting)
 };
 

@@ -4,6 +4,7 @@
 #include "common/error.hpp"
 #include "config/dynamo.hpp"
 #include "config/env.hpp"
+#include "config/megatron_lm_launch.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -201,14 +202,6 @@ std::string upper(std::string s)
 
 std::string bool_text(bool b) { return b ? "true" : "false"; }
 
-// Sections that steer an engine accel does not have yet: ignored (with a warning) unless distributed_type
-// asks for that engine, which is an error.
-struct EngineSection {
-    const char *key;
-    const char *engine_type; // distributed_type that uses it
-};
-const EngineSection kEngineSections[] = {{"megatron_lm_config", "MEGATRON_LM"}};
-
 // parallelism_config's keys (Accelerate 1.10+: the launcher's --parallelism_config_* flags), without their
 // "parallelism_config_" prefix; each becomes PARALLELISM_CONFIG_<NAME>. The sizes that are not built yet.
 const char *const kParallelismKeys[] = {"dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size",
@@ -381,12 +374,13 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
     out["distributed_type"] = str_node(c.distributed_type);
     if (c.distributed_type == "FSDP") c.sharding = "fsdp";
     if (c.distributed_type == "DEEPSPEED") c.sharding = "deepspeed";
+    c.megatron_lm = c.distributed_type == "MEGATRON_LM";
     if (c.distributed_type != "NO" && c.distributed_type != "MULTI_CPU" && c.distributed_type != "MULTI_GPU" &&
-        c.sharding.empty())
+        c.sharding.empty() && !c.megatron_lm)
         fail(ACCEL_ERR_UNIMPLEMENTED,
              r.where("distributed_type") + ": " + c.distributed_type +
-                 " is not yet supported by accel (NO, MULTI_CPU, MULTI_GPU, FSDP and DEEPSPEED are); training would "
-                 "not be what the file asks for");
+                 " is not yet supported by accel (NO, MULTI_CPU, MULTI_GPU, FSDP, DEEPSPEED and MEGATRON_LM are); "
+                 "training would not be what the file asks for");
 
     if (auto opt = take("compute_environment")) {
         const YAML::Node n = *opt;
@@ -547,13 +541,32 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         }
         c.parallelism_env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true";
     }
-    for (const auto &s : kEngineSections) {
-        auto n = section(s.key);
-        if (!n) continue;
-        out[s.key] = *n;
-        if (c.distributed_type == s.engine_type)
-            fail(ACCEL_ERR_UNIMPLEMENTED, r.where(s.key) + ": Megatron-LM is not yet supported by accel");
-        warn(s.key, std::string("ignored: distributed_type is ") + c.distributed_type + ", not " + s.engine_type);
+    // megatron_lm_config: `accelerate config` writes the launch flags' names (megatron_lm_tp_degree, ...); the
+    // launcher exports them as MEGATRON_LM_* (the library maps or refuses each value). YAML booleans as Python's
+    // str(True); numbers as written (the launcher exports the loaded value's str()).
+    if (auto sec = section("megatron_lm_config")) {
+        out["megatron_lm_config"] = *sec;
+        for (const auto &kv : *sec) {
+            const std::string k = kv.first.Scalar(), where = "megatron_lm_config." + k;
+            const MegatronLaunchSetting *setting = find_megatron_lm_setting(k);
+            if (setting == nullptr)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, r.where(where) + ": unknown key (expected megatron_lm_tp_degree, "
+                                                                  "megatron_lm_pp_degree, megatron_lm_num_micro_batches, "
+                                                                  "megatron_lm_sequence_parallelism, "
+                                                                  "megatron_lm_recompute_activations, "
+                                                                  "megatron_lm_use_distributed_optimizer or "
+                                                                  "megatron_lm_gradient_clipping)");
+            if (is_null(kv.second)) continue;
+            if (!kv.second.IsScalar()) r.bad(where, setting->kind == 'b' ? "true or false" : "a number", kv.second);
+            bool b = false;
+            const bool yaml_bool = !is_quoted(kv.second) && YAML::convert<bool>::decode(kv.second, b);
+            std::string text = yaml_bool && setting->kind == 'b' ? (b ? "True" : "False") : kv.second.Scalar();
+            megatron_lm_flag_text(*setting, text, r.where(where)); // checked as the flag is
+            c.megatron_lm_env[setting->env] = text;
+        }
+        if (!c.megatron_lm)
+            warn("megatron_lm_config", std::string("ignored unless accel launch --use_megatron_lm: distributed_type is ") +
+                                           c.distributed_type + ", not MEGATRON_LM");
     }
     if (auto sec = section("dynamo_config")) {
         const YAML::Node n = *sec;

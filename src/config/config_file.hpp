@@ -50,6 +50,11 @@ struct ClusterConfig {
     // parallelism_config: PARALLELISM_CONFIG_* and ACCELERATE_USE_PARALLELISM_CONFIG=true, as `accelerate launch`
     // exports them from its --parallelism_config_* flags (empty when the file has no such section).
     std::map<std::string, std::string> parallelism_env;
+    // distributed_type MEGATRON_LM (`accelerate launch --use_megatron_lm`), and megatron_lm_config's values as
+    // the launcher exports them (MEGATRON_LM_*, config/megatron_lm_launch.hpp), read whatever distributed_type is:
+    // Accelerate applies the section with --use_megatron_lm too.
+    bool megatron_lm = false;
+    std::map<std::string, std::string> megatron_lm_env;
     // Keys read but without effect here, each "key: why" (printed as warnings by the commands).
     std::vector<std::string> warnings;
     // Every top-level key with Accelerate's defaults filled in, values as YAML flow text, sorted by key

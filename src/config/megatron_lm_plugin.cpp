@@ -33,6 +33,15 @@ struct Megatron {
     double gradient_clipping = 1.0; // MegatronLMPlugin's default: Megatron clips at 1.0 unless told 0
     bool sequence_parallelism = false, recompute_activation = false, use_distributed_optimizer = false;
     std::string where = "megatron_lm_plugin";
+    bool env = false; // read from the launcher's MEGATRON_LM_* variables, not a JSON object
+
+    // A key as the message names it: the JSON path, or the variable.
+    std::string key(const char *json, const char *var) const { return env ? where + var : where + "." + json; }
+    // What accel cannot honour with this value: UNIMPLEMENTED naming the key and why.
+    [[noreturn]] void refuse(const char *json, const char *var, const std::string &why) const
+    {
+        fail(ACCEL_ERR_UNIMPLEMENTED, key(json, var) + ": " + why);
+    }
 };
 
 std::string lower(std::string v)
@@ -69,6 +78,7 @@ Megatron from_env()
 {
     Megatron m;
     m.where = "environment variable MEGATRON_LM_";
+    m.env = true;
     m.tp_degree = static_cast<int64_t>(env_number("MEGATRON_LM_TP_DEGREE", 1, true));
     m.pp_degree = static_cast<int64_t>(env_number("MEGATRON_LM_PP_DEGREE", 1, true));
     m.num_micro_batches = static_cast<int64_t>(env_number("MEGATRON_LM_NUM_MICRO_BATCHES", 1, true));
@@ -106,45 +116,49 @@ void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
     std::optional<JsonObject> obj = root.get_object("megatron_lm_plugin");
     if (!obj && !env_bool("ACCELERATE_USE_MEGATRON_LM", false)) return;
     const Megatron m = obj ? from_json(*obj) : from_env();
-    const bool env = !obj;
-    auto key = [&](const char *json, const char *var) { return env ? m.where + var : m.where + "." + json; };
-    if (m.tp_degree > 1)
-        fail(ACCEL_ERR_UNIMPLEMENTED, key("tp_degree", "TP_DEGREE") + ": " + std::to_string(m.tp_degree) +
-                                          ": Megatron's tensor parallelism is not mapped (pipeline with tensor parallelism "
-                                          "is not built yet); without a pipeline use parallelism_config.tp_size");
-    if (m.sequence_parallelism)
-        fail(ACCEL_ERR_UNIMPLEMENTED, key("sequence_parallelism", "SEQUENCE_PARALLELISM") +
-                                          ": needs Megatron's tensor parallelism, which is not mapped; use "
-                                          "parallelism_config.tp_handler.sequence_parallel");
-    if (m.recompute_activation)
-        fail(ACCEL_ERR_UNIMPLEMENTED, key("recompute_activation", "RECOMPUTE_ACTIVATION") +
-                                          ": not mapped; use the model spec's recompute_granularity (\"selective\") or "
-                                          "activation_checkpointing");
+    if (m.tp_degree > 1 && m.pp_degree > 1)
+        m.refuse("tp_degree", "TP_DEGREE", std::to_string(m.tp_degree) + " with pp_degree " + std::to_string(m.pp_degree) +
+                                               ": a pipeline with tensor parallelism is not built yet; tp_degree alone "
+                                               "(pp_degree 1) is");
     if (m.use_distributed_optimizer)
-        fail(ACCEL_ERR_UNIMPLEMENTED, key("use_distributed_optimizer", "USE_DISTRIBUTED_OPTIMIZER") +
-                                          ": Megatron's distributed optimizer is not built (pipeline stages compose with "
-                                          "DDP only); set it false");
+        m.refuse("use_distributed_optimizer", "USE_DISTRIBUTED_OPTIMIZER",
+                 "Megatron's distributed optimizer is not mapped yet; set it false, or shard the optimizer state with "
+                 "deepspeed_plugin zero_stage 1 (without a pipeline)");
     if (m.gradient_clipping != 0.0)
-        fail(ACCEL_ERR_UNIMPLEMENTED, key("gradient_clipping", "GRADIENT_CLIPPING") + ": " + std::to_string(m.gradient_clipping) +
-                                          ": Megatron's train step clips by itself, accel's does not; set it 0 and call "
-                                          "accel_accelerator_clip_grad_norm (over all stages) in the loop");
+        m.refuse("gradient_clipping", "GRADIENT_CLIPPING",
+                 std::to_string(m.gradient_clipping) + ": Megatron's train step clips by itself, accel's does not; set it "
+                                                       "0 and call accel_accelerator_clip_grad_norm (over all stages) in "
+                                                       "the loop");
     ParallelismConfig &p = c.parallelism;
-    if (p.given && m.pp_degree > 1)
+    const bool mesh = m.pp_degree > 1 || m.tp_degree > 1;
+    if (p.given && mesh)
         fail(ACCEL_ERR_INVALID_ARGUMENT, m.where + " with parallelism_config: give the parallelism in one of them");
     const int32_t world = std::max(1, c.topology.world_size);
-    if (world % m.pp_degree != 0)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, key("pp_degree", "PP_DEGREE") + ": " + std::to_string(m.pp_degree) +
-                                             " stages do not divide the job's " + std::to_string(world) + " processes");
+    if (world % (m.tp_degree * m.pp_degree) != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, m.key(m.pp_degree > 1 ? "pp_degree" : "tp_degree", m.pp_degree > 1 ? "PP_DEGREE" : "TP_DEGREE") +
+                                             ": tp_degree (" + std::to_string(m.tp_degree) + ") x pp_degree (" +
+                                             std::to_string(m.pp_degree) + ") does not divide the job's " +
+                                             std::to_string(world) + " processes");
     if (m.pp_degree > 1 && c.sharding.enabled())
-        fail(ACCEL_ERR_UNIMPLEMENTED, key("pp_degree", "PP_DEGREE") + ": pipeline parallelism with fsdp_plugin or "
-                                          "deepspeed_plugin is not built yet; it composes with DDP");
+        m.refuse("pp_degree", "PP_DEGREE", "pipeline parallelism with fsdp_plugin or deepspeed_plugin is not built yet; "
+                                           "it composes with DDP");
+    if (m.tp_degree > 1 && c.sharding.enabled())
+        m.refuse("tp_degree", "TP_DEGREE", "Megatron's tensor parallelism with fsdp_plugin or deepspeed_plugin is not "
+                                           "mapped (which processes shard is the mesh's choice): give parallelism_config's "
+                                           "tp_size and dp_shard_size instead");
     if (m.layers_per_virtual_stage > 0 && m.pp_degree == 1)
         fail(ACCEL_ERR_INVALID_ARGUMENT, m.where + ".num_layers_per_virtual_pipeline_stage: needs pp_degree above 1");
-    if (m.pp_degree == 1) return; // data parallelism only: what accel does without the plugin
+    // Megatron's --recompute-activations: selective recomputation, applied to the gpt / llama model at prepare.
+    c.selective_recompute = m.recompute_activation;
+    if (!mesh) return; // data parallelism only: what accel does without the plugin
     p.given = true;
     p.pp_size = static_cast<int32_t>(m.pp_degree);
-    p.dp_replicate_size = world / p.pp_size; // Megatron's data-parallel size: world / (tp x pp)
-    p.dp_shard_size = p.tp_size = p.cp_size = p.sp_size = 1;
+    p.tp_size = static_cast<int32_t>(m.tp_degree);
+    p.dp_replicate_size = world / (p.pp_size * p.tp_size); // Megatron's data-parallel size: world / (tp x pp)
+    p.dp_shard_size = p.cp_size = p.sp_size = 1;
+    // Megatron turns sequence parallelism off when tp is 1 (it has nothing to split over).
+    p.sequence_parallel = m.sequence_parallelism && m.tp_degree > 1;
+    if (m.pp_degree == 1) return;
     p.num_micro_batches = static_cast<int32_t>(m.num_micro_batches);
     p.num_layers_per_virtual_pipeline_stage = m.layers_per_virtual_stage;
     // Megatron: virtual stages mean the interleaved schedule, none its 1F1B.

@@ -542,4 +542,10 @@ std::string GptModel::canonical_key(const std::string &key) const
     return key;
 }
 
+void GptModel::set_selective_recompute(bool on)
+{
+    config_.selective_recompute = on;
+    for (const auto &b : blocks_) b->block.options.recompute_attention = on;
+}
+
 } // namespace accel

@@ -62,6 +62,9 @@ public:
     std::vector<size_t> parameter_layers() const override;
     // Blocks only: layer 0 spans the whole forward and is never recomputed.
     void set_activation_checkpointing(const std::vector<bool> &layers) override;
+    // recompute_granularity "selective" turned on or off after the model was built (MegatronLMPlugin's
+    // recompute_activation, applied at prepare): the same as building it with that spec.
+    void set_selective_recompute(bool on);
     bool activation_checkpointing() const override;
     const config::GptConfig &config() const { return config_; }
     std::string hf_config_json() const override { return config::gpt_config_to_hf_json(config_); }

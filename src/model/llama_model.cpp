@@ -622,4 +622,10 @@ std::string LlamaModel::canonical_key(const std::string &key) const
     return key;
 }
 
+void LlamaModel::set_selective_recompute(bool on)
+{
+    config_.selective_recompute = on;
+    for (const auto &l : layers_) l->recompute_attention = on;
+}
+
 } // namespace accel

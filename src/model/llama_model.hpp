@@ -52,6 +52,9 @@ public:
     std::vector<size_t> parameter_layers() const override;
     // Decoder layers only: layer 0 spans the whole forward and is never recomputed.
     void set_activation_checkpointing(const std::vector<bool> &layers) override;
+    // recompute_granularity "selective" turned on or off after the model was built (MegatronLMPlugin's
+    // recompute_activation, applied at prepare): the same as building it with that spec.
+    void set_selective_recompute(bool on);
     bool activation_checkpointing() const override;
     // Per decoder layer: self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj (lm_head is not a slot).
     std::vector<LinearSlot> linear_slots() override;

@@ -276,12 +276,16 @@ for mp in ("no", "fp16", "bf16", "fp8"):  # JSON in a file named .yaml, as write
     write_basic_config(mp, path)
     accepted("0.24.1 write_basic_config(%s)" % mp, [path], dict(CPU, ACCELERATE_MIXED_PRECISION=mp))
 # What accel cannot do: an error naming the key (docs/guides/launching.md: "are errors").
-refused("0.24.1 Megatron-LM", write_0241("q_megatron", questionnaire_0241(
-    distributed_type="MEGATRON_LM", num_processes=2, megatron_lm_config={
-        "megatron_lm_tp_degree": 2, "megatron_lm_sequence_parallelism": True, "megatron_lm_pp_degree": 2,
-        "megatron_lm_num_micro_batches": 2, "megatron_lm_recompute_activations": True,
-        "megatron_lm_use_distributed_optimizer": True, "megatron_lm_gradient_clipping": 1.0})),
-    ["distributed_type: MEGATRON_LM is not yet supported"])
+# Megatron-LM: megatron_lm_config exported as the launcher exports it (str() of each loaded value); the library maps
+# or refuses each value when an accelerator is created (config/megatron_lm_plugin.cpp).
+MEGATRON_FILE = {"megatron_lm_tp_degree": 2, "megatron_lm_sequence_parallelism": True, "megatron_lm_pp_degree": 2,
+                 "megatron_lm_num_micro_batches": 2, "megatron_lm_recompute_activations": True,
+                 "megatron_lm_use_distributed_optimizer": True, "megatron_lm_gradient_clipping": 1.0}
+accepted("0.24.1 Megatron-LM", write_0241("q_megatron", questionnaire_0241(
+    distributed_type="MEGATRON_LM", num_processes=2, megatron_lm_config=MEGATRON_FILE)),
+    {"ACCELERATE_USE_MEGATRON_LM": "true", "MEGATRON_LM_TP_DEGREE": "2", "MEGATRON_LM_SEQUENCE_PARALLELISM": "True",
+     "MEGATRON_LM_PP_DEGREE": "2", "MEGATRON_LM_NUM_MICRO_BATCHES": "2", "MEGATRON_LM_RECOMPUTE_ACTIVATIONS": "True",
+     "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER": "True", "MEGATRON_LM_GRADIENT_CLIPPING": "1.0"}, nproc=2)
 refused("0.24.1 TPU", write_0241("q_tpu", questionnaire_0241(
     distributed_type="TPU", mixed_precision="bf16", downcast_bf16="yes", tpu_use_cluster=True, tpu_name="pod")),
     ["distributed_type: TPU is not yet supported"])
@@ -529,6 +533,17 @@ CASES = [  # (name, accel launch flags, accelerate launch flags, the agreed diff
     ("accel config's DeepSpeed file", ["--config_file", ACCEL_FILES["deepspeed.json"]] + T1, None,
      dict(TORCHRUN_ONLY, **USE_CPU)),
     ("accel config's MULTI_CPU file", ["--config_file", ACCEL_FILES["multi_cpu.yaml"]] + T1, None, RANKS),
+    ("--use_megatron_lm with every 0.24.1 Megatron-LM flag",
+     ["--use_megatron_lm", "--num_processes", "2", "--megatron_lm_tp_degree", "2", "--megatron_lm_pp_degree", "1",
+      "--megatron_lm_num_micro_batches", "2", "--megatron_lm_sequence_parallelism", "true",
+      "--megatron_lm_recompute_activations", "True", "--megatron_lm_use_distributed_optimizer", "false",
+      "--megatron_lm_gradient_clipping", "0"] + T1, None, dict(TORCHRUN_ONLY, **USE_CPU)),
+    ("--use_megatron_lm alone", ["--use_megatron_lm", "--num_processes", "2"] + T1, None,
+     dict(TORCHRUN_ONLY, **USE_CPU)),
+    ("0.24.1 Megatron-LM file", ["--config_file", real_file("megatron", questionnaire_0241(
+        distributed_type="MEGATRON_LM", num_processes=2, gpu_ids="all", megatron_lm_config=dict(
+            MEGATRON_FILE, megatron_lm_tp_degree=1, megatron_lm_gradient_clipping=0.5)))] + T1, None,
+     dict(TORCHRUN_ONLY, **USE_CPU)),
 ]
 
 
@@ -568,7 +583,7 @@ for name, accel_args, real_args, agreed in CASES:
             check(False, "B2 %s, rank %d: the differences are not the agreed ones:\n%s" % (name, rank, detail))
         same = sorted(k for k in real[rank] if k not in got)
         print("B2 %s, rank %d: %d variables equal (%s), %d differences as agreed"
-              % (name, rank, len(same), " ".join(k for k in same if k.startswith(("ACCELERATE_", "FSDP_"))),
+              % (name, rank, len(same), " ".join(k for k in same if k.startswith(("ACCELERATE_", "FSDP_", "MEGATRON_LM_"))),
                  len(got)))
 
 # OMP_NUM_THREADS by default (docs/guides/launching.md): Accelerate's simple launcher gives the one process it starts the physical
@@ -652,6 +667,12 @@ real_created("0.24.1 DeepSpeed file, deepspeed_config_file: none", ["--config_fi
     "c_ds_none", questionnaire_0241(distributed_type="DEEPSPEED", num_processes=2, deepspeed_config={
         "deepspeed_config_file": "none", "zero3_init_flag": False, "zero_stage": 2}))[0]] + T1,
              {"deepspeed_plugin.zero_stage": 2})
+real_created("0.24.1 --use_megatron_lm, pipeline of 2", ["--use_megatron_lm", "--num_processes", "2",
+                                                       "--megatron_lm_pp_degree", "2", "--megatron_lm_num_micro_batches",
+                                                       "4", "--megatron_lm_gradient_clipping", "0"] + T1,
+             # (the effective configuration has no pp_size: parallelism_config appears only when given, here by the
+             # plugin, with Megatron's data-parallel size world / pp)
+             {"parallelism_config.dp_replicate_size": 1, "parallelism_config.tp_size": 1})
 real_created("0.24.1 --use_deepspeed flags", ["--use_deepspeed", "--num_processes", "2", "--zero_stage", "3",
                                               "--gradient_accumulation_steps", "2"] + T1,
              {"deepspeed_plugin.zero_stage": 3, "gradient_accumulation_steps": 2})

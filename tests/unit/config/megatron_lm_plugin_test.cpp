@@ -101,24 +101,72 @@ TEST_F(MegatronLmPluginTest, LauncherEnvironment)
     EXPECT_REFUSED("{}", ACCEL_ERR_UNIMPLEMENTED, "environment variable MEGATRON_LM_GRADIENT_CLIPPING: 1.0");
     setenv("MEGATRON_LM_GRADIENT_CLIPPING", "0", 1);
     setenv("MEGATRON_LM_PP_DEGREE", "3", 1);
-    EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_PP_DEGREE: 3 stages do not divide the job's 4 processes");
+    EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_PP_DEGREE: tp_degree (1) x pp_degree (3) does not divide the job's 4 processes");
     setenv("MEGATRON_LM_PP_DEGREE", "two", 1);
     EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_PP_DEGREE: expected a positive integer");
     setenv("MEGATRON_LM_PP_DEGREE", "2", 1);
-    setenv("MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "True", 1);
-    EXPECT_REFUSED("{}", ACCEL_ERR_UNIMPLEMENTED, "MEGATRON_LM_RECOMPUTE_ACTIVATION");
+    EXPECT_FALSE(parse_accelerator_config("{}").selective_recompute);
+    setenv("MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "True", 1); // what the launcher exports; the plugin reads either
+    EXPECT_TRUE(parse_accelerator_config("{}").selective_recompute);
+    setenv("MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER", "true", 1);
+    EXPECT_REFUSED("{}", ACCEL_ERR_UNIMPLEMENTED, "environment variable MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER: ");
     unsetenv("ACCELERATE_USE_MEGATRON_LM"); // without it the variables are not read, as in Accelerate
     EXPECT_EQ(parse_accelerator_config("{}").parallelism.pp_size, 1);
+}
+
+TEST_F(MegatronLmPluginTest, TensorParallelismAndItsSequenceParallelismMapOntoTheMesh)
+{
+    // tp_degree alone: tp_size, the rest replicating (Megatron's data-parallel size world / tp).
+    AcceleratorConfig c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"tp_degree\": 2, \"gradient_clipping\": 0}}");
+    EXPECT_TRUE(c.parallelism.given);
+    EXPECT_EQ(c.parallelism.tp_size, 2);
+    EXPECT_EQ(c.parallelism.pp_size, 1);
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 2);
+    EXPECT_FALSE(c.parallelism.sequence_parallel);
+    c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"tp_degree\": 4, \"sequence_parallelism\": true, "
+                                 "\"gradient_clipping\": 0}}");
+    EXPECT_EQ(c.parallelism.tp_size, 4);
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 1);
+    EXPECT_TRUE(c.parallelism.sequence_parallel); // tp_handler.sequence_parallel
+    // Megatron turns sequence parallelism off when tp is 1: nothing to split over.
+    c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"sequence_parallelism\": true, "
+                                 "\"gradient_clipping\": 0}}");
+    EXPECT_FALSE(c.parallelism.sequence_parallel);
+    EXPECT_EQ(c.parallelism.tp_size, 1);
+    // The launcher's variables alike.
+    setenv("ACCELERATE_USE_MEGATRON_LM", "true", 1);
+    setenv("MEGATRON_LM_TP_DEGREE", "2", 1);
+    setenv("MEGATRON_LM_PP_DEGREE", "1", 1);
+    setenv("MEGATRON_LM_GRADIENT_CLIPPING", "0.0", 1);
+    setenv("MEGATRON_LM_SEQUENCE_PARALLELISM", "True", 1);
+    c = parse_accelerator_config("{}");
+    EXPECT_EQ(c.parallelism.tp_size, 2);
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 2);
+    EXPECT_TRUE(c.parallelism.sequence_parallel);
+    setenv("MEGATRON_LM_TP_DEGREE", "3", 1);
+    EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "environment variable MEGATRON_LM_TP_DEGREE: tp_degree (3) x pp_degree (1) does not divide the job's 4");
+}
+
+TEST_F(MegatronLmPluginTest, RecomputeActivationIsSelectiveRecomputation)
+{
+    EXPECT_FALSE(parse_accelerator_config("{\"megatron_lm_plugin\": {\"gradient_clipping\": 0}}").selective_recompute);
+    EXPECT_TRUE(parse_accelerator_config("{\"megatron_lm_plugin\": {\"recompute_activation\": true, \"gradient_clipping\": 0}}")
+                    .selective_recompute);
+    EXPECT_FALSE(parse_accelerator_config("{}").selective_recompute); // without the plugin
 }
 
 TEST_F(MegatronLmPluginTest, WhatAccelCannotHonourIsRefusedByName)
 {
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"tp_degree\": 2, \"gradient_clipping\": 0}}",
-                   ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.tp_degree: 2");
+                   ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.tp_degree: 2 with pp_degree 2");
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"use_distributed_optimizer\": true, \"gradient_clipping\": 0}}",
                    ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.use_distributed_optimizer");
-    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"sequence_parallelism\": true, \"gradient_clipping\": 0}}",
-                   ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.sequence_parallelism");
+    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"tp_degree\": 2, \"gradient_clipping\": 0}, \"fsdp_plugin\": {}}",
+                   ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.tp_degree: Megatron's tensor parallelism with fsdp_plugin");
+    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"tp_degree\": 2, \"gradient_clipping\": 0}, \"parallelism_config\": "
+                   "{\"tp_size\": 2, \"dp_replicate_size\": 2}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "megatron_lm_plugin with parallelism_config");
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"train_iters\": 100, \"gradient_clipping\": 0}}",
                    ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.train_iters: Megatron-LM's own training loop");
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"gradient_clipping\": 1.0}}", ACCEL_ERR_UNIMPLEMENTED,
