@@ -12,7 +12,12 @@
  * With BENCH_CHECKPOINT=DIR the model is built on meta (empty_init) and its weights come from DIR (a save_pretrained
  * folder) through accel_model_load_checkpoint_and_dispatch (memory: accel_model_load_checkpoint): the whole model
  * is never in memory, as Accelerate's load_checkpoint_and_dispatch does it; the line then also gives the load's time
- * and the peak RSS from the start to before generating. MODE "save" builds the model and writes DIR. */
+ * and the peak RSS from the start to before generating. MODE "save" builds the model and writes DIR.
+ *
+ * With BENCH_QUANTIZE=KEYS too (a BnbQuantizationConfig's keys without braces, e.g. "\"load_in_8bit\": true"), the
+ * load is load_and_quantize_model instead (accel_model_quantize with weights_location, and the mode's device_map and
+ * offload_folder): the disk modules' quantized weights are written to FOLDER as they are quantized. The sizes printed
+ * stay the float model's. */
 #define _XOPEN_SOURCE 700
 #include "bench_common.h"
 
@@ -70,7 +75,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "MODE: memory, half or disk\n");
         return 2;
     }
-    if (from_checkpoint) {
+    const char *quantize = getenv("BENCH_QUANTIZE");
+    if (from_checkpoint && quantize != NULL && quantize[0] != '\0') {
+        static char config[10000];
+        const double t0 = now();
+        if (on_disk > 0)
+            snprintf(config, sizeof config, "{%s, \"weights_location\": \"%s\", \"device_map\": %s, \"offload_folder\": \"%s\"}",
+                     quantize, checkpoint, map, dir);
+        else
+            snprintf(config, sizeof config, "{%s, \"weights_location\": \"%s\"}", quantize, checkpoint);
+        CHECK(accel_model_quantize(m, config));
+        load_s = now() - t0;
+        load_peak = status_mib("VmHWM:");
+    } else if (from_checkpoint) {
         static char load_options[9400];
         const double t0 = now();
         if (on_disk > 0) {
@@ -107,8 +124,8 @@ int main(int argc, char **argv)
            mode, (layers * block + ends) / 1048576.0, on_disk / 1048576.0, tokens / dt, tokens, dt, before, peak,
            peak - before);
     if (from_checkpoint)
-        printf("dispatch %-6s built on meta, loaded from the checkpoint in %.1f s, peak RSS up to generating %.0f MiB\n",
-               mode, load_s, load_peak);
+        printf("dispatch %-6s built on meta, loaded from the checkpoint%s in %.1f s, peak RSS up to generating %.0f MiB\n",
+               mode, quantize != NULL && quantize[0] != '\0' ? " (load_and_quantize_model)" : "", load_s, load_peak);
     accel_tensor_free(g);
     accel_tensor_free(x);
     accel_model_free(m);

@@ -14,6 +14,8 @@ trap 'rm -rf "$dir"' EXIT
 # BENCH_META=1: the model is written once with save_pretrained and each mode builds it on meta and loads it
 # (load_checkpoint_and_dispatch), so the whole model is never in memory (issue 37's ~1 B benchmark:
 # BENCH_META=1 bash bench/dispatch_disk.sh build /tmp/d 2048 16 5632 32000 8).
+# BENCH_QUANTIZE='"load_in_8bit": true' (with BENCH_META=1): each mode loads through load_and_quantize_model
+# (accel_model_quantize with weights_location, device_map and offload_folder) instead, quantized as it loads.
 if [[ ${BENCH_META:-0} == 1 ]]; then
     "$build/bench/bench_dispatch_disk" save "$dir/checkpoint" "$@"
     export BENCH_CHECKPOINT="$dir/checkpoint"
