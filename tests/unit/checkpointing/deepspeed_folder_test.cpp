@@ -202,7 +202,8 @@ std::string write_tp_folder(const std::string &name, int stage, int32_t world, c
             for (const auto &run : part.runs(r, 0))
                 flat.narrow(0, run.flat_offset, run.numel).copy_(whole[run.param].narrow(0, run.param_offset, run.numel));
             s.fp32 = {flat};
-            s.group_state = {nullptr};
+            // AdamW-like state over the flat partition: exp_avg = the parameters + 100, step 3.
+            s.group_state = {py_dict({{py_str("step"), py_tensor(at::full({}, 3.0))}, {py_str("exp_avg"), py_tensor(flat + 100)}})};
             s.group_options = {py_dict({{py_str("lr"), py_float(0.5)}})};
             s.module = {{"w", at::empty({0})}, {"r", at::empty({0})}};
             PyRef states = deepspeed_model_states(part, s);
@@ -254,6 +255,15 @@ TEST(DeepSpeedFolder, TensorParallelRanksReadAndJoined)
         EXPECT_EQ(whole[0].first, "w");
         EXPECT_TRUE(at::equal(whole[0].second, at::arange(6, at::kFloat).view({3, 2})));
         EXPECT_TRUE(at::equal(whole[1].second, at::arange(7, 9, at::kFloat)));
+        // The optimizer's state in PyTorch's per-parameter form: w's moments joined as w is, r's from mp_rank 00.
+        const DsWhole all = read_deepspeed_whole(dir);
+        const PyObj &state = *all.optimizer->get("state");
+        ASSERT_NE(state.get_int_key(0), nullptr);
+        ASSERT_NE(state.get_int_key(0)->get("exp_avg"), nullptr);
+        EXPECT_TRUE(at::equal(state.get_int_key(0)->get("exp_avg")->tensor, at::arange(6, at::kFloat).view({3, 2}) + 100));
+        EXPECT_TRUE(at::equal(state.get_int_key(1)->get("exp_avg")->tensor, at::arange(107, 109, at::kFloat)));
+        EXPECT_EQ(state.get_int_key(1)->get("step")->tensor.item<double>(), 3.0);
+        EXPECT_EQ(all.optimizer->get("param_groups")->items.at(0)->get("params")->items.size(), 2u);
         expect_failure([&] { read_deepspeed_folder(dir, 2); }, ACCEL_ERR_OUT_OF_RANGE, {dir, "mp_rank 2"});
         remove_all(dir);
     }
