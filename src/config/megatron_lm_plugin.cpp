@@ -15,6 +15,8 @@
 
 namespace accel::config {
 
+void use_deepspeed_zero_stage_1(AcceleratorConfig &c, const std::string &path); // config/sharding_config.cpp
+
 namespace {
 
 // MegatronLMPlugin's fields that drive Megatron-LM's own training loop, data sets and schedulers: accel runs
@@ -120,10 +122,16 @@ void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
         m.refuse("tp_degree", "TP_DEGREE", std::to_string(m.tp_degree) + " with pp_degree " + std::to_string(m.pp_degree) +
                                                ": a pipeline with tensor parallelism is not built yet; tp_degree alone "
                                                "(pp_degree 1) is");
-    if (m.use_distributed_optimizer)
+    // Megatron's distributed optimizer shards the optimizer state over the data-parallel group: ZeRO-1, which
+    // composes with neither the pipeline nor Megatron's tp mapping here.
+    if (m.use_distributed_optimizer && (m.pp_degree > 1 || m.tp_degree > 1))
         m.refuse("use_distributed_optimizer", "USE_DISTRIBUTED_OPTIMIZER",
-                 "Megatron's distributed optimizer is not mapped yet; set it false, or shard the optimizer state with "
-                 "deepspeed_plugin zero_stage 1 (without a pipeline)");
+                 "Megatron's distributed optimizer (ZeRO-1) with tp_degree or pp_degree above 1 is not built; set it "
+                 "false there (it is mapped onto deepspeed_plugin zero_stage 1 without them)");
+    if (m.use_distributed_optimizer && c.sharding.enabled())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, m.key("use_distributed_optimizer", "USE_DISTRIBUTED_OPTIMIZER") + " with " +
+                                             (c.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin") +
+                                             ": both shard the optimizer state; give one of them");
     if (m.gradient_clipping != 0.0)
         m.refuse("gradient_clipping", "GRADIENT_CLIPPING",
                  std::to_string(m.gradient_clipping) + ": Megatron's train step clips by itself, accel's does not; set it "
@@ -150,6 +158,7 @@ void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
         fail(ACCEL_ERR_INVALID_ARGUMENT, m.where + ".num_layers_per_virtual_pipeline_stage: needs pp_degree above 1");
     // Megatron's --recompute-activations: selective recomputation, applied to the gpt / llama model at prepare.
     c.selective_recompute = m.recompute_activation;
+    if (m.use_distributed_optimizer) use_deepspeed_zero_stage_1(c, m.key("use_distributed_optimizer", "USE_DISTRIBUTED_OPTIMIZER"));
     if (!mesh) return; // data parallelism only: what accel does without the plugin
     p.given = true;
     p.pp_size = static_cast<int32_t>(m.pp_degree);

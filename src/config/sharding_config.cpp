@@ -675,6 +675,17 @@ void parse_deepspeed(JsonObject &o, AcceleratorConfig &c)
 
 } // namespace
 
+// MegatronLMPlugin's use_distributed_optimizer without tp or pp (config/megatron_lm_plugin.cpp): the optimizer
+// state sharded over every process, as deepspeed_plugin {"zero_stage": 1} does. `path` names it in messages.
+void use_deepspeed_zero_stage_1(AcceleratorConfig &c, const std::string &path)
+{
+    std::unique_ptr<cJSON, void (*)(cJSON *)> obj(cJSON_CreateObject(), cJSON_Delete);
+    if (!obj || cJSON_AddNumberToObject(obj.get(), "zero_stage", 1) == nullptr)
+        fail(ACCEL_ERR_RESOURCE_EXHAUSTED, path + ": out of memory");
+    JsonObject o(obj.get(), path);
+    parse_deepspeed(o, c);
+}
+
 // Called by parse_accelerator_config after gradient accumulation is known.
 void parse_sharding_plugins(JsonObject &root, AcceleratorConfig &c)
 {

@@ -80,6 +80,24 @@ for sp in (False, True):
     check(same, "--megatron_lm_tp_degree 2, sequence_parallelism %s: not the parallelism_config run:\n%s\n%s"
           % (sp, got, want_tp))
 
+# use_distributed_optimizer (Megatron's optimizer state sharded over the data-parallel group): ZeRO-1.
+# (ZeRO-1 trains as DDP does, bit for bit here: the effective configuration shows the engine.)
+ZERO1 = ["-n", "2", "--use_megatron_lm", "--megatron_lm_use_distributed_optimizer", "true",
+         "--megatron_lm_gradient_clipping", "0"]
+want_zero = train("zero1_config", ["-n", "2"], {"deepspeed_plugin": {"zero_stage": 1}})
+got = train("zero1_flags", ZERO1)
+check("loss 2 " in want_zero[0] and got == want_zero,
+      "--megatron_lm_use_distributed_optimizer true: not the ZeRO-1 run:\n%s\n%s" % (got, want_zero))
+created = os.path.join(tmp, "created")
+os.makedirs(created)
+launch(ZERO1 + [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "create_accelerator.py"),
+                BUILD, created])
+for r in range(2):
+    f = os.path.join(created, "rank%d.json" % r)
+    cfg = (json.load(open(f)).get("config") or {}) if os.path.exists(f) else {}
+    check((cfg.get("deepspeed_plugin") or {}).get("zero_stage") == 1,
+          "rank %d's effective configuration under --megatron_lm_use_distributed_optimizer: %s" % (r, cfg))
+
 # The config file `accelerate config` writes for Megatron-LM (0.24.1's cluster.py: the flags' names as keys).
 for ext in (".yaml", ".json"):
     path = os.path.join(tmp, "megatron" + ext)

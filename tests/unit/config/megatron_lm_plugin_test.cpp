@@ -156,6 +156,24 @@ TEST_F(MegatronLmPluginTest, RecomputeActivationIsSelectiveRecomputation)
     EXPECT_FALSE(parse_accelerator_config("{}").selective_recompute); // without the plugin
 }
 
+TEST_F(MegatronLmPluginTest, DistributedOptimizerIsZeroStage1)
+{
+    AcceleratorConfig c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"gradient_clipping\": 0}}");
+    EXPECT_FALSE(c.sharding.enabled());
+    c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"use_distributed_optimizer\": true, \"gradient_clipping\": 0}}");
+    EXPECT_EQ(c.sharding.frontend, "deepspeed");
+    EXPECT_EQ(c.sharding.zero_stage, 1);
+    EXPECT_TRUE(c.sharding.shard_optimizer);
+    EXPECT_FALSE(c.sharding.shard_gradients);
+    EXPECT_FALSE(c.sharding.shard_parameters);
+    EXPECT_FALSE(c.parallelism.given); // every process one data-parallel replica, as Megatron's dp group
+    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"use_distributed_optimizer\": true, \"gradient_clipping\": 0}, "
+                   "\"fsdp_plugin\": {}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "megatron_lm_plugin.use_distributed_optimizer with fsdp_plugin");
+    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"tp_degree\": 2, \"use_distributed_optimizer\": true, \"gradient_clipping\": 0}}",
+                   ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.use_distributed_optimizer: Megatron's distributed optimizer");
+}
+
 TEST_F(MegatronLmPluginTest, WhatAccelCannotHonourIsRefusedByName)
 {
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"tp_degree\": 2, \"gradient_clipping\": 0}}",
