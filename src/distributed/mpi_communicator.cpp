@@ -494,9 +494,10 @@ int free_port()
     return port;
 }
 
-// The heartbeat store's address, chosen by rank 0 (MASTER_ADDR, else its host name; a free port) and sent to
-// every rank with MPI_Bcast: mpirun gives no rendezvous of its own.
-Rendezvous heartbeat_rendezvous(std::chrono::milliseconds timeout)
+// The heartbeat store's address, chosen by rank 0 (MASTER_ADDR, else 127.0.0.1 when every rank runs on its machine
+// (`one_machine`: mpirun's local size), else its host name; a free port) and sent to every rank with MPI_Bcast:
+// mpirun gives no rendezvous of its own.
+Rendezvous heartbeat_rendezvous(std::chrono::milliseconds timeout, bool one_machine)
 {
     // Shared with the MPI thread: a timed-out wait leaves it writing there after this function returned.
     auto buffer = std::make_shared<std::array<char, 512>>();
@@ -504,6 +505,7 @@ Rendezvous heartbeat_rendezvous(std::chrono::milliseconds timeout)
     if (g_worker->world_rank == 0) {
         std::string host;
         if (const char *v = std::getenv("MASTER_ADDR"); v != nullptr && *v != '\0') host = v;
+        else if (one_machine) host = "127.0.0.1"; // needs no name resolution (a container's host name may have none)
         else {
             char name[256] = {0};
             host = gethostname(name, sizeof name - 1) == 0 && name[0] != '\0' ? name : "127.0.0.1";
@@ -557,7 +559,7 @@ std::shared_ptr<Communicator> make_mpi_communicator(const config::AcceleratorCon
                  " (the mpi backend needs a program started by mpirun)");
     if (g_shared == nullptr && g_worker->world_size > 1) { // the heartbeat, once per process (MPI's world is one)
         auto shared = std::make_unique<MpiShared>();
-        const Rendezvous r = heartbeat_rendezvous(timeout);
+        const Rendezvous r = heartbeat_rendezvous(timeout, c.topology.local_world_size == g_worker->world_size);
         shared->store = open_store(r, c, "mpi (heartbeat store)");
         shared->monitor = std::make_unique<PeerMonitor>("mpi", r, shared->store, g_worker->world_rank,
                                                         g_worker->world_size, mismatch_delay());
