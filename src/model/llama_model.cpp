@@ -404,9 +404,10 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const LlamaLayer> layer = layers_[i];
             const config::LlamaConfig cfg = c;
-            // The rerun draws its heads' masks again: the tp generator goes back with the default one (as the gpt's).
+            // The rerun draws its split regions' masks again (its heads', a rowwise LoRA adapter's): the tp generator
+            // goes back with the default one (as the gpt's).
             std::vector<ExtraGenerator> extra;
-            if (train && layer->tp_dropout) extra.push_back(parallel::tp::checkpoint_generator(layer->tp_dropout));
+            if (train && tp_dropout_) extra.push_back(parallel::tp::checkpoint_generator(tp_dropout_));
             h = checkpoint_layer(h, layer->checkpoint_params(),
                                  [layer, cfg, rope, train, hidden = hidden_for(layer->window), cp](const at::Tensor &x) {
                                      return layer_forward(*layer, cfg, x, rope, hidden, train, nullptr, cp);
@@ -499,6 +500,7 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     using tp::LinearStyle;
     // Attention dropout on a rank's heads draws from its generator (rng_tracker.hpp), seeded from set_seed's.
     auto tp_dropout = tp::make_dropout_generator(r);
+    layer.dropout = tp_dropout; // LoRA's dropout on a rowwise projection's split input
     for (auto &l : layers_) {
         const std::string p = "model.layers." + std::to_string(l->index) + ".";
         if (resolved.region_split[2 * l->index]) {
@@ -530,7 +532,7 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     lm_head_linear_ = tp::make_column_parallel_linear(make_linear(lm_head_, {}, Linear::Layout::OutIn), group, layer.column);
     vocab_start_ = r * (tp::padded_vocab_size(c.vocab_size, n) / n);
     tp_group_ = group;
-    if (any_attention) tp_dropout_ = std::move(tp_dropout);
+    tp_dropout_ = std::move(tp_dropout);
     tp_slicing_ = std::move(plan);
 }
 

@@ -82,8 +82,8 @@ public:
         return tp_slicing_;
     }
     const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
-    // This rank's generator for the attention dropout of its heads (rng_tracker.hpp), as the gpt's; null until
-    // apply_tensor_parallel splits an attention.
+    // This rank's generator for the split regions' dropout (its heads' attention dropout, a rowwise projection's
+    // LoRA dropout; rng_tracker.hpp), as the gpt's; null until apply_tensor_parallel splits the model.
     std::shared_ptr<parallel::tp::DropoutGenerator> tensor_parallel_dropout() const override { return tp_dropout_; }
     // Megatron's sequence parallelism, as GptModel's (set before apply_tensor_parallel): the token embeddings are
     // scattered along the sequence, the RMSNorms and residual adds run on this rank's 1/tp of the positions (the
@@ -116,7 +116,7 @@ private:
     std::shared_ptr<distributed::Communicator> tp_group_;     // set by apply_tensor_parallel
     int64_t vocab_start_ = 0;                                 // this rank's first vocabulary row under it
     bool sequence_parallel_ = false;                          // set_sequence_parallel
-    std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout_; // this tp rank's, for its heads' attention dropout
+    std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout_; // this tp rank's, for the split regions' dropout
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
 };
 

@@ -1,6 +1,7 @@
 #include "model/lora_linear.hpp"
 
 #include "common/error.hpp"
+#include "parallel/tensor_parallel/rng_tracker.hpp"
 
 namespace accel {
 
@@ -20,7 +21,7 @@ at::Tensor LoraLinear::forward(const at::Tensor &x)
     // PEFT casts the input to the adapters' dtype (float32 adapters over a bf16 base) and the update back to the
     // result's; under autocast both matmuls run in the autocast dtype anyway.
     at::Tensor in = x.scalar_type() == lora_a_.scalar_type() || !x.is_floating_point() ? x : x.to(lora_a_.scalar_type());
-    if (dropout_ > 0.0 && training_()) in = at::dropout(in, dropout_, true);
+    in = parallel::tp::region_dropout(in, dropout_, training_(), split_dropout_);
     at::Tensor low = at::linear(in, lora_a_);
     if (mapping_) low = mapping_(low);
     at::Tensor update = at::linear(low, lora_b_) * scaling_;

@@ -10,6 +10,10 @@
 
 #include <functional>
 #include <memory>
+
+namespace accel::parallel::tp {
+class DropoutGenerator;
+}
 #include <string>
 
 namespace accel {
@@ -36,6 +40,9 @@ public:
     // Tensor parallelism: applied to lora_A's output before lora_B (parallel/tensor_parallel/plan_linear.hpp:
     // the collective that makes the split adapter's gradients whole); none by default.
     void set_adapter_mapping(std::function<at::Tensor(const at::Tensor &)> mapping) { mapping_ = std::move(mapping); }
+    // Tensor parallelism of a row-parallel base: its input is this rank's features, so lora_dropout draws from the
+    // rank's generator (rng_tracker.hpp); null (the default): from the default generator.
+    void set_split_dropout(std::shared_ptr<parallel::tp::DropoutGenerator> g) { split_dropout_ = std::move(g); }
     const at::Tensor &lora_a() const { return lora_a_; }
     const at::Tensor &lora_b() const { return lora_b_; }
     double scaling() const { return scaling_; }
@@ -51,6 +58,7 @@ private:
     double scaling_, dropout_;
     std::function<bool()> training_;
     std::function<at::Tensor(const at::Tensor &)> mapping_;
+    std::shared_ptr<parallel::tp::DropoutGenerator> split_dropout_;
 };
 
 } // namespace accel

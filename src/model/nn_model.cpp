@@ -128,11 +128,10 @@ public:
                 std::vector<at::Tensor> params = m.ptr()->parameters(true);
                 if (linear_[i])
                     for (const auto &t : linear_[i]->added_parameters()) params.push_back(t); // LoRA's adapters
-                // A split transformer layer's rerun draws its heads' and hidden features' masks again: the tp
-                // generator goes back with the default one.
+                // A split layer's rerun draws its masks again (a transformer layer's heads and hidden features, a
+                // rowwise LoRA adapter's input): the tp generator goes back with the default one.
                 std::vector<ExtraGenerator> extra;
-                if (train && blocks_[i] && blocks_[i]->options.tp_dropout)
-                    extra.push_back(parallel::tp::checkpoint_generator(blocks_[i]->options.tp_dropout));
+                if (train && tp_dropout_) extra.push_back(parallel::tp::checkpoint_generator(tp_dropout_));
                 x = checkpoint_layer(x, params,
                                      [m, lin = linear_[i], block = blocks_[i], train](const at::Tensor &in) mutable {
                                          return layer_forward(m, lin.get(), block.get(), train, in);
@@ -206,6 +205,8 @@ public:
         auto dropout = tp::make_dropout_generator(group->rank());
         std::vector<bool> split_dropout(splits.size(), false);
         std::map<std::string, tp::ParameterSlicing> plan;
+        tp::LinearPlanOptions rowwise; // its input is this rank's features (a LoRA adapter's dropout on it)
+        rowwise.dropout = dropout;
         for (size_t i = 0; i < splits.size(); ++i) {
             const std::string name = std::to_string(i);
             tp::LinearPlanOptions gathered;
@@ -215,7 +216,9 @@ public:
             case tp::LayerSplit::ColwiseRep:
                 tp::parallelize_linear(linear_[i], name, tp::LinearStyle::Colwise, group, plan, gathered);
                 break;
-            case tp::LayerSplit::Rowwise: tp::parallelize_linear(linear_[i], name, tp::LinearStyle::Rowwise, group, plan); break;
+            case tp::LayerSplit::Rowwise:
+                tp::parallelize_linear(linear_[i], name, tp::LinearStyle::Rowwise, group, plan, rowwise);
+                break;
             case tp::LayerSplit::Block: {
                 tp::parallelize_block(*blocks_[i], block_modules(i), {}, group, plan, {}, dropout);
                 // torch's MultiheadAttention names the fused projection's tensors in_proj_weight / in_proj_bias.

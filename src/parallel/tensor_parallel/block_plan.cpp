@@ -27,16 +27,18 @@ void parallelize_block(TransformerBlock &block, const BlockModules &names, Block
                        std::map<std::string, ParameterSlicing> &plan, const LinearPlanOptions &layer,
                        std::shared_ptr<DropoutGenerator> dropout)
 {
+    LinearPlanOptions rowwise = layer; // a rowwise layer's input is this rank's heads / features
+    rowwise.dropout = dropout;
     if (split.attention) {
         LinearPlanOptions by_heads = layer;
         by_heads.groups = 3; // [q | k | v]: each rank gets its heads' q, k and v
         parallelize_linear(block.qkv, names.qkv, LinearStyle::Colwise, group, plan, by_heads);
-        parallelize_linear(block.out_proj, names.out_proj, LinearStyle::Rowwise, group, plan, layer);
+        parallelize_linear(block.out_proj, names.out_proj, LinearStyle::Rowwise, group, plan, rowwise);
         block.options.tp_size = group->size();
     }
     if (split.mlp) {
         parallelize_linear(block.fc1, names.fc1, LinearStyle::Colwise, group, plan, layer);
-        parallelize_linear(block.fc2, names.fc2, LinearStyle::Rowwise, group, plan, layer);
+        parallelize_linear(block.fc2, names.fc2, LinearStyle::Rowwise, group, plan, rowwise);
     }
     block.options.mlp_replicated = !split.mlp;
     block.options.tp_dropout = std::move(dropout);

@@ -30,9 +30,6 @@ void check_parallelizable(const Linear &linear, const std::string &module, const
     const std::string where = "tensor parallelism of " + module + ": ";
     if (base.stateful_forward() || base.random_forward() || !base.added_parameters().empty())
         fail(ACCEL_ERR_UNIMPLEMENTED, where + "a linear decorated by fp8 is not built yet");
-    if (lora != nullptr && lora->config().lora_dropout > 0.0)
-        fail(ACCEL_ERR_UNIMPLEMENTED, where + "LoRA with lora_dropout > 0 is not built yet (the dropout mask of the "
-                                              "replicated input would differ between the tp ranks); use lora_dropout 0");
     const bool sequence_parallel = options.column.sequence_dim >= 0 || options.row.sequence_dim >= 0;
     if (lora != nullptr && (sequence_parallel || !options.row.input_is_parallel))
         fail(ACCEL_ERR_UNIMPLEMENTED, where + "LoRA under sequence parallelism is not built yet");
@@ -51,6 +48,8 @@ void parallelize_linear(std::shared_ptr<Linear> &slot, const std::string &module
     if (!slot || !group) fail(ACCEL_ERR_INTERNAL, "tensor parallel: " + module + " without a layer or a group");
     check_parallelizable(*slot, module, options);
     auto *lora = dynamic_cast<LoraLinear *>(slot.get());
+    if (lora != nullptr && style == LinearStyle::Rowwise && lora->config().lora_dropout > 0.0 && !options.dropout)
+        fail(ACCEL_ERR_INTERNAL, "tensor parallel: " + module + "'s LoRA dropout on a split input without a tp generator");
     const std::shared_ptr<Linear> base = lora != nullptr ? lora->base() : slot;
     at::NoGradGuard no_grad;
     const at::Tensor w = base->weight(), b = base->bias();
@@ -70,6 +69,7 @@ void parallelize_linear(std::shared_ptr<Linear> &slot, const std::string &module
         if (lora != nullptr) {
             narrow(plan, module + ".lora_A.weight", lora->lora_a(), 1, 1, group);
             lora->set_adapter_mapping([group](const at::Tensor &z) { return reduce_from_region(z, group); });
+            lora->set_split_dropout(options.dropout); // its input holds this rank's features
         }
     }
     if (lora != nullptr)

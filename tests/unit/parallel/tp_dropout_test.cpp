@@ -340,3 +340,47 @@ TEST(TensorParallelDropoutSequential, CheckpointedSplitLayerReplaysItsMasks)
             << "rank " << r << ": activation checkpointing's rerun drew other masks from the tp generator";
     }
 }
+
+namespace {
+
+// The generators around one training step at tp 2 of a llama (no attention dropout) with LoRA adapters of
+// lora_dropout 0.5 on `target`: whether the rank's generator moved (on both ranks) and whether the default one did.
+struct Drawn {
+    bool rank = false, default_generator = false;
+};
+
+Drawn lora_step(const std::string &target)
+{
+    const std::string spec = llama_spec(0.0, R"(, "lora": {"r": 2, "lora_dropout": 0.5, "target_modules": [")" + target + R"("]})");
+    const auto models = split_models(spec, 2);
+    const Batches b = batches(1);
+    at::manual_seed(89);
+    const at::Tensor untouched = at::rand({8});
+    at::manual_seed(89);
+    std::vector<int> moved(2, 0);
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const size_t r = static_cast<size_t>(comm->rank());
+        auto &m = dynamic_cast<accel::LlamaModel &>(*models[r]);
+        m.apply_tensor_parallel(comm);
+        const at::Tensor before = m.tensor_parallel_dropout()->state();
+        m.train(true);
+        train_step(m, b, 0);
+        moved[r] = at::equal(m.tensor_parallel_dropout()->state(), before) ? 0 : 1;
+    });
+    EXPECT_EQ(moved[0], moved[1]) << target;
+    return {moved[0] == 1, !at::equal(at::rand({8}), untouched)};
+}
+
+} // namespace
+
+// LoRA under tp with lora_dropout > 0 (refused before): the dropout acts on the layer's input, which before a
+// column-parallel base (q_proj) is replicated - the default generator, one mask on every rank - and before a
+// row-parallel base (o_proj) is this rank's features - the rank's tp generator.
+TEST(TensorParallelDropoutLlama, LoraDropoutFollowsItsInput)
+{
+    const Drawn colwise = lora_step("q_proj"), rowwise = lora_step("o_proj");
+    EXPECT_TRUE(colwise.default_generator) << "q_proj's adapter (replicated input) did not draw from the default generator";
+    EXPECT_FALSE(colwise.rank) << "q_proj's adapter (replicated input) drew from the rank's generator";
+    EXPECT_TRUE(rowwise.rank) << "o_proj's adapter (split input) did not draw from the rank's generator";
+    EXPECT_FALSE(rowwise.default_generator) << "o_proj's adapter (split input) drew from the default generator";
+}
