@@ -118,10 +118,6 @@ void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
     std::optional<JsonObject> obj = root.get_object("megatron_lm_plugin");
     if (!obj && !env_bool("ACCELERATE_USE_MEGATRON_LM", false)) return;
     const Megatron m = obj ? from_json(*obj) : from_env();
-    if (m.tp_degree > 1 && m.pp_degree > 1)
-        m.refuse("tp_degree", "TP_DEGREE", std::to_string(m.tp_degree) + " with pp_degree " + std::to_string(m.pp_degree) +
-                                               ": a pipeline with tensor parallelism is not built yet; tp_degree alone "
-                                               "(pp_degree 1) is");
     // Megatron's distributed optimizer shards the optimizer state over the data-parallel group: ZeRO-1, which
     // composes with neither the pipeline nor Megatron's tp mapping here.
     if (m.use_distributed_optimizer && (m.pp_degree > 1 || m.tp_degree > 1))

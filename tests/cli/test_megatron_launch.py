@@ -36,19 +36,19 @@ def launch(args, code=0):
     return p
 
 
-def train(name, launch_args, config=None, code=0):
+def train(name, launch_args, config=None, code=0, ranks=2):
     """dist_pp on 2 processes, 3 steps of per-process batch 4; every rank's file text."""
     prefix = os.path.join(tmp, name)
     p = launch(launch_args + [DIST_PP, prefix, "4", "3"] + ([json.dumps(config)] if config else []), code)
     if code:  # refused after training: its stderr, and the losses written
-        return p.stderr, [[l for l in text.splitlines() if l.startswith("loss")] for text in rank_files(prefix)]
-    return rank_files(prefix)
+        return p.stderr, [[l for l in text.splitlines() if l.startswith("loss")] for text in rank_files(prefix, ranks)]
+    return rank_files(prefix, ranks)
 
 
-def rank_files(prefix):
+def rank_files(prefix, ranks=2):
     """Each rank's file text ("" when it wrote none: a failure already recorded)."""
     return [open("%s.%d.txt" % (prefix, r)).read() if os.path.exists("%s.%d.txt" % (prefix, r)) else ""
-            for r in range(2)]
+            for r in range(ranks)]
 
 
 # The pipeline as parallelism_config asks for it: what MegatronLMPlugin's pp_degree 2 and num_micro_batches 2
@@ -97,6 +97,15 @@ for r in range(2):
     cfg = (json.load(open(f)).get("config") or {}) if os.path.exists(f) else {}
     check((cfg.get("deepspeed_plugin") or {}).get("zero_stage") == 1,
           "rank %d's effective configuration under --megatron_lm_use_distributed_optimizer: %s" % (r, cfg))
+
+# pp 2 x tp 2 (4 processes): each stage split over tp, as parallelism_config's pp x tp.
+PPTP = {"parallelism_config": {"pp_size": 2, "tp_size": 2, "dp_replicate_size": 1, "num_micro_batches": 2,
+                               "pp_schedule": "1f1b"}}
+want_pptp = train("pptp_config", ["-n", "4"], PPTP, ranks=4)
+got = train("pptp_flags", ["-n", "4", "--use_megatron_lm", "--megatron_lm_pp_degree", "2", "--megatron_lm_tp_degree",
+                           "2", "--megatron_lm_num_micro_batches", "2", "--megatron_lm_gradient_clipping", "0"], ranks=4)
+check("loss 2 " in want_pptp[0] and got == want_pptp,
+      "--megatron_lm_pp_degree 2 --megatron_lm_tp_degree 2: not the parallelism_config run:\n%s\n%s" % (got, want_pptp))
 
 # The config file `accelerate config` writes for Megatron-LM (0.24.1's cluster.py: the flags' names as keys).
 for ext in (".yaml", ".json"):

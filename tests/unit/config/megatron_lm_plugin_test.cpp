@@ -128,6 +128,14 @@ TEST_F(MegatronLmPluginTest, TensorParallelismAndItsSequenceParallelismMapOntoTh
     EXPECT_EQ(c.parallelism.tp_size, 4);
     EXPECT_EQ(c.parallelism.dp_replicate_size, 1);
     EXPECT_TRUE(c.parallelism.sequence_parallel); // tp_handler.sequence_parallel
+    // pp x tp: each stage split over tp (Megatron's layout: tp fastest, then dp, then pp).
+    c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"tp_degree\": 2, \"pp_degree\": 2, \"num_micro_batches\": 2, "
+                                 "\"sequence_parallelism\": true, \"gradient_clipping\": 0}}");
+    EXPECT_EQ(c.parallelism.tp_size, 2);
+    EXPECT_EQ(c.parallelism.pp_size, 2);
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 1);
+    EXPECT_EQ(c.parallelism.num_micro_batches, 2);
+    EXPECT_TRUE(c.parallelism.sequence_parallel);
     // Megatron turns sequence parallelism off when tp is 1: nothing to split over.
     c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"sequence_parallelism\": true, "
                                  "\"gradient_clipping\": 0}}");
@@ -176,8 +184,6 @@ TEST_F(MegatronLmPluginTest, DistributedOptimizerIsZeroStage1)
 
 TEST_F(MegatronLmPluginTest, WhatAccelCannotHonourIsRefusedByName)
 {
-    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"tp_degree\": 2, \"gradient_clipping\": 0}}",
-                   ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.tp_degree: 2 with pp_degree 2");
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"use_distributed_optimizer\": true, \"gradient_clipping\": 0}}",
                    ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.use_distributed_optimizer");
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"tp_degree\": 2, \"gradient_clipping\": 0}, \"fsdp_plugin\": {}}",
