@@ -466,10 +466,11 @@ std::vector<std::string> load_and_quantize_model(Model &model, const config::Bnb
                     " (a float checkpoint is quantized as it loads)");
     }
     NamedTensors to_model;
-    std::set<std::string> to_disk, parameters;
+    std::set<std::string> to_disk, parameters, supplied;
     for (const auto &e : model.named_parameters()) parameters.insert(e.first);
     auto route = [&](const std::string &name, const at::Tensor &t) {
         const std::string own = big_modeling::own_name(model, name);
+        if (!own.empty()) supplied.insert(own);
         const bool parameter = parameters.count(own) != 0;
         if (!own.empty() && placement.on_disk(own) && parameter) {
             if (!to_disk.insert(own).second) return; // a tied weight's second name: written once
@@ -516,12 +517,10 @@ std::vector<std::string> load_and_quantize_model(Model &model, const config::Bnb
         batch.add(dst, src);
     });
     batch.run();
-    for (const auto &[name, t] : model.named_parameters())
-        if (t.is_meta() && to_disk.count(name) == 0)
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
-    for (const auto &[name, t] : model.named_buffers())
-        if (t.is_meta())
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
+        for (const auto &e : *list)
+            if (supplied.count(e.first) == 0)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + e.first + "\"");
     if (!report.unexpected.empty())
         fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + report.unexpected.front() + "\" in \"" + where +
                                              "\" is not a tensor of the model");
