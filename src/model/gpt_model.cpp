@@ -168,11 +168,16 @@ GptModel::~GptModel() = default;
 
 namespace {
 
+// Reached when the model was cut into a stage but no pipeline was set to run it: prepare sets one right after
+// the cut, so the cut was made without it (apply_pipeline_stage alone, or a prepare that failed in between). A
+// pipeline that was set and is gone says so itself (prepare_pipeline's forward).
 [[noreturn]] void refuse_pipelined(const char *what)
 {
-    fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(what) + " of a pipeline stage (parallelism_config.pp_size > 1: "
-                                                           "each rank holds one stage) needs the pipeline that cut it, "
-                                                           "which is gone (its accelerator was freed)");
+    fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(what) + " of a pipeline stage (this model holds only some of its "
+                                                           "blocks) needs a pipeline to run the whole model, and none "
+                                                           "was set: the model was cut into a stage without a prepared "
+                                                           "pipeline (accel_accelerator_prepare with parallelism_config."
+                                                           "pp_size > 1 sets one); build the model again and prepare it");
 }
 
 } // namespace

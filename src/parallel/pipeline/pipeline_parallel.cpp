@@ -61,6 +61,37 @@ at::Tensor from_owner(distributed::Communicator &group, const at::Tensor &mine, 
     return values;
 }
 
+// Stage s's chunks of blocks [begin, end) (one unless interleaved: virtual stage c * p + s is its chunk c), cut
+// by pp_split_points or balanced by the blocks' parameter counts (GPT's are equal: an even cut, the remainder
+// early). Refusals name the config key; the model is only read.
+std::vector<std::pair<int64_t, int64_t>> stage_blocks(const GptModel &gpt, const config::ParallelismConfig &config,
+                                                      int32_t p, int32_t s)
+{
+    const int64_t n = gpt.config().n_layer;
+    const int32_t chunks = config.pp_schedule == "interleaved_1f1b"
+                               ? chunks_per_stage(config.num_layers_per_virtual_pipeline_stage,
+                                                  config.num_virtual_stages_per_pipeline_rank, n, p)
+                               : 1;
+    const int32_t virtual_stages = p * chunks;
+    std::vector<int64_t> starts;
+    if (!config.pp_split_points.empty()) {
+        starts = stage_starts_from_split_points(config.pp_split_points, n, virtual_stages);
+    } else {
+        std::vector<int64_t> costs(static_cast<size_t>(n), 0);
+        const std::string prefix = "transformer.h.";
+        for (const auto &[name, t] : gpt.named_parameters())
+            if (name.compare(0, prefix.size(), prefix) == 0)
+                costs[std::stoul(name.substr(prefix.size()))] += t.numel();
+        starts = balanced_stage_starts(costs, virtual_stages);
+    }
+    std::vector<std::pair<int64_t, int64_t>> blocks;
+    for (int32_t c = 0; c < chunks; ++c) {
+        const auto vs = static_cast<size_t>(c * p + s);
+        blocks.emplace_back(starts[vs], vs + 1 < starts.size() ? starts[vs + 1] : n);
+    }
+    return blocks;
+}
+
 } // namespace
 
 PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed::Communicator> pp_group,
@@ -69,8 +100,12 @@ PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed:
                                    const config::DistributedDataParallelKwargs *ddp)
     : model_(model), pp_(std::move(pp_group)), micro_batches_(num_micro_batches), schedule_(std::move(schedule))
 {
-    // An unknown name (or micro-batches interleaving cannot group) fails here, not at the first step.
-    stage_schedule(schedule_, stage(), num_stages(), micro_batches_, chunks());
+    // The stage's order, once: the same for every batch (interleaved, it replays the whole clock). An unknown
+    // name (or micro-batches interleaving cannot group) fails here, not at the first step.
+    ops_ = stage_schedule(schedule_, stage(), num_stages(), micro_batches_, chunks());
+    last_backward_.assign(static_cast<size_t>(chunks()), 0);
+    for (size_t k = 0; k < ops_.size(); ++k)
+        if (ops_[k].kind == OpKind::Backward) last_backward_[static_cast<size_t>(ops_[k].chunk)] = k;
     if (const auto &tp = model_.tensor_parallel_group(); tp && tp->size() > 1) tp_ = tp;
     std::vector<std::pair<std::string, at::Tensor>> named;
     for (const auto &np : model_.named_parameters())
@@ -132,13 +167,8 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     at::Tensor loss_sum = at::zeros({}, at::kDouble);
     int64_t live = 0;
     times_.peak_live = 0;
-    const std::vector<Op> ops = stage_schedule(schedule_, s, p, m, v);
-    // Each chunk's last backward: its parameters' gradients are final there (DDP synchronises them then).
-    std::vector<size_t> last_backward(static_cast<size_t>(v), 0);
-    for (size_t k = 0; k < ops.size(); ++k)
-        if (ops[k].kind == OpKind::Backward) last_backward[static_cast<size_t>(ops[k].chunk)] = k;
-    for (size_t k = 0; k < ops.size(); ++k) {
-        const Op &op = ops[k];
+    for (size_t k = 0; k < ops_.size(); ++k) {
+        const Op &op = ops_[k];
         const auto i = static_cast<size_t>(op.micro * v + op.chunk);
         const bool loss_here = last && op.chunk == v - 1;
         const VirtualStage prev = previous_virtual_stage(s, op.chunk, p), next = next_virtual_stage(s, op.chunk, p);
@@ -170,7 +200,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
             break;
         case OpKind::Backward:
             // DDP's no_sync on every backward but the last of each chunk (the gradients summed locally first).
-            if (dp_) dp_->set_require_sync(require_sync_ && k == last_backward[static_cast<size_t>(op.chunk)]);
+            if (dp_) dp_->set_require_sync(require_sync_ && k == last_backward_[static_cast<size_t>(op.chunk)]);
             timed([&] {
                 if (loss_here) outputs[i].backward();
                 else outputs[i].backward(grads[i].to(outputs[i].scalar_type()));
@@ -317,34 +347,14 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
     if (gpt == nullptr)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: pipeline parallelism has a plan for the gpt model only; "
                                       "other model types are not built yet");
-    // pp x tp: the whole model split over the stage's tp group first (the cut then keeps this rank's slices).
-    if (mesh.size(distributed::MeshDim::Tp) > 1) parallel::tp::apply_plan(model, mesh, config.sequence_parallel);
+    // Everything a config can get wrong is checked before the model changes (the tp split, the cut), so a
+    // refused prepare leaves the user's model whole and usable.
     const auto &group = mesh.group(distributed::MeshDim::Pp);
     const int32_t p = group->size(), s = group->rank();
-    const int64_t n = gpt->config().n_layer;
-    // Interleaved: chunks virtual stages per rank, virtual stage c * p + s being this rank's chunk c.
-    const int32_t chunks = config.pp_schedule == "interleaved_1f1b"
-                               ? chunks_per_stage(config.num_layers_per_virtual_pipeline_stage,
-                                                  config.num_virtual_stages_per_pipeline_rank, n, p)
-                               : 1;
-    const int32_t virtual_stages = p * chunks;
-    std::vector<int64_t> starts;
-    if (!config.pp_split_points.empty()) {
-        starts = stage_starts_from_split_points(config.pp_split_points, n, virtual_stages);
-    } else {
-        // Balanced by the blocks' parameter counts (GPT's are equal: an even cut, the remainder early).
-        std::vector<int64_t> costs(static_cast<size_t>(n), 0);
-        const std::string prefix = "transformer.h.";
-        for (const auto &[name, t] : gpt->named_parameters())
-            if (name.compare(0, prefix.size(), prefix) == 0)
-                costs[std::stoul(name.substr(prefix.size()))] += t.numel();
-        starts = balanced_stage_starts(costs, virtual_stages);
-    }
-    std::vector<std::pair<int64_t, int64_t>> blocks;
-    for (int32_t c = 0; c < chunks; ++c) {
-        const auto vs = static_cast<size_t>(c * p + s);
-        blocks.emplace_back(starts[vs], vs + 1 < starts.size() ? starts[vs + 1] : n);
-    }
+    const std::vector<std::pair<int64_t, int64_t>> blocks = stage_blocks(*gpt, config, p, s);
+    stage_schedule(config.pp_schedule, s, p, config.num_micro_batches, static_cast<int32_t>(blocks.size()));
+    // pp x tp: the whole model split over the stage's tp group first (the cut then keeps this rank's slices).
+    if (mesh.size(distributed::MeshDim::Tp) > 1) parallel::tp::apply_plan(model, mesh, config.sequence_parallel);
     gpt->apply_pipeline_stage(blocks, s == 0, s == p - 1);
     auto pipeline = std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches, config.pp_schedule,
                                                        mesh.group(distributed::MeshDim::Dp), ddp);

@@ -11,6 +11,7 @@
 // counterpart. The head's vocabulary-parallel loss runs over the last stage's tp group.
 #pragma once
 
+#include "parallel/pipeline/schedule.hpp"
 #include "parallel/wrapper.hpp"
 
 #include <ATen/ATen.h>
@@ -108,6 +109,9 @@ private:
     std::shared_ptr<distributed::Communicator> pp_;
     int32_t micro_batches_;
     std::string schedule_;
+    std::vector<Op> ops_; // this stage's schedule of every batch
+    // Each chunk's last backward in ops_: its parameters' gradients are final there (DDP synchronises them then).
+    std::vector<size_t> last_backward_;
     std::shared_ptr<DistributedDataParallel> dp_; // null without data-parallel replicas
     std::vector<at::Tensor> params_; // this stage's (non-empty) parameters
     std::shared_ptr<distributed::Communicator> tp_; // the stage's tp group under pp x tp, else null
