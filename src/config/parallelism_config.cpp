@@ -133,6 +133,18 @@ void parse_pipeline(JsonObject &o, ParallelismConfig &p)
     if (interleaved && !chunked)
         fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("pp_schedule") + ": \"interleaved_1f1b\" needs the model chunks per "
                                          "stage: set " + lpv + " or " + vpr);
+    // One stage runs no pipeline: a key that shapes one would be parsed and ignored, so it is refused by name.
+    if (p.pp_size == 1) {
+        const char *shaping = p.num_micro_batches > 1 ? "num_micro_batches"
+                              : o.has(lpv)            ? lpv
+                              : o.has(vpr)            ? vpr
+                              : interleaved           ? "pp_schedule"
+                              : o.has("pp_split_points") ? "pp_split_points"
+                                                         : nullptr;
+        if (shaping != nullptr)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of(shaping) + ": shapes a pipeline, but pp_size is 1 (no pipeline "
+                                             "is built); set pp_size above 1 or remove the key");
+    }
     if (o.has("pp_split_points")) {
         p.pp_split_points = o.get_int_array("pp_split_points", 1, INT32_MAX);
         // Interleaved, the points cut pp_size x chunks virtual stages: prepare checks them against the model.

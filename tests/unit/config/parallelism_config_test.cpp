@@ -20,7 +20,7 @@ namespace {
 
 const char *const kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "ACCELERATE_USE_PARALLELISM_CONFIG",
                              "PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "PARALLELISM_CONFIG_DP_SHARD_SIZE",
-                             "PARALLELISM_CONFIG_TP_SIZE", "PARALLELISM_CONFIG_CP_SIZE", "PARALLELISM_CONFIG_SP_SIZE",
+                             "PARALLELISM_CONFIG_TP_SIZE", "PARALLELISM_CONFIG_CP_SIZE", "PARALLELISM_CONFIG_SP_SIZE", "PARALLELISM_CONFIG_PP_SIZE",
                              "PARALLELISM_CONFIG_CP_BACKEND", "PARALLELISM_CONFIG_SP_BACKEND", "ACCELERATE_USE_FSDP",
                              "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_MIXED_PRECISION",
                              "PARALLELISM_CONFIG_SP_SEQ_LENGTH", "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE",
@@ -190,6 +190,37 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
                    "stage need pp_schedule \"interleaved_1f1b\", not \"1f1b\"");
     EXPECT_REFUSED("{\"parallelism_config\": {\"tp_size\": 2, \"tp_handler\": {\"enable_async_tp\": true}}}",
                    ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.enable_async_tp: true is not built yet");
+}
+
+// With pp_size 1 no pipeline is built: the keys that shape one are refused by name instead of parsed and
+// ignored (pp_size from the environment counts); num_micro_batches 1 and gpipe/1f1b are what one stage runs.
+TEST_F(ParallelismConfigTest, PipelineKeysNeedPipelineStages)
+{
+    world(4);
+    const std::string tail = ": shapes a pipeline, but pp_size is 1";
+    EXPECT_REFUSED("{\"parallelism_config\": {\"num_micro_batches\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.num_micro_batches" + tail);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"num_layers_per_virtual_pipeline_stage\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.num_layers_per_virtual_pipeline_stage" + tail);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"num_virtual_stages_per_pipeline_rank\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.num_virtual_stages_per_pipeline_rank" + tail);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_schedule\": \"interleaved_1f1b\", \"num_virtual_stages_per_pipeline_rank\": 2}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "parallelism_config.num_virtual_stages_per_pipeline_rank" + tail);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_split_points\": []}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.pp_split_points" + tail);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"dp_replicate_size\": 4, \"pp_split_points\": [2]}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.pp_split_points" + tail);
+    const auto c = parse_accelerator_config("{\"parallelism_config\": {\"num_micro_batches\": 1, \"pp_schedule\": \"1f1b\"}}");
+    EXPECT_EQ(c.parallelism.pp_size, 1);
+    // The environment's pp_size is the one that counts: with it the keys shape the pipeline.
+    setenv("PARALLELISM_CONFIG_PP_SIZE", "2", 1);
+    EXPECT_EQ(parse_accelerator_config("{\"parallelism_config\": {\"dp_replicate_size\": 2, \"num_micro_batches\": 2}}")
+                  .parallelism.num_micro_batches,
+              2);
+    setenv("PARALLELISM_CONFIG_PP_SIZE", "1", 1);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"num_micro_batches\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.num_micro_batches" + tail);
+    unsetenv("PARALLELISM_CONFIG_PP_SIZE");
 }
 
 TEST_F(ParallelismConfigTest, BadConfigsNameTheKey)
