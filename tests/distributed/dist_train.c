@@ -167,11 +167,15 @@ int main(int argc, char **argv)
     char *memory = NULL;
     accel_tensor_t *features = NULL, *labels = NULL;
     const int64_t xs[2] = {N, F}, ys[1] = {N};
-    char spec[400], dl_config[128];
-    const char *gpt = getenv("ACCEL_TEST_GPT");
+    char spec[1024], dl_config[128];
+    /* ACCEL_TEST_SPEC: this JSON spec instead of the MLP (features [N, F] -> C classes; e.g. one with a tp_plan); it
+     * wins over ACCEL_TEST_GPT. */
+    const char *own_spec = getenv("ACCEL_TEST_SPEC");
+    const char *gpt = own_spec != NULL ? NULL : getenv("ACCEL_TEST_GPT");
     static int64_t tokens[N * 8 + 1];
     const int64_t token_count = N * 8 + 1;
     snprintf(spec, sizeof spec, "{\"type\": \"mlp\", \"widths\": [%s], \"activation\": \"tanh\"}", widths);
+    if (own_spec != NULL) snprintf(spec, sizeof spec, "%s", own_spec);
     snprintf(dl_config, sizeof dl_config, "{\"batch_size\": %d, \"shuffle\": true, \"seed\": 7}", batch);
     if (gpt != NULL) {
         /* The tied head shares transformer.wte.weight: DDP must keep one tensor, reduced once. */

@@ -10,6 +10,7 @@ equivalence: tp N (N processes, one tp group, every rank the same batch B) train
   P --dp D (tp N x dp_shard D inside the sharding engine, FSDP or ZeRO), against one process with batch B x D.
   --sequence-parallel: the same with Megatron's sequence parallelism (tp_handler.sequence_parallel).
 dropout: tp dropout's masks (see scenario_dropout), also continued by save_state / load_state.
+dropout_sequential: the same rule for a JSON-spec model (see scenario_dropout_sequential).
 resume_meshes: FULL_STATE_DICT folders of TP inside FSDP and of DDP resumed on other meshes, DeepSpeed's per-tp-rank
   layout (tp x ZeRO-2/3) on the same and other meshes, checked against DeepSpeed's file names and merge-weights
   (scenario_resume_meshes).
@@ -325,9 +326,44 @@ def scenario_dropout(a, tmp):
         "load_state" % a.tp)
 
 
+def sequential_spec(p_split, p_replicated):
+    """A JSON spec over dist_train's features (8 -> 4 classes): a colwise / rowwise pair with a dropout of p_split
+    between them (a split region) and a dropout of p_replicated after it (the replicated stream)."""
+    return json.dumps({"type": "sequential", "layers": [
+        {"type": "linear", "in_features": 8, "out_features": 16, "tp_plan": "colwise"}, {"type": "tanh"},
+        {"type": "dropout", "p": p_split},
+        {"type": "linear", "in_features": 16, "out_features": 8, "tp_plan": "rowwise"},
+        {"type": "dropout", "p": p_replicated},
+        {"type": "linear", "in_features": 8, "out_features": 4}]})
+
+
+def scenario_dropout_sequential(a, tmp):
+    """Dropout in a JSON-spec model under tp (sequential_plan.hpp). The dropout after the rowwise layer acts on the
+    replicated activation: every rank draws one process's mask from the default generator, so with it alone tp
+    trains as one process (were the tp ranks' masks to differ, their replicated weights would drift apart and from
+    one process's). The dropout between colwise and rowwise draws each rank's masks from its tp generator: twice
+    from the same seed the same run bit for bit, and not the run without it."""
+    def go(tp, name, p_split, p_replicated):
+        out = os.path.join(tmp, name + ".bin")
+        train(a, tp, out, a.steps, {"ACCEL_TEST_SPEC": sequential_spec(p_split, p_replicated)})
+        return split_result(out, a.steps)
+    ref, got = go(1, "ref", 0.0, 0.3), go(a.tp, "got", 0.0, 0.3)
+    check_close(ref[0], got[0], a.tol, "JSON spec, replicated-region dropout: parameters at tp %d" % a.tp)
+    check_close(ref[1], got[1], a.tol, "JSON spec, replicated-region dropout: gradient norms at tp %d" % a.tp)
+    if ref == go(1, "none", 0.0, 0.0):
+        sys.exit("JSON spec: the replicated-region dropout changed nothing")
+    first, second = go(a.tp, "split1", 0.3, 0.3), go(a.tp, "split2", 0.3, 0.3)
+    if first != second:
+        sys.exit("JSON spec, split-region dropout at tp %d: two runs from the same seed differ" % a.tp)
+    if first == got:
+        sys.exit("JSON spec: the split-region dropout changed nothing")
+    log("JSON spec dropout at tp %d: the replicated region as one process, the split region reproducible" % a.tp)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["equivalence", "resume", "resume_meshes", "save_model", "dropout"])
+    ap.add_argument("scenario", choices=["equivalence", "resume", "resume_meshes", "save_model", "dropout",
+                                         "dropout_sequential"])
     ap.add_argument("--bin", required=True, help="the build directory")
     ap.add_argument("--model", choices=["plain", "llama"], default="plain",
                     help="dist_train's gpt (n_head 4) or its llama (4 query heads over --kv-heads key/value heads)")
@@ -357,7 +393,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="accel_tp_")
     {"equivalence": scenario_equivalence, "resume": scenario_resume, "resume_meshes": scenario_resume_meshes,
      "save_model": scenario_save_model,
-     "dropout": scenario_dropout}[a.scenario](a, tmp)
+     "dropout": scenario_dropout, "dropout_sequential": scenario_dropout_sequential}[a.scenario](a, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
