@@ -246,6 +246,19 @@ static void test_refused(void)
     (void)loaded(kInt8, folder("float"), extra, ACCEL_ERR_INVALID_ARGUMENT, "offload_folder");
     (void)loaded(kInt8, folder("float"), "\"device_map\": {\"model\": \"cpu\"}", ACCEL_ERR_INVALID_ARGUMENT, "lm_head");
     (void)loaded(kInt8, folder("float"), "\"max_memory\": {\"cpu\": 1000}", ACCEL_ERR_INVALID_ARGUMENT, "max_memory");
+    /* a checkpoint without lm_head.weight (a tied model's): named, also for a model in memory, whose own head
+     * would otherwise stay as it was */
+    CHECK_OK(accel_model_create_from_json("{\"type\": \"llama\", \"vocab_size\": 300, \"hidden_size\": 64, "
+                                          "\"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                                          "\"num_key_value_heads\": 2, \"tie_word_embeddings\": true}", &m));
+    CHECK_OK(accel_model_save_pretrained(m, folder("tied"), NULL));
+    accel_model_free(m);
+    m = NULL;
+    (void)loaded(kInt8, folder("tied"), "", ACCEL_ERR_INVALID_ARGUMENT, "lm_head.weight");
+    CHECK_OK(accel_model_create_from_json(kLlama, &m));
+    snprintf(extra, sizeof extra, "{%s, \"weights_location\": \"%s\"}", kInt8, folder("tied"));
+    CHECK_FAILS(accel_model_quantize(m, extra), ACCEL_ERR_INVALID_ARGUMENT, "lm_head.weight");
+    accel_model_free(m);
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
