@@ -66,17 +66,24 @@ check(got == want, "--use_megatron_lm --megatron_lm_pp_degree 2: not the paralle
 # tp_degree alone (pp_degree 1): parallelism_config.tp_size, the rest replicating; sequence_parallelism onto
 # tp_handler.sequence_parallel.
 # Under sequence parallelism dist_pp's closing 5-token prompt is refused (5 positions do not split over tp 2),
-# naming tp_handler.sequence_parallel: the same refusal and the same losses before it.
+# naming tp_handler.sequence_parallel: the same refusal and the same losses before it. (The launcher stops the
+# other rank when one fails, maybe before its file is flushed: every rank reports the same loss, so each run's
+# non-empty files are compared.)
 for sp in (False, True):
     tp = {"parallelism_config": {"tp_size": 2, "dp_replicate_size": 1, "tp_handler": {"sequence_parallel": sp}}}
     want_tp = train("tp_config_%s" % sp, ["-n", "2"], tp, code=int(sp))
-    check(("loss 2 " in str(want_tp[1]) and "tp_handler.sequence_parallel splits" in want_tp[0]) if sp else
+    check(("loss 2" in str(want_tp[1]) and "tp_handler.sequence_parallel splits" in want_tp[0]) if sp else
           ("loss 2 " in want_tp[0] and want_tp[0] != want[0]), "the tp reference run (sequence_parallel %s): %s"
           % (sp, want_tp))
     got = train("tp_flags_%s" % sp, ["-n", "2", "--use_megatron_lm", "--megatron_lm_tp_degree", "2",
                                      "--megatron_lm_sequence_parallelism", str(sp).lower(),
                                      "--megatron_lm_gradient_clipping", "0"], code=int(sp))
-    same = (got[1] == want_tp[1] and "tp_handler.sequence_parallel splits" in got[0]) if sp else got == want_tp
+    if sp:
+        losses = [l for l in got[1] + want_tp[1] if l]
+        same = (any(got[1]) and any(want_tp[1]) and all(l == losses[0] for l in losses) and
+                "tp_handler.sequence_parallel splits" in got[0])
+    else:
+        same = got == want_tp
     check(same, "--megatron_lm_tp_degree 2, sequence_parallelism %s: not the parallelism_config run:\n%s\n%s"
           % (sp, got, want_tp))
 
