@@ -13,6 +13,7 @@
 #include "model/transformer_block.hpp"
 #include "distributed/communicator.hpp"
 #include "parallel/tensor_parallel/block_plan.hpp"
+#include "parallel/tensor_parallel/mappings.hpp"
 #include "parallel/tensor_parallel/rng_tracker.hpp"
 #include "parallel/tensor_parallel/sequential_plan.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
@@ -121,6 +122,7 @@ public:
                 norm_weight_[i].scalar_type() == at::kFloat)
                 x = x.to(at::kFloat);
             const bool train = seq_->is_training();
+            if (sequence_parallel_ && tp_group_ && i == sp_.first) x = scatter_positions(x);
             if (split_dropout_.size() > i && split_dropout_[i]) {
                 // Inside a split region: this rank's features, this rank's masks (rng_tracker.hpp).
                 x = parallel::tp::region_dropout(x, tp_layers_[i].p, train, tp_dropout_);
@@ -140,6 +142,9 @@ public:
             } else {
                 x = layer_forward(m, linear_[i].get(), blocks_[i].get(), train, x);
             }
+            // Past the last split block the layers compute on every position again (replicated).
+            if (sequence_parallel_ && tp_group_ && i == sp_.last)
+                x = parallel::tp::gather_sequence_to_replicated(x, tp_group_, sequence_dim(x));
             if (hooks) x = hooks->after_layer(i, x);
             ++i;
         }
@@ -191,11 +196,19 @@ public:
         if (!group) fail(ACCEL_ERR_INTERNAL, "sequential: tensor parallelism without a group");
         if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "sequential: tensor parallelism is already applied");
         const int64_t n = group->size();
-        const std::vector<tp::LayerSplit> splits = tp::plan_sequential(tp_layers_, tp_plan(), n);
+        std::vector<tp::LayerSplit> splits = tp::plan_sequential(tp_layers_, tp_plan(), n);
+        // Sequence parallelism: the blocks' activations are this rank's positions, split along the layout's
+        // sequence dimension; the blocks' linears gather and reduce-scatter it.
+        tp::LinearPlanOptions layer;
+        tp::SequenceRegion region;
+        if (sequence_parallel_) {
+            region = tp::plan_sequence_parallel(tp_layers_, splits);
+            layer.column.sequence_dim = layer.row.sequence_dim = region.sequence_dim;
+        }
         for (size_t i = 0; i < splits.size(); ++i) { // every refusal before anything is split
             if (splits[i] == tp::LayerSplit::Block) {
                 const std::string key = "layers[" + std::to_string(i) + "].";
-                tp::check_block(*blocks_[i], block_modules(i), {}, n, key + "nhead", key + "dim_feedforward", {});
+                tp::check_block(*blocks_[i], block_modules(i), {}, n, key + "nhead", key + "dim_feedforward", layer);
             } else if (linear_[i] && splits[i] != tp::LayerSplit::None) {
                 tp::check_parallelizable(*linear_[i], std::to_string(i));
             }
@@ -220,7 +233,8 @@ public:
                 tp::parallelize_linear(linear_[i], name, tp::LinearStyle::Rowwise, group, plan, rowwise);
                 break;
             case tp::LayerSplit::Block: {
-                tp::parallelize_block(*blocks_[i], block_modules(i), {}, group, plan, {}, dropout);
+                tp::parallelize_block(*blocks_[i], block_modules(i), {}, group, plan, layer, dropout);
+                if (sequence_parallel_) blocks_[i]->options.sequence_parallel = group;
                 // torch's MultiheadAttention names the fused projection's tensors in_proj_weight / in_proj_bias.
                 for (const char *what : {"weight", "bias"}) {
                     auto it = plan.find(name + ".self_attn.in_proj." + what);
@@ -236,6 +250,7 @@ public:
         }
         tp_dropout_ = std::move(dropout);
         split_dropout_ = std::move(split_dropout);
+        sp_ = region;
         tp_group_ = group;
         tp_slicing_ = std::move(plan);
     }
@@ -245,6 +260,11 @@ public:
     }
     const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
     std::shared_ptr<parallel::tp::DropoutGenerator> tensor_parallel_dropout() const override { return tp_dropout_; }
+    void enable_sequence_parallel() override
+    {
+        if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "sequential: sequence parallelism after tensor parallelism");
+        sequence_parallel_ = true;
+    }
 
     void train(bool on) override { seq_->train(on); }
     bool is_training() const override { return seq_->is_training(); }
@@ -279,6 +299,19 @@ private:
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
     std::shared_ptr<parallel::tp::DropoutGenerator> tp_dropout_; // this tp rank's, for the split regions' dropout
     std::vector<bool> split_dropout_; // per layer (empty without tp): a dropout inside a split region
+    bool sequence_parallel_ = false;  // enable_sequence_parallel
+    parallel::tp::SequenceRegion sp_; // under sequence parallelism: the layers that hold this rank's positions
+
+    // The positions' dimension of a split block's input: an unbatched [T, C] is a batch of one (layer_forward).
+    int64_t sequence_dim(const at::Tensor &x) const { return x.dim() == 2 ? 0 : sp_.sequence_dim; }
+    // Entering the first split block from replicated layers: this rank's 1/tp of the positions.
+    at::Tensor scatter_positions(const at::Tensor &x) const
+    {
+        if (x.dim() != 2 && x.dim() != 3) return x; // the block refuses its shape by name (layer_forward)
+        const int64_t dim = sequence_dim(x);
+        parallel::tp::check_sequence_split(x.size(dim), false, tp_group_->size(), "sequential");
+        return parallel::tp::scatter_sequence(x, tp_group_, dim);
+    }
 
     parallel::tp::BlockModules block_modules(size_t i) const
     {
@@ -408,7 +441,7 @@ std::shared_ptr<Model> construct_model(const config::ModelSpec &spec, const Para
     std::vector<parallel::tp::SequentialLayer> tp_layers;
     for (const auto &l : spec.layers)
         tp_layers.push_back({l.type, l.tp_plan, l.in_features, l.out_features, l.nhead, l.dim_feedforward,
-                             l.type == "transformer_encoder_layer" ? l.dropout : l.p});
+                             l.type == "transformer_encoder_layer" ? l.dropout : l.p, l.batch_first});
     return std::make_shared<NnModel>(std::move(seq), std::move(batch_first), std::move(types), std::move(tp_layers));
 }
 

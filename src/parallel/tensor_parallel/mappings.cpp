@@ -66,15 +66,19 @@ struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
     static variable_list backward(AutogradContext *, variable_list g) { return {g[0], at::Tensor()}; }
 };
 
-struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
-    static at::Tensor forward(AutogradContext *ctx, const at::Tensor &x, const Group &group)
+// All-gather along `dim` into a replicated activation: its gradient is the same on every rank, so backward takes
+// this rank's slice (gather_last_dim, gather_sequence_to_replicated).
+struct GatherAlong : torch::autograd::Function<GatherAlong> {
+    static at::Tensor forward(AutogradContext *ctx, const at::Tensor &x, const Group &group, int64_t dim)
     {
         ctx->saved_data["group"] = group_capsule(group);
-        return all_gather_along(x, *group, -1);
+        ctx->saved_data["dim"] = dim;
+        return all_gather_along(x, *group, dim);
     }
     static variable_list backward(AutogradContext *ctx, variable_list g)
     {
-        return {slice_along(g[0], capsule_group(ctx->saved_data["group"]), -1).contiguous(), at::Tensor()};
+        Communicator &group = capsule_group(ctx->saved_data["group"]);
+        return {slice_along(g[0], group, ctx->saved_data["dim"].toInt()).contiguous(), at::Tensor(), at::Tensor()};
     }
 };
 
@@ -173,7 +177,7 @@ at::Tensor reduce_from_region(const at::Tensor &x, const Group &group)
 at::Tensor gather_last_dim(const at::Tensor &x, const Group &group)
 {
     check_group(group);
-    return group->size() == 1 ? x : GatherLastDim::apply(x, group);
+    return group->size() == 1 ? x : GatherAlong::apply(x, group, checked_dim(x, -1));
 }
 
 at::Tensor scatter_last_dim(const at::Tensor &x, const Group &group)
@@ -186,6 +190,12 @@ at::Tensor gather_sequence(const at::Tensor &x, const Group &group, int64_t dim)
 {
     check_group(group);
     return group->size() == 1 ? x : GatherSequence::apply(x, group, checked_dim(x, dim));
+}
+
+at::Tensor gather_sequence_to_replicated(const at::Tensor &x, const Group &group, int64_t dim)
+{
+    check_group(group);
+    return group->size() == 1 ? x : GatherAlong::apply(x, group, checked_dim(x, dim));
 }
 
 at::Tensor reduce_scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim)

@@ -13,6 +13,8 @@
 //                             backward: all-gather along `dim`
 //   scatter_sequence          forward: this rank's slice along `dim` (entering the sequence-parallel region
 //                             from a replicated one: after the embeddings)   backward: all-gather along `dim`
+//   gather_sequence_to_replicated   forward: all-gather along `dim` (leaving the sequence-parallel region into a
+//                             replicated one: after a JSON spec's last split block)   backward: this rank's slice
 //
 // Every rank of the group calls them in the same order with the same shapes (as any collective). With a
 // group of one they are the identity (no communication). The split dimensions must divide by the group's
@@ -39,6 +41,7 @@ at::Tensor scatter_last_dim(const at::Tensor &x, const Group &group);
 at::Tensor gather_sequence(const at::Tensor &x, const Group &group, int64_t dim);
 at::Tensor reduce_scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim);
 at::Tensor scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim);
+at::Tensor gather_sequence_to_replicated(const at::Tensor &x, const Group &group, int64_t dim);
 
 // Without autograd (the building blocks above, also for checkpoint gathering): the concatenation of every
 // rank's `x` along `dim`, and this rank's 1/size slice of `x` along `dim`.

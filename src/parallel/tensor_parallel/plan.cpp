@@ -105,18 +105,25 @@ private:
 
 } // namespace
 
+void TensorParallelModel::enable_sequence_parallel()
+{
+    fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel: sequence parallelism is built for "
+                                  "the gpt and llama models and sequential models with transformer_encoder_layer blocks "
+                                  "only");
+}
+
 std::vector<at::Tensor> apply_plan(Model &model, const distributed::DeviceMesh &mesh, bool sequence_parallel)
 {
+    auto *planned = dynamic_cast<TensorParallelModel *>(&model);
     if (sequence_parallel) {
         auto *gpt = dynamic_cast<GptModel *>(&model);
         auto *llama = dynamic_cast<LlamaModel *>(&model);
-        if (gpt == nullptr && llama == nullptr)
-            fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel: sequence parallelism is "
-                                          "built for the gpt and llama models only");
         if (gpt != nullptr) gpt->set_sequence_parallel(true);
-        if (llama != nullptr) llama->set_sequence_parallel(true);
+        else if (llama != nullptr) llama->set_sequence_parallel(true);
+        else if (planned != nullptr) planned->enable_sequence_parallel();
+        else fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel: a model without a "
+                                           "tensor-parallel plan (TorchScript) cannot split its positions");
     }
-    auto *planned = dynamic_cast<TensorParallelModel *>(&model);
     if (planned == nullptr)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_size: tensor parallelism has plans for the models built "
                                       "from a JSON spec (gpt, llama, sequential, mlp); other model types (TorchScript) "

@@ -104,4 +104,35 @@ std::vector<LayerSplit> plan_sequential(std::vector<SequentialLayer> layers, con
     return out;
 }
 
+SequenceRegion plan_sequence_parallel(const std::vector<SequentialLayer> &layers, std::vector<LayerSplit> &splits)
+{
+    const std::string key = "parallelism_config.tp_handler.sequence_parallel: ";
+    auto refuse = [&](size_t i, const std::string &why) {
+        fail(ACCEL_ERR_UNIMPLEMENTED, key + layer_name(i, layers[i]) + ": " + why + " (sequential models split "
+                                      "the positions over a run of \"auto\" transformer_encoder_layer blocks only)");
+    };
+    std::vector<size_t> blocks;
+    for (size_t i = 0; i < splits.size(); ++i) {
+        if (splits[i] == LayerSplit::Block) blocks.push_back(i);
+        else if (splits[i] != LayerSplit::None) refuse(i, "a split linear layer under sequence parallelism is not built yet");
+    }
+    if (blocks.empty()) fail(ACCEL_ERR_INTERNAL, key + "a plan without split layers"); // plan_sequential refuses it
+    const std::vector<std::string> between = {"relu", "gelu", "tanh", "sigmoid", "dropout"};
+    SequenceRegion region{blocks.front(), blocks.back(), layers[blocks.front()].batch_first ? 1 : 0};
+    for (size_t i = region.first; i <= region.last; ++i) {
+        const SequentialLayer &l = layers[i];
+        if (splits[i] == LayerSplit::Block) {
+            if (l.batch_first != layers[region.first].batch_first)
+                refuse(i, "its batch_first differs from layers[" + std::to_string(region.first) + "]'s, and the run's "
+                          "positions are split along one dimension");
+        } else if (std::find(between.begin(), between.end(), l.type) == between.end()) {
+            refuse(i, "sits between split transformer blocks, where each rank holds a shard of the positions; only "
+                      "relu, gelu, tanh, sigmoid and dropout may");
+        } else if (l.type == "dropout" && l.p > 0.0) {
+            splits[i] = LayerSplit::SplitDropout; // this rank's positions: its own masks, as the blocks' residual
+        }
+    }
+    return region;
+}
+
 } // namespace accel::parallel::tp

@@ -25,11 +25,23 @@ struct SequentialLayer {
     int64_t in_features = 0, out_features = 0; // linear
     int64_t nhead = 0, dim_feedforward = 0;    // transformer_encoder_layer
     double p = 0.0;                            // dropout
+    bool batch_first = false;                  // transformer_encoder_layer: [B, T, C] (else [T, B, C])
 };
 
 enum class LayerSplit { None, Colwise, ColwiseRep, Rowwise, Block, SplitDropout };
 
 std::vector<LayerSplit> plan_sequential(std::vector<SequentialLayer> layers, const config::TpPlan &overrides,
                                         int64_t tp_size);
+
+// Sequence parallelism (tp_handler.sequence_parallel) over a plan: the positions are this rank's 1/tp from the
+// first split block to the last, which must be a run of "auto" transformer_encoder_layer blocks of one layout
+// with only relu, gelu, tanh, sigmoid and dropout between them (their dropouts become SplitDropout: each rank's
+// positions, each rank's masks). Split linear layers under it, another layer inside the run or a run of mixed
+// layouts: UNIMPLEMENTED naming the layer and tp_handler.sequence_parallel.
+struct SequenceRegion {
+    size_t first = 0, last = 0; // the first and last split block
+    int64_t sequence_dim = 0;   // of the blocks' [T, B, C] (0) or batch_first [B, T, C] (1) activations
+};
+SequenceRegion plan_sequence_parallel(const std::vector<SequentialLayer> &layers, std::vector<LayerSplit> &splits);
 
 } // namespace accel::parallel::tp

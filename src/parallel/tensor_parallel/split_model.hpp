@@ -30,6 +30,9 @@ public:
     // This rank's generator for dropout in the split regions (rng_tracker.hpp), which checkpoints keep; null when
     // the model draws none.
     virtual std::shared_ptr<DropoutGenerator> tensor_parallel_dropout() const { return nullptr; }
+    // tp_handler.sequence_parallel, before apply_tensor_parallel (plan.cpp; the gpt and llama have their own
+    // set_sequence_parallel). UNIMPLEMENTED naming the key for a model that cannot split its positions.
+    virtual void enable_sequence_parallel();
 
     // The spec's tp_plan / base_model_tp_plan overrides (tp_plan.hpp), which apply_tensor_parallel maps onto the
     // model's plan.
