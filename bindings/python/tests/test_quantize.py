@@ -24,6 +24,8 @@ def test_8bit_and_refusals():
     with pytest.raises(accel.InvalidArgumentError, match="load_in_3bit"):
         model.quantize('{"load_in_8bit": true, "load_in_3bit": true}')
     with pytest.raises(accel.UnimplementedError, match="torch_dtype"):
+        model.quantize('{"load_in_8bit": true, "torch_dtype": "float16"}')
+    with pytest.raises(accel.InvalidArgumentError, match="torch_dtype"):
         model.quantize('{"load_in_8bit": true, "torch_dtype": "bf16"}')
     model.quantize('{"load_in_8bit": true}')
     assert "0.SCB" in model.state_dict()
