@@ -375,6 +375,25 @@ struct Placement {
     }
 };
 
+// The offload folder a device map needs ("" without disk modules), after refusing what the map cannot do yet.
+std::string offload_dir_of(const big_modeling::DeviceMap &map, const config::BnbQuantizationConfig &c)
+{
+    std::string disk;
+    bool any_disk = false;
+    for (const auto &[name, target] : map) {
+        if (target.kind == config::DeviceTarget::Kind::gpu)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "device_map: \"" + name + "\": " + target.str() +
+                                              ": dispatching onto a GPU is not built yet (\"cpu\" and \"disk\" are)");
+        if (target.kind != config::DeviceTarget::Kind::disk) continue;
+        disk += std::string(any_disk ? ", " : "") + (name.empty() ? "\"\" (the whole model)" : name);
+        any_disk = true;
+    }
+    if (!any_disk) return "";
+    if (c.placement->dispatch.offload_dir.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "offload_folder: needed: the device_map offloads these modules to disk: " + disk);
+    return normalize_path(c.placement->dispatch.offload_dir);
+}
+
 Placement place(Model &model, const config::BnbQuantizationConfig &c)
 {
     Placement p;
@@ -385,21 +404,89 @@ Placement place(Model &model, const config::BnbQuantizationConfig &c)
     if (c.placement->infer) p.map = big_modeling::infer_auto_device_map(model, *c.placement->infer);
     if (!p.map) return p;
     big_modeling::check_device_map(model, *p.map, "device_map");
-    std::string disk;
-    bool any_disk = false;
-    for (const auto &[name, target] : *p.map) {
-        if (target.kind == config::DeviceTarget::Kind::gpu)
-            fail(ACCEL_ERR_UNIMPLEMENTED, "device_map: \"" + name + "\": " + target.str() +
-                                              ": dispatching onto a GPU is not built yet (\"cpu\" and \"disk\" are)");
-        if (target.kind != config::DeviceTarget::Kind::disk) continue;
-        disk += std::string(any_disk ? ", " : "") + (name.empty() ? "\"\" (the whole model)" : name);
-        any_disk = true;
-    }
-    if (!any_disk) return p;
-    if (c.placement->dispatch.offload_dir.empty())
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "offload_folder: needed: the device_map offloads these modules to disk: " + disk);
-    p.dir = normalize_path(c.placement->dispatch.offload_dir);
+    p.dir = offload_dir_of(*p.map, c);
     return p;
+}
+
+// The checkpoint against the model, before any layer is replaced: each chosen layer's weight (present; a float
+// one in the layer's stored shape, a pre-quantized one in the quantized weight's shape and dtype with its state
+// tensors), every other tensor of the model present in its shape, and nothing the model does not have. A damaged
+// or foreign folder is so refused by name with the model as it was.
+void check_checkpoint(Model &model, const std::vector<LinearSlot> &chosen, const NamedTensors &file,
+                      const config::BnbQuantizationConfig &c, const std::string &where)
+{
+    std::map<std::string, const at::Tensor *> by_name;
+    for (const auto &[name, t] : file) by_name.emplace(name, &t);
+    auto in_file = [&](const std::string &name) {
+        const auto it = by_name.find(name);
+        if (it == by_name.end())
+            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
+        return it->second;
+    };
+    std::set<std::string> weights, states; // the chosen layers' weights; the state names their quantization adds
+    // In the model's order, so that a checkpoint of another model is named by its first layer.
+    for (const auto &slot : chosen) {
+        const std::shared_ptr<Linear> target = target_of(slot);
+        const std::string name = name_of(model, target->weight());
+        weights.insert(name);
+        const std::vector<int64_t> out_in = {target->out_features(), target->in_features()};
+        // The quantized tensors' shapes and dtypes (on meta: nothing is computed).
+        const LayerTensors q = layer_tensors(slot.module, at::Tensor(), out_in, target->weight().scalar_type(), c);
+        for (const auto &s : q.state) states.insert(s.first);
+        const at::Tensor &t = *in_file(name);
+        if (!at::isFloatingType(t.scalar_type())) {
+            require(t.sizes() == q.weight.sizes() && t.scalar_type() == q.weight.scalar_type(),
+                    ACCEL_ERR_INVALID_ARGUMENT,
+                    "weights_location: \"" + name + "\" in \"" + where + "\" is a quantized weight " +
+                        std::string(c10::toString(t.scalar_type())) + " " + c10::str(t.sizes()) +
+                        ", this config quantizes the layer to " + std::string(c10::toString(q.weight.scalar_type())) +
+                        " " + c10::str(q.weight.sizes()) + " (the folder was quantized with another config)");
+            // Its state comes from the file (its values are checked with the layer once loaded:
+            // check_quantized_layers).
+            for (const auto &[n, s] : q.state) {
+                const at::Tensor &st = *in_file(n);
+                require(st.sizes() == s.sizes(), ACCEL_ERR_INVALID_ARGUMENT,
+                        "weights_location: \"" + n + "\" in \"" + where + "\" has shape " + c10::str(st.sizes()) +
+                            ", this config's is " + c10::str(s.sizes()));
+            }
+            continue;
+        }
+        const std::vector<int64_t> stored =
+            target->layout() == Linear::Layout::OutIn ? out_in : std::vector<int64_t>{out_in[1], out_in[0]};
+        require(t.sizes() == at::IntArrayRef(stored), ACCEL_ERR_INVALID_ARGUMENT,
+                "weights_location: \"" + name + "\" in \"" + where + "\" has shape " + c10::str(t.sizes()) +
+                    ", the model's is " + c10::str(at::IntArrayRef(stored)) +
+                    " (a float checkpoint is quantized as it loads)");
+    }
+    std::set<std::string> supplied;
+    NamedTensors unknown;
+    for (const auto &[name, t] : file) {
+        if (weights.count(name) != 0 || states.count(name) != 0) continue;
+        const std::string own = big_modeling::own_name(model, name);
+        if (own.empty()) {
+            unknown.emplace_back(name, at::Tensor());
+            continue;
+        }
+        supplied.insert(own);
+        const at::Tensor &dst = *model.find_tensor(own);
+        require(dst.sizes() == t.sizes(), ACCEL_ERR_INVALID_ARGUMENT,
+                "weights_location: \"" + name + "\" in \"" + where + "\" has shape " + c10::str(t.sizes()) +
+                    ", the model's is " + c10::str(dst.sizes()));
+        require(!t.is_complex() && t.scalar_type() != at::kBool, ACCEL_ERR_INVALID_ARGUMENT,
+                "weights_location: \"" + name + "\" in \"" + where + "\" has dtype " +
+                    std::string(c10::toString(t.scalar_type())) + ", which cannot be converted to " +
+                    c10::toString(dst.scalar_type()));
+    }
+    for (const auto *list : {&model.named_parameters(), &model.named_buffers()})
+        for (const auto &e : *list)
+            if (weights.count(e.first) == 0 && supplied.count(e.first) == 0)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + e.first + "\"");
+    // Names the model has no tensor for: the model's load tells the ones it ignores (an old transformers' rotary
+    // or mask buffers) from the foreign ones; none of them names a tensor, so nothing is copied.
+    const LoadReport report = model.load_state_dict(unknown, false, [](const at::Tensor &, const at::Tensor &) {});
+    if (!report.unexpected.empty())
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + report.unexpected.front() + "\" in \"" + where +
+                                             "\" is not a tensor of the model");
 }
 
 } // namespace
@@ -408,6 +495,19 @@ std::vector<std::string> load_and_quantize_model(Model &model, const config::Bnb
 {
     const std::string where = normalize_path(c.weights_location);
     std::vector<LinearSlot> chosen = slots_to_quantize(model, c);
+    // Mapped (safetensors): a tensor's bytes are read when it is copied, so only one float weight is in memory at
+    // a time, as Accelerate's load_checkpoint_in_model quantizes each weight as it sets it. A pre-quantized
+    // checkpoint (bitsandbytes' tensors, as save_pretrained of a quantized model writes them) is read as
+    // from_pretrained reads one, its tensors loaded as they are.
+    NamedTensors file = ckpt::read_model_weights(where);
+    tensors_from_bnb_folder(file, [&where](const std::string &) { return where; });
+    // Everything that can be refused is refused before the first layer is replaced: past that point the model's
+    // float weights are gone (released to meta) and a failure would leave it half-quantized and unusable.
+    check_checkpoint(model, chosen, file, c, where);
+    if (c.placement && c.placement->device_map && !c.placement->infer) {
+        big_modeling::check_device_map(model, *c.placement->device_map, "device_map");
+        (void)offload_dir_of(*c.placement->device_map, c);
+    }
     apply_torch_dtype(model, c);
     // Each chosen layer is made quantized on meta first (its float weight, if any, released: the checkpoint's
     // replaces it), as Accelerate's replace_with_bnb_layers under init_empty_weights; the checkpoint then gives
@@ -429,42 +529,6 @@ std::vector<std::string> load_and_quantize_model(Model &model, const config::Bnb
     for (const auto &[name, t] : model.named_parameters())
         if (placement.on_disk(name) && !t.is_meta()) big_modeling::move_to_meta(t);
 
-    // Mapped (safetensors): a tensor's bytes are read when it is copied, so only one float weight is in memory at
-    // a time, as Accelerate's load_checkpoint_in_model quantizes each weight as it sets it. A pre-quantized
-    // checkpoint (bitsandbytes' tensors, as save_pretrained of a quantized model writes them) is read as
-    // from_pretrained reads one, its tensors loaded as they are.
-    NamedTensors file = ckpt::read_model_weights(where);
-    tensors_from_bnb_folder(file, [&where](const std::string &) { return where; });
-    // Each quantized layer's weight is checked in the model's order before anything is read, so that a checkpoint
-    // of another model is named by its first layer.
-    std::map<std::string, const at::Tensor *> by_name;
-    for (const auto &[name, t] : file) by_name.emplace(name, &t);
-    for (auto &slot : chosen) {
-        const std::shared_ptr<Linear> target = target_of(slot);
-        const std::string name = name_of(model, target->weight());
-        const auto it = by_name.find(name);
-        if (it == by_name.end())
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "weights_location: \"" + where + "\" has no tensor \"" + name + "\"");
-        // A pre-quantized weight: the shape and dtype the layer's quantized weight has (its state is checked with
-        // the layer once loaded: check_quantized_layers).
-        if (!at::isFloatingType(it->second->scalar_type())) {
-            const at::Tensor &w = target->weight();
-            require(it->second->sizes() == w.sizes() && it->second->scalar_type() == w.scalar_type(),
-                    ACCEL_ERR_INVALID_ARGUMENT,
-                    "weights_location: \"" + name + "\" in \"" + where + "\" is a quantized weight " +
-                        std::string(c10::toString(it->second->scalar_type())) + " " + c10::str(it->second->sizes()) +
-                        ", this config quantizes the layer to " + std::string(c10::toString(w.scalar_type())) + " " +
-                        c10::str(w.sizes()) + " (the folder was quantized with another config)");
-            continue;
-        }
-        const std::vector<int64_t> out_in = {target->out_features(), target->in_features()};
-        const std::vector<int64_t> stored =
-            target->layout() == Linear::Layout::OutIn ? out_in : std::vector<int64_t>{out_in[1], out_in[0]};
-        require(it->second->sizes() == at::IntArrayRef(stored), ACCEL_ERR_INVALID_ARGUMENT,
-                "weights_location: \"" + name + "\" in \"" + where + "\" has shape " +
-                    c10::str(it->second->sizes()) + ", the model's is " + c10::str(at::IntArrayRef(stored)) +
-                    " (a float checkpoint is quantized as it loads)");
-    }
     NamedTensors to_model;
     std::set<std::string> to_disk, parameters, supplied;
     for (const auto &e : model.named_parameters()) parameters.insert(e.first);

@@ -2,6 +2,7 @@
 // layers are converted, the state-dict keys bitsandbytes writes, logits against the float model, gradients to the
 // input (QLoRA), and what is refused.
 #include "catch_error.hpp"
+#include "checkpointing/checkpointing.hpp"
 #include "config/bnb_quantization_config.hpp"
 #include "model/linear.hpp"
 #include "model/lora.hpp"
@@ -14,6 +15,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -236,4 +240,63 @@ TEST(QuantizeModel, QloraTrainsTheAdaptersOverA4bitBase)
     const accel::Error e = catch_error([&] { accel::merged_state_dict(*m); });
     EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED);
     EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.q_proj"), std::string::npos) << e.what();
+}
+
+// load_and_quantize_model checks the whole folder before it replaces a layer: a damaged one (the last chosen
+// layer's weight missing, of another shape, or an integer tensor that is no quantized weight; another tensor of
+// another shape, missing or extra) is refused by name and the model stays the float model it was (same logits,
+// nothing quantized), which a good folder then quantizes.
+TEST(QuantizeModel, DamagedWeightsLocationLeavesTheModelAsItWas)
+{
+    char tmpl[] = "/tmp/accel_quantize_damaged_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    auto m = make(kLlama);
+    const at::Tensor before = logits(*m);
+    const accel::NamedTensors good = m->state_dict(false);
+    auto folder = [&](const std::string &name, const accel::NamedTensors &tensors) {
+        const std::string dir = std::string(tmpl) + "/" + name;
+        std::filesystem::create_directories(dir);
+        accel::ckpt::write_model_weights(dir, tensors, true, uint64_t(1) << 40);
+        return dir;
+    };
+    auto with = [&](const std::string &dir) {
+        return config(R"({"load_in_8bit": true, "weights_location": ")" + dir + "\"}");
+    };
+    const std::string last = "model.layers.1.mlp.down_proj.weight", embed = "model.embed_tokens.weight";
+    auto set = [](accel::NamedTensors &t, const std::string &name, const at::Tensor &v) {
+        for (auto &e : t)
+            if (e.first == name) e.second = v;
+    };
+    auto erase = [](accel::NamedTensors &t, const std::string &name) {
+        t.erase(std::remove_if(t.begin(), t.end(), [&](const auto &e) { return e.first == name; }), t.end());
+    };
+    struct Case {
+        const char *folder;
+        std::function<void(accel::NamedTensors &)> damage;
+        std::string named;
+    };
+    const Case cases[] = {
+        {"missing_weight", [&](auto &t) { erase(t, last); }, last},
+        {"weight_shape", [&](auto &t) { set(t, last, at::zeros({3, 3})); }, last},
+        {"int_weight", [&](auto &t) { set(t, last, at::zeros({64, 128}, at::kInt)); }, last},
+        {"embedding_shape", [&](auto &t) { set(t, embed, at::zeros({36, 64})); }, embed},
+        {"missing_norm", [&](auto &t) { erase(t, "model.norm.weight"); }, "model.norm.weight"},
+        {"extra", [&](auto &t) { t.emplace_back("model.extra.weight", at::zeros({2})); }, "model.extra.weight"},
+    };
+    for (const auto &c : cases) {
+        SCOPED_TRACE(c.folder);
+        accel::NamedTensors damaged = good;
+        c.damage(damaged);
+        const std::string dir = folder(c.folder, damaged);
+        const accel::Error e = catch_error([&] { accel::load_and_quantize_model(*m, with(dir)); });
+        EXPECT_EQ(e.code(), ACCEL_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("\"" + c.named + "\""), std::string::npos) << e.what();
+        EXPECT_FALSE(accel::is_quantized(*m));
+        EXPECT_TRUE(at::equal(logits(*m), before));
+    }
+    const auto done = accel::load_and_quantize_model(*m, with(folder("good", good)));
+    EXPECT_EQ(done.size(), 14u); // 2 layers x 7 linears; lm_head stays float
+    EXPECT_TRUE(accel::is_quantized(*m));
+    EXPECT_LT(relative_error(logits(*m), before), 0.05);
+    std::filesystem::remove_all(tmpl);
 }
