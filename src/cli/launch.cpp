@@ -398,12 +398,14 @@ std::vector<std::vector<int>> gpu_cpus_of_local_processes(int local)
 void cluster_env_defaults(Options &o)
 {
     ClusterFlags f{o.num_processes, o.num_machines,    o.machine_rank, o.main_process_port,
-                   o.max_restarts,  o.main_process_ip, o.rdzv_id,      o.rdzv_conf, o.nnodes_range};
+                   o.max_restarts,  o.main_process_ip, o.rdzv_id,      o.rdzv_conf, o.nnodes_range,
+                   std::nullopt,    std::nullopt};
     const LocalDevices devices{[] { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }, visible_gpu_count};
     try {
         cli::cluster_env_defaults(f, process_env, devices);
-        if (f.rdzv_conf && !o.rdzv_conf) // PET_RDZV_CONF (checked there)
-            parse_rdzv_conf(*f.rdzv_conf, o.elastic.join_timeout, o.elastic.last_call_timeout, "PET_RDZV_CONF");
+        // PET_RDZV_CONF's timeouts (parsed there; unset when --rdzv_conf gave them).
+        if (f.join_timeout) o.elastic.join_timeout = *f.join_timeout;
+        if (f.last_call_timeout) o.elastic.last_call_timeout = *f.last_call_timeout;
     } catch (const Error &e) {
         usage_error(e.what());
     }

@@ -94,9 +94,12 @@ void rdzv_env_defaults(ClusterFlags &o, const EnvLookup &env)
         if (auto v = env("PET_RDZV_ID")) o.rdzv_id = *v;
     if (!o.rdzv_conf)
         if (auto v = env("PET_RDZV_CONF")) {
-            double join = 0, last_call = 0;
+            // Below 0: the key is absent (parse_rdzv_conf accepts [0, 86400]).
+            double join = -1, last_call = -1;
             parse_rdzv_conf(*v, join, last_call, "PET_RDZV_CONF");
             o.rdzv_conf = *v;
+            if (join >= 0) o.join_timeout = join;
+            if (last_call >= 0) o.last_call_timeout = last_call;
         }
     const std::optional<std::string> endpoint = env("PET_RDZV_ENDPOINT");
     if (!endpoint || (o.main_process_ip && o.main_process_port)) return;

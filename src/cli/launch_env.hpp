@@ -19,6 +19,8 @@ struct ClusterFlags {
     // --nnodes MIN:MAX with MIN < MAX (elastic membership): machine ranks then follow the arrival, so no variable
     // fills num_machines or machine_rank.
     std::optional<std::pair<int, int>> nnodes_range;
+    // The timeouts PET_RDZV_CONF gives (parsed once, there; unset: the key is absent or --rdzv_conf was given).
+    std::optional<double> join_timeout, last_call_timeout;
 };
 
 // What torchrun's "cpu", "gpu" and "auto" processes per node count on this machine (its os.cpu_count() and

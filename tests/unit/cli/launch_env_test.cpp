@@ -75,6 +75,11 @@ TEST(LaunchEnvTrainerV2, RendezvousSettingsReadOrRefusedByName)
     EXPECT_EQ(f.main_process_port, 29401);
     EXPECT_EQ(f.rdzv_id, "job-7");
     EXPECT_EQ(f.rdzv_conf, "join_timeout=60,last_call_timeout=5");
+    EXPECT_EQ(f.join_timeout, 60.0); // parsed once, here: launch takes these
+    EXPECT_EQ(f.last_call_timeout, 5.0);
+    f = flags_of({{"PET_RDZV_CONF", "last_call_timeout=0"}});
+    EXPECT_FALSE(f.join_timeout); // an absent key keeps launch's default
+    EXPECT_EQ(f.last_call_timeout, 0.0);
     f = flags_of({{"PET_RDZV_ENDPOINT", "head:29402"}, {"PET_MASTER_ADDR", "master"}});
     EXPECT_EQ(f.main_process_ip, "master");
     EXPECT_EQ(f.main_process_port, 29402);
