@@ -353,19 +353,12 @@ Options parse(int argc, char **argv)
 std::optional<std::string> env(const char *name) { return process_env(name); }
 
 // torchrun's torch.cuda.device_count() without CUDA: the NVIDIA GPUs the kernel lists, narrowed by
-// CUDA_VISIBLE_DEVICES (numbers below the count, or UUIDs, each one GPU).
+// CUDA_VISIBLE_DEVICES, read directly (process_env reads an empty value as unset; for CUDA it hides every GPU).
 int visible_gpu_count()
 {
-    const std::vector<std::string> gpus = read_nvidia_gpus("");
-    const std::optional<std::string> visible = env("CUDA_VISIBLE_DEVICES");
-    if (!visible) return static_cast<int>(gpus.size());
-    int n = 0;
-    std::stringstream in(*visible);
-    for (std::string item; std::getline(in, item, ',');) {
-        const std::optional<int> k = parse_int_in(item, 0, 4095);
-        if (k ? static_cast<size_t>(*k) < gpus.size() : item.rfind("GPU-", 0) == 0) ++n;
-    }
-    return n;
+    const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return cli::visible_gpus(static_cast<int>(read_nvidia_gpus("").size()),
+                             visible ? std::optional<std::string>(visible) : std::nullopt);
 }
 
 // The CPUs near each local process's GPU (local process i uses visible GPU i, as Accelerate's set_numa_affinity

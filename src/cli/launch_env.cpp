@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <sys/random.h>
+#include <vector>
 
 namespace accel::cli {
 
@@ -71,6 +72,24 @@ int nproc_per_node(const std::string &text, const std::string &what, const Local
         fail(ACCEL_ERR_INVALID_ARGUMENT, what + ": expected a number of processes in 1..4096, cpu, gpu or auto, "
                                                 "got \"" + text + "\"");
     return *parse_int_in(text, 1, 4096);
+}
+
+int visible_gpus(int gpus, const std::optional<std::string> &visible)
+{
+    if (!visible) return gpus;
+    const std::string prefix = visible->rfind("GPU-", 0) == 0 ? "GPU-" : visible->rfind("MIG-", 0) == 0 ? "MIG-" : "";
+    std::vector<std::string> seen;
+    std::stringstream in(*visible);
+    for (std::string item; std::getline(in, item, ',');) {
+        const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+        item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+        const bool valid = prefix.empty() ? parse_int_in(item, 0, gpus - 1).has_value()
+                                          : item.size() > prefix.size() && item.rfind(prefix, 0) == 0;
+        if (!valid) break;
+        if (std::find(seen.begin(), seen.end(), item) != seen.end()) return 0;
+        seen.push_back(item);
+    }
+    return std::min(static_cast<int>(seen.size()), gpus);
 }
 
 namespace {

@@ -50,6 +50,12 @@ void parse_rdzv_conf(const std::string &text, double &join_timeout, double &last
 // naming `what` otherwise.
 int nproc_per_node(const std::string &text, const std::string &what, const LocalDevices &devices);
 
+// torch.cuda.device_count() on a machine with `gpus` NVIDIA GPUs under CUDA_VISIBLE_DEVICES's `visible` (nullopt:
+// unset), read as CUDA and PyTorch's _parse_visible_devices read it: an empty value hides every GPU; the list ends
+// at its first invalid entry (not an index below `gpus`; in a UUID list, one without the first entry's "GPU-" or
+// "MIG-"); a repeated entry hides every GPU. UUIDs are not matched to the GPUs (no NVML): each counts, up to `gpus`.
+int visible_gpus(int gpus, const std::optional<std::string> &visible);
+
 // Fills the flags still unset from torchrun's PET_* (PET_NNODES "N" or "MIN:MAX": a range is nnodes_range, as
 // --nnodes MIN:MAX, and PET_NODE_RANK, RANK and SLURM_NODEID are then not read; and, with PET_NPROC_PER_NODE, PyTorchJob v1's RANK,
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT), then Slurm's SLURM_NNODES / SLURM_NODEID / SLURM_JOB_NODELIST.

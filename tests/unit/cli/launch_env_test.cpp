@@ -147,3 +147,21 @@ TEST(ElasticStoreValues, CheckedBeforeUse)
 
 } // namespace
 } // namespace accel::cli
+
+// CUDA_VISIBLE_DEVICES as CUDA reads it (torch.cuda.device_count() under it), on a made-up machine of 4 GPUs.
+TEST(LaunchEnvVisibleGpus, CudaVisibleDevicesCountedAsCudaDoes)
+{
+    using accel::cli::visible_gpus;
+    EXPECT_EQ(visible_gpus(4, std::nullopt), 4);
+    EXPECT_EQ(visible_gpus(4, std::string("")), 0); // set and empty: no GPU (unset would be all)
+    EXPECT_EQ(visible_gpus(4, std::string("2,0")), 2);
+    EXPECT_EQ(visible_gpus(4, std::string("0,7,1")), 1); // 7 is no GPU here: the list ends there
+    EXPECT_EQ(visible_gpus(4, std::string("1,x,2")), 1);
+    EXPECT_EQ(visible_gpus(4, std::string("-1")), 0);
+    EXPECT_EQ(visible_gpus(4, std::string("1,1")), 0); // a repeated entry hides them all (PyTorch)
+    EXPECT_EQ(visible_gpus(4, std::string("GPU-8c1f,GPU-77aa")), 2);
+    EXPECT_EQ(visible_gpus(4, std::string("MIG-4b3e,MIG-19de")), 2); // MIG instances count like GPUs
+    EXPECT_EQ(visible_gpus(4, std::string("GPU-8c1f,0,GPU-77aa")), 1);
+    EXPECT_EQ(visible_gpus(1, std::string("GPU-8c1f,GPU-77aa")), 1);
+    EXPECT_EQ(visible_gpus(0, std::string("0")), 0);
+}
