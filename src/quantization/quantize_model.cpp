@@ -21,6 +21,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 namespace accel {
 
@@ -308,13 +309,24 @@ std::vector<LinearSlot> slots_to_quantize(Model &model, const config::BnbQuantiz
     return chosen;
 }
 
-// The model's name of a tensor object (a LoRA base's weight is not under its module's plain name).
-std::string name_of(Model &model, const at::Tensor &t)
-{
-    for (const auto &[name, p] : model.named_parameters())
-        if (p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return name;
-    fail(ACCEL_ERR_INTERNAL, "quantize: a layer's weight is not a parameter of the model");
-}
+// The model's name of each parameter's tensor object (a LoRA base's weight is not under its module's plain name),
+// gathered once per call: each layer is then named in one lookup, not one walk of the parameters.
+class ParameterNames {
+public:
+    explicit ParameterNames(Model &model)
+    {
+        for (const auto &[name, p] : model.named_parameters()) names_.emplace(p.unsafeGetTensorImpl(), name);
+    }
+    const std::string &of(const at::Tensor &t) const
+    {
+        const auto it = names_.find(t.unsafeGetTensorImpl());
+        if (it == names_.end()) fail(ACCEL_ERR_INTERNAL, "quantize: a layer's weight is not a parameter of the model");
+        return it->second;
+    }
+
+private:
+    std::unordered_map<const c10::TensorImpl *, std::string> names_;
+};
 
 } // namespace
 
@@ -412,8 +424,8 @@ Placement place(Model &model, const config::BnbQuantizationConfig &c)
 // one in the layer's stored shape, a pre-quantized one in the quantized weight's shape and dtype with its state
 // tensors), every other tensor of the model present in its shape, and nothing the model does not have. A damaged
 // or foreign folder is so refused by name with the model as it was.
-void check_checkpoint(Model &model, const std::vector<LinearSlot> &chosen, const NamedTensors &file,
-                      const config::BnbQuantizationConfig &c, const std::string &where)
+void check_checkpoint(Model &model, const ParameterNames &names, const std::vector<LinearSlot> &chosen,
+                      const NamedTensors &file, const config::BnbQuantizationConfig &c, const std::string &where)
 {
     std::map<std::string, const at::Tensor *> by_name;
     for (const auto &[name, t] : file) by_name.emplace(name, &t);
@@ -427,7 +439,7 @@ void check_checkpoint(Model &model, const std::vector<LinearSlot> &chosen, const
     // In the model's order, so that a checkpoint of another model is named by its first layer.
     for (const auto &slot : chosen) {
         const std::shared_ptr<Linear> target = target_of(slot);
-        const std::string name = name_of(model, target->weight());
+        const std::string &name = names.of(target->weight());
         weights.insert(name);
         const std::vector<int64_t> out_in = {target->out_features(), target->in_features()};
         // The quantized tensors' shapes and dtypes (on meta: nothing is computed).
@@ -503,7 +515,8 @@ std::vector<std::string> load_and_quantize_model(Model &model, const config::Bnb
     tensors_from_bnb_folder(file, [&where](const std::string &) { return where; });
     // Everything that can be refused is refused before the first layer is replaced: past that point the model's
     // float weights are gone (released to meta) and a failure would leave it half-quantized and unusable.
-    check_checkpoint(model, chosen, file, c, where);
+    const ParameterNames names(model);
+    check_checkpoint(model, names, chosen, file, c, where);
     if (c.placement && c.placement->device_map && !c.placement->infer) {
         big_modeling::check_device_map(model, *c.placement->device_map, "device_map");
         (void)offload_dir_of(*c.placement->device_map, c);
@@ -517,7 +530,7 @@ std::vector<std::string> load_and_quantize_model(Model &model, const config::Bnb
     std::vector<std::string> done;
     for (auto &slot : chosen) {
         const at::Tensor weight = target_of(slot)->weight();
-        float_weights[name_of(model, weight)] = {&slot, weight.scalar_type()};
+        float_weights[names.of(weight)] = {&slot, weight.scalar_type()};
         if (!weight.is_meta()) big_modeling::move_to_meta(weight);
         NamedTensors a = quantize_layer(slot, c);
         added.insert(added.end(), a.begin(), a.end());

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <unordered_set>
 
 namespace accel::parallel::pp {
 
@@ -90,6 +91,15 @@ std::vector<std::pair<int64_t, int64_t>> stage_blocks(const GptModel &gpt, const
         blocks.emplace_back(starts[vs], vs + 1 < starts.size() ? starts[vs + 1] : n);
     }
     return blocks;
+}
+
+// The tensor objects of `tensors`, for membership tests in one lookup each (a model's parameters against a list
+// of some of them: one pass, not one scan of the list per parameter).
+std::unordered_set<const c10::TensorImpl *> impls_of(const std::vector<at::Tensor> &tensors)
+{
+    std::unordered_set<const c10::TensorImpl *> out;
+    for (const auto &t : tensors) out.insert(t.unsafeGetTensorImpl());
+    return out;
 }
 
 } // namespace
@@ -317,10 +327,8 @@ double PipelineParallel::clip_grad_norm(double max_norm, double norm_type, bool 
     at::Tensor acc;
     if (tp_) {
         std::vector<at::Tensor> split, replicated;
-        for (const auto &t : counted) {
-            const bool is_split = std::any_of(tp_split_.begin(), tp_split_.end(), [&t](const at::Tensor &x) { return x.is_same(t); });
-            (is_split ? split : replicated).push_back(t);
-        }
+        const std::unordered_set<const c10::TensorImpl *> split_set = impls_of(tp_split_);
+        for (const auto &t : counted) (split_set.count(t.unsafeGetTensorImpl()) != 0 ? split : replicated).push_back(t);
         acc = parallel::tp::tensor_parallel_norm_part(split, replicated, *tp_, norm_type);
     } else {
         acc = grad_norm_part(counted, norm_type);
@@ -408,6 +416,7 @@ void PipelineParallel::borrow_optimizer_state(AcceleratedOptimizer &optimizer, c
 {
     at::NoGradGuard no_grad;
     const auto &named = model_.named_parameters();
+    const std::unordered_set<const c10::TensorImpl *> wanted_set = impls_of(borrowed);
     for (size_t i = 0; i < named.size(); ++i) {
         const at::Tensor &p = named[i].second;
         const bool mine = owner[i] == stage();
@@ -415,7 +424,7 @@ void PipelineParallel::borrow_optimizer_state(AcceleratedOptimizer &optimizer, c
         at::Tensor count = from_owner(*pp_, at::scalar_tensor(static_cast<int64_t>(state.size()), at::kLong), owner[i], at::kCPU);
         state.resize(static_cast<size_t>(count.item<int64_t>()));
         for (auto &t : state) t = from_owner(*pp_, t, owner[i], p.device());
-        const bool wanted = std::any_of(borrowed.begin(), borrowed.end(), [&p](const at::Tensor &b) { return b.is_same(p); });
+        const bool wanted = wanted_set.count(p.unsafeGetTensorImpl()) != 0;
         if (!mine && wanted && !state.empty()) optimizer.set_param_state(p, state);
     }
 }
