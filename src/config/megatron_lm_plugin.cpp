@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -70,9 +71,11 @@ double env_number(const char *name, double def, bool integer)
     errno = 0;
     char *end = nullptr;
     const double x = std::strtod(v->c_str(), &end);
-    if (end == v->c_str() || *end != '\0' || errno == ERANGE || (integer && (x != static_cast<int64_t>(x) || x < 1 || x > INT32_MAX)))
+    // The range first: converting a double outside int's range (1e30, inf, nan) is undefined behaviour.
+    const bool number = end != v->c_str() && *end == '\0' && errno != ERANGE && std::isfinite(x) && x >= (integer ? 1 : 0);
+    if (!number || (integer && (x > INT32_MAX || x != std::trunc(x))))
         fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected " +
-                                             (integer ? "a positive integer" : "a number") + ", got \"" + *v + "\"");
+                                             (integer ? "a positive integer" : "a number >= 0") + ", got \"" + *v + "\"");
     return x;
 }
 
@@ -136,7 +139,9 @@ void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
     ParallelismConfig &p = c.parallelism;
     const bool mesh = m.pp_degree > 1 || m.tp_degree > 1;
     if (p.given && mesh)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, m.where + " with parallelism_config: give the parallelism in one of them");
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string(m.env ? "the MEGATRON_LM_* environment (ACCELERATE_USE_MEGATRON_LM)"
+                                                           : m.where) +
+                                             " with parallelism_config: give the parallelism in one of them");
     const int32_t world = std::max(1, c.topology.world_size);
     if (world % (m.tp_degree * m.pp_degree) != 0)
         fail(ACCEL_ERR_INVALID_ARGUMENT, m.key(m.pp_degree > 1 ? "pp_degree" : "tp_degree", m.pp_degree > 1 ? "PP_DEGREE" : "TP_DEGREE") +

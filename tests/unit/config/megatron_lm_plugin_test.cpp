@@ -104,6 +104,19 @@ TEST_F(MegatronLmPluginTest, LauncherEnvironment)
     EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_PP_DEGREE: tp_degree (1) x pp_degree (3) does not divide the job's 4 processes");
     setenv("MEGATRON_LM_PP_DEGREE", "two", 1);
     EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_PP_DEGREE: expected a positive integer");
+    // Out of int's range, infinite or not a number: refused, never converted (undefined behaviour).
+    for (const char *bad : {"1e30", "inf", "nan", "-2", "2.5"}) {
+        setenv("MEGATRON_LM_PP_DEGREE", bad, 1);
+        EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_PP_DEGREE: expected a positive integer");
+    }
+    setenv("MEGATRON_LM_PP_DEGREE", "2", 1);
+    setenv("MEGATRON_LM_GRADIENT_CLIPPING", "-1", 1);
+    EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_GRADIENT_CLIPPING: expected a number >= 0");
+    setenv("MEGATRON_LM_GRADIENT_CLIPPING", "nan", 1);
+    EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_GRADIENT_CLIPPING: expected a number >= 0");
+    setenv("MEGATRON_LM_GRADIENT_CLIPPING", "0", 1);
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "the MEGATRON_LM_* environment (ACCELERATE_USE_MEGATRON_LM) with parallelism_config");
     setenv("MEGATRON_LM_PP_DEGREE", "2", 1);
     EXPECT_FALSE(parse_accelerator_config("{}").selective_recompute);
     setenv("MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "True", 1); // what the launcher exports; the plugin reads either
