@@ -196,7 +196,9 @@ TEST(SequenceParallelSequential, RefusesWhatItCannotSplit)
                 "tp_plan": "replicate"}, )" + block + "}"),
          "layers[1] (transformer_encoder_layer, tp_plan \"replicate\"): sits between split transformer blocks"},
     };
-    for (const auto &[spec, what] : cases) {
+    for (const auto &c : cases) {
+        // Not a structured binding: C++17 lambdas cannot capture those (clang refuses).
+        const std::string &spec = c.first, &what = c.second;
         auto models = copies(spec, kTp);
         dist::run_on_threads(kTp, [&](const std::shared_ptr<dist::Communicator> &comm) {
             dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, kTp), comm);

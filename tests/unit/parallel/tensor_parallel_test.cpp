@@ -42,8 +42,6 @@ namespace {
 
 using namespace accel_test;
 
-constexpr double kTol = 1e-6;
-
 at::Tensor leaf(const at::Tensor &t) { return t.detach().clone().requires_grad_(true); }
 
 // An unsplit Conv1D / nn.Linear layer in the given layout: weight [in, out] or [out, in].
