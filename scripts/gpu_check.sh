@@ -9,14 +9,23 @@
 # `apt-get download` them there first), since nothing can be installed on that machine.
 # Writes its logs to $OUT (default /tmp/accel_gpu). Usage: bash scripts/gpu_check.sh [--headers | --build-only]
 # (--headers: also LibTorch's include folder as torch_include.tar.xz; GPU_CHECK_SUITE=1: then the unit, capi and
-# example entries of ctest too; GPU_CHECK_TARGETS: what to build). GPU_CHECK_BENCH=1: bench_overhead on the GPU and the CPU.
+# example entries of ctest too; GPU_CHECK_TARGETS: what to build; GPU_CHECK_BUILD_TIMEOUT: seconds per ninja run).
+# GPU_CHECK_BENCH=1: bench_overhead on the GPU and the CPU. GPU_CHECK_REAL=1: first accel against the machine's
+# transformers and PEFT (tests/python/transformers_real_check.py; the cases come back as real_cases.tar.gz).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/accel_gpu}
 mkdir -p "$out"
 root=/tmp/accel_devroot
 mkdir -p $root
-for f in ${ACCEL_DEVDEBS:-.devdeps/debs}/*.deb; do dpkg -x "$f" $root; done
+for f in ${ACCEL_DEVDEBS:-.devdeps/debs}/*.deb; do
+    # zlib and OpenSSL only where the machine lacks their headers: their libraries are everyone's there too.
+    case "$(basename "$f")" in
+        zlib1g*) [ -f /usr/include/zlib.h ] && continue ;;
+        libssl*) [ -f /usr/include/openssl/ssl.h ] && continue ;;
+    esac
+    dpkg -x "$f" $root
+done
 multi=$root/usr/lib/x86_64-linux-gnu
 # Some of Debian's CMake package files name absolute paths: point them into the unpacked tree.
 sed -i "s#\"/usr/lib/x86_64-linux-gnu#\"$multi#g; s#\"/usr/include#\"$root/usr/include#g" $multi/cmake/*/*.cmake
@@ -46,10 +55,24 @@ cmake -G Ninja -S . -B $b -DCMAKE_BUILD_TYPE=Release -DACCEL_WERROR=OFF -DACCEL_
     -DProtobuf_LIBRARY=$multi/libprotobuf.so -DProtobuf_LITE_LIBRARY=$multi/libprotobuf-lite.so \
     > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep -E "accel:|Torch|CUDA" "$out/configure.log" | head
+if [ "${GPU_CHECK_REAL:-0}" = 1 ]; then
+    # accel against the real transformers / PEFT of this machine's python3 (tests/python/transformers_real_check.py):
+    # the cases are written while libaccel builds, then checked through it, then accel's folders read back there.
+    real=/tmp/accel_real_cases
+    rm -rf $real
+    python3 tests/python/transformers_real_check.py make $real > "$out/real_make.log" 2>&1 &
+    maker=$!
+    timeout "${GPU_CHECK_BUILD_TIMEOUT:-900}" ninja -C $b -j"$(nproc)" accel > "$out/build_accel.log" 2>&1
+    echo "libaccel build: exit $?"; grep -m 20 'error:' "$out/build_accel.log"
+    wait $maker; echo "real cases written: exit $?"; tail -3 "$out/real_make.log"
+    python3 tests/python/transformers_real_check.py check $b/libaccel.so $real 2>&1 | tee "$out/real_check.log"
+    python3 tests/python/transformers_real_check.py reverse $real 2>&1 | tee "$out/real_reverse.log"
+    tar -C /tmp -czf "${GPU_CHECK_REAL_TAR:-$out/real_cases.tar.gz}" accel_real_cases
+fi
 targets=${GPU_CHECK_TARGETS:-accel accel_cli train_mlp capi_test_distributed capi_test_cuda accel_unit_tests nccl_link_check}
 [ "${GPU_CHECK_SUITE:-0}" = 1 ] && targets=all
 [ "${GPU_CHECK_BENCH:-0}" = 1 ] && targets="$targets bench_overhead"
-ninja -C $b -k 0 -j"$(nproc)" $targets > "$out/build.log" 2>&1
+timeout "${GPU_CHECK_BUILD_TIMEOUT:-900}" ninja -C $b -k 0 -j"$(nproc)" $targets > "$out/build.log" 2>&1
 echo "build: exit $?; $(grep -c 'error:' "$out/build.log") error lines"
 grep -m 30 'error:' "$out/build.log"
 [ -f $b/libaccel.so ] || exit 1

@@ -13,6 +13,7 @@
 #include "model/model.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h> // NoGradGuard / GradMode: not through ATen.h in LibTorch 2
 
 #include <cstring>
 #include <memory>

@@ -5,6 +5,7 @@
 #include "common/json_reader.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h> // NoGradGuard / GradMode: not through ATen.h in LibTorch 2
 
 #include <fcntl.h>
 #include <sys/stat.h>

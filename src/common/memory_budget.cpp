@@ -4,6 +4,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h> // TORCH_VERSION_MAJOR: c10::Allocator's interface changed in LibTorch 2
 
 #include <mutex>
 #include <string>
@@ -18,7 +19,13 @@ namespace {
 // size cannot ride in it. One static instance: tensors made under a budget are released through it long after.
 class CountingAllocator final : public c10::Allocator {
 public:
-    c10::DataPtr allocate(size_t n) const override
+#if TORCH_VERSION_MAJOR >= 2
+    c10::DataPtr allocate(size_t n) override { return counted(n); }
+    void copy_data(void *dest, const void *src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
+    c10::DataPtr allocate(size_t n) const override { return counted(n); }
+#endif
+    c10::DataPtr counted(size_t n) const
     {
         c10::Allocator *base = nullptr;
         {

@@ -58,6 +58,54 @@ RopeScaling parse_rope_scaling(JsonObject &o)
     return r;
 }
 
+// transformers 5 writes the rotary settings as one object, "rope_parameters" ({"rope_type", "rope_theta" and the
+// scaling's keys}); earlier versions wrote "rope_theta" and "rope_scaling" beside the other keys. Both forms are
+// read; given both ways, they must agree.
+void parse_rope(JsonObject &o, LlamaConfig &c)
+{
+    auto rp = o.get_object("rope_parameters");
+    if (!rp) {
+        c.rope_theta = o.get_double("rope_theta", c.rope_theta, 0.0, 1e30, true);
+        if (auto rs = o.get_object("rope_scaling")) c.rope_scaling = parse_rope_scaling(*rs);
+        return;
+    }
+    const double theta = rp->get_double("rope_theta", c.rope_theta, 0.0, 1e30, true);
+    if (o.has("rope_theta") && o.get_double("rope_theta", theta, 0.0, 1e30, true) != theta)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("rope_theta") + ": differs from rope_parameters.rope_theta (" +
+                                             std::to_string(theta) + ")");
+    o.accept("rope_theta");
+    c.rope_theta = theta;
+    c.rope_scaling = parse_rope_scaling(*rp);
+    if (auto rs = o.get_object("rope_scaling")) {
+        const RopeScaling old = parse_rope_scaling(*rs);
+        if (old.type != c.rope_scaling.type || old.factor != c.rope_scaling.factor)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("rope_scaling") + ": differs from rope_parameters (\"" +
+                                                 c.rope_scaling.type + "\")");
+    }
+}
+
+// transformers 5 lists each layer's attention in "layer_types" ("full_attention" / "sliding_attention"), derived
+// from the sliding-window keys; a list that disagrees with them would be computed differently there, so it is
+// refused rather than ignored.
+void check_layer_types(JsonObject &o, const LlamaConfig &c)
+{
+    if (!o.has("layer_types")) {
+        o.accept("layer_types");
+        return;
+    }
+    const auto types = o.get_string_array("layer_types", {});
+    if (int64_t(types.size()) != c.num_hidden_layers)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, o.path_of("layer_types") + ": " + std::to_string(types.size()) +
+                                             " entries for " + std::to_string(c.num_hidden_layers) + " layers");
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+        const std::string want = c.window(i) ? "sliding_attention" : "full_attention";
+        if (types[size_t(i)] != want)
+            fail(ACCEL_ERR_UNIMPLEMENTED, o.path_of("layer_types") + "[" + std::to_string(i) + "]: \"" +
+                                              types[size_t(i)] + "\" where the sliding-window keys give \"" + want +
+                                              "\" (per-layer attention types beyond those keys are not supported)");
+    }
+}
+
 // Keys of config.json that change nothing accel computes in training or generation.
 void accept_inert_keys(JsonObject &o)
 {
@@ -124,8 +172,7 @@ LlamaConfig parse_llama_config(JsonObject &o)
     c.max_position_embeddings = o.get_int("max_position_embeddings", c.max_position_embeddings, 1, kMaxDim);
     c.initializer_range = o.get_double("initializer_range", c.initializer_range, 0.0, 1e3);
     c.rms_norm_eps = o.get_double("rms_norm_eps", c.rms_norm_eps, 0.0, 1.0);
-    c.rope_theta = o.get_double("rope_theta", c.rope_theta, 0.0, 1e30, true);
-    if (auto rs = o.get_object("rope_scaling")) c.rope_scaling = parse_rope_scaling(*rs);
+    parse_rope(o, c);
     c.attention_bias = llama_only_flag(o, c, "attention_bias");
     c.mlp_bias = llama_only_flag(o, c, "mlp_bias");
     c.attention_dropout = o.get_double("attention_dropout", 0.0, 0.0, 1.0, false, true);
@@ -147,6 +194,7 @@ LlamaConfig parse_llama_config(JsonObject &o)
             c.max_window_layers = o.get_int("max_window_layers", c.max_window_layers, 0, 1 << 16);
         }
     }
+    check_layer_types(o, c);
     const std::string granularity = o.get_enum("recompute_granularity", "", {"full", "selective"});
     c.activation_checkpointing = o.get_bool("activation_checkpointing", false) || granularity == "full";
     c.selective_recompute = granularity == "selective";

@@ -5,6 +5,8 @@
 #include "distributed/rendezvous.hpp"
 #include "distributed/store_server.hpp"
 
+#include <torch/version.h> // TORCH_VERSION_MAJOR: c10d::Store::clone() exists from LibTorch 2
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -60,12 +62,24 @@ int dial(const std::string &host, int port, Deadline deadline, std::string *why)
     }
 }
 
+int open_proven(const Rendezvous &r, const std::string &token, std::chrono::milliseconds timeout);
+
 class AuthStore : public c10d::Store {
 public:
-    AuthStore(std::shared_ptr<rdzv::StoreServer> server, int fd, std::string where, std::chrono::milliseconds timeout)
-        : c10d::Store(timeout), server_(std::move(server)), fd_(fd), where_(std::move(where))
+    AuthStore(std::shared_ptr<rdzv::StoreServer> server, int fd, Rendezvous r, std::string token,
+              std::chrono::milliseconds timeout)
+        : c10d::Store(timeout), server_(std::move(server)), fd_(fd), where_(r.describe()), r_(std::move(r)),
+          token_(std::move(token))
     {
     }
+#if TORCH_VERSION_MAJOR >= 2
+    // LibTorch 2's stores can be cloned (for a thread of its own): another connection, proven again, to the same
+    // store; the host, if this process has it, lives while either does.
+    c10::intrusive_ptr<c10d::Store> clone() override
+    {
+        return c10::make_intrusive<AuthStore>(server_, open_proven(r_, token_, timeout_), r_, token_, timeout_);
+    }
+#endif
     ~AuthStore() override { close(fd_); } // then server_ (declared first) stops, when this store hosted it
 
     void set(const std::string &key, const std::vector<uint8_t> &value) override { call(rdzv::kSet, {key, text(value)}); }
@@ -156,6 +170,8 @@ private:
     std::shared_ptr<rdzv::StoreServer> server_; // the host, on the store of the process that hosts it
     int fd_;
     std::string where_;
+    Rendezvous r_;
+    std::string token_;
     std::mutex m_;
     std::string broken_;
 };
@@ -186,6 +202,24 @@ void prove(int fd, const std::string &token, const std::string &where, std::chro
                                           "program listens there, or rank 0 has another ACCEL_RDZV_TOKEN)");
 }
 
+// A connection to the store at `r` that has passed the token handshake.
+int open_proven(const Rendezvous &r, const std::string &token, std::chrono::milliseconds timeout)
+{
+    const std::string where = r.describe();
+    std::string why;
+    const int fd = dial(r.host, r.port, deadline_after(timeout), &why);
+    if (fd < 0)
+        throw std::runtime_error("timed out after " + seconds_text(timeout) + " connecting to the rendezvous store at " + where +
+                                 " (" + why + ")");
+    try {
+        prove(fd, token, where, timeout);
+    } catch (...) {
+        close(fd);
+        throw;
+    }
+    return fd;
+}
+
 // TCPStore's waitWorkers: everyone counts itself in; the host waits until all have.
 void join(c10d::Store &store, bool server, size_t workers, std::chrono::milliseconds timeout)
 {
@@ -212,19 +246,8 @@ c10::intrusive_ptr<c10d::Store> connect_authenticated(const Rendezvous &r, const
     std::shared_ptr<rdzv::StoreServer> host;
     if (server) // a stranger's handshake ties up a thread for at most this long
         host = std::make_shared<rdzv::StoreServer>(r.port, token, std::clamp<std::chrono::milliseconds>(timeout, 1s, 10s));
-    const std::string where = r.describe();
-    std::string why;
-    const int fd = dial(r.host, r.port, deadline_after(timeout), &why);
-    if (fd < 0)
-        throw std::runtime_error("timed out after " + seconds_text(timeout) + " connecting to the rendezvous store at " + where +
-                                 " (" + why + ")");
-    try {
-        prove(fd, token, where, timeout);
-    } catch (...) {
-        close(fd);
-        throw;
-    }
-    auto store = c10::make_intrusive<AuthStore>(std::move(host), fd, where, timeout);
+    const int fd = open_proven(r, token, timeout);
+    auto store = c10::make_intrusive<AuthStore>(std::move(host), fd, r, token, timeout);
     if (sockets != nullptr) *sockets = {fd};
     if (workers) join(*store, server, *workers, timeout);
     return store;

@@ -20,6 +20,7 @@
 #include "precision/fp8_linear.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -32,6 +33,12 @@
 
 #include <algorithm>
 #include <cmath>
+
+#if TORCH_VERSION_MAJOR >= 2
+using std::get_if; // LibTorch 2's module options hold std::variant, 1.x's c10::variant
+#else
+using c10::get_if;
+#endif
 
 namespace accel {
 
@@ -52,7 +59,7 @@ std::shared_ptr<TransformerBlock> encoder_layer_block(const torch::nn::Transform
     b->options.norm_first = norm_first;
     b->options.n_head = o.nhead();
     b->options.layer_norm_eps = layer.norm1->options.eps();
-    b->options.activation = c10::get_if<torch::enumtype::kGELU>(&o.activation()) != nullptr ? "gelu" : "relu";
+    b->options.activation = get_if<torch::enumtype::kGELU>(&o.activation()) != nullptr ? "gelu" : "relu";
     b->options.query_scale = 1.0 / std::sqrt(static_cast<double>(o.d_model() / o.nhead()));
     b->options.attn_dropout = b->options.resid_dropout = b->options.mlp_dropout = o.dropout();
     const auto &attn = layer.self_attn;

@@ -5,6 +5,7 @@
 #include "common/json_reader.hpp"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/version.h>
 
 #include <unistd.h>
 
@@ -14,6 +15,15 @@ namespace accel::profiling {
 
 namespace {
 
+// Kineto events carry microseconds in LibTorch 1.x and nanoseconds from 2.0 on; the trace is in microseconds.
+#if TORCH_VERSION_MAJOR >= 2
+uint64_t start_us(const torch::autograd::profiler::KinetoEvent &e) { return e.startNs() / 1000; }
+uint64_t duration_us(const torch::autograd::profiler::KinetoEvent &e) { return e.durationNs() / 1000; }
+#else
+uint64_t start_us(const torch::autograd::profiler::KinetoEvent &e) { return e.startUs(); }
+uint64_t duration_us(const torch::autograd::profiler::KinetoEvent &e) { return e.durationUs(); }
+#endif
+
 // The first event of window `w` to keep: its ProfilerStep#first_step range's start (warmup steps before it
 // were profiled only to be discarded, as torch.profiler does).
 uint64_t keep_from(const Window &w)
@@ -21,7 +31,7 @@ uint64_t keep_from(const Window &w)
     if (w.first_step < 0) return 0;
     const std::string marker = "ProfilerStep#" + std::to_string(w.first_step);
     for (const auto &e : w.result->events())
-        if (e.name() == marker) return e.startUs();
+        if (e.name() == marker) return start_us(e);
     return 0;
 }
 
@@ -64,7 +74,7 @@ void write_event(std::ostream &o, const torch::autograd::profiler::KinetoEvent &
 {
     const std::string name = e.name();
     o << ",\n{\"name\":" << json_quote(name) << ",\"pid\":" << pid << ",\"tid\":" << e.startThreadId()
-      << ",\"ts\":" << e.startUs();
+      << ",\"ts\":" << start_us(e);
     if (name == "[memory]") { // an allocation (bytes > 0) or a free (bytes < 0), profile_memory
         o << ",\"ph\":\"i\",\"s\":\"t\",\"cat\":\"cpu_instant_event\",\"args\":{\"Device Type\":"
           << static_cast<int>(e.deviceType()) << ",\"Device Id\":" << static_cast<int>(e.deviceIndex())
@@ -74,7 +84,7 @@ void write_event(std::ostream &o, const torch::autograd::profiler::KinetoEvent &
     // user_annotation: record_function ranges (accel's phases, ProfilerStep#N) and intervals accel reported
     // (record_interval: LibTorch files them as backend events, scope FUNCTION); cpu_op: ATen operators.
     const bool range = e.scope() == static_cast<uint8_t>(at::RecordScope::USER_SCOPE) || e.backend() == "accel";
-    o << ",\"dur\":" << e.durationUs() << ",\"ph\":\"X\",\"cat\":\"" << (range ? "user_annotation" : "cpu_op")
+    o << ",\"dur\":" << duration_us(e) << ",\"ph\":\"X\",\"cat\":\"" << (range ? "user_annotation" : "cpu_op")
       << "\",";
     write_args(o, e, cuda);
     o << '}';
@@ -94,7 +104,7 @@ std::string chrome_trace_json(const std::vector<Window> &windows, int32_t proces
     for (const auto &w : windows) {
         const uint64_t from = keep_from(w);
         for (const auto &e : w.result->events())
-            if (e.startUs() >= from) write_event(o, e, pid, cuda);
+            if (start_us(e) >= from) write_event(o, e, pid, cuda);
     }
     o << "\n]}\n";
     return o.str();

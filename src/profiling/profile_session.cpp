@@ -5,6 +5,10 @@
 
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <c10/util/ApproximateClock.h>
+#endif
 
 #include <chrono>
 #include <set>
@@ -22,7 +26,11 @@ void record_interval(const char *name, double start_s, double end_s)
     // The profiler's clock is the wall clock (getTime, ns); the interval was taken on the steady clock.
     using std::chrono::steady_clock;
     const double steady_now = std::chrono::duration<double>(steady_clock::now().time_since_epoch()).count();
+#if TORCH_VERSION_MAJOR >= 2
+    const int64_t wall_now_us = c10::getTime() / 1000;
+#else
     const int64_t wall_now_us = torch::profiler::impl::getTime() / 1000;
+#endif
     auto wall_us = [&](double s) { return wall_now_us - static_cast<int64_t>((steady_now - s) * 1e6); };
     prof::reportBackendEventToActiveKinetoProfiler(wall_us(start_s), wall_us(end_s), -1, at::RecordScope::USER_SCOPE,
                                                    name, "accel");

@@ -46,6 +46,9 @@ at::Tensor int8_linear_matmul(const at::Tensor &a, const at::Tensor &b)
             "int8_linear_matmul: both operands must be int8");
     require(a.size(1) < 133000, ACCEL_ERR_INVALID_ARGUMENT,
             "int8_linear_matmul: k = " + std::to_string(a.size(1)) + " could overflow the int32 accumulator");
+    // LibTorch has no integer matmul on CUDA. float64 holds every partial sum exactly (|sum| <= 127^2 k < 2^31,
+    // far below 2^53), so in any order of summation the result is the same integers.
+    if (a.is_cuda()) return at::mm(a.to(at::kDouble), b.to(at::kDouble).t()).to(at::kInt);
     return at::mm(a.to(at::kInt), b.to(at::kInt).t());
 }
 

@@ -171,7 +171,7 @@ static void test_sharded_memory(void)
     char *stats = NULL;
     CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [4, 8, 2], \"frozen\": [\"0.*\"]}", &m));
     CHECK_OK(accel_optimizer_create(m, "{\"type\": \"adam\"}", &opt));
-    CHECK_OK(accel_accelerator_create("{\"fsdp_plugin\": {}}", &acc));
+    CHECK_OK(accel_accelerator_create("{\"cpu\": true, \"fsdp_plugin\": {}}", &acc)); /* sharding: CPU only yet */
     CHECK_OK(accel_accelerator_prepare(acc, m, opt, NULL, NULL));
     CHECK_OK(accel_accelerator_get_memory_stats_json(acc, &stats));
     CHECK(json_int(stats, "parameter_bytes") == (40 + 18) * 4);

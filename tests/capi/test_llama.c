@@ -61,6 +61,28 @@ static void test_keys(void)
     refused("{\"type\": \"llama\", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
             " \"high_freq_factor\": 4.0}}", ACCEL_ERR_INVALID_ARGUMENT,
             "rope_scaling.original_max_position_embeddings: required for \"llama3\"");
+    /* transformers 5's form: rope_parameters holds theta and the scaling; layer_types lists each layer's attention. */
+    CHECK_OK(accel_model_create_from_json(
+        "{\"type\": \"llama\", \"model_type\": \"qwen2\", \"vocab_size\": 40, \"hidden_size\": 16, \"intermediate_size\": 24,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"sliding_window\": 4,"
+        " \"use_sliding_window\": true, \"max_window_layers\": 1, \"layer_types\": [\"full_attention\", \"sliding_attention\"],"
+        " \"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+        " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}, \"dtype\": \"float32\"}", &m));
+    accel_model_free(m);
+    m = NULL;
+    refused("{\"type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1e4, \"factor\": 4.0}}",
+            ACCEL_ERR_UNIMPLEMENTED, "rope_parameters.rope_type: \"yarn\" is not supported");
+    refused("{\"type\": \"llama\", \"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5e5}}",
+            ACCEL_ERR_INVALID_ARGUMENT, "rope_theta: differs from rope_parameters.rope_theta");
+    refused("{\"type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"default\", \"partial_rotary_factor\": 0.5}}",
+            ACCEL_ERR_INVALID_ARGUMENT, "rope_parameters.partial_rotary_factor: unknown key");
+    refused("{\"type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2.0},"
+            " \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}",
+            ACCEL_ERR_INVALID_ARGUMENT, "rope_scaling: differs from rope_parameters");
+    refused("{\"type\": \"llama\", \"num_hidden_layers\": 2, \"layer_types\": [\"full_attention\"]}",
+            ACCEL_ERR_INVALID_ARGUMENT, "layer_types: 1 entries for 2 layers");
+    refused("{\"type\": \"llama\", \"num_hidden_layers\": 1, \"layer_types\": [\"sliding_attention\"]}",
+            ACCEL_ERR_UNIMPLEMENTED, "layer_types[0]: \"sliding_attention\" where the sliding-window keys give \"full_attention\"");
     refused("{\"type\": \"llama\", \"sliding_window\": 4096}", ACCEL_ERR_INVALID_ARGUMENT,
             "sliding_window: model_type \"llama\" has no sliding window");
     refused("{\"type\": \"llama\", \"model_type\": \"mistral\", \"attention_bias\": true}", ACCEL_ERR_INVALID_ARGUMENT,

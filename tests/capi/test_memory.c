@@ -237,7 +237,8 @@ static void test_guide_training_step(void)
     for (i = 0; i < rows; ++i) y[i] = i % 4;
     CHECK_OK(accel_tensor_create(x, (size_t)rows * WIDTH * sizeof(float), ACCEL_DTYPE_FLOAT32, xs, 2, &job.x));
     CHECK_OK(accel_tensor_create(y, (size_t)rows * sizeof(int64_t), ACCEL_DTYPE_INT64, ys, 1, &job.y));
-    CHECK_OK(accel_accelerator_create(NULL, &job.acc));
+    /* "cpu": max_memory_bytes budgets LibTorch's CPU allocator, so the model must train there. */
+    CHECK_OK(accel_accelerator_create("{\"cpu\": true}", &job.acc));
     CHECK_OK(accel_model_create_from_json("{\"type\": \"mlp\", \"widths\": [256, 1024, 4]}", &job.model));
     CHECK_OK(accel_optimizer_create(job.model, "{\"type\": \"sgd\", \"lr\": 0.01}", &job.opt));
     CHECK_OK(accel_find_executable_batch_size(512, "{\"max_memory_bytes\": \"4MB\"}", train, &job, &found));

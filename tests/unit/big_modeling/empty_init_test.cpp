@@ -11,6 +11,7 @@
 #include "precision/autocast.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>

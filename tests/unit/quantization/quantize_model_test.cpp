@@ -13,6 +13,7 @@
 #include "quantization/quantize_model.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
