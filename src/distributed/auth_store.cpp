@@ -170,8 +170,8 @@ private:
     std::shared_ptr<rdzv::StoreServer> server_; // the host, on the store of the process that hosts it
     int fd_;
     std::string where_;
-    Rendezvous r_;
-    std::string token_;
+    [[maybe_unused]] Rendezvous r_; // for clone() (LibTorch 2)
+    [[maybe_unused]] std::string token_;
     std::mutex m_;
     std::string broken_;
 };
