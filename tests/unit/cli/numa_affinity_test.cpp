@@ -1,6 +1,7 @@
 // accel launch's NUMA placement (src/cli/numa_affinity.cpp) on fake topologies: this machine has one NUMA node
 // and no GPU, so the sysfs readers run against a fake sysfs root folder and the planner against made-up nodes.
 #include "cli/numa_affinity.hpp"
+#include "common/files.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,8 +20,15 @@ namespace {
 struct FakeSysfs {
     fs::path root = fs::temp_directory_path() / ("accel_fake_sysfs_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
                                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    FakeSysfs() { fs::remove_all(root); }
-    ~FakeSysfs() { fs::remove_all(root); }
+    // accel::remove_all, not std::filesystem's: pip's LibTorch 2 exports a copy of that which crashes (files.cpp).
+    FakeSysfs() { accel::remove_all(root); }
+    ~FakeSysfs()
+    {
+        try {
+            accel::remove_all(root);
+        } catch (...) { // a destructor must not throw; a leftover temporary folder is harmless
+        }
+    }
     void write(const std::string &rel, const std::string &text) const
     {
         fs::create_directories((root / rel).parent_path());

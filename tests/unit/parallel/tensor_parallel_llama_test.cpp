@@ -5,6 +5,7 @@
 // (num_key_value_heads 2 at tp 2), tied and untied heads, Qwen2's q/k/v biases, a vocabulary padded to a multiple
 // of tp with a pad token, tp 2 x dp_replicate 2, generation, and the refusals by name.
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "config/accelerator_config.hpp"
 #include "config/checkpoint_options.hpp"
 #include "distributed/communicator.hpp"
@@ -340,7 +341,7 @@ TEST(TensorParallelLlama, AdapterFoldersEqualOneProcess)
         }
         EXPECT_GE(files, 2u);
     }
-    fs::remove_all(root);
+    accel::remove_all(root); // not std::filesystem's (crashes with pip's LibTorch 2: files.cpp)
 }
 
 } // namespace
