@@ -34,18 +34,6 @@ at::Tensor all_reduced(const at::Tensor &x, Communicator &group)
     return out;
 }
 
-at::Tensor reduce_scattered(const at::Tensor &x, Communicator &group, int64_t dim)
-{
-    const int64_t n = group.size();
-    if (x.size(dim) % n != 0)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "tensor parallel: dimension " + std::to_string(dim) + " of size " +
-                                             std::to_string(x.size(dim)) + " does not divide by the group's " +
-                                             std::to_string(n) + " ranks");
-    // The communicator scatters chunks of dimension 0: bring `dim` first, then back.
-    at::Tensor front = x.movedim(dim, 0).contiguous();
-    return group.reduce_scatter(front, ReduceOp::Sum).movedim(0, dim).contiguous();
-}
-
 struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
     static at::Tensor forward(AutogradContext *ctx, const at::Tensor &x, const Group &group)
     {
@@ -104,7 +92,7 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
     static variable_list backward(AutogradContext *ctx, variable_list g)
     {
         Communicator &group = capsule_group(ctx->saved_data["group"]);
-        return {reduce_scattered(g[0], group, ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
+        return {reduce_scatter_along(g[0], group, ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
     }
 };
 
@@ -113,7 +101,7 @@ struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> 
     {
         ctx->saved_data["group"] = group_capsule(group);
         ctx->saved_data["dim"] = dim;
-        return reduce_scattered(x, *group, dim);
+        return reduce_scatter_along(x, *group, dim);
     }
     static variable_list backward(AutogradContext *ctx, variable_list g)
     {
@@ -160,6 +148,20 @@ at::Tensor slice_along(const at::Tensor &x, const Communicator &group, int64_t d
                                              std::to_string(n) + " ranks");
     const int64_t part = x.size(dim) / n;
     return x.narrow(dim, group.rank() * part, part);
+}
+
+at::Tensor reduce_scatter_along(const at::Tensor &x, Communicator &group, int64_t dim)
+{
+    dim = checked_dim(x, dim);
+    if (group.size() == 1) return x;
+    const int64_t n = group.size();
+    if (x.size(dim) % n != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "tensor parallel: dimension " + std::to_string(dim) + " of size " +
+                                             std::to_string(x.size(dim)) + " does not divide by the group's " +
+                                             std::to_string(n) + " ranks");
+    // The communicator scatters chunks of dimension 0: bring `dim` first, then back.
+    at::Tensor front = x.movedim(dim, 0).contiguous();
+    return group.reduce_scatter(front, ReduceOp::Sum).movedim(0, dim).contiguous();
 }
 
 at::Tensor copy_to_region(const at::Tensor &x, const Group &group)

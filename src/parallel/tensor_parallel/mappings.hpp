@@ -43,10 +43,12 @@ at::Tensor reduce_scatter_sequence(const at::Tensor &x, const Group &group, int6
 at::Tensor scatter_sequence(const at::Tensor &x, const Group &group, int64_t dim);
 at::Tensor gather_sequence_to_replicated(const at::Tensor &x, const Group &group, int64_t dim);
 
-// Without autograd (the building blocks above, also for checkpoint gathering): the concatenation of every
-// rank's `x` along `dim`, and this rank's 1/size slice of `x` along `dim`.
+// Without autograd (the building blocks above, also for checkpoint gathering and the sequence-parallel column
+// layer's backward): the concatenation of every rank's `x` along `dim`, this rank's 1/size slice of `x` along
+// `dim`, and this rank's 1/size slice of the sum of every rank's `x` along `dim`.
 at::Tensor all_gather_along(const at::Tensor &x, distributed::Communicator &group, int64_t dim);
 at::Tensor slice_along(const at::Tensor &x, const distributed::Communicator &group, int64_t dim);
+at::Tensor reduce_scatter_along(const at::Tensor &x, distributed::Communicator &group, int64_t dim);
 
 // Sequence parallelism splits the positions of each forward over the tp ranks: a whole number each, and no
 // key/value cache (generation feeds one position at a time). INVALID_ARGUMENT / UNIMPLEMENTED naming `model` and

@@ -9,7 +9,9 @@
 // input_is_parallel, else scattered here), reduce_from_region of the partial sums, then the bias once.
 // With sequence parallelism (sequence_dim >= 0) the column layer all-gathers its input along the sequence
 // dimension instead of copying it, and the row layer reduce-scatters its output along it instead of
-// all-reducing (Megatron's sequence-parallel region); the row layer adds its bias to the shard.
+// all-reducing (Megatron's sequence-parallel region); the row layer adds its bias to the shard. Over the plain
+// local layer (make_linear: what the plans build) the column layer keeps only the input's sequence shard for
+// backward and gathers it again there (Megatron's), not the gathered input: tp times less held per layer.
 #pragma once
 
 #include "model/linear.hpp"
