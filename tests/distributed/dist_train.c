@@ -169,9 +169,11 @@ int main(int argc, char **argv)
     const int64_t xs[2] = {N, F}, ys[1] = {N};
     char spec[1024], dl_config[128];
     /* ACCEL_TEST_SPEC: this JSON spec instead of the MLP (features [N, F] -> C classes; e.g. one with a tp_plan); it
-     * wins over ACCEL_TEST_GPT. */
+     * wins over ACCEL_TEST_GPT. With ACCEL_TEST_SPEC_TOKENS=1 too it takes the gpt's data instead (windows of 8 token
+     * ids, "causal_lm"): a language model of the spec's layers. */
     const char *own_spec = getenv("ACCEL_TEST_SPEC");
     const char *gpt = own_spec != NULL ? NULL : getenv("ACCEL_TEST_GPT");
+    const int token_data = gpt != NULL || (own_spec != NULL && getenv("ACCEL_TEST_SPEC_TOKENS") != NULL);
     static int64_t tokens[N * 8 + 1];
     const int64_t token_count = N * 8 + 1;
     snprintf(spec, sizeof spec, "{\"type\": \"mlp\", \"widths\": [%s], \"activation\": \"tanh\"}", widths);
@@ -200,6 +202,8 @@ int main(int argc, char **argv)
                      "{\"type\": \"gpt\", \"vocab_size\": 11, \"n_positions\": 8, \"n_embd\": 8, \"n_layer\": 2,"
                      " \"n_head\": 2, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0,"
                      " \"lora\": {\"r\": 2, \"lora_alpha\": 4, \"target_modules\": \"all-linear\"}}");
+    }
+    if (token_data) {
         snprintf(dl_config, sizeof dl_config, "{\"block_size\": 8, \"batch_size\": %d, \"shuffle\": true, \"seed\": 7}",
                  batch);
         for (int64_t i = 0; i < token_count; ++i) tokens[i] = (i * 7 + i / 5) % 11;
@@ -240,7 +244,7 @@ int main(int argc, char **argv)
     if (files != NULL) {
         /* The same samples from files on disk: the loader's options are dl_config's. */
         char x_path[400], y_path[400], files_config[1000];
-        if (gpt != NULL) {
+        if (token_data) {
             unsigned char bytes[N * 8 + 1];
             for (int64_t i = 0; i < token_count; ++i) bytes[i] = (unsigned char)tokens[i];
             snprintf(x_path, sizeof x_path, "%s.%d.bin", files, (int)rank);
@@ -260,7 +264,7 @@ int main(int argc, char **argv)
                      x_path, y_path, dl_config + 1);
         }
         DIST_CHECK(accel_dataloader_create_from_files(files_config, &dl));
-    } else if (gpt != NULL) {
+    } else if (token_data) {
         accel_tensor_t *stream = NULL;
         DIST_CHECK(accel_tensor_create(tokens, sizeof tokens, ACCEL_DTYPE_INT64, &token_count, 1, &stream));
         DIST_CHECK(accel_dataloader_create_from_tokens(stream, dl_config, &dl));
@@ -317,7 +321,7 @@ int main(int argc, char **argv)
         DIST_CHECK(accel_batch_get_inputs(b, &in));
         DIST_CHECK(accel_batch_get_labels(b, &lab));
         DIST_CHECK(accel_model_forward(model, in, &out));
-        DIST_CHECK(accel_loss_compute(gpt != NULL ? "causal_lm" : "cross_entropy", out, lab, &loss));
+        DIST_CHECK(accel_loss_compute(token_data ? "causal_lm" : "cross_entropy", out, lab, &loss));
         if (print_loss) { /* every micro-batch's loss on this rank's rows (run_tp.py averages the data-parallel ranks) */
             double value = 0.0;
             DIST_CHECK(accel_tensor_get_item(loss, &value));

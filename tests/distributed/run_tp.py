@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Tensor parallelism against one process, over Gloo (dist_train's gpt, or its llama with --model llama, under
-`accel launch`).
+"""Tensor parallelism against one process, over Gloo (dist_train's gpt, or its llama with --model llama, or a JSON-spec
+model of transformer blocks with --model blocks, under `accel launch`).
 
 Every run ends with save_model (the whole weights, read back here from model.safetensors); dist_train's own file
 gives each step's clip_grad_norm total (its parameters are rank 0's slices under tp).
@@ -38,11 +38,25 @@ OPTIMIZERS = {"sgd": '{"type": "sgd", "lr": 0.1, "momentum": 0.9}',
               "adamw": '{"type": "adamw", "lr": 0.01, "weight_decay": 0.01}'}
 
 
+def blocks_spec():
+    """--model blocks: a JSON-spec language model over dist_train's token windows (vocabulary 11, 8 positions): an
+    embedding, two transformer_encoder_layer blocks split by tp_plan "auto" (4 heads, feed-forward 16), a linear head.
+    Under sequence parallelism the blocks run on each rank's positions (nn_model's sequence-parallel region)."""
+    block = {"type": "transformer_encoder_layer", "d_model": 8, "nhead": 4, "dim_feedforward": 16, "dropout": 0.0,
+             "activation": "gelu", "batch_first": True, "tp_plan": "auto"}
+    return json.dumps({"type": "sequential", "layers": [{"type": "embedding", "num_embeddings": 11, "embedding_dim": 8},
+                                                        block, block,
+                                                        {"type": "linear", "in_features": 8, "out_features": 11}]},
+                      separators=(",", ":"))
+
+
 def base_env(a):
     e = env_base()
     e.update({"ACCEL_TEST_GPT": a.model, "ACCEL_TEST_GPT_HEADS": "4", "ACCEL_TEST_KV_HEADS": str(a.kv_heads),
               "ACCEL_TEST_SAME_SEED": "1",
               "ACCEL_TEST_OPTIMIZER": OPTIMIZERS[a.optimizer], "ACCEL_TEST_CLIP": "0.5"})
+    if a.model == "blocks":
+        e.update({"ACCEL_TEST_SPEC": blocks_spec(), "ACCEL_TEST_SPEC_TOKENS": "1"})
     return e
 
 
@@ -365,8 +379,9 @@ def main():
     ap.add_argument("scenario", choices=["equivalence", "resume", "resume_meshes", "save_model", "dropout",
                                          "dropout_sequential"])
     ap.add_argument("--bin", required=True, help="the build directory")
-    ap.add_argument("--model", choices=["plain", "llama"], default="plain",
-                    help="dist_train's gpt (n_head 4) or its llama (4 query heads over --kv-heads key/value heads)")
+    ap.add_argument("--model", choices=["plain", "llama", "blocks"], default="plain",
+                    help="dist_train's gpt (n_head 4), its llama (4 query heads over --kv-heads key/value heads) or a "
+                         "JSON-spec model of transformer_encoder_layer blocks (blocks_spec)")
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--save-tp", type=int, default=2)
