@@ -23,6 +23,7 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/tensor_parallel/rng_checkpoint.hpp"
+#include "parallel/tensor_parallel/sliced_source.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "precision/grad_scaler.hpp"
 #include "random/random.hpp"
@@ -208,18 +209,6 @@ whole_split_models(const std::vector<const Model *> &models, const std::vector<s
     return parts.empty() ? nullptr : std::make_unique<parallel::tp::WholeForCheckpoint>(std::move(parts));
 }
 
-// TP inside FSDP saves FULL_STATE_DICT's layout (one process's: gathered over dp_shard, then over tp), inside
-// DeepSpeed DeepSpeed's own per-tp-rank layout (deepspeed_checkpoint.cpp). SHARDED_STATE_DICT would hold pieces of
-// tp slices (a column shard is not a flat range of the whole tensor), which it does not yet.
-void refuse_tp_layout_in_engine(const Model &model, const parallel::ShardedDataParallel *engine)
-{
-    if (engine == nullptr || !parallel::tp::split_of(model)) return;
-    if (engine->writes_sharded_state_dict())
-        fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: fsdp_plugin.state_dict_type SHARDED_STATE_DICT of a model split by "
-                                      "tensor parallelism (pieces of tp slices) is not built yet; FULL_STATE_DICT saves "
-                                      "it in one process's layout");
-}
-
 // DeepSpeed's layout saved under tp holds each tp rank's slices (mp_rank_XX files): inside the engine at the same tp
 // size each rank reads its own tp rank's files, by range; a folder saved without tp holds whole tensors, which a
 // model outside the engine reads whole. Otherwise (another tp size) the folder is read as one process's state
@@ -229,11 +218,26 @@ bool deepspeed_per_rank(int32_t saved_tp, int32_t tp, bool in_engine)
     return in_engine ? saved_tp == tp : saved_tp == 1;
 }
 
-[[noreturn]] void refuse_tp_pieces_in_engine(const std::string &folder)
+// SHARDED_STATE_DICT of a model split by tensor parallelism inside the engine: its pieces are of this tp rank's
+// slices (sliced_source.hpp). Null for another model (or one not split).
+std::unique_ptr<ckpt::TpSave> tp_pieces(const Model &model, const ShardedState &state, const AcceleratedOptimizer *optimizer)
 {
-    fail(ACCEL_ERR_UNIMPLEMENTED, "load_state: " + folder + " holds a SHARDED_STATE_DICT layout, which "
-                                  "is not built yet for a model split by tensor parallelism inside the sharding engine; "
-                                  "a FULL_STATE_DICT folder (any mesh's) loads");
+    if (!parallel::tp::split_of(model)) return nullptr;
+    auto by_name = parallel::tp::slicing_by_name(model);
+    const auto slicing = optimizer ? parallel::tp::optimizer_slicing(std::move(by_name), state_dict_names(*optimizer), "save_state")
+                                   : parallel::tp::model_slicing(std::move(by_name));
+    return std::make_unique<ckpt::TpSave>(parallel::tp::tp_save(model, state, slicing));
+}
+
+// A sharded folder read by a model split by tensor parallelism inside the engine: as this tp rank's slices of its
+// whole tensors (whatever mesh saved it).
+ShardedSource tp_sliced(const ShardedSource &src, const Model &model, const AcceleratedOptimizer *optimizer, const std::string &what)
+{
+    const parallel::tp::SplitModel split = parallel::tp::split_of(model);
+    auto by_name = parallel::tp::slicing_by_name(model);
+    auto slicing = optimizer ? parallel::tp::optimizer_slicing(std::move(by_name), state_dict_names(*optimizer), what)
+                             : parallel::tp::model_slicing(std::move(by_name));
+    return parallel::tp::sliced_source(src, std::move(slicing), split.group->rank(), split.group->size());
 }
 
 } // namespace
@@ -287,9 +291,6 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
 {
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
-    for (const auto &m : models_) {
-        refuse_tp_layout_in_engine(*m, sharded_of(*m));
-    }
     auto engine_of = [this](const Model &m) { return sharded_of(m); };
     // A pipeline's stages filled in first (under pp x tp each rank's tp slices of them), then gathered over tp.
     const auto pp_whole = whole_pipeline_models(models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, true);
@@ -328,8 +329,11 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     std::vector<PyRef> optimizer_states(optimizers_.size());
     for (size_t i = 0; i < optimizers_.size(); ++i) {
         if (deepspeed_layout(*optimizers_[i]->model())) continue;
-        if (sharded_optimizers && optimizers_[i]->is_sharded())
-            ckpt::add_sharded_files(files, ckpt::sharded_optimizer_folder(i), optimizers_[i]->sharded_state_dict(), rank, main);
+        if (sharded_optimizers && optimizers_[i]->is_sharded()) {
+            const ShardedState st = optimizers_[i]->sharded_state_dict();
+            const auto tp = tp_pieces(*optimizers_[i]->model(), st, optimizers_[i].get());
+            ckpt::add_sharded_files(files, ckpt::sharded_optimizer_folder(i), st, rank, main, tp.get());
+        }
         else if (main || optimizers_[i]->is_sharded())
             optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
         // TP inside the engine: its state is per parameter now, shaped as this rank's tp slices; joined over tp.
@@ -339,12 +343,17 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     }
     // Then the engine's split models whole (their parameters, views of the engine's gathered buffers, written
     // back into them afterwards, before the engine writes its shards back).
-    // (DeepSpeed's layout keeps each tp rank's slices: its models stay split.)
-    const auto tp_engine_whole = whole_split_models(
-        models_where(models_, [this](const Model &m) { return deepspeed_layout(m) ? nullptr : sharded_of(m); }, true), {});
+    // (DeepSpeed's layout and SHARDED_STATE_DICT keep each tp rank's slices: their models stay split.)
+    const auto tp_engine_whole = whole_split_models(models_where(models_, [this](const Model &m) {
+        auto *e = sharded_of(m);
+        return deepspeed_layout(m) || (e != nullptr && e->writes_sharded_state_dict()) ? nullptr : e;
+    }, true), {});
     for (size_t i = 0; i < models_.size(); ++i)
-        if (auto *e = sharded_of(*models_[i]); e != nullptr && e->writes_sharded_state_dict())
-            ckpt::add_sharded_files(files, ckpt::sharded_model_folder(i), e->sharded_state_dict(*models_[i]), rank, main);
+        if (auto *e = sharded_of(*models_[i]); e != nullptr && e->writes_sharded_state_dict()) {
+            const ShardedState st = e->sharded_state_dict(*models_[i]);
+            const auto tp = tp_pieces(*models_[i], st, nullptr);
+            ckpt::add_sharded_files(files, ckpt::sharded_model_folder(i), st, rank, main, tp.get());
+        }
     // 1. model weights, 2. optimizers, 3. schedulers (main process).
     if (main) {
         for (size_t i = 0; i < models_.size(); ++i) {
@@ -497,8 +506,8 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
                 }
             }
             const bool pieces = deepspeed[i] || ckpt::is_sharded_folder(sharded);
-            if (split_in_engine && pieces && !deepspeed[i]) refuse_tp_pieces_in_engine(sharded);
-            const ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
+            ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
+            if (split_in_engine && pieces && !deepspeed[i]) piece_src = tp_sliced(piece_src, *models_[i], nullptr, sharded);
             if (!pieces || e == nullptr || e->summoned())
                 weights[i] = match_model_keys(*models_[i], pieces               ? ckpt::read_source_tensors(piece_src)
                                                            : deepspeed_whole[i] ? deepspeed_whole[i]->model
@@ -533,9 +542,9 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
                     return o.load_sharded_state_dict(*ds.optimizer_rest, ds.optimizer, what, copy);
                 });
             } else if (ckpt::is_sharded_folder(sharded)) {
-                if (o.is_sharded() && parallel::tp::split_of(*o.model())) refuse_tp_pieces_in_engine(sharded);
                 PyRef rest = ckpt::read_sharded_rest(sharded);
-                const ShardedSource src = ckpt::sharded_source(sharded);
+                ShardedSource src = ckpt::sharded_source(sharded);
+                if (o.is_sharded() && parallel::tp::split_of(*o.model())) src = tp_sliced(src, *o.model(), &o, sharded);
                 optimizer_loads.push_back([&o, rest, src, sharded](const CopyFn &copy) {
                     return o.load_sharded_state_dict(*rest, src, sharded, copy);
                 });

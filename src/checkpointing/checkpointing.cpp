@@ -370,29 +370,57 @@ void write_checkpoint(const SaveTarget &target, const std::vector<CheckpointFile
     barrier();
 }
 
-void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &folder, const ShardedState &state,
-                       int64_t process_index, bool main)
+namespace {
+
+// A tensor of `state` as metadata.json lists it: its pieces' ranks as files are named (under tp, of the tp ranks
+// that write it), a split tensor's shape the whole one's.
+ShardedTensorMeta sharded_tensor_meta(const ShardedTensor &t, const TpSave *tp)
 {
-    if (process_index < state.world_size) {
+    ShardedTensorMeta m;
+    m.name = t.name;
+    auto dtype = st_dtype_of(t.dtype);
+    if (!dtype) fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: tensor \"" + t.name + "\" has a dtype safetensors cannot hold");
+    m.dtype = *dtype;
+    for (int64_t d : t.shape) m.shape.push_back(static_cast<uint64_t>(d));
+    const int32_t size = tp ? tp->size : 1;
+    const auto *split = tp && tp->split.count(t.name) > 0 ? &tp->split.at(t.name) : nullptr;
+    if (split == nullptr) {
+        for (const auto &p : t.pieces)
+            m.pieces.push_back({p.rank * size, static_cast<uint64_t>(p.offset), static_cast<uint64_t>(p.numel)});
+        return m;
+    }
+    m.tp = split->first;
+    const std::vector<uint64_t> slice = m.shape;
+    m.shape[static_cast<size_t>(m.tp.dim)] = split->second;
+    if (!tp_split_problem(m.shape, m.tp).empty() || tp_slice_shape(m.shape, m.tp) != slice)
+        fail(ACCEL_ERR_INTERNAL, "save_state: tensor \"" + t.name + "\" is not a tp slice of its whole shape");
+    // The engine's layout is the same on every tp rank (the slices are of one size): each tp rank's pieces.
+    for (int32_t r = 0; r < size; ++r)
+        for (const auto &p : t.pieces)
+            m.pieces.push_back({p.rank * size + r, static_cast<uint64_t>(p.offset), static_cast<uint64_t>(p.numel), r});
+    return m;
+}
+
+} // namespace
+
+void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &folder, const ShardedState &state,
+                       int64_t process_index, bool main, const TpSave *tp)
+{
+    const int32_t tp_rank = tp ? tp->rank : 0, tp_size = tp ? tp->size : 1;
+    const int32_t writer = state.rank * tp_size + tp_rank;
+    if (process_index < static_cast<int64_t>(state.world_size) * tp_size) {
+        if (tp != nullptr && process_index != writer)
+            fail(ACCEL_ERR_INTERNAL, "save_state: process " + std::to_string(process_index) + " would write the pieces of rank " +
+                                         std::to_string(writer) + " of a sharded state dict");
         auto mine = std::make_shared<TensorList>();
         for (const auto &t : state.tensors)
-            if (t.local.defined()) mine->emplace_back(t.name, t.local);
-        files.push_back({folder + "/" + sharded_rank_file(state.rank), nullptr, mine, nullptr});
+            if (t.local.defined() && (tp_rank == 0 || tp->split.count(t.name) > 0)) mine->emplace_back(t.name, t.local);
+        files.push_back({folder + "/" + sharded_rank_file(writer), nullptr, mine, nullptr});
     }
     if (!main) return;
     ShardedMeta meta;
-    meta.world_size = state.world_size;
-    for (const auto &t : state.tensors) {
-        ShardedTensorMeta m;
-        m.name = t.name;
-        auto dtype = st_dtype_of(t.dtype);
-        if (!dtype) fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: tensor \"" + t.name + "\" has a dtype safetensors cannot hold");
-        m.dtype = *dtype;
-        for (int64_t d : t.shape) m.shape.push_back(static_cast<uint64_t>(d));
-        for (const auto &p : t.pieces)
-            m.pieces.push_back({p.rank, static_cast<uint64_t>(p.offset), static_cast<uint64_t>(p.numel)});
-        meta.tensors.push_back(std::move(m));
-    }
+    meta.world_size = state.world_size * tp_size;
+    for (const auto &t : state.tensors) meta.tensors.push_back(sharded_tensor_meta(t, tp));
     files.push_back({folder + "/" + kShardedMetadata, nullptr, nullptr,
                      std::make_shared<const std::string>(sharded_metadata_json(meta))});
     if (state.rest) files.push_back({folder + "/state.bin", state.rest, nullptr, nullptr});

@@ -10,10 +10,12 @@
 
 #include "checkpointing/pickle.hpp"
 #include "checkpointing/safetensors.hpp"
+#include "checkpointing/tp_pieces.hpp"
 #include "config/accelerator_config.hpp"
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,8 +87,15 @@ void abandon_checkpoint(PreparedCheckpoint &p) noexcept;
 // SHARDED_STATE_DICT (sharded_folder.hpp): adds the files of `state` in `folder` that this process writes:
 // its rank file when it is one of the state's ranks (process_index < world_size: with HYBRID_SHARD the
 // first node's), and, on the main process, metadata.json and state.bin (the rest, when there is one).
+// Under tensor parallelism (`tp`), `state` holds this tp rank's pieces of its slices (the engine's ranks are those
+// of its dp_shard group): every tp rank writes its pieces of the split tensors, tp rank 0 those of the others, as
+// rank file shard_rank x tp size + tp rank (the process's own index on the first dp_replicate rank, tp fastest).
+struct TpSave {
+    int32_t rank = 0, size = 1;
+    std::map<std::string, std::pair<TpSplit, uint64_t>> split; // by the state's tensor name: how, its whole size along dim
+};
 void add_sharded_files(std::vector<CheckpointFile> &files, const std::string &folder, const ShardedState &state,
-                       int64_t process_index, bool main);
+                       int64_t process_index, bool main, const TpSave *tp = nullptr);
 // Every tensor of a sharded folder, whole (assembled from its pieces), in the saved order.
 TensorList read_sharded_tensors(const std::string &dir);
 // Every tensor of such a source, whole, in its order.

@@ -96,15 +96,12 @@ MergeSource::MergeSource(const std::string &input)
         sharded = join(input, sharded_model_folder(0));
     }
     if (!sharded.empty()) {
-        // Each tensor's pieces, in offset order, are its bytes.
+        // Each tensor's pieces, in offset order, are its bytes (saved under tp: the runs of each slice's pieces
+        // that make up the whole tensor; the vocabulary's padding rows are left out).
         folder_ = std::make_unique<ShardedFolder>(sharded);
         const auto &meta = folder_->meta().tensors;
-        for (size_t i = 0; i < meta.size(); ++i) {
-            MergedTensor t{meta[i].name, meta[i].dtype, meta[i].shape, {}};
-            for (size_t p = 0; p < meta[i].pieces.size(); ++p)
-                t.spans.emplace_back(folder_->piece_data(i, p), folder_->piece_bytes(i, p));
-            tensors_.push_back(std::move(t));
-        }
+        for (size_t i = 0; i < meta.size(); ++i)
+            tensors_.push_back({meta[i].name, meta[i].dtype, meta[i].shape, folder_->whole_spans(i)});
         return;
     }
     std::string index = input;

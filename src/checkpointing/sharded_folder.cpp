@@ -14,17 +14,24 @@ std::string sharded_optimizer_folder(size_t i) { return "optimizer_" + std::to_s
 
 std::string sharded_metadata_json(const ShardedMeta &meta)
 {
-    std::string out = "{\n  \"format\": \"" + std::string(kShardedFormat) + "\",\n  \"version\": 1,\n  \"world_size\": " +
-                      std::to_string(meta.world_size) + ",\n  \"tensors\": [";
+    // Version 2 only when a tensor is split by tp: folders written without tp stay as version 1 wrote them.
+    const bool tp = std::any_of(meta.tensors.begin(), meta.tensors.end(), [](const ShardedTensorMeta &t) { return bool(t.tp); });
+    std::string out = "{\n  \"format\": \"" + std::string(kShardedFormat) + "\",\n  \"version\": " + (tp ? "2" : "1") +
+                      ",\n  \"world_size\": " + std::to_string(meta.world_size) + ",\n  \"tensors\": [";
     for (size_t i = 0; i < meta.tensors.size(); ++i) {
         const auto &t = meta.tensors[i];
         out += i ? ",\n    " : "\n    ";
         out += "{\"name\": " + json_quote(t.name) + ", \"dtype\": \"" + st_dtype_name(t.dtype) + "\", \"shape\": [";
         for (size_t d = 0; d < t.shape.size(); ++d) out += (d ? ", " : "") + std::to_string(t.shape[d]);
-        out += "], \"pieces\": [";
+        out += "], ";
+        if (t.tp)
+            out += "\"tp\": {\"dim\": " + std::to_string(t.tp.dim) + ", \"groups\": " + std::to_string(t.tp.groups) +
+                   ", \"size\": " + std::to_string(t.tp.size) + "}, ";
+        out += "\"pieces\": [";
         for (size_t p = 0; p < t.pieces.size(); ++p)
-            out += (p ? ", [" : "[") + std::to_string(t.pieces[p].rank) + ", " + std::to_string(t.pieces[p].offset) +
-                   ", " + std::to_string(t.pieces[p].numel) + "]";
+            out += (p ? ", [" : "[") + std::to_string(t.pieces[p].rank) + ", " +
+                   (t.tp ? std::to_string(t.pieces[p].tp_rank) + ", " : "") + std::to_string(t.pieces[p].offset) + ", " +
+                   std::to_string(t.pieces[p].numel) + "]";
         out += "]}";
     }
     out += "\n  ]\n}\n";
@@ -57,7 +64,8 @@ ShardedMeta parse_meta(const JsonValue &root, const std::string &path)
     const JsonValue *format = root.find("format");
     if (format == nullptr || format->kind != JsonValue::Kind::String || format->text != kShardedFormat)
         bad("\"format\" is not \"" + std::string(kShardedFormat) + "\" (not a sharded state dict written by accel)");
-    if (uint_of(root.find("version"), "\"version\"") != 1) bad("\"version\" is not 1 (written by a newer accel?)");
+    const uint64_t version = uint_of(root.find("version"), "\"version\"");
+    if (version != 1 && version != 2) bad("\"version\" is not 1 or 2 (written by a newer accel?)");
     ShardedMeta m;
     const uint64_t world = uint_of(root.find("world_size"), "\"world_size\"");
     if (world < 1 || world > (1u << 20)) bad("\"world_size\" " + std::to_string(world) + " is out of range");
@@ -80,24 +88,59 @@ ShardedMeta parse_meta(const JsonValue &root, const std::string &path)
         for (const auto &d : shape->items) t.shape.push_back(uint_of(&d, where + ".shape"));
         const uint64_t numel = st_numel(t.shape, path + ": " + where);
         if (pieces == nullptr || pieces->kind != JsonValue::Kind::Array) bad(where + ".pieces is not an array");
+        if (const JsonValue *tp = e.find("tp")) {
+            if (version < 2) bad(where + ".tp in a version 1 folder");
+            if (tp->kind != JsonValue::Kind::Object) bad(where + ".tp is not an object");
+            const uint64_t dim = uint_of(tp->find("dim"), where + ".tp.dim");
+            if (dim >= t.shape.size()) bad(where + ".tp.dim " + std::to_string(dim) + " is not a dimension of its shape");
+            t.tp.dim = static_cast<int64_t>(dim);
+            t.tp.groups = uint_of(tp->find("groups"), where + ".tp.groups");
+            t.tp.size = uint_of(tp->find("size"), where + ".tp.size");
+            if (std::string problem = tp_split_problem(t.shape, t.tp); !problem.empty()) bad(where + ".tp: " + problem);
+        }
+        const size_t fields = t.tp ? 4 : 3;
         for (const auto &p : pieces->items) {
-            if (p.kind != JsonValue::Kind::Array || p.items.size() != 3) bad(where + ".pieces holds other than [rank, offset, numel]");
+            if (p.kind != JsonValue::Kind::Array || p.items.size() != fields)
+                bad(where + ".pieces holds other than " + (t.tp ? "[rank, tp_rank, offset, numel]" : "[rank, offset, numel]"));
             ShardedPiece piece;
             const uint64_t rank = uint_of(&p.items[0], where + " piece rank");
             if (rank >= world) bad(where + ": a piece of rank " + std::to_string(rank) + " >= world_size " + std::to_string(world));
             piece.rank = static_cast<int32_t>(rank);
-            piece.offset = uint_of(&p.items[1], where + " piece offset");
-            piece.numel = uint_of(&p.items[2], where + " piece numel");
+            if (t.tp) {
+                const uint64_t tp_rank = uint_of(&p.items[1], where + " piece tp_rank");
+                if (tp_rank >= t.tp.size)
+                    bad(where + ": a piece of tp rank " + std::to_string(tp_rank) + " >= tp size " + std::to_string(t.tp.size));
+                piece.tp_rank = static_cast<int32_t>(tp_rank);
+            }
+            piece.offset = uint_of(&p.items[fields - 2], where + " piece offset");
+            piece.numel = uint_of(&p.items[fields - 1], where + " piece numel");
             t.pieces.push_back(piece);
         }
-        std::sort(t.pieces.begin(), t.pieces.end(), [](const ShardedPiece &a, const ShardedPiece &b) { return a.offset < b.offset; });
-        uint64_t next = 0;
-        for (const auto &p : t.pieces) {
-            if (p.offset != next || p.numel == 0 || p.numel > numel - p.offset)
-                bad(where + ": its pieces do not cover its " + std::to_string(numel) + " elements exactly once");
-            next = p.offset + p.numel;
+        // A rank's file holds one piece of a tensor (under the tensor's name).
+        std::vector<int32_t> ranks;
+        for (const auto &p : t.pieces) ranks.push_back(p.rank);
+        std::sort(ranks.begin(), ranks.end());
+        if (auto twice = std::adjacent_find(ranks.begin(), ranks.end()); twice != ranks.end())
+            bad(where + ": two pieces of rank " + std::to_string(*twice));
+        std::sort(t.pieces.begin(), t.pieces.end(), [](const ShardedPiece &a, const ShardedPiece &b) {
+            return a.tp_rank != b.tp_rank ? a.tp_rank < b.tp_rank : a.offset < b.offset;
+        });
+        // Each slice (the whole tensor without tp) covered exactly once.
+        const uint64_t slice_numel = t.tp ? st_numel(tp_slice_shape(t.shape, t.tp), path + ": " + where) : numel;
+        const uint64_t slices = t.tp ? t.tp.size : 1;
+        const std::string uncovered = where + ": its pieces do not cover its " +
+                                      (t.tp ? "tp slices' " + std::to_string(slice_numel) : std::to_string(numel)) +
+                                      " elements exactly once";
+        size_t at_piece = 0;
+        for (uint64_t s = 0; s < slices; ++s) {
+            uint64_t next = 0;
+            for (; at_piece < t.pieces.size() && static_cast<uint64_t>(t.pieces[at_piece].tp_rank) == s; ++at_piece) {
+                const ShardedPiece &p = t.pieces[at_piece];
+                if (p.offset != next || p.numel == 0 || p.numel > slice_numel - p.offset) bad(uncovered);
+                next = p.offset + p.numel;
+            }
+            if (next != slice_numel) bad(uncovered);
         }
-        if (next != numel) bad(where + ": its pieces do not cover its " + std::to_string(numel) + " elements exactly once");
         for (const auto &seen : m.tensors)
             if (seen.name == t.name) bad(where + " appears twice");
         m.tensors.push_back(std::move(t));
@@ -153,33 +196,61 @@ ShardedFolder::ShardedFolder(const std::string &dir) : dir_(dir)
     }
 }
 
-void ShardedFolder::read_range(size_t t, uint64_t offset, uint64_t numel, void *dst) const
+void ShardedFolder::for_each_run(size_t t, uint64_t offset, uint64_t numel,
+                                 const std::function<void(size_t, uint64_t, uint64_t, uint64_t)> &fn) const
 {
     const ShardedTensorMeta &m = meta_.tensors[t];
-    const uint64_t elem = static_cast<uint64_t>(st_dtype_bits(m.dtype)) / 8;
-    const uint64_t total = m.pieces.empty() ? 0 : m.pieces.back().offset + m.pieces.back().numel;
+    const uint64_t total = st_numel(m.shape, dir_);
     if (offset > total || numel > total - offset)
         fail(ACCEL_ERR_INVALID_ARGUMENT, dir_ + ": elements [" + std::to_string(offset) + ", " + std::to_string(offset + numel) +
                                              ") of tensor \"" + m.name + "\" asked for; it has " + std::to_string(total));
-    for (size_t p = 0; p < m.pieces.size(); ++p) {
-        const ShardedPiece &piece = m.pieces[p];
-        const uint64_t a = std::max(offset, piece.offset), b = std::min(offset + numel, piece.offset + piece.numel);
-        if (a >= b) continue;
-        const MappedFile &f = *files_[static_cast<size_t>(piece.rank)];
-        f.read_at(static_cast<uint8_t *>(dst) + (a - offset) * elem,
-                  static_cast<size_t>(data_[t][p] - f.data()) + (a - piece.offset) * elem, (b - a) * elem);
+    // Elements [a, a + n) of tp rank `slice`'s flattened slice (of the whole tensor without tp), `at` elements into
+    // the range.
+    auto from_pieces = [&](uint64_t slice, uint64_t a, uint64_t n, uint64_t at) {
+        for (size_t p = 0; p < m.pieces.size(); ++p) {
+            const ShardedPiece &piece = m.pieces[p];
+            if (static_cast<uint64_t>(piece.tp_rank) != slice) continue;
+            const uint64_t lo = std::max(a, piece.offset), hi = std::min(a + n, piece.offset + piece.numel);
+            if (lo < hi) fn(p, lo - piece.offset, hi - lo, at + (lo - a));
+        }
+    };
+    if (!m.tp) {
+        from_pieces(0, offset, numel, 0);
+        return;
     }
+    uint64_t at = 0;
+    whole_to_slice_runs(m.shape, m.tp, offset, numel, [&](uint64_t slice, uint64_t slice_offset, uint64_t count) {
+        from_pieces(slice, slice_offset, count, at);
+        at += count;
+    });
+}
+
+void ShardedFolder::read_range(size_t t, uint64_t offset, uint64_t numel, void *dst) const
+{
+    const uint64_t elem = static_cast<uint64_t>(st_dtype_bits(meta_.tensors[t].dtype)) / 8;
+    for_each_run(t, offset, numel, [&](size_t p, uint64_t in_piece, uint64_t count, uint64_t at) {
+        const MappedFile &f = *files_[static_cast<size_t>(meta_.tensors[t].pieces[p].rank)];
+        f.read_at(static_cast<uint8_t *>(dst) + at * elem, static_cast<size_t>(data_[t][p] - f.data()) + in_piece * elem,
+                  count * elem);
+    });
+}
+
+std::vector<std::pair<const uint8_t *, uint64_t>> ShardedFolder::whole_spans(size_t t) const
+{
+    const uint64_t elem = static_cast<uint64_t>(st_dtype_bits(meta_.tensors[t].dtype)) / 8;
+    std::vector<std::pair<const uint8_t *, uint64_t>> out;
+    for_each_run(t, 0, st_numel(meta_.tensors[t].shape, dir_), [&](size_t p, uint64_t in_piece, uint64_t count, uint64_t) {
+        const uint8_t *data = data_[t][p] + in_piece * elem;
+        if (!out.empty() && out.back().first + out.back().second == data) out.back().second += count * elem;
+        else out.emplace_back(data, count * elem);
+    });
+    return out;
 }
 
 int64_t ShardedFolder::find(const std::string &name) const
 {
     auto it = index_.find(name);
     return it == index_.end() ? -1 : static_cast<int64_t>(it->second);
-}
-
-uint64_t ShardedFolder::piece_bytes(size_t t, size_t p) const
-{
-    return meta_.tensors[t].pieces[p].numel * static_cast<uint64_t>(st_dtype_bits(meta_.tensors[t].dtype)) / 8;
 }
 
 } // namespace accel::ckpt
