@@ -16,6 +16,7 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/fsdp/zero_init.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
+#include "parallel/pipeline/stage_init.hpp"
 #include "parallel/context_parallel/plan.hpp"
 #include "parallel/tensor_parallel/plan.hpp"
 #include "parallel/whole_gradients.hpp"
@@ -174,6 +175,14 @@ void Accelerator::refuse_quantized_model_under_parallelism(Model &model) const
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) refuse("mixed_precision \"fp8\"");
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Tp) > 1) refuse("tensor parallelism (tp_size > 1)");
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Pp) > 1) refuse("pipeline parallelism (pp_size > 1)");
+    // parallelism_config.pp_size > 1: models built meanwhile on this thread hold only this rank's pipeline stage
+    // (parallel/pipeline/stage_init.hpp); not under tp_size > 1 or a sharding plugin, which split the whole model.
+    // The scope is held beside zero3_init_'s (one member for the scopes of models built meanwhile).
+    const auto &mesh = *state_->mesh;
+    if (mesh.size(distributed::MeshDim::Pp) > 1 && mesh.size(distributed::MeshDim::Tp) <= 1 && !c.sharding.enabled())
+        zero3_init_ = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(
+            zero3_init_, parallel::pp::StageAtInit::scope(mesh.size(distributed::MeshDim::Pp),
+                                                         mesh.rank_in(distributed::MeshDim::Pp), c.parallelism));
 }
 
 void Accelerator::prepare_model(Model &model)
@@ -230,6 +239,10 @@ void Accelerator::prepare_model(Model &model)
             const std::vector<at::Tensor> tp_split = tp ? parallel::tp::apply_plan(model, *state_->mesh,
                                                                                      state_->config.parallelism.sequence_parallel)
                                                         : std::vector<at::Tensor>{};
+    // A model built as a pipeline stage (stage_init.hpp) holds nothing of the others: only a pipeline can run it.
+    if (auto built = parallel::pp::StageAtInit::of(model);
+        built && (state_->config.sharding.enabled() || !state_->mesh || state_->mesh->size(distributed::MeshDim::Pp) <= 1))
+        built->check_access("model");
             auto engine = std::make_shared<parallel::ShardedDataParallel>(model, *state_->mesh, state_->config.sharding);
             if (tp) engine->set_tensor_parallel(state_->mesh->group(distributed::MeshDim::Tp), tp_split);
             if (state_->config.sharding.activation_checkpointing) {

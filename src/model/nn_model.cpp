@@ -12,6 +12,7 @@
 #include "model/lora.hpp"
 #include "model/transformer_block.hpp"
 #include "distributed/communicator.hpp"
+#include "parallel/pipeline/stage_init.hpp"
 #include "parallel/tensor_parallel/block_plan.hpp"
 #include "parallel/tensor_parallel/mappings.hpp"
 #include "parallel/tensor_parallel/rng_tracker.hpp"
@@ -467,6 +468,12 @@ std::shared_ptr<Model> make_model_from_json(const char *spec_json, const Paramet
     config::ModelSpec spec = config::parse_model_spec(spec_json);
     if (!spec.empty_init) {
         check_fits(spec);
+        // pp_size > 1 (an accelerator's scope on this thread): only this rank's pipeline stage holds memory.
+        if (auto stage = on_parameter ? nullptr : parallel::pp::StageAtInit::for_new_model(spec)) {
+            auto model = build_model(spec, stage->hook());
+            stage->finish(*model);
+            return with_frozen(std::move(model), spec.frozen);
+        }
         return with_frozen(with_lora(build_model(spec, on_parameter), spec.lora, on_parameter), spec.frozen);
     }
     // Each parameter goes to the meta device as soon as it is made: the whole model never needs the memory

@@ -9,6 +9,7 @@
 #include "config/pretrained_config.hpp"
 #include "model/lora.hpp"
 #include "parallel/fsdp/zero_init.hpp"
+#include "parallel/pipeline/stage_init.hpp"
 #include "quantization/quantize_model.hpp"
 
 #include <ATen/ATen.h>
@@ -243,6 +244,15 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     // file is paged in only where a copy reads it).
     FolderWeights w = read_folder_weights(dir);
     const bool sliced = partitioned && partitioned->holds_any();
+    // Built as a pipeline stage (stage_init.hpp): the other stages' tensors are never read.
+    const std::shared_ptr<parallel::pp::StageAtInit> stage = parallel::pp::StageAtInit::of(model);
+    const auto elsewhere = [&stage, &model](const std::string &name) {
+        const at::Tensor *t = model.find_tensor(name);
+        return stage && t != nullptr && stage->elsewhere(*t);
+    };
+    if (stage)
+        w.tensors.erase(std::remove_if(w.tensors.begin(), w.tensors.end(), [&](const auto &e) { return elsewhere(e.first); }),
+                        w.tensors.end());
     if (quantization) quantize_for_folder(model, *quantization, &w, options, dir);
     check_shapes(model, w);
     if (!quantization) convert_floating(model, target_dtype(w, options), sliced ? partitioned.get() : nullptr);
@@ -253,7 +263,8 @@ PretrainedModel from_pretrained(const std::string &dir_in, const config::FromPre
     // LoRA adapters are new tensors (a "lora" option): no base folder holds them, as with PEFT's get_peft_model.
     const std::set<std::string> adapters = adapter_parameter_names(model);
     auto &missing = out.report.missing;
-    missing.erase(std::remove_if(missing.begin(), missing.end(), [&](const auto &n) { return adapters.count(n) != 0; }),
+    missing.erase(std::remove_if(missing.begin(), missing.end(),
+                                 [&](const auto &n) { return adapters.count(n) != 0 || elsewhere(n); }),
                   missing.end());
     if (options.strict) check_strict(out.report, w, dir);
     ckpt::CopyBatch batch;

@@ -3,8 +3,9 @@
  *
  * Pipeline parallelism over processes (tests/distributed/run_pp.py): a tiny "gpt" (4 blocks, tied head) trained
  * with accel_accelerator_train_step (the pipeline's schedule under pp_size > 1) and AdamW on 8-token windows of a
- * fixed token stream, every rank seeded alike (each stage cuts its blocks from the same weights). Each rank
- * writes OUT_PREFIX.<rank>.txt: one line "loss STEP VALUE" per step (%.9g), then "param NAME V..." for every
+ * fixed token stream, every rank seeded alike (each stage builds its blocks as one process draws them). Each rank
+ * writes OUT_PREFIX.<rank>.txt: "built N" (the parameter elements the model held as built, before prepare: under
+ * pp its stage's only), one line "loss STEP VALUE" per step (%.9g), then "param NAME V..." for every
  * parameter it holds (a stage's others have no elements). run_pp.py merges the ranks' files and compares them
  * with one process's. ACCEL_TEST_SAVE_MODEL=DIR calls save_model(DIR) after training; ACCEL_TEST_SAVE_AT=K with
  * ACCEL_TEST_SAVE_DIR=DIR calls save_state(DIR) after step K; ACCEL_TEST_LOAD=DIR starts with load_state(DIR).
@@ -45,6 +46,8 @@ int main(int argc, char **argv)
     DIST_CHECK(accel_random_set_seed(1000, false, false));
     DIST_CHECK(accel_accelerator_create(config, &acc));
     DIST_CHECK(accel_model_create_from_json(spec, &model));
+    int64_t built = 0; /* the parameter elements this rank holds as built: its stage's only (stage_init.hpp) */
+    DIST_CHECK(accel_model_get_parameter_numel(model, &built));
     /* eps 1e-6: the key bias's gradient is rounding noise (softmax ignores a constant added to every score),
        which a smaller eps turns into full-size steps that differ between runs summing in another order. */
     DIST_CHECK(accel_optimizer_create(model, "{\"type\": \"adamw\", \"lr\": 0.003, \"weight_decay\": 0.01, \"eps\": 1e-6}",
@@ -60,6 +63,7 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s.%d.txt", prefix, (int)rank);
     FILE *f = fopen(path, "w");
     DIST_EXPECT(f != NULL, "cannot write %s", path);
+    fprintf(f, "built %lld\n", (long long)built);
     for (int done = 0; done < steps;) {
         accel_batch_t *b = NULL;
         DIST_CHECK(accel_dataloader_next(dl, &b));

@@ -6,7 +6,8 @@ equivalence: pp --pp stages x dp_replicate --dp (pp x dp processes, --micro micr
   (each from the stage holding it; the replicas of a stage agree bit for bit) and every step's loss (averaged
   over the replicas) equal one process's within --tol. Both runs end with save_model: the pipeline's folder holds
   one process's files, names, shapes and order (the stages gathered on the main process), values within --tol,
-  and they equal the parameters the stages hold. The trained model's logits of a fixed prompt (forward through the
+  and they equal the parameters the stages hold. Without tp each rank built only its stage: at most 1/pp of one
+  process's parameter elements plus the embeddings. The trained model's logits of a fixed prompt (forward through the
   stages) and its greedy tokens (generate), on every rank, are compared the same way.
 resume: save_state / load_state under pp --pp x dp_replicate --dp (one process's layout): a pipeline run saves after
   10 of 20 steps; loading that folder, the pipeline and one process (on the global batch) each train the last 10
@@ -77,6 +78,32 @@ def scenario_equivalence(a, tmp):
     (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, {})
     config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "tp_size": a.tp,
                                      "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
+# dist_pp's gpt: the embeddings' elements (wte 37 x 16, wpe 8 x 16), which the first stage holds beside its blocks.
+EMBEDDINGS = (37 + 8) * 16
+
+
+def built_elements(prefix, processes):
+    """Each rank's "built N": the parameter elements its model held as built, before prepare."""
+    out = []
+    for r in range(processes):
+        out += [int(line.split()[1]) for line in open("%s.%d.txt" % (prefix, r)) if line.startswith("built ")]
+    return out
+
+
+def check_built_by_stage(a, tmp, what):
+    """No whole model on any rank: each built only its stage (<= 1/pp of one process's model plus the embeddings).
+    Under pp x tp the model is built whole and cut at prepare (stage_init.hpp): not checked."""
+    if a.tp > 1:
+        return
+    whole, = built_elements(os.path.join(tmp, "one"), 1)
+    for rank, n in enumerate(built_elements(os.path.join(tmp, "pp"), a.pp * a.dp)):
+        if n > whole / a.pp + EMBEDDINGS:
+            sys.exit("%s: rank %d built %d parameter elements, more than 1/%d of the whole %d plus the embeddings %d"
+                     % (what, rank, n, a.pp, whole, EMBEDDINGS))
+    log("%s: elements built per rank %s, one process %d" % (
+        what, built_elements(os.path.join(tmp, "pp"), a.pp * a.dp), whole))
+
+
     if a.chunks > 1:  # interleaved 1F1B: model chunks per stage
         config["parallelism_config"]["num_virtual_stages_per_pipeline_rank"] = a.chunks
     what = "pp %d x dp %d, %s, %d micro-batches" % (a.pp, a.dp, a.schedule, a.micro)
@@ -97,6 +124,7 @@ def scenario_equivalence(a, tmp):
         sys.exit("%s: save_model wrote %s, one process %s" % (what, os.listdir(os.path.join(tmp, "pp.model")),
                                                               os.listdir(os.path.join(tmp, "one.model"))))
     if [(k, v[0]) for k, v in mine.items()] != [(k, v[0]) for k, v in one.items()]:
+    check_built_by_stage(a, tmp, what)
         sys.exit("%s: save_model's names, shapes or order %s differ from one process's %s" %
                  (what, [(k, v[0]) for k, v in mine.items()], [(k, v[0]) for k, v in one.items()]))
     check_close([x for v in one.values() for x in v[1]], [x for v in mine.values() for x in v[1]], a.tol,

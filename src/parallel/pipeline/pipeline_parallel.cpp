@@ -8,6 +8,7 @@
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/stage_init.hpp"
 #include "parallel/pipeline/stages.hpp"
 #include "parallel/tensor_parallel/mappings.hpp"
 #include "parallel/tensor_parallel/plan.hpp"
@@ -62,35 +63,15 @@ at::Tensor from_owner(distributed::Communicator &group, const at::Tensor &mine, 
     return values;
 }
 
-// Stage s's chunks of blocks [begin, end) (one unless interleaved: virtual stage c * p + s is its chunk c), cut
-// by pp_split_points or balanced by the blocks' parameter counts (GPT's are equal: an even cut, the remainder
-// early). Refusals name the config key; the model is only read.
-std::vector<std::pair<int64_t, int64_t>> stage_blocks(const GptModel &gpt, const config::ParallelismConfig &config,
-                                                      int32_t p, int32_t s)
+// Each block's parameter count (the balanced cut's costs) of a model as it is (GPT's are equal: an even cut, the
+// remainder early; LoRA adapters count).
+std::vector<int64_t> block_costs(const GptModel &gpt)
 {
-    const int64_t n = gpt.config().n_layer;
-    const int32_t chunks = config.pp_schedule == "interleaved_1f1b"
-                               ? chunks_per_stage(config.num_layers_per_virtual_pipeline_stage,
-                                                  config.num_virtual_stages_per_pipeline_rank, n, p)
-                               : 1;
-    const int32_t virtual_stages = p * chunks;
-    std::vector<int64_t> starts;
-    if (!config.pp_split_points.empty()) {
-        starts = stage_starts_from_split_points(config.pp_split_points, n, virtual_stages);
-    } else {
-        std::vector<int64_t> costs(static_cast<size_t>(n), 0);
-        const std::string prefix = "transformer.h.";
-        for (const auto &[name, t] : gpt.named_parameters())
-            if (name.compare(0, prefix.size(), prefix) == 0)
-                costs[std::stoul(name.substr(prefix.size()))] += t.numel();
-        starts = balanced_stage_starts(costs, virtual_stages);
-    }
-    std::vector<std::pair<int64_t, int64_t>> blocks;
-    for (int32_t c = 0; c < chunks; ++c) {
-        const auto vs = static_cast<size_t>(c * p + s);
-        blocks.emplace_back(starts[vs], vs + 1 < starts.size() ? starts[vs + 1] : n);
-    }
-    return blocks;
+    std::vector<int64_t> costs(static_cast<size_t>(gpt.config().n_layer), 0);
+    const std::string prefix = "transformer.h.";
+    for (const auto &[name, t] : gpt.named_parameters())
+        if (name.compare(0, prefix.size(), prefix) == 0) costs[std::stoul(name.substr(prefix.size()))] += t.numel();
+    return costs;
 }
 
 // The tensor objects of `tensors`, for membership tests in one lookup each (a model's parameters against a list
@@ -359,11 +340,19 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
     // refused prepare leaves the user's model whole and usable.
     const auto &group = mesh.group(distributed::MeshDim::Pp);
     const int32_t p = group->size(), s = group->rank();
-    const std::vector<std::pair<int64_t, int64_t>> blocks = stage_blocks(*gpt, config, p, s);
+    // A model built by stage (stage_init.hpp) is cut as it was built; its other stages' parameters hold nothing.
+    const std::shared_ptr<StageAtInit> built = StageAtInit::of(model);
+    if (built) built->check_same_cut(p, s, config);
+    const std::vector<std::pair<int64_t, int64_t>> blocks = built ? built->chunks() : stage_chunks(block_costs(*gpt), config, p, s);
     stage_schedule(config.pp_schedule, s, p, config.num_micro_batches, static_cast<int32_t>(blocks.size()));
     // pp x tp: the whole model split over the stage's tp group first (the cut then keeps this rank's slices).
-    if (mesh.size(distributed::MeshDim::Tp) > 1) parallel::tp::apply_plan(model, mesh, config.sequence_parallel);
+    // (No model is built by stage under tp: StageAtInit's scope is not held then.)
+    if (mesh.size(distributed::MeshDim::Tp) > 1) {
+        if (built) built->check_access("parallelism_config.tp_size > 1");
+        parallel::tp::apply_plan(model, mesh, config.sequence_parallel);
+    }
     gpt->apply_pipeline_stage(blocks, s == 0, s == p - 1);
+    if (built) model.forward_hooks.reset(); // the pipeline runs it now
     auto pipeline = std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches, config.pp_schedule,
                                                        mesh.group(distributed::MeshDim::Dp), ddp);
     // The model's forward() and generation run through the pipeline while it lives (the accelerator holds it).

@@ -1,6 +1,7 @@
 #include "parallel/pipeline/stages.hpp"
 
 #include "common/error.hpp"
+#include "config/parallelism_config.hpp"
 
 #include <limits>
 #include <string>
@@ -83,6 +84,26 @@ int32_t chunks_per_stage(int64_t layers_per_virtual_stage, int32_t virtual_stage
         fail(ACCEL_ERR_INVALID_ARGUMENT, vpr + ": " + std::to_string(chunks) + " chunks on each of " + std::to_string(stages) +
                                          " stages need at least as many blocks, the model has " + std::to_string(num_layers));
     return static_cast<int32_t>(chunks);
+}
+
+std::vector<std::pair<int64_t, int64_t>> stage_chunks(const std::vector<int64_t> &costs,
+                                                      const config::ParallelismConfig &config, int32_t p, int32_t s)
+{
+    const auto n = static_cast<int64_t>(costs.size());
+    const int32_t chunks = config.pp_schedule == "interleaved_1f1b"
+                               ? chunks_per_stage(config.num_layers_per_virtual_pipeline_stage,
+                                                  config.num_virtual_stages_per_pipeline_rank, n, p)
+                               : 1;
+    const int32_t virtual_stages = p * chunks;
+    const std::vector<int64_t> starts = config.pp_split_points.empty()
+                                            ? balanced_stage_starts(costs, virtual_stages)
+                                            : stage_starts_from_split_points(config.pp_split_points, n, virtual_stages);
+    std::vector<std::pair<int64_t, int64_t>> blocks;
+    for (int32_t c = 0; c < chunks; ++c) {
+        const auto vs = static_cast<size_t>(c * p + s);
+        blocks.emplace_back(starts[vs], vs + 1 < starts.size() ? starts[vs + 1] : n);
+    }
+    return blocks;
 }
 
 } // namespace accel::parallel::pp

@@ -3,7 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
+
+namespace accel::config {
+struct ParallelismConfig;
+}
 
 namespace accel::parallel::pp {
 
@@ -20,5 +25,10 @@ std::vector<int64_t> stage_starts_from_split_points(const std::vector<int64_t> &
 // Megatron-core's num_virtual_stages_per_pipeline_rank (0: not given; both given must agree).
 // INVALID_ARGUMENT naming the keys when neither is given, they disagree, or the blocks do not suffice.
 int32_t chunks_per_stage(int64_t layers_per_virtual_stage, int32_t virtual_stages_per_rank, int64_t num_layers, int32_t stages);
+// Stage s of p's chunks of blocks [begin, end) (one unless pp_schedule is "interleaved_1f1b": virtual stage
+// c * p + s is its chunk c), cut at config.pp_split_points or balanced by `costs` (each block's parameter count).
+// The same cut whether the model exists (prepare) or is about to be built (stage_init.hpp). Refusals name the key.
+std::vector<std::pair<int64_t, int64_t>> stage_chunks(const std::vector<int64_t> &costs,
+                                                      const config::ParallelismConfig &config, int32_t p, int32_t s);
 
 } // namespace accel::parallel::pp

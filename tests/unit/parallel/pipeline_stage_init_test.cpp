@@ -1,0 +1,212 @@
+// A gpt built while a pipeline scope is held (src/parallel/pipeline/stage_init.hpp), on thread ranks: each rank
+// holds only its stage's parameters (the others hold zero elements), bit for bit those of the model one process
+// builds from the same seed; the elements held are at most 1/pp of the whole plus the embeddings; the model
+// refuses to run until prepared, then its pipeline's forward is one process's; a prepare that cuts otherwise is
+// refused; from_pretrained reads only the stage's tensors. ~1 s.
+#include "catch_error.hpp"
+#include "common/error.hpp"
+#include "config/checkpoint_options.hpp"
+#include "config/parallelism_config.hpp"
+#include "config/pretrained_config.hpp"
+#include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
+#include "distributed/thread_communicator.hpp"
+#include "model/model.hpp"
+#include "model/pretrained.hpp"
+#include "parallel/pipeline/pipeline_parallel.hpp"
+#include "parallel/pipeline/stage_init.hpp"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace dist = accel::distributed;
+namespace pp = accel::parallel::pp;
+
+namespace {
+
+constexpr int64_t kVocab = 37, kPositions = 8, kEmbd = 16, kLayers = 8;
+
+std::string gpt_spec(bool tied, const std::string &extra = "")
+{
+    return R"({"type": "gpt", "vocab_size": 37, "n_positions": 8, "n_embd": 16, "n_head": 4, "n_layer": 8, )"
+           R"("tie_word_embeddings": )" + std::string(tied ? "true" : "false") + extra + "}";
+}
+
+// Built from seed 41 (thread ranks share the default generator: one build at a time).
+std::shared_ptr<accel::Model> build(const std::string &spec)
+{
+    static std::mutex building;
+    std::lock_guard<std::mutex> lock(building);
+    at::manual_seed(41);
+    auto m = accel::make_model_from_json(spec.c_str());
+    m->train(false);
+    return m;
+}
+
+int64_t elements(const accel::Model &m)
+{
+    int64_t n = 0;
+    for (const auto &np : m.named_parameters()) n += np.second.numel();
+    return n;
+}
+
+// The parameter names stage `s` of `p` holds when its chunks are `blocks`: their blocks, the embeddings on the
+// first, the final norm and the head on the last (the tied head is wte).
+std::set<std::string> stage_names(const accel::Model &whole, const std::vector<std::pair<int64_t, int64_t>> &blocks,
+                                  int32_t p, int32_t s, bool tied)
+{
+    std::set<std::string> out;
+    for (const auto &[name, t] : whole.named_parameters()) {
+        bool keep = (s == 0 && name.rfind("transformer.w", 0) == 0) ||
+                    (s == p - 1 && (name.rfind("transformer.ln_f.", 0) == 0 || name == "lm_head.weight" ||
+                                    (tied && name == "transformer.wte.weight")));
+        for (const auto &[b, e] : blocks)
+            for (int64_t i = b; i < e; ++i) keep = keep || name.rfind("transformer.h." + std::to_string(i) + ".", 0) == 0;
+        if (keep) out.insert(name);
+    }
+    return out;
+}
+
+// On `p` thread ranks under `config`: each builds `spec` inside a scope, holds exactly its stage (`expected` gives
+// each rank's chunks) equal to one process's model, within 1/p of it plus the embeddings, refuses to run
+// unprepared, and once prepared runs the whole model's forward.
+void check_built_by_stage(int32_t p, accel::config::ParallelismConfig config, bool tied,
+                          const std::function<std::vector<std::pair<int64_t, int64_t>>(int32_t)> &expected)
+{
+    SCOPED_TRACE("pp " + std::to_string(p) + (tied ? ", tied" : ", untied"));
+    config.pp_size = p;
+    const auto ref = build(gpt_spec(tied));
+    at::manual_seed(43);
+    const at::Tensor ids = at::randint(0, kVocab, {4, kPositions}, at::kLong);
+    const at::Tensor want = ref->forward(ids);
+    const int64_t whole = elements(*ref), embeddings = (kVocab + kPositions) * kEmbd;
+    dist::run_on_threads(p, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t s = comm->rank();
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, 1, p), comm);
+        const auto scope = pp::StageAtInit::scope(p, s, config);
+        const auto m = build(gpt_spec(tied));
+        const auto built = pp::StageAtInit::of(*m);
+        ASSERT_NE(built, nullptr) << "rank " << s;
+        EXPECT_EQ(built->chunks(), expected(s)) << "rank " << s;
+        const std::set<std::string> mine = stage_names(*ref, expected(s), p, s, tied);
+        ASSERT_EQ(m->named_parameters().size(), ref->named_parameters().size());
+        for (size_t i = 0; i < m->named_parameters().size(); ++i) {
+            const auto &[name, t] = m->named_parameters()[i];
+            if (mine.count(name) != 0) {
+                EXPECT_TRUE(t.equal(ref->named_parameters()[i].second)) << name << " on rank " << s;
+            } else {
+                EXPECT_EQ(t.numel(), 0) << name << " on rank " << s;
+                EXPECT_FALSE(t.is_meta()) << name << " on rank " << s;
+            }
+        }
+        EXPECT_LE(elements(*m), whole / p + embeddings) << "rank " << s;
+        const accel::Error e = catch_error([&] { m->forward(ids); });
+        EXPECT_EQ(e.code(), ACCEL_ERR_FAILED_PRECONDITION) << e.what();
+        EXPECT_NE(std::string(e.what()).find("pipeline stage " + std::to_string(s) + " of " + std::to_string(p)),
+                  std::string::npos) << e.what();
+        const auto pipeline = pp::prepare_pipeline(*m, mesh, config);
+        EXPECT_FALSE(m->forward_hooks);
+        EXPECT_TRUE(m->forward(ids).allclose(want, 1e-5, 1e-6)) << "rank " << s;
+    });
+}
+
+std::vector<std::pair<int64_t, int64_t>> even(int32_t p, int32_t s)
+{
+    const int64_t per = kLayers / p;
+    return {{s * per, (s + 1) * per}};
+}
+
+} // namespace
+
+TEST(PipelineStageInit, EachRankBuildsOnlyItsStageAsOneProcessDoes)
+{
+    accel::config::ParallelismConfig config;
+    config.num_micro_batches = 2;
+    for (const bool tied : {true, false}) {
+        check_built_by_stage(2, config, tied, [](int32_t s) { return even(2, s); });
+        check_built_by_stage(4, config, tied, [](int32_t s) { return even(4, s); });
+    }
+}
+
+TEST(PipelineStageInit, SplitPointsAndInterleavingCutAsPrepareDoes)
+{
+    accel::config::ParallelismConfig config;
+    config.num_micro_batches = 4;
+    config.pp_schedule = "interleaved_1f1b";
+    config.num_virtual_stages_per_pipeline_rank = 2;
+    config.pp_split_points = {1, 3, 6}; // virtual stages [0, 1) [1, 3) [3, 6) [6, 8): rank 0 holds the 1st and 3rd
+    check_built_by_stage(2, config, true, [](int32_t s) {
+        return s == 0 ? std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {3, 6}}
+                      : std::vector<std::pair<int64_t, int64_t>>{{1, 3}, {6, 8}};
+    });
+}
+
+TEST(PipelineStageInit, PreparedWithAnotherCutIsRefused)
+{
+    accel::config::ParallelismConfig built_as, prepared_as;
+    built_as.pp_size = prepared_as.pp_size = 2;
+    built_as.pp_split_points = {2};
+    prepared_as.num_micro_batches = 2;
+    dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, 1, 2), comm);
+        const auto scope = pp::StageAtInit::scope(2, comm->rank(), built_as);
+        const auto m = build(gpt_spec(true));
+        const accel::Error e = catch_error([&] { pp::prepare_pipeline(*m, mesh, prepared_as); });
+        EXPECT_EQ(e.code(), ACCEL_ERR_FAILED_PRECONDITION) << e.what();
+        EXPECT_NE(std::string(e.what()).find("cuts it differently"), std::string::npos) << e.what();
+    });
+}
+
+TEST(PipelineStageInit, BuiltWholeWhereNoStageApplies)
+{
+    accel::config::ParallelismConfig config;
+    config.pp_size = 2;
+    const int64_t whole = elements(*build(gpt_spec(true)));
+    const auto scope = pp::StageAtInit::scope(2, 1, config);
+    // LoRA's adapters go on the whole model; a llama has no pipeline; 1 block cannot make 2 stages (prepare says so).
+    for (const std::string &spec :
+         {gpt_spec(true, R"(, "lora": {"r": 2, "target_modules": ["c_attn"]})"),
+          std::string(R"({"type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 32, )"
+                      R"("num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 8})"),
+          std::string(R"({"type": "gpt", "vocab_size": 37, "n_positions": 8, "n_embd": 16, "n_head": 4, "n_layer": 1})")}) {
+        const auto m = build(spec);
+        EXPECT_EQ(pp::StageAtInit::of(*m), nullptr) << spec;
+        for (const auto &[name, t] : m->named_parameters()) EXPECT_GT(t.numel(), 0) << name << " of " << spec;
+    }
+    // Another thread holds no scope: built whole.
+    std::shared_ptr<accel::Model> elsewhere;
+    dist::run_on_threads(1, [&](const std::shared_ptr<dist::Communicator> &) { elsewhere = build(gpt_spec(true)); });
+    EXPECT_EQ(elements(*elsewhere), whole);
+}
+
+TEST(PipelineStageInit, FromPretrainedReadsOnlyTheStage)
+{
+    const auto ref = build(gpt_spec(false));
+    const std::string dir = (std::filesystem::temp_directory_path() / ("accel_stage_init_" + std::to_string(::getpid()))).string();
+    accel::write_pretrained(*ref, dir, accel::config::SaveModelOptions{});
+    accel::config::ParallelismConfig config;
+    config.pp_size = 2;
+    for (int32_t s = 0; s < 2; ++s) {
+        const auto scope = pp::StageAtInit::scope(2, s, config);
+        const accel::PretrainedModel loaded = accel::from_pretrained(dir, accel::config::FromPretrainedOptions{});
+        EXPECT_NE(pp::StageAtInit::of(*loaded.model), nullptr);
+        EXPECT_TRUE(loaded.report.missing.empty());
+        const std::set<std::string> mine = stage_names(*ref, even(2, s), 2, s, false);
+        for (size_t i = 0; i < ref->named_parameters().size(); ++i) {
+            const auto &[name, t] = loaded.model->named_parameters()[i];
+            if (mine.count(name) != 0) EXPECT_TRUE(t.equal(ref->named_parameters()[i].second)) << name << " on stage " << s;
+            else EXPECT_EQ(t.numel(), 0) << name << " on stage " << s;
+        }
+    }
+    std::filesystem::remove_all(dir);
+}
