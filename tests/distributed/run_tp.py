@@ -72,7 +72,9 @@ def config(tp, dp, plugin=None, sequence_parallel=False):
     """With `plugin` (TP inside the sharding engine) the data-parallel ranks are dp_shard_size, else dp_replicate
     (tp 1 on several processes: the plugin over all of them, or DDP)."""
     c = {"gradient_accumulation_steps": 2}
-    if tp > 1:
+    if plugin == "hsdp_sharded":  # dp_replicate 2 x dp_shard dp/2 (x tp)
+        c["parallelism_config"] = {"tp_size": tp, "dp_replicate_size": 2, "dp_shard_size": dp // 2}
+    elif tp > 1:
         c["parallelism_config"] = {"tp_size": tp, ("dp_shard_size" if plugin else "dp_replicate_size"): dp}
         if sequence_parallel:
             c["parallelism_config"]["tp_handler"] = {"sequence_parallel": True}
@@ -223,7 +225,7 @@ def check_saved_layout(ckpt, mesh):
             sys.exit("%s/pytorch_model: files %s, expected DeepSpeed's names %s" % (ckpt, sorted(got), sorted(want)))
         return
     if plugin and plugin.endswith("_sharded"):
-        check_sharded_layout(ckpt, tp, dp)
+        check_sharded_layout(ckpt, tp, dp // 2 if plugin == "hsdp_sharded" else dp)  # the first replica writes
         return
     for f in ("model.safetensors", "optimizer.bin"):
         if f not in os.listdir(ckpt):
@@ -231,7 +233,7 @@ def check_saved_layout(ckpt, mesh):
 
 
 def check_sharded_layout(ckpt, tp, dp):
-    """SHARDED_STATE_DICT: every one of the tp x dp ranks wrote its pieces (rank{r}.safetensors); under tp the
+    """SHARDED_STATE_DICT: every one of the tp x dp_shard ranks wrote its pieces (rank{r}.safetensors); under tp the
     metadata (version 2) lists the whole shapes of the split tensors, each with its "tp" split and
     [rank, tp_rank, offset, numel] pieces covering every tp rank's slice, and the vocabulary's padding row nowhere
     in the shapes (dist_train's 11 tokens over tp 2)."""
@@ -250,7 +252,7 @@ def check_sharded_layout(ckpt, tp, dp):
             if {p[1] for p in t["pieces"]} != set(range(tp)) or any(len(p) != 4 for p in t["pieces"]):
                 sys.exit("%s/metadata.json: %s's pieces %s do not hold every tp rank's slice" % (path, t["name"], t["pieces"]))
         if folder == "pytorch_model_fsdp_0":
-            wte = [t["shape"] for t in meta["tensors"] if t["name"].endswith("wte.weight")]
+            wte = [t["shape"] for t in meta["tensors"] if t["name"].endswith(("wte.weight", "embed_tokens.weight"))]
             if not wte or wte[0][0] != 11:
                 sys.exit("%s/metadata.json: the token embedding's shape is %s, expected the 11 tokens unpadded" % (path, wte))
 
@@ -258,6 +260,8 @@ def check_sharded_layout(ckpt, tp, dp):
 PLUGINS["full_shard_sharded"] = {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "state_dict_type": "SHARDED_STATE_DICT"}}
 MESHES["tp2_fsdp2_sharded"] = (2, 2, "full_shard_sharded")
 MESHES["fsdp4_sharded"] = (1, 4, "full_shard_sharded")
+PLUGINS["hsdp_sharded"] = {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "state_dict_type": "SHARDED_STATE_DICT"}}
+MESHES["tp2_hsdp4_sharded"] = (2, 4, "hsdp_sharded")  # dp_replicate 2 x dp_shard 2 x tp 2: 8 processes
 
 
 def check_merged(a, ckpt, model_dir, tmp):
