@@ -135,6 +135,14 @@ Accelerator::Accelerator(const char *config_json)
     else if (c.sharding.cpu_ram_efficient_loading)
         zero3_init_ =
             parallel::PartitionedAtInit::scope(state_->comm, "fsdp_plugin.cpu_ram_efficient_loading", true);
+    // parallelism_config.pp_size > 1: models built meanwhile on this thread hold only this rank's pipeline stage
+    // (parallel/pipeline/stage_init.hpp); not under tp_size > 1 or a sharding plugin, which split the whole model.
+    // The scope is held beside zero3_init_'s (one member for the scopes of models built meanwhile).
+    const auto &mesh = *state_->mesh;
+    if (mesh.size(distributed::MeshDim::Pp) > 1 && mesh.size(distributed::MeshDim::Tp) <= 1 && !c.sharding.enabled())
+        zero3_init_ = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(
+            zero3_init_, parallel::pp::StageAtInit::scope(mesh.size(distributed::MeshDim::Pp),
+                                                         mesh.rank_in(distributed::MeshDim::Pp), c.parallelism));
 }
 
 // Scopes left open by autocast_begin are closed in reverse order (on the freeing thread).
@@ -175,14 +183,6 @@ void Accelerator::refuse_quantized_model_under_parallelism(Model &model) const
     if (state_->config.mixed_precision == ACCEL_MIXED_PRECISION_FP8) refuse("mixed_precision \"fp8\"");
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Tp) > 1) refuse("tensor parallelism (tp_size > 1)");
     if (state_->mesh && state_->mesh->size(distributed::MeshDim::Pp) > 1) refuse("pipeline parallelism (pp_size > 1)");
-    // parallelism_config.pp_size > 1: models built meanwhile on this thread hold only this rank's pipeline stage
-    // (parallel/pipeline/stage_init.hpp); not under tp_size > 1 or a sharding plugin, which split the whole model.
-    // The scope is held beside zero3_init_'s (one member for the scopes of models built meanwhile).
-    const auto &mesh = *state_->mesh;
-    if (mesh.size(distributed::MeshDim::Pp) > 1 && mesh.size(distributed::MeshDim::Tp) <= 1 && !c.sharding.enabled())
-        zero3_init_ = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(
-            zero3_init_, parallel::pp::StageAtInit::scope(mesh.size(distributed::MeshDim::Pp),
-                                                         mesh.rank_in(distributed::MeshDim::Pp), c.parallelism));
 }
 
 void Accelerator::prepare_model(Model &model)
@@ -199,6 +199,10 @@ void Accelerator::prepare_model(Model &model)
         partitioned->restore_all();
         model.forward_hooks.reset();
     }
+    // A model built as a pipeline stage (stage_init.hpp) holds nothing of the others: only a pipeline can run it.
+    if (auto built = parallel::pp::StageAtInit::of(model);
+        built && (state_->config.sharding.enabled() || !state_->mesh || state_->mesh->size(distributed::MeshDim::Pp) <= 1))
+        built->check_access("model");
     // device_placement: the model moves to the accelerator's device (in place: an optimizer created over
     // it keeps its parameters).
     if (state_->places_on_device()) {
@@ -239,10 +243,6 @@ void Accelerator::prepare_model(Model &model)
             const std::vector<at::Tensor> tp_split = tp ? parallel::tp::apply_plan(model, *state_->mesh,
                                                                                      state_->config.parallelism.sequence_parallel)
                                                         : std::vector<at::Tensor>{};
-    // A model built as a pipeline stage (stage_init.hpp) holds nothing of the others: only a pipeline can run it.
-    if (auto built = parallel::pp::StageAtInit::of(model);
-        built && (state_->config.sharding.enabled() || !state_->mesh || state_->mesh->size(distributed::MeshDim::Pp) <= 1))
-        built->check_access("model");
             auto engine = std::make_shared<parallel::ShardedDataParallel>(model, *state_->mesh, state_->config.sharding);
             if (tp) engine->set_tensor_parallel(state_->mesh->group(distributed::MeshDim::Tp), tp_split);
             if (state_->config.sharding.activation_checkpointing) {

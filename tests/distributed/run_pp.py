@@ -74,10 +74,6 @@ def merged(ranks, what):
     return out
 
 
-def scenario_equivalence(a, tmp):
-    (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, {})
-    config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "tp_size": a.tp,
-                                     "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
 # dist_pp's gpt: the embeddings' elements (wte 37 x 16, wpe 8 x 16), which the first stage holds beside its blocks.
 EMBEDDINGS = (37 + 8) * 16
 
@@ -104,10 +100,15 @@ def check_built_by_stage(a, tmp, what):
         what, built_elements(os.path.join(tmp, "pp"), a.pp * a.dp), whole))
 
 
+def scenario_equivalence(a, tmp):
+    (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, {})
+    config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "tp_size": a.tp,
+                                     "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
     if a.chunks > 1:  # interleaved 1F1B: model chunks per stage
         config["parallelism_config"]["num_virtual_stages_per_pipeline_rank"] = a.chunks
     what = "pp %d x dp %d, %s, %d micro-batches" % (a.pp, a.dp, a.schedule, a.micro)
     ranks = train(a, a.pp * a.dp * a.tp, os.path.join(tmp, "pp"), a.batch, config)
+    check_built_by_stage(a, tmp, what)
     got = merged(ranks, what)
     if sorted(got) != sorted(ref_params):
         sys.exit("%s: the stages hold %s, one process %s" % (what, sorted(got), sorted(ref_params)))
@@ -124,7 +125,6 @@ def check_built_by_stage(a, tmp, what):
         sys.exit("%s: save_model wrote %s, one process %s" % (what, os.listdir(os.path.join(tmp, "pp.model")),
                                                               os.listdir(os.path.join(tmp, "one.model"))))
     if [(k, v[0]) for k, v in mine.items()] != [(k, v[0]) for k, v in one.items()]:
-    check_built_by_stage(a, tmp, what)
         sys.exit("%s: save_model's names, shapes or order %s differ from one process's %s" %
                  (what, [(k, v[0]) for k, v in mine.items()], [(k, v[0]) for k, v in one.items()]))
     check_close([x for v in one.values() for x in v[1]], [x for v in mine.values() for x in v[1]], a.tol,
