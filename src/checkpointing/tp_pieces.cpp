@@ -38,6 +38,8 @@ std::string tp_split_problem(const std::vector<uint64_t> &whole, const TpSplit &
     if (s.size < 1 || s.groups < 1 || s.size > (1u << 20) || s.groups > (1u << 20))
         return "tp size " + std::to_string(s.size) + " / groups " + std::to_string(s.groups) + " out of range";
     const uint64_t n = whole[static_cast<size_t>(s.dim)];
+    if (n > (uint64_t{1} << 62)) // padded up to a multiple of size below: no wrap-around
+        return "dimension " + std::to_string(s.dim) + " of " + std::to_string(n) + " out of range";
     if (s.groups > 1 && n % (s.groups * s.size) != 0)
         return "dimension " + std::to_string(s.dim) + " of " + std::to_string(n) + " does not split into " +
                std::to_string(s.groups) + " x " + std::to_string(s.size) + " equal parts";
