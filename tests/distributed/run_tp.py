@@ -261,6 +261,7 @@ PLUGINS["full_shard_sharded"] = {"fsdp_plugin": {"sharding_strategy": "FULL_SHAR
 MESHES["tp2_fsdp2_sharded"] = (2, 2, "full_shard_sharded")
 MESHES["fsdp4_sharded"] = (1, 4, "full_shard_sharded")
 PLUGINS["hsdp_sharded"] = {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "state_dict_type": "SHARDED_STATE_DICT"}}
+MESHES["tp2_ddp2"] = (2, 2, None)  # tp 2 x dp_replicate 2 (DDP)
 MESHES["tp2_hsdp4_sharded"] = (2, 4, "hsdp_sharded")  # dp_replicate 2 x dp_shard 2 x tp 2: 8 processes
 
 
