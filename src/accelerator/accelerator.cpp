@@ -94,6 +94,46 @@ void share_found_inf(AcceleratorState &state)
     });
 }
 
+// Not sharded, MegatronLMPlugin's gradient_clipping (config.sharding.gradient_clipping: megatron_lm_plugin.cpp
+// puts it there; without deepspeed_plugin nothing else sets it): every step that acts clips the gradients by their
+// global norm first, after the scaler's unscaling, as Megatron's train step does. The wrapper's norm covers the
+// whole mesh (tp shards once, replicated parameters once, every pipeline stage): what clip_grad_norm computes.
+void clip_inside_step(AcceleratedOptimizer &optimizer, const std::shared_ptr<parallel::ParallelWrapper> &wrapper,
+                      double max_norm)
+{
+    if (max_norm <= 0.0 || optimizer.is_sharded()) return;
+    if (!wrapper) {
+        Model *model = optimizer.model().get(); // the optimizer holds it, and the hook is the optimizer's
+        optimizer.set_before_step([model, max_norm] { parallel::whole_clip_grad_norm(model->parameters(), max_norm, 2.0, true); });
+        return;
+    }
+    std::weak_ptr<parallel::ParallelWrapper> weak = wrapper;
+    optimizer.set_before_step([weak, max_norm] {
+        if (auto w = weak.lock()) w->clip_grad_norm(max_norm, 2.0, true);
+    });
+}
+
+// The model passed to accumulate() communicates its gradients on this batch only when sync_gradients, or on every
+// batch with sync_each_batch (no_sync otherwise). As Accelerate's accumulate(*models), other models keep syncing
+// every batch.
+bool syncs_this_batch(const AcceleratorState &s)
+{
+    return s.gradient.sync_gradients() || (s.num_processes() > 1 && s.gradient.plugin().sync_each_batch);
+}
+
+// train_step's micro-batch `i` of `count`: rows [i * n / count, (i + 1) * n / count) of the inputs, and of the labels
+// when they have as many rows (else whole). Refused by name when count does not divide the rows.
+std::pair<at::Tensor, at::Tensor> micro_batch(const Batch &batch, int64_t i, int64_t count)
+{
+    const int64_t rows = batch.inputs.dim() > 0 ? batch.inputs.size(0) : 0;
+    if (rows % count != 0)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: " + std::to_string(rows) + " rows do not split into num_micro_batches (" +
+                                             std::to_string(count) + ", MegatronLMPlugin's at pp_degree 1) equal micro-batches");
+    const int64_t n = rows / count;
+    const bool split_labels = batch.labels.defined() && batch.labels.dim() > 0 && batch.labels.size(0) == rows;
+    return {batch.inputs.narrow(0, i * n, n), split_labels ? batch.labels.narrow(0, i * n, n) : batch.labels};
+}
+
 } // namespace
 
 Accelerator::Accelerator(const char *config_json)
@@ -268,20 +308,16 @@ void Accelerator::prepare_model(Model &model)
                                                                           &state_->config.ddp));
         wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
         share_found_inf(*state_);
-        model.prepared_by = state_;
-        return;
     }
     // parallelism_config.tp_size > 1: the model's tensor-parallel plan, with DDP over dp_replicate inside.
-    if (state_->mesh && state_->mesh->size(distributed::MeshDim::Tp) > 1 && wrapper_of(model) == nullptr) {
+    else if (state_->mesh && state_->mesh->size(distributed::MeshDim::Tp) > 1 && wrapper_of(model) == nullptr) {
         wrappers_.emplace_back(&model, parallel::tp::prepare_tensor_parallel(model, *state_->mesh, state_->config.ddp,
                                                                                       state_->config.parallelism.sequence_parallel));
         wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
         share_found_inf(*state_);
-        model.prepared_by = state_;
-        return;
     }
     // Several processes: DistributedDataParallel (weights from rank 0, bucketed gradient all-reduce).
-    if (state_->comm && state_->comm->size() > 1 && wrapper_of(model) == nullptr) {
+    else if (state_->comm && state_->comm->size() > 1 && wrapper_of(model) == nullptr) {
         // Gradients are averaged over every data-parallel process (dp_cp; the world unless tp or cp split it).
         wrappers_.emplace_back(&model, std::make_shared<parallel::DistributedDataParallel>(
                                            model.named_parameters(), model.named_buffers(),
@@ -289,6 +325,8 @@ void Accelerator::prepare_model(Model &model)
         wrappers_.back().second->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
     }
     model.prepared_by = state_;
+    for (const auto &o : optimizers_) // prepared before their model: their step's clipping goes through its wrapper
+        if (o->model().get() == &model) shard_optimizer(o);
 }
 
 parallel::ParallelWrapper *Accelerator::wrapper_of(const Model &model) const
@@ -307,11 +345,16 @@ parallel::ShardedDataParallel *Accelerator::sharded_of(const Model &model) const
 void Accelerator::shard_optimizer(const std::shared_ptr<AcceleratedOptimizer> &optimizer)
 {
     parallel::ShardedDataParallel *engine = sharded_of(*optimizer->model());
-    if (engine == nullptr || optimizer->is_sharded()) return;
-    std::weak_ptr<parallel::ShardedDataParallel> weak;
+    std::shared_ptr<parallel::ParallelWrapper> wrapper;
     for (const auto &d : wrappers_)
-        if (d.second.get() == engine) weak = std::shared_ptr<parallel::ShardedDataParallel>(d.second, engine);
-    const double clip = state_->config.sharding.frontend == "deepspeed" ? state_->config.sharding.gradient_clipping : 0.0;
+        if (d.first == optimizer->model().get()) wrapper = d.second;
+    // Not sharded: only the clipping inside the step (MegatronLMPlugin's), through the model's wrapper if any.
+    if (engine == nullptr) return clip_inside_step(*optimizer, wrapper, state_->config.sharding.gradient_clipping);
+    if (optimizer->is_sharded()) return;
+    std::weak_ptr<parallel::ShardedDataParallel> weak = std::shared_ptr<parallel::ShardedDataParallel>(wrapper, engine);
+    // DeepSpeed's gradient_clipping, or MegatronLMPlugin's (its distributed optimizer runs this engine; with
+    // fsdp_plugin only MegatronLMPlugin sets it).
+    const double clip = state_->config.sharding.gradient_clipping;
     // The offload folder first: a path that cannot be used fails before anything changes.
     const auto &s = state_->config.sharding;
     std::unique_ptr<OffloadFiles> files;
@@ -361,6 +404,7 @@ void Accelerator::free_memory()
     }
     for (size_t i = 0; i < optimizers_.size(); ++i) {
         optimizers_[i]->unshard(states[i]);
+        optimizers_[i]->set_before_step(nullptr); // unprepared, it steps as created (no clipping of Megatron's)
         optimizers_[i]->prepared_by = nullptr;
     }
     for (const auto &m : models_) m->prepared_by = nullptr;
@@ -682,9 +726,7 @@ void Accelerator::accumulate_begin(const Model *model)
         s.step += 1;
         s.gradient.set_sync_gradients(s.step % plugin.num_steps == 0);
     }
-    // The model passed communicates only when sync_gradients, or on every batch with sync_each_batch
-    // (no_sync otherwise). As Accelerate's accumulate(*models), other models keep syncing every batch.
-    const bool sync = s.gradient.sync_gradients() || (s.num_processes() > 1 && plugin.sync_each_batch);
+    const bool sync = syncs_this_batch(s);
     for (auto &d : wrappers_)
         if (d.first == model) d.second->set_require_sync(sync);
     s.in_accumulate = true;
@@ -705,10 +747,11 @@ double Accelerator::clip_grad_norm(Model &model, double max_norm, double norm_ty
         fail(ACCEL_ERR_INVALID_ARGUMENT, "norm_type: expected a number > 0 or INFINITY, got " + std::to_string(norm_type));
     unscale_gradients(nullptr); // the norm is that of the true (unscaled) gradients
     // A wrapper splitting the gradients computes the global norm from every rank's part. Under DeepSpeed
-    // the step clips (gradient_clipping), so this only measures (Accelerate returns None there).
-    const bool clip = state_->config.sharding.frontend != "deepspeed";
+    // the step clips (gradient_clipping), so this only measures (Accelerate returns None there); so does
+    // MegatronLMPlugin's gradient_clipping (clipping twice would shrink the gradients a second time).
+    const bool clip = state_->config.sharding.frontend != "deepspeed" && state_->config.sharding.gradient_clipping == 0.0;
     if (auto *w = wrapper_of(model)) return w->clip_grad_norm(max_norm, norm_type, clip);
-    return parallel::whole_clip_grad_norm(model.parameters(), max_norm, norm_type, true);
+    return parallel::whole_clip_grad_norm(model.parameters(), max_norm, norm_type, clip);
 }
 
 void Accelerator::clip_grad_value(Model &model, double clip_value)
@@ -785,26 +828,46 @@ double Accelerator::train_step(Model &model, AcceleratedOptimizer &optimizer, Ac
             accumulate_end();
             return value;
         }
-        at::Tensor out;
-        try {
-            if (auto *w = wrapper_of(model); w != nullptr && model.is_training()) w->before_forward();
-            out = forward(model, batch.inputs, true);
-        } catch (const c10::Error &e) {
-            fail_if_out_of_memory(e.what_without_backtrace(), "batch: running the model on inputs of shape " +
-                                                                  c10::str(batch.inputs.sizes()));
-            // As accel_model_forward: inputs the model cannot take are an argument error, not an internal one.
-            fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: the model cannot run on inputs of shape " +
-                                                 c10::str(batch.inputs.sizes()) + " and dtype " +
-                                                 c10::toString(batch.inputs.scalar_type()) + ": " +
-                                                 e.what_without_backtrace());
+        const auto forward_loss = [&](const at::Tensor &inputs, const at::Tensor &labels) {
+            at::Tensor out;
+            try {
+                if (auto *w = wrapper_of(model); w != nullptr && model.is_training()) w->before_forward();
+                out = forward(model, inputs, true);
+            } catch (const c10::Error &e) {
+                fail_if_out_of_memory(e.what_without_backtrace(), "batch: running the model on inputs of shape " +
+                                                                      c10::str(inputs.sizes()));
+                // As accel_model_forward: inputs the model cannot take are an argument error, not an internal one.
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: the model cannot run on inputs of shape " +
+                                                     c10::str(inputs.sizes()) + " and dtype " +
+                                                     c10::toString(inputs.scalar_type()) + ": " + e.what_without_backtrace());
+            }
+            return compute_loss(loss, out, labels);
+        };
+        // MegatronLMPlugin's num_micro_batches at pp_degree 1 (config/megatron_lm_plugin.cpp): Megatron's
+        // forward_backward_no_pipelining splits the batch into that many micro-batches, each loss divided by their
+        // count before its backward, the gradients communicated after the last only; it reports their mean loss.
+        const int64_t micro = state_->config.parallelism.pp_size > 1 ? 1 : state_->config.parallelism.num_micro_batches;
+        double value = 0.0;
+        if (micro <= 1) {
+            at::Tensor l = forward_loss(batch.inputs, batch.labels);
+            backward(l);
+            value = l.item<double>();
+        } else {
+            parallel::ParallelWrapper *w = wrapper_of(model);
+            const bool sync = syncs_this_batch(*state_);
+            for (int64_t i = 0; i < micro; ++i) {
+                const auto [inputs, labels] = micro_batch(batch, i, micro);
+                if (w != nullptr) w->set_require_sync(sync && i == micro - 1);
+                at::Tensor l = forward_loss(inputs, labels);
+                backward(l / static_cast<double>(micro));
+                value += l.item<double>() / static_cast<double>(micro);
+            }
         }
-        at::Tensor value = compute_loss(loss, out, batch.labels);
-        backward(value);
         optimizer.step();
         if (scheduler != nullptr) scheduler->step();
         optimizer.zero_grad();
         accumulate_end();
-        return value.item<double>();
+        return value;
     } catch (...) {
         accumulate_end();
         throw;

@@ -114,6 +114,20 @@ Megatron from_json(JsonObject &o)
     return m;
 }
 
+// Megatron's train step clips the gradients by their global norm before each optimizer step; accel's optimizer step
+// does (src/accelerator/accelerator.cpp: through the model's wrapper, over the whole mesh, or the sharding engine's
+// hook). The value lives where DeepSpeed's gradient_clipping does, which only deepspeed_plugin sets otherwise.
+void set_gradient_clipping(const Megatron &m, ShardingConfig &s)
+{
+    if (m.gradient_clipping == 0.0) return; // Megatron: 0 = no clipping
+    if (s.gradient_clipping != 0.0 && s.gradient_clipping != m.gradient_clipping)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, m.key("gradient_clipping", "GRADIENT_CLIPPING") + " (" +
+                                             std::to_string(m.gradient_clipping) + ") with deepspeed_plugin's gradient_clipping (" +
+                                             std::to_string(s.gradient_clipping) + "): both clip inside the optimizer step; "
+                                             "give one of them (0 for the other)");
+    s.gradient_clipping = m.gradient_clipping;
+}
+
 } // namespace
 
 void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
@@ -131,11 +145,6 @@ void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
         fail(ACCEL_ERR_INVALID_ARGUMENT, m.key("use_distributed_optimizer", "USE_DISTRIBUTED_OPTIMIZER") + " with " +
                                              (c.sharding.frontend == "deepspeed" ? "deepspeed_plugin" : "fsdp_plugin") +
                                              ": both shard the optimizer state; give one of them");
-    if (m.gradient_clipping != 0.0)
-        m.refuse("gradient_clipping", "GRADIENT_CLIPPING",
-                 std::to_string(m.gradient_clipping) + ": Megatron's train step clips by itself, accel's does not; set it "
-                                                       "0 and call accel_accelerator_clip_grad_norm (over all stages) in "
-                                                       "the loop");
     ParallelismConfig &p = c.parallelism;
     const bool mesh = m.pp_degree > 1 || m.tp_degree > 1;
     if (p.given && mesh)
@@ -160,6 +169,15 @@ void parse_megatron_lm_plugin(JsonObject &root, AcceleratorConfig &c)
     // Megatron's --recompute-activations: selective recomputation, applied to the gpt / llama model at prepare.
     c.selective_recompute = m.recompute_activation;
     if (m.use_distributed_optimizer) use_deepspeed_zero_stage_1(c, m.key("use_distributed_optimizer", "USE_DISTRIBUTED_OPTIMIZER"));
+    set_gradient_clipping(m, c.sharding);
+    // pp_degree 1: Megatron still splits each batch into num_micro_batches and accumulates (its
+    // forward_backward_no_pipelining); train_step does (src/accelerator/accelerator.cpp).
+    if (m.pp_degree == 1 && m.num_micro_batches > 1) {
+        if (p.given && p.pp_size > 1)
+            fail(ACCEL_ERR_INVALID_ARGUMENT, m.key("num_micro_batches", "NUM_MICRO_BATCHES") +
+                                                 " with parallelism_config's pipeline: give the micro-batches in one of them");
+        p.num_micro_batches = static_cast<int32_t>(m.num_micro_batches);
+    }
     if (!mesh) return; // data parallelism only: what accel does without the plugin
     p.given = true;
     p.pp_size = static_cast<int32_t>(m.pp_degree);

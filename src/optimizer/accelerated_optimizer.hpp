@@ -81,6 +81,9 @@ public:
     void shard_over(const std::vector<at::Tensor> &shards, parallel::ShardLayout layout, std::function<void()> after_step,
                     std::function<void()> after_zero_grad, std::function<void()> before_step);
     bool is_sharded() const { return static_cast<bool>(layout_); }
+    // Not sharded: what runs inside every step that acts, after the scaler's unscaling and before the inner step
+    // (Megatron-LM's gradient_clipping); null for nothing. shard_over sets its own.
+    void set_before_step(std::function<void()> before_step) { before_step_ = std::move(before_step); }
     // free_memory, in two parts: the state joined from every rank's shard, in the unsharded layout
     // (collective; null when not sharded), taken while the engine still shards the model; then, once the
     // model's parameters are whole again (and back in their own dtype), one LibTorch optimizer over them

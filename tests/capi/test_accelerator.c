@@ -197,7 +197,7 @@ static void test_bad_configs(void)
     BAD("{\"deepspeed_plugin\": {\"zero_stage\": 5}}", "deepspeed_plugin.zero_stage");
     BAD("{\"fsdp_plugin\": {\"sharding_strategy\": \"HALF_SHARD\"}}", "fsdp_plugin.sharding_strategy");
     BAD("{\"deepspeed_plugin\": {\"zero_stage\": 1, \"offload_param_device\": \"nvme\"}}", "deepspeed_plugin.offload_param_device");
-    UNIMPL("{\"megatron_lm_plugin\": {}}", "megatron_lm_plugin");
+    UNIMPL("{\"megatron_lm_plugin\": {\"train_iters\": 10}}", "megatron_lm_plugin.train_iters");
     UNIMPL("{\"kwargs_handlers\": {\"ddp\": {\"comm_hook\": \"power_sgd\"}}}", "kwargs_handlers.ddp.comm_hook");
     BAD("{\"kwargs_handlers\": {\"ddp\": {\"bucket_cap_mb\": \"25MB\"}}}", "kwargs_handlers.ddp.bucket_cap_mb");
     BAD("{\"kwargs_handlers\": {\"ddp\": {\"bucket_cap_mb\": \"25MB\"}}}", "25MB");

@@ -157,10 +157,18 @@ with open(bad, "w") as f:
     f.write("distributed_type: MEGATRON_LM\nnum_processes: 1\nmegatron_lm_config:\n  megatron_lm_pp_dgree: 2\n")
 p = launch(["--config_file", bad, "sh", "-c", "echo RAN"], code=1)
 check("megatron_lm_config.megatron_lm_pp_dgree: unknown key" in p.stderr and "RAN" not in p.stdout, p.stderr)
-# The library refuses what it cannot honour, naming the variable (a pipeline with Megatron's own clipping).
-p = launch(["-n", "2", "--use_megatron_lm", "--megatron_lm_pp_degree", "2", DIST_PP, os.path.join(tmp, "r"), "4", "1"],
-           code=1)
-check("MEGATRON_LM_GRADIENT_CLIPPING" in p.stderr, "the launcher's default clipping under a pipeline: " + p.stderr)
+# Megatron's clipping (the launcher exports 1.0 by default) clips the gradients inside each optimizer step, over both
+# stages: the same run as parallelism_config's pipeline with megatron_lm_plugin's gradient_clipping, byte for byte,
+# and (at 0.05, where this model's gradients are clipped) not the unclipped run.
+for clip in (None, "0.05"):
+    flags = ["--megatron_lm_gradient_clipping", clip] if clip else []
+    want_clip = train("clip_config_%s" % clip, ["-n", "2"], dict(PIPE, megatron_lm_plugin={
+        "gradient_clipping": float(clip or "1.0")}))
+    got = train("clip_flags_%s" % clip, ["-n", "2", "--use_megatron_lm", "--megatron_lm_pp_degree", "2",
+                                         "--megatron_lm_num_micro_batches", "2"] + flags)
+    check("loss 2 " in want_clip[0] and got == want_clip and (clip is None or got != want),
+          "--use_megatron_lm --megatron_lm_gradient_clipping %s: not the clipped parallelism_config pipeline:\n%s\n%s"
+          % (clip or "(default 1.0)", got, want_clip))
 
 if failures:
     print("\n\n".join(failures))

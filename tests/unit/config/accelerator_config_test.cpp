@@ -591,9 +591,10 @@ TEST_F(AcceleratorConfigTest, UnsupportedSectionsNamePath)
     // refused by name.
     EXPECT_PARSE_ERROR_STARTS("{\"kwargs_handlers\": {\"profile\": {\"with_modules\": true}}}", ACCEL_ERR_UNIMPLEMENTED,
                               "kwargs_handlers.profile.with_modules: module hierarchies");
-    // MegatronLMPlugin's pipeline is mapped (megatron_lm_plugin_test.cpp); its default gradient_clipping (Megatron's
-    // train step clips by itself) is not.
-    EXPECT_PARSE_ERROR_STARTS("{\"megatron_lm_plugin\": {}}", ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.gradient_clipping: ");
+    // MegatronLMPlugin's pipeline and clipping are mapped (megatron_lm_plugin_test.cpp); the keys of Megatron's own
+    // training loop are not.
+    EXPECT_PARSE_ERROR_STARTS("{\"megatron_lm_plugin\": {\"train_iters\": 10}}", ACCEL_ERR_UNIMPLEMENTED,
+                              "megatron_lm_plugin.train_iters: ");
     // parallelism_config's data, tensor and context dimensions are built (parallelism_config_test.cpp): cp_size 2
     // is refused on one process for the process count only.
     EXPECT_PARSE_ERROR_STARTS("{\"parallelism_config\": {\"cp_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,

@@ -80,6 +80,18 @@ TEST_F(MegatronLmPluginTest, PipelineKeysMapOntoParallelismConfig)
     // pp_degree 1: data parallelism, as without the plugin.
     c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"gradient_clipping\": 0}}");
     EXPECT_EQ(c.parallelism.pp_size, 1);
+    EXPECT_EQ(c.parallelism.num_micro_batches, 1);
+    // ... whose batches Megatron still splits into num_micro_batches (train_step does: tests/capi/test_megatron_step.c).
+    c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"num_micro_batches\": 2}}");
+    EXPECT_EQ(c.parallelism.pp_size, 1);
+    EXPECT_FALSE(c.parallelism.given);
+    EXPECT_EQ(c.parallelism.num_micro_batches, 2);
+    c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"tp_degree\": 2, \"num_micro_batches\": 4}}");
+    EXPECT_EQ(c.parallelism.tp_size, 2);
+    EXPECT_EQ(c.parallelism.num_micro_batches, 4);
+    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"num_micro_batches\": 2}, \"parallelism_config\": {\"pp_size\": 2, "
+                   "\"dp_replicate_size\": 2, \"num_micro_batches\": 4}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "megatron_lm_plugin.num_micro_batches with parallelism_config's pipeline");
 }
 
 TEST_F(MegatronLmPluginTest, LauncherEnvironment)
@@ -96,9 +108,10 @@ TEST_F(MegatronLmPluginTest, LauncherEnvironment)
     EXPECT_EQ(c.parallelism.pp_size, 2);
     EXPECT_EQ(c.parallelism.dp_replicate_size, 2);
     EXPECT_EQ(c.parallelism.num_micro_batches, 8);
-    // The launcher's default clipping (1.0) is Megatron's own clipping in its train step: refused by name.
+    EXPECT_EQ(c.sharding.gradient_clipping, 0.0);
+    // The launcher's default clipping (1.0): Megatron's clipping inside the optimizer step.
     setenv("MEGATRON_LM_GRADIENT_CLIPPING", "1.0", 1);
-    EXPECT_REFUSED("{}", ACCEL_ERR_UNIMPLEMENTED, "environment variable MEGATRON_LM_GRADIENT_CLIPPING: 1.0");
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.gradient_clipping, 1.0);
     setenv("MEGATRON_LM_GRADIENT_CLIPPING", "0", 1);
     setenv("MEGATRON_LM_PP_DEGREE", "3", 1);
     EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "MEGATRON_LM_PP_DEGREE: tp_degree (1) x pp_degree (3) does not divide the job's 4 processes");
@@ -169,6 +182,30 @@ TEST_F(MegatronLmPluginTest, TensorParallelismAndItsSequenceParallelismMapOntoTh
                    "environment variable MEGATRON_LM_TP_DEGREE: tp_degree (3) x pp_degree (1) does not divide the job's 4");
 }
 
+// Megatron clips the gradients inside its train step: the value goes where the optimizer step's clipping reads it
+// (tests/capi/test_megatron_step.c trains with it).
+TEST_F(MegatronLmPluginTest, GradientClippingIsTheStepsClipping)
+{
+    EXPECT_EQ(parse_accelerator_config("{\"megatron_lm_plugin\": {\"pp_degree\": 2}}").sharding.gradient_clipping, 1.0);
+    EXPECT_EQ(parse_accelerator_config("{\"megatron_lm_plugin\": {\"gradient_clipping\": 0.25}}").sharding.gradient_clipping, 0.25);
+    EXPECT_EQ(parse_accelerator_config("{\"megatron_lm_plugin\": {\"gradient_clipping\": 0}}").sharding.gradient_clipping, 0.0);
+    EXPECT_EQ(parse_accelerator_config("{}").sharding.gradient_clipping, 0.0);
+    // The distributed optimizer (ZeRO-1) clips in its engine's step.
+    AcceleratorConfig c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"use_distributed_optimizer\": true}}");
+    EXPECT_EQ(c.sharding.frontend, "deepspeed");
+    EXPECT_EQ(c.sharding.gradient_clipping, 1.0);
+    // deepspeed_plugin's clipping: the same value or either 0, else refused (which would the step use?).
+    c = parse_accelerator_config("{\"megatron_lm_plugin\": {}, \"deepspeed_plugin\": {\"gradient_clipping\": 1.0}}");
+    EXPECT_EQ(c.sharding.gradient_clipping, 1.0);
+    c = parse_accelerator_config("{\"megatron_lm_plugin\": {\"gradient_clipping\": 0}, \"deepspeed_plugin\": {\"gradient_clipping\": 0.5}}");
+    EXPECT_EQ(c.sharding.gradient_clipping, 0.5);
+    EXPECT_REFUSED("{\"megatron_lm_plugin\": {}, \"deepspeed_plugin\": {\"gradient_clipping\": 0.5}}",
+                   ACCEL_ERR_INVALID_ARGUMENT, "megatron_lm_plugin.gradient_clipping (1.000000) with deepspeed_plugin's "
+                                               "gradient_clipping (0.500000)");
+    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"gradient_clipping\": -1}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "megatron_lm_plugin.gradient_clipping");
+}
+
 TEST_F(MegatronLmPluginTest, RecomputeActivationIsSelectiveRecomputation)
 {
     EXPECT_FALSE(parse_accelerator_config("{\"megatron_lm_plugin\": {\"gradient_clipping\": 0}}").selective_recompute);
@@ -206,8 +243,6 @@ TEST_F(MegatronLmPluginTest, WhatAccelCannotHonourIsRefusedByName)
                    ACCEL_ERR_INVALID_ARGUMENT, "megatron_lm_plugin with parallelism_config");
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"train_iters\": 100, \"gradient_clipping\": 0}}",
                    ACCEL_ERR_UNIMPLEMENTED, "megatron_lm_plugin.train_iters: Megatron-LM's own training loop");
-    EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"gradient_clipping\": 1.0}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "megatron_lm_plugin.gradient_clipping: 1.0");
     EXPECT_REFUSED("{\"megatron_lm_plugin\": {\"pp_degree\": 2, \"gradient_clipping\": 0}, \"parallelism_config\": {\"pp_size\": 2, "
                    "\"dp_replicate_size\": 2}}",
                    ACCEL_ERR_INVALID_ARGUMENT, "megatron_lm_plugin with parallelism_config");
