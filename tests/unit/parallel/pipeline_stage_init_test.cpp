@@ -2,7 +2,8 @@
 // holds only its stage's parameters (the others hold zero elements), bit for bit those of the model one process
 // builds from the same seed; the elements held are at most 1/pp of the whole plus the embeddings; the model
 // refuses to run until prepared, then its pipeline's forward is one process's; a prepare that cuts otherwise is
-// refused; from_pretrained reads only the stage's tensors. ~1 s.
+// refused, and so is a prepare without a pipeline; from_pretrained reads only the stage's tensors. ~0.2 s.
+#include "accelerator/accelerator.hpp"
 #include "catch_error.hpp"
 #include "common/error.hpp"
 #include "config/checkpoint_options.hpp"
@@ -165,6 +166,19 @@ TEST(PipelineStageInit, PreparedWithAnotherCutIsRefused)
         EXPECT_EQ(e.code(), ACCEL_ERR_FAILED_PRECONDITION) << e.what();
         EXPECT_NE(std::string(e.what()).find("cuts it differently"), std::string::npos) << e.what();
     });
+}
+
+TEST(PipelineStageInit, AnAcceleratorWithoutThePipelineRefusesTheStage)
+{
+    accel::config::ParallelismConfig config;
+    config.pp_size = 2;
+    const auto scope = pp::StageAtInit::scope(2, 1, config);
+    const auto m = build(gpt_spec(true));
+    accel::Accelerator acc(nullptr); // one process, no pipeline: nothing could fill in stage 0's parameters
+    const accel::Error e = catch_error([&] { acc.prepare_model(*m); });
+    EXPECT_EQ(e.code(), ACCEL_ERR_FAILED_PRECONDITION) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pipeline stage 1 of 2"), std::string::npos) << e.what();
+    EXPECT_NE(pp::StageAtInit::of(*m), nullptr);
 }
 
 TEST(PipelineStageInit, BuiltWholeWhereNoStageApplies)
