@@ -91,6 +91,28 @@ TEST(SequenceParallelLinear, KeepsTheShardWithAutogradsGradientsBitForBit)
                     for (bool autocast : {false, true}) check_bit_for_bit(world, {layout, bias, batched, autocast});
 }
 
+// A frozen weight (requires_grad false): no weight gradient, the input's and the bias's as autograd's.
+TEST(SequenceParallelLinear, FrozenWeight)
+{
+    const int32_t world = 2;
+    at::manual_seed(23);
+    const at::Tensor w = at::randn({12, 8}), b = at::randn({12}), x = at::randn({2, 8, 8}), gy = at::randn({2, 8, 12});
+    dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        const int32_t r = comm->rank();
+        const at::Tensor lw = tp::slice(w, 0, r, world), lb = tp::slice(b, 0, r, world);
+        at::Tensor bias = leaf(lb), rbias = leaf(lb), lx = leaf(tp::slice(x, 1, r, world)), rx = leaf(lx);
+        auto layer = tp::make_column_parallel_linear(accel::make_linear(lw, bias, Linear::Layout::OutIn), comm, {false, 1});
+        at::Tensor y = layer->forward(lx);
+        at::Tensor ry = accel::make_linear(lw, rbias, Linear::Layout::OutIn)->forward(tp::gather_sequence(rx, comm, 1));
+        const at::Tensor g = tp::slice(gy, 2, r, world);
+        y.backward(g);
+        ry.backward(g);
+        EXPECT_FALSE(lw.grad().defined());
+        EXPECT_TRUE(at::equal(lx.grad(), rx.grad())) << "input gradient (rank " << r << ")";
+        EXPECT_TRUE(at::equal(bias.grad(), rbias.grad())) << "bias gradient (rank " << r << ")";
+    });
+}
+
 // The bytes held after the forward (both ranks, the inputs made before): the gathered input [B, T, C] is no longer
 // among them.
 TEST(SequenceParallelLinear, HoldsNoGatheredInput)
