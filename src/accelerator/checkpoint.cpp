@@ -218,15 +218,21 @@ bool deepspeed_per_rank(int32_t saved_tp, int32_t tp, bool in_engine)
     return in_engine ? saved_tp == tp : saved_tp == 1;
 }
 
+// How the tensors of a sharded state dict of `model` (or of `optimizer`'s state, "state.{id}.{key}") are split by
+// tensor parallelism; `what` names the folder in messages.
+parallel::tp::SlicingOf tp_slicing(const Model &model, const AcceleratedOptimizer *optimizer, const std::string &what)
+{
+    auto by_name = parallel::tp::slicing_by_name(model);
+    return optimizer ? parallel::tp::optimizer_slicing(std::move(by_name), state_dict_names(*optimizer), what)
+                     : parallel::tp::model_slicing(std::move(by_name));
+}
+
 // SHARDED_STATE_DICT of a model split by tensor parallelism inside the engine: its pieces are of this tp rank's
 // slices (sliced_source.hpp). Null for another model (or one not split).
 std::unique_ptr<ckpt::TpSave> tp_pieces(const Model &model, const ShardedState &state, const AcceleratedOptimizer *optimizer)
 {
     if (!parallel::tp::split_of(model)) return nullptr;
-    auto by_name = parallel::tp::slicing_by_name(model);
-    const auto slicing = optimizer ? parallel::tp::optimizer_slicing(std::move(by_name), state_dict_names(*optimizer), "save_state")
-                                   : parallel::tp::model_slicing(std::move(by_name));
-    return std::make_unique<ckpt::TpSave>(parallel::tp::tp_save(model, state, slicing));
+    return std::make_unique<ckpt::TpSave>(parallel::tp::tp_save(model, state, tp_slicing(model, optimizer, "save_state")));
 }
 
 // A sharded folder read by a model split by tensor parallelism inside the engine: as this tp rank's slices of its
@@ -234,10 +240,7 @@ std::unique_ptr<ckpt::TpSave> tp_pieces(const Model &model, const ShardedState &
 ShardedSource tp_sliced(const ShardedSource &src, const Model &model, const AcceleratedOptimizer *optimizer, const std::string &what)
 {
     const parallel::tp::SplitModel split = parallel::tp::split_of(model);
-    auto by_name = parallel::tp::slicing_by_name(model);
-    auto slicing = optimizer ? parallel::tp::optimizer_slicing(std::move(by_name), state_dict_names(*optimizer), what)
-                             : parallel::tp::model_slicing(std::move(by_name));
-    return parallel::tp::sliced_source(src, std::move(slicing), split.group->rank(), split.group->size());
+    return parallel::tp::sliced_source(src, tp_slicing(model, optimizer, what), split.group->rank(), split.group->size());
 }
 
 } // namespace
