@@ -5,6 +5,7 @@
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "config/config_file.hpp"
+#include "config/megatron_lm_launch.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,7 +35,7 @@ const char *kConfigUsage =
     "\n"
     "  accel config          asks questions (answers are read from stdin, one per line; an empty line takes\n"
     "                        the default shown in brackets; multi-CPU/GPU machines are also asked about\n"
-    "                        DeepSpeed and FSDP) and writes the file\n"
+    "                        DeepSpeed, FSDP and Megatron-LM) and writes the file\n"
     "  accel config default  writes a basic config (one process, the CPU) unless the file already exists\n"
     "  accel config update   rewrites an existing file with every key at its current default\n"
     "\n"
@@ -257,14 +258,19 @@ std::string quoted(const std::string &s)
     return o + "'";
 }
 
-// DeepSpeed (ZeRO) or FSDP, as Accelerate asks them, with what accel implements: they set distributed_type
-// and write deepspeed_config / fsdp_config in Accelerate's layout.
-void sharding_questions(Asker &q, std::vector<std::pair<std::string, std::string>> &e)
+using Entries = std::vector<std::pair<std::string, std::string>>;
+
+void set_distributed_type(Entries &e, const std::string &type)
 {
-    auto set_type = [&e](const std::string &type) {
-        for (auto &kv : e)
-            if (kv.first == "distributed_type") kv.second = type;
-    };
+    for (auto &kv : e)
+        if (kv.first == "distributed_type") kv.second = type;
+}
+
+// DeepSpeed (ZeRO) or FSDP, as Accelerate asks them, with what accel implements: they set distributed_type
+// and write deepspeed_config / fsdp_config in Accelerate's layout. Returns whether one was chosen.
+bool sharding_questions(Asker &q, Entries &e)
+{
+    auto set_type = [&e](const std::string &type) { set_distributed_type(e, type); };
     if (q.yes_no("Do you want to use DeepSpeed (ZeRO sharding)? [yes/NO]: ", false)) {
         set_type("DEEPSPEED");
         int stage = q.choice("What should be your DeepSpeed's ZeRO optimization stage?", {"0", "1", "2", "3"}, 2);
@@ -283,9 +289,9 @@ void sharding_questions(Asker &q, std::vector<std::pair<std::string, std::string
         }
         if (stage == 3) ds += ", zero3_init_flag: false, zero3_save_16bit_model: false";
         e.emplace_back("deepspeed_config", ds + "}");
-        return;
+        return true;
     }
-    if (!q.yes_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", false)) return;
+    if (!q.yes_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", false)) return false;
     set_type("FSDP");
     const std::vector<std::string> strategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
     const std::vector<std::string> policies = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"};
@@ -313,6 +319,56 @@ void sharding_questions(Asker &q, std::vector<std::pair<std::string, std::string
     fsdp += std::string(", fsdp_sync_module_states: ") + (sync ? "true" : "false") +
             ", fsdp_offload_params: false, fsdp_state_dict_type: FULL_STATE_DICT}";
     e.emplace_back("fsdp_config", fsdp);
+    return true;
+}
+
+// Megatron-LM, as Accelerate 0.24.1 asks it after DeepSpeed and FSDP (commands/config/cluster.py, same questions,
+// order and defaults): distributed_type MEGATRON_LM and megatron_lm_config keyed by the launcher's flag names, each
+// value checked and spelled as `accel launch` takes that flag (config/megatron_lm_launch.hpp). Accelerate asks on
+// multi-GPU machines only; accel trains Megatron's tp / pp on CPU processes too, so multi-CPU ones are asked as well.
+void megatron_questions(Asker &q, Entries &e)
+{
+    if (!q.yes_no("Do you want to use Megatron-LM ? [yes/NO]: ", false)) return;
+    set_distributed_type(e, "MEGATRON_LM");
+    const auto number = [&q](const char *key, const std::string &question, const std::string &def) {
+        const config::MegatronLaunchSetting &s = *config::find_megatron_lm_setting(key);
+        return q.ask<std::string>(
+            question, def,
+            [&s, key](const std::string &a) -> std::optional<std::string> {
+                try {
+                    return config::megatron_lm_flag_text(s, a, key);
+                } catch (const Error &) {
+                    return std::nullopt;
+                }
+            },
+            s.kind == 'i' ? "an integer in 1..65536" : "a number >= 0");
+    };
+    const auto flag = [](bool on) { return std::string(on ? "true" : "false"); };
+    const std::string tp = number("megatron_lm_tp_degree", "What is the Tensor Parallelism degree/size? [1]:", "1");
+    std::string m = "{megatron_lm_tp_degree: " + tp;
+    if (tp != "1")
+        m += ", megatron_lm_sequence_parallelism: " + flag(q.yes_no("Do you want to enable Sequence Parallelism? [YES/no]: ", true));
+    const std::string pp = number("megatron_lm_pp_degree", "What is the Pipeline Parallelism degree/size? [1]:", "1");
+    m += ", megatron_lm_pp_degree: " + pp;
+    if (pp != "1")
+        m += ", megatron_lm_num_micro_batches: " + number("megatron_lm_num_micro_batches", "What is the number of micro-batches? [1]:", "1");
+    m += ", megatron_lm_recompute_activations: " +
+         flag(q.yes_no("Do you want to enable selective activation recomputation? [YES/no]: ", true));
+    // accel's distributed optimizer (ZeRO-1) does not compose with tp or pp (config/megatron_lm_plugin.cpp refuses
+    // it): with them the question is not asked and the answer is no.
+    bool distributed_optimizer = false;
+    if (tp == "1" && pp == "1")
+        distributed_optimizer = q.yes_no("Do you want to use distributed optimizer which shards optimizer state and "
+                                         "gradients across data pralellel ranks? [YES/no]: ",
+                                         true);
+    else
+        std::printf("(Megatron's distributed optimizer is not built with tensor or pipeline parallelism in accel: "
+                    "not used.)\n");
+    m += ", megatron_lm_use_distributed_optimizer: " + flag(distributed_optimizer);
+    m += ", megatron_lm_gradient_clipping: " +
+         number("megatron_lm_gradient_clipping",
+                "What is the gradient clipping value based on global L2 Norm (0 to disable)? [1.0]: ", "1.0");
+    e.emplace_back("megatron_lm_config", m + "}");
 }
 
 int config_questionnaire(const Args &a)
@@ -385,7 +441,7 @@ int config_questionnaire(const Args &a)
         fp8 += std::string(", amax_compute_algorithm: ") + (algo == 0 ? "max" : "most_recent") + "}";
         e.emplace_back("fp8_config", fp8);
     }
-    if (machine != 0) sharding_questions(q, e);
+    if (machine != 0 && !sharding_questions(q, e)) megatron_questions(q, e);
     std::string path = a.config_file.value_or(config::default_config_file());
     // Through the reader: Accelerate's defaults for every other key, and the same checks launch makes.
     config::ClusterConfig c = config::parse_cluster_config(config::emit_yaml(e), path);

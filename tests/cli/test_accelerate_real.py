@@ -416,9 +416,9 @@ for ext in (".yaml", ".json"):
                                            "distributed_type": "NO"})
     answers = {  # (stdin, what the answers ask for); the questions are in src/cli/config_command.cpp
         "no_cpu": ("0\nyes\n0\n", {"distributed_type": "NO", "use_cpu": True, "mixed_precision": "no"}),
-        "multi_cpu": ("1\n\nyes\n2\n2\nno\nno\n", {"distributed_type": "MULTI_CPU", "num_processes": 2,
+        "multi_cpu": ("1\n\nyes\n2\n2\nno\nno\nno\n", {"distributed_type": "MULTI_CPU", "num_processes": 2,
                                                    "use_cpu": True, "debug": True, "mixed_precision": "bf16"}),
-        "multi_gpu_2_machines": ("2\n2\n1\n10.0.0.5\n29600\nno\nno\n4\n0,1\n1\nno\nno\n", {
+        "multi_gpu_2_machines": ("2\n2\n1\n10.0.0.5\n29600\nno\nno\n4\n0,1\n1\nno\nno\nno\n", {
             "distributed_type": "MULTI_GPU", "num_machines": 2, "machine_rank": 1, "main_process_ip": "10.0.0.5",
             "main_process_port": 29600, "same_network": False, "num_processes": 4, "gpu_ids": "0,1",
             "mixed_precision": "fp16", "use_cpu": False}),
@@ -426,6 +426,11 @@ for ext in (".yaml", ".json"):
             "zero_stage": 3, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
             "offload_optimizer_device": "none", "offload_param_device": "none", "zero3_init_flag": False,
             "zero3_save_16bit_model": False}}),
+        "megatron": ("2\n\nno\n4\n\n0\nno\nno\nyes\n2\nno\n2\n4\n\n0.5\n", {
+            "distributed_type": "MEGATRON_LM", "megatron_lm_config": {
+                "megatron_lm_tp_degree": 2, "megatron_lm_sequence_parallelism": False, "megatron_lm_pp_degree": 2,
+                "megatron_lm_num_micro_batches": 4, "megatron_lm_recompute_activations": True,
+                "megatron_lm_use_distributed_optimizer": False, "megatron_lm_gradient_clipping": 0.5}}),
         "fsdp": ("1\n\nno\n2\n2\nno\nyes\n1\n0\nlinear\n\n", {"distributed_type": "FSDP", "fsdp_config": {
             "fsdp_sharding_strategy": 2, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_transformer_layer_cls_to_wrap": "linear", "fsdp_sync_module_states": True,
@@ -673,6 +678,11 @@ real_created("0.24.1 --use_megatron_lm, pipeline of 2", ["--use_megatron_lm", "-
              # (the effective configuration has no pp_size: parallelism_config appears only when given, here by the
              # plugin, with Megatron's data-parallel size world / pp)
              {"parallelism_config.dp_replicate_size": 1, "parallelism_config.tp_size": 1})
+# The real launcher's defaults (MEGATRON_LM_GRADIENT_CLIPPING=1.0: Megatron's clipping inside the optimizer step) and
+# num_micro_batches without a pipeline (Megatron's micro-batches at pp_degree 1): accepted.
+real_created("0.24.1 --use_megatron_lm, its default clipping, micro-batches at pp 1",
+             ["--use_megatron_lm", "--num_processes", "2", "--megatron_lm_num_micro_batches", "2"] + T1,
+             {"process.world_size": 2})
 real_created("0.24.1 --use_deepspeed flags", ["--use_deepspeed", "--num_processes", "2", "--zero_stage", "3",
                                               "--gradient_accumulation_steps", "2"] + T1,
              {"deepspeed_plugin.zero_stage": 3, "gradient_accumulation_steps": 2})

@@ -76,8 +76,8 @@ check(os.path.exists(os.path.join(xdg, "huggingface", "accelerate", "default_con
 
 # ---- the questionnaire, answers on stdin ---------------------------------------------------------
 qpath = os.path.join(tmp, "q.yaml")
-# multi-CPU, 1 machine, no debug checks, 2 processes, bf16, no DeepSpeed, no FSDP
-p = run(["config", "--config_file", qpath], stdin="1\n\nno\n2\n2\nno\n\n", code=0)
+# multi-CPU, 1 machine, no debug checks, 2 processes, bf16, no DeepSpeed, no FSDP, no Megatron-LM
+p = run(["config", "--config_file", qpath], stdin="1\n\nno\n2\n2\nno\n\n\n", code=0)
 q = yaml.safe_load(open(qpath))
 check(q["distributed_type"] == "MULTI_CPU" and q["num_processes"] == 2 and q["mixed_precision"] == "bf16" and
       q["use_cpu"] is True and q["num_machines"] == 1 and q["debug"] is False, "questionnaire answers: %s" % q)
@@ -100,6 +100,29 @@ check(f2["distributed_type"] == "FSDP" and f2["fsdp_config"] == {
 p = run(["launch", "--config_file", spath2, "--main_process_port", "0", "sh", "-c",
          "echo ENV $ACCELERATE_USE_FSDP $FSDP_SHARDING_STRATEGY $FSDP_TRANSFORMER_CLS_TO_WRAP"], code=0)
 check(p.stdout.count("ENV true 2 linear") == 2, "the FSDP file exported by launch: " + p.stdout + p.stderr)
+# Megatron-LM (Accelerate 0.24.1's questions after DeepSpeed and FSDP): megatron_lm_config with the launcher's flag
+# names, which launch exports as MEGATRON_LM_*. tp 2 (sequence parallelism: default yes), pp 2 with 4 micro-batches,
+# recomputation no, clipping 0.5 (the distributed optimizer is not asked with tp or pp: no); then tp 1, pp 1 and
+# every default (distributed optimizer yes, clipping 1.0); a bad degree is asked again.
+mpath, mpath2 = os.path.join(tmp, "megatron.yaml"), os.path.join(tmp, "megatron2.yaml")
+p = run(["config", "--config_file", mpath], stdin="1\n\nno\n4\n0\nno\nno\nyes\n2\n\n2\n4\nno\n0.5\n", code=0)
+mg = yaml.safe_load(open(mpath))
+check(mg["distributed_type"] == "MEGATRON_LM" and mg["num_processes"] == 4 and mg["megatron_lm_config"] == {
+    "megatron_lm_tp_degree": 2, "megatron_lm_sequence_parallelism": True, "megatron_lm_pp_degree": 2,
+    "megatron_lm_num_micro_batches": 4, "megatron_lm_recompute_activations": False,
+    "megatron_lm_use_distributed_optimizer": False, "megatron_lm_gradient_clipping": 0.5}, "Megatron-LM: %s" % mg)
+check("What is the Tensor Parallelism degree/size? [1]:" in p.stdout and "distributed optimizer is not built" in p.stdout,
+      "Megatron-LM questions: " + p.stdout)
+p = run(["launch", "--config_file", mpath, "--main_process_port", "0", "sh", "-c",
+         "echo ENV $ACCELERATE_USE_MEGATRON_LM $MEGATRON_LM_TP_DEGREE $MEGATRON_LM_PP_DEGREE "
+         "$MEGATRON_LM_NUM_MICRO_BATCHES $MEGATRON_LM_SEQUENCE_PARALLELISM $MEGATRON_LM_GRADIENT_CLIPPING"], code=0)
+check(p.stdout.count("ENV true 2 2 4 True 0.5") == 4, "the Megatron-LM file exported by launch: " + p.stdout + p.stderr)
+p = run(["config", "--config_file", mpath2], stdin="2\n\nno\n2\n\n0\nno\nno\nyes\ntwo\n\n\n\n\n\n", code=0)
+mg = yaml.safe_load(open(mpath2))
+check(mg["distributed_type"] == "MEGATRON_LM" and mg["megatron_lm_config"] == {
+    "megatron_lm_tp_degree": 1, "megatron_lm_pp_degree": 1, "megatron_lm_recompute_activations": True,
+    "megatron_lm_use_distributed_optimizer": True, "megatron_lm_gradient_clipping": 1.0}, "Megatron-LM defaults: %s" % mg)
+check("Please enter an integer in 1..65536" in p.stdout, "a bad degree asked again: " + p.stdout)
 # a wrong answer is asked again; stdin ending is an error naming the question
 p = run(["config", "--config_file", os.path.join(tmp, "q2.yaml")], stdin="7\n0\nyes\n", code=1)
 check("Please enter" in p.stdout and "no answer (stdin ended)" in p.stderr and "mixed precision" in p.stderr,
