@@ -176,13 +176,16 @@ Accelerator::Accelerator(const char *config_json)
         zero3_init_ =
             parallel::PartitionedAtInit::scope(state_->comm, "fsdp_plugin.cpu_ram_efficient_loading", true);
     // parallelism_config.pp_size > 1: models built meanwhile on this thread hold only this rank's pipeline stage
-    // (parallel/pipeline/stage_init.hpp); not under tp_size > 1 or a sharding plugin, which split the whole model.
-    // The scope is held beside zero3_init_'s (one member for the scopes of models built meanwhile).
+    // (parallel/pipeline/stage_init.hpp); not with a sharding plugin. Under tp_size > 1 the other stages' parameters
+    // keep their shapes on meta until prepare's tensor-parallel plan and cut; so not when prepare places the model on
+    // a GPU first (meta tensors do not move). The scope is held beside zero3_init_'s (one member for the scopes of
+    // models built meanwhile).
     const auto &mesh = *state_->mesh;
-    if (mesh.size(distributed::MeshDim::Pp) > 1 && mesh.size(distributed::MeshDim::Tp) <= 1 && !c.sharding.enabled())
+    const bool tp = mesh.size(distributed::MeshDim::Tp) > 1;
+    if (mesh.size(distributed::MeshDim::Pp) > 1 && !c.sharding.enabled() && !(tp && state_->places_on_device()))
         zero3_init_ = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(
             zero3_init_, parallel::pp::StageAtInit::scope(mesh.size(distributed::MeshDim::Pp),
-                                                         mesh.rank_in(distributed::MeshDim::Pp), c.parallelism));
+                                                         mesh.rank_in(distributed::MeshDim::Pp), c.parallelism, tp));
 }
 
 // Scopes left open by autocast_begin are closed in reverse order (on the freeing thread).

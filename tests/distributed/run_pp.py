@@ -92,7 +92,8 @@ def built_elements(prefix, processes):
 
 def check_built_by_stage(a, tmp, what):
     """No whole model on any rank: each built only its stage (<= 1/pp of one process's model plus the embeddings).
-    Under pp x tp the model is built whole and cut at prepare (stage_init.hpp): not checked."""
+    Under pp x tp the other stages' parameters keep their shapes on meta until prepare (stage_init.hpp), which the
+    element count includes: unit PipelineStageInit.PipelineTimesTensorParallelKeepsShapesUntilPrepare checks it."""
     if a.tp > 1:
         return
     whole, = built_elements(os.path.join(tmp, "one"), 1)

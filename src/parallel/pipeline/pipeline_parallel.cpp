@@ -342,17 +342,17 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
     const int32_t p = group->size(), s = group->rank();
     // A model built by stage (stage_init.hpp) is cut as it was built; its other stages' parameters hold nothing.
     const std::shared_ptr<StageAtInit> built = StageAtInit::of(model);
-    if (built) built->check_same_cut(p, s, config);
+    if (built) built->check_same_cut(p, s, config, mesh.size(distributed::MeshDim::Tp) > 1);
     const std::vector<std::pair<int64_t, int64_t>> blocks = built ? built->chunks() : stage_chunks(block_costs(*gpt), config, p, s);
     stage_schedule(config.pp_schedule, s, p, config.num_micro_batches, static_cast<int32_t>(blocks.size()));
-    // pp x tp: the whole model split over the stage's tp group first (the cut then keeps this rank's slices).
-    // (No model is built by stage under tp: StageAtInit's scope is not held then.)
-    if (mesh.size(distributed::MeshDim::Tp) > 1) {
-        if (built) built->check_access("parallelism_config.tp_size > 1");
-        parallel::tp::apply_plan(model, mesh, config.sequence_parallel);
-    }
+    // pp x tp: the whole model split over the stage's tp group first (the cut then keeps this rank's slices; a
+    // model built by stage gives the other stages' shapes on meta).
+    if (mesh.size(distributed::MeshDim::Tp) > 1) parallel::tp::apply_plan(model, mesh, config.sequence_parallel);
     gpt->apply_pipeline_stage(blocks, s == 0, s == p - 1);
-    if (built) model.forward_hooks.reset(); // the pipeline runs it now
+    if (built) {
+        built->release_elsewhere(model);
+        model.forward_hooks.reset(); // the pipeline runs it now
+    }
     auto pipeline = std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches, config.pp_schedule,
                                                        mesh.group(distributed::MeshDim::Dp), ddp);
     // The model's forward() and generation run through the pipeline while it lives (the accelerator holds it).

@@ -18,6 +18,7 @@ namespace {
 struct Scope {
     int32_t stages, stage;
     config::ParallelismConfig config;
+    bool keep_shapes;
 };
 
 // Per thread: thread ranks (the unit tests' communicator) each build their own stage in one process.
@@ -38,9 +39,10 @@ const std::string kBlockPrefix = "transformer.h.";
 
 } // namespace
 
-std::shared_ptr<void> StageAtInit::scope(int32_t stages, int32_t stage, const config::ParallelismConfig &config)
+std::shared_ptr<void> StageAtInit::scope(int32_t stages, int32_t stage, const config::ParallelismConfig &config,
+                                         bool keep_shapes)
 {
-    auto s = std::make_shared<Scope>(Scope{stages, stage, config});
+    auto s = std::make_shared<Scope>(Scope{stages, stage, config, keep_shapes});
     scopes.erase(std::remove_if(scopes.begin(), scopes.end(), [](const auto &w) { return w.expired(); }), scopes.end());
     scopes.push_back(s);
     return s;
@@ -53,7 +55,7 @@ std::shared_ptr<StageAtInit> StageAtInit::for_new_model(const config::ModelSpec 
     // LoRA's adapters would be made over emptied layers, and empty_init builds on meta already: both built whole.
     if (!s || !spec.gpt || spec.lora || spec.empty_init) return nullptr;
     try {
-        return std::make_shared<StageAtInit>(s->stages, s->stage, s->config, gpt_layout(*spec.gpt));
+        return std::make_shared<StageAtInit>(s->stages, s->stage, s->config, gpt_layout(*spec.gpt), s->keep_shapes);
     } catch (const Error &) {
         return nullptr; // a cut the config refuses: built whole, and prepare refuses it by name
     }
@@ -64,9 +66,9 @@ std::shared_ptr<StageAtInit> StageAtInit::of(const Model &model)
     return std::dynamic_pointer_cast<StageAtInit>(model.forward_hooks);
 }
 
-StageAtInit::StageAtInit(int32_t stages, int32_t stage, config::ParallelismConfig config, Layout layout)
+StageAtInit::StageAtInit(int32_t stages, int32_t stage, config::ParallelismConfig config, Layout layout, bool keep_shapes)
     : stages_(stages), stage_(stage), config_(std::move(config)), layout_(std::move(layout)),
-      chunks_(stage_chunks(layout_.costs, config_, stages_, stage_))
+      chunks_(stage_chunks(layout_.costs, config_, stages_, stage_)), keep_shapes_(keep_shapes)
 {
 }
 
@@ -110,18 +112,29 @@ void StageAtInit::finish(Model &model)
             fail(ACCEL_ERR_INTERNAL, "pipeline: parameter " + std::to_string(i) + " (\"" + name + "\") is not the one the "
                                      "stage builder took it for" + (in_blocks ? " (a parameter of " + block + ")" : ""));
     }
-    // Zero elements on the CPU, as prepare's cut leaves another stage's parameters (the pipeline fills them in for
-    // checkpoints: pipeline_parallel.hpp's WholeStages).
+    if (!keep_shapes_) release_elsewhere(model);
+    model.forward_hooks = shared_from_this();
+}
+
+void StageAtInit::release_elsewhere(Model &model) const
+{
+    at::Device device = at::kCPU;
+    for (const auto &np : model.named_parameters())
+        if (!np.second.is_meta()) {
+            device = np.second.device();
+            break;
+        }
+    // Zero elements, as prepare's cut leaves another stage's parameters (the pipeline fills them in for checkpoints:
+    // pipeline_parallel.hpp's WholeStages).
     at::NoGradGuard no_grad;
-    for (const auto &np : named)
-        if (elsewhere(np.second)) {
+    for (const auto &np : model.named_parameters())
+        if (elsewhere(np.second) && np.second.is_meta()) {
             at::Tensor t = np.second;
-            // Back from meta first (set_data refuses to change the device type): an untouched allocation, freed
-            // by the set_data right after.
-            big_modeling::materialize(t, at::kCPU);
+            // Off meta first (set_data refuses to change the device type): an untouched allocation (none once the
+            // cut has emptied it), freed by the set_data right after.
+            big_modeling::materialize(t, device);
             t.set_data(at::empty({0}, t.options()));
         }
-    model.forward_hooks = shared_from_this();
 }
 
 std::string StageAtInit::describe() const
@@ -134,12 +147,13 @@ std::string StageAtInit::describe() const
            "accelerator it was built under prepares it";
 }
 
-void StageAtInit::check_same_cut(int32_t stages, int32_t stage, const config::ParallelismConfig &config) const
+void StageAtInit::check_same_cut(int32_t stages, int32_t stage, const config::ParallelismConfig &config, bool tp) const
 {
-    if (stages != stages_ || stage != stage_ || stage_chunks(layout_.costs, config, stages, stage) != chunks_)
+    if (stages != stages_ || stage != stage_ || stage_chunks(layout_.costs, config, stages, stage) != chunks_ ||
+        tp != keep_shapes_)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "model: " + describe() + ", and this accelerator cuts it differently "
-                                            "(pp_size, pp_split_points or the interleaving); build the model while "
-                                            "the accelerator that prepares it lives");
+                                            "(pp_size, pp_split_points, the interleaving or tp_size); build the model "
+                                            "while the accelerator that prepares it lives");
 }
 
 at::Tensor StageAtInit::before_forward(const at::Tensor &)

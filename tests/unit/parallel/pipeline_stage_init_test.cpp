@@ -1,7 +1,8 @@
 // A gpt built while a pipeline scope is held (src/parallel/pipeline/stage_init.hpp), on thread ranks: each rank
 // holds only its stage's parameters (the others hold zero elements), bit for bit those of the model one process
 // builds from the same seed; the elements held are at most 1/pp of the whole plus the embeddings; the model
-// refuses to run until prepared, then its pipeline's forward is one process's; a prepare that cuts otherwise is
+// refuses to run until prepared, then its pipeline's forward is one process's (pp x tp too: the other stages' shapes
+// kept on meta until the plan and the cut); a prepare that cuts otherwise is
 // refused, and so is a prepare without a pipeline; from_pretrained reads only the stage's tensors. ~0.2 s.
 #include "accelerator/accelerator.hpp"
 #include "catch_error.hpp"
@@ -21,6 +22,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -149,6 +151,52 @@ TEST(PipelineStageInit, SplitPointsAndInterleavingCutAsPrepareDoes)
     check_built_by_stage(2, config, true, [](int32_t s) {
         return s == 0 ? std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {3, 6}}
                       : std::vector<std::pair<int64_t, int64_t>>{{1, 3}, {6, 8}};
+    });
+}
+
+// pp 2 x tp 2: the other stages' parameters keep their shapes on meta until prepare has applied the tensor-parallel
+// plan and cut the model; then they hold zero elements and the forward gives each rank its columns of the logits.
+TEST(PipelineStageInit, PipelineTimesTensorParallelKeepsShapesUntilPrepare)
+{
+    constexpr int32_t p = 2, tp = 2;
+    accel::config::ParallelismConfig config;
+    config.pp_size = p;
+    config.tp_size = tp;
+    config.num_micro_batches = 2;
+    const auto ref = build(gpt_spec(true));
+    at::manual_seed(43);
+    const at::Tensor ids = at::randint(0, kVocab, {4, kPositions}, at::kLong);
+    const at::Tensor want = ref->forward(ids);
+    const int64_t whole = elements(*ref), embeddings = (kVocab + kPositions) * kEmbd;
+    dist::run_on_threads(p * tp, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, tp, p), comm);
+        const int32_t s = mesh.rank_in(dist::MeshDim::Pp), t = mesh.rank_in(dist::MeshDim::Tp);
+        const auto scope = pp::StageAtInit::scope(p, s, config, true);
+        const auto m = build(gpt_spec(true));
+        const std::set<std::string> mine = stage_names(*ref, even(p, s), p, s, true);
+        int64_t held = 0;
+        for (size_t i = 0; i < m->named_parameters().size(); ++i) {
+            const auto &[name, param] = m->named_parameters()[i];
+            const at::Tensor &r = ref->named_parameters()[i].second;
+            if (mine.count(name) != 0) {
+                EXPECT_TRUE(param.equal(r)) << name << " on rank " << comm->rank();
+                held += param.numel();
+            } else {
+                EXPECT_TRUE(param.is_meta()) << name << " on rank " << comm->rank();
+                EXPECT_EQ(param.sizes(), r.sizes()) << name << " on rank " << comm->rank();
+            }
+        }
+        EXPECT_LE(held, whole / p + embeddings) << "rank " << comm->rank();
+        const auto pipeline = pp::prepare_pipeline(*m, mesh, config);
+        for (const auto &[name, param] : m->named_parameters())
+            if (mine.count(name) == 0) {
+                EXPECT_EQ(param.numel(), 0) << name << " on rank " << comm->rank();
+                EXPECT_FALSE(param.is_meta()) << name << " on rank " << comm->rank();
+            }
+        at::NoGradGuard no_grad;
+        const at::Tensor logits = m->forward(ids);
+        const int64_t columns = logits.size(-1), start = t * columns, valid = std::min<int64_t>(columns, kVocab - start);
+        EXPECT_TRUE(logits.narrow(-1, 0, valid).allclose(want.narrow(-1, start, valid), 1e-5, 1e-6)) << "rank " << comm->rank();
     });
 }
 
