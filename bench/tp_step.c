@@ -2,7 +2,8 @@
  * vocabulary 8192), through the real path (prepare applies the plan, train_step, AdamW): seconds per step
  * (median of the steps after the first) and, after the last step, this rank's parameter and optimizer-state
  * bytes (accel_accelerator_get_memory_stats_json) and peak RSS. Every step's loss is printed, so bench/tp_step.sh
- * also checks that tp trains as one process does. Usage: bench_tp_step [T] [steps] */
+ * also checks that tp trains as one process does. Usage: bench_tp_step [T] [steps] (BENCH_SPEC, BENCH_ACCEL_CONFIG:
+ * below) */
 #include "bench_common.h"
 
 int main(int argc, char **argv)
@@ -16,8 +17,12 @@ int main(int argc, char **argv)
              " \"num_hidden_layers\": 4, \"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
              " \"max_position_embeddings\": %d, \"tie_word_embeddings\": false}",
              VOCAB, T);
-    const int64_t n = (int64_t)T * BATCH * (steps + 1) + 1;
-    BenchLm lm = bench_prepare_lm(NULL, spec, "{\"type\": \"adamw\", \"lr\": 1e-4}", T, BATCH, n, VOCAB);
+    /* BENCH_SPEC: another model (its vocabulary must be VOCAB); BENCH_ACCEL_CONFIG: an accelerator config JSON
+     * (bench/tp_mesh.sh: DDP, FSDP, tp, tp x FSDP, sequence parallelism). */
+    const char *other = getenv("BENCH_SPEC");
+    const int64_t n = (int64_t)T * BATCH * (steps + 1) * 4 + 1; /* enough for up to 4 data-parallel ranks */
+    BenchLm lm = bench_prepare_lm(getenv("BENCH_ACCEL_CONFIG"), other ? other : spec,
+                                  "{\"type\": \"adamw\", \"lr\": 1e-4}", T, BATCH, n, VOCAB);
 
     double times[64];
     int timed = 0;
