@@ -31,6 +31,10 @@ const char *kGpt = R"({"type": "gpt", "vocab_size": 37, "n_positions": 8, "n_emb
 
 std::shared_ptr<accel::Model> gpt()
 {
+    // Thread ranks share LibTorch's default generator: one build at a time, each from the same seed (two builds
+    // drawing at once interleave their draws; the sanitizer build's timing made them differ).
+    static std::mutex building;
+    std::lock_guard<std::mutex> lock(building);
     at::manual_seed(61);
     return accel::make_model_from_json(kGpt);
 }
