@@ -7,6 +7,7 @@
 #include "config/json.hpp"
 #include "config/megatron_lm_plugin.hpp"
 #include "config/profile_config.hpp"
+#include "config/str_to_bool.hpp"
 
 #include <torch/cuda.h>
 #include <cjson/cJSON.h>
@@ -68,16 +69,6 @@ accel_mixed_precision_t parse_mixed_precision(const std::string &path, const std
     fail(ACCEL_ERR_INVALID_ARGUMENT, path + ": expected one of \"no\", \"fp16\", \"bf16\", \"fp8\", got \"" + v + "\"");
 }
 
-bool env_flag(const char *name, bool def)
-{
-    auto v = env_string(name);
-    if (!v) return def;
-    if (*v == "1" || *v == "true" || *v == "True" || *v == "yes") return true;
-    if (*v == "0" || *v == "false" || *v == "False" || *v == "no") return false;
-    fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected true or false, got \"" +
-                                         *v + "\"");
-}
-
 // A kwargs handler or plugin section whose fields are validated but only their defaults are supported yet.
 // `check` reads every field with its default and returns the first key holding another value, or "".
 template <class Check>
@@ -132,10 +123,10 @@ void fp8_recipe_from_env(FP8RecipeKwargs &r)
                                              "\"most_recent\", got \"" + *v + "\"");
         r.amax_compute_algo = *v;
     }
-    r.use_autocast_during_eval = env_flag("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", r.use_autocast_during_eval);
-    r.override_linear_precision[0] = env_flag("ACCELERATE_FP8_OVERRIDE_FPROP", r.override_linear_precision[0]);
-    r.override_linear_precision[1] = env_flag("ACCELERATE_FP8_OVERRIDE_DGRAD", r.override_linear_precision[1]);
-    r.override_linear_precision[2] = env_flag("ACCELERATE_FP8_OVERRIDE_WGRAD", r.override_linear_precision[2]);
+    r.use_autocast_during_eval = env_bool("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", r.use_autocast_during_eval);
+    r.override_linear_precision[0] = env_bool("ACCELERATE_FP8_OVERRIDE_FPROP", r.override_linear_precision[0]);
+    r.override_linear_precision[1] = env_bool("ACCELERATE_FP8_OVERRIDE_DGRAD", r.override_linear_precision[1]);
+    r.override_linear_precision[2] = env_bool("ACCELERATE_FP8_OVERRIDE_WGRAD", r.override_linear_precision[2]);
 }
 
 // kwargs_handlers.fp8_recipe: FP8RecipeKwargs / TERecipeKwargs fields. accel emulates TransformerEngine's
@@ -353,8 +344,8 @@ AcceleratorConfig parse_accelerator_config(const char *json)
                  "environment variable ACCELERATE_GRADIENT_ACCUMULATION_STEPS: expected an integer >= 1, got \"" + *v + "\"");
         ga_steps = x;
     }
-    c.cpu = env_flag("ACCELERATE_USE_CPU", false);
-    c.malloc_tuning = env_flag("ACCEL_MALLOC_TUNING", true);
+    c.cpu = env_bool("ACCELERATE_USE_CPU", false);
+    c.malloc_tuning = env_bool("ACCEL_MALLOC_TUNING", true);
 
     JsonDocument doc(json == nullptr ? "{}" : json, "config_json");
     JsonObject root(doc.root(), "");

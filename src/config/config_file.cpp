@@ -5,6 +5,7 @@
 #include "config/dynamo.hpp"
 #include "config/env.hpp"
 #include "config/megatron_lm_launch.hpp"
+#include "config/str_to_bool.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -127,17 +128,6 @@ std::string lower(std::string s)
     return s;
 }
 
-// Accelerate's str_to_bool (utils/environment.py), which its workers read every boolean switch with.
-std::optional<bool> bool_word(const std::string &text)
-{
-    const std::string l = lower(text);
-    for (const char *w : {"y", "yes", "t", "true", "on", "1"})
-        if (l == w) return true;
-    for (const char *w : {"n", "no", "f", "false", "off", "0"})
-        if (l == w) return false;
-    return std::nullopt;
-}
-
 // Reads one file's values with their YAML types checked, naming "file: key" in every message.
 class Reader {
 public:
@@ -157,7 +147,7 @@ public:
     // questionnaire writes some keys as the text typed (downcast_bf16: 'no').
     bool get_bool(const std::string &key, const YAML::Node &n) const
     {
-        std::optional<bool> b = n.IsScalar() ? bool_word(n.Scalar()) : std::nullopt;
+        std::optional<bool> b = n.IsScalar() ? str_to_bool(n.Scalar()) : std::nullopt;
         if (!b) bad(key, "true or false (or yes/no, on/off, 1/0)", n);
         return *b;
     }
@@ -278,7 +268,7 @@ void fsdp_env_for_library(std::map<std::string, std::string> &env)
 {
     auto version = env.find("FSDP_VERSION");
     auto reshard = env.find("FSDP_RESHARD_AFTER_FORWARD");
-    if ((version != env.end() && version->second != "1") || reshard == env.end() || bool_word(reshard->second))
+    if ((version != env.end() && version->second != "1") || reshard == env.end() || str_to_bool(reshard->second))
         return;
     if (!env.count("FSDP_SHARDING_STRATEGY")) env["FSDP_SHARDING_STRATEGY"] = upper(reshard->second);
     env.erase(reshard);
@@ -464,7 +454,7 @@ ClusterConfig parse_cluster_config(const std::string &text, const std::string &f
         if (auto opt = take(k)) {
             const YAML::Node n = *opt;
             if (!n.IsScalar()) r.bad(k, "true or false", n);
-            const std::optional<bool> v = bool_word(n.Scalar());
+            const std::optional<bool> v = str_to_bool(n.Scalar());
             out[k] = v ? YAML::Node(*v) : str_node(n.Scalar());
             if (v != std::optional<bool>(false)) warn(k, "\"" + n.Scalar() + "\": TPU only; ignored");
         }

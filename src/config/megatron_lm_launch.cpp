@@ -1,6 +1,7 @@
 #include "config/megatron_lm_launch.hpp"
 
 #include "common/error.hpp"
+#include "config/str_to_bool.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -40,14 +41,6 @@ std::string python_float_text(double x)
     return s;
 }
 
-bool str_to_bool_word(std::string v)
-{
-    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    for (const char *w : {"y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0"})
-        if (v == w) return true;
-    return false;
-}
-
 } // namespace
 
 const MegatronLaunchSetting *find_megatron_lm_setting(const std::string &name)
@@ -60,7 +53,7 @@ const MegatronLaunchSetting *find_megatron_lm_setting(const std::string &name)
 std::string megatron_lm_flag_text(const MegatronLaunchSetting &s, const std::string &value, const std::string &where)
 {
     if (s.kind == 'b') {
-        if (!str_to_bool_word(value))
+        if (!str_to_bool(value))
             fail(ACCEL_ERR_INVALID_ARGUMENT, where + ": expected true or false (Accelerate's str_to_bool words), got \"" +
                                                  value + "\"");
         return value;

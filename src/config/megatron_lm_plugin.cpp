@@ -4,6 +4,7 @@
 #include "config/accelerator_config.hpp"
 #include "config/env.hpp"
 #include "config/json.hpp"
+#include "config/str_to_bool.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -46,23 +47,6 @@ struct Megatron {
         fail(ACCEL_ERR_UNIMPLEMENTED, key(json, var) + ": " + why);
     }
 };
-
-std::string lower(std::string v)
-{
-    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
-    return v;
-}
-
-// Accelerate's str_to_bool: y/yes/t/true/on/1 and n/no/f/false/off/0.
-bool env_bool(const char *name, bool def)
-{
-    const auto v = env_string(name);
-    if (!v) return def;
-    const std::string t = lower(*v);
-    if (t == "y" || t == "yes" || t == "t" || t == "true" || t == "on" || t == "1") return true;
-    if (t == "n" || t == "no" || t == "f" || t == "false" || t == "off" || t == "0") return false;
-    fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("environment variable ") + name + ": expected a boolean, got \"" + *v + "\"");
-}
 
 double env_number(const char *name, double def, bool integer)
 {

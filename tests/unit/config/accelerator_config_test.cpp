@@ -315,6 +315,15 @@ TEST_F(AcceleratorConfigTest, EnvUseCpuAndMallocTuning)
     set("ACCELERATE_USE_CPU", "true");
     EXPECT_TRUE(parse_accelerator_config(nullptr).cpu);
     EXPECT_FALSE(parse_accelerator_config("{\"cpu\": false}").cpu);
+    // Accelerate's str_to_bool words, any case (as its launcher and the config file are read).
+    for (const char *yes : {"On", "y", "T", "YES", "1"}) {
+        set("ACCELERATE_USE_CPU", yes);
+        EXPECT_TRUE(parse_accelerator_config(nullptr).cpu) << yes;
+    }
+    for (const char *no : {"off", "N", "False", "0"}) {
+        set("ACCELERATE_USE_CPU", no);
+        EXPECT_FALSE(parse_accelerator_config(nullptr).cpu) << no;
+    }
     set("ACCELERATE_USE_CPU", "maybe");
     EXPECT_PARSE_ERROR(nullptr, ACCEL_ERR_INVALID_ARGUMENT,
                        "environment variable ACCELERATE_USE_CPU: expected true or false, got \"maybe\"");
