@@ -12,6 +12,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "fresh_dir.hpp"
+
 #include <unistd.h>
 
 #include <string>
@@ -20,14 +22,6 @@ using namespace accel;
 using namespace accel::ckpt;
 
 namespace {
-
-std::string fresh_dir(const std::string &name)
-{
-    const std::string dir = ::testing::TempDir() + "/accel_ds_" + name + "_" + std::to_string(getpid());
-    if (exists(dir)) remove_all(dir);
-    make_dirs(dir);
-    return dir;
-}
 
 std::vector<std::tuple<size_t, int64_t, int64_t, int64_t>> runs_of(const DsPartition &p, int32_t rank, size_t g)
 {

@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "fresh_dir.hpp"
+
 #include <cstdlib>
 #include <fstream>
 #include <unistd.h>
@@ -19,14 +21,6 @@ using namespace accel;
 using namespace accel::ckpt;
 
 namespace {
-
-std::string fresh_dir(const std::string &name)
-{
-    const std::string dir = ::testing::TempDir() + "/accel_integrity_" + name + "_" + std::to_string(getpid());
-    if (exists(dir)) remove_all(dir);
-    make_dirs(dir);
-    return dir;
-}
 
 void put(const std::string &path, const std::string &bytes) { write_file_durably(path, bytes.data(), bytes.size()); }
 

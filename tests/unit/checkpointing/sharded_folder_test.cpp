@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "fresh_dir.hpp"
+
 #include <unistd.h>
 
 #include <string>
@@ -17,14 +19,6 @@ using namespace accel;
 using namespace accel::ckpt;
 
 namespace {
-
-std::string fresh_dir(const std::string &name)
-{
-    const std::string dir = ::testing::TempDir() + "/accel_sharded_" + name + "_" + std::to_string(getpid());
-    if (exists(dir)) remove_all(dir);
-    make_dirs(dir);
-    return dir;
-}
 
 // A 3 x 4 tensor "w" cut at element 5 between two ranks, and "b" (3 elements) whole on rank 1.
 void write_folder(const std::string &dir, const std::string &metadata)

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fresh_dir.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -17,15 +19,6 @@ using namespace accel;
 using namespace accel::ckpt;
 
 namespace {
-
-// A fresh folder for one test.
-std::string fresh_dir(const std::string &name)
-{
-    const std::string dir = ::testing::TempDir() + "/accel_temp_folder_" + name + "_" + std::to_string(getpid());
-    if (exists(dir)) remove_all(dir);
-    make_dirs(dir);
-    return dir;
-}
 
 void touch(const std::string &path, const std::string &text = "x")
 {

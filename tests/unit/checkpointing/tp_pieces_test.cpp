@@ -15,6 +15,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "fresh_dir.hpp"
+
 #include <unistd.h>
 
 #include <string>
@@ -42,14 +44,6 @@ at::Tensor whole_of(const Case &c)
     int64_t n = 1;
     for (int64_t d : c.shape) n *= d;
     return at::arange(1, n + 1, at::kFloat).view(c.shape); // no zeros: a padding row read as data would show
-}
-
-std::string fresh_dir(const std::string &name)
-{
-    const std::string dir = ::testing::TempDir() + "/accel_tp_pieces_" + name + "_" + std::to_string(getpid());
-    if (exists(dir)) remove_all(dir);
-    make_dirs(dir);
-    return dir;
 }
 
 } // namespace
