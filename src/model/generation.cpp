@@ -146,8 +146,9 @@ at::Tensor generate(Model &model, const at::Tensor &input_ids, const config::Gen
             if (const auto split = parallel::tp::vocab_parallel_of(split_logits)) split->group->broadcast(next, 0);
         // Under pipeline parallelism every stage runs the next step too (each holds the logits): the first decides.
         if (o.do_sample)
-            if (const auto *gpt = dynamic_cast<const GptModel *>(&model); gpt != nullptr && gpt->pipeline_group())
-                gpt->pipeline_group()->broadcast(next, 0);
+            if (const auto *staged = dynamic_cast<const parallel::pp::PipelineStageModel *>(&model);
+                staged != nullptr && staged->pipeline_group())
+                staged->pipeline_group()->broadcast(next, 0);
         if (o.eos_token_id) {
             next = next.masked_fill(finished, *o.eos_token_id);
             finished = finished | next.eq(*o.eos_token_id);

@@ -166,38 +166,16 @@ GptModel::GptModel(const config::GptConfig &config, const ParameterFn &on_parame
 
 GptModel::~GptModel() = default;
 
-namespace {
-
-// Reached when the model was cut into a stage but no pipeline was set to run it: prepare sets one right after
-// the cut, so the cut was made without it (apply_pipeline_stage alone, or a prepare that failed in between). A
-// pipeline that was set and is gone says so itself (prepare_pipeline's forward).
-[[noreturn]] void refuse_pipelined(const char *what)
-{
-    fail(ACCEL_ERR_FAILED_PRECONDITION, std::string(what) + " of a pipeline stage (this model holds only some of its "
-                                                           "blocks) needs a pipeline to run the whole model, and none "
-                                                           "was set: the model was cut into a stage without a prepared "
-                                                           "pipeline (accel_accelerator_prepare with parallelism_config."
-                                                           "pp_size > 1 sets one); build the model again and prepare it");
-}
-
-} // namespace
-
-at::Tensor GptModel::through_pipeline(const at::Tensor &input, GptKvCache *cache, const char *what)
-{
-    if (!pipeline_forward_) refuse_pipelined(what);
-    return pipeline_forward_(input, cache);
-}
-
 at::Tensor GptModel::forward(const at::Tensor &input)
 {
-    if (pipelined_) return through_pipeline(input, nullptr, "forward");
+    if (pipelined()) return through_pipeline(input, nullptr, "forward");
     return run(input, nullptr);
 }
 
 // Under tensor parallelism the cache holds this rank's heads, as the blocks compute them.
 at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
 {
-    if (pipelined_) return through_pipeline(input, &cache, "generation");
+    if (pipelined()) return through_pipeline(input, &cache, "generation");
     if (!cp_) return run(input, &cache);
     // Generation under context parallelism is not split: every rank runs the whole prompt and its cache as one
     // process does, the cp group set aside for the call (training's forward keeps it).
@@ -218,9 +196,9 @@ at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
     }
 }
 
-at::Tensor GptModel::forward_stage(const at::Tensor &input, GptKvCache *cache)
+at::Tensor GptModel::forward_stage(const at::Tensor &input, KvCache *cache)
 {
-    if (!pipelined_) fail(ACCEL_ERR_INTERNAL, "gpt: forward_stage without a pipeline stage");
+    if (!pipelined()) fail(ACCEL_ERR_INTERNAL, "gpt: forward_stage without a pipeline stage");
     if (!stage_first_ && (!input.defined() || input.dim() != 3 || input.size(2) != config_.n_embd))
         fail(ACCEL_ERR_INTERNAL, "gpt: a later pipeline stage takes hidden states [B, T, n_embd]");
     return run(input, cache);
@@ -266,7 +244,7 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     // one has already added this call's positions to the earlier blocks' entries.
     const int64_t past = cache == nullptr                                                             ? 0
                          : block_begin_ < cache->keys.size() && cache->keys[block_begin_].defined() ? cache->keys[block_begin_].size(2)
-                         : pipelined_                                                              ? 0
+                         : pipelined()                                                              ? 0
                                                                                                    : cache->length();
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
     // Under context parallelism `ids` is this rank's part: two chunks of the whole sequence.
@@ -347,45 +325,23 @@ void GptModel::apply_pipeline_stage(int64_t first_block, int64_t end_block, bool
 
 void GptModel::apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last)
 {
-    const auto n = static_cast<int64_t>(blocks_.size());
-    if (pipelined_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: pipeline parallelism is already applied");
-    if (chunks.empty()) fail(ACCEL_ERR_INTERNAL, "gpt: a pipeline stage without blocks");
-    // What this stage keeps: its chunks' blocks, the embeddings on the first, the final norm and head on the last.
-    std::set<const void *> kept;
-    std::vector<std::pair<size_t, size_t>> ranges;
-    for (const auto &[first_block, end_block] : chunks) {
-        if (first_block < 0 || end_block > n || first_block >= end_block)
-            fail(ACCEL_ERR_INTERNAL, "gpt: pipeline stage of blocks [" + std::to_string(first_block) + ", " +
-                                         std::to_string(end_block) + ") of " + std::to_string(n));
-        for (int64_t i = first_block; i < end_block; ++i)
-            for (const auto &t : blocks_[static_cast<size_t>(i)]->params()) kept.insert(t.unsafeGetTensorImpl());
-        ranges.emplace_back(static_cast<size_t>(first_block), static_cast<size_t>(end_block));
-    }
-    if (first)
-        for (const auto &t : {wte_, wpe_}) kept.insert(t.unsafeGetTensorImpl());
-    if (last)
-        for (const auto &t : {ln_f_w_, ln_f_b_, lm_head_}) kept.insert(t.unsafeGetTensorImpl());
-    at::NoGradGuard no_grad;
-    for (const auto &np : named_parameters())
-        if (kept.count(np.second.unsafeGetTensorImpl()) == 0) {
-            at::Tensor t = np.second;
-            t.set_data(at::empty({0}, t.options()));
-        }
-    stage_chunks_ = std::move(ranges);
-    holds_embeddings_ = first;
-    holds_head_ = last;
-    pipelined_ = true;
-    select_pipeline_chunk(0);
+    cut_stage(*this, "gpt", chunks, first, last, blocks_.size(), [this](size_t i) { return blocks_[i]->params(); },
+              {wte_, wpe_}, {ln_f_w_, ln_f_b_, lm_head_});
 }
 
-void GptModel::select_pipeline_chunk(size_t chunk)
+parallel::pp::PipelineStageModel::Shape GptModel::pipeline_shape() const
 {
-    if (!pipelined_ || chunk >= stage_chunks_.size())
-        fail(ACCEL_ERR_INTERNAL, "gpt: pipeline chunk " + std::to_string(chunk) + " of " + std::to_string(stage_chunks_.size()));
-    block_begin_ = stage_chunks_[chunk].first;
-    block_end_ = stage_chunks_[chunk].second;
-    stage_first_ = holds_embeddings_ && chunk == 0;
-    stage_last_ = holds_head_ && chunk + 1 == stage_chunks_.size();
+    return {"gpt", config_.n_embd, config_.vocab_size, config_.n_positions, "n_positions"};
+}
+
+// GPT's blocks are equal: an even cut, the remainder early; LoRA adapters count.
+std::vector<int64_t> GptModel::block_costs() const
+{
+    std::vector<int64_t> costs(blocks_.size(), 0);
+    const std::string prefix = "transformer.h.";
+    for (const auto &[name, t] : named_parameters())
+        if (name.compare(0, prefix.size(), prefix) == 0) costs[std::stoul(name.substr(prefix.size()))] += t.numel();
+    return costs;
 }
 
 // The gpt's plan as tp_plan.hpp lists it: per block two regions (attention 2i, MLP 2i + 1), the rest fixed.
@@ -420,7 +376,7 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     if (!group) fail(ACCEL_ERR_INTERNAL, "gpt: tensor parallelism without a group");
     if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "gpt: tensor parallelism is already applied");
     // pp x tp slices the whole model first: a stage's emptied parameters have nothing left to slice.
-    if (pipelined_) fail(ACCEL_ERR_INTERNAL, "gpt: tensor parallelism after the pipeline cut");
+    if (pipelined()) fail(ACCEL_ERR_INTERNAL, "gpt: tensor parallelism after the pipeline cut");
     const auto &c = config_;
     const int64_t n = group->size(), r = group->rank();
     const tp::ResolvedPlan resolved =

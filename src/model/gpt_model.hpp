@@ -4,7 +4,9 @@
 
 #include "config/gpt_config.hpp"
 #include "model/linear.hpp"
+#include "model/kv_cache.hpp"
 #include "model/model.hpp"
+#include "parallel/pipeline/stage_model.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
 #include "parallel/tensor_parallel/tp_plan.hpp"
@@ -29,18 +31,9 @@ namespace accel {
 struct GptBlock;
 
 // Keys and values of the positions seen so far, one [B, n_head, T, head_dim] pair per block.
-struct GptKvCache {
-    std::vector<at::Tensor> keys, values;
-    // A pipeline stage fills only its own blocks' entries: the first it holds says.
-    int64_t length() const
-    {
-        for (const auto &k : keys)
-            if (k.defined()) return k.size(2);
-        return 0;
-    }
-};
+using GptKvCache = KvCache;
 
-class GptModel final : public Model, public parallel::tp::TensorParallelModel {
+class GptModel final : public Model, public parallel::tp::TensorParallelModel, public parallel::pp::PipelineStageModel {
 public:
     // `on_parameter` (optional): called with each parameter tensor right after it is made (model.hpp).
     explicit GptModel(const config::GptConfig &config, const ParameterFn &on_parameter = {});
@@ -89,7 +82,7 @@ public:
     // the all-reduce), and the head gathers it. The norms' and row biases' gradients are summed over tp. forward
     // then needs a sequence length dividing by tp and no key/value cache (INVALID_ARGUMENT / UNIMPLEMENTED named).
     void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
-    bool sequence_parallel() const { return sequence_parallel_ && tp_group_ != nullptr; }
+    bool sequence_parallel() const override { return sequence_parallel_ && tp_group_ != nullptr; }
     // How each parameter (by name) is split: empty without tensor parallelism.
     const std::map<std::string, parallel::tp::ParameterSlicing> &tensor_parallel_slicing() const override
     {
@@ -102,35 +95,19 @@ public:
     void apply_context_parallel(std::shared_ptr<const parallel::cp::ContextParallel> cp);
     const std::shared_ptr<const parallel::cp::ContextParallel> &context_parallel() const { return cp_; }
 
-    // Pipeline parallelism (applied at prepare by parallel/pipeline/): this model becomes the stage holding
-    // blocks [first_block, end_block); every other parameter is emptied in place (set_data to zero elements:
-    // names stay, so an optimizer made before prepare keeps its list, and the memory goes). The first stage
-    // keeps the embeddings, the last the final norm and the head (the token embedding too when tied; the
-    // pipeline sums its gradient over the two). forward_stage() runs the stage: token ids -> hidden states on
-    // the first, hidden -> hidden between, hidden -> logits on the last (with `cache`: this stage's blocks'
-    // keys and values). forward() and forward_cached() run the whole model through the pipeline set by
-    // set_pipeline_forward (collective over `group`, the pp group); refused by name without one.
-    // Under tensor parallelism (applied first: pp x tp) the stage keeps its tp slices; the hidden states between
-    // stages are then replicated over tp, or each rank's 1/tp of the positions under sequence parallelism.
+    // Pipeline parallelism (applied at prepare by parallel/pipeline/; PipelineStageModel, stage_model.hpp): this model
+    // becomes the stage holding blocks [first_block, end_block) (or several chunks of them: interleaved); every other
+    // parameter is emptied in place. The first stage keeps the embeddings, the last the final norm and the head (the
+    // token embedding too when tied; the pipeline sums its gradient over the two). forward() and forward_cached() run
+    // the whole model through the pipeline set by set_pipeline_forward; refused by name without one.
     void apply_pipeline_stage(int64_t first_block, int64_t end_block, bool first, bool last);
-    // Interleaved pipelines (pp_schedule "interleaved_1f1b"): the stage holds several chunks of blocks (virtual
-    // stages), each [begin, end); select_pipeline_chunk(c) makes forward_stage run chunk c: the embeddings only
-    // before chunk 0 of the first stage, the head only after the last chunk of the last, hidden -> hidden otherwise.
-    void apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last);
-    void select_pipeline_chunk(size_t chunk);
-    size_t pipeline_chunks() const { return stage_chunks_.size(); }
-    at::Tensor forward_stage(const at::Tensor &input, GptKvCache *cache = nullptr);
-    bool pipelined() const { return pipelined_; }
-    // The marks run() puts on the head's logits (vocabulary-parallel under tp, context-parallel under cp), for
-    // logits a pipeline broadcast from the last stage (a copy, unmarked).
-    void mark_logits(const at::Tensor &logits) const;
-    using PipelineForward = std::function<at::Tensor(const at::Tensor &input, GptKvCache *cache)>;
-    void set_pipeline_forward(PipelineForward forward, std::shared_ptr<distributed::Communicator> group)
-    {
-        pipeline_forward_ = std::move(forward);
-        pp_group_ = std::move(group);
-    }
-    const std::shared_ptr<distributed::Communicator> &pipeline_group() const { return pp_group_; }
+    void apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last) override;
+    at::Tensor forward_stage(const at::Tensor &input, KvCache *cache) override;
+    void mark_logits(const at::Tensor &logits) const override;
+    Model &stage_model() override { return *this; }
+    Shape pipeline_shape() const override;
+    std::vector<int64_t> block_costs() const override;
+    at::Tensor tied_embedding() const override { return config_.tie_word_embeddings ? wte_ : at::Tensor(); }
     const std::shared_ptr<distributed::Communicator> &tensor_parallel_group() const override { return tp_group_; }
     std::shared_ptr<parallel::tp::DropoutGenerator> tensor_parallel_dropout() const override { return tp_dropout_; }
 
@@ -146,10 +123,6 @@ private:
     std::vector<std::shared_ptr<GptBlock>> blocks_;
     bool training_ = true;
     std::vector<bool> checkpointed_; // per block
-    // The chunks of blocks of this pipeline stage and whether it holds the embeddings (first stage) and the head
-    // (last); block_begin_/block_end_ and stage_first_/stage_last_ are those of the chunk selected.
-    std::vector<std::pair<size_t, size_t>> stage_chunks_;
-    bool holds_embeddings_ = true, holds_head_ = true;
     std::vector<parallel::tp::PlanModule> plan_modules() const; // the built-in plan, for the tp_plan overrides
     std::shared_ptr<distributed::Communicator> tp_group_; // set by apply_tensor_parallel
     bool sequence_parallel_ = false;                      // set_sequence_parallel
@@ -157,12 +130,6 @@ private:
     int64_t vocab_start_ = 0;                             // this rank's first vocabulary row under it
     std::map<std::string, parallel::tp::ParameterSlicing> tp_slicing_;
     std::shared_ptr<const parallel::cp::ContextParallel> cp_; // set by apply_context_parallel
-    // This rank's pipeline stage (the whole model without one).
-    bool pipelined_ = false, stage_first_ = true, stage_last_ = true;
-    size_t block_begin_ = 0, block_end_ = 0;
-    PipelineForward pipeline_forward_;
-    std::shared_ptr<distributed::Communicator> pp_group_;
-    at::Tensor through_pipeline(const at::Tensor &input, GptKvCache *cache, const char *what);
 };
 
 } // namespace accel

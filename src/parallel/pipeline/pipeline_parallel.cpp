@@ -4,7 +4,7 @@
 #include "config/parallelism_config.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
-#include "model/gpt_model.hpp"
+#include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/pipeline/schedule.hpp"
@@ -63,17 +63,6 @@ at::Tensor from_owner(distributed::Communicator &group, const at::Tensor &mine, 
     return values;
 }
 
-// Each block's parameter count (the balanced cut's costs) of a model as it is (GPT's are equal: an even cut, the
-// remainder early; LoRA adapters count).
-std::vector<int64_t> block_costs(const GptModel &gpt)
-{
-    std::vector<int64_t> costs(static_cast<size_t>(gpt.config().n_layer), 0);
-    const std::string prefix = "transformer.h.";
-    for (const auto &[name, t] : gpt.named_parameters())
-        if (name.compare(0, prefix.size(), prefix) == 0) costs[std::stoul(name.substr(prefix.size()))] += t.numel();
-    return costs;
-}
-
 // The tensor objects of `tensors`, for membership tests in one lookup each (a model's parameters against a list
 // of some of them: one pass, not one scan of the list per parameter).
 std::unordered_set<const c10::TensorImpl *> impls_of(const std::vector<at::Tensor> &tensors)
@@ -85,7 +74,7 @@ std::unordered_set<const c10::TensorImpl *> impls_of(const std::vector<at::Tenso
 
 } // namespace
 
-PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed::Communicator> pp_group,
+PipelineParallel::PipelineParallel(PipelineStageModel &model, std::shared_ptr<distributed::Communicator> pp_group,
                                    int32_t num_micro_batches, std::string schedule,
                                    std::shared_ptr<distributed::Communicator> dp_group,
                                    const config::DistributedDataParallelKwargs *ddp)
@@ -99,7 +88,7 @@ PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed:
         if (ops_[k].kind == OpKind::Backward) last_backward_[static_cast<size_t>(ops_[k].chunk)] = k;
     if (const auto &tp = model_.tensor_parallel_group(); tp && tp->size() > 1) tp_ = tp;
     std::vector<std::pair<std::string, at::Tensor>> named;
-    for (const auto &np : model_.named_parameters())
+    for (const auto &np : model_.stage_model().named_parameters())
         if (np.second.numel() > 0) {
             params_.push_back(np.second);
             named.push_back(np);
@@ -111,8 +100,7 @@ PipelineParallel::PipelineParallel(GptModel &model, std::shared_ptr<distributed:
                                                         std::move(dp_group), ddp != nullptr ? *ddp : defaults);
     }
     const bool first = stage() == 0, last = stage() == num_stages() - 1;
-    if (model_.config().tie_word_embeddings && num_stages() > 1 && (first || last))
-        tied_ = model_.named_parameters().front().second; // transformer.wte.weight, the head's weight too
+    if (num_stages() > 1 && (first || last)) tied_ = model_.tied_embedding(); // the head's weight too when tied
 }
 
 int32_t PipelineParallel::stage() const { return pp_->rank(); }
@@ -122,7 +110,7 @@ int32_t PipelineParallel::num_stages() const { return pp_->size(); }
 int64_t PipelineParallel::boundary_length(int64_t length, bool cached) const
 {
     if (!model_.sequence_parallel()) return length;
-    parallel::tp::check_sequence_split(length, cached, tp_->size(), "gpt");
+    parallel::tp::check_sequence_split(length, cached, tp_->size(), model_.pipeline_shape().type);
     return length / tp_->size();
 }
 
@@ -136,8 +124,9 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
         busy += distributed::now_seconds() - t0;
     };
     const int64_t m = micro_batches_;
+    const PipelineStageModel::Shape shape = model_.pipeline_shape();
     if (!inputs.defined() || inputs.dim() != 2)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: a pipeline-parallel gpt model takes token ids [batch, seq], got " +
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("batch: a pipeline-parallel ") + shape.type + " model takes token ids [batch, seq], got " +
                                              (inputs.defined() ? "shape " + c10::str(inputs.sizes()) : std::string("none")));
     if (inputs.size(0) % m != 0)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: its " + std::to_string(inputs.size(0)) + " rows do not divide into "
@@ -148,7 +137,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     const bool last = s == p - 1; // the loss comes after this stage's last chunk
     const int64_t rows = inputs.size(0) / m;
     const at::TensorOptions wire = params_.empty() ? at::TensorOptions(kWire) : params_.front().options().dtype(kWire);
-    const std::vector<int64_t> hidden{rows, boundary_length(inputs.size(1), false), model_.config().n_embd};
+    const std::vector<int64_t> hidden{rows, boundary_length(inputs.size(1), false), shape.hidden_size};
 
     // Per micro-batch: the activation received (whose gradient goes back), the stage's output (the scaled
     // loss on the last stage) and the gradient received for it; each is dropped once used.
@@ -172,7 +161,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
         case OpKind::Forward:
             model_.select_pipeline_chunk(static_cast<size_t>(op.chunk));
             timed([&] {
-                at::Tensor y = model_.forward_stage(received[i].defined() ? received[i] : inputs.narrow(0, op.micro * rows, rows));
+                at::Tensor y = model_.forward_stage(received[i].defined() ? received[i] : inputs.narrow(0, op.micro * rows, rows), nullptr);
                 if (loss_here) {
                     at::Tensor l = loss(y, labels.narrow(0, op.micro * rows, rows));
                     loss_sum += l.detach().to(at::kDouble).cpu();
@@ -214,24 +203,24 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     return mean.item<double>();
 }
 
-at::Tensor PipelineParallel::forward(const at::Tensor &input, GptKvCache *cache)
+at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
 {
     at::NoGradGuard no_grad;
-    const auto &c = model_.config();
+    const PipelineStageModel::Shape c = model_.pipeline_shape();
     // Checked here on every rank (each holds the same ids), not on the first stage alone: a refusal there would
     // leave the others waiting for its activations.
     if (!input.defined() || (input.scalar_type() != at::kLong && input.scalar_type() != at::kInt) ||
         (input.dim() != 1 && input.dim() != 2) || input.numel() == 0)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: a pipeline-parallel gpt model takes non-empty token ids (int64 or int32) "
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("input: a pipeline-parallel ") + c.type + " model takes non-empty token ids (int64 or int32) "
                                          "[batch, seq] or [seq], got " +
                                              (input.defined() ? c10::str(input.scalar_type(), " ", input.sizes()) : std::string("none")));
     if (auto [lo, hi] = at::aminmax(input); lo.item<int64_t>() < 0 || hi.item<int64_t>() >= c.vocab_size)
         fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(lo.item<int64_t>() < 0 ? lo.item<int64_t>() : hi.item<int64_t>()) +
                                          " is outside [0, " + std::to_string(c.vocab_size) + ")");
     const int64_t past = cache != nullptr ? cache->length() : 0;
-    if (past + input.size(-1) > c.n_positions)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + input.size(-1)) + " positions exceed n_positions " +
-                                             std::to_string(c.n_positions));
+    if (c.max_positions > 0 && past + input.size(-1) > c.max_positions)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + input.size(-1)) + " positions exceed " +
+                                             c.max_positions_key + " " + std::to_string(c.max_positions));
     const int64_t length = boundary_length(input.size(-1), cache != nullptr);
     const bool unbatched = input.dim() == 1;
     const at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
@@ -250,7 +239,7 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, GptKvCache *cache)
             at::Tensor x = piece;
             if (s > 0 || k > 0) {
                 const VirtualStage prev = previous_virtual_stage(s, k, p);
-                x = at::empty({piece.size(0), length, c.n_embd}, at::TensorOptions(kWire).device(device));
+                x = at::empty({piece.size(0), length, c.hidden_size}, at::TensorOptions(kWire).device(device));
                 pp_->recv(x, prev.stage, forward_tag(i * v + prev.chunk));
             }
             model_.select_pipeline_chunk(static_cast<size_t>(k));
@@ -332,8 +321,8 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
                                                    const config::ParallelismConfig &config,
                                                    const config::DistributedDataParallelKwargs *ddp)
 {
-    auto *gpt = dynamic_cast<GptModel *>(&model);
-    if (gpt == nullptr)
+    auto *staged = dynamic_cast<PipelineStageModel *>(&model);
+    if (staged == nullptr)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: pipeline parallelism has a plan for the gpt model only; "
                                       "other model types are not built yet");
     // Everything a config can get wrong is checked before the model changes (the tp split, the cut), so a
@@ -343,22 +332,22 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
     // A model built by stage (stage_init.hpp) is cut as it was built; its other stages' parameters hold nothing.
     const std::shared_ptr<StageAtInit> built = StageAtInit::of(model);
     if (built) built->check_same_cut(p, s, config, mesh.size(distributed::MeshDim::Tp) > 1);
-    const std::vector<std::pair<int64_t, int64_t>> blocks = built ? built->chunks() : stage_chunks(block_costs(*gpt), config, p, s);
+    const std::vector<std::pair<int64_t, int64_t>> blocks = built ? built->chunks() : stage_chunks(staged->block_costs(), config, p, s);
     stage_schedule(config.pp_schedule, s, p, config.num_micro_batches, static_cast<int32_t>(blocks.size()));
     // pp x tp: the whole model split over the stage's tp group first (the cut then keeps this rank's slices; a
     // model built by stage gives the other stages' shapes on meta).
     if (mesh.size(distributed::MeshDim::Tp) > 1) parallel::tp::apply_plan(model, mesh, config.sequence_parallel);
-    gpt->apply_pipeline_stage(blocks, s == 0, s == p - 1);
+    staged->apply_pipeline_stage(blocks, s == 0, s == p - 1);
     if (built) {
         built->release_elsewhere(model);
         model.forward_hooks.reset(); // the pipeline runs it now
     }
-    auto pipeline = std::make_shared<PipelineParallel>(*gpt, group, config.num_micro_batches, config.pp_schedule,
+    auto pipeline = std::make_shared<PipelineParallel>(*staged, group, config.num_micro_batches, config.pp_schedule,
                                                        mesh.group(distributed::MeshDim::Dp), ddp);
     // The model's forward() and generation run through the pipeline while it lives (the accelerator holds it).
     std::weak_ptr<PipelineParallel> weak = pipeline;
-    gpt->set_pipeline_forward(
-        [weak](const at::Tensor &input, GptKvCache *cache) {
+    staged->set_pipeline_forward(
+        [weak](const at::Tensor &input, KvCache *cache) {
             const auto held = weak.lock();
             if (!held) fail(ACCEL_ERR_FAILED_PRECONDITION, "model: a pipeline stage whose accelerator was freed cannot run "
                                                            "the whole model");
@@ -370,7 +359,7 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
 
 std::vector<int32_t> PipelineParallel::owners()
 {
-    const auto &named = model_.named_parameters();
+    const auto &named = model_.stage_model().named_parameters();
     at::Tensor held = at::empty({static_cast<int64_t>(named.size())}, at::kLong);
     for (size_t i = 0; i < named.size(); ++i) held[static_cast<int64_t>(i)] = named[i].second.numel() > 0 ? 1 : 0;
     const std::vector<at::Tensor> holders = pp_->allgather(held);
@@ -387,7 +376,7 @@ std::vector<int32_t> PipelineParallel::owners()
 std::vector<at::Tensor> PipelineParallel::borrow_other_stages(const std::vector<int32_t> &owner)
 {
     at::NoGradGuard no_grad;
-    const auto &named = model_.named_parameters();
+    const auto &named = model_.stage_model().named_parameters();
     std::vector<at::Tensor> borrowed;
     for (size_t i = 0; i < named.size(); ++i) {
         at::Tensor p = named[i].second;
@@ -404,7 +393,7 @@ void PipelineParallel::borrow_optimizer_state(AcceleratedOptimizer &optimizer, c
                                               const std::vector<at::Tensor> &borrowed)
 {
     at::NoGradGuard no_grad;
-    const auto &named = model_.named_parameters();
+    const auto &named = model_.stage_model().named_parameters();
     const std::unordered_set<const c10::TensorImpl *> wanted_set = impls_of(borrowed);
     for (size_t i = 0; i < named.size(); ++i) {
         const at::Tensor &p = named[i].second;

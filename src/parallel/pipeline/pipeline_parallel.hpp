@@ -1,5 +1,5 @@
 // Pipeline parallelism (parallelism_config.pp_size, num_micro_batches, pp_schedule; issue 36): each rank of
-// the pp group holds one stage of a GPT model's blocks (GptModel::apply_pipeline_stage), and train_step runs
+// the pp group holds one stage of a model's blocks (PipelineStageModel::apply_pipeline_stage: gpt, llama), and train_step runs
 // a schedule (schedule.hpp: "gpipe" or "1f1b") over the micro-batches of each batch: activations sent forward
 // and their gradients backward, point to point between neighbouring stages, in an order both sides of a link
 // share (so blocking sends cannot deadlock, and NCCL, which matches by issue order and has no tags, pairs them
@@ -12,6 +12,7 @@
 #pragma once
 
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/stage_model.hpp"
 #include "parallel/wrapper.hpp"
 
 #include <ATen/ATen.h>
@@ -23,8 +24,6 @@
 
 namespace accel {
 class AcceleratedOptimizer;
-class GptModel;
-struct GptKvCache;
 namespace config {
 struct DistributedDataParallelKwargs;
 struct ParallelismConfig;
@@ -51,7 +50,7 @@ class PipelineParallel final : public ParallelWrapper {
 public:
     // dp_group: the stage's data-parallel replicas (null or one rank: none); the stage's parameters are
     // broadcast from its first replica here.
-    PipelineParallel(GptModel &model, std::shared_ptr<distributed::Communicator> pp_group, int32_t num_micro_batches,
+    PipelineParallel(PipelineStageModel &model, std::shared_ptr<distributed::Communicator> pp_group, int32_t num_micro_batches,
                      std::string schedule = "gpipe", std::shared_ptr<distributed::Communicator> dp_group = nullptr,
                      const config::DistributedDataParallelKwargs *ddp = nullptr);
 
@@ -71,7 +70,7 @@ public:
     // `cache` (generation) in one, each stage keeping its own blocks' keys and values. The ids are checked on
     // every rank before anything is sent, so a bad input fails everywhere alike instead of leaving the other
     // stages waiting.
-    at::Tensor forward(const at::Tensor &input, GptKvCache *cache);
+    at::Tensor forward(const at::Tensor &input, KvCache *cache);
     const ScheduleTimes &last_times() const { return times_; }
     int32_t stage() const;
     int32_t num_stages() const;
@@ -105,7 +104,7 @@ private:
     // parallelism), after checking on every rank what the first stage would refuse, so no stage is left waiting.
     int64_t boundary_length(int64_t length, bool cached) const;
 
-    GptModel &model_;
+    PipelineStageModel &model_;
     std::shared_ptr<distributed::Communicator> pp_;
     int32_t micro_batches_;
     std::string schedule_;
@@ -122,7 +121,8 @@ private:
 };
 
 // prepare's step for pp_size > 1: the model's stage cut (pp_split_points or balanced by parameter count)
-// and the wrapper (with DDP over the stage's dp group when it has replicas, `ddp` its options). UNIMPLEMENTED for models other than gpt.
+// and the wrapper (with DDP over the stage's dp group when it has replicas, `ddp` its options). UNIMPLEMENTED for a model that is not a
+// PipelineStageModel (stage_model.hpp).
 std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distributed::DeviceMesh &mesh,
                                                    const config::ParallelismConfig &config,
                                                    const config::DistributedDataParallelKwargs *ddp = nullptr);
