@@ -5,7 +5,7 @@
  * stage's bubble as the pipeline measures it (accel_accelerator_get_parallel_ranks_json's "pipeline": the
  * share of the schedule's wall time outside the stage's computations, averaged over the timed steps). Each
  * step's loss is printed, so the script also checks that the pipeline trains as one process does.
- * Usage: bench_pp_step [T] [batch] [steps] ['<accelerator config JSON>'] */
+ * Usage: [PP_BENCH_VOCAB=V] [PP_BENCH_LAYERS=L] bench_pp_step [T] [batch] [steps] ['<accelerator config JSON>'] */
 #include "bench_common.h"
 
 int main(int argc, char **argv)
@@ -14,12 +14,16 @@ int main(int argc, char **argv)
     const int batch = argc > 2 ? atoi(argv[2]) : 16;
     const int steps = argc > 3 ? atoi(argv[3]) : 4;
     const char *config = argc > 4 ? argv[4] : NULL;
-    enum { VOCAB = 2048 };
+    /* PP_BENCH_VOCAB / PP_BENCH_LAYERS reshape the model: a small vocabulary and more blocks make the stages'
+     * work nearly equal (the last stage's head and loss grow with the vocabulary), which the bubble's theory
+     * assumes. */
+    const char *vocab_env = getenv("PP_BENCH_VOCAB"), *layers_env = getenv("PP_BENCH_LAYERS");
+    const int VOCAB = vocab_env != NULL ? atoi(vocab_env) : 2048, layers = layers_env != NULL ? atoi(layers_env) : 4;
     char spec[320];
     snprintf(spec, sizeof spec,
-             "{\"type\": \"gpt\", \"vocab_size\": %d, \"n_positions\": %d, \"n_embd\": 256, \"n_layer\": 4, \"n_head\": 8,"
+             "{\"type\": \"gpt\", \"vocab_size\": %d, \"n_positions\": %d, \"n_embd\": 256, \"n_layer\": %d, \"n_head\": 8,"
              " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}",
-             VOCAB, T);
+             VOCAB, T, layers);
     const int64_t n = (int64_t)T * batch * (steps + 2) + 1;
     BenchLm lm = bench_prepare_lm(config, spec, "{\"type\": \"sgd\", \"lr\": 0.05}", T, batch, n, VOCAB);
 

@@ -10,7 +10,9 @@
 # measures it (wall time minus its forwards, losses and backwards: waiting on neighbours and the transfers).
 # Also checks that every step's loss equals one process's (within 1e-4: float32 sums in another order).
 # One process gets OMP_NUM_THREADS=1 like each stage, so the comparison is per core.
-# Usage: bash bench/pp_step.sh [BUILD_DIR] [T] [B] [M] [STEPS]
+# VOCAB (default 2048) and LAYERS (4) reshape the model: e.g. 256 and 8 give stages of nearly equal work (the
+# head's share shrinks), the theory's assumption; each stage's busy seconds per step are printed to show the balance.
+# Usage: bash bench/pp_step.sh [BUILD_DIR] [T] [B] [M] [STEPS] [VOCAB] [LAYERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -18,6 +20,7 @@ T=${2:-256}
 B=${3:-16}
 M=${4:-8}
 steps=${5:-4}
+export PP_BENCH_VOCAB=${6:-2048} PP_BENCH_LAYERS=${7:-4}
 source scripts/blas-env.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -28,9 +31,9 @@ for s in gpipe 1f1b interleaved_1f1b; do
   OMP_NUM_THREADS=1 "$build/bin/accel" launch -n 2 --main_process_port 0 "$build/bench/bench_pp_step" "$T" "$B" "$steps" \
     "{\"parallelism_config\": {\"pp_size\": 2, \"num_micro_batches\": $M, \"pp_schedule\": \"$s\"$extra}}" > "$work/$s.txt"
 done
-python3 - "$work" "$T" "$B" "$M" <<'PY'
+python3 - "$work" "$T" "$B" "$M" "$PP_BENCH_LAYERS" <<'PY'
 import re, sys
-work, T, B, M = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+work, T, B, M, layers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 def read(name):
     losses, stats, bubbles = {}, {}, {}
     for line in open(f"{work}/{name}.txt"):
@@ -43,7 +46,7 @@ def read(name):
             stats[int(m.group(1))] = (int(m.group(3)), float(m.group(4)))
         m = re.match(r"rank (\d+) schedule_wall (\S+) schedule_busy (\S+) bubble (\S+)", line)
         if m:
-            bubbles[int(m.group(1))] = float(m.group(4))
+            bubbles[int(m.group(1))] = (float(m.group(4)), float(m.group(3)))
     return losses, stats, bubbles
 one, one_stats, _ = read("one")
 base_act, base_t = one_stats[0]
@@ -52,7 +55,7 @@ print(f"T = {T}, batch {B}, {M} micro-batches: one process {base_t:.3f} s/step, 
 bad = 0
 for s in ("gpipe", "1f1b", "interleaved_1f1b"):
     losses, stats, bubbles = read(s)
-    v = 2 if s == "interleaved_1f1b" else 1
+    v = layers // p if s == "interleaved_1f1b" else 1 # chunks of one block each
     theory = (p - 1) / (v * M + p - 1)
     for k, v in one.items():
         got = losses.get(k, [])
@@ -61,8 +64,9 @@ for s in ("gpipe", "1f1b", "interleaved_1f1b"):
     t = max(st for _, st in stats.values())
     bubble = 1 - (base_t / p) / t
     acts = " / ".join(f"{stats[r][0] / 2**20:.1f}" for r in sorted(stats))
-    per_stage = " / ".join(f"{bubbles[r]:.3f}" for r in sorted(bubbles))
+    per_stage = " / ".join(f"{bubbles[r][0]:.3f}" for r in sorted(bubbles))
+    busy = " / ".join(f"{bubbles[r][1]:.3f}" for r in sorted(bubbles))
     print(f"pp 2 {s:<16}: {t:.3f} s/step = {base_t / t:.2f}x one process's speed; bubble vs one process {bubble:.3f}, "
-          f"per stage {per_stage} (theory {theory:.3f}); activation per stage {acts} MiB; losses equal one process's")
+          f"per stage {per_stage} (theory {theory:.3f}; busy s/step {busy}); activation per stage {acts} MiB; losses equal one process's")
 sys.exit(1 if bad else 0)
 PY
