@@ -223,13 +223,14 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
         fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ": cp_size (" + std::to_string(p.cp_size) + ") with sp_size (" +
                                              std::to_string(p.sp_size) + "): context and Ulysses sequence parallelism "
                                              "are mutually exclusive (as in Accelerate); set cp_size or sp_size to 1");
-    // Pipeline stages compose with DDP (each stage is dp_replicate_size processes) and tensor parallelism (each
-    // stage split over tp_size; src/parallel/pipeline).
-    if (p.pp_size > 1 && (p.dp_shard_size > 1 || p.cp_size > 1 || p.sp_size > 1 || c.sharding.enabled()))
+    // Pipeline stages compose with DDP (each stage is dp_replicate_size processes), tensor parallelism (each
+    // stage split over tp_size) and context or Ulysses parallelism (each stage's sequence split over its cp group;
+    // src/parallel/pipeline).
+    if (p.pp_size > 1 && (p.dp_shard_size > 1 || c.sharding.enabled()))
         fail(ACCEL_ERR_UNIMPLEMENTED, prefix + ".pp_size: " + std::to_string(p.pp_size) + ": pipeline parallelism with "
-                                          "context parallelism (cp_size), Ulysses sequence parallelism (sp_size), "
                                           "dp_shard_size or " + plugin + " is not built yet; it composes with DDP "
-                                          "(dp_replicate_size) and tensor parallelism (tp_size)");
+                                          "(dp_replicate_size), tensor parallelism (tp_size) and context parallelism "
+                                          "(cp_size, sp_size)");
     if (p.dp_shard_size > 1 && !c.sharding.enabled())
         fail(ACCEL_ERR_INVALID_ARGUMENT, prefix + ".dp_shard_size: " + std::to_string(p.dp_shard_size) +
                                              " shards the model, which needs fsdp_plugin or deepspeed_plugin; for "

@@ -40,6 +40,8 @@ def read_rank(path):
             losses[int(f[1])] = float(f[2])
         elif f[0] == "param":
             params[f[1]] = [float(x) for x in f[2:]]
+        elif f[0] == "tokens" and f[1:] == ["refused"]:  # pp x cp: generation refused by name (dist_pp checked it)
+            params["<tokens>"] = "refused"
         elif f[0] in ("logits", "tokens"):  # the trained model's forward and generate: compared as parameters are
             params["<%s>" % f[0]] = [float(x) for x in f[1:]]
     return losses, params
@@ -57,6 +59,8 @@ def train(a, processes, prefix, batch, config, extra=None):
     e["ACCEL_TEST_SAVE_MODEL"] = prefix + ".model"
     e.update(extra or {})
     args = [prog, prefix, str(batch), str(a.steps), json.dumps(config)]
+    if processes > 1 and a.cp > 1:
+        e["ACCEL_TEST_CP"] = "1"
     run(launch_cmd(a, processes) + args if processes > 1 else args, env=e, timeout=a.timeout)
     ranks = Ranks(read_rank("%s.%d.txt" % (prefix, r)) for r in range(processes))
     if a.tp > 1:  # compared through save_model's whole weights, one process's as well
@@ -97,12 +101,12 @@ def check_built_by_stage(a, tmp, what):
     if a.tp > 1:
         return
     whole, = built_elements(os.path.join(tmp, "one"), 1)
-    for rank, n in enumerate(built_elements(os.path.join(tmp, "pp"), a.pp * a.dp)):
+    for rank, n in enumerate(built_elements(os.path.join(tmp, "pp"), a.pp * a.dp * a.cp)):
         if n > whole / a.pp + EMBEDDINGS:
             sys.exit("%s: rank %d built %d parameter elements, more than 1/%d of the whole %d plus the embeddings %d"
                      % (what, rank, n, a.pp, whole, EMBEDDINGS))
     log("%s: elements built per rank %s, one process %d" % (
-        what, built_elements(os.path.join(tmp, "pp"), a.pp * a.dp), whole))
+        what, built_elements(os.path.join(tmp, "pp"), a.pp * a.dp * a.cp), whole))
 
 
 def scenario_equivalence(a, tmp):
@@ -120,14 +124,25 @@ def scenario_equivalence(a, tmp):
                                          "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
     if a.chunks > 1:  # interleaved 1F1B: model chunks per stage
         config["parallelism_config"]["num_virtual_stages_per_pipeline_rank"] = a.chunks
-    what = "pp %d x dp %d x tp %d, %s, %d micro-batches" % (a.pp, a.dp, a.tp, a.schedule, a.micro)
+    if a.cp > 1:  # pp x cp: each stage's sequence over cp processes (sp_size: Ulysses on the same axis)
+        if a.cp_strategy == "ulysses":
+            config["parallelism_config"]["sp_size"] = a.cp
+        else:
+            config["parallelism_config"]["cp_size"] = a.cp
+            config["parallelism_config"]["cp_handler"] = {"cp_comm_strategy": a.cp_strategy}
+    what = "pp %d x dp %d x tp %d x cp %d (%s), %s, %d micro-batches" % (a.pp, a.dp, a.tp, a.cp, a.cp_strategy,
+                                                                         a.schedule, a.micro)
     if a.megatron:
         what = "megatron_lm_plugin (pp_degree %d, tp_degree %d, %d replicas, %d micro-batches), gradient_clipping %g" % (
             a.pp, a.tp, a.dp, a.micro, a.clip)
-    ranks = train(a, a.pp * a.dp * a.tp, os.path.join(tmp, "pp"), a.batch, config)
+    ranks = train(a, a.pp * a.dp * a.tp * a.cp, os.path.join(tmp, "pp"), a.batch, config)
     check_built_by_stage(a, tmp, what)
     got = merged(ranks, what)
     if a.tp > 1:  # the ranks hold their vocabulary columns of the logits: compared through save_model's weights
+        ref_params = {k: v for k, v in ref_params.items() if not k.startswith("<")}
+    if a.cp > 1:  # each rank's logits cover its part of the sequence; generation refused (dist_pp checked it)
+        if got.pop("<tokens>", None) != "refused":
+            sys.exit("%s: generation was not refused" % what)
         ref_params = {k: v for k, v in ref_params.items() if not k.startswith("<")}
     if sorted(got) != sorted(ref_params):
         sys.exit("%s: the stages hold %s, one process %s" % (what, sorted(got), sorted(ref_params)))
@@ -212,6 +227,8 @@ def main():
     ap.add_argument("--micro", type=int, default=2)
     ap.add_argument("--schedule", default="gpipe")
     ap.add_argument("--chunks", type=int, default=1, help="model chunks per stage (interleaved_1f1b)")
+    ap.add_argument("--cp", type=int, default=1, help="cp_size (or sp_size with --cp-strategy ulysses): pp x cp")
+    ap.add_argument("--cp-strategy", default="alltoall", choices=["alltoall", "allgather", "ulysses"])
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--tol", type=float, default=1e-5)

@@ -6,6 +6,7 @@
 #include "distributed/device_mesh.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
+#include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stage_init.hpp"
@@ -109,6 +110,13 @@ int32_t PipelineParallel::num_stages() const { return pp_->size(); }
 
 int64_t PipelineParallel::boundary_length(int64_t length, bool cached) const
 {
+    // pp x cp: `length` is this rank's part of the sequence, which the first stage checks as any cp model does.
+    if (cp_ && cached)
+        fail(ACCEL_ERR_UNIMPLEMENTED, "generation of a pipeline-parallel model under context parallelism "
+                                      "(parallelism_config.cp_size or sp_size > 1 with pp_size > 1) is not built yet: "
+                                      "context parallelism does not split a key/value cache, and the stages cannot set "
+                                      "their cp groups aside as one process does; generate without cp_size / sp_size");
+    if (cp_) parallel::cp::check_model_input(length, false, model_.pipeline_shape().type);
     if (!model_.sequence_parallel()) return length;
     parallel::tp::check_sequence_split(length, cached, tp_->size(), model_.pipeline_shape().type);
     return length / tp_->size();
@@ -218,8 +226,9 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
         fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(lo.item<int64_t>() < 0 ? lo.item<int64_t>() : hi.item<int64_t>()) +
                                          " is outside [0, " + std::to_string(c.vocab_size) + ")");
     const int64_t past = cache != nullptr ? cache->length() : 0;
-    if (c.max_positions > 0 && past + input.size(-1) > c.max_positions)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + input.size(-1)) + " positions exceed " +
+    const int64_t whole = input.size(-1) * (cp_ ? cp_->size() : 1); // under cp the input is this rank's part
+    if (c.max_positions > 0 && past + whole > c.max_positions)
+        fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions exceed " +
                                              c.max_positions_key + " " + std::to_string(c.max_positions));
     const int64_t length = boundary_length(input.size(-1), cache != nullptr);
     const bool unbatched = input.dim() == 1;
@@ -342,8 +351,11 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
         built->release_elsewhere(model);
         model.forward_hooks.reset(); // the pipeline runs it now
     }
+    // Gradients averaged over the stage's dp_cp group: under cp its ranks hold the same rows' other positions,
+    // and the loss's gradient is scaled for that average (context_parallel/loss.hpp), as without a pipeline.
     auto pipeline = std::make_shared<PipelineParallel>(*staged, group, config.num_micro_batches, config.pp_schedule,
-                                                       mesh.group(distributed::MeshDim::Dp), ddp);
+                                                       mesh.group(distributed::MeshDim::DpCp), ddp);
+    if (mesh.size(distributed::MeshDim::Cp) > 1) pipeline->set_context_parallel(mesh.group(distributed::MeshDim::Cp));
     // The model's forward() and generation run through the pipeline while it lives (the accelerator holds it).
     std::weak_ptr<PipelineParallel> weak = pipeline;
     staged->set_pipeline_forward(

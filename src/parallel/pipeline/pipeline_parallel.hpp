@@ -77,6 +77,9 @@ public:
     int32_t chunks() const; // model chunks (virtual stages) this stage holds: 1 unless interleaved
     const std::string &schedule() const { return schedule_; }
     int32_t num_micro_batches() const { return micro_batches_; }
+    // pp x cp: the stage's cp group (its model already under context parallelism), for the checks every rank
+    // makes before sending: the part of the sequence each cp rank holds, and no generation.
+    void set_context_parallel(std::shared_ptr<distributed::Communicator> group) { cp_ = std::move(group); }
 
     void set_require_sync(bool on) override { require_sync_ = on; }
     void finish_backward() override {}
@@ -115,6 +118,7 @@ private:
     std::vector<at::Tensor> params_; // this stage's (non-empty) parameters
     std::shared_ptr<distributed::Communicator> tp_; // the stage's tp group under pp x tp, else null
     std::vector<at::Tensor> tp_split_;              // the parameters of params_ split over tp_
+    std::shared_ptr<distributed::Communicator> cp_; // the stage's cp group under pp x cp, else null
     at::Tensor tied_;                // the token embedding on the first and last stage when the head is tied
     bool require_sync_ = true;
     ScheduleTimes times_;

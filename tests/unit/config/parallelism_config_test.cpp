@@ -171,8 +171,14 @@ TEST_F(ParallelismConfigTest, UnbuiltDimensionsAreUnimplementedByName)
                                  "{\"sequence_parallel\": true}}}");
     EXPECT_EQ(c.parallelism.tp_size, 2);
     EXPECT_TRUE(c.parallelism.sequence_parallel);
-    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"cp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.pp_size: 2: pipeline parallelism with context parallelism (cp_size)");
+    // ... and context or Ulysses parallelism inside each stage (pp x cp, pp x sp, with tp and dp too).
+    c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"cp_size\": 2, \"cp_handler\": "
+                                 "{\"cp_comm_strategy\": \"alltoall\"}}}");
+    EXPECT_EQ(c.parallelism.cp_size, 2);
+    EXPECT_EQ(c.parallelism.sequence_strategy(), "alltoall");
+    c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"sp_size\": 2}}");
+    EXPECT_EQ(c.parallelism.sequence_strategy(), "ulysses");
+    EXPECT_EQ(c.parallelism.pp_size * c.parallelism.sequence_parallel_size(), 4);
     // Interleaved 1F1B takes its chunks per stage by Megatron's names (either implies the schedule); the
     // blocks per chunk meet the model at prepare (PipelineStages.ChunksPerStage).
     c = parse_accelerator_config("{\"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"pp_schedule\": "

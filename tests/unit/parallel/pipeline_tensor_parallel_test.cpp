@@ -5,13 +5,21 @@
 // process trains the whole model: the losses every rank reports, the clipped norms and each rank's slices of
 // the final weights within 1e-5 relative. The whole model's forward through the stages (prepare_pippy's) gives
 // every rank its vocabulary columns of one process's logits.
+// Pipeline parallelism composed with context parallelism (pp x cp, pp x sp) the same way: each stage's attention
+// over its cp group (ring and all-gather strategies, Ulysses), each cp rank of a stage sending its part of the
+// sequence to the same cp rank of the next, the batch split as the prepared loader splits it (padded when its
+// length is not a multiple of 2 x cp), gradients averaged over the stage's dp_cp group; also with tp and dp.
+#include "catch_error.hpp"
 #include "config/parallelism_config.hpp"
+#include "data_loader/dataset.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "distributed/thread_communicator.hpp"
 #include "model/gpt_model.hpp"
 #include "model/model.hpp"
 #include "ops/loss.hpp"
+#include "parallel/context_parallel/plan.hpp"
+#include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
@@ -27,6 +35,7 @@
 #include <vector>
 
 namespace dist = accel::distributed;
+namespace cp = accel::parallel::cp;
 namespace pp = accel::parallel::pp;
 namespace tp = accel::parallel::tp;
 
@@ -43,12 +52,16 @@ std::string gpt_json(int64_t layers, bool tied)
 struct Layout {
     std::string schedule = "gpipe";
     int32_t pp = 2, tp = 2, dp = 1;
+    int32_t cp = 1;                     // > 1: context parallelism over that many ranks of each stage
+    std::string cp_strategy = "alltoall"; // or "allgather", or "ulysses" (sp_size)
+    int64_t seq = kSeq;                 // the batch's sequence length (padded to a multiple of 2 x cp)
     int64_t layers = 4, micro = 2;
     int32_t chunks = 1; // > 1: interleaved, that many chunks per stage
     bool tied = true, sequence_parallel = false;
     std::string describe() const
     {
         return schedule + ", pp " + std::to_string(pp) + " x tp " + std::to_string(tp) + " x dp " + std::to_string(dp) +
+               " x cp " + std::to_string(cp) + " (" + cp_strategy + ", T " + std::to_string(seq) + ")" +
                (sequence_parallel ? " (sequence parallel)" : "") + ", " + std::to_string(layers) + " layers, " +
                (tied ? "tied" : "untied") + ", " + std::to_string(micro) + " micro-batches of " + std::to_string(chunks) + " chunks";
     }
@@ -65,7 +78,7 @@ void check_training(const Layout &l)
 {
     SCOPED_TRACE(l.describe());
     const std::string json = gpt_json(l.layers, l.tied);
-    const int32_t world = l.pp * l.tp * l.dp;
+    const int32_t world = l.pp * l.tp * l.dp * l.cp;
     std::vector<std::shared_ptr<accel::Model>> models;
     for (int32_t r = 0; r <= world; ++r) { // the same seed: every rank starts from one process's weights
         at::manual_seed(41);
@@ -74,8 +87,8 @@ void check_training(const Layout &l)
     }
     constexpr double kClip = 0.05;
     at::manual_seed(42);
-    at::Tensor ids = at::randint(0, kVocab, {kSteps, kAccum, kRows, kSeq}, at::kLong);
-    at::Tensor labels = at::randint(0, kVocab, {kSteps, kAccum, kRows, kSeq}, at::kLong);
+    at::Tensor ids = at::randint(0, kVocab, {kSteps, kAccum, kRows, l.seq}, at::kLong);
+    at::Tensor labels = at::randint(0, kVocab, {kSteps, kAccum, kRows, l.seq}, at::kLong);
     const accel::Loss causal(accel::LossKind::CausalLm);
 
     auto &ref = *models.back();
@@ -99,7 +112,7 @@ void check_training(const Layout &l)
     }
 
     dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
-        dist::DeviceMesh mesh(dist::mesh_shape(l.dp, 1, 1, l.tp, l.pp), comm);
+        dist::DeviceMesh mesh(dist::mesh_shape(l.dp, 1, l.cp, l.tp, l.pp), comm);
         auto &m = *models[static_cast<size_t>(comm->rank())];
         const int64_t rows = kRows / l.dp, first_row = mesh.rank_in(dist::MeshDim::Dp) * rows; // this replica's share
         accel::config::ParallelismConfig config;
@@ -111,13 +124,23 @@ void check_training(const Layout &l)
         config.sequence_parallel = l.sequence_parallel;
         if (l.chunks > 1) config.num_virtual_stages_per_pipeline_rank = l.chunks;
         auto opt = adamw(m.parameters()); // made before prepare, as a user's optimizer may be
+        if (l.cp > 1) cp::prepare_context_parallel(m, mesh, l.cp_strategy); // before the pipeline, as prepare does
         auto pipeline = pp::prepare_pipeline(m, mesh, config);
+        // This rank's rows of a batch, and under cp its part of their sequence (what the prepared loader yields).
+        auto mine = [&](const at::Tensor &inputs, const at::Tensor &targets) {
+            accel::Batch b;
+            b.inputs = inputs.narrow(0, first_row, rows);
+            b.labels = targets.narrow(0, first_row, rows);
+            cp::split_batch(b, mesh);
+            return b;
+        };
         const accel::Loss loss(accel::LossKind::CausalLm);
         for (int s = 0; s < kSteps; ++s) {
             for (int k = 0; k < kAccum; ++k) {
                 pipeline->set_require_sync(k == kAccum - 1);
+                const accel::Batch b = mine(ids[s][k], labels[s][k]);
                 const double got = pipeline->run(
-                    ids[s][k].narrow(0, first_row, rows), labels[s][k].narrow(0, first_row, rows),
+                    b.inputs, b.labels,
                     [&](const at::Tensor &out, const at::Tensor &y) { return accel::compute_loss(loss, out, y); },
                     [](const at::Tensor &x) { return x / static_cast<double>(kAccum); });
                 const double want = ref_losses[static_cast<size_t>(s * kAccum + k)];
@@ -148,17 +171,25 @@ void check_training(const Layout &l)
                 << name << " after training (rank " << comm->rank() << ")";
         }
         EXPECT_GT(held, 0);
-        EXPECT_FALSE(plan.empty());
+        EXPECT_EQ(plan.empty(), l.tp == 1);
         // The whole model's forward through the stages: on every rank its vocabulary columns of the logits,
-        // marked so that the loss takes the vocabulary-parallel cross-entropy.
+        // marked so that the loss takes the vocabulary-parallel cross-entropy; under cp those of its part of the
+        // sequence, marked so that the loss is the whole sequence's.
         if (l.dp == 1) {
             at::NoGradGuard no_grad;
-            const at::Tensor logits = m.forward(probe);
+            accel::Batch b; // split as the loader would
+            b.inputs = probe;
+            b.labels = labels[0][0];
+            cp::split_batch(b, mesh);
+            const at::Tensor logits = m.forward(b.inputs);
             const int64_t columns = logits.size(-1), start = t * columns;
             const int64_t valid = std::min<int64_t>(columns, kVocab - start);
-            const double diff = (logits.narrow(-1, 0, valid) - ref_logits.narrow(-1, start, valid)).abs().max().item<double>();
-            EXPECT_LE(diff, 1e-5 * std::max(1.0, ref_logits.abs().max().item<double>())) << "logits, rank " << comm->rank();
-            const double got = accel::compute_loss(loss, logits, labels[0][0]).item<double>();
+            if (l.seq % (2 * l.cp) == 0) { // no padding: this rank's positions of one process's logits
+                const at::Tensor want = cp::shard_sequence(ref_logits, 1, mesh.rank_in(dist::MeshDim::Cp), l.cp);
+                const double diff = (logits.narrow(-1, 0, valid) - want.narrow(-1, start, valid)).abs().max().item<double>();
+                EXPECT_LE(diff, 1e-5 * std::max(1.0, ref_logits.abs().max().item<double>())) << "logits, rank " << comm->rank();
+            }
+            const double got = accel::compute_loss(loss, logits, b.labels).item<double>();
             const double want = accel::compute_loss(loss, ref_logits, labels[0][0]).item<double>();
             EXPECT_NEAR(got, want, 1e-5 * want) << "forward's loss, rank " << comm->rank();
         }
@@ -208,6 +239,94 @@ TEST(PipelineTensorParallel, WithDataParallelReplicasEqualsOneProcess)
     l.schedule = "1f1b";
     l.dp = 2;
     check_training(l);
+}
+
+// pp 2 x cp 2: each stage's attention over its cp group (ring, then all-gathered K/V), GPipe and 1F1B.
+TEST(PipelineContextParallel, RingAndAllGatherEqualOneProcess)
+{
+    Layout l;
+    l.tp = 1;
+    l.cp = 2;
+    check_training(l);
+    l.schedule = "1f1b";
+    l.micro = 4;
+    l.cp_strategy = "allgather";
+    l.tied = false;
+    l.layers = 3;
+    check_training(l);
+}
+
+// pp 2 x sp 2: Ulysses' all-to-all to head shards on the same mesh axis, GPipe and 1F1B.
+TEST(PipelineContextParallel, UlyssesEqualsOneProcess)
+{
+    Layout l;
+    l.tp = 1;
+    l.cp = 2;
+    l.cp_strategy = "ulysses";
+    check_training(l);
+    l.schedule = "1f1b";
+    check_training(l);
+}
+
+// A length that is not a multiple of 2 x cp (7 of cp 2) is padded at its end (labels ignored): still one
+// process's training; and the interleaved schedule.
+TEST(PipelineContextParallel, PaddedLengthAndInterleavedEqualOneProcess)
+{
+    Layout l;
+    l.tp = 1;
+    l.cp = 2;
+    l.seq = 7;
+    l.schedule = "1f1b";
+    check_training(l);
+    l.seq = kSeq;
+    l.schedule = "interleaved_1f1b";
+    l.chunks = 2;
+    check_training(l);
+}
+
+// The whole mesh: pp 2 x cp 2 x tp 2, and pp 2 x cp 2 x dp_replicate 2 (DDP over dp_cp of each stage).
+TEST(PipelineContextParallel, WithTensorParallelAndReplicasEqualsOneProcess)
+{
+    Layout l;
+    l.cp = 2;
+    l.schedule = "1f1b";
+    check_training(l);
+    l.tp = 1;
+    l.dp = 2;
+    check_training(l);
+}
+
+// What pp x cp refuses, on every rank before anything is sent (no stage is left waiting): generation (cp
+// does not split a key/value cache), and a local part that is not two equal chunks (a batch not split by the
+// loader).
+TEST(PipelineContextParallel, RefusesOnEveryRank)
+{
+    const std::string json = gpt_json(2, true);
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (int r = 0; r < 4; ++r) models.push_back(accel::make_model_from_json(json.c_str()));
+    dist::run_on_threads(4, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 1, 2), comm);
+        auto &m = *models[static_cast<size_t>(comm->rank())];
+        cp::prepare_context_parallel(m, mesh, "alltoall");
+        accel::config::ParallelismConfig config;
+        config.pp_size = 2;
+        auto pipeline = pp::prepare_pipeline(m, mesh, config);
+        at::Tensor ids = at::randint(0, kVocab, {2, 4}, at::kLong);
+        accel::GptKvCache cache;
+        const accel::Error e = catch_error([&] { dynamic_cast<accel::GptModel &>(m).forward_cached(ids, cache); });
+        EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED);
+        EXPECT_NE(std::string(e.what()).find("cp_size"), std::string::npos) << e.what();
+        const accel::Loss loss(accel::LossKind::CausalLm);
+        EXPECT_EQ(catch_error([&] {
+                      pipeline->run(
+                          ids.narrow(1, 0, 3), ids.narrow(1, 0, 3),
+                          [&](const at::Tensor &o, const at::Tensor &y) { return accel::compute_loss(loss, o, y); },
+                          [](const at::Tensor &x) { return x; });
+                  }).code(),
+                  ACCEL_ERR_INVALID_ARGUMENT);
+        EXPECT_EQ(catch_error([&] { m.forward(at::cat({ids, ids}, 1)); }).code(), ACCEL_ERR_INVALID_ARGUMENT); // 16 > 8 positions
+        comm->barrier();
+    });
 }
 
 } // namespace
