@@ -280,24 +280,34 @@ void Accelerator::prepare_model(Model &model)
         if (sharded_of(model) == nullptr) {
             if (model.prepared_by != nullptr)
                 fail(ACCEL_ERR_FAILED_PRECONDITION, "model: already prepared");
-            // tp_size > 1 (Accelerate's 2D: FSDP over dp_shard, TP over tp): the plan narrows the model first, then
-            // the engine shards each rank's slices over dp_shard_cp.
-            const bool tp = state_->mesh->size(distributed::MeshDim::Tp) > 1;
-            const std::vector<at::Tensor> tp_split = tp ? parallel::tp::apply_plan(model, *state_->mesh,
-                                                                                     state_->config.parallelism.sequence_parallel)
-                                                        : std::vector<at::Tensor>{};
-            auto engine = std::make_shared<parallel::ShardedDataParallel>(model, *state_->mesh, state_->config.sharding);
-            if (tp) engine->set_tensor_parallel(state_->mesh->group(distributed::MeshDim::Tp), tp_split);
+            std::shared_ptr<parallel::ParallelWrapper> wrapper;
+            const bool pipelined = state_->mesh->size(distributed::MeshDim::Pp) > 1;
+            if (pipelined) {
+                // pp x sharding: the stage cut first, then the engine over the stage's parameters, inside the
+                // pipeline (which runs its backward passes; parallel/pipeline/pipeline_parallel.hpp).
+                wrapper = parallel::pp::prepare_pipeline(model, *state_->mesh, state_->config.parallelism, nullptr,
+                                                         &state_->config.sharding);
+            } else {
+                // tp_size > 1 (Accelerate's 2D: FSDP over dp_shard, TP over tp): the plan narrows the model first,
+                // then the engine shards each rank's slices over dp_shard_cp.
+                const bool tp = state_->mesh->size(distributed::MeshDim::Tp) > 1;
+                const std::vector<at::Tensor> tp_split = tp ? parallel::tp::apply_plan(model, *state_->mesh,
+                                                                                         state_->config.parallelism.sequence_parallel)
+                                                            : std::vector<at::Tensor>{};
+                auto engine = std::make_shared<parallel::ShardedDataParallel>(model, *state_->mesh, state_->config.sharding);
+                if (tp) engine->set_tensor_parallel(state_->mesh->group(distributed::MeshDim::Tp), tp_split);
+                wrapper = engine;
+            }
             if (state_->config.sharding.activation_checkpointing) {
                 try {
-                    model.set_activation_checkpointing(engine->checkpointed_layers());
+                    model.set_activation_checkpointing(wrapper->sharded()->checkpointed_layers());
                 } catch (const Error &e) {
-                    engine->release(model); // the model as it was
+                    if (!pipelined) wrapper->release(model); // the model as it was (a stage stays cut)
                     fail(e.code(), std::string("fsdp_plugin.") + e.what());
                 }
             }
-            engine->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
-            wrappers_.emplace_back(&model, engine);
+            wrapper->set_require_sync(!state_->in_accumulate || state_->gradient.sync_gradients());
+            wrappers_.emplace_back(&model, wrapper);
             share_found_inf(*state_);
             for (const auto &o : optimizers_)
                 if (o->model().get() == &model) shard_optimizer(o);

@@ -294,6 +294,7 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
 {
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
+    for (const auto &m : models_) parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "save_state");
     auto engine_of = [this](const Model &m) { return sharded_of(m); };
     // A pipeline's stages filled in first (under pp x tp each rank's tp slices of them), then gathered over tp.
     const auto pp_whole = whole_pipeline_models(models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, true);
@@ -421,6 +422,7 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
 {
     profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
+    for (const auto &m : models_) parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "load_state");
     const auto &project = state_->config.project;
     const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
     // Accelerate loads into what is prepared and ignores the rest: with nothing prepared, a folder's weights
@@ -655,6 +657,7 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
     const std::string dir = normalize_path(save_directory);
     if (exists(dir) && !is_dir(dir))
         fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");
+    parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(model), "save_model");
     // A sharded model's weights are gathered whole first (every rank calls save_model, as in Accelerate).
     std::unique_ptr<SummonWhole> whole;
     if (auto *e = sharded_of(model)) whole = std::make_unique<SummonWhole>(std::vector<parallel::ShardedDataParallel *>{e});

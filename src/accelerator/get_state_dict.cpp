@@ -68,6 +68,7 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
     if (model.prepared_by != nullptr && model.prepared_by != state_)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "model: prepared by another accelerator");
     parallel::ParallelWrapper *wrapper = wrapper_of(model);
+    parallel::pp::refuse_sharded_stage_checkpoint(wrapper, "get_state_dict");
     parallel::ShardedDataParallel *engine = wrapper != nullptr ? wrapper->sharded() : nullptr;
     const bool rank0_only = options.rank0_only.value_or(engine != nullptr && rank0_only_by_default(config().sharding));
     // unwrap=False: the keys of the wrapped module. Only DDP renames them ("module."); FSDP's FULL_STATE_DICT

@@ -88,6 +88,7 @@ struct ShardedDataParallel::Impl {
         at::Tensor reduced;                // what that reduction produced (written on the queue's thread)
         bool gathered = true;              // `full` has memory (its all-gather may still be queued)
         size_t pending = 0;
+        int32_t passes_left = 0; // backward passes over it still to come in this backward (set_pipeline's micro-batches)
         bool done = false; // its gradients were handled in this backward
         bool keep = false; // stays gathered from its forward to its backward (stage3_max_reuse_distance)
         std::vector<FrozenFlat> frozen; // its layer's frozen parameters, sharded: gathered and freed with it
@@ -105,6 +106,11 @@ struct ShardedDataParallel::Impl {
     std::shared_ptr<distributed::Communicator> comm, replicas, data;
     // Tensor parallelism inside the engine (set_tensor_parallel): the tp group; null without.
     std::shared_ptr<distributed::Communicator> tp;
+    // A pipeline stage (set_pipeline): the pp group its gradient norm is summed over, the backward passes (micro-
+    // batches) of one backward, and the parameter another stage counts in the norm (the last stage's tied embedding).
+    std::shared_ptr<distributed::Communicator> pp;
+    int32_t passes = 1;
+    at::Tensor counted_elsewhere;
     int32_t world = 1, rank = 0, total_world = 1;
     std::vector<Param> params;
     std::vector<Unit> units;
@@ -391,9 +397,22 @@ struct ShardedDataParallel::Impl {
         bucket_numel = 0;
         for (auto &u : units) {
             u.pending = u.params.size();
+            u.passes_left = passes;
             u.done = false;
         }
         active = true;
+    }
+
+    // One more of unit u's gradients is in. After a pass's last, the unit's gradients are final when it was the
+    // last pass; before that (a pipeline stage's micro-batches) they accumulate locally and its buffer is freed
+    // as after its forward, since the next pass's backward hook gathers it again. Not the root's (no hook gathers
+    // it: it stays gathered through a step), nor any without reshard_after_forward (kept forward to backward).
+    void gradient_in(Unit &u)
+    {
+        if (u.pending == 0 || --u.pending > 0) return;
+        if (--u.passes_left <= 0) return unit_ready(u);
+        u.pending = u.params.size();
+        if (!u.root && cfg.reshard_after_forward && (!u.input_hooked || u.input_done)) reshard(u);
     }
 
     // Every gradient of unit u is final for this backward.
@@ -551,8 +570,7 @@ struct ShardedDataParallel::Impl {
                     if (auto impl = weak.lock()) {
                         distributed::CollectivePurpose purpose(distributed::kShardedBackward);
                         if (!impl->active) impl->reset_backward();
-                        auto &u = impl->units[impl->params[i].unit];
-                        if (u.pending > 0 && --u.pending == 0) impl->unit_ready(u);
+                        impl->gradient_in(impl->units[impl->params[i].unit]);
                     }
                     return outputs;
                 }));
@@ -850,9 +868,11 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
     const auto &named = model.named_parameters();
     std::vector<size_t> layer_of = model.parameter_layers();
     const std::vector<std::string> types = model.layer_types();
+    // A pipeline stage's model holds the other stages' parameters emptied (zero elements): nothing to shard.
+    const auto shards = [](const at::Tensor &t) { return t.requires_grad() && t.numel() > 0; };
     for (size_t i = 0; i < named.size(); ++i) {
         const at::Tensor &t = named[i].second;
-        if (!t.requires_grad()) continue;
+        if (!shards(t)) continue;
         if (t.scalar_type() != at::kFloat)
             fail(ACCEL_ERR_UNIMPLEMENTED, key + ": sharding needs float32 parameters; " + named[i].first + " is " +
                                               c10::toString(t.scalar_type()));
@@ -870,7 +890,7 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
     {
         size_t k = 0;
         for (size_t i = 0; i < named.size(); ++i)
-            if (named[i].second.requires_grad()) param_layer.push_back(layer_of.empty() ? 0 : layer_of[i]), ++k;
+            if (shards(named[i].second)) param_layer.push_back(layer_of.empty() ? 0 : layer_of[i]), ++k;
     }
     const std::string &policy = config.auto_wrap_policy;
     std::vector<bool> wrapped(types.size(), false);
@@ -1070,6 +1090,31 @@ void ShardedDataParallel::finish_backward()
 {
     distributed::CollectivePurpose purpose(distributed::kShardedBackward);
     impl_->finish();
+}
+
+void ShardedDataParallel::set_pipeline(std::shared_ptr<distributed::Communicator> pp, int32_t passes,
+                                       at::Tensor counted_elsewhere)
+{
+    if (passes < 1) fail(ACCEL_ERR_INTERNAL, "sharding: a backward of " + std::to_string(passes) + " passes");
+    impl_->pp = std::move(pp);
+    impl_->passes = passes;
+    impl_->counted_elsewhere = std::move(counted_elsewhere);
+}
+
+void ShardedDataParallel::reduce_accumulated()
+{
+    distributed::CollectivePurpose purpose(distributed::kShardedBackward);
+    Impl &s = *impl_;
+    const bool sync = s.require_sync;
+    s.require_sync = true;
+    try {
+        s.reset_backward(); // a synchronised backward in which no gradient arrives: every unit reduced as it stands
+        s.finish();
+    } catch (...) {
+        s.require_sync = sync;
+        throw;
+    }
+    s.require_sync = sync;
 }
 
 void ShardedDataParallel::abort_backward()
@@ -1328,37 +1373,46 @@ double ShardedDataParallel::clip_grad_norm(double max_norm, double norm_type, bo
     Impl &s = *impl_;
     s.drain(); // collectives of the training thread only run with nothing queued
     at::NoGradGuard no_grad;
-    std::vector<at::Tensor> grads;
-    for (auto &u : s.units)
-        if (u.shard.grad().defined()) grads.push_back(u.shard.grad());
-    const bool across = s.shard_world() > 1;
-    at::Tensor total;
-    if (s.tp && s.tp->size() > 1) {
-        // Each parameter's piece of this rank's shard (shards are contiguous ranges of the unit's buffer).
-        std::vector<std::pair<at::Tensor, bool>> pieces;
+    // Each parameter's piece of this rank's shard (shards are contiguous ranges of the unit's buffer), but the one
+    // another pipeline stage counts.
+    const auto pieces = [&s] {
+        std::vector<std::pair<at::Tensor, bool>> out;
         for (auto &u : s.units) {
             if (!u.shard.grad().defined()) continue;
             const int64_t lo = s.rank_in_shard() * u.shard_numel, hi = lo + u.shard_numel;
             for (size_t i : u.params) {
                 const auto &p = s.params[i];
                 const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-                if (b > a) pieces.emplace_back(u.shard.grad().narrow(0, a - lo, b - a), p.tp_split);
+                if (b > a && !p.tensor.is_same(s.counted_elsewhere))
+                    out.emplace_back(u.shard.grad().narrow(0, a - lo, b - a), p.tp_split);
             }
         }
-        total = tensor_parallel_norm(pieces, norm_type, across ? s.comm.get() : nullptr, *s.tp);
+        return out;
+    };
+    std::vector<at::Tensor> grads;
+    if (s.counted_elsewhere.defined())
+        for (const auto &piece : pieces()) grads.push_back(piece.first);
+    else
+        for (auto &u : s.units)
+            if (u.shard.grad().defined()) grads.push_back(u.shard.grad());
+    const bool across = s.shard_world() > 1;
+    at::Tensor total;
+    if (s.tp && s.tp->size() > 1) {
+        total = tensor_parallel_norm(pieces(), norm_type, across ? s.comm.get() : nullptr, *s.tp);
     } else if (std::isinf(norm_type)) {
         total = at::zeros({}, at::kFloat);
         for (const auto &g : grads) total = at::maximum(total, g.abs().max());
-        if (across) {
-            at::Tensor t = total.reshape({1}).clone();
-            s.comm->allreduce(t, distributed::ReduceOp::Max);
-            total = t.reshape({});
-        }
+        at::Tensor t = total.reshape({1}).clone();
+        if (across) s.comm->allreduce(t, distributed::ReduceOp::Max);
+        if (s.pp) s.pp->allreduce(t, distributed::ReduceOp::Max); // every pipeline stage's
+        total = t.reshape({});
     } else {
-        // sum over shards of |g|^p, all-reduced, then the p-th root: the norm of the whole gradient.
+        // sum over shards of |g|^p, all-reduced (and over the pipeline's stages), then the p-th root: the norm of
+        // the whole gradient.
         at::Tensor acc = at::zeros({1}, at::kDouble);
         for (const auto &g : grads) acc += at::norm(g, norm_type).to(at::kDouble).pow(norm_type);
         if (across) s.comm->allreduce(acc, distributed::ReduceOp::Sum);
+        if (s.pp) s.pp->allreduce(acc, distributed::ReduceOp::Sum);
         total = acc.pow(1.0 / norm_type).to(at::kFloat).reshape({});
     }
     if (clip) {

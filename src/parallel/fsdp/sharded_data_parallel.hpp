@@ -60,6 +60,15 @@ public:
     // After loss.backward(): reduces what the hooks have not (unused parameters) and frees buffers.
     void finish_backward() override;
     void abort_backward() override;
+    // A pipeline stage's engine (pipeline parallelism x sharding): each backward until finish_backward is `passes`
+    // passes over the units (the schedule's micro-batches), whose gradients are final after the last;
+    // clip_grad_norm sums its part over `pp` (every stage's), leaving out `counted_elsewhere` (undefined: none;
+    // the last stage's copy of the tied embedding, which the first stage counts).
+    void set_pipeline(std::shared_ptr<distributed::Communicator> pp, int32_t passes, at::Tensor counted_elsewhere);
+    // After backwards without sync (finish_backward done): reduces the gradients accumulated locally, as a
+    // synchronised backward in which no new gradient arrives would, whatever set_require_sync says (collective
+    // over the data-parallel processes).
+    void reduce_accumulated();
     // The tensors the optimizer steps (one shard per unit, gradients attached on sync steps), and how they
     // map onto the model's parameters (for state dicts in the unsharded layout).
     std::vector<at::Tensor> optimizer_params() const;

@@ -8,6 +8,7 @@
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/ddp.hpp"
+#include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stage_init.hpp"
 #include "parallel/pipeline/stages.hpp"
@@ -62,6 +63,15 @@ at::Tensor from_owner(distributed::Communicator &group, const at::Tensor &mine, 
                                                           at::TensorOptions(static_cast<at::ScalarType>(h[1])).device(device));
     group.broadcast(values, owner);
     return values;
+}
+
+// One stage forward inside the model's forward hooks, as a whole model's forward runs in them (pp x sharding: the
+// engine gathers its root unit before, and its outputs leave in float32); `model` null: none.
+template <class F> at::Tensor hooked(Model *model, const at::Tensor &x, F &&forward)
+{
+    ForwardHooks *hooks = model != nullptr ? model->forward_hooks.get() : nullptr;
+    if (hooks == nullptr) return forward(x);
+    return hooks->after_forward(forward(hooks->before_forward(x)));
 }
 
 // The tensor objects of `tensors`, for membership tests in one lookup each (a model's parameters against a list
@@ -169,7 +179,8 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
         case OpKind::Forward:
             model_.select_pipeline_chunk(static_cast<size_t>(op.chunk));
             timed([&] {
-                at::Tensor y = model_.forward_stage(received[i].defined() ? received[i] : inputs.narrow(0, op.micro * rows, rows), nullptr);
+                at::Tensor y = hooked(hooked_, received[i].defined() ? received[i] : inputs.narrow(0, op.micro * rows, rows),
+                                      [this](const at::Tensor &x) { return model_.forward_stage(x, nullptr); });
                 if (loss_here) {
                     at::Tensor l = loss(y, labels.narrow(0, op.micro * rows, rows));
                     loss_sum += l.detach().to(at::kDouble).cpu();
@@ -203,7 +214,10 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
         }
     }
     if (dp_ && require_sync_) dp_->finish_backward(); // the stage's gradients averaged over its replicas
+    if (engine_) engine_->finish_backward(); // the units back to shards, the gradients summed locally
     if (require_sync_) sync_tied_gradient();
+    // Sharded: reduced after the tied embedding's exchange (each stage's shards of it would not line up).
+    if (engine_ && require_sync_) engine_->reduce_accumulated();
     at::Tensor mean = (loss_sum / static_cast<double>(m)).reshape({1});
     pp_->broadcast(mean, p - 1); // every rank reports the loss
     times_.wall = distributed::now_seconds() - start;
@@ -252,7 +266,7 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
                 pp_->recv(x, prev.stage, forward_tag(i * v + prev.chunk));
             }
             model_.select_pipeline_chunk(static_cast<size_t>(k));
-            at::Tensor y = model_.forward_stage(x, cache);
+            at::Tensor y = hooked(hooked_, x, [this, cache](const at::Tensor &in) { return model_.forward_stage(in, cache); });
             if (s == p - 1 && k == v - 1) logits.push_back(y);
             else pp_->send(y.to(kWire).contiguous(), next_virtual_stage(s, k, p).stage, forward_tag(i * v + k));
         }
@@ -300,6 +314,7 @@ std::vector<at::Tensor> PipelineParallel::counted_parameters() const
 // scales its gradients alike.
 double PipelineParallel::clip_grad_norm(double max_norm, double norm_type, bool clip)
 {
+    if (engine_) return engine_->clip_grad_norm(max_norm, norm_type, clip); // summed over the stages (shard_with)
     at::NoGradGuard no_grad;
     const bool inf = std::isinf(norm_type);
     const std::vector<at::Tensor> counted = counted_parameters();
@@ -322,13 +337,37 @@ double PipelineParallel::clip_grad_norm(double max_norm, double norm_type, bool 
     return total;
 }
 
-void PipelineParallel::clip_grad_value(double clip_value) { whole_clip_grad_value(params_, clip_value); }
+void PipelineParallel::clip_grad_value(double clip_value)
+{
+    if (engine_) return engine_->clip_grad_value(clip_value);
+    whole_clip_grad_value(params_, clip_value);
+}
 
-WrapperMemory PipelineParallel::memory() const { return whole_memory(params_); }
+WrapperMemory PipelineParallel::memory() const { return engine_ ? engine_->memory() : whole_memory(params_); }
+
+void PipelineParallel::shard_with(std::shared_ptr<ShardedDataParallel> engine, Model &model)
+{
+    if (dp_) fail(ACCEL_ERR_INTERNAL, "pipeline: a stage under both DDP and the sharding engine");
+    engine_ = std::move(engine);
+    hooked_ = &model;
+    // The clipping norm: every stage's part, the tied embedding counted on the first stage only.
+    engine_->set_pipeline(pp_, static_cast<int32_t>(micro_batches_), tied_.defined() && stage() != 0 ? tied_ : at::Tensor());
+    engine_->set_require_sync(false); // run() reduces once the schedule is over
+}
+
+void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string &what)
+{
+    if (wrapper == nullptr || wrapper->pipeline() == nullptr || wrapper->sharded() == nullptr) return;
+    fail(ACCEL_ERR_UNIMPLEMENTED, what + ": checkpoints of a pipeline-parallel model (parallelism_config.pp_size > 1) "
+                                         "under fsdp_plugin or deepspeed_plugin are not built yet (no state_dict_type gathers "
+                                         "a stage's shards under the whole model's names); under DDP over each stage "
+                                         "(dp_replicate_size) they are");
+}
 
 std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distributed::DeviceMesh &mesh,
                                                    const config::ParallelismConfig &config,
-                                                   const config::DistributedDataParallelKwargs *ddp)
+                                                   const config::DistributedDataParallelKwargs *ddp,
+                                                   const config::ShardingConfig *sharding)
 {
     auto *staged = dynamic_cast<PipelineStageModel *>(&model);
     if (staged == nullptr)
@@ -353,8 +392,12 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
     }
     // Gradients averaged over the stage's dp_cp group: under cp its ranks hold the same rows' other positions,
     // and the loss's gradient is scaled for that average (context_parallel/loss.hpp), as without a pipeline.
+    const bool sharded = sharding != nullptr && sharding->enabled();
     auto pipeline = std::make_shared<PipelineParallel>(*staged, group, config.num_micro_batches, config.pp_schedule,
-                                                       mesh.group(distributed::MeshDim::DpCp), ddp);
+                                                       sharded ? nullptr : mesh.group(distributed::MeshDim::DpCp), ddp);
+    // pp x sharding: the engine over what the cut left (the other stages' parameters hold nothing), sharded over the
+    // stage's dp_shard_cp group (the mesh lays the data-parallel dimensions inside each stage).
+    if (sharded) pipeline->shard_with(std::make_shared<ShardedDataParallel>(model, mesh, *sharding), model);
     if (mesh.size(distributed::MeshDim::Cp) > 1) pipeline->set_context_parallel(mesh.group(distributed::MeshDim::Cp));
     // The model's forward() and generation run through the pipeline while it lives (the accelerator holds it).
     std::weak_ptr<PipelineParallel> weak = pipeline;

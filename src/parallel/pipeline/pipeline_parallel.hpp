@@ -27,6 +27,7 @@ class AcceleratedOptimizer;
 namespace config {
 struct DistributedDataParallelKwargs;
 struct ParallelismConfig;
+struct ShardingConfig;
 } // namespace config
 namespace distributed {
 class Communicator;
@@ -90,6 +91,15 @@ public:
     // free_memory: the model stays cut into its stage (the limitations page says so).
     void release(Model &) override {}
     PipelineParallel *pipeline() override { return this; }
+    // pp x sharding (fsdp_plugin / deepspeed_plugin): the engine over this stage's parameters (`model`, the stage,
+    // whose forward hooks it installed) instead of DDP. Design: the pipeline holds the engine, as it holds DDP,
+    // rather than the engine wrapping a pipeline: the schedule decides when a stage's gradients are final (after
+    // every micro-batch's backward, and the tied embedding's exchange between the first and last stage), which
+    // the engine alone cannot see. Each micro-batch's backward is one of the engine's passes (its buffers freed
+    // between them as after a forward), the gradients reduced once after the schedule; the accelerator finds the
+    // engine through sharded() for the optimizer's shards.
+    void shard_with(std::shared_ptr<ShardedDataParallel> engine, Model &model);
+    ShardedDataParallel *sharded() override { return engine_.get(); }
     // Per parameter of the whole model (named_parameters order), the first stage holding it (collective).
     std::vector<int32_t> owners();
     // Every parameter of the whole model filled in from its owner (collective over the pp group): the ones
@@ -115,6 +125,8 @@ private:
     // Each chunk's last backward in ops_: its parameters' gradients are final there (DDP synchronises them then).
     std::vector<size_t> last_backward_;
     std::shared_ptr<DistributedDataParallel> dp_; // null without data-parallel replicas
+    std::shared_ptr<ShardedDataParallel> engine_; // pp x sharding (shard_with): instead of dp_
+    Model *hooked_ = nullptr;                     // the stage model whose forward hooks engine_ installed
     std::vector<at::Tensor> params_; // this stage's (non-empty) parameters
     std::shared_ptr<distributed::Communicator> tp_; // the stage's tp group under pp x tp, else null
     std::vector<at::Tensor> tp_split_;              // the parameters of params_ split over tp_
@@ -129,7 +141,13 @@ private:
 // PipelineStageModel (stage_model.hpp).
 std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distributed::DeviceMesh &mesh,
                                                    const config::ParallelismConfig &config,
-                                                   const config::DistributedDataParallelKwargs *ddp = nullptr);
+                                                   const config::DistributedDataParallelKwargs *ddp = nullptr,
+                                                   const config::ShardingConfig *sharding = nullptr);
+
+// save_state / load_state / save_model / get_state_dict (`what`) of a pipeline stage under the sharding engine:
+// UNIMPLEMENTED saying so (WholeStages gathers whole parameters from the other stages, not a stage's shards).
+// Nothing for any other wrapper (or none).
+void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string &what);
 
 // save_model / get_state_dict / save_state / load_state of a pipeline model: while this lives every parameter
 // is whole on each rank of the pp group, as tensor parallelism's WholeForCheckpoint gathers its slices, so the

@@ -296,3 +296,27 @@ TEST_F(ParallelismConfigTest, SpHandlerIsHonouredOrRefused)
     setenv("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION", "flex_attention", 1);
     EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION: \"flex_attention\"");
 }
+
+// Pipeline stages sharded by the engine (pp x fsdp_plugin / deepspeed_plugin over dp_shard_size); not yet with
+// tp_size too, nor with the plugins' partitioned builds.
+TEST_F(ParallelismConfigTest, PipelineStagesShardedByThePlugins)
+{
+    world(4);
+    auto c = parse_accelerator_config("{\"fsdp_plugin\": {\"sharding_strategy\": \"FULL_SHARD\"}, \"parallelism_config\": "
+                                      "{\"pp_size\": 2, \"dp_shard_size\": 2, \"pp_schedule\": \"1f1b\"}}");
+    EXPECT_EQ(c.parallelism.pp_size, 2);
+    EXPECT_EQ(c.parallelism.dp_shard_size, 2);
+    EXPECT_TRUE(c.sharding.enabled());
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 3}, \"parallelism_config\": "
+                                 "{\"pp_size\": 2, \"dp_shard_size\": 2}}");
+    EXPECT_EQ(c.sharding.zero_stage, 3);
+    EXPECT_REFUSED("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"pp_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
+                   "parallelism_config.tp_size: pipeline parallelism (pp_size 2) with fsdp_plugin and tp_size > 1 at once "
+                   "is not built yet");
+    EXPECT_REFUSED("{\"deepspeed_plugin\": {\"zero_stage\": 3, \"zero3_init_flag\": true}, \"parallelism_config\": "
+                   "{\"pp_size\": 2, \"dp_shard_size\": 2}}",
+                   ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.zero3_init_flag: with pipeline parallelism");
+    // dp_shard_size still needs a plugin, pipeline or not.
+    EXPECT_REFUSED("{\"parallelism_config\": {\"pp_size\": 2, \"dp_shard_size\": 2}}", ACCEL_ERR_INVALID_ARGUMENT,
+                   "parallelism_config.dp_shard_size: 2 shards the model, which needs fsdp_plugin or deepspeed_plugin");
+}

@@ -7,6 +7,7 @@
 // and what a pipeline model refuses (bad ids on every rank, batches that do not divide, a pipeline gone).
 #include "catch_error.hpp"
 #include "common/error.hpp"
+#include "config/accelerator_config.hpp"
 #include "config/generation_config.hpp"
 #include "config/optimizer_config.hpp"
 #include "config/parallelism_config.hpp"
@@ -18,6 +19,7 @@
 #include "model/model.hpp"
 #include "ops/loss.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
+#include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stages.hpp"
@@ -271,12 +273,17 @@ int64_t bytes_of(const accel::Model &m)
 // With dp > 1 each stage has dp replicas (pp x dp, 2 x dp threads), each training its share of the batch's rows
 // under DDP; the losses they report are their shares' and are not compared.
 // `micro` micro-batches; `chunks` > 1: interleaved, that many chunks per stage (num_virtual_stages_per_pipeline_rank).
+// `plugin` (an accelerator config's fsdp_plugin / deepspeed_plugin): the dp replicas shard each stage with the
+// sharding engine instead of DDP (pp x sharding), the optimizer stepping its shards.
 void check_training(int32_t stages, int64_t layers, bool tied, const std::vector<int64_t> &split_points,
-                    const std::string &schedule = "gpipe", int32_t dp = 1, int64_t micro = kMicroBatches, int32_t chunks = 1)
+                    const std::string &schedule = "gpipe", int32_t dp = 1, int64_t micro = kMicroBatches, int32_t chunks = 1,
+                    const std::string &plugin = "")
 {
     SCOPED_TRACE(schedule + ", pp " + std::to_string(stages) + " x dp " + std::to_string(dp) + ", " + std::to_string(layers) +
                  " layers, " + (tied ? "tied" : "untied") + ", " + std::to_string(micro) + " micro-batches of " +
-                 std::to_string(chunks) + " chunks");
+                 std::to_string(chunks) + " chunks" + (plugin.empty() ? "" : ", " + plugin));
+    const accel::config::ShardingConfig sharding =
+        plugin.empty() ? accel::config::ShardingConfig{} : accel::config::parse_accelerator_config(("{" + plugin + "}").c_str()).sharding;
     const std::string json = gpt_json(layers, tied);
     std::vector<std::shared_ptr<accel::Model>> models;
     for (int32_t r = 0; r <= stages * dp; ++r) { // the same seed: every stage starts from one process's weights
@@ -312,7 +319,7 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
     }
 
     dist::run_on_threads(stages * dp, [&](const std::shared_ptr<dist::Communicator> &comm) {
-        dist::DeviceMesh mesh(dist::mesh_shape(dp, 1, 1, 1, stages), comm);
+        dist::DeviceMesh mesh(sharding.enabled() ? dist::mesh_shape(1, dp, 1, 1, stages) : dist::mesh_shape(dp, 1, 1, 1, stages), comm);
         auto &m = *models[static_cast<size_t>(comm->rank())];
         const int64_t rows = 4 / dp, first_row = mesh.rank_in(dist::MeshDim::Dp) * rows; // this replica's share
         accel::config::ParallelismConfig config;
@@ -321,8 +328,11 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
         config.num_micro_batches = static_cast<int32_t>(micro);
         config.pp_split_points = split_points;
         if (chunks > 1) config.num_virtual_stages_per_pipeline_rank = chunks;
-        auto opt = adamw(m.parameters()); // made before the cut, as a user's optimizer may be
-        auto pipeline = pp::prepare_pipeline(m, mesh, config);
+        std::vector<at::Tensor> stepped = m.parameters(); // taken before the cut, as a user's optimizer may take them
+        auto pipeline = pp::prepare_pipeline(m, mesh, config, nullptr, sharding.enabled() ? &sharding : nullptr);
+        accel::parallel::ShardedDataParallel *engine = pipeline->sharded();
+        if (engine != nullptr) stepped = engine->optimizer_params();
+        auto opt = adamw(stepped);
         // Each stage holds its share of the blocks, plus the embeddings (first) or the head (last).
         const auto &c = dynamic_cast<accel::GptModel &>(m).config();
         const int64_t embeddings = (c.vocab_size + c.n_positions) * c.n_embd * 4 * (tied ? 1 : 2);
@@ -346,7 +356,21 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
             const double norm = pipeline->clip_grad_norm(kClip, 2.0, true);
             EXPECT_NEAR(norm, ref_norms[static_cast<size_t>(s)], 1e-5 * ref_norms[static_cast<size_t>(s)]) << "step " << s;
             opt.step();
-            opt.zero_grad();
+            if (engine != nullptr) { // the shards' gradients are views of the engine's buffers: it drops them
+                engine->after_optimizer_step();
+                engine->zero_grad();
+            } else {
+                opt.zero_grad();
+            }
+        }
+        if (engine != nullptr) {
+            // Its checkpoints are not built: every entry point refuses them by name (a DDP stage's are built).
+            const accel::Error e = catch_error([&] { pp::refuse_sharded_stage_checkpoint(pipeline.get(), "save_state"); });
+            EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED);
+            EXPECT_NE(std::string(e.what()).find("save_state: checkpoints of a pipeline-parallel model"), std::string::npos) << e.what();
+            engine->summon_full_params(true); // whole parameters to compare
+        } else {
+            EXPECT_NO_THROW(pp::refuse_sharded_stage_checkpoint(pipeline.get(), "save_state"));
         }
         EXPECT_GT(pipeline->last_times().wall, 0.0);
         EXPECT_GT(pipeline->last_times().busy, 0.0);
@@ -364,6 +388,7 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
             EXPECT_LE(diff, 1e-5 * std::max(1.0, whole.abs().max().item<double>()))
                 << name << " after training (stage " << comm->rank() << ")";
         }
+        if (engine != nullptr) engine->summon_full_params(false);
     });
 }
 
@@ -403,6 +428,22 @@ TEST(PipelineParallelDp, TwoStagesTimesTwoReplicasEqualOneProcess)
 {
     check_training(2, 4, true, {}, "gpipe", 2);
     check_training(2, 3, false, {}, "1f1b", 2);
+}
+
+// pp x sharding: each stage's parameters sharded over its two dp processes (FSDP FULL_SHARD wrapping every block,
+// DeepSpeed ZeRO-2 and ZeRO-3, SHARD_GRAD_OP), each on half the rows, equal one process on all of them: the
+// micro-batches' gradients accumulated unsharded until the schedule ends, the tied embedding's exchange before the
+// reduction, the clipping norm over every stage's shards.
+TEST(PipelineParallelSharded, TwoStagesTimesTwoShardsEqualOneProcess)
+{
+    const std::string full_shard = R"("fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": )"
+                                   R"("TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": ["gpt_block"]})";
+    check_training(2, 4, true, {}, "gpipe", 2, 2, 1, full_shard);
+    check_training(2, 3, false, {}, "1f1b", 2, 2, 1, R"("deepspeed_plugin": {"zero_stage": 3})");
+    check_training(2, 4, true, {}, "1f1b", 2, 2, 1, R"("deepspeed_plugin": {"zero_stage": 2})");
+    check_training(2, 4, true, {}, "gpipe", 2, 2, 1, R"("fsdp_plugin": {"sharding_strategy": "SHARD_GRAD_OP", )"
+                                                      R"("auto_wrap_policy": "TRANSFORMER_BASED_WRAP", )"
+                                                      R"("transformer_cls_names_to_wrap": ["gpt_block"]})");
 }
 
 // What a stage of a model refuses: ids it cannot embed (on every rank alike: no stage is left waiting), a
