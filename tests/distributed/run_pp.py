@@ -109,6 +109,20 @@ def check_built_by_stage(a, tmp, what):
         what, built_elements(os.path.join(tmp, "pp"), a.pp * a.dp * a.cp), whole))
 
 
+def with_cp(a, config):
+    """pp x cp: each stage's sequence over --cp processes (sp_size: Ulysses on the same mesh axis)."""
+    if a.cp > 1 and a.cp_strategy == "ulysses":
+        config["parallelism_config"]["sp_size"] = a.cp
+    elif a.cp > 1:
+        config["parallelism_config"]["cp_size"] = a.cp
+        config["parallelism_config"]["cp_handler"] = {"cp_comm_strategy": a.cp_strategy}
+
+
+def without_inference(params):
+    """The parameters alone: under pp x cp the ranks' logits cover their part and generation is refused."""
+    return {k: v for k, v in params.items() if not k.startswith("<")}
+
+
 def scenario_equivalence(a, tmp):
     one = {"megatron_lm_plugin": {"gradient_clipping": a.clip}} if a.megatron else {}
     (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, one)
@@ -124,12 +138,7 @@ def scenario_equivalence(a, tmp):
                                          "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
     if a.chunks > 1:  # interleaved 1F1B: model chunks per stage
         config["parallelism_config"]["num_virtual_stages_per_pipeline_rank"] = a.chunks
-    if a.cp > 1:  # pp x cp: each stage's sequence over cp processes (sp_size: Ulysses on the same axis)
-        if a.cp_strategy == "ulysses":
-            config["parallelism_config"]["sp_size"] = a.cp
-        else:
-            config["parallelism_config"]["cp_size"] = a.cp
-            config["parallelism_config"]["cp_handler"] = {"cp_comm_strategy": a.cp_strategy}
+    with_cp(a, config)
     what = "pp %d x dp %d x tp %d x cp %d (%s), %s, %d micro-batches" % (a.pp, a.dp, a.tp, a.cp, a.cp_strategy,
                                                                          a.schedule, a.micro)
     if a.megatron:
@@ -143,7 +152,7 @@ def scenario_equivalence(a, tmp):
     if a.cp > 1:  # each rank's logits cover its part of the sequence; generation refused (dist_pp checked it)
         if got.pop("<tokens>", None) != "refused":
             sys.exit("%s: generation was not refused" % what)
-        ref_params = {k: v for k, v in ref_params.items() if not k.startswith("<")}
+        ref_params = without_inference(ref_params)
     if sorted(got) != sorted(ref_params):
         sys.exit("%s: the stages hold %s, one process %s" % (what, sorted(got), sorted(ref_params)))
     names = sorted(ref_params)
@@ -171,11 +180,13 @@ def scenario_equivalence(a, tmp):
 def scenario_resume(a, tmp):
     config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "tp_size": a.tp,
                                      "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
+    with_cp(a, config)
     full = a.steps
     half = full // 2
     pipe = "pp %d x dp %d" % (a.pp, a.dp) if a.dp > 1 else "pp %d" % a.pp
     pipe += " x tp %d" % a.tp if a.tp > 1 else ""
-    world = a.pp * a.dp * a.tp
+    pipe += " x cp %d (%s)" % (a.cp, a.cp_strategy) if a.cp > 1 else ""
+    world = a.pp * a.dp * a.tp * a.cp
 
     def run_of(processes, name, cfg, extra):
         # The pipeline's replicas each take their share of one process's batch.
@@ -194,6 +205,8 @@ def scenario_resume(a, tmp):
         check_close(mean_losses(whole, range(half, full)), mean_losses(ranks, range(full - half)), a.tol,
                     "%s: losses (mean over the replicas)" % what)
         want, got = merged(whole, what), merged(ranks, what)
+        if a.cp > 1:
+            want, got = without_inference(want), without_inference(got)
         if sorted(got) != sorted(want):
             sys.exit("%s: the parameters %s, the uninterrupted run's %s" % (what, sorted(got), sorted(want)))
         names = sorted(want)
