@@ -240,12 +240,7 @@ at::Tensor GptModel::run(const at::Tensor &input, GptKvCache *cache)
     const bool unbatched = ids_in && input.dim() == 1;
     at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
     const int64_t T = ids.size(1);
-    // The positions this chunk's blocks have cached: an interleaved stage's later chunk runs after its earlier
-    // one has already added this call's positions to the earlier blocks' entries.
-    const int64_t past = cache == nullptr                                                             ? 0
-                         : block_begin_ < cache->keys.size() && cache->keys[block_begin_].defined() ? cache->keys[block_begin_].size(2)
-                         : pipelined()                                                              ? 0
-                                                                                                   : cache->length();
+    const int64_t past = cache == nullptr ? 0 : cached_positions(*cache);
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
     // Under context parallelism `ids` is this rank's part: two chunks of the whole sequence.
     if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "gpt");
@@ -325,7 +320,7 @@ void GptModel::apply_pipeline_stage(int64_t first_block, int64_t end_block, bool
 
 void GptModel::apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last)
 {
-    cut_stage(*this, "gpt", chunks, first, last, blocks_.size(), [this](size_t i) { return blocks_[i]->params(); },
+    cut_stage(*this, "gpt", chunks, first, last, blocks_.size(), [this](size_t i) { return blocks_[i]->checkpoint_params(); },
               {wte_, wpe_}, {ln_f_w_, ln_f_b_, lm_head_});
 }
 
@@ -334,15 +329,8 @@ parallel::pp::PipelineStageModel::Shape GptModel::pipeline_shape() const
     return {"gpt", config_.n_embd, config_.vocab_size, config_.n_positions, "n_positions"};
 }
 
-// GPT's blocks are equal: an even cut, the remainder early; LoRA adapters count.
-std::vector<int64_t> GptModel::block_costs() const
-{
-    std::vector<int64_t> costs(blocks_.size(), 0);
-    const std::string prefix = "transformer.h.";
-    for (const auto &[name, t] : named_parameters())
-        if (name.compare(0, prefix.size(), prefix) == 0) costs[std::stoul(name.substr(prefix.size()))] += t.numel();
-    return costs;
-}
+// GPT's blocks are equal: an even cut, the remainder early.
+std::vector<int64_t> GptModel::block_costs() const { return costs_by_name(*this, "transformer.h.", blocks_.size()); }
 
 // The gpt's plan as tp_plan.hpp lists it: per block two regions (attention 2i, MLP 2i + 1), the rest fixed.
 std::vector<parallel::tp::PlanModule> GptModel::plan_modules() const

@@ -301,15 +301,21 @@ LlamaModel::LlamaModel(const config::LlamaConfig &config, const ParameterFn &on_
     lm_head_linear_ = make_linear(lm_head_, {}, Linear::Layout::OutIn);
     checkpointed_.assign(static_cast<size_t>(c.num_hidden_layers), c.activation_checkpointing);
     rope_seq_len_ = c.max_position_embeddings;
+    block_end_ = layers_.size();
     set_tensors(std::move(params), {});
 }
 
 LlamaModel::~LlamaModel() = default;
 
-at::Tensor LlamaModel::forward(const at::Tensor &input) { return run(input, nullptr); }
+at::Tensor LlamaModel::forward(const at::Tensor &input)
+{
+    if (pipelined()) return through_pipeline(input, nullptr, "forward");
+    return run(input, nullptr);
+}
 
 at::Tensor LlamaModel::forward_cached(const at::Tensor &input, LlamaKvCache &cache)
 {
+    if (pipelined()) return through_pipeline(input, &cache, "generation");
     if (!cp_) return run(input, &cache);
     // As GptModel's: generation under context parallelism runs whole on every rank, the cp group set aside.
     const auto cp = cp_;
@@ -347,21 +353,32 @@ std::pair<at::Tensor, at::Tensor> LlamaModel::rotary(int64_t past, int64_t T, co
     return {rc.cos, rc.sin};
 }
 
+at::Tensor LlamaModel::forward_stage(const at::Tensor &input, KvCache *cache)
+{
+    if (!pipelined()) fail(ACCEL_ERR_INTERNAL, "llama: forward_stage without a pipeline stage");
+    if (!stage_first_ && (!input.defined() || input.dim() != 3 || input.size(2) != config_.hidden_size))
+        fail(ACCEL_ERR_INTERNAL, "llama: a later pipeline stage takes hidden states [B, T, hidden_size]");
+    return run(input, cache);
+}
+
 at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
 {
     const auto &c = config_;
     if (!input.defined()) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: missing");
-    if (input.scalar_type() != at::kLong && input.scalar_type() != at::kInt)
+    const bool ids_in = stage_first_; // a later pipeline stage receives hidden states [B, T, C]
+    if (ids_in && input.scalar_type() != at::kLong && input.scalar_type() != at::kInt)
         fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("input: a llama model takes token ids (int64 or int32), got ") +
                                              c10::toString(input.scalar_type()));
-    if (input.dim() != 1 && input.dim() != 2)
+    if (ids_in && input.dim() != 1 && input.dim() != 2)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: a llama model takes token ids [batch, seq] or [seq], got shape " +
                                              c10::str(input.sizes()));
-    const bool unbatched = input.dim() == 1;
+    const bool unbatched = ids_in && input.dim() == 1;
     at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
-    const int64_t T = ids.size(1);
+    const bool sequence_parallel = sequence_parallel_ && tp_group_;
+    // The sequence's positions: a later pipeline stage under sequence parallelism receives its 1/tp of them.
+    const int64_t T = !ids_in && sequence_parallel ? ids.size(1) * tp_group_->size() : ids.size(1);
     if (T < 1) fail(ACCEL_ERR_INVALID_ARGUMENT, "input: empty sequence");
-    if (ids.numel() > 0) {
+    if (ids_in && ids.numel() > 0) {
         auto [lo, hi] = at::aminmax(ids);
         const int64_t l = lo.item<int64_t>(), h = hi.item<int64_t>();
         if (l < 0 || h >= c.vocab_size)
@@ -373,18 +390,15 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         cache->keys.resize(layers_.size());
         cache->values.resize(layers_.size());
     }
-    const int64_t past = cache != nullptr ? cache->length() : 0;
+    const int64_t past = cache != nullptr ? cached_positions(*cache) : 0;
     if (cp_) parallel::cp::check_model_input(T, cache != nullptr, "llama");
-    const bool sequence_parallel = sequence_parallel_ && tp_group_;
-    if (sequence_parallel) parallel::tp::check_sequence_split(T, cache != nullptr, tp_group_->size(), "llama");
+    if (ids_in && sequence_parallel) parallel::tp::check_sequence_split(T, cache != nullptr, tp_group_->size(), "llama");
     const bool train = training_ && cache == nullptr;
     ForwardHooks *hooks = forward_hooks.get(); // a sharding engine's: gather a layer's parameters, free them after
     if (hooks) hooks->before_layer(0);
-    const int64_t pad = c.pad_token_id ? *c.pad_token_id : -1;
-    at::Tensor h = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, embed_, vocab_start_, tp_group_, pad)
-                             : at::embedding(embed_, ids, pad);
-    // Sequence parallelism: from here to the head each rank holds its 1/tp of the positions.
-    if (sequence_parallel) h = parallel::tp::scatter_sequence(h, tp_group_, 1);
+    at::Tensor h = ids_in ? embed(ids, sequence_parallel)
+                          // The stage's own precision (the stages' boundary carries float32).
+                          : input.to(layers_[block_begin_]->input_norm.scalar_type());
     auto cs = rotary(past, cp_ ? T * cp_->size() : T, h.device(), h.scalar_type());
     if (cp_) { // this rank's rows of the whole sequence's cos / sin
         const at::Tensor pos = parallel::cp::sequence_positions(T, cp_->rank(), cp_->size(), h.options()).to(h.device());
@@ -399,7 +413,7 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         return m;
     };
     const bool checkpoint = cache == nullptr && at::GradMode::is_enabled();
-    for (size_t i = 0; i < layers_.size(); ++i) {
+    for (size_t i = block_begin_; i < block_end_; ++i) {
         if (hooks) hooks->before_layer(i + 1);
         if (checkpoint && checkpointed_[i]) {
             std::shared_ptr<const LlamaLayer> layer = layers_[i];
@@ -423,14 +437,44 @@ at::Tensor LlamaModel::run(const at::Tensor &input, LlamaKvCache *cache)
         }
         if (hooks) h = hooks->after_layer(i + 1, h);
     }
+    if (!stage_last_) return h;
     h = rms_norm(h, sp_weight(norm_w_, sequence_parallel ? tp_group_ : nullptr), c.rms_norm_eps);
     at::Tensor logits = lm_head_linear_->forward(h);
     if (hooks) logits = hooks->after_layer(0, logits);
     if (unbatched) logits = logits.squeeze(0);
-    if (tp_group_) parallel::tp::mark_vocab_parallel(logits, {tp_group_, vocab_start_, c.vocab_size});
-    if (cp_) parallel::cp::mark_context_parallel(logits, cp_->group);
+    mark_logits(logits);
     return logits;
 }
+
+// The first stage's input: the token embeddings (vocabulary-parallel under tp), scattered along the sequence under
+// sequence parallelism (from here to the head each rank holds its 1/tp of the positions).
+at::Tensor LlamaModel::embed(const at::Tensor &ids, bool sequence_parallel) const
+{
+    const int64_t pad = config_.pad_token_id ? *config_.pad_token_id : -1;
+    at::Tensor h = tp_group_ ? parallel::tp::vocab_parallel_embedding(ids, embed_, vocab_start_, tp_group_, pad)
+                             : at::embedding(embed_, ids, pad);
+    return sequence_parallel ? parallel::tp::scatter_sequence(h, tp_group_, 1) : h;
+}
+
+void LlamaModel::mark_logits(const at::Tensor &logits) const
+{
+    if (tp_group_) parallel::tp::mark_vocab_parallel(logits, {tp_group_, vocab_start_, config_.vocab_size});
+    if (cp_) parallel::cp::mark_context_parallel(logits, cp_->group);
+}
+
+void LlamaModel::apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last)
+{
+    // A layer's LoRA adapters (checkpoint_params) stay with it.
+    cut_stage(*this, "llama", chunks, first, last, layers_.size(), [this](size_t i) { return layers_[i]->checkpoint_params(); },
+              {embed_}, {norm_w_, lm_head_});
+}
+
+parallel::pp::PipelineStageModel::Shape LlamaModel::pipeline_shape() const
+{
+    return {"llama", config_.hidden_size, config_.vocab_size, 0, "max_position_embeddings"}; // rotary: no limit
+}
+
+std::vector<int64_t> LlamaModel::block_costs() const { return costs_by_name(*this, "model.layers.", layers_.size()); }
 
 // The llama's plan as tp_plan.hpp lists it (transformers' base_model_tp_plan): per layer two regions (attention
 // 2i, MLP 2i + 1), the rest fixed.
@@ -462,6 +506,8 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
     namespace tp = parallel::tp;
     if (!group) fail(ACCEL_ERR_INTERNAL, "llama: tensor parallelism without a group");
     if (tp_group_) fail(ACCEL_ERR_FAILED_PRECONDITION, "llama: tensor parallelism is already applied");
+    // pp x tp slices the whole model first: a stage's emptied parameters have nothing left to slice.
+    if (pipelined()) fail(ACCEL_ERR_INTERNAL, "llama: tensor parallelism after the pipeline cut");
     const auto &c = config_;
     const int64_t n = group->size(), r = group->rank();
     const tp::ResolvedPlan resolved =

@@ -6,7 +6,9 @@
 
 #include "config/llama_config.hpp"
 #include "model/linear.hpp"
+#include "model/kv_cache.hpp"
 #include "model/model.hpp"
+#include "parallel/pipeline/stage_model.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
 #include "parallel/tensor_parallel/tp_plan.hpp"
 
@@ -21,16 +23,13 @@ struct LlamaLayer;
 
 // Keys and values (after the rotary embedding, before repeat_kv) of the positions seen so far, one
 // [B, num_key_value_heads, T, head_dim] pair per decoder layer.
-struct LlamaKvCache {
-    std::vector<at::Tensor> keys, values;
-    int64_t length() const { return keys.empty() || !keys.front().defined() ? 0 : keys.front().size(2); }
-};
+using LlamaKvCache = KvCache;
 
 namespace parallel::cp {
 struct ContextParallel;
 }
 
-class LlamaModel final : public Model, public parallel::tp::TensorParallelModel {
+class LlamaModel final : public Model, public parallel::tp::TensorParallelModel, public parallel::pp::PipelineStageModel {
 public:
     // `on_parameter` (optional): called with each parameter tensor right after it is made (model.hpp).
     explicit LlamaModel(const config::LlamaConfig &config, const ParameterFn &on_parameter = {});
@@ -91,12 +90,27 @@ public:
     // it, the head gathers it; the rotary embedding and the causal mask stay the whole sequence's. forward then
     // needs a sequence length dividing by tp and no key/value cache (INVALID_ARGUMENT / UNIMPLEMENTED named).
     void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
+    bool sequence_parallel() const override { return sequence_parallel_ && tp_group_ != nullptr; }
+    // Pipeline parallelism (parallel/pipeline/, PipelineStageModel: stage_model.hpp), as GptModel's: the stage holds
+    // its chunks' decoder layers, model.embed_tokens on the first stage, model.norm and lm_head on the last (the
+    // token embedding there too when tied; the pipeline sums its gradient over the two); every other parameter is
+    // emptied in place. A later stage takes the hidden states [B, T, hidden_size] (its 1/tp of the positions under
+    // sequence parallelism) and computes the rotary embedding and the causal mask (sliding windows included) of the
+    // whole sequence's positions. forward() and forward_cached() run the whole model through the pipeline.
+    void apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last) override;
+    at::Tensor forward_stage(const at::Tensor &input, KvCache *cache) override;
+    void mark_logits(const at::Tensor &logits) const override;
+    Model &stage_model() override { return *this; }
+    Shape pipeline_shape() const override;
+    std::vector<int64_t> block_costs() const override;
+    at::Tensor tied_embedding() const override { return config_.tie_word_embeddings ? embed_ : at::Tensor(); }
 
 protected:
     std::string canonical_key(const std::string &key) const override;
 
 private:
     at::Tensor run(const at::Tensor &input, LlamaKvCache *cache);
+    at::Tensor embed(const at::Tensor &ids, bool sequence_parallel) const;
     // cos, sin [T, head_dim] for positions past .. past + T - 1, in `dtype`.
     std::pair<at::Tensor, at::Tensor> rotary(int64_t past, int64_t T, const at::Device &device, at::ScalarType dtype);
     config::LlamaConfig config_;

@@ -371,8 +371,8 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
 {
     auto *staged = dynamic_cast<PipelineStageModel *>(&model);
     if (staged == nullptr)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: pipeline parallelism has a plan for the gpt model only; "
-                                      "other model types are not built yet");
+        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: pipeline parallelism has a plan for the gpt and llama "
+                                      "models only; other model types are not built yet");
     // Everything a config can get wrong is checked before the model changes (the tp split, the cut), so a
     // refused prepare leaves the user's model whole and usable.
     const auto &group = mesh.group(distributed::MeshDim::Pp);

@@ -62,6 +62,19 @@ void PipelineStageModel::cut_stage(Model &model, const char *type, const std::ve
     select_pipeline_chunk(0);
 }
 
+std::vector<int64_t> PipelineStageModel::costs_by_name(const Model &model, const std::string &prefix, size_t blocks)
+{
+    std::vector<int64_t> costs(blocks, 0);
+    for (const auto &[name, t] : model.named_parameters())
+        if (name.compare(0, prefix.size(), prefix) == 0) costs[std::stoul(name.substr(prefix.size()))] += t.numel();
+    return costs;
+}
+
+int64_t PipelineStageModel::cached_positions(const KvCache &cache) const
+{
+    return block_begin_ < cache.keys.size() && cache.keys[block_begin_].defined() ? cache.keys[block_begin_].size(2) : 0;
+}
+
 // Reached when the model was cut into a stage but no pipeline was set to run it: prepare sets one right after
 // the cut, so the cut was made without it (apply_pipeline_stage alone, or a prepare that failed in between). A
 // pipeline that was set and is gone says so itself (prepare_pipeline's forward).

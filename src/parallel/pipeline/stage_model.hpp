@@ -80,6 +80,11 @@ protected:
     void cut_stage(Model &model, const char *type, const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first,
                    bool last, size_t blocks, const std::function<std::vector<at::Tensor>(size_t)> &block_params,
                    const std::vector<at::Tensor> &first_params, const std::vector<at::Tensor> &last_params);
+    // block_costs() of a model whose block i's parameters are named `prefix` + i + "." (LoRA adapters included).
+    static std::vector<int64_t> costs_by_name(const Model &model, const std::string &prefix, size_t blocks);
+    // The positions the selected chunk's blocks have cached (an interleaved stage's later chunk runs after its earlier
+    // one has added this call's positions to the earlier blocks' entries); `cache` holds an entry per block.
+    int64_t cached_positions(const KvCache &cache) const;
     // forward() / forward_cached() of a cut model: through the pipeline; FAILED_PRECONDITION when none was set.
     at::Tensor through_pipeline(const at::Tensor &input, KvCache *cache, const char *what);
 

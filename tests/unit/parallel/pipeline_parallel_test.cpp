@@ -24,6 +24,7 @@
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/pipeline/stages.hpp"
 #include "parallel/whole_gradients.hpp"
+#include "pipeline_models.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -480,12 +481,13 @@ TEST(PipelineParallelGpipe, RefusesWhatIsNotBuilt)
 // The prepare_pippy equivalent: forward() of every stage returns the whole model's logits (equal to one
 // process's within 1e-6, rows split into micro-batches, a row count that does not divide included, and one
 // unbatched sequence), and generate() the same tokens (greedy with and without the key/value cache, sampled
-// with a seed), on every rank.
-void check_inference(int32_t stages, int64_t layers, bool tied, int32_t micro_batches, int32_t chunks = 1)
+// with a seed), on every rank. `llama`: the llama of pipeline_models.hpp instead of the gpt.
+void check_inference(int32_t stages, int64_t layers, bool tied, int32_t micro_batches, int32_t chunks = 1, bool llama = false)
 {
     SCOPED_TRACE("pp " + std::to_string(stages) + " x " + std::to_string(chunks) + " chunks, " + std::to_string(layers) +
-                 " layers, " + std::to_string(micro_batches) + " micro-batches, " + (tied ? "tied" : "untied"));
-    const std::string json = gpt_json(layers, tied);
+                 " layers, " + std::to_string(micro_batches) + " micro-batches, " + (tied ? "tied" : "untied") +
+                 (llama ? ", llama" : ""));
+    const std::string json = llama ? accel_test::llama_json(layers, tied) : gpt_json(layers, tied);
     std::vector<std::shared_ptr<accel::Model>> models;
     for (int32_t r = 0; r <= stages; ++r) {
         at::manual_seed(41);
@@ -537,6 +539,13 @@ TEST(PipelineParallelInference, ForwardAndGenerateEqualOneProcess)
     check_inference(2, 4, true, 2, 2); // interleaved: two chunks per stage, through the ring twice
 }
 
+TEST(PipelineLlama, ForwardAndGenerateEqualOneProcess)
+{
+    check_inference(2, 4, true, 2, 1, true);
+    check_inference(4, 4, false, 3, 1, true);
+    check_inference(2, 4, false, 2, 2, true); // interleaved
+}
+
 std::shared_ptr<accel::AcceleratedOptimizer> adamw_of(const std::shared_ptr<accel::Model> &m)
 {
     return std::make_shared<accel::AcceleratedOptimizer>(
@@ -558,10 +567,10 @@ std::map<int64_t, std::map<std::string, at::Tensor>> state_of(const accel::Accel
 // stages, every rank holds the whole model and the optimizer state of every parameter, equal to one process's
 // (the same steps), and afterwards only its stage's again. Loading one process's state (weights and optimizer)
 // through it leaves each stage with that state of its own parameters.
-TEST(PipelineParallelCheckpoint, WholeStagesHoldOneProcessState)
+void check_whole_stages(const std::string &json)
 {
+    SCOPED_TRACE(json);
     const int32_t stages = 2;
-    const std::string json = gpt_json(4, true);
     std::vector<std::shared_ptr<accel::Model>> models;
     for (int32_t r = 0; r <= stages; ++r) {
         at::manual_seed(41);
@@ -636,6 +645,16 @@ TEST(PipelineParallelCheckpoint, WholeStagesHoldOneProcessState)
                 EXPECT_TRUE(at::equal(t, *models.back()->find_tensor(name))) << name;
             }
     });
+}
+
+TEST(PipelineParallelCheckpoint, WholeStagesHoldOneProcessState) { check_whole_stages(gpt_json(4, true)); }
+
+// The llama's whole model for checkpoints (save_model / save_state / load_state hold WholeStages): its names and
+// one process's weights and optimizer state, tied and untied.
+TEST(PipelineLlama, WholeStagesHoldOneProcessState)
+{
+    check_whole_stages(accel_test::llama_json(4, true));
+    check_whole_stages(accel_test::llama_json(3, false));
 }
 
 } // namespace

@@ -24,6 +24,7 @@
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_model.hpp"
 #include "parallel/whole_gradients.hpp"
+#include "pipeline_models.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -58,6 +59,7 @@ struct Layout {
     int64_t layers = 4, micro = 2;
     int32_t chunks = 1; // > 1: interleaved, that many chunks per stage
     bool tied = true, sequence_parallel = false;
+    std::string json; // the model's spec (a llama's); empty: gpt_json(layers, tied)
     std::string describe() const
     {
         return schedule + ", pp " + std::to_string(pp) + " x tp " + std::to_string(tp) + " x dp " + std::to_string(dp) +
@@ -76,8 +78,8 @@ torch::optim::AdamW adamw(const std::vector<at::Tensor> &params)
 
 void check_training(const Layout &l)
 {
-    SCOPED_TRACE(l.describe());
-    const std::string json = gpt_json(l.layers, l.tied);
+    SCOPED_TRACE(l.describe() + " " + l.json);
+    const std::string json = l.json.empty() ? gpt_json(l.layers, l.tied) : l.json;
     const int32_t world = l.pp * l.tp * l.dp * l.cp;
     std::vector<std::shared_ptr<accel::Model>> models;
     for (int32_t r = 0; r <= world; ++r) { // the same seed: every rank starts from one process's weights
@@ -296,6 +298,21 @@ TEST(PipelineContextParallel, WithTensorParallelAndReplicasEqualsOneProcess)
     check_training(l);
 }
 
+// A llama (grouped-query attention, rotary embedding at each stage's whole-sequence positions) under pp 2 x cp 2:
+// ring attention under GPipe, Ulysses under 1F1B with an untied head.
+TEST(PipelineContextParallel, LlamaEqualsOneProcess)
+{
+    Layout l;
+    l.tp = 1;
+    l.cp = 2;
+    l.json = accel_test::llama_json(4, true);
+    check_training(l);
+    l.cp_strategy = "ulysses";
+    l.schedule = "1f1b";
+    l.json = accel_test::llama_json(4, false);
+    check_training(l);
+}
+
 // What pp x cp refuses, on every rank before anything is sent (no stage is left waiting): generation (cp
 // does not split a key/value cache), and a local part that is not two equal chunks (a batch not split by the
 // loader).
@@ -327,6 +344,54 @@ TEST(PipelineContextParallel, RefusesOnEveryRank)
         EXPECT_EQ(catch_error([&] { m.forward(at::cat({ids, ids}, 1)); }).code(), ACCEL_ERR_INVALID_ARGUMENT); // 16 > 8 positions
         comm->barrier();
     });
+}
+
+// Llama (grouped-query attention) through the stages: pp 2 and 4, each schedule, tied and untied, pp 2 x tp 2 with
+// and without sequence parallelism, pp 2 x dp_replicate 2, and LoRA adapters on the stages' layers, equal one process
+// (20 AdamW steps with accumulation and clipping, fp32, 1e-5).
+TEST(PipelineLlama, StagesEqualOneProcess)
+{
+    Layout l;
+    l.tp = 1;
+    l.json = accel_test::llama_json(4, true);
+    check_training(l); // pp 2, gpipe
+    l.pp = 4;
+    l.schedule = "1f1b";
+    l.micro = 4;
+    l.json = accel_test::llama_json(4, false);
+    check_training(l);
+    l.pp = 2;
+    l.schedule = "interleaved_1f1b";
+    l.micro = 2;
+    l.chunks = 2;
+    l.json = accel_test::llama_json(4, true);
+    check_training(l);
+}
+
+TEST(PipelineLlama, WithTensorParallelAndReplicasEqualsOneProcess)
+{
+    Layout l;
+    l.json = accel_test::llama_json(4, true);
+    check_training(l); // pp 2 x tp 2
+    l.sequence_parallel = true;
+    l.schedule = "1f1b";
+    l.json = accel_test::llama_json(3, false);
+    check_training(l);
+    l = Layout();
+    l.tp = 1;
+    l.dp = 2;
+    l.json = accel_test::llama_json(4, true);
+    check_training(l); // pp 2 x dp_replicate 2
+}
+
+// LoRA fine-tuning on the stages: each stage trains the adapters of its own layers (the base weights frozen).
+TEST(PipelineLlama, LoraEqualsOneProcess)
+{
+    Layout l;
+    l.tp = 1;
+    l.schedule = "1f1b";
+    l.json = accel_test::llama_json(4, false, R"(, "lora": {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj", "down_proj"]})");
+    check_training(l);
 }
 
 } // namespace
