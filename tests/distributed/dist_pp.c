@@ -13,6 +13,7 @@
  * "tokens V..." (accel_model_generate, 3 greedy tokens): under pp both run through the stages, on every rank.
  * ACCEL_TEST_CP=1 (pp x cp: the model takes each rank's part of a sequence): no logits; generation must be refused
  * by name (ACCEL_ERR_UNIMPLEMENTED naming cp_size) on every rank, which then writes "tokens refused".
+ * ACCEL_TEST_LLAMA=1: the model is a tiny llama (4 layers, grouped-query attention, tied head) instead.
  */
 #include "dist_common.h"
 
@@ -32,8 +33,13 @@ int main(int argc, char **argv)
     static int64_t tokens[WINDOWS * BLOCK + 1];
     const int64_t count = WINDOWS * BLOCK + 1;
     for (int64_t i = 0; i < count; ++i) tokens[i] = (i * 7 + i / 5 + (i * i) % 13) % VOCAB;
-    const char *spec = "{\"type\": \"gpt\", \"vocab_size\": 37, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 4,"
-                       " \"n_head\": 2, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}";
+    const char *gpt = "{\"type\": \"gpt\", \"vocab_size\": 37, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 4,"
+                      " \"n_head\": 2, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}";
+    /* ACCEL_TEST_LLAMA=1: a llama (grouped-query attention, tied head) instead. */
+    const char *llama = "{\"type\": \"llama\", \"vocab_size\": 37, \"hidden_size\": 16, \"intermediate_size\": 24,"
+                        " \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                        " \"max_position_embeddings\": 16, \"tie_word_embeddings\": true}";
+    const char *spec = getenv("ACCEL_TEST_LLAMA") != NULL ? llama : gpt;
     char dl_config[128];
     snprintf(dl_config, sizeof dl_config, "{\"block_size\": %d, \"batch_size\": %d, \"shuffle\": true, \"seed\": 7}", BLOCK,
              batch);

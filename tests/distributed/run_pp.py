@@ -58,6 +58,8 @@ def train(a, processes, prefix, batch, config, extra=None):
     e = env_base()
     e["ACCEL_TEST_SAVE_MODEL"] = prefix + ".model"
     e.update(extra or {})
+    if a.llama:
+        e["ACCEL_TEST_LLAMA"] = "1"
     args = [prog, prefix, str(batch), str(a.steps), json.dumps(config)]
     if processes > 1 and a.cp > 1:
         e["ACCEL_TEST_CP"] = "1"
@@ -97,8 +99,9 @@ def built_elements(prefix, processes):
 def check_built_by_stage(a, tmp, what):
     """No whole model on any rank: each built only its stage (<= 1/pp of one process's model plus the embeddings).
     Under pp x tp the other stages' parameters keep their shapes on meta until prepare (stage_init.hpp), which the
-    element count includes: unit PipelineStageInit.PipelineTimesTensorParallelKeepsShapesUntilPrepare checks it."""
-    if a.tp > 1:
+    element count includes: unit PipelineStageInit.PipelineTimesTensorParallelKeepsShapesUntilPrepare checks it.
+    A llama is built whole and cut at prepare (stage_init.hpp builds gpt stages only)."""
+    if a.tp > 1 or a.llama:
         return
     whole, = built_elements(os.path.join(tmp, "one"), 1)
     for rank, n in enumerate(built_elements(os.path.join(tmp, "pp"), a.pp * a.dp * a.cp)):
@@ -246,6 +249,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--llama", action="store_true", help="dist_pp's llama (grouped-query attention) instead of its gpt")
     ap.add_argument("--megatron", action="store_true", help="configure the parallel run by megatron_lm_plugin")
     ap.add_argument("--clip", type=float, default=0.0, help="megatron_lm_plugin's gradient_clipping (--megatron)")
     a = ap.parse_args()
