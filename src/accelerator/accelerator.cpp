@@ -176,13 +176,13 @@ Accelerator::Accelerator(const char *config_json)
         zero3_init_ =
             parallel::PartitionedAtInit::scope(state_->comm, "fsdp_plugin.cpu_ram_efficient_loading", true);
     // parallelism_config.pp_size > 1: models built meanwhile on this thread hold only this rank's pipeline stage
-    // (parallel/pipeline/stage_init.hpp); not with a sharding plugin. Under tp_size > 1 the other stages' parameters
+    // (parallel/pipeline/stage_init.hpp), sharded or not. Under tp_size > 1 the other stages' parameters
     // keep their shapes on meta until prepare's tensor-parallel plan and cut; so not when prepare places the model on
     // a GPU first (meta tensors do not move). The scope is held beside zero3_init_'s (one member for the scopes of
     // models built meanwhile).
     const auto &mesh = *state_->mesh;
     const bool tp = mesh.size(distributed::MeshDim::Tp) > 1;
-    if (mesh.size(distributed::MeshDim::Pp) > 1 && !c.sharding.enabled() && !(tp && state_->places_on_device()))
+    if (mesh.size(distributed::MeshDim::Pp) > 1 && !(tp && state_->places_on_device()))
         zero3_init_ = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(
             zero3_init_, parallel::pp::StageAtInit::scope(mesh.size(distributed::MeshDim::Pp),
                                                          mesh.rank_in(distributed::MeshDim::Pp), c.parallelism, tp));
@@ -243,8 +243,7 @@ void Accelerator::prepare_model(Model &model)
         model.forward_hooks.reset();
     }
     // A model built as a pipeline stage (stage_init.hpp) holds nothing of the others: only a pipeline can run it.
-    if (auto built = parallel::pp::StageAtInit::of(model);
-        built && (state_->config.sharding.enabled() || !state_->mesh || state_->mesh->size(distributed::MeshDim::Pp) <= 1))
+    if (auto built = parallel::pp::StageAtInit::of(model); built && (!state_->mesh || state_->mesh->size(distributed::MeshDim::Pp) <= 1))
         built->check_access("model");
     // device_placement: the model moves to the accelerator's device (in place: an optimizer created over
     // it keeps its parameters).

@@ -113,6 +113,9 @@ struct ShardedDataParallel::Impl {
     at::Tensor counted_elsewhere;
     int32_t world = 1, rank = 0, total_world = 1;
     std::vector<Param> params;
+    // Every trainable parameter of the model, in its order: `params`, and a pipeline stage's emptied ones (the
+    // other stages', zero elements), which the optimizer holds too.
+    std::vector<at::Tensor> trainable;
     std::vector<Unit> units;
     std::vector<int> unit_of_layer; // layer -> non-root unit starting or covering it (-1: root)
     std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
@@ -872,6 +875,7 @@ ShardedDataParallel::ShardedDataParallel(Model &model, const distributed::Device
     const auto shards = [](const at::Tensor &t) { return t.requires_grad() && t.numel() > 0; };
     for (size_t i = 0; i < named.size(); ++i) {
         const at::Tensor &t = named[i].second;
+        if (t.requires_grad()) s.trainable.push_back(t);
         if (!shards(t)) continue;
         if (t.scalar_type() != at::kFloat)
             fail(ACCEL_ERR_UNIMPLEMENTED, key + ": sharding needs float32 parameters; " + named[i].first + " is " +
@@ -1138,13 +1142,21 @@ std::vector<at::Tensor> ShardedDataParallel::optimizer_params() const
 ShardLayout ShardedDataParallel::layout() const
 {
     ShardLayout l;
-    for (const auto &p : impl_->params) l.params.push_back(p.tensor);
-    for (const auto &p : impl_->params) {
-        l.param_unit.push_back(p.unit);
-        l.param_offset.push_back(p.offset);
+    // In the optimizer's order: the emptied parameters (a pipeline stage's others) in no unit, with no elements.
+    std::vector<size_t> at_layout(impl_->params.size());
+    size_t k = 0;
+    for (const auto &t : impl_->trainable) {
+        const bool packed = k < impl_->params.size() && t.is_same(impl_->params[k].tensor);
+        if (packed) at_layout[k] = l.params.size();
+        l.params.push_back(t);
+        l.param_unit.push_back(packed ? impl_->params[k].unit : 0);
+        l.param_offset.push_back(packed ? impl_->params[k].offset : 0);
+        if (packed) ++k;
     }
     for (const auto &u : impl_->units) {
-        l.unit_params.push_back(u.params);
+        std::vector<size_t> members;
+        for (size_t i : u.params) members.push_back(at_layout[i]);
+        l.unit_params.push_back(std::move(members));
         l.shard_numel.push_back(u.shard_numel);
     }
     l.shard_world = impl_->shard_world();

@@ -355,6 +355,14 @@ void PipelineParallel::shard_with(std::shared_ptr<ShardedDataParallel> engine, M
     engine_->set_require_sync(false); // run() reduces once the schedule is over
 }
 
+void PipelineParallel::summon_full_params(bool on)
+{
+    if (!engine_) return ParallelWrapper::summon_full_params(on);
+    engine_->summon_full_params(on);
+}
+
+bool PipelineParallel::summoned() const { return engine_ && engine_->summoned(); }
+
 void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string &what)
 {
     if (wrapper == nullptr || wrapper->pipeline() == nullptr || wrapper->sharded() == nullptr) return;

@@ -100,6 +100,9 @@ public:
     // engine through sharded() for the optimizer's shards.
     void shard_with(std::shared_ptr<ShardedDataParallel> engine, Model &model);
     ShardedDataParallel *sharded() override { return engine_.get(); }
+    // Sharded: the engine gathers (or frees) the stage's parameters; the other stages' stay empty. Else refused.
+    void summon_full_params(bool on) override;
+    bool summoned() const override;
     // Per parameter of the whole model (named_parameters order), the first stage holding it (collective).
     std::vector<int32_t> owners();
     // Every parameter of the whole model filled in from its owner (collective over the pp group): the ones
