@@ -275,10 +275,11 @@ int64_t bytes_of(const accel::Model &m)
 // under DDP; the losses they report are their shares' and are not compared.
 // `micro` micro-batches; `chunks` > 1: interleaved, that many chunks per stage (num_virtual_stages_per_pipeline_rank).
 // `plugin` (an accelerator config's fsdp_plugin / deepspeed_plugin): the dp replicas shard each stage with the
-// sharding engine instead of DDP (pp x sharding), the optimizer stepping its shards.
+// sharding engine instead of DDP (pp x sharding), the optimizer stepping its shards; `replicas` > 1: those dp
+// processes are replicas x dp / replicas shards (HSDP: dp_replicate x dp_shard).
 void check_training(int32_t stages, int64_t layers, bool tied, const std::vector<int64_t> &split_points,
                     const std::string &schedule = "gpipe", int32_t dp = 1, int64_t micro = kMicroBatches, int32_t chunks = 1,
-                    const std::string &plugin = "")
+                    const std::string &plugin = "", int32_t replicas = 1)
 {
     SCOPED_TRACE(schedule + ", pp " + std::to_string(stages) + " x dp " + std::to_string(dp) + ", " + std::to_string(layers) +
                  " layers, " + (tied ? "tied" : "untied") + ", " + std::to_string(micro) + " micro-batches of " +
@@ -320,7 +321,8 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
     }
 
     dist::run_on_threads(stages * dp, [&](const std::shared_ptr<dist::Communicator> &comm) {
-        dist::DeviceMesh mesh(sharding.enabled() ? dist::mesh_shape(1, dp, 1, 1, stages) : dist::mesh_shape(dp, 1, 1, 1, stages), comm);
+        const int32_t replicated = sharding.enabled() ? replicas : dp;
+        dist::DeviceMesh mesh(dist::mesh_shape(replicated, dp / replicated, 1, 1, stages), comm);
         auto &m = *models[static_cast<size_t>(comm->rank())];
         const int64_t rows = 4 / dp, first_row = mesh.rank_in(dist::MeshDim::Dp) * rows; // this replica's share
         accel::config::ParallelismConfig config;
@@ -333,6 +335,7 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
         auto pipeline = pp::prepare_pipeline(m, mesh, config, nullptr, sharding.enabled() ? &sharding : nullptr);
         accel::parallel::ShardedDataParallel *engine = pipeline->sharded();
         if (engine != nullptr) stepped = engine->optimizer_params();
+        if (engine != nullptr && sharding.activation_checkpointing) m.set_activation_checkpointing(engine->checkpointed_layers());
         auto opt = adamw(stepped);
         // Each stage holds its share of the blocks, plus the embeddings (first) or the head (last).
         const auto &c = dynamic_cast<accel::GptModel &>(m).config();
@@ -445,6 +448,19 @@ TEST(PipelineParallelSharded, TwoStagesTimesTwoShardsEqualOneProcess)
     check_training(2, 4, true, {}, "gpipe", 2, 2, 1, R"("fsdp_plugin": {"sharding_strategy": "SHARD_GRAD_OP", )"
                                                       R"("auto_wrap_policy": "TRANSFORMER_BASED_WRAP", )"
                                                       R"("transformer_cls_names_to_wrap": ["gpt_block"]})");
+    // Activation checkpointing (the blocks recomputed in backward, each gathered again for it), interleaved.
+    check_training(2, 4, true, {}, "interleaved_1f1b", 2, 2, 2,
+                   R"("fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "activation_checkpointing": true, )"
+                   R"("auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": ["gpt_block"]})");
+}
+
+// HSDP on 8 thread ranks: each stage sharded over 2 processes and replicated twice (pp 2 x dp_replicate 2 x
+// dp_shard 2, the mesh's HYBRID_SHARD), one row each, equal one process on the 4 rows.
+TEST(PipelineParallelSharded, ReplicatedShardsEqualOneProcess)
+{
+    check_training(2, 4, true, {}, "1f1b", 4, 1, 1,
+                   R"("fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", )"
+                   R"("transformer_cls_names_to_wrap": ["gpt_block"]})", 2);
 }
 
 // What a stage of a model refuses: ids it cannot embed (on every rank alike: no stage is left waiting), a
