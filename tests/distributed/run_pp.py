@@ -84,8 +84,10 @@ def merged(ranks, what):
     return out
 
 
-# dist_pp's gpt: the embeddings' elements (wte 37 x 16, wpe 8 x 16), which the first stage holds beside its blocks.
+# dist_pp's gpt: the embeddings' elements (wte 37 x 16, wpe 8 x 16), which the first stage holds beside its blocks
+# (its llama: embed_tokens 37 x 16 alone).
 EMBEDDINGS = (37 + 8) * 16
+LLAMA_EMBEDDINGS = 37 * 16
 
 
 def built_elements(prefix, processes):
@@ -99,15 +101,15 @@ def built_elements(prefix, processes):
 def check_built_by_stage(a, tmp, what):
     """No whole model on any rank: each built only its stage (<= 1/pp of one process's model plus the embeddings).
     Under pp x tp the other stages' parameters keep their shapes on meta until prepare (stage_init.hpp), which the
-    element count includes: unit PipelineStageInit.PipelineTimesTensorParallelKeepsShapesUntilPrepare checks it.
-    A llama is built whole and cut at prepare (stage_init.hpp builds gpt stages only)."""
-    if a.tp > 1 or a.llama:
+    element count includes: unit PipelineStageInit.PipelineTimesTensorParallelKeepsShapesUntilPrepare checks it."""
+    if a.tp > 1:
         return
+    embeddings = LLAMA_EMBEDDINGS if a.llama else EMBEDDINGS
     whole, = built_elements(os.path.join(tmp, "one"), 1)
     for rank, n in enumerate(built_elements(os.path.join(tmp, "pp"), a.pp * a.dp * a.cp)):
-        if n > whole / a.pp + EMBEDDINGS:
+        if n > whole / a.pp + embeddings:
             sys.exit("%s: rank %d built %d parameter elements, more than 1/%d of the whole %d plus the embeddings %d"
-                     % (what, rank, n, a.pp, whole, EMBEDDINGS))
+                     % (what, rank, n, a.pp, whole, embeddings))
     log("%s: elements built per rank %s, one process %d" % (
         what, built_elements(os.path.join(tmp, "pp"), a.pp * a.dp * a.cp), whole))
 

@@ -35,7 +35,17 @@ StageAtInit::Layout gpt_layout(const config::GptConfig &c)
             std::vector<int64_t>(static_cast<size_t>(c.n_layer), block)};
 }
 
-const std::string kBlockPrefix = "transformer.h.";
+// LlamaModel's constructor makes embed_tokens, then each decoder layer's q, k, v, o, gate, up, down (weight, then bias
+// where the config has one) and its two norms, then model.norm and lm_head when untied.
+StageAtInit::Layout llama_layout(const config::LlamaConfig &c)
+{
+    const int64_t C = c.hidden_size, Q = c.num_attention_heads * c.head_dim, KV = c.num_key_value_heads * c.head_dim;
+    const int64_t I = c.intermediate_size, qkv = c.qkv_bias() ? 1 : 0, o = c.o_bias() ? 1 : 0, mlp = c.mlp_bias ? 1 : 0;
+    const int64_t layer = (Q + 2 * KV) * (C + qkv) + C * (Q + o) + 2 * I * (C + mlp) + C * (I + mlp) + 2 * C;
+    const auto tensors = static_cast<size_t>(9 + 3 * qkv + o + 3 * mlp);
+    return {1, tensors, c.tie_word_embeddings ? size_t{1} : size_t{2}, c.tie_word_embeddings,
+            std::vector<int64_t>(static_cast<size_t>(c.num_hidden_layers), layer), "model.layers."};
+}
 
 } // namespace
 
@@ -53,9 +63,10 @@ std::shared_ptr<StageAtInit> StageAtInit::for_new_model(const config::ModelSpec 
     std::shared_ptr<Scope> s;
     for (auto it = scopes.rbegin(); it != scopes.rend() && !s; ++it) s = it->lock();
     // LoRA's adapters would be made over emptied layers, and empty_init builds on meta already: both built whole.
-    if (!s || !spec.gpt || spec.lora || spec.empty_init) return nullptr;
+    if (!s || (!spec.gpt && !spec.llama) || spec.lora || spec.empty_init) return nullptr;
     try {
-        return std::make_shared<StageAtInit>(s->stages, s->stage, s->config, gpt_layout(*spec.gpt), s->keep_shapes);
+        return std::make_shared<StageAtInit>(s->stages, s->stage, s->config,
+                                             spec.gpt ? gpt_layout(*spec.gpt) : llama_layout(*spec.llama), s->keep_shapes);
     } catch (const Error &) {
         return nullptr; // a cut the config refuses: built whole, and prepare refuses it by name
     }
@@ -105,9 +116,9 @@ void StageAtInit::finish(Model &model)
     for (size_t i = 0; i < named.size(); ++i) {
         const std::string &name = named[i].first;
         const bool in_blocks = i >= layout_.before && i < layout_.before + layout_.per_block * layout_.costs.size();
-        const std::string block = in_blocks ? kBlockPrefix + std::to_string((i - layout_.before) / layout_.per_block) + "." : "";
-        const bool matches = in_blocks ? name.compare(0, block.size(), block) == 0
-                                       : name.compare(0, kBlockPrefix.size(), kBlockPrefix) != 0;
+        const std::string &prefix = layout_.block_prefix;
+        const std::string block = in_blocks ? prefix + std::to_string((i - layout_.before) / layout_.per_block) + "." : "";
+        const bool matches = in_blocks ? name.compare(0, block.size(), block) == 0 : name.compare(0, prefix.size(), prefix) != 0;
         if (!matches || named[i].second.unsafeGetTensorImpl() != order_[i])
             fail(ACCEL_ERR_INTERNAL, "pipeline: parameter " + std::to_string(i) + " (\"" + name + "\") is not the one the "
                                      "stage builder took it for" + (in_blocks ? " (a parameter of " + block + ")" : ""));

@@ -1,6 +1,6 @@
 // Pipeline parallelism's counterpart of zero3_init_flag (issue 36: no whole model on any rank).
 //
-// While an accelerator with parallelism_config.pp_size > 1 lives (without a sharding plugin), a gpt
+// While an accelerator with parallelism_config.pp_size > 1 lives (without a sharding plugin), a gpt or llama
 // model built from a JSON spec (or by from_pretrained) on the thread that created it holds only that rank's stage:
 // each parameter of another stage is drawn as a whole model's build draws it (so the generator advances alike and
 // the stage's parameters are bit for bit those of a model built in one process) and moved to the meta device at
@@ -10,8 +10,8 @@
 // read (its ForwardHooks name the stage); prepare_pipeline then uses the stage it was built with.
 // Under pp x tp the other stages' parameters stay on meta (their shapes, no memory) until prepare has applied the
 // tensor-parallel plan and cut the model. The scope is the creating thread's (thread ranks of a test each hold
-// theirs); a model built on another thread, a lora or empty_init spec, other model types and a cut the config
-// refuses are built whole and cut at prepare.
+// theirs); a model built on another thread, a lora or empty_init spec, other model types than gpt and llama, and a
+// cut the config refuses are built whole and cut at prepare.
 #pragma once
 
 #include "config/parallelism_config.hpp"
@@ -49,6 +49,7 @@ public:
         size_t before = 0, per_block = 0, after = 0;
         bool tied = false;
         std::vector<int64_t> costs;
+        std::string block_prefix = "transformer.h."; // block i's parameters are named block_prefix + i + "."
     };
     StageAtInit(int32_t stages, int32_t stage, config::ParallelismConfig config, Layout layout, bool keep_shapes);
     // The on_parameter hook (model.hpp) for the build: another stage's parameter goes to the meta device.

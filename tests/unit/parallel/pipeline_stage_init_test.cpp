@@ -17,6 +17,8 @@
 #include "model/pretrained.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/pipeline/stage_init.hpp"
+#include "parallel/pipeline/stage_model.hpp"
+#include "pipeline_models.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -235,11 +237,10 @@ TEST(PipelineStageInit, BuiltWholeWhereNoStageApplies)
     config.pp_size = 2;
     const int64_t whole = elements(*build(gpt_spec(true)));
     const auto scope = pp::StageAtInit::scope(2, 1, config);
-    // LoRA's adapters go on the whole model; a llama has no pipeline; 1 block cannot make 2 stages (prepare says so).
+    // LoRA's adapters go on the whole model (a gpt's, a llama's); 1 block cannot make 2 stages (prepare says so).
     for (const std::string &spec :
          {gpt_spec(true, R"(, "lora": {"r": 2, "target_modules": ["c_attn"]})"),
-          std::string(R"({"type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 32, )"
-                      R"("num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 8})"),
+          accel_test::llama_json(2, true, R"(, "lora": {"r": 2, "target_modules": ["q_proj"]})"),
           std::string(R"({"type": "gpt", "vocab_size": 37, "n_positions": 8, "n_embd": 16, "n_head": 4, "n_layer": 1})")}) {
         const auto m = build(spec);
         EXPECT_EQ(pp::StageAtInit::of(*m), nullptr) << spec;
@@ -271,4 +272,75 @@ TEST(PipelineStageInit, FromPretrainedReadsOnlyTheStage)
         }
     }
     std::filesystem::remove_all(dir);
+}
+
+// A llama (grouped-query attention) built by stage on `p` thread ranks (x `tp`: the other stages' shapes kept on meta
+// until prepare): each rank holds what prepare's cut of the whole model keeps, bit for bit one process's, the rest
+// empty (on meta with their shapes under tp); from_pretrained of its folder reads only the stage's tensors; prepared,
+// its forward through the stages is one process's (each tp rank's vocabulary columns).
+static void check_llama_by_stage(int32_t p, int32_t tp, bool tied)
+{
+    SCOPED_TRACE("llama, pp " + std::to_string(p) + " x tp " + std::to_string(tp) + (tied ? ", tied" : ", untied"));
+    accel::config::ParallelismConfig config;
+    config.pp_size = p;
+    config.tp_size = tp;
+    const std::string spec = accel_test::llama_json(4, tied);
+    const auto ref = build(spec);
+    at::manual_seed(43);
+    const at::Tensor ids = at::randint(0, kVocab, {4, kPositions}, at::kLong);
+    const at::Tensor want = ref->forward(ids).detach();
+    const std::string dir = (std::filesystem::temp_directory_path() / ("accel_stage_init_llama_" + std::to_string(::getpid()))).string();
+    accel::write_pretrained(*ref, dir, accel::config::SaveModelOptions{});
+    std::vector<std::shared_ptr<accel::Model>> cut; // per stage: the whole model, cut as prepare cuts it
+    for (int32_t s = 0; s < p; ++s) cut.push_back(build(spec));
+    dist::run_on_threads(p * tp, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, tp, p), comm);
+        const int32_t s = mesh.rank_in(dist::MeshDim::Pp), t = mesh.rank_in(dist::MeshDim::Tp);
+        const auto scope = pp::StageAtInit::scope(p, s, config, tp > 1);
+        const auto m = build(spec);
+        const auto built = pp::StageAtInit::of(*m);
+        ASSERT_NE(built, nullptr) << "rank " << comm->rank();
+        if (t == 0)
+            dynamic_cast<pp::PipelineStageModel &>(*cut[static_cast<size_t>(s)]).apply_pipeline_stage(built->chunks(), s == 0, s == p - 1);
+        comm->barrier();
+        const accel::Model &kept = *cut[static_cast<size_t>(s)];
+        if (tp == 1) { // from_pretrained: the stage's tensors only
+            const accel::PretrainedModel loaded = accel::from_pretrained(dir, accel::config::FromPretrainedOptions{});
+            EXPECT_TRUE(loaded.report.missing.empty()) << "rank " << comm->rank();
+            for (size_t i = 0; i < kept.named_parameters().size(); ++i) {
+                const at::Tensor &l = loaded.model->named_parameters()[i].second, &r = ref->named_parameters()[i].second;
+                if (kept.named_parameters()[i].second.numel() > 0) EXPECT_TRUE(l.equal(r)) << i << " read on rank " << s;
+                else EXPECT_EQ(l.numel(), 0) << i << " read on rank " << s;
+            }
+        }
+        int64_t held = 0;
+        for (size_t i = 0; i < m->named_parameters().size(); ++i) {
+            const auto &[name, param] = m->named_parameters()[i];
+            const at::Tensor &r = ref->named_parameters()[i].second;
+            if (kept.named_parameters()[i].second.numel() > 0) {
+                EXPECT_TRUE(param.equal(r)) << name << " on rank " << comm->rank();
+                ++held;
+            } else if (tp > 1) {
+                EXPECT_TRUE(param.is_meta() && param.sizes() == r.sizes()) << name << " on rank " << comm->rank();
+            } else {
+                EXPECT_EQ(param.numel(), 0) << name << " on rank " << comm->rank();
+            }
+        }
+        EXPECT_GT(held, 0);
+        EXPECT_LT(held, static_cast<int64_t>(m->named_parameters().size()));
+        EXPECT_EQ(catch_error([&] { m->forward(ids); }).code(), ACCEL_ERR_FAILED_PRECONDITION);
+        const auto pipeline = pp::prepare_pipeline(*m, mesh, config);
+        at::NoGradGuard no_grad;
+        const at::Tensor logits = m->forward(ids);
+        const int64_t columns = logits.size(-1), start = t * columns, valid = std::min<int64_t>(columns, kVocab - start);
+        EXPECT_TRUE(logits.narrow(-1, 0, valid).allclose(want.narrow(-1, start, valid), 1e-5, 1e-6)) << "rank " << comm->rank();
+    });
+    std::filesystem::remove_all(dir);
+}
+
+TEST(PipelineStageInit, LlamaBuildsOnlyItsStage)
+{
+    check_llama_by_stage(2, 1, true);
+    check_llama_by_stage(4, 1, false);
+    check_llama_by_stage(2, 2, true);
 }
