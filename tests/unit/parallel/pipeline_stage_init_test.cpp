@@ -278,13 +278,14 @@ TEST(PipelineStageInit, FromPretrainedReadsOnlyTheStage)
 // until prepare): each rank holds what prepare's cut of the whole model keeps, bit for bit one process's, the rest
 // empty (on meta with their shapes under tp); from_pretrained of its folder reads only the stage's tensors; prepared,
 // its forward through the stages is one process's (each tp rank's vocabulary columns).
-static void check_llama_by_stage(int32_t p, int32_t tp, bool tied)
+// `extra`: more spec keys (Qwen2's q/k/v biases, Llama's attention_bias and mlp_bias: other parameter counts per layer).
+static void check_llama_by_stage(int32_t p, int32_t tp, bool tied, const std::string &extra = "")
 {
-    SCOPED_TRACE("llama, pp " + std::to_string(p) + " x tp " + std::to_string(tp) + (tied ? ", tied" : ", untied"));
+    SCOPED_TRACE("llama, pp " + std::to_string(p) + " x tp " + std::to_string(tp) + (tied ? ", tied" : ", untied") + extra);
     accel::config::ParallelismConfig config;
     config.pp_size = p;
     config.tp_size = tp;
-    const std::string spec = accel_test::llama_json(4, tied);
+    const std::string spec = accel_test::llama_json(4, tied, extra);
     const auto ref = build(spec);
     at::manual_seed(43);
     const at::Tensor ids = at::randint(0, kVocab, {4, kPositions}, at::kLong);
@@ -343,4 +344,6 @@ TEST(PipelineStageInit, LlamaBuildsOnlyItsStage)
     check_llama_by_stage(2, 1, true);
     check_llama_by_stage(4, 1, false);
     check_llama_by_stage(2, 2, true);
+    check_llama_by_stage(2, 1, false, R"(, "model_type": "qwen2")");
+    check_llama_by_stage(2, 1, true, R"(, "attention_bias": true, "mlp_bias": true)");
 }

@@ -392,6 +392,14 @@ TEST(PipelineLlama, LoraEqualsOneProcess)
     l.schedule = "1f1b";
     l.json = accel_test::llama_json(4, false, R"(, "lora": {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj", "down_proj"]})");
     check_training(l);
+    // Mistral's sliding window (5 of 8 positions: the later stages mask as the first), Qwen2's q/k/v biases.
+    l = Layout();
+    l.tp = 1;
+    l.json = accel_test::llama_json(4, true, R"(, "model_type": "mistral", "sliding_window": 5)");
+    check_training(l);
+    l.schedule = "1f1b";
+    l.json = accel_test::llama_json(3, false, R"(, "model_type": "qwen2")");
+    check_training(l);
 }
 
 } // namespace
