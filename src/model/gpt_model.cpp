@@ -175,10 +175,12 @@ at::Tensor GptModel::forward(const at::Tensor &input)
 // Under tensor parallelism the cache holds this rank's heads, as the blocks compute them.
 at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
 {
-    if (pipelined()) return through_pipeline(input, &cache, "generation");
-    if (!cp_) return run(input, &cache);
+    // A pipeline stage's generation runs the whole model through the stages (collective over the pp group).
+    const auto step = [&] { return pipelined() ? through_pipeline(input, &cache, "generation") : run(input, &cache); };
+    if (!cp_) return step();
     // Generation under context parallelism is not split: every rank runs the whole prompt and its cache as one
-    // process does, the cp group set aside for the call (training's forward keeps it).
+    // process does, the cp group set aside for the call (training's forward keeps it). Under pp x cp every rank
+    // sets its own stage's aside (generation is collective), so the stages pass whole sequences.
     const auto cp = cp_;
     auto restore = [&] {
         for (const auto &b : blocks_) b->block.options.context_parallel = cp;
@@ -187,7 +189,7 @@ at::Tensor GptModel::forward_cached(const at::Tensor &input, GptKvCache &cache)
     for (const auto &b : blocks_) b->block.options.context_parallel = nullptr;
     cp_ = nullptr;
     try {
-        at::Tensor out = run(input, &cache);
+        at::Tensor out = step();
         restore();
         return out;
     } catch (...) {

@@ -315,13 +315,14 @@ at::Tensor LlamaModel::forward(const at::Tensor &input)
 
 at::Tensor LlamaModel::forward_cached(const at::Tensor &input, LlamaKvCache &cache)
 {
-    if (pipelined()) return through_pipeline(input, &cache, "generation");
-    if (!cp_) return run(input, &cache);
-    // As GptModel's: generation under context parallelism runs whole on every rank, the cp group set aside.
+    const auto step = [&] { return pipelined() ? through_pipeline(input, &cache, "generation") : run(input, &cache); };
+    if (!cp_) return step();
+    // As GptModel's: generation under context parallelism runs whole on every rank (every stage under pp x cp),
+    // the cp group set aside.
     const auto cp = cp_;
     cp_ = nullptr;
     try {
-        at::Tensor out = run(input, &cache);
+        at::Tensor out = step();
         cp_ = cp;
         return out;
     } catch (...) {

@@ -121,12 +121,9 @@ int32_t PipelineParallel::num_stages() const { return pp_->size(); }
 int64_t PipelineParallel::boundary_length(int64_t length, bool cached) const
 {
     // pp x cp: `length` is this rank's part of the sequence, which the first stage checks as any cp model does.
-    if (cp_ && cached)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "generation of a pipeline-parallel model under context parallelism "
-                                      "(parallelism_config.cp_size or sp_size > 1 with pp_size > 1) is not built yet: "
-                                      "context parallelism does not split a key/value cache, and the stages cannot set "
-                                      "their cp groups aside as one process does; generate without cp_size / sp_size");
-    if (cp_) parallel::cp::check_model_input(length, false, model_.pipeline_shape().type);
+    // Generation (`cached`) runs whole: each rank's model set its cp group aside before calling the pipeline
+    // (forward_cached), as without a pipeline.
+    if (cp_ && !cached) parallel::cp::check_model_input(length, false, model_.pipeline_shape().type);
     if (!model_.sequence_parallel()) return length;
     parallel::tp::check_sequence_split(length, cached, tp_->size(), model_.pipeline_shape().type);
     return length / tp_->size();
@@ -240,7 +237,8 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
         fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(lo.item<int64_t>() < 0 ? lo.item<int64_t>() : hi.item<int64_t>()) +
                                          " is outside [0, " + std::to_string(c.vocab_size) + ")");
     const int64_t past = cache != nullptr ? cache->length() : 0;
-    const int64_t whole = input.size(-1) * (cp_ ? cp_->size() : 1); // under cp the input is this rank's part
+    // Under cp a forward's input is this rank's part; generation's is whole (the cp group set aside).
+    const int64_t whole = input.size(-1) * (cp_ && cache == nullptr ? cp_->size() : 1);
     if (c.max_positions > 0 && past + whole > c.max_positions)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions exceed " +
                                              c.max_positions_key + " " + std::to_string(c.max_positions));

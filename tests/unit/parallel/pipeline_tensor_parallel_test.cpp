@@ -10,11 +10,13 @@
 // sequence to the same cp rank of the next, the batch split as the prepared loader splits it (padded when its
 // length is not a multiple of 2 x cp), gradients averaged over the stage's dp_cp group; also with tp and dp.
 #include "catch_error.hpp"
+#include "config/generation_config.hpp"
 #include "config/parallelism_config.hpp"
 #include "data_loader/dataset.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "distributed/thread_communicator.hpp"
+#include "model/generation.hpp"
 #include "model/gpt_model.hpp"
 #include "model/model.hpp"
 #include "ops/loss.hpp"
@@ -313,9 +315,48 @@ TEST(PipelineContextParallel, LlamaEqualsOneProcess)
     check_training(l);
 }
 
-// What pp x cp refuses, on every rank before anything is sent (no stage is left waiting): generation (cp
-// does not split a key/value cache), and a local part that is not two equal chunks (a batch not split by the
-// loader).
+// Generation under pp 2 x cp 2 runs whole, as under cp alone (every rank sets its stage's cp group aside): greedy
+// with and without the key/value cache and sampled with a seed give one process's tokens on every rank.
+void check_generation(const std::string &json)
+{
+    SCOPED_TRACE(json);
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (int r = 0; r <= 4; ++r) {
+        at::manual_seed(41);
+        models.push_back(accel::make_model_from_json(json.c_str()));
+        models.back()->train(false);
+    }
+    accel::config::GenerationConfig greedy, cached, sampled;
+    greedy.max_new_tokens = cached.max_new_tokens = sampled.max_new_tokens = 3;
+    greedy.use_cache = false;
+    sampled.do_sample = true;
+    sampled.seed = 5;
+    at::manual_seed(43);
+    const at::Tensor prompt = at::randint(0, kVocab, {2, 5}, at::kLong); // odd: no cp split could take it
+    auto &ref = *models.back();
+    const at::Tensor want_greedy = accel::generate(ref, prompt, greedy, false);
+    const at::Tensor want_sampled = accel::generate(ref, prompt, sampled, false);
+    dist::run_on_threads(4, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 1, 2), comm);
+        auto &m = *models[static_cast<size_t>(comm->rank())];
+        cp::prepare_context_parallel(m, mesh, "alltoall");
+        accel::config::ParallelismConfig config;
+        config.pp_size = 2;
+        auto pipeline = pp::prepare_pipeline(m, mesh, config);
+        EXPECT_TRUE(at::equal(accel::generate(m, prompt, greedy, false), want_greedy)) << "rank " << comm->rank();
+        EXPECT_TRUE(at::equal(accel::generate(m, prompt, cached, false), want_greedy)) << "rank " << comm->rank();
+        EXPECT_TRUE(at::equal(accel::generate(m, prompt, sampled, false), want_sampled)) << "rank " << comm->rank();
+    });
+}
+
+TEST(PipelineContextParallel, GenerationRunsWholeAsOneProcess)
+{
+    check_generation(gpt_json(2, true));
+    check_generation(accel_test::llama_json(2, false));
+}
+
+// What pp x cp refuses, on every rank before anything is sent (no stage is left waiting): a forward's local part
+// that is not two equal chunks (a batch not split by the loader), and one whose whole sequence exceeds the positions.
 TEST(PipelineContextParallel, RefusesOnEveryRank)
 {
     const std::string json = gpt_json(2, true);
@@ -329,10 +370,7 @@ TEST(PipelineContextParallel, RefusesOnEveryRank)
         config.pp_size = 2;
         auto pipeline = pp::prepare_pipeline(m, mesh, config);
         at::Tensor ids = at::randint(0, kVocab, {2, 4}, at::kLong);
-        accel::GptKvCache cache;
-        const accel::Error e = catch_error([&] { dynamic_cast<accel::GptModel &>(m).forward_cached(ids, cache); });
-        EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED);
-        EXPECT_NE(std::string(e.what()).find("cp_size"), std::string::npos) << e.what();
+        EXPECT_EQ(catch_error([&] { m.forward(ids.narrow(1, 0, 3)); }).code(), ACCEL_ERR_INVALID_ARGUMENT);
         const accel::Loss loss(accel::LossKind::CausalLm);
         EXPECT_EQ(catch_error([&] {
                       pipeline->run(
