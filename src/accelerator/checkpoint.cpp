@@ -657,7 +657,6 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
     const std::string dir = normalize_path(save_directory);
     if (exists(dir) && !is_dir(dir))
         fail(ACCEL_ERR_ALREADY_EXISTS, "save_directory: \"" + dir + "\" is a file, not a folder");
-    parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(model), "save_model");
     // A sharded model's weights are gathered whole first (every rank calls save_model, as in Accelerate).
     std::unique_ptr<SummonWhole> whole;
     if (auto *e = sharded_of(model)) whole = std::make_unique<SummonWhole>(std::vector<parallel::ShardedDataParallel *>{e});

@@ -14,7 +14,8 @@
  * ACCEL_TEST_CP=1 (pp x cp: a forward takes each rank's part of a sequence, not the whole prompt): no logits;
  * generation runs whole, as under cp alone.
  * ACCEL_TEST_LLAMA=1: the model is a tiny llama (4 layers, grouped-query attention, tied head) instead.
- * ACCEL_TEST_SHARDED=1 (pp x sharding): save_model must be refused by name (ACCEL_ERR_UNIMPLEMENTED); the forward
+ * ACCEL_TEST_SHARDED=1 (pp x sharding): save_state and get_state_dict must be refused by name
+ * (ACCEL_ERR_UNIMPLEMENTED; save_model writes the whole model); the forward
  * runs sharded, generation and the parameters' reading while summoned (each stage's shards gathered).
  */
 #include "dist_common.h"
@@ -89,13 +90,18 @@ int main(int argc, char **argv)
         }
     }
     const int sharded = getenv("ACCEL_TEST_SHARDED") != NULL;
-    if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL && sharded) {
-        const accel_status_t st = accel_accelerator_save_model(acc, model, getenv("ACCEL_TEST_SAVE_MODEL"), NULL);
-        DIST_EXPECT(st == ACCEL_ERR_UNIMPLEMENTED &&
-                        strstr(accel_last_error_message(), "save_model: checkpoints of a pipeline-parallel model") != NULL,
-                    "save_model under pp x sharding: %s: %s", accel_status_name(st), accel_last_error_message());
-    } else if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL) {
+    if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL)
         DIST_CHECK(accel_accelerator_save_model(acc, model, getenv("ACCEL_TEST_SAVE_MODEL"), NULL));
+    if (sharded) {
+        accel_state_dict_t *sd = NULL;
+        accel_status_t st = accel_accelerator_save_state(acc, "unwritten_pp_sharded_state");
+        DIST_EXPECT(st == ACCEL_ERR_UNIMPLEMENTED &&
+                        strstr(accel_last_error_message(), "save_state: checkpoints of a pipeline-parallel model") != NULL,
+                    "save_state under pp x sharding: %s: %s", accel_status_name(st), accel_last_error_message());
+        st = accel_accelerator_get_state_dict(acc, model, NULL, &sd);
+        DIST_EXPECT(st == ACCEL_ERR_UNIMPLEMENTED && sd == NULL &&
+                        strstr(accel_last_error_message(), "get_state_dict: checkpoints of a pipeline-parallel model") != NULL,
+                    "get_state_dict under pp x sharding: %s: %s", accel_status_name(st), accel_last_error_message());
     }
     {
         static const int64_t prompt[15] = {1, 5, 9, 2, 7, 3, 3, 8, 0, 36, 11, 4, 6, 20, 2};

@@ -179,8 +179,6 @@ def scenario_equivalence(a, tmp):
         sys.exit("%s: a rank reported losses for other steps than %s" % (what, steps))
     mean = [sum(losses[s] for losses, _ in ranks) / len(ranks) for s in steps]
     check_close([ref_losses[s] for s in steps], mean, a.tol, "%s: losses (mean over the replicas)" % what)
-    if a.plugin:  # save_model under pp x sharding is refused by name (dist_pp checked it)
-        return
     one, mine = [tensors_of(os.path.join(tmp, d + ".model", "model.safetensors")) for d in ("one", "pp")]
     if sorted(os.listdir(os.path.join(tmp, "one.model"))) != sorted(os.listdir(os.path.join(tmp, "pp.model"))):
         sys.exit("%s: save_model wrote %s, one process %s" % (what, os.listdir(os.path.join(tmp, "pp.model")),

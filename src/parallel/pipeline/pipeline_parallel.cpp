@@ -366,8 +366,8 @@ void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string
     if (wrapper == nullptr || wrapper->pipeline() == nullptr || wrapper->sharded() == nullptr) return;
     fail(ACCEL_ERR_UNIMPLEMENTED, what + ": checkpoints of a pipeline-parallel model (parallelism_config.pp_size > 1) "
                                          "under fsdp_plugin or deepspeed_plugin are not built yet (no state_dict_type gathers "
-                                         "a stage's shards under the whole model's names); under DDP over each stage "
-                                         "(dp_replicate_size) they are");
+                                         "the stages' shards under the whole model's names); save_model is, and under DDP "
+                                         "over each stage (dp_replicate_size) every checkpoint is");
 }
 
 std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distributed::DeviceMesh &mesh,

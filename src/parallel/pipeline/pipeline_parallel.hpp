@@ -147,9 +147,9 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
                                                    const config::DistributedDataParallelKwargs *ddp = nullptr,
                                                    const config::ShardingConfig *sharding = nullptr);
 
-// save_state / load_state / save_model / get_state_dict (`what`) of a pipeline stage under the sharding engine:
-// UNIMPLEMENTED saying so (WholeStages gathers whole parameters from the other stages, not a stage's shards).
-// Nothing for any other wrapper (or none).
+// save_state / load_state / get_state_dict (`what`) of a pipeline stage under the sharding engine: UNIMPLEMENTED
+// saying so (the stages' optimizer shards are not gathered; get_state_dict is not tested there). Nothing for any
+// other wrapper (or none). save_model is built: the engine summons the stage, then WholeStages fills in the others.
 void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string &what);
 
 // save_model / get_state_dict / save_state / load_state of a pipeline model: while this lives every parameter
