@@ -404,6 +404,14 @@ TEST(PipelineLlama, StagesEqualOneProcess)
     l.chunks = 2;
     l.json = accel_test::llama_json(4, true);
     check_training(l);
+    // Mistral's sliding window (5 of 8 positions: the later stages mask as the first), Qwen2's q/k/v biases.
+    l = Layout();
+    l.tp = 1;
+    l.json = accel_test::llama_json(4, true, R"(, "model_type": "mistral", "sliding_window": 5)");
+    check_training(l);
+    l.schedule = "1f1b";
+    l.json = accel_test::llama_json(3, false, R"(, "model_type": "qwen2")");
+    check_training(l);
 }
 
 TEST(PipelineLlama, WithTensorParallelAndReplicasEqualsOneProcess)
