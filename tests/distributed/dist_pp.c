@@ -17,6 +17,7 @@
  * ACCEL_TEST_SHARDED=1 (pp x sharding): save_state and get_state_dict must be refused by name
  * (ACCEL_ERR_UNIMPLEMENTED; save_model writes the whole model); the forward
  * runs sharded, generation and the parameters' reading while summoned (each stage's shards gathered).
+ * ACCEL_TEST_SUMMON=1: generation and the parameters' reading summoned, for a sharded model without a pipeline.
  */
 #include "dist_common.h"
 
@@ -90,6 +91,7 @@ int main(int argc, char **argv)
         }
     }
     const int sharded = getenv("ACCEL_TEST_SHARDED") != NULL;
+    const int summon = sharded || getenv("ACCEL_TEST_SUMMON") != NULL; /* a sharded model without a pipeline */
     if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL)
         DIST_CHECK(accel_accelerator_save_model(acc, model, getenv("ACCEL_TEST_SAVE_MODEL"), NULL));
     if (sharded) {
@@ -120,7 +122,7 @@ int main(int argc, char **argv)
             free(buf);
         }
         /* Generation reads the stages' parameters whole, as of any sharded model: summoned till the end. */
-        if (sharded) DIST_CHECK(accel_accelerator_summon_full_params_begin(acc, model));
+        if (summon) DIST_CHECK(accel_accelerator_summon_full_params_begin(acc, model));
         DIST_CHECK(accel_model_generate(model, in, "{\"max_new_tokens\": 3}", &tokens));
         const int64_t nt = dist_numel(tokens);
         int64_t ids[32];
@@ -152,7 +154,7 @@ int main(int argc, char **argv)
         }
         accel_tensor_free(p);
     }
-    if (sharded) DIST_CHECK(accel_accelerator_summon_full_params_end(acc, model));
+    if (summon) DIST_CHECK(accel_accelerator_summon_full_params_end(acc, model));
     DIST_EXPECT(fclose(f) == 0, "cannot write %s", path);
     accel_dataloader_free(dl);
     accel_optimizer_free(opt);

@@ -137,7 +137,10 @@ SHARDING_PLUGINS = {
 
 def scenario_equivalence(a, tmp):
     one = {"megatron_lm_plugin": {"gradient_clipping": a.clip}} if a.megatron else {}
-    (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, one)
+    if a.bf16:  # the same precision policy on one process: the plugin's engine over it, parameters computing in bf16
+        one = dict(SHARDING_PLUGINS[a.plugin], mixed_precision="bf16")
+    (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, one,
+                                      {"ACCEL_TEST_SUMMON": "1"} if a.bf16 else None)
     if a.megatron:
         config = {"megatron_lm_plugin": {"tp_degree": a.tp, "pp_degree": a.pp, "num_micro_batches": a.micro,
                                          "gradient_clipping": a.clip}}
@@ -158,6 +161,9 @@ def scenario_equivalence(a, tmp):
         config["parallelism_config"]["dp_shard_size"] = a.dp
         config.update(SHARDING_PLUGINS[a.plugin])
         what += ", sharded (%s)" % a.plugin
+        if a.bf16:
+            config["mixed_precision"] = "bf16"
+            what += ", bf16"
     if a.megatron:
         what = "megatron_lm_plugin (pp_degree %d, tp_degree %d, %d replicas, %d micro-batches), gradient_clipping %g" % (
             a.pp, a.tp, a.dp, a.micro, a.clip)
@@ -165,6 +171,8 @@ def scenario_equivalence(a, tmp):
                   {"ACCEL_TEST_SHARDED": "1"} if a.plugin else None)
     check_built_by_stage(a, tmp, what)
     got = merged(ranks, what)
+    if a.bf16:  # bf16 parameters: the losses and the greedy tokens (the weights' rounding noise is bf16's, not ours)
+        ref_params, got = [{"<tokens>": p["<tokens>"]} for p in (ref_params, got)]
     if a.tp > 1:  # the ranks hold their vocabulary columns of the logits: compared through save_model's weights
         ref_params = {k: v for k, v in ref_params.items() if not k.startswith("<")}
     if a.cp > 1:  # no logits under cp (a forward takes each rank's part); generation runs whole, compared
@@ -179,6 +187,8 @@ def scenario_equivalence(a, tmp):
         sys.exit("%s: a rank reported losses for other steps than %s" % (what, steps))
     mean = [sum(losses[s] for losses, _ in ranks) / len(ranks) for s in steps]
     check_close([ref_losses[s] for s in steps], mean, a.tol, "%s: losses (mean over the replicas)" % what)
+    if a.bf16:
+        return
     one, mine = [tensors_of(os.path.join(tmp, d + ".model", "model.safetensors")) for d in ("one", "pp")]
     if sorted(os.listdir(os.path.join(tmp, "one.model"))) != sorted(os.listdir(os.path.join(tmp, "pp.model"))):
         sys.exit("%s: save_model wrote %s, one process %s" % (what, os.listdir(os.path.join(tmp, "pp.model")),
@@ -267,6 +277,9 @@ def main():
     ap.add_argument("--clip", type=float, default=0.0, help="megatron_lm_plugin's gradient_clipping (--megatron)")
     ap.add_argument("--plugin", choices=sorted(SHARDING_PLUGINS),
                     help="pp x sharding: each stage's --dp processes shard it (dp_shard_size) under this plugin")
+    ap.add_argument("--bf16", action="store_true",
+                    help="with --plugin: mixed_precision bf16 (the engine's bfloat16 parameters), one process under "
+                         "the same plugin and policy")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="accel_pp_")
     {"equivalence": scenario_equivalence, "resume": scenario_resume}[a.scenario](a, tmp)

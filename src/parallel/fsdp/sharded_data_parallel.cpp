@@ -711,8 +711,9 @@ public:
         for (size_t ui = 0; ui < s->units.size(); ++ui)
             if (s->units[ui].root) s->gather(ui);
         s->gather_flats(s->root_frozen);
-        // FSDP's cast_forward_inputs: floating-point inputs meet the 16-bit parameters in their dtype.
-        return s->low_precision() && input.is_floating_point() ? input.to(s->param_dtype) : input;
+        // FSDP's cast_forward_inputs: floating-point inputs meet the 16-bit parameters in their dtype (not while
+        // summoned: the parameters are their float32 masters then, e.g. a later pipeline stage's in generation).
+        return s->low_precision() && !s->summoned && input.is_floating_point() ? input.to(s->param_dtype) : input;
     }
     void before_layer(size_t layer) override
     {

@@ -170,6 +170,24 @@ TEST(ShardedMixedPrecision, TheBf16PolicyIsAccelerateDefaultAndRealInMemory)
     EXPECT_NE(mem.find("\"peak_gathered_bytes\": " + std::to_string(2 * numel)), std::string::npos) << mem;
 }
 
+// Summoned, a 16-bit policy's parameters are their float32 masters: a floating-point input stays float32 to meet
+// them (it was cast to bfloat16 and the forward failed; a later pipeline stage's generation summons so), and the
+// output is the float32 model's.
+TEST(ShardedMixedPrecision, ASummonedModelComputesWithItsFloat32Masters)
+{
+    accel::Accelerator acc("{\"mixed_precision\": \"bf16\", \"fsdp_plugin\": {}}");
+    auto model = make_model(1), whole = make_model(2);
+    copy_weights(*model, *whole);
+    acc.prepare_model(model);
+    const at::Tensor x = at::randn({2, 6});
+    acc.summon_full_params(*model, true);
+    at::NoGradGuard no_grad;
+    const at::Tensor out = accel::forward(*model, x, false);
+    EXPECT_EQ(out.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::allclose(out, whole->forward(x), 1e-6, 1e-6));
+    acc.summon_full_params(*model, false);
+}
+
 // The wrap policies see one type per layer of the spec (a merge once listed every type twice, so that
 // TRANSFORMER_BASED_WRAP on "linear" left the middle layer of an MLP in the root unit).
 TEST(ShardedMixedPrecision, LayerTypesAreOnePerLayer)
