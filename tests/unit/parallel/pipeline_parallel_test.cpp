@@ -435,7 +435,7 @@ TEST(PipelineParallelDp, TwoStagesTimesTwoReplicasEqualOneProcess)
 }
 
 // pp x sharding: each stage's parameters sharded over its two dp processes (FSDP FULL_SHARD wrapping every block,
-// DeepSpeed ZeRO-2 and ZeRO-3, SHARD_GRAD_OP), each on half the rows, equal one process on all of them: the
+// DeepSpeed ZeRO-1, ZeRO-2 and ZeRO-3, SHARD_GRAD_OP), each on half the rows, equal one process on all of them: the
 // micro-batches' gradients accumulated unsharded until the schedule ends, the tied embedding's exchange before the
 // reduction, the clipping norm over every stage's shards.
 TEST(PipelineParallelSharded, TwoStagesTimesTwoShardsEqualOneProcess)
@@ -445,6 +445,7 @@ TEST(PipelineParallelSharded, TwoStagesTimesTwoShardsEqualOneProcess)
     check_training(2, 4, true, {}, "gpipe", 2, 2, 1, full_shard);
     check_training(2, 3, false, {}, "1f1b", 2, 2, 1, R"("deepspeed_plugin": {"zero_stage": 3})");
     check_training(2, 4, true, {}, "1f1b", 2, 2, 1, R"("deepspeed_plugin": {"zero_stage": 2})");
+    check_training(2, 4, true, {}, "gpipe", 2, 2, 1, R"("deepspeed_plugin": {"zero_stage": 1})");
     check_training(2, 4, true, {}, "gpipe", 2, 2, 1, R"("fsdp_plugin": {"sharding_strategy": "SHARD_GRAD_OP", )"
                                                       R"("auto_wrap_policy": "TRANSFORMER_BASED_WRAP", )"
                                                       R"("transformer_cls_names_to_wrap": ["gpt_block"]})");
