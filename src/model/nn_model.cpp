@@ -13,6 +13,7 @@
 #include "model/transformer_block.hpp"
 #include "distributed/communicator.hpp"
 #include "parallel/pipeline/stage_init.hpp"
+#include "parallel/pipeline/stage_model.hpp"
 #include "parallel/tensor_parallel/block_plan.hpp"
 #include "parallel/tensor_parallel/mappings.hpp"
 #include "parallel/tensor_parallel/rng_tracker.hpp"
@@ -84,7 +85,7 @@ NamedTensors to_named(const torch::OrderedDict<std::string, at::Tensor> &dict)
     return out;
 }
 
-class NnModel final : public Model, public parallel::tp::TensorParallelModel {
+class NnModel final : public Model, public parallel::tp::TensorParallelModel, public parallel::pp::PipelineStageModel {
 public:
     NnModel(torch::nn::Sequential seq, std::vector<bool> batch_first, std::vector<std::string> types,
             std::vector<parallel::tp::SequentialLayer> tp_layers)
@@ -101,6 +102,7 @@ public:
             blocks_.push_back(enc ? encoder_layer_block(*enc, false, batch_first_[blocks_.size()]) : nullptr);
         }
         checkpointed_.assign(linear_.size(), false);
+        block_end_ = seq_->size(); // the pipeline's blocks are the layers; uncut: all of them
         size_t i = 0;
         for (const auto &m : *seq_) {
             const bool norm = types_[i] == "layer_norm" || types_[i] == "transformer_encoder_layer";
@@ -115,11 +117,50 @@ public:
     // seams (fp8 inside an fp8 scope).
     at::Tensor forward(const at::Tensor &input) override
     {
+        if (pipelined()) return through_pipeline(input, nullptr, "forward");
+        return run_layers(input, 0, seq_->size());
+    }
+
+    // Pipeline parallelism (stage_model.hpp): the layers are the blocks, cut where their parameter counts balance
+    // (or at pp_split_points); a stage runs its layers on whatever the previous stage sent (the pipeline carries
+    // each boundary's shape with it: pipeline_shape's hidden_size 0).
+    Model &stage_model() override { return *this; }
+    Shape pipeline_shape() const override
+    {
+        Shape s;
+        s.type = "sequential";
+        return s;
+    }
+    std::vector<int64_t> block_costs() const override { return costs_by_name(*this, "", seq_->size()); }
+    at::Tensor tied_embedding() const override { return {}; } // a spec's layers share no parameter
+    void apply_pipeline_stage(const std::vector<std::pair<int64_t, int64_t>> &chunks, bool first, bool last) override
+    {
+        check_pipelinable();
+        std::vector<std::vector<at::Tensor>> by_layer(seq_->size()); // "<layer>.<name>", LoRA's adapters included
+        for (const auto &[name, t] : named_parameters()) by_layer[std::stoul(name)].push_back(t);
+        cut_stage(*this, "sequential", chunks, first, last, seq_->size(), [&by_layer](size_t i) { return by_layer[i]; }, {}, {});
+    }
+    at::Tensor forward_stage(const at::Tensor &input, KvCache *cache) override
+    {
+        if (!pipelined()) fail(ACCEL_ERR_INTERNAL, "sequential: forward_stage without a pipeline stage");
+        if (cache != nullptr) fail(ACCEL_ERR_UNIMPLEMENTED, "sequential: generation applies to gpt and llama models only");
+        // Token ids that crossed a stage boundary (before the embedding, after parameterless layers such as flatten)
+        // arrive as the pipeline's float32; small integers are exact in it.
+        const bool ids = !stage_first_ && types_[block_begin_] == "embedding";
+        return run_layers(ids ? input.to(at::kLong) : input, block_begin_, block_end_);
+    }
+    void mark_logits(const at::Tensor &) const override {}
+    bool sequence_parallel() const override { return sequence_parallel_ && tp_group_ != nullptr; }
+
+    // Layers [begin, end) on `input` (the whole model: 0 to size), linear and transformer layers through accel's
+    // seams (fp8 inside an fp8 scope).
+    at::Tensor run_layers(const at::Tensor &input, size_t begin, size_t end)
+    {
         at::Tensor x = input;
-        size_t i = 0;
         ForwardHooks *hooks = forward_hooks.get();
         const bool grad_on = at::GradMode::is_enabled(); // recomputation only matters for a backward
-        for (auto &m : *seq_) {
+        for (size_t i = begin; i < end; ++i) {
+            torch::nn::AnyModule &m = *(seq_->begin() + static_cast<std::ptrdiff_t>(i));
             if (hooks) hooks->before_layer(i);
             // Under autocast a 16-bit activation reaching a layer norm (alone or inside a transformer layer,
             // whose residual stream it is) with float32 weights is upcast first: LibTorch 1.13's CPU layer norm
@@ -154,7 +195,6 @@ public:
             if (sequence_parallel_ && tp_group_ && i == sp_.last)
                 x = parallel::tp::gather_sequence_to_replicated(x, tp_group_, sequence_dim(x));
             if (hooks) x = hooks->after_layer(i, x);
-            ++i;
         }
         return x;
     }
@@ -309,6 +349,24 @@ private:
     std::vector<bool> split_dropout_; // per layer (empty without tp): a dropout inside a split region
     bool sequence_parallel_ = false;  // enable_sequence_parallel
     parallel::tp::SequenceRegion sp_; // under sequence parallelism: the layers that hold this rank's positions
+
+    // What a pipeline cannot cut into stages equal to one process, refused by name before the cut (every rank checks
+    // every layer, so all refuse alike): the pipeline's micro-batches are slices of the batch's first dimension.
+    void check_pipelinable() const
+    {
+        const auto refuse = [](size_t i, const std::string &why) {
+            fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: a sequential model's layers[" + std::to_string(i) + "] " + why +
+                                              " under pipeline parallelism is not built");
+        };
+        if (tp_group_) refuse(0, "split by tensor parallelism (pp x tp for sequential models)");
+        for (size_t i = 0; i < types_.size(); ++i) {
+            // Its batch statistics would be a micro-batch's, not the batch's (and its running ones updated per micro-batch).
+            if (types_[i] == "batch_norm") refuse(i, "batch_norm (statistics over a micro-batch, not the batch)");
+            // Sequence-first: the first dimension is the positions, which micro-batches must not split.
+            if (types_[i] == "transformer_encoder_layer" && !batch_first_[i])
+                refuse(i, "transformer_encoder_layer without batch_first (micro-batches split the first dimension)");
+        }
+    }
 
     // The positions' dimension of a split block's input: an unbatched [T, C] is a batch of one (layer_forward).
     int64_t sequence_dim(const at::Tensor &x) const { return x.dim() == 2 ? 0 : sp_.sequence_dim; }

@@ -65,6 +65,46 @@ at::Tensor from_owner(distributed::Communicator &group, const at::Tensor &mine, 
     return values;
 }
 
+// A stage boundary's activation. Its shape is known to the receiver when the model fixes it (the transformers':
+// [rows, T, hidden_size]); a sequential spec's layers flatten, widen or keep a sequence dimension, so its boundaries
+// (Shape::hidden_size 0) carry their sizes first: a small header on the same link and tag just before the values,
+// which every backend delivers in order (NCCL has no tags and pairs by issue order; the pair stays adjacent). A
+// header per message rather than shapes inferred once: a forward's micro-batches may differ in rows, interleaved
+// chunks in widths, and nothing is run twice to learn them. Gradients need none: they have the shape of the
+// activation the stage itself sent.
+constexpr int64_t kMaxBoundaryDims = 8;
+
+void send_activation(distributed::Communicator &link, const at::Tensor &y, int32_t to, int32_t tag, bool with_shape)
+{
+    const at::Tensor values = y.detach().to(kWire).contiguous();
+    if (with_shape) {
+        if (values.dim() > kMaxBoundaryDims)
+            fail(ACCEL_ERR_UNIMPLEMENTED, "pipeline: an activation of " + std::to_string(values.dim()) + " dimensions between stages "
+                                          "(at most " + std::to_string(kMaxBoundaryDims) + ")");
+        at::Tensor header = at::zeros({kMaxBoundaryDims + 1}, at::kLong);
+        header[0] = values.dim();
+        for (int64_t d = 0; d < values.dim(); ++d) header[d + 1] = values.size(d);
+        link.send(header, to, tag);
+    }
+    link.send(values, to, tag);
+}
+
+// `known`: the sizes the receiver expects (empty: a header says them).
+at::Tensor recv_activation(distributed::Communicator &link, std::vector<int64_t> known, const at::TensorOptions &wire,
+                           int32_t from, int32_t tag)
+{
+    if (known.empty()) {
+        at::Tensor header = at::empty({kMaxBoundaryDims + 1}, at::kLong);
+        link.recv(header, from, tag);
+        const int64_t *h = header.data_ptr<int64_t>();
+        if (h[0] < 0 || h[0] > kMaxBoundaryDims) fail(ACCEL_ERR_INTERNAL, "pipeline: a boundary header of " + std::to_string(h[0]) + " dimensions");
+        known.assign(h + 1, h + 1 + h[0]);
+    }
+    at::Tensor x = at::empty(known, wire);
+    link.recv(x, from, tag);
+    return x;
+}
+
 // One stage forward inside the model's forward hooks, as a whole model's forward runs in them (pp x sharding: the
 // engine gathers its root unit before, and its outputs leave in float32); `model` null: none.
 template <class F> at::Tensor hooked(Model *model, const at::Tensor &x, F &&forward)
@@ -140,8 +180,9 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     };
     const int64_t m = micro_batches_;
     const PipelineStageModel::Shape shape = model_.pipeline_shape();
-    if (!inputs.defined() || inputs.dim() != 2)
-        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("batch: a pipeline-parallel ") + shape.type + " model takes token ids [batch, seq], got " +
+    const bool shaped = shape.hidden_size > 0; // else each boundary carries its shape (send_activation)
+    if (!inputs.defined() || (shaped ? inputs.dim() != 2 : inputs.dim() == 0))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("batch: a pipeline-parallel ") + shape.type + " model takes " + (shaped ? "token ids [batch, seq]" : "a batch [rows, ...]") + ", got " +
                                              (inputs.defined() ? "shape " + c10::str(inputs.sizes()) : std::string("none")));
     if (inputs.size(0) % m != 0)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "batch: its " + std::to_string(inputs.size(0)) + " rows do not divide into "
@@ -152,7 +193,8 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     const bool last = s == p - 1; // the loss comes after this stage's last chunk
     const int64_t rows = inputs.size(0) / m;
     const at::TensorOptions wire = params_.empty() ? at::TensorOptions(kWire) : params_.front().options().dtype(kWire);
-    const std::vector<int64_t> hidden{rows, boundary_length(inputs.size(1), false), shape.hidden_size};
+    const std::vector<int64_t> hidden = shaped ? std::vector<int64_t>{rows, boundary_length(inputs.size(1), false), shape.hidden_size}
+                                               : std::vector<int64_t>{};
 
     // Per micro-batch: the activation received (whose gradient goes back), the stage's output (the scaled
     // loss on the last stage) and the gradient received for it; each is dropped once used.
@@ -169,8 +211,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
         const VirtualStage prev = previous_virtual_stage(s, op.chunk, p), next = next_virtual_stage(s, op.chunk, p);
         switch (op.kind) {
         case OpKind::RecvActivation:
-            received[i] = at::empty(hidden, wire);
-            pp_->recv(received[i], prev.stage, forward_tag(chunk_message(op, prev.chunk, v)));
+            received[i] = recv_activation(*pp_, hidden, wire, prev.stage, forward_tag(chunk_message(op, prev.chunk, v)));
             received[i].requires_grad_(true);
             break;
         case OpKind::Forward:
@@ -188,10 +229,10 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
             times_.peak_live = std::max(times_.peak_live, ++live);
             break;
         case OpKind::SendActivation:
-            pp_->send(outputs[i].detach().to(kWire).contiguous(), next.stage, forward_tag(chunk_message(op, op.chunk, v)));
+            send_activation(*pp_, outputs[i], next.stage, forward_tag(chunk_message(op, op.chunk, v)), !shaped);
             break;
         case OpKind::RecvGrad:
-            grads[i] = at::empty(hidden, wire);
+            grads[i] = at::empty(outputs[i].sizes(), wire); // the shape of the activation sent
             pp_->recv(grads[i], next.stage, backward_tag(chunk_message(op, next.chunk, v)));
             break;
         case OpKind::Backward:
@@ -226,28 +267,35 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
 {
     at::NoGradGuard no_grad;
     const PipelineStageModel::Shape c = model_.pipeline_shape();
+    const bool shaped = c.hidden_size > 0; // else each boundary carries its shape (send_activation)
     // Checked here on every rank (each holds the same ids), not on the first stage alone: a refusal there would
     // leave the others waiting for its activations.
-    if (!input.defined() || (input.scalar_type() != at::kLong && input.scalar_type() != at::kInt) ||
-        (input.dim() != 1 && input.dim() != 2) || input.numel() == 0)
+    if (!shaped && (!input.defined() || input.numel() == 0))
+        fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("input: a pipeline-parallel ") + c.type + " model takes a non-empty tensor, got " +
+                                             (input.defined() ? c10::str(input.sizes()) : std::string("none")));
+    if (shaped && (!input.defined() || (input.scalar_type() != at::kLong && input.scalar_type() != at::kInt) ||
+        (input.dim() != 1 && input.dim() != 2) || input.numel() == 0))
         fail(ACCEL_ERR_INVALID_ARGUMENT, std::string("input: a pipeline-parallel ") + c.type + " model takes non-empty token ids (int64 or int32) "
                                          "[batch, seq] or [seq], got " +
                                              (input.defined() ? c10::str(input.scalar_type(), " ", input.sizes()) : std::string("none")));
-    if (auto [lo, hi] = at::aminmax(input); lo.item<int64_t>() < 0 || hi.item<int64_t>() >= c.vocab_size)
-        fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(lo.item<int64_t>() < 0 ? lo.item<int64_t>() : hi.item<int64_t>()) +
-                                         " is outside [0, " + std::to_string(c.vocab_size) + ")");
+    if (shaped) {
+        if (auto [lo, hi] = at::aminmax(input); lo.item<int64_t>() < 0 || hi.item<int64_t>() >= c.vocab_size)
+            fail(ACCEL_ERR_OUT_OF_RANGE, "input: token id " + std::to_string(lo.item<int64_t>() < 0 ? lo.item<int64_t>() : hi.item<int64_t>()) +
+                                             " is outside [0, " + std::to_string(c.vocab_size) + ")");
+    }
     const int64_t past = cache != nullptr ? cache->length() : 0;
     // Under cp a forward's input is this rank's part; generation's is whole (the cp group set aside).
     const int64_t whole = input.size(-1) * (cp_ && cache == nullptr ? cp_->size() : 1);
     if (c.max_positions > 0 && past + whole > c.max_positions)
         fail(ACCEL_ERR_INVALID_ARGUMENT, "input: " + std::to_string(past + whole) + " positions exceed " +
                                              c.max_positions_key + " " + std::to_string(c.max_positions));
-    const int64_t length = boundary_length(input.size(-1), cache != nullptr);
-    const bool unbatched = input.dim() == 1;
+    const int64_t length = shaped ? boundary_length(input.size(-1), cache != nullptr) : 0;
+    const bool unbatched = shaped && input.dim() == 1;
     const at::Tensor ids = unbatched ? input.unsqueeze(0) : input;
     const int32_t s = stage(), p = num_stages();
     // A cache holds every row of each block: one micro-batch then.
-    const int64_t chunks = cache != nullptr ? 1 : std::min<int64_t>(micro_batches_, ids.size(0));
+    // A spec's first dimension need not be its rows (an unbatched transformer layer's [T, C]): one then too.
+    const int64_t chunks = cache != nullptr || !shaped ? 1 : std::min<int64_t>(micro_batches_, ids.size(0));
     const std::vector<at::Tensor> pieces = ids.tensor_split(chunks, 0);
     const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_.front().device();
     // Each micro-batch through the virtual stages in turn (interleaved: chunk c of stage s is virtual stage
@@ -260,13 +308,13 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
             at::Tensor x = piece;
             if (s > 0 || k > 0) {
                 const VirtualStage prev = previous_virtual_stage(s, k, p);
-                x = at::empty({piece.size(0), length, c.hidden_size}, at::TensorOptions(kWire).device(device));
-                pp_->recv(x, prev.stage, forward_tag(i * v + prev.chunk));
+                x = recv_activation(*pp_, shaped ? std::vector<int64_t>{piece.size(0), length, c.hidden_size} : std::vector<int64_t>{},
+                                    at::TensorOptions(kWire).device(device), prev.stage, forward_tag(i * v + prev.chunk));
             }
             model_.select_pipeline_chunk(static_cast<size_t>(k));
             at::Tensor y = hooked(hooked_, x, [this, cache](const at::Tensor &in) { return model_.forward_stage(in, cache); });
             if (s == p - 1 && k == v - 1) logits.push_back(y);
-            else pp_->send(y.to(kWire).contiguous(), next_virtual_stage(s, k, p).stage, forward_tag(i * v + k));
+            else send_activation(*pp_, y, next_virtual_stage(s, k, p).stage, forward_tag(i * v + k), !shaped);
         }
     }
     at::Tensor out = from_owner(*pp_, s == p - 1 ? at::cat(logits, 0) : at::Tensor(), p - 1, device);
@@ -376,9 +424,23 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
                                                    const config::ShardingConfig *sharding)
 {
     auto *staged = dynamic_cast<PipelineStageModel *>(&model);
-    if (staged == nullptr)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: pipeline parallelism has a plan for the gpt and llama "
-                                      "models only; other model types are not built yet");
+    const std::string pp_size = "parallelism_config.pp_size " + std::to_string(config.pp_size);
+    if (staged == nullptr) // the one model type without a layer list (model.hpp's units())
+        fail(ACCEL_ERR_UNIMPLEMENTED, pp_size + ": a TorchScript model is one compiled graph with no layer list to cut into "
+                                                "stages; pipeline parallelism is built for the gpt, llama and sequential "
+                                                "(JSON spec) models");
+    // A sequential spec under pp composes with DDP over each stage only: its boundaries' shapes travel with them
+    // (send_activation), which the tp / cp splits of a boundary and the sharding engine's per-layer hooks were not built for.
+    if (staged->pipeline_shape().hidden_size == 0) {
+        const char *with = mesh.size(distributed::MeshDim::Tp) > 1   ? "tp_size"
+                           : mesh.size(distributed::MeshDim::Cp) > 1 ? "cp_size / sp_size"
+                           : sharding != nullptr && sharding->enabled() ? "fsdp_plugin / deepspeed_plugin"
+                                                                        : nullptr;
+        if (with != nullptr)
+            fail(ACCEL_ERR_UNIMPLEMENTED, pp_size + " with " + with + ": a " + staged->pipeline_shape().type +
+                                              " model's stages compose with DDP over each stage (dp_replicate_size) only; "
+                                              "pp x tp, pp x cp and pp x sharding are built for gpt and llama");
+    }
     // Everything a config can get wrong is checked before the model changes (the tp split, the cut), so a
     // refused prepare leaves the user's model whole and usable.
     const auto &group = mesh.group(distributed::MeshDim::Pp);
