@@ -3,7 +3,8 @@
 // its activation (float features of changing widths, token ids into an embedding, [rows, T, d_model] between
 // transformer layers), against one process training the whole model on the same batches (fp32, 20 AdamW steps with
 // accumulation and clipping) under GPipe, 1F1B, interleaved 1F1B and pp x dp; forward through the stages equal to
-// one process's on every rank; and what a sequential pipeline refuses by name.
+// one process's on every rank; the whole model on every rank for checkpoints (WholeStages); and what a sequential
+// pipeline refuses by name.
 #include "catch_error.hpp"
 #include "common/error.hpp"
 #include "config/parallelism_config.hpp"
@@ -154,6 +155,15 @@ void check_training(const Case &c, int32_t stages, const std::string &schedule, 
         // Inference through the stages (the prepare_pippy equivalent): one process's output on every rank.
         const at::Tensor out = m.forward(probe);
         EXPECT_TRUE(near(out, want)) << "forward on rank " << comm->rank() << ": " << out.sizes() << " vs " << want.sizes();
+        { // checkpoints and save_model: while WholeStages lives every rank holds one process's whole model
+            const pp::WholeStages whole_model(pipeline.get());
+            for (size_t i = 0; i < m.named_parameters().size(); ++i)
+                EXPECT_TRUE(near(m.named_parameters()[i].second, ref->named_parameters()[i].second))
+                    << m.named_parameters()[i].first << " whole on rank " << comm->rank();
+        }
+        int64_t after = 0;
+        for (const auto &t : m.parameters()) after += t.numel();
+        EXPECT_EQ(after, held) << "the stage again";
     });
 }
 
