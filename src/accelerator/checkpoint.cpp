@@ -22,6 +22,7 @@
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
+#include "parallel/pipeline/stage_checkpoint.hpp"
 #include "parallel/tensor_parallel/rng_checkpoint.hpp"
 #include "parallel/tensor_parallel/sliced_source.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
@@ -660,8 +661,14 @@ void Accelerator::save_model(const Model &model, const std::string &save_directo
     // A sharded model's weights are gathered whole first (every rank calls save_model, as in Accelerate).
     std::unique_ptr<SummonWhole> whole;
     if (auto *e = sharded_of(model)) whole = std::make_unique<SummonWhole>(std::vector<parallel::ShardedDataParallel *>{e});
-    // A pipeline model's stages are filled in from each other (every rank of the pp group calls save_model)...
     parallel::ParallelWrapper *wrapper = wrapper_of(model);
+    // A pipeline model: each stage writes its own tensors (under pp x tp gathered over the stage's tp group first).
+    if (parallel::pp::PipelineParallel *pipeline = wrapper != nullptr ? wrapper->pipeline() : nullptr;
+        pipeline != nullptr && parallel::pp::saves_by_stage(options, state_->config.project.save_on_each_node)) {
+        const auto tp_whole = whole_split_models({&model}, {});
+        return parallel::pp::save_model_by_stage(model, *pipeline, dir, options, writes_main_files());
+    }
+    // Otherwise its stages are filled in from each other (every rank of the pp group calls save_model)...
     const parallel::pp::WholeStages pp_whole(wrapper != nullptr ? wrapper->pipeline() : nullptr);
     // ...then a tensor-parallel model's weights are gathered over the tp group the same way (one rank writes them).
     const auto tp_whole = whole_split_models({&model}, {});

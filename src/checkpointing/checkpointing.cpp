@@ -6,6 +6,7 @@
 #include "checkpointing/sharded_folder.hpp"
 #include "checkpointing/temp_folder.hpp"
 #include "checkpointing/torch_archive.hpp"
+#include "checkpointing/weight_shards.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "common/job_pool.hpp"
@@ -643,16 +644,17 @@ size_t merge_weights(const std::string &input, const std::string &output, bool s
     return tensors.size();
 }
 
-void write_model_weights(const std::string &dir, const TensorList &sd, bool safe, uint64_t max_shard_size)
+std::string weights_shard_name(bool safe, size_t index, size_t total)
 {
-    make_dirs(dir);
-    ShardPlan plan = plan_shards(sd, max_shard_size);
     const std::string stem = safe ? "model" : "pytorch_model";
     const std::string ext = safe ? ".safetensors" : ".bin";
-    const size_t k = plan.shards.size();
+    return total <= 1 ? stem + ext : stem + "-" + five(index + 1) + "-of-" + five(total) + ext;
+}
+
+void remove_stale_shards(const std::string &dir, bool safe, size_t total)
+{
     std::vector<std::string> names;
-    for (size_t i = 0; i < k; ++i)
-        names.push_back(k <= 1 ? stem + ext : stem + "-" + five(i + 1) + "-of-" + five(k) + ext);
+    for (size_t i = 0; i < std::max<size_t>(total, 1); ++i) names.push_back(weights_shard_name(safe, i, total));
     // Stale shards of an earlier save (the reference's rule, which in effect only matches .bin shards).
     const std::string base_no_bin = safe ? "model.safetensors" : "pytorch_model";
     for (const auto &name : list_dir(dir)) {
@@ -660,26 +662,45 @@ void write_model_weights(const std::string &dir, const TensorList &sd, bool safe
             std::find(names.begin(), names.end(), name) == names.end() && stale_shard(name))
             remove_all(join(dir, name));
     }
-    std::vector<std::pair<std::string, std::string>> weight_map;
-    if (k == 0) {
-        write_weights_file(join(dir, names.empty() ? stem + ext : names[0]), {}, safe);
-    }
-    for (size_t i = 0; i < k; ++i) {
+}
+
+std::vector<std::string> write_weight_shards(const std::string &dir, const TensorList &sd, const ShardPlan &plan, bool safe,
+                                             size_t first, size_t total, std::vector<std::pair<std::string, std::string>> &weight_map)
+{
+    std::vector<std::string> written;
+    for (size_t i = 0; i < plan.shards.size(); ++i) {
+        const std::string name = weights_shard_name(safe, first + i, total);
         TensorList shard;
         for (size_t idx : plan.shards[i]) {
             shard.push_back(sd[idx]);
-            weight_map.emplace_back(sd[idx].first, names[i]);
+            weight_map.emplace_back(sd[idx].first, name);
         }
-        write_weights_file(join(dir, names[i]), shard, safe);
+        write_weights_file(join(dir, name), shard, safe);
+        written.push_back(name);
     }
+    return written;
+}
+
+void write_weights_index(const std::string &dir, bool safe, uint64_t total_size,
+                         const std::vector<std::pair<std::string, std::string>> &weight_map)
+{
     const std::string index_name = safe ? "model.safetensors.index.json" : "pytorch_model.bin.index.json";
-    if (k > 1) {
-        std::string text = index_json(plan.total_size, weight_map);
-        const std::string tmp = join(dir, "." + index_name + ".accel-tmp");
-        write_file_durably(tmp, text.data(), text.size());
-        if (std::rename(tmp.c_str(), join(dir, index_name).c_str()) != 0)
-            fail_errno(errno, "cannot rename to", join(dir, index_name));
-    }
+    std::string text = index_json(total_size, weight_map);
+    const std::string tmp = join(dir, "." + index_name + ".accel-tmp");
+    write_file_durably(tmp, text.data(), text.size());
+    if (std::rename(tmp.c_str(), join(dir, index_name).c_str()) != 0) fail_errno(errno, "cannot rename to", join(dir, index_name));
+}
+
+void write_model_weights(const std::string &dir, const TensorList &sd, bool safe, uint64_t max_shard_size)
+{
+    make_dirs(dir);
+    const ShardPlan plan = plan_shards(sd, max_shard_size);
+    const size_t k = plan.shards.size();
+    remove_stale_shards(dir, safe, k);
+    std::vector<std::pair<std::string, std::string>> weight_map;
+    if (k == 0) write_weights_file(join(dir, weights_shard_name(safe, 0, 1)), {}, safe);
+    write_weight_shards(dir, sd, plan, safe, 0, k, weight_map);
+    if (k > 1) write_weights_index(dir, safe, plan.total_size, weight_map);
     fsync_dir(dir);
 }
 

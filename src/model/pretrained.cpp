@@ -299,6 +299,11 @@ void write_pretrained(const Model &model, const std::string &dir, const config::
     if (options.adapter_only) return save_adapter(model, dir);
     const NamedTensors sd = options.merge ? merged_state_dict(model) : model.state_dict(options.safe_serialization);
     ckpt::write_model_weights(dir, sd, options.safe_serialization, options.max_shard_size);
+    write_pretrained_config(model, dir);
+}
+
+void write_pretrained_config(const Model &model, const std::string &dir)
+{
     std::string hf = model.hf_config_json();
     if (hf.empty()) return;
     at::ScalarType dtype = at::kFloat;

@@ -29,5 +29,8 @@ PretrainedModel from_pretrained(const std::string &dir, const config::FromPretra
 // sharded by max_shard_size with an index, and config.json (the model's hf_config_json with torch_dtype, as
 // transformers writes it) when the model has a Hugging Face counterpart.
 void write_pretrained(const Model &model, const std::string &dir, const config::SaveModelOptions &options);
+// Its config.json alone (nothing for a model without a Hugging Face counterpart): a pipeline's stages write the
+// weights themselves (parallel/pipeline/stage_checkpoint.hpp).
+void write_pretrained_config(const Model &model, const std::string &dir);
 
 } // namespace accel

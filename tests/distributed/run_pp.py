@@ -68,11 +68,33 @@ def train(a, processes, prefix, batch, config, extra=None):
     return ranks
 
 
+def saved_model(folder):
+    """save_model's tensors: one model.safetensors, or (a pipeline: each stage writes its own) the numbered shards of
+    transformers' sharded layout that model.safetensors.index.json names, each tensor in the shard the index says.
+    Read with the format's own header here (no safetensors package needed)."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return tensors_of(os.path.join(folder, "model.safetensors"))
+    weight_map = json.load(open(index))["weight_map"]
+    shards = sorted(set(weight_map.values()))
+    if shards != ["model-%05d-of-%05d.safetensors" % (i + 1, len(shards)) for i in range(len(shards))]:
+        sys.exit("%s: the index names the shards %s" % (folder, shards))
+    out = {}
+    for shard in shards:
+        for k, v in tensors_of(os.path.join(folder, shard)).items():
+            if weight_map.get(k) != shard or k in out:
+                sys.exit("%s: %s holds %s, which the index puts in %s" % (folder, shard, k, weight_map.get(k)))
+            out[k] = v
+    if sorted(out) != sorted(weight_map):
+        sys.exit("%s: the index names %s, the shards hold %s" % (folder, sorted(weight_map), sorted(out)))
+    return out
+
+
 def merged(ranks, what):
     """Every parameter from the ranks that hold it; replicas must agree exactly. Under pp x tp the ranks hold
     tp slices (and their vocabulary columns of the logits): the whole weights save_model wrote instead."""
     if getattr(ranks, "model", None):
-        return {k: list(v[1]) for k, v in tensors_of(os.path.join(ranks.model, "model.safetensors")).items()}
+        return {k: list(v[1]) for k, v in saved_model(ranks.model).items()}
     out = {}
     for r, (_, params) in enumerate(ranks):
         for name, values in params.items():
@@ -189,14 +211,16 @@ def scenario_equivalence(a, tmp):
     check_close([ref_losses[s] for s in steps], mean, a.tol, "%s: losses (mean over the replicas)" % what)
     if a.bf16:
         return
-    one, mine = [tensors_of(os.path.join(tmp, d + ".model", "model.safetensors")) for d in ("one", "pp")]
-    if sorted(os.listdir(os.path.join(tmp, "one.model"))) != sorted(os.listdir(os.path.join(tmp, "pp.model"))):
-        sys.exit("%s: save_model wrote %s, one process %s" % (what, os.listdir(os.path.join(tmp, "pp.model")),
-                                                              os.listdir(os.path.join(tmp, "one.model"))))
-    if [(k, v[0]) for k, v in mine.items()] != [(k, v[0]) for k, v in one.items()]:
-        sys.exit("%s: save_model's names, shapes or order %s differ from one process's %s" %
-                 (what, [(k, v[0]) for k, v in mine.items()], [(k, v[0]) for k, v in one.items()]))
-    check_close([x for v in one.values() for x in v[1]], [x for v in mine.values() for x in v[1]], a.tol,
+    # The stages wrote their own shards (at least one each; the index by the main process), one process one file.
+    one, mine = tensors_of(os.path.join(tmp, "one.model", "model.safetensors")), saved_model(os.path.join(tmp, "pp.model"))
+    wrote = sorted(os.listdir(os.path.join(tmp, "pp.model")))
+    shards = [f for f in wrote if f.startswith("model-")]
+    if len(shards) < a.pp or wrote != sorted(["config.json", "model.safetensors.index.json"] + shards):
+        sys.exit("%s: save_model wrote %s, expected config.json, the index and at least %d shards" % (what, wrote, a.pp))
+    if sorted((k, v[0]) for k, v in mine.items()) != sorted((k, v[0]) for k, v in one.items()):
+        sys.exit("%s: save_model's names or shapes %s differ from one process's %s" %
+                 (what, sorted((k, v[0]) for k, v in mine.items()), sorted((k, v[0]) for k, v in one.items())))
+    check_close([x for v in one.values() for x in v[1]], [x for k in one for x in mine[k][1]], a.tol,
                 "%s: save_model against one process's" % what)
     for name, values in got.items():
         if name in mine and list(mine[name][1]) != [float(struct.unpack("<f", struct.pack("<f", x))[0]) for x in values]:

@@ -75,6 +75,8 @@ public:
     const ScheduleTimes &last_times() const { return times_; }
     int32_t stage() const;
     int32_t num_stages() const;
+    // The group linking the stages (stage s is its rank s): the checkpoint code's collectives over the stages.
+    const std::shared_ptr<distributed::Communicator> &pp_group() const { return pp_; }
     int32_t chunks() const; // model chunks (virtual stages) this stage holds: 1 unless interleaved
     const std::string &schedule() const { return schedule_; }
     int32_t num_micro_batches() const { return micro_batches_; }

@@ -132,7 +132,8 @@ std::vector<KeptSlice> gather_parameters(const Model &model)
 {
     std::vector<KeptSlice> kept;
     for_each_split(model, [&kept](const std::string &, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
-        if (is_whole(p, s)) return;
+        // A pipeline stage's save_model gathers its own parameters only: the other stages' hold no elements.
+        if (p.numel() == 0 || is_whole(p, s)) return;
         kept.push_back({p, p.variable_data()});
         p.set_data(gathered(p, s, g));
     });
@@ -142,7 +143,7 @@ std::vector<KeptSlice> gather_parameters(const Model &model)
 void slice_parameters(const Model &model, const std::vector<KeptSlice> &kept)
 {
     for_each_split(model, [&kept](const std::string &, const ParameterSlicing &s, at::Tensor p, distributed::Communicator &g) {
-        if (!is_whole(p, s)) return;
+        if (p.numel() == 0 || !is_whole(p, s)) return;
         at::Tensor slice = slice_parameter(p.detach(), s, g.rank(), g.size());
         for (const auto &k : kept)
             if (k.param.is_same(p)) {

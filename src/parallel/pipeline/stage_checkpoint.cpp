@@ -1,0 +1,146 @@
+#include "parallel/pipeline/stage_checkpoint.hpp"
+
+#include "checkpointing/weight_shards.hpp"
+#include "common/error.hpp"
+#include "common/files.hpp"
+#include "config/checkpoint_options.hpp"
+#include "distributed/agreement.hpp"
+#include "distributed/communicator.hpp"
+#include "model/model.hpp"
+#include "model/pretrained.hpp"
+#include "ops/object_collectives.hpp"
+#include "parallel/pipeline/pipeline_parallel.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+#include <unordered_map>
+
+namespace accel::parallel::pp {
+
+namespace {
+
+using WeightMap = std::vector<std::pair<std::string, std::string>>;
+
+// Every rank's value, in pp rank (stage) order (collective).
+std::vector<int64_t> gathered_values(distributed::Communicator &pp, int64_t mine)
+{
+    std::vector<int64_t> out;
+    for (const auto &t : pp.allgather(at::scalar_tensor(mine, at::kLong).reshape({1}))) out.push_back(t.item<int64_t>());
+    return out;
+}
+
+// Per name of the whole model's state dict (tied names too: every stage lists them all), the first stage that
+// holds the tensor (a stage's other tensors have no elements); stage 0 when none does (an empty tensor is
+// written where one process writes it). Collective.
+std::unordered_map<std::string, int32_t> owners_by_name(const NamedTensors &all, distributed::Communicator &pp)
+{
+    at::Tensor held = at::zeros({static_cast<int64_t>(all.size())}, at::kLong);
+    for (size_t i = 0; i < all.size(); ++i)
+        if (all[i].second.numel() > 0) held[static_cast<int64_t>(i)] = 1;
+    const std::vector<at::Tensor> holders = pp.allgather(held);
+    std::unordered_map<std::string, int32_t> out;
+    for (size_t i = 0; i < all.size(); ++i) {
+        int32_t owner = 0;
+        while (owner < pp.size() && holders[static_cast<size_t>(owner)][static_cast<int64_t>(i)].item<int64_t>() == 0) ++owner;
+        out.emplace(all[i].first, owner == pp.size() ? 0 : owner);
+    }
+    return out;
+}
+
+// Every rank's outcome agreed over the group; on a failure each rank removes the shards it wrote first.
+void agree_or_remove(distributed::Communicator &pp, std::exception_ptr failure, const std::string &dir,
+                     const std::vector<std::string> &written)
+{
+    try {
+        distributed::agree(&pp, failure);
+    } catch (...) {
+        for (const auto &name : written) {
+            try {
+                remove_all(join(dir, name));
+            } catch (...) {
+            }
+        }
+        throw;
+    }
+}
+
+// A stage's part of the index as text (its shards' total bytes, then "name\tfile" lines), and every stage's joined.
+std::string weight_map_text(uint64_t total_size, const WeightMap &map)
+{
+    std::string out = std::to_string(total_size) + "\n";
+    for (const auto &[name, file] : map) out += name + "\t" + file + "\n";
+    return out;
+}
+
+uint64_t joined_weight_map(const std::vector<std::string> &texts, WeightMap &map)
+{
+    uint64_t total = 0;
+    for (const auto &text : texts) {
+        std::istringstream in(text);
+        std::string line;
+        std::getline(in, line);
+        total += std::stoull(line);
+        while (std::getline(in, line)) {
+            const size_t tab = line.find('\t');
+            map.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+        }
+    }
+    return total;
+}
+
+} // namespace
+
+bool saves_by_stage(const config::SaveModelOptions &options, bool save_on_each_node)
+{
+    return !options.adapter_only && !options.merge && !save_on_each_node;
+}
+
+void save_model_by_stage(const Model &model, PipelineParallel &pipeline, const std::string &dir,
+                         const config::SaveModelOptions &options, bool writes)
+{
+    distributed::Communicator &pp = *pipeline.pp_group();
+    const std::vector<int64_t> writers = gathered_values(pp, writes ? 1 : 0);
+    if (std::find(writers.begin(), writers.end(), 1) == writers.end()) return; // another tp / dp rank's group
+    const bool safe = options.safe_serialization;
+    const int32_t stage = pp.rank();
+    const auto owner = owners_by_name(model.state_dict(false), pp);
+    NamedTensors mine;
+    for (auto &entry : model.state_dict(safe)) // deduplicated as one process's: a tied head under its first name
+        if (owner.at(entry.first) == stage) mine.push_back(std::move(entry));
+    const ckpt::ShardPlan plan = ckpt::plan_shards(mine, options.max_shard_size);
+    const std::vector<int64_t> counts = gathered_values(pp, static_cast<int64_t>(plan.shards.size()));
+    const auto first = static_cast<size_t>(std::accumulate(counts.begin(), counts.begin() + stage, int64_t{0}));
+    const auto total = static_cast<size_t>(std::accumulate(counts.begin(), counts.end(), int64_t{0}));
+    std::exception_ptr failure;
+    std::vector<std::string> written;
+    WeightMap map;
+    try {
+        make_dirs(dir);
+        if (writes) ckpt::remove_stale_shards(dir, safe, total);
+        written = ckpt::write_weight_shards(dir, mine, plan, safe, first, total, map);
+        fsync_dir(dir);
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    agree_or_remove(pp, failure, dir, written);
+    // The index, once every shard is in place (the main process's: it holds the other stages' parts of it).
+    const std::string text = weight_map_text(plan.total_size, map);
+    const std::vector<std::string> texts = ops::gather_object(pp, {text, ""}, "save_model");
+    try {
+        if (writes) {
+            WeightMap all;
+            const uint64_t total_size = joined_weight_map(texts, all);
+            if (total > 1) ckpt::write_weights_index(dir, safe, total_size, all);
+            write_pretrained_config(model, dir);
+            fsync_dir(dir);
+        }
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    agree_or_remove(pp, failure, dir, written);
+}
+
+} // namespace accel::parallel::pp

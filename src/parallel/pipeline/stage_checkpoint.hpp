@@ -1,0 +1,34 @@
+// save_model of a pipeline model without the whole model on any rank (issue 36): each stage writes the tensors
+// it holds as its own numbered shards of transformers' sharded folder (model-0000i-of-0000n.safetensors, or the
+// pickle layout's pytorch_model-0000i-of-0000n.bin), under the whole model's names, and the main process writes
+// the index and config.json. The folder is one process's model to every loader (from_pretrained,
+// load_checkpoint_in_model, merge-weights, transformers), loadable at any pp size or none.
+#pragma once
+
+#include <string>
+
+namespace accel {
+class Model;
+namespace config {
+struct SaveModelOptions;
+}
+} // namespace accel
+
+namespace accel::parallel::pp {
+
+class PipelineParallel;
+
+// Whether save_model writes `options` stage by stage: not for PEFT's adapter folder or merged adapters, nor with
+// save_on_each_node (every node its own folder), which gather the whole model as before (WholeStages).
+bool saves_by_stage(const config::SaveModelOptions &options, bool save_on_each_node);
+
+// Collective over the pipeline's pp group (every rank calls it; under pp x tp the stage's tp slices already
+// gathered, whole_state.hpp). `writes`: this process writes the main process's files. The pp group holding such a
+// process writes: each stage the tensors it holds first among the stages (a tied embedding once), numbered after
+// the earlier stages' shards (one small allgather of the counts), each shard within max_shard_size. The other
+// groups (other tp / dp ranks) write nothing. A failure on any rank of the group fails every one of them with its
+// message, and the shards already written are removed, so no folder is left with half a model and an index.
+void save_model_by_stage(const Model &model, PipelineParallel &pipeline, const std::string &dir,
+                         const config::SaveModelOptions &options, bool writes);
+
+} // namespace accel::parallel::pp

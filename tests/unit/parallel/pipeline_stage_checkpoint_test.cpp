@@ -1,0 +1,168 @@
+// save_model of a pipeline model stage by stage (stage_checkpoint.hpp, issue 36): each stage writes its own shards of
+// transformers' folder under the whole model's names, the main process the index; the folder loads in one process
+// bit for bit, at pp 2, pp 4 (several shards per stage under a small max_shard_size), llama, and pp 2 x tp 2 (the
+// stage's tp group gathers its slices first; tp rank 0's group writes). A stage that cannot write fails every rank
+// and leaves no shard and no index.
+#include "accelerator/accelerator.hpp"
+#include "catch_error.hpp"
+#include "checkpointing/checkpointing.hpp"
+#include "common/error.hpp"
+#include "common/files.hpp"
+#include "config/checkpoint_options.hpp"
+#include "config/parallelism_config.hpp"
+#include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
+#include "distributed/thread_communicator.hpp"
+#include "fresh_dir.hpp"
+#include "model/model.hpp"
+#include "model/pretrained.hpp"
+#include "parallel/pipeline/pipeline_parallel.hpp"
+#include "parallel/pipeline/stage_checkpoint.hpp"
+#include "parallel/tensor_parallel/whole_state.hpp"
+#include "pipeline_models.hpp"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dist = accel::distributed;
+namespace pp = accel::parallel::pp;
+
+namespace {
+
+std::string gpt_json(int64_t layers, bool tied)
+{
+    return std::string(R"({"type": "gpt", "vocab_size": 37, "n_positions": 8, "n_embd": 16, "n_head": 4, "n_layer": )") +
+           std::to_string(layers) + ", \"tie_word_embeddings\": " + (tied ? "true" : "false") + "}";
+}
+
+struct Case {
+    std::string json;
+    int32_t pp = 2, tp = 1;
+    uint64_t max_shard_size = 10000000000ULL;
+};
+
+// Every rank saves the model by stage into `dir` (the tp slices gathered first, as save_model does).
+void save_by_stage(const Case &c, const std::string &dir, std::vector<accel::Error> *errors = nullptr)
+{
+    const int32_t world = c.pp * c.tp;
+    std::vector<std::shared_ptr<accel::Model>> models;
+    for (int32_t r = 0; r < world; ++r) {
+        at::manual_seed(41);
+        models.push_back(accel::make_model_from_json(c.json.c_str()));
+    }
+    if (errors != nullptr) errors->assign(static_cast<size_t>(world), accel::Error(ACCEL_OK, ""));
+    dist::run_on_threads(world, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, c.tp, c.pp), comm);
+        auto &m = *models[static_cast<size_t>(comm->rank())];
+        accel::config::ParallelismConfig config;
+        config.pp_size = c.pp;
+        config.tp_size = c.tp;
+        config.num_micro_batches = 2;
+        auto pipeline = pp::prepare_pipeline(m, mesh, config);
+        accel::config::SaveModelOptions options;
+        options.max_shard_size = c.max_shard_size;
+        auto save = [&] {
+            std::unique_ptr<accel::parallel::tp::WholeForCheckpoint> whole;
+            if (c.tp > 1) whole = std::make_unique<accel::parallel::tp::WholeForCheckpoint>(
+                std::vector<accel::parallel::tp::WholeForCheckpoint::Part>{{&m, {}}});
+            pp::save_model_by_stage(m, *pipeline, dir, options, comm->rank() == 0);
+        };
+        if (errors != nullptr) (*errors)[static_cast<size_t>(comm->rank())] = catch_error(save);
+        else save();
+        // Afterwards the stage holds only its own tensors again (nothing borrowed).
+        int64_t held = 0;
+        for (const auto &np : m.named_parameters()) held += np.second.numel() > 0 ? 1 : 0;
+        EXPECT_LT(held, static_cast<int64_t>(m.named_parameters().size())) << "rank " << comm->rank();
+    });
+}
+
+std::string text_of(const std::string &path)
+{
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::vector<std::string> shard_files(const std::string &dir)
+{
+    std::vector<std::string> out;
+    for (const auto &name : accel::list_dir(dir))
+        if (name.rfind("model-", 0) == 0) out.push_back(name);
+    return out;
+}
+
+void check_loads_as_one_process(const Case &c, size_t min_shards)
+{
+    SCOPED_TRACE(c.json + " pp " + std::to_string(c.pp) + " tp " + std::to_string(c.tp));
+    const std::string dir = fresh_dir("by_stage_" + std::to_string(c.pp) + "_" + std::to_string(c.tp));
+    save_by_stage(c, dir);
+    at::manual_seed(41);
+    const auto ref = accel::make_model_from_json(c.json.c_str());
+    const std::string one = fresh_dir("one_process");
+    accel::config::SaveModelOptions options;
+    accel::write_pretrained(*ref, one, options);
+    const std::vector<std::string> shards = shard_files(dir);
+    EXPECT_GE(shards.size(), min_shards);
+    ASSERT_TRUE(accel::exists(accel::join(dir, "model.safetensors.index.json")));
+    EXPECT_FALSE(accel::exists(accel::join(dir, "model.safetensors")));
+    EXPECT_EQ(text_of(accel::join(dir, "config.json")), text_of(accel::join(one, "config.json")));
+    // One process's tensors, each once (a tied embedding under its first name), bit for bit.
+    const auto got = accel::ckpt::read_model_weights(dir);
+    const auto want = ref->state_dict(true);
+    ASSERT_EQ(got.size(), want.size());
+    std::map<std::string, at::Tensor> by_name(got.begin(), got.end());
+    for (const auto &[name, t] : want) {
+        ASSERT_TRUE(by_name.count(name)) << name;
+        EXPECT_TRUE(at::equal(by_name.at(name), t)) << name;
+    }
+    // The index names every tensor's shard, and every shard is named.
+    const std::string index = text_of(accel::join(dir, "model.safetensors.index.json"));
+    for (const auto &s : shards) EXPECT_NE(index.find('"' + s + '"'), std::string::npos) << s;
+    // Loaded by the loaders into one process's model.
+    at::manual_seed(7);
+    const auto fresh = accel::make_model_from_json(c.json.c_str());
+    EXPECT_TRUE(accel::load_checkpoint_in_model(*fresh, dir, {}).empty());
+    for (const auto &[name, t] : fresh->state_dict(false)) EXPECT_TRUE(at::equal(t, *ref->find_tensor(name))) << name;
+}
+
+TEST(PipelineStageCheckpoint, SaveModelShardsLoadAsOneProcess)
+{
+    check_loads_as_one_process({gpt_json(4, true), 2}, 2);
+    check_loads_as_one_process({gpt_json(4, false), 4, 1, 2000}, 8); // several shards per stage
+    check_loads_as_one_process({accel_test::llama_json(4, true), 2}, 2);
+    check_loads_as_one_process({accel_test::llama_json(3, false), 2, 2}, 2);
+    check_loads_as_one_process({gpt_json(4, true), 2, 2}, 2);
+}
+
+// A stage that cannot write its shard (a folder in its place) fails every rank with its message; the other stage's
+// shard is removed and no index written. A missing shard then fails the load by name.
+TEST(PipelineStageCheckpoint, FailedStageLeavesNothing)
+{
+    const Case c{gpt_json(4, true), 2};
+    const std::string dir = fresh_dir("failed");
+    accel::make_dirs(accel::join(dir, "model-00002-of-00002.safetensors"));
+    std::vector<accel::Error> errors;
+    save_by_stage(c, dir, &errors);
+    for (const auto &e : errors) {
+        EXPECT_NE(e.code(), ACCEL_OK);
+        EXPECT_NE(std::string(e.what()).find("model-00002-of-00002.safetensors"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(accel::exists(accel::join(dir, "model-00001-of-00002.safetensors")));
+    EXPECT_FALSE(accel::exists(accel::join(dir, "model.safetensors.index.json")));
+    accel::remove_all(accel::join(dir, "model-00002-of-00002.safetensors"));
+    save_by_stage(c, dir);
+    accel::remove_all(accel::join(dir, "model-00002-of-00002.safetensors"));
+    const accel::Error e = catch_error([&] { accel::ckpt::read_model_weights(dir); });
+    EXPECT_NE(e.code(), ACCEL_OK);
+    EXPECT_NE(std::string(e.what()).find("model-00002-of-00002.safetensors"), std::string::npos) << e.what();
+}
+
+} // namespace
