@@ -58,6 +58,8 @@ def train(a, processes, prefix, batch, config, extra=None):
     e.update(extra or {})
     if a.llama:
         e["ACCEL_TEST_LLAMA"] = "1"
+    if a.sequential:
+        e["ACCEL_TEST_SEQUENTIAL"] = "1"
     args = [prog, prefix, str(batch), str(a.steps), json.dumps(config)]
     if processes > 1 and a.cp > 1:
         e["ACCEL_TEST_CP"] = "1"
@@ -122,7 +124,7 @@ def check_built_by_stage(a, tmp, what):
     """No whole model on any rank: each built only its stage (<= 1/pp of one process's model plus the embeddings).
     Under pp x tp the other stages' parameters keep their shapes on meta until prepare (stage_init.hpp), which the
     element count includes: unit PipelineStageInit.PipelineTimesTensorParallelKeepsShapesUntilPrepare checks it."""
-    if a.tp > 1:
+    if a.tp > 1 or a.sequential:  # a JSON-spec model is built whole and cut at prepare
         return
     embeddings = LLAMA_EMBEDDINGS if a.llama else EMBEDDINGS
     whole, = built_elements(os.path.join(tmp, "one"), 1)
@@ -297,6 +299,8 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--llama", action="store_true", help="dist_pp's llama (grouped-query attention) instead of its gpt")
+    ap.add_argument("--sequential", action="store_true",
+                    help="dist_pp's JSON-spec sequential model (embedding, transformer layers, head) instead of its gpt")
     ap.add_argument("--megatron", action="store_true", help="configure the parallel run by megatron_lm_plugin")
     ap.add_argument("--clip", type=float, default=0.0, help="megatron_lm_plugin's gradient_clipping (--megatron)")
     ap.add_argument("--plugin", choices=sorted(SHARDING_PLUGINS),
