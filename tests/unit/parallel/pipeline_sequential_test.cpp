@@ -2,9 +2,9 @@
 // threads: the layers cut into stages by parameter count (or pp_split_points), each boundary's shape carried with
 // its activation (float features of changing widths, token ids into an embedding, [rows, T, d_model] between
 // transformer layers), against one process training the whole model on the same batches (fp32, 20 AdamW steps with
-// accumulation and clipping) under GPipe, 1F1B, interleaved 1F1B and pp x dp; forward through the stages equal to
-// one process's on every rank; the whole model on every rank for checkpoints (WholeStages); and what a sequential
-// pipeline refuses by name.
+// accumulation and clipping) under GPipe, 1F1B, interleaved 1F1B and pp x dp, LoRA adapters included; forward
+// through the stages equal to one process's on every rank; the whole model on every rank for checkpoints
+// (WholeStages); and what a sequential pipeline refuses by name.
 #include "catch_error.hpp"
 #include "common/error.hpp"
 #include "config/parallelism_config.hpp"
@@ -60,6 +60,16 @@ Case mlp_case()
 {
     at::manual_seed(42);
     return {kMlp, accel::Loss(accel::LossKind::Mse), at::randn({kSteps, kAccum, kRows, 2, 3}), at::randn({kSteps, kAccum, kRows, 3})};
+}
+
+// The MLP with LoRA adapters on two of its linear layers (the base frozen): each adapter trains on its layer's stage.
+Case mlp_lora_case()
+{
+    static const std::string json = std::string(kMlp).substr(0, std::string(kMlp).size() - 1) +
+                                    R"(, "lora": {"r": 2, "lora_alpha": 4, "target_modules": ["1", "5"]}})";
+    Case c = mlp_case();
+    c.json = json.c_str();
+    return c;
 }
 
 Case blocks_case()
@@ -155,6 +165,8 @@ void check_training(const Case &c, int32_t stages, const std::string &schedule, 
         // Inference through the stages (the prepare_pippy equivalent): one process's output on every rank.
         const at::Tensor out = m.forward(probe);
         EXPECT_TRUE(near(out, want)) << "forward on rank " << comm->rank() << ": " << out.sizes() << " vs " << want.sizes();
+        // An input refused on every rank alike (none sent, no stage left waiting).
+        EXPECT_EQ(catch_error([&] { m.forward(at::empty({0, 6})); }).code(), ACCEL_ERR_INVALID_ARGUMENT);
         { // checkpoints and save_model: while WholeStages lives every rank holds one process's whole model
             const pp::WholeStages whole_model(pipeline.get());
             for (size_t i = 0; i < m.named_parameters().size(); ++i)
@@ -176,6 +188,7 @@ TEST(PipelineSequential, MlpEqualsOneProcess)
     check_training(c, 4, "gpipe", 1, {2, 4, 6}); // explicit split points: a stage of gelu + linear
     check_training(c, 2, "1f1b", 2);             // pp 2 x dp 2
     check_training(c, 2, "interleaved_1f1b", 1, {}, 2);
+    check_training(mlp_lora_case(), 2, "1f1b");
 }
 
 TEST(PipelineSequential, TransformerBlocksEqualOneProcess)
