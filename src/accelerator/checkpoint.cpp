@@ -120,13 +120,26 @@ void plain_to_json(const PyObj &v, std::string &out, const std::string &what)
     }
 }
 
+// Whether this process writes the main files or shares the model's tp group with one that does: under pp x tp
+// that group gathers the slices the writer writes (collective over the tp group).
+bool near_writer(const Model &model, bool writes)
+{
+    const parallel::tp::SplitModel split = parallel::tp::split_of(model);
+    if (!split) return writes;
+    for (const auto &flag : split.group->allgather(at::full({1}, writes ? 1 : 0, at::kLong)))
+        if (flag.item<int64_t>() != 0) return true;
+    return false;
+}
+
 // Pipeline models whole for a checkpoint (WholeStages), each with the optimizers over it: one process's layout
-// whatever pp saved or loads the folder; `gather_state` for a save (the optimizers' state of every parameter).
+// whatever pp saved or loads the folder; `gather_state` for a save (the optimizers' state of every parameter), then
+// onto the first stage of the writer's groups only (`writes`: whether this process writes the main files; nullopt
+// with save_on_each_node, where a node's writer may hold another stage: every rank whole, as before).
 template <typename WrapperOf>
 std::vector<std::unique_ptr<parallel::pp::WholeStages>>
 whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
                       const std::vector<std::shared_ptr<AcceleratedOptimizer>> &optimizers, WrapperOf &&wrapper_of,
-                      bool gather_state)
+                      bool gather_state, std::optional<bool> writes = std::nullopt)
 {
     std::vector<std::unique_ptr<parallel::pp::WholeStages>> out;
     for (const auto &m : models) {
@@ -135,7 +148,10 @@ whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
         std::vector<AcceleratedOptimizer *> over;
         for (const auto &o : optimizers)
             if (o->model() == m) over.push_back(o.get());
-        out.push_back(std::make_unique<parallel::pp::WholeStages>(w->pipeline(), std::move(over), gather_state));
+        out.push_back(writes ? std::make_unique<parallel::pp::WholeStages>(
+                                   w->pipeline(), std::move(over), gather_state,
+                                   parallel::pp::WholeStages::FirstStageOnly{near_writer(*m, *writes)})
+                             : std::make_unique<parallel::pp::WholeStages>(w->pipeline(), std::move(over), gather_state));
     }
     return out;
 }
@@ -298,7 +314,9 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     for (const auto &m : models_) parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "save_state");
     auto engine_of = [this](const Model &m) { return sharded_of(m); };
     // A pipeline's stages filled in first (under pp x tp each rank's tp slices of them), then gathered over tp.
-    const auto pp_whole = whole_pipeline_models(models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, true);
+    const auto pp_whole = whole_pipeline_models(
+        models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, true,
+        state_->config.project.save_on_each_node ? std::nullopt : std::optional<bool>(writes_main_files()));
     // Split models inside the engine are gathered over tp once the engine has gathered them (below).
     const auto tp_whole = whole_split_models(models_where(models_, engine_of, false), optimizers_);
     const ckpt::SaveTarget target = ckpt::save_target(state_->config.project, output_dir, project_iteration_);

@@ -496,7 +496,7 @@ std::vector<int32_t> PipelineParallel::owners()
     return out;
 }
 
-std::vector<at::Tensor> PipelineParallel::borrow_other_stages(const std::vector<int32_t> &owner)
+std::vector<at::Tensor> PipelineParallel::borrow_other_stages(const std::vector<int32_t> &owner, bool keep)
 {
     at::NoGradGuard no_grad;
     const auto &named = model_.stage_model().named_parameters();
@@ -504,7 +504,7 @@ std::vector<at::Tensor> PipelineParallel::borrow_other_stages(const std::vector<
     for (size_t i = 0; i < named.size(); ++i) {
         at::Tensor p = named[i].second;
         at::Tensor values = from_owner(*pp_, p, owner[i], p.device());
-        if (owner[i] != stage() && p.numel() == 0) {
+        if (keep && owner[i] != stage() && p.numel() == 0) {
             p.set_data(values);
             borrowed.push_back(p);
         }
@@ -532,10 +532,25 @@ void PipelineParallel::borrow_optimizer_state(AcceleratedOptimizer &optimizer, c
 
 WholeStages::WholeStages(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers, bool gather_state)
 {
+    take(pipeline, std::move(optimizers), gather_state, true);
+}
+
+WholeStages::WholeStages(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers, bool gather_state,
+                         FirstStageOnly only)
+{
+    if (pipeline == nullptr) return;
+    // The first stage's flag decides for the whole group (collective): the other groups exchange nothing.
+    const at::Tensor mine = at::full({1}, only.near_writer ? 1 : 0, at::kLong);
+    if (pipeline->pp_group()->allgather(mine).front().item<int64_t>() == 0) return;
+    take(pipeline, std::move(optimizers), gather_state, pipeline->stage() == 0);
+}
+
+void WholeStages::take(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers, bool gather_state, bool keep)
+{
     if (pipeline == nullptr) return;
     optimizers_ = std::move(optimizers);
     const std::vector<int32_t> owners = pipeline->owners();
-    borrowed_ = pipeline->borrow_other_stages(owners);
+    borrowed_ = pipeline->borrow_other_stages(owners, keep);
     try {
         if (gather_state)
             for (auto *o : optimizers_) pipeline->borrow_optimizer_state(*o, owners, borrowed_);

@@ -109,7 +109,8 @@ public:
     std::vector<int32_t> owners();
     // Every parameter of the whole model filled in from its owner (collective over the pp group): the ones
     // this stage does not hold, which WholeStages empties again.
-    std::vector<at::Tensor> borrow_other_stages(const std::vector<int32_t> &owners);
+    // `keep` false: this rank takes part in the broadcasts but keeps nothing (WholeStages' first-stage-only mode).
+    std::vector<at::Tensor> borrow_other_stages(const std::vector<int32_t> &owners, bool keep = true);
     // `optimizer`'s state of each parameter in `borrowed` filled in from its owner (collective): the whole
     // model's state on every rank, in one process's parameter order, as its state_dict() then writes it.
     void borrow_optimizer_state(AcceleratedOptimizer &optimizer, const std::vector<int32_t> &owners,
@@ -164,11 +165,23 @@ class WholeStages {
 public:
     explicit WholeStages(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers = {},
                          bool gather_state = false);
+    // Whole on the first stage only, and only in the pp groups whose first stage has `near_writer` set (the
+    // process writing the main files, or under pp x tp a rank of its tp group, which gathers the slices it
+    // writes): save_state and a rank-0-only get_state_dict, so the ranks that do not write borrow nothing (each
+    // tensor passes through them one at a time). Collective over the pp group.
+    struct FirstStageOnly {
+        bool near_writer;
+    };
+    WholeStages(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers, bool gather_state,
+                FirstStageOnly only);
     ~WholeStages();
     WholeStages(const WholeStages &) = delete;
     WholeStages &operator=(const WholeStages &) = delete;
 
 private:
+    // The other stages' parameters (and with `gather_state` their optimizer state) filled in; `keep` false: this
+    // rank only takes part in the broadcasts.
+    void take(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers, bool gather_state, bool keep);
     void release() noexcept;
     std::vector<at::Tensor> borrowed_;
     std::vector<AcceleratedOptimizer *> optimizers_;

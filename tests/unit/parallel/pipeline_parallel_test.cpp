@@ -641,6 +641,28 @@ void check_whole_stages(const std::string &json)
                 }
         }
         EXPECT_EQ(state_of(*opt).size(), own); // the borrowed state went with the borrowed parameters
+        {
+            // save_state's mode: the writer's first stage alone holds the whole model and its optimizer state (the
+            // others take part in the broadcasts and keep nothing).
+            const pp::WholeStages first(pipeline.get(), {opt.get()}, true, pp::WholeStages::FirstStageOnly{comm->rank() == 0});
+            int64_t filled = 0;
+            for (const auto &[name, t] : m.named_parameters()) {
+                if (t.numel() == 0) continue;
+                ++filled;
+                if (comm->rank() == 0) {
+                    EXPECT_LE((t - *models.back()->find_tensor(name)).abs().max().item<double>(), 1e-5) << name;
+                }
+            }
+            const auto whole_count = static_cast<int64_t>(m.named_parameters().size());
+            if (comm->rank() == 0) {
+                EXPECT_EQ(filled, whole_count);
+                EXPECT_EQ(state_of(*opt).size(), want_state.size());
+            } else {
+                EXPECT_LT(filled, whole_count);
+                EXPECT_EQ(state_of(*opt).size(), own);
+            }
+        }
+        EXPECT_EQ(state_of(*opt).size(), own);
         int64_t held = 0;
         for (const auto &np : m.named_parameters()) held += np.second.numel() > 0 ? 1 : 0;
         EXPECT_LT(held, static_cast<int64_t>(m.named_parameters().size()));
