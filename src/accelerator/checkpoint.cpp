@@ -156,6 +156,37 @@ whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
     return out;
 }
 
+// A pipeline stage loads only the tensors it holds: the other stages' entries (their tensors hold no elements here)
+// become empty, so nothing of them is read from the mapped files or copied.
+TensorList stage_weights(const Model &model, TensorList sd)
+{
+    for (auto &entry : sd) {
+        const at::Tensor *mine = model.find_tensor(entry.first);
+        if (mine != nullptr && mine->numel() == 0 && entry.second.numel() > 0) entry.second = at::empty({0}, entry.second.options());
+    }
+    return sd;
+}
+
+// A pipeline stage's part of one process's optimizer state dict (`names`: the parameters in its id order): the state
+// of the parameters it holds; the other stages' is left out, so none of it is installed here.
+PyRef stage_optimizer_state(const Model &model, const std::vector<std::string> &names, const PyObj &sd)
+{
+    auto out = std::make_shared<PyObj>(sd);
+    for (auto &entry : out->map) {
+        if (entry.first->kind != PyObj::Kind::Str || entry.first->s != "state" || !entry.second->is_dict()) continue;
+        auto kept = std::make_shared<PyObj>(*entry.second);
+        kept->map.clear();
+        for (const auto &st : entry.second->map) {
+            const PyObj &id = *st.first;
+            const bool known = id.kind == PyObj::Kind::Int && id.i >= 0 && static_cast<size_t>(id.i) < names.size();
+            const at::Tensor *p = known ? model.find_tensor(names[static_cast<size_t>(id.i)]) : nullptr;
+            if (p == nullptr || p->numel() > 0) kept->map.push_back(st); // unknown ids: left to the optimizer's checks
+        }
+        entry.second = kept;
+    }
+    return out;
+}
+
 // Sharded models hold only their shards at rest: gathered whole for the duration of a save or a load
 // (collective: every rank), then written back to the shards and freed. Those the user has summoned stay so.
 class SummonWhole {
@@ -456,9 +487,8 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
     for (size_t c = 0;; ++c) {
         run_state_hooks(false, candidates[c]); // outside the try: a hook's failure is not a damaged folder
         try {
-            // A pipeline model whole, its optimizers' state then loaded for every parameter; each stage keeps its own
-            // (under pp x tp: filled in before the tp gather below, emptied after the tp slicing).
-            const auto pp_whole = whole_pipeline_models(models_, optimizers_, [this](const Model &m) { return wrapper_of(m); }, false);
+            // A pipeline stage loads only its own tensors and their optimizer state (load_folder: stage_weights,
+            // stage_optimizer_state), from one process's files whatever pp saved them.
             // Loaded into the whole tensors, then each rank keeps its slices of them. Split models inside the
             // engine instead take their slices of the files' tensors (load_folder).
             const auto tp_whole = whole_split_models(models_where(models_, [this](const Model &m) { return sharded_of(m); }, false),
@@ -537,6 +567,8 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
                                                            : deepspeed_whole[i] ? deepspeed_whole[i]->model
                                                                                 : ckpt::read_weights(dir, i));
             if (split_in_engine && !deepspeed[i]) weights[i] = parallel::tp::sliced_weights(*models_[i], std::move(weights[i]));
+            if (parallel::ParallelWrapper *w = wrapper_of(*models_[i]); w != nullptr && w->pipeline() != nullptr)
+                weights[i] = stage_weights(*models_[i], std::move(weights[i]));
             if (e == nullptr || e->summoned()) continue;
             // A sharded model takes its pieces by range from any layout (a whole tensor is a source of one
             // piece): nothing gathered. A whole-model file missing some of the model's tensors (loadable when
@@ -579,6 +611,8 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
                 PyRef file = ds_whole ? deepspeed_whole[m]->optimizer : ckpt::read_object(dir, indexed("optimizer", ".bin", i), true);
                 if (o.is_sharded() && parallel::tp::split_of(*o.model()))
                     file = parallel::tp::sliced_optimizer_state(*o.model(), *file, state_dict_names(o));
+                if (parallel::ParallelWrapper *w = wrapper_of(*o.model()); w != nullptr && w->pipeline() != nullptr)
+                    file = stage_optimizer_state(*o.model(), state_dict_names(o), *file);
                 optimizer_loads.push_back([&o, file, name](const CopyFn &copy) { return o.load_state_dict(*file, name, copy); });
             }
         }
