@@ -7,7 +7,8 @@
  * node only process 0 writes).
  * The peak is VmHWM after the save less the resident set before it (the heap trimmed, then the peak reset through
  * /proc/self/clear_refs).
- * Usage: bench_pp_checkpoint_memory model|state OUT_DIR '<accelerator config JSON>' */
+ * "load": save_state, then load_state of that folder measured (each stage reads only its tensors and their state).
+ * Usage: bench_pp_checkpoint_memory model|state|load OUT_DIR '<accelerator config JSON>' */
 #include "bench_common.h"
 
 #include <malloc.h>
@@ -24,7 +25,7 @@ static void reset_peak(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s model|state OUT_DIR CONFIG_JSON\n", argv[0]);
+        fprintf(stderr, "usage: %s model|state|load OUT_DIR CONFIG_JSON\n", argv[0]);
         return 2;
     }
     const int model_only = strcmp(argv[1], "model") == 0;
@@ -56,9 +57,15 @@ int main(int argc, char **argv)
     int64_t held = 0;
     CHECK(accel_model_get_parameter_numel(model, &held));
     malloc_trim(0); /* the step's freed gradients and activations back to the system: the save's growth is its own */
+    const int load = strcmp(argv[1], "load") == 0;
+    if (load) { /* load_state's growth: the folder saved first, outside the measured span */
+        CHECK(accel_accelerator_save_state(acc, argv[2]));
+        malloc_trim(0);
+    }
     const long long before = rss_bytes();
     reset_peak();
     if (model_only) CHECK(accel_accelerator_save_model(acc, model, argv[2], NULL));
+    else if (load) CHECK(accel_accelerator_load_state(acc, argv[2]));
     else CHECK(accel_accelerator_save_state(acc, argv[2]));
     const long long peak = (long long)(status_mib("VmHWM:") * 1024 * 1024) - before;
     printf("rank %d save %s held_bytes %lld save_peak_bytes %lld\n", (int)rank, argv[1], (long long)held * 4, peak);
