@@ -120,17 +120,6 @@ void plain_to_json(const PyObj &v, std::string &out, const std::string &what)
     }
 }
 
-// Whether this process writes the main files or shares the model's tp group with one that does: under pp x tp
-// that group gathers the slices the writer writes (collective over the tp group).
-bool near_writer(const Model &model, bool writes)
-{
-    const parallel::tp::SplitModel split = parallel::tp::split_of(model);
-    if (!split) return writes;
-    for (const auto &flag : split.group->allgather(at::full({1}, writes ? 1 : 0, at::kLong)))
-        if (flag.item<int64_t>() != 0) return true;
-    return false;
-}
-
 // Pipeline models whole for a checkpoint (WholeStages), each with the optimizers over it: one process's layout
 // whatever pp saved or loads the folder; `gather_state` for a save (the optimizers' state of every parameter), then
 // onto the first stage of the writer's groups only (`writes`: whether this process writes the main files; nullopt
@@ -150,7 +139,7 @@ whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
             if (o->model() == m) over.push_back(o.get());
         out.push_back(writes ? std::make_unique<parallel::pp::WholeStages>(
                                    w->pipeline(), std::move(over), gather_state,
-                                   parallel::pp::WholeStages::FirstStageOnly{near_writer(*m, *writes)})
+                                   parallel::pp::WholeStages::FirstStageOnly{parallel::pp::near_writer(*m, *writes)})
                              : std::make_unique<parallel::pp::WholeStages>(w->pipeline(), std::move(over), gather_state));
     }
     return out;

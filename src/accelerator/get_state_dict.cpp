@@ -8,6 +8,7 @@
 #include "model/model.hpp"
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
+#include "parallel/pipeline/stage_checkpoint.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
 #include "parallel/wrapper.hpp"
 
@@ -77,8 +78,15 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
                                    ? "module."
                                    : "";
     WholeWhileCopying whole(engine); // every process: the gathering is collective
-    // A pipeline stage holds only its blocks: the others' are filled in from their stages (collective over pp)...
-    const parallel::pp::WholeStages pp_whole(wrapper != nullptr ? wrapper->pipeline() : nullptr);
+    // A pipeline stage holds only its blocks: the others' are filled in from their stages (collective over pp; with
+    // rank0_only onto the main process's stage alone, under pp x tp its tp group's)...
+    parallel::pp::PipelineParallel *pipeline = wrapper != nullptr ? wrapper->pipeline() : nullptr;
+    const parallel::pp::WholeStages pp_whole =
+        rank0_only && pipeline != nullptr
+            ? parallel::pp::WholeStages(pipeline, {}, false,
+                                        parallel::pp::WholeStages::FirstStageOnly{
+                                            parallel::pp::near_writer(model, state_->process_index() == 0)})
+            : parallel::pp::WholeStages(pipeline);
     // ...then, under tensor parallelism, each split parameter gathered whole over the tp group, as save_model does.
     parallel::tp::WholeForCheckpoint tp_whole(std::vector<parallel::tp::WholeForCheckpoint::Part>{{&model, {}}});
     model.check_tensor_access("get_state_dict");

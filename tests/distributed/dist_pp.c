@@ -105,6 +105,38 @@ int main(int argc, char **argv)
     const int summon = sharded || getenv("ACCEL_TEST_SUMMON") != NULL; /* a sharded model without a pipeline */
     if (getenv("ACCEL_TEST_SAVE_MODEL") != NULL)
         DIST_CHECK(accel_accelerator_save_model(acc, model, getenv("ACCEL_TEST_SAVE_MODEL"), NULL));
+    if (!sharded) {
+        /* get_state_dict: the whole model on every rank; rank0_only: on process 0 alone (the pipeline fills in the
+           main process's stage only), bit for bit the same tensors, the other ranks an empty dict. */
+        accel_state_dict_t *all = NULL, *main_only = NULL;
+        size_t n_all = 0, n_main = 0;
+        DIST_CHECK(accel_accelerator_get_state_dict(acc, model, NULL, &all));
+        DIST_CHECK(accel_accelerator_get_state_dict(acc, model, "{\"rank0_only\": true}", &main_only));
+        DIST_CHECK(accel_state_dict_get_count(all, &n_all));
+        DIST_CHECK(accel_state_dict_get_count(main_only, &n_main));
+        DIST_EXPECT(rank == 0 ? n_main == n_all && n_all > 0 : n_main == 0, "get_state_dict rank0_only: %zu of %zu entries",
+                    n_main, n_all);
+        for (size_t i = 0; i < n_main; ++i) {
+            accel_tensor_t *a = NULL, *b = NULL;
+            size_t na = 0, nb = 0;
+            DIST_CHECK(accel_state_dict_get_tensor(all, i, &a));
+            DIST_CHECK(accel_state_dict_get_tensor(main_only, i, &b));
+            DIST_CHECK(accel_tensor_get_nbytes(a, &na));
+            DIST_CHECK(accel_tensor_get_nbytes(b, &nb));
+            char *x = malloc(na + 1), *y = malloc(nb + 1);
+            DIST_EXPECT(x != NULL && y != NULL && na == nb, "get_state_dict rank0_only: entry %zu has %zu bytes, %zu whole", i,
+                        nb, na);
+            DIST_CHECK(accel_tensor_copy_to_buffer(a, x, na));
+            DIST_CHECK(accel_tensor_copy_to_buffer(b, y, nb));
+            DIST_EXPECT(memcmp(x, y, na) == 0, "get_state_dict rank0_only: entry %zu differs from the whole dict's", i);
+            free(x);
+            free(y);
+            accel_tensor_free(a);
+            accel_tensor_free(b);
+        }
+        accel_state_dict_free(all);
+        accel_state_dict_free(main_only);
+    }
     if (sharded) {
         accel_state_dict_t *sd = NULL;
         accel_status_t st = accel_accelerator_save_state(acc, "unwritten_pp_sharded_state");

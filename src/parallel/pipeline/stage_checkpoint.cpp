@@ -10,6 +10,7 @@
 #include "model/pretrained.hpp"
 #include "ops/object_collectives.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
+#include "parallel/tensor_parallel/whole_state.hpp"
 
 #include <ATen/ATen.h>
 
@@ -92,6 +93,15 @@ uint64_t joined_weight_map(const std::vector<std::string> &texts, WeightMap &map
 }
 
 } // namespace
+
+bool near_writer(const Model &model, bool writes)
+{
+    const tp::SplitModel split = tp::split_of(model);
+    if (!split) return writes;
+    for (const auto &flag : split.group->allgather(at::full({1}, writes ? 1 : 0, at::kLong)))
+        if (flag.item<int64_t>() != 0) return true;
+    return false;
+}
 
 bool saves_by_stage(const config::SaveModelOptions &options, bool save_on_each_node)
 {

@@ -31,4 +31,9 @@ bool saves_by_stage(const config::SaveModelOptions &options, bool save_on_each_n
 void save_model_by_stage(const Model &model, PipelineParallel &pipeline, const std::string &dir,
                          const config::SaveModelOptions &options, bool writes);
 
+// Whether this process writes the main files (`writes`) or shares `model`'s tp group with one that does: under
+// pp x tp that group gathers the slices the writer writes, so WholeStages::FirstStageOnly fills its first stages in
+// (collective over the tp group; `writes` itself without tp).
+bool near_writer(const Model &model, bool writes);
+
 } // namespace accel::parallel::pp
