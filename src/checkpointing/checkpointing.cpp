@@ -593,11 +593,11 @@ void write_weights_file(const std::string &path, const TensorList &tensors, bool
     if (std::rename(tmp.c_str(), path.c_str()) != 0) fail_errno(errno, "cannot rename to", path);
 }
 
-char hex5_buf[32];
 std::string five(size_t v)
 {
-    std::snprintf(hex5_buf, sizeof hex5_buf, "%05zu", v);
-    return hex5_buf;
+    char buf[32]; // on the stack: a pipeline's stages name their shards at once (thread ranks in one process too)
+    std::snprintf(buf, sizeof buf, "%05zu", v);
+    return buf;
 }
 } // namespace
 

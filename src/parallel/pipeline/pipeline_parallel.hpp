@@ -155,12 +155,12 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
 // other wrapper (or none). save_model is built: the engine summons the stage, then WholeStages fills in the others.
 void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string &what);
 
-// save_model / get_state_dict / save_state / load_state of a pipeline model: while this lives every parameter
-// is whole on each rank of the pp group, as tensor parallelism's WholeForCheckpoint gathers its slices, so the
-// main process writes one process's weights (and, with `gather_state`, the optimizers' state of every
-// parameter: save_state's FULL layout) and a load reads one process's files whatever pp saved them; then each
-// stage holds only its own parameters again, and its optimizers only their state (a load's included).
-// Nothing for a null pipeline.
+// get_state_dict / save_state of a pipeline model (and save_model's PEFT and save_on_each_node cases; the other
+// save_model writes stage by stage, stage_checkpoint.hpp, and load_state reads each stage's part): while this lives
+// every parameter is whole on each rank of the pp group (FirstStageOnly: on the writer's first stage only), as
+// tensor parallelism's WholeForCheckpoint gathers its slices, so the main process writes one process's weights
+// (and, with `gather_state`, the optimizers' state of every parameter: save_state's FULL layout); then each stage
+// holds only its own parameters again, and its optimizers only their state. Nothing for a null pipeline.
 class WholeStages {
 public:
     explicit WholeStages(PipelineParallel *pipeline, std::vector<AcceleratedOptimizer *> optimizers = {},

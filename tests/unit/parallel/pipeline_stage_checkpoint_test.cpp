@@ -46,6 +46,7 @@ struct Case {
     std::string json;
     int32_t pp = 2, tp = 1;
     uint64_t max_shard_size = 10000000000ULL;
+    bool safe = true; // false: the pickle layout (pytorch_model-0000i-of-0000n.bin + pytorch_model.bin.index.json)
 };
 
 // Every rank saves the model by stage into `dir` (the tp slices gathered first, as save_model does).
@@ -68,6 +69,7 @@ void save_by_stage(const Case &c, const std::string &dir, std::vector<accel::Err
         auto pipeline = pp::prepare_pipeline(m, mesh, config);
         accel::config::SaveModelOptions options;
         options.max_shard_size = c.max_shard_size;
+        options.safe_serialization = c.safe;
         auto save = [&] {
             std::unique_ptr<accel::parallel::tp::WholeForCheckpoint> whole;
             if (c.tp > 1) whole = std::make_unique<accel::parallel::tp::WholeForCheckpoint>(
@@ -91,11 +93,11 @@ std::string text_of(const std::string &path)
     return s.str();
 }
 
-std::vector<std::string> shard_files(const std::string &dir)
+std::vector<std::string> shard_files(const std::string &dir, bool safe)
 {
     std::vector<std::string> out;
     for (const auto &name : accel::list_dir(dir))
-        if (name.rfind("model-", 0) == 0) out.push_back(name);
+        if (name.rfind(safe ? "model-" : "pytorch_model-", 0) == 0) out.push_back(name);
     return out;
 }
 
@@ -108,15 +110,17 @@ void check_loads_as_one_process(const Case &c, size_t min_shards)
     const auto ref = accel::make_model_from_json(c.json.c_str());
     const std::string one = fresh_dir("one_process");
     accel::config::SaveModelOptions options;
+    options.safe_serialization = c.safe;
     accel::write_pretrained(*ref, one, options);
-    const std::vector<std::string> shards = shard_files(dir);
+    const std::vector<std::string> shards = shard_files(dir, c.safe);
+    const std::string index_name = c.safe ? "model.safetensors.index.json" : "pytorch_model.bin.index.json";
     EXPECT_GE(shards.size(), min_shards);
-    ASSERT_TRUE(accel::exists(accel::join(dir, "model.safetensors.index.json")));
-    EXPECT_FALSE(accel::exists(accel::join(dir, "model.safetensors")));
+    ASSERT_TRUE(accel::exists(accel::join(dir, index_name)));
+    EXPECT_FALSE(accel::exists(accel::join(dir, c.safe ? "model.safetensors" : "pytorch_model.bin")));
     EXPECT_EQ(text_of(accel::join(dir, "config.json")), text_of(accel::join(one, "config.json")));
     // One process's tensors, each once (a tied embedding under its first name), bit for bit.
     const auto got = accel::ckpt::read_model_weights(dir);
-    const auto want = ref->state_dict(true);
+    const auto want = ref->state_dict(c.safe); // the pickle keeps a tied head under both names, as one process's
     ASSERT_EQ(got.size(), want.size());
     std::map<std::string, at::Tensor> by_name(got.begin(), got.end());
     for (const auto &[name, t] : want) {
@@ -124,7 +128,7 @@ void check_loads_as_one_process(const Case &c, size_t min_shards)
         EXPECT_TRUE(at::equal(by_name.at(name), t)) << name;
     }
     // The index names every tensor's shard, and every shard is named.
-    const std::string index = text_of(accel::join(dir, "model.safetensors.index.json"));
+    const std::string index = text_of(accel::join(dir, index_name));
     for (const auto &s : shards) EXPECT_NE(index.find('"' + s + '"'), std::string::npos) << s;
     // Loaded by the loaders into one process's model.
     at::manual_seed(7);
@@ -140,6 +144,7 @@ TEST(PipelineStageCheckpoint, SaveModelShardsLoadAsOneProcess)
     check_loads_as_one_process({accel_test::llama_json(4, true), 2}, 2);
     check_loads_as_one_process({accel_test::llama_json(3, false), 2, 2}, 2);
     check_loads_as_one_process({gpt_json(4, true), 2, 2}, 2);
+    check_loads_as_one_process({gpt_json(4, true), 2, 1, 10000000000ULL, false}, 2); // safe_serialization false
 }
 
 // A stage that cannot write its shard (a folder in its place) fails every rank with its message; the other stage's
