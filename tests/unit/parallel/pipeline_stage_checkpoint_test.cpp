@@ -2,7 +2,7 @@
 // transformers' folder under the whole model's names, the main process the index; the folder loads in one process
 // bit for bit, at pp 2, pp 4 (several shards per stage under a small max_shard_size), llama, and pp 2 x tp 2 (the
 // stage's tp group gathers its slices first; tp rank 0's group writes). A stage that cannot write fails every rank
-// and leaves no shard and no index.
+// and leaves no shard and no index; a damaged or missing shard then fails the load naming it.
 #include "accelerator/accelerator.hpp"
 #include "catch_error.hpp"
 #include "checkpointing/checkpointing.hpp"
@@ -30,6 +30,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace dist = accel::distributed;
 namespace pp = accel::parallel::pp;
@@ -164,9 +166,15 @@ TEST(PipelineStageCheckpoint, FailedStageLeavesNothing)
     EXPECT_FALSE(accel::exists(accel::join(dir, "model.safetensors.index.json")));
     accel::remove_all(accel::join(dir, "model-00002-of-00002.safetensors"));
     save_by_stage(c, dir);
-    accel::remove_all(accel::join(dir, "model-00002-of-00002.safetensors"));
+    // A damaged stage's shard (cut short) is DATA_LOSS naming it; a missing one NOT_FOUND naming it.
+    const std::string second = accel::join(dir, "model-00002-of-00002.safetensors");
+    ASSERT_EQ(::truncate(second.c_str(), 100), 0);
+    const accel::Error damaged = catch_error([&] { accel::ckpt::read_model_weights(dir); });
+    EXPECT_EQ(damaged.code(), ACCEL_ERR_DATA_LOSS) << damaged.what();
+    EXPECT_NE(std::string(damaged.what()).find("model-00002-of-00002.safetensors"), std::string::npos) << damaged.what();
+    accel::remove_all(second);
     const accel::Error e = catch_error([&] { accel::ckpt::read_model_weights(dir); });
-    EXPECT_NE(e.code(), ACCEL_OK);
+    EXPECT_EQ(e.code(), ACCEL_ERR_NOT_FOUND) << e.what(); // as from_pretrained's missing shard (capi_test_pretrained)
     EXPECT_NE(std::string(e.what()).find("model-00002-of-00002.safetensors"), std::string::npos) << e.what();
 }
 
