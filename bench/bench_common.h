@@ -64,6 +64,16 @@ static inline long long peak_rss_bytes(void)
     return (long long)ru.ru_maxrss * 1024;
 }
 
+/* Restarts VmHWM (status_mib("VmHWM:")) from the current resident set: writing 5 to clear_refs resets the peak. */
+static inline void reset_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f != NULL) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
+
 /* The parallelism benchmarks' token stream: n ids below `vocab`, the same on every rank. */
 static inline int64_t *bench_tokens(int64_t n, int64_t vocab)
 {

@@ -108,11 +108,7 @@ int main(int argc, char **argv)
     CHECK(accel_model_generate(m, x, "{\"max_new_tokens\": 2}", &g));
     accel_tensor_free(g);
     const double before = status_mib("VmRSS:");
-    FILE *clear = fopen("/proc/self/clear_refs", "w");
-    if (clear != NULL) {
-        fputs("5", clear);
-        fclose(clear);
-    }
+    reset_peak_rss();
     snprintf(gen, sizeof gen, "{\"max_new_tokens\": %d}", tokens);
     const double t0 = now();
     CHECK(accel_model_generate(m, x, gen, &g));

@@ -8,15 +8,6 @@
  * Usage: bench_pp_build_memory stage|whole ['<accelerator config JSON>'] */
 #include "bench_common.h"
 
-static void reset_peak(void)
-{
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (f != NULL) {
-        fputs("5", f);
-        fclose(f);
-    }
-}
-
 int main(int argc, char **argv)
 {
     const int whole = argc > 1 && strcmp(argv[1], "whole") == 0;
@@ -29,7 +20,7 @@ int main(int argc, char **argv)
     CHECK(accel_random_set_seed(1000, false, false));
     if (!whole) CHECK(accel_accelerator_create(config, &acc));
     const long long before = rss_bytes();
-    reset_peak();
+    reset_peak_rss();
     CHECK(accel_model_create_from_json(spec, &model));
     const long long peak = (long long)(status_mib("VmHWM:") * 1024 * 1024) - before;
     int64_t built = 0, held = 0;

@@ -13,15 +13,6 @@
 
 #include <malloc.h>
 
-static void reset_peak(void)
-{
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (f != NULL) {
-        fputs("5", f);
-        fclose(f);
-    }
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -63,7 +54,7 @@ int main(int argc, char **argv)
         malloc_trim(0);
     }
     const long long before = rss_bytes();
-    reset_peak();
+    reset_peak_rss();
     if (model_only) CHECK(accel_accelerator_save_model(acc, model, argv[2], NULL));
     else if (load) CHECK(accel_accelerator_load_state(acc, argv[2]));
     else CHECK(accel_accelerator_save_state(acc, argv[2]));
