@@ -710,27 +710,40 @@ TensorList read_weights_file(const std::string &path)
     return st ? load_safetensors(path).tensors : tensors_from_pickle(*load_torch_file(path), path);
 }
 
+// Accelerate's load_checkpoint_in_model order (utils/modeling.py): a folder's whole state dict first
+// (pytorch_model.bin, then model.safetensors), else its one *.index.json; a file named *.json is an index. So a
+// folder holding both a whole file and shards (a sharded save over an older whole one) reads as Accelerate reads it.
 TensorList read_model_weights(const std::string &path_in)
 {
     const std::string path = normalize_path(path_in);
+    const auto ends_with = [](const std::string &s, const std::string &end) {
+        return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+    };
+    std::string index;
     std::vector<std::string> files;
     if (is_dir(path)) {
-        std::string idx = join(path, "model.safetensors.index.json");
-        if (!exists(idx)) idx = join(path, "pytorch_model.bin.index.json");
-        if (exists(idx)) {
-            for (const auto &f : index_shard_files(idx)) files.push_back(join(path, f));
-        } else if (exists(join(path, "model.safetensors"))) {
-            files.push_back(join(path, "model.safetensors"));
-        } else if (exists(join(path, "pytorch_model.bin"))) {
-            files.push_back(join(path, "pytorch_model.bin"));
-        } else {
-            fail(ACCEL_ERR_NOT_FOUND, "path: \"" + path + "\" holds no index, model.safetensors or pytorch_model.bin");
+        for (const char *whole : {"pytorch_model.bin", "model.safetensors"})
+            if (files.empty() && exists(join(path, whole))) files.push_back(join(path, whole));
+        if (files.empty()) {
+            std::vector<std::string> indexes;
+            for (const auto &f : list_dir(path))
+                if (ends_with(f, ".index.json")) indexes.push_back(f);
+            if (indexes.empty())
+                fail(ACCEL_ERR_NOT_FOUND, "path: \"" + path + "\" holds no pytorch_model.bin, model.safetensors or *.index.json");
+            std::sort(indexes.begin(), indexes.end());
+            if (indexes.size() > 1)
+                fail(ACCEL_ERR_INVALID_ARGUMENT, "path: \"" + path + "\" holds more than one .index.json (" + indexes[0] +
+                                                     ", " + indexes[1] + "); delete the irrelevant ones");
+            index = join(path, indexes.front());
         }
     } else if (exists(path)) {
-        files.push_back(path);
+        if (ends_with(path, ".json")) index = path;
+        else files.push_back(path);
     } else {
         fail(ACCEL_ERR_NOT_FOUND, "path: \"" + path + "\" does not exist");
     }
+    if (!index.empty())
+        for (const auto &f : index_shard_files(index)) files.push_back(join(parent_of(index), f));
     TensorList all;
     for (const auto &f : files) {
         for (auto &e : read_weights_file(f)) all.push_back(std::move(e));

@@ -45,32 +45,34 @@ void add_file(FolderWeights &w, const std::string &path)
     w.files.push_back(path);
 }
 
-// transformers' order: a safetensors index, model.safetensors, a torch index, pytorch_model.bin.
+// Reads one index's shards (every listed shard must exist and hold what the index says it does).
+void add_index(FolderWeights &w, const std::string &dir, const std::string &index)
+{
+    const auto weight_map = ckpt::index_weight_map(index);
+    std::set<std::string> read;
+    for (const auto &[name, file] : weight_map) {
+        if (!read.insert(file).second) continue;
+        const std::string path = join(dir, file);
+        if (!exists(path))
+            fail(ACCEL_ERR_NOT_FOUND, index + ": tensor \"" + name + "\" is in shard " + file + ", which does not exist");
+        add_file(w, path);
+    }
+    for (const auto &[name, file] : weight_map)
+        if (w.file_of.count(name) == 0)
+            fail(ACCEL_ERR_DATA_LOSS, index + ": tensor \"" + name + "\" is listed in " + file + ", which does not hold it");
+}
+
+// transformers' order (modeling_utils): model.safetensors, a safetensors index, pytorch_model.bin, a torch index; so a
+// folder holding both a whole file and shards (a sharded save over an older whole one) reads as transformers reads it.
 FolderWeights read_folder_weights(const std::string &dir)
 {
     FolderWeights w;
-    for (const char *index_name : {"model.safetensors.index.json", "pytorch_model.bin.index.json"}) {
-        const std::string index = join(dir, index_name);
-        if (!exists(index)) continue;
-        const auto weight_map = ckpt::index_weight_map(index);
-        std::set<std::string> read;
-        for (const auto &[name, file] : weight_map) {
-            if (!read.insert(file).second) continue;
-            const std::string path = join(dir, file);
-            if (!exists(path))
-                fail(ACCEL_ERR_NOT_FOUND, index + ": tensor \"" + name + "\" is in shard " + file + ", which does not exist");
-            add_file(w, path);
-        }
-        for (const auto &[name, file] : weight_map)
-            if (w.file_of.count(name) == 0)
-                fail(ACCEL_ERR_DATA_LOSS, index + ": tensor \"" + name + "\" is listed in " + file +
-                                              ", which does not hold it");
-        return w;
-    }
-    for (const char *file : {"model.safetensors", "pytorch_model.bin"}) {
+    for (const char *file : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                             "pytorch_model.bin.index.json"}) {
         const std::string path = join(dir, file);
         if (!exists(path)) continue;
-        add_file(w, path);
+        if (std::string(file).find(".index.json") != std::string::npos) add_index(w, dir, path);
+        else add_file(w, path);
         return w;
     }
     fail(ACCEL_ERR_NOT_FOUND, "path: \"" + dir + "\" holds no weights (model.safetensors, model.safetensors.index.json, "
