@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "fresh_dir.hpp"
+#include "sharded_data_loss.hpp"
 
 #include <unistd.h>
 
@@ -35,17 +36,6 @@ std::string metadata(const std::string &w_pieces, const std::string &format = kS
     return "{\"format\": \"" + format + "\", \"version\": 1, \"world_size\": 2, \"tensors\": ["
            "{\"name\": \"w\", \"dtype\": \"F32\", \"shape\": [3, 4], \"pieces\": " + w_pieces + "},"
            "{\"name\": \"b\", \"dtype\": \"F32\", \"shape\": [3], \"pieces\": [[1, 0, 3]]}]}";
-}
-
-void expect_data_loss(const std::string &dir, const std::string &fragment)
-{
-    try {
-        read_sharded_tensors(dir);
-        ADD_FAILURE() << "expected DATA_LOSS containing " << fragment;
-    } catch (const Error &e) {
-        EXPECT_EQ(e.code(), ACCEL_ERR_DATA_LOSS) << e.what();
-        EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
 }
 
 } // namespace
