@@ -18,6 +18,7 @@
 #include "parallel/tensor_parallel/block_plan.hpp"
 #include "parallel/tensor_parallel/plan_linear.hpp"
 #include "parallel/tensor_parallel/rng_tracker.hpp"
+#include "parallel/tensor_parallel/sequence_parallel_refusals.hpp"
 #include "parallel/tensor_parallel/slicing.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
 #include "parallel/tensor_parallel/tp_plan.hpp"
@@ -371,9 +372,7 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     const int64_t n = group->size(), r = group->rank();
     const tp::ResolvedPlan resolved =
         tp::resolve_plan(plan_modules(), static_cast<int>(2 * blocks_.size()), tp_plan(), "transformer.");
-    if (resolved.overridden && sequence_parallel_)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "tp_plan: a replicated attention or MLP under parallelism_config.tp_handler."
-                                      "sequence_parallel is not built yet");
+    tp::refuse_unbuilt_sequence_parallel(sequence_parallel_, cp_ != nullptr, resolved.overridden);
     auto split_of_block = [&](const GptBlock &b) {
         return tp::BlockSplit{resolved.region_split[2 * b.index], resolved.region_split[2 * b.index + 1]};
     };
@@ -385,8 +384,6 @@ void GptModel::apply_tensor_parallel(const std::shared_ptr<distributed::Communic
     tp::LinearPlanOptions layer;
     if (sequence_parallel_) layer.column.sequence_dim = layer.row.sequence_dim = 1;
     for (const auto &b : blocks_) tp::check_block(b->block, names(*b), split_of_block(*b), n, "n_head", "n_inner", layer);
-    if (sequence_parallel_ && cp_)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel with cp_size > 1 is not built yet");
     if (n == 1) return;
     at::NoGradGuard no_grad;
     std::map<std::string, tp::ParameterSlicing> plan;

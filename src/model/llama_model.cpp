@@ -18,6 +18,7 @@
 #include "parallel/context_parallel/sequence_split.hpp"
 #include "parallel/tensor_parallel/plan_linear.hpp"
 #include "parallel/tensor_parallel/rng_tracker.hpp"
+#include "parallel/tensor_parallel/sequence_parallel_refusals.hpp"
 #include "parallel/tensor_parallel/split_outputs.hpp"
 #include "parallel/tensor_parallel/tp_plan.hpp"
 #include "parallel/tensor_parallel/vocab_parallel.hpp"
@@ -523,11 +524,7 @@ void LlamaModel::apply_tensor_parallel(const std::shared_ptr<distributed::Commun
         tp::require_divides("num_key_value_heads", c.num_key_value_heads, n);
     }
     if (any_mlp) tp::require_divides("intermediate_size", c.intermediate_size, n);
-    if (sequence_parallel_ && cp_)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.tp_handler.sequence_parallel with cp_size > 1 is not built yet");
-    if (resolved.overridden && sequence_parallel_)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "tp_plan: a replicated attention or MLP under parallelism_config.tp_handler."
-                                      "sequence_parallel is not built yet");
+    tp::refuse_unbuilt_sequence_parallel(sequence_parallel_, cp_ != nullptr, resolved.overridden);
     // Sequence parallelism: the activations between the layers are [B, T / tp, C], split along dimension 1.
     tp::LinearPlanOptions layer;
     if (sequence_parallel_) layer.column.sequence_dim = layer.row.sequence_dim = 1;

@@ -10,6 +10,8 @@
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "distributed/thread_communicator.hpp"
+#include "model/gpt_model.hpp"
+#include "model/llama_model.hpp"
 #include "model/model.hpp"
 #include "ops/loss.hpp"
 #include "parallel/tensor_parallel/plan.hpp"
@@ -275,6 +277,36 @@ TEST(TensorParallelPlanOverrides, BadOverridesNamed)
         {gpt + R"(, "tp_plan": {"h.*.ln_1": "sequence_parallel"}})", ACCEL_ERR_UNIMPLEMENTED,
          "tp_handler.sequence_parallel"},
     });
+}
+
+// A replicated region under sequence parallelism: refused alike by the gpt and the llama (one check,
+// sequence_parallel_refusals.hpp) before anything is sliced.
+TEST(TensorParallelPlanOverrides, ReplicatedRegionUnderSequenceParallelRefused)
+{
+    for (const std::string &spec :
+         {std::string(kGpt) + R"(, "tp_plan": {"transformer.h.*.mlp.*": "replicate"}})",
+          std::string(kLlama) + R"(, "tp_plan": {"layers.*.mlp.gate_proj": "replicate", "layers.*.mlp.up_proj": "replicate",
+              "layers.*.mlp.down_proj": "replicate"}})"}) {
+        const auto m = accel::make_model_from_json(spec.c_str());
+        auto &split = dynamic_cast<tp::TensorParallelModel &>(*m);
+        if (auto *gpt = dynamic_cast<accel::GptModel *>(m.get())) gpt->set_sequence_parallel(true);
+        else dynamic_cast<accel::LlamaModel &>(*m).set_sequence_parallel(true);
+        const at::Tensor before = m->parameters()[0].detach().clone();
+        dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            if (comm->rank() != 0) return;
+            try {
+                split.apply_tensor_parallel(comm);
+                ADD_FAILURE() << spec << ": accepted";
+            } catch (const accel::Error &e) {
+                EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED) << e.what();
+                EXPECT_NE(std::string(e.what()).find("a replicated attention or MLP under parallelism_config.tp_handler."
+                                                     "sequence_parallel is not built yet"),
+                          std::string::npos)
+                    << e.what();
+            }
+        });
+        EXPECT_TRUE(at::equal(m->parameters()[0], before)) << spec;
+    }
 }
 
 // An mlp spec split by the top-level tp_plan over its layer names, and a sequential spec with per-layer entries and
