@@ -352,38 +352,19 @@ Options parse(int argc, char **argv)
 
 std::optional<std::string> env(const char *name) { return process_env(name); }
 
-// torchrun's torch.cuda.device_count() without CUDA: the NVIDIA GPUs the kernel lists, narrowed by
-// CUDA_VISIBLE_DEVICES, read directly (process_env reads an empty value as unset; for CUDA it hides every GPU).
-int visible_gpu_count()
+// CUDA_VISIBLE_DEVICES as CUDA reads it, the one place the launcher reads it: nullopt only when unset (process_env
+// reads an empty value as unset, but for CUDA it hides every GPU).
+std::optional<std::string> cuda_visible_devices()
 {
     const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    return cli::visible_gpus(static_cast<int>(read_nvidia_gpus("").size()),
-                             visible ? std::optional<std::string>(visible) : std::nullopt);
+    return visible ? std::optional<std::string>(visible) : std::nullopt;
 }
 
-// The CPUs near each local process's GPU (local process i uses visible GPU i, as Accelerate's set_numa_affinity
-// does): the NVIDIA GPUs in NVML's order, narrowed by a numeric CUDA_VISIBLE_DEVICES; {} without GPUs or with
-// UUIDs in CUDA_VISIBLE_DEVICES (no placement by GPU then).
-std::vector<std::vector<int>> gpu_cpus_of_local_processes(int local)
+// torchrun's torch.cuda.device_count() without CUDA: the NVIDIA GPUs the kernel lists, narrowed by
+// CUDA_VISIBLE_DEVICES.
+int visible_gpu_count()
 {
-    std::vector<std::string> gpus = read_nvidia_gpus("");
-    if (auto visible = env("CUDA_VISIBLE_DEVICES")) {
-        std::vector<std::string> chosen;
-        std::stringstream in(*visible);
-        for (std::string item; std::getline(in, item, ',');) {
-            const std::optional<int> k = parse_int_in(item, 0, 4095);
-            if (!k) return {};
-            if (static_cast<size_t>(*k) < gpus.size()) chosen.push_back(gpus[static_cast<size_t>(*k)]);
-        }
-        gpus = chosen;
-    }
-    if (gpus.empty()) return {};
-    std::vector<std::vector<int>> out;
-    for (int i = 0; i < local; ++i) {
-        out.push_back(read_device_cpus("", gpus[static_cast<size_t>(i) % gpus.size()]));
-        if (out.back().empty()) return {};
-    }
-    return out;
+    return cli::visible_gpus(static_cast<int>(read_nvidia_gpus("").size()), cuda_visible_devices());
 }
 
 // The cluster engine's variables (torchrun's PET_*, PyTorchJob v1, Slurm) as defaults of the flags left out
@@ -638,8 +619,9 @@ int launch_main(int argc, char **argv)
     std::vector<int> memory_nodes(static_cast<size_t>(local), -1);
     if (o.enable_cpu_affinity) {
         const std::vector<int> cpus = allowed_cpus();
-        const auto placement = plan_placement(cpus, read_numa_nodes(""), local, o.cpu ? std::vector<std::vector<int>>{}
-                                                                                      : gpu_cpus_of_local_processes(local));
+        const auto near_gpus = o.cpu ? std::vector<std::vector<int>>{}
+                                     : gpu_cpus_of_local_processes("", local, cuda_visible_devices());
+        const auto placement = plan_placement(cpus, read_numa_nodes(""), local, near_gpus);
         for (int i = 0; i < local; ++i) {
             cpu_blocks[static_cast<size_t>(i)] = placement[static_cast<size_t>(i)].cpus;
             memory_nodes[static_cast<size_t>(i)] = placement[static_cast<size_t>(i)].memory_node;

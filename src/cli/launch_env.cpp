@@ -76,20 +76,25 @@ int nproc_per_node(const std::string &text, const std::string &what, const Local
 
 int visible_gpus(int gpus, const std::optional<std::string> &visible)
 {
-    if (!visible) return gpus;
-    const std::string prefix = visible->rfind("GPU-", 0) == 0 ? "GPU-" : visible->rfind("MIG-", 0) == 0 ? "MIG-" : "";
+    return visible ? static_cast<int>(visible_gpu_entries(gpus, *visible).size()) : gpus;
+}
+
+std::vector<std::string> visible_gpu_entries(int gpus, const std::string &visible)
+{
+    const std::string prefix = visible.rfind("GPU-", 0) == 0 ? "GPU-" : visible.rfind("MIG-", 0) == 0 ? "MIG-" : "";
     std::vector<std::string> seen;
-    std::stringstream in(*visible);
+    std::stringstream in(visible);
     for (std::string item; std::getline(in, item, ',');) {
         const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
         item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
         const bool valid = prefix.empty() ? parse_int_in(item, 0, gpus - 1).has_value()
                                           : item.size() > prefix.size() && item.rfind(prefix, 0) == 0;
         if (!valid) break;
-        if (std::find(seen.begin(), seen.end(), item) != seen.end()) return 0;
+        if (std::find(seen.begin(), seen.end(), item) != seen.end()) return {};
         seen.push_back(item);
     }
-    return std::min(static_cast<int>(seen.size()), gpus);
+    seen.resize(std::min(seen.size(), static_cast<size_t>(std::max(gpus, 0))));
+    return seen;
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace accel::cli {
 
@@ -55,6 +56,9 @@ int nproc_per_node(const std::string &text, const std::string &what, const Local
 // at its first invalid entry (not an index below `gpus`; in a UUID list, one without the first entry's "GPU-" or
 // "MIG-"); a repeated entry hides every GPU. UUIDs are not matched to the GPUs (no NVML): each counts, up to `gpus`.
 int visible_gpus(int gpus, const std::optional<std::string> &visible);
+// The entries of a set CUDA_VISIBLE_DEVICES `visible` that name a GPU, in order, read as visible_gpus reads them (it
+// counts this list): indices below `gpus` ("2", "0") or UUIDs, at most `gpus`; {} when every GPU is hidden.
+std::vector<std::string> visible_gpu_entries(int gpus, const std::string &visible);
 
 // Fills the flags still unset from torchrun's PET_* (PET_NNODES "N" or "MIN:MAX": a range is nnodes_range, as
 // --nnodes MIN:MAX, and PET_NODE_RANK, RANK and SLURM_NODEID are then not read; and, with PET_NPROC_PER_NODE, PyTorchJob v1's RANK,

@@ -1,6 +1,8 @@
 #include "cli/numa_affinity.hpp"
 
 #include "cli/cpu_affinity.hpp"
+#include "cli/launch_config.hpp"
+#include "cli/launch_env.hpp"
 
 #include <linux/mempolicy.h>
 #include <sys/syscall.h>
@@ -93,6 +95,28 @@ std::vector<int> read_device_cpus(const std::string &root, const std::string &bu
 {
     if (bus_id.find('/') != std::string::npos) return {};
     return parse_cpu_list(read_line(root + "/sys/bus/pci/devices/" + bus_id + "/local_cpulist"));
+}
+
+std::vector<std::vector<int>> gpu_cpus_of_local_processes(const std::string &root, int local,
+                                                          const std::optional<std::string> &visible)
+{
+    std::vector<std::string> gpus = read_nvidia_gpus(root);
+    if (visible) {
+        std::vector<std::string> chosen;
+        for (const std::string &entry : visible_gpu_entries(static_cast<int>(gpus.size()), *visible)) {
+            const std::optional<int> k = parse_int_in(entry, 0, static_cast<int>(gpus.size()) - 1);
+            if (!k) return {}; // a UUID
+            chosen.push_back(gpus[static_cast<size_t>(*k)]);
+        }
+        gpus = chosen;
+    }
+    if (gpus.empty()) return {};
+    std::vector<std::vector<int>> out;
+    for (int i = 0; i < local; ++i) {
+        out.push_back(read_device_cpus(root, gpus[static_cast<size_t>(i) % gpus.size()]));
+        if (out.back().empty()) return {};
+    }
+    return out;
 }
 
 std::vector<ProcessPlacement> plan_placement(const std::vector<int> &allowed, const std::vector<NumaNode> &nodes,

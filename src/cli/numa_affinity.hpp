@@ -5,6 +5,7 @@
 // set_numa_affinity indexes with nvmlDeviceGetHandleByIndex).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,14 @@ std::vector<std::string> read_nvidia_gpus(const std::string &root);
 
 // The CPUs near the device at `bus_id` (its local_cpulist); {} when unknown.
 std::vector<int> read_device_cpus(const std::string &root, const std::string &bus_id);
+
+// The CPUs near each of `local` processes' GPU (local process i uses visible GPU i, as Accelerate's
+// set_numa_affinity does): the NVIDIA GPUs under `root` in NVML's order, narrowed by CUDA_VISIBLE_DEVICES's value
+// `visible` (nullopt: unset) as CUDA narrows them (visible_gpu_entries: a set, empty value hides every GPU); {}
+// without GPUs, or with UUIDs in CUDA_VISIBLE_DEVICES (without NVML they are not matched to bus ids: no placement
+// by GPU then). The launcher passes the variable's value, so tests give their own with a fake sysfs root.
+std::vector<std::vector<int>> gpu_cpus_of_local_processes(const std::string &root, int local,
+                                                          const std::optional<std::string> &visible);
 
 // Places `local` processes on the `allowed` CPUs. gpu_cpus[i] (when given, one per process): the CPUs near
 // process i's GPU; the processes that share such a set divide it among them. Otherwise, with several NUMA nodes, the

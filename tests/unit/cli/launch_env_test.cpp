@@ -164,4 +164,10 @@ TEST(LaunchEnvVisibleGpus, CudaVisibleDevicesCountedAsCudaDoes)
     EXPECT_EQ(visible_gpus(4, std::string("GPU-8c1f,0,GPU-77aa")), 1);
     EXPECT_EQ(visible_gpus(1, std::string("GPU-8c1f,GPU-77aa")), 1);
     EXPECT_EQ(visible_gpus(0, std::string("0")), 0);
+    // The entries counted, in order (the GPUs the launcher places processes by).
+    using Entries = std::vector<std::string>;
+    EXPECT_EQ(accel::cli::visible_gpu_entries(4, " 2, 0"), (Entries{"2", "0"}));
+    EXPECT_EQ(accel::cli::visible_gpu_entries(4, "0,7,1"), (Entries{"0"}));
+    EXPECT_EQ(accel::cli::visible_gpu_entries(1, "GPU-8c1f,GPU-77aa"), (Entries{"GPU-8c1f"}));
+    EXPECT_TRUE(accel::cli::visible_gpu_entries(4, "1,1").empty());
 }

@@ -127,6 +127,31 @@ TEST(NumaAffinity, GpusNearTheirCpusAndSharersDivide)
     EXPECT_EQ(plan[3].memory_node, 0);
 }
 
+// Which GPU's CPUs each local process gets under CUDA_VISIBLE_DEVICES (the value the launcher passes, read as
+// CUDA reads it): unset all GPUs in bus order, a reordered or shortened list, and the values that hide every GPU
+// or name them by UUID give no placement by GPU.
+TEST(NumaAffinity, GpuCpusFollowCudaVisibleDevices)
+{
+    FakeSysfs s;
+    for (const auto &[bus, cpus] : {std::pair{"0000:c1:00.0", "4-7"}, std::pair{"0000:41:00.0", "0-3"}}) {
+        s.write(std::string("sys/bus/pci/devices/") + bus + "/vendor", "0x10de");
+        s.write(std::string("sys/bus/pci/devices/") + bus + "/class", "0x030200");
+        s.write(std::string("sys/bus/pci/devices/") + bus + "/local_cpulist", cpus);
+    }
+    using accel::cli::gpu_cpus_of_local_processes;
+    const std::string root = s.root.string();
+    const std::vector<int> near0 = range(0, 3), near1 = range(4, 7);
+    using Blocks = std::vector<std::vector<int>>;
+    EXPECT_EQ(gpu_cpus_of_local_processes(root, 3, std::nullopt), (Blocks{near0, near1, near0}));
+    EXPECT_EQ(gpu_cpus_of_local_processes(root, 2, std::string("1,0")), (Blocks{near1, near0}));
+    EXPECT_EQ(gpu_cpus_of_local_processes(root, 2, std::string("1")), (Blocks{near1, near1}));
+    EXPECT_EQ(gpu_cpus_of_local_processes(root, 2, std::string("0,7,1")), (Blocks{near0, near0})); // ends at 7
+    EXPECT_TRUE(gpu_cpus_of_local_processes(root, 2, std::string("")).empty()); // set and empty: no GPU
+    EXPECT_TRUE(gpu_cpus_of_local_processes(root, 2, std::string("1,1")).empty());
+    EXPECT_TRUE(gpu_cpus_of_local_processes(root, 2, std::string("GPU-8c1f")).empty());
+    EXPECT_TRUE(gpu_cpus_of_local_processes((s.root / "missing").string(), 2, std::nullopt).empty());
+}
+
 // The memory policy itself, on this machine's node 0 (every Linux machine has one): in a child process, whose
 // policy the later tests do not inherit; /proc/self/numa_maps then shows "prefer:0" on its mappings.
 TEST(NumaAffinity, PrefersTheNodesMemory)
