@@ -45,6 +45,26 @@ private:
     double at_ = now_seconds();
 };
 
+// The default receive without waiting: the blocking receive, run by wait().
+class DeferredRecvWork : public Work {
+public:
+    DeferredRecvWork(Communicator &owner, at::Tensor tensor, int32_t src, int32_t tag)
+        : owner_(owner), tensor_(std::move(tensor)), src_(src), tag_(tag) {}
+    void wait() override
+    {
+        if (at_ != 0.0) return;
+        owner_.recv(tensor_, src_, tag_);
+        at_ = now_seconds();
+    }
+    double completed_at() const override { return at_; }
+
+private:
+    Communicator &owner_; // the caller keeps its communicator for as long as it waits on its works
+    at::Tensor tensor_;
+    int32_t src_, tag_;
+    double at_ = 0.0;
+};
+
 // A world of one: every collective is the identity.
 class SingleCommunicator : public Communicator, public std::enable_shared_from_this<SingleCommunicator> {
 public:
@@ -108,6 +128,17 @@ std::string signature_of(const config::AcceleratorConfig &c, const std::string &
 }
 
 } // namespace
+
+std::shared_ptr<Work> Communicator::send_async(const at::Tensor &tensor, int32_t dst, int32_t tag)
+{
+    send(tensor, dst, tag);
+    return std::make_shared<DoneWork>();
+}
+
+std::shared_ptr<Work> Communicator::recv_async(at::Tensor &tensor, int32_t src, int32_t tag)
+{
+    return std::make_shared<DeferredRecvWork>(*this, tensor, src, tag);
+}
 
 std::vector<std::string> compiled_backends()
 {

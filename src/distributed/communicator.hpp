@@ -49,6 +49,13 @@ public:
     virtual at::Tensor reduce_scatter(const at::Tensor &input, ReduceOp op) = 0;
     virtual void send(const at::Tensor &tensor, int32_t dst, int32_t tag) = 0;
     virtual void recv(at::Tensor &tensor, int32_t src, int32_t tag) = 0;
+    // Point to point without waiting (the pipeline's stage boundaries): posted now, finished by the Work's wait(),
+    // which must come before a received tensor is read; the Work holds the tensor until then. A Work dropped
+    // unwaited is given up (its transfer may never happen). Backends without them (the default: MPI, NCCL, the
+    // single and thread ones) send here, blocking, and receive in wait(): the events happen in the order the
+    // blocking calls would, so a caller may post its receives early on every backend.
+    virtual std::shared_ptr<Work> send_async(const at::Tensor &tensor, int32_t dst, int32_t tag);
+    virtual std::shared_ptr<Work> recv_async(at::Tensor &tensor, int32_t src, int32_t tag);
     virtual void barrier() = 0;
     // A communicator over `ranks` (sorted, unique, of this communicator). Collective: every rank of
     // this communicator calls it with the same list; ranks outside the list get nullptr.

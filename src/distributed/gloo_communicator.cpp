@@ -133,6 +133,23 @@ private:
     bool waited_ = false;
 };
 
+// A send or receive posted by send_async / recv_async, waited as the blocking ones are. Dropped unwaited before it
+// completed, it is given up (aborted and kept, see bury): Gloo would otherwise go on with a freed buffer.
+class GlooP2PWork : public Work {
+public:
+    GlooP2PWork(std::shared_ptr<GlooCommunicator> owner, c10::intrusive_ptr<c10d::Work> work, const char *op)
+        : owner_(std::move(owner)), work_(std::move(work)), op_(op) {}
+    ~GlooP2PWork() override;
+    void wait() override;
+    double completed_at() const override { return at_; }
+
+private:
+    std::shared_ptr<GlooCommunicator> owner_;
+    c10::intrusive_ptr<c10d::Work> work_; // holds the tensor Gloo reads or writes
+    const char *op_;
+    double at_ = 0.0;
+};
+
 class GlooCommunicator : public Communicator, public std::enable_shared_from_this<GlooCommunicator> {
 public:
     GlooCommunicator(std::shared_ptr<Shared> shared, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg,
@@ -226,24 +243,25 @@ public:
         });
     }
 
-    void send(const at::Tensor &tensor, int32_t dst, int32_t tag) override
+    void send(const at::Tensor &tensor, int32_t dst, int32_t tag) override { send_async(tensor, dst, tag)->wait(); }
+    void recv(at::Tensor &tensor, int32_t src, int32_t tag) override { recv_async(tensor, src, tag)->wait(); }
+
+    std::shared_ptr<Work> send_async(const at::Tensor &tensor, int32_t dst, int32_t tag) override
     {
         check_rank(dst, "dst");
-        guard("send", [&] {
+        return guard("send", [&] {
             std::vector<at::Tensor> v{tensor.contiguous()};
-            pg_->send(v, dst, tag)->wait(shared_->timeout);
-            return 0;
+            return std::make_shared<GlooP2PWork>(shared_from_this(), pg_->send(v, dst, tag), "send");
         });
     }
 
-    void recv(at::Tensor &tensor, int32_t src, int32_t tag) override
+    std::shared_ptr<Work> recv_async(at::Tensor &tensor, int32_t src, int32_t tag) override
     {
         check_rank(src, "src");
-        guard("recv", [&] {
+        return guard("recv", [&] {
             require_contiguous(tensor, "recv");
             std::vector<at::Tensor> v{tensor};
-            pg_->recv(v, src, tag)->wait(shared_->timeout);
-            return 0;
+            return std::make_shared<GlooP2PWork>(shared_from_this(), pg_->recv(v, src, tag), "recv");
         });
     }
 
@@ -464,6 +482,21 @@ GlooWork::GlooWork(std::shared_ptr<GlooCommunicator> owner, c10::intrusive_ptr<c
     } catch (const std::exception &) {
         // No future: completed_at() is taken when wait() returns.
     }
+}
+
+GlooP2PWork::~GlooP2PWork()
+{
+    if (at_ == 0.0 && !work_->isCompleted()) bury(work_);
+}
+
+void GlooP2PWork::wait()
+{
+    if (at_ != 0.0) return;
+    owner_->guard(op_, [&] {
+        work_->wait(owner_->wait_timeout());
+        return 0;
+    });
+    at_ = now_seconds();
 }
 
 void GlooWork::wait()

@@ -74,7 +74,10 @@ at::Tensor from_owner(distributed::Communicator &group, const at::Tensor &mine, 
 // activation the stage itself sent.
 constexpr int64_t kMaxBoundaryDims = 8;
 
-void send_activation(distributed::Communicator &link, const at::Tensor &y, int32_t to, int32_t tag, bool with_shape)
+using Works = std::vector<std::shared_ptr<distributed::Work>>;
+
+// Posts `y` to stage `to` without waiting; `sends` gains the works that finish it.
+void send_activation(distributed::Communicator &link, const at::Tensor &y, int32_t to, int32_t tag, bool with_shape, Works &sends)
 {
     const at::Tensor values = y.detach().to(kWire).contiguous();
     if (with_shape) {
@@ -84,10 +87,17 @@ void send_activation(distributed::Communicator &link, const at::Tensor &y, int32
         at::Tensor header = at::zeros({kMaxBoundaryDims + 1}, at::kLong);
         header[0] = values.dim();
         for (int64_t d = 0; d < values.dim(); ++d) header[d + 1] = values.size(d);
-        link.send(header, to, tag);
+        sends.push_back(link.send_async(header, to, tag));
     }
-    link.send(values, to, tag);
+    sends.push_back(link.send_async(values, to, tag));
 }
+
+void wait_all(Works &works)
+{
+    for (auto &w : works) w->wait();
+    works.clear();
+}
+
 
 // `known`: the sizes the receiver expects (empty: a header says them).
 at::Tensor recv_activation(distributed::Communicator &link, std::vector<int64_t> known, const at::TensorOptions &wire,
@@ -204,14 +214,48 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     at::Tensor loss_sum = at::zeros({}, at::kDouble);
     int64_t live = 0;
     times_.peak_live = 0;
+    // Transfers do not block the schedule: sends are posted and waited for at the end of the step, receives posted
+    // ahead, in the schedule's order (NCCL pairs by order), and waited for at their turn. Posted early, a transfer
+    // runs while the stage computes (Gloo's sender waits for the receiver's posting); a round of the pipeline's
+    // messages ahead (2 per virtual stage) is enough for that, more would only hold buffers longer.
+    const size_t recv_ahead = static_cast<size_t>(2 * p * v);
+    Works sends;
+    std::vector<std::shared_ptr<distributed::Work>> posted(ops_.size());
+    std::vector<size_t> recvs; // the ops that receive, in order
+    for (size_t k = 0; k < ops_.size(); ++k)
+        if (ops_[k].kind == OpKind::RecvActivation || ops_[k].kind == OpKind::RecvGrad) recvs.push_back(k);
+    size_t next_recv = 0, next_post = 0; // in recvs: the next to take, the next to post
+    // A receive is posted once its size is known: a gradient's after the forward that made the output, a shapeless
+    // activation's never (its header says it; received at its turn).
+    auto post_ahead = [&] {
+        for (; next_post < recvs.size() && next_post < next_recv + recv_ahead; ++next_post) {
+            const size_t k = recvs[next_post];
+            const Op &op = ops_[k];
+            const auto i = static_cast<size_t>(op.micro * v + op.chunk);
+            const VirtualStage prev = previous_virtual_stage(s, op.chunk, p), next = next_virtual_stage(s, op.chunk, p);
+            if (op.kind == OpKind::RecvActivation) {
+                if (!shaped) break;
+                received[i] = at::empty(hidden, wire);
+                posted[k] = pp_->recv_async(received[i], prev.stage, forward_tag(chunk_message(op, prev.chunk, v)));
+            } else {
+                if (!outputs[i].defined()) break;
+                grads[i] = at::empty(outputs[i].sizes(), wire); // the shape of the activation sent
+                posted[k] = pp_->recv_async(grads[i], next.stage, backward_tag(chunk_message(op, next.chunk, v)));
+            }
+        }
+    };
     for (size_t k = 0; k < ops_.size(); ++k) {
         const Op &op = ops_[k];
         const auto i = static_cast<size_t>(op.micro * v + op.chunk);
         const bool loss_here = last && op.chunk == v - 1;
-        const VirtualStage prev = previous_virtual_stage(s, op.chunk, p), next = next_virtual_stage(s, op.chunk, p);
+        const VirtualStage prev = previous_virtual_stage(s, op.chunk, p);
+        post_ahead();
         switch (op.kind) {
         case OpKind::RecvActivation:
-            received[i] = recv_activation(*pp_, hidden, wire, prev.stage, forward_tag(chunk_message(op, prev.chunk, v)));
+            if (posted[k]) posted[k]->wait();
+            else received[i] = recv_activation(*pp_, hidden, wire, prev.stage, forward_tag(chunk_message(op, prev.chunk, v)));
+            posted[k].reset();
+            next_post = std::max(next_post, ++next_recv);
             received[i].requires_grad_(true);
             break;
         case OpKind::Forward:
@@ -229,11 +273,13 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
             times_.peak_live = std::max(times_.peak_live, ++live);
             break;
         case OpKind::SendActivation:
-            send_activation(*pp_, outputs[i], next.stage, forward_tag(chunk_message(op, op.chunk, v)), !shaped);
+            send_activation(*pp_, outputs[i], next_virtual_stage(s, op.chunk, p).stage, forward_tag(chunk_message(op, op.chunk, v)),
+                            !shaped, sends);
             break;
         case OpKind::RecvGrad:
-            grads[i] = at::empty(outputs[i].sizes(), wire); // the shape of the activation sent
-            pp_->recv(grads[i], next.stage, backward_tag(chunk_message(op, next.chunk, v)));
+            posted[k]->wait(); // posted by post_ahead above at the latest: the forward came first
+            posted[k].reset();
+            ++next_recv;
             break;
         case OpKind::Backward:
             // DDP's no_sync on every backward but the last of each chunk (the gradients summed locally first).
@@ -246,11 +292,12 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
             --live;
             break;
         case OpKind::SendGrad:
-            pp_->send(received[i].grad().contiguous(), prev.stage, backward_tag(chunk_message(op, op.chunk, v)));
+            sends.push_back(pp_->send_async(received[i].grad().contiguous(), prev.stage, backward_tag(chunk_message(op, op.chunk, v))));
             received[i] = at::Tensor();
             break;
         }
     }
+    wait_all(sends);
     if (dp_ && require_sync_) dp_->finish_backward(); // the stage's gradients averaged over its replicas
     if (engine_) engine_->finish_backward(); // the units back to shards, the gradients summed locally
     if (require_sync_) sync_tied_gradient();
@@ -299,9 +346,10 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
     const std::vector<at::Tensor> pieces = ids.tensor_split(chunks, 0);
     const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_.front().device();
     // Each micro-batch through the virtual stages in turn (interleaved: chunk c of stage s is virtual stage
-    // c * p + s); every stage meets its messages in the one order they travel, so blocking sends cannot deadlock.
+    // c * p + s); every stage meets its messages in the one order they travel, so no wait can deadlock.
     const int32_t v = this->chunks();
     std::vector<at::Tensor> logits;
+    Works sends;
     for (int64_t i = 0; i < chunks; ++i) {
         const at::Tensor &piece = pieces[static_cast<size_t>(i)];
         for (int32_t k = 0; k < v; ++k) {
@@ -314,9 +362,10 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
             model_.select_pipeline_chunk(static_cast<size_t>(k));
             at::Tensor y = hooked(hooked_, x, [this, cache](const at::Tensor &in) { return model_.forward_stage(in, cache); });
             if (s == p - 1 && k == v - 1) logits.push_back(y);
-            else send_activation(*pp_, y, next_virtual_stage(s, k, p).stage, forward_tag(i * v + k), !shaped);
+            else send_activation(*pp_, y, next_virtual_stage(s, k, p).stage, forward_tag(i * v + k), !shaped, sends);
         }
     }
+    wait_all(sends);
     at::Tensor out = from_owner(*pp_, s == p - 1 ? at::cat(logits, 0) : at::Tensor(), p - 1, device);
     if (unbatched) out = out.squeeze(0);
     model_.mark_logits(out); // under tp: this rank's vocabulary columns, for the loss and generation

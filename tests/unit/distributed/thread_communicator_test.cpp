@@ -95,6 +95,24 @@ TEST(ThreadCommunicator, SendRecvRing)
     });
 }
 
+// The default send_async / recv_async (backends without their own): a receive posted before the peer's send does
+// not wait then (it would deadlock here: both ranks post first), it receives in wait().
+TEST(ThreadCommunicator, ReceivePostedBeforeTheSend)
+{
+    dist::run_on_threads(2, [](const std::shared_ptr<dist::Communicator> &c) {
+        const int32_t peer = 1 - c->rank();
+        at::Tensor got = floats({-1, -1});
+        auto received = c->recv_async(got, peer, 3);
+        EXPECT_EQ(received->completed_at(), 0.0);
+        auto sent = c->send_async(floats({static_cast<float>(c->rank()), 5}), peer, 3);
+        received->wait();
+        sent->wait();
+        EXPECT_GT(received->completed_at(), 0.0);
+        EXPECT_EQ(got[0].item<float>(), static_cast<float>(peer));
+        EXPECT_EQ(got[1].item<float>(), 5.0f);
+    });
+}
+
 TEST(ThreadCommunicator, SubGroups)
 {
     dist::run_on_threads(4, [](const std::shared_ptr<dist::Communicator> &c) {
