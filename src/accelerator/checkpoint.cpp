@@ -124,19 +124,21 @@ void plain_to_json(const PyObj &v, std::string &out, const std::string &what)
 // whatever pp saved or loads the folder; `gather_state` for a save (the optimizers' state of every parameter), then
 // onto the first stage of the writer's groups only (`writes`: whether this process writes the main files; nullopt
 // with save_on_each_node, where a node's writer may hold another stage: every rank whole, as before).
+// `sharded`: the stages under the sharding engine instead (pp x fsdp_plugin), whose stage must be summoned first;
+// their optimizers' state is joined from the engine's state dicts (joined_stage_optimizer_state), not borrowed.
 template <typename WrapperOf>
 std::vector<std::unique_ptr<parallel::pp::WholeStages>>
 whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
                       const std::vector<std::shared_ptr<AcceleratedOptimizer>> &optimizers, WrapperOf &&wrapper_of,
-                      bool gather_state, std::optional<bool> writes = std::nullopt)
+                      bool gather_state, std::optional<bool> writes = std::nullopt, bool sharded = false)
 {
     std::vector<std::unique_ptr<parallel::pp::WholeStages>> out;
     for (const auto &m : models) {
         parallel::ParallelWrapper *w = wrapper_of(*m);
-        if (w == nullptr || w->pipeline() == nullptr) continue;
+        if (w == nullptr || w->pipeline() == nullptr || (w->sharded() != nullptr) != sharded) continue;
         std::vector<AcceleratedOptimizer *> over;
         for (const auto &o : optimizers)
-            if (o->model() == m) over.push_back(o.get());
+            if (o->model() == m && !sharded) over.push_back(o.get());
         out.push_back(writes ? std::make_unique<parallel::pp::WholeStages>(
                                    w->pipeline(), std::move(over), gather_state,
                                    parallel::pp::WholeStages::FirstStageOnly{parallel::pp::near_writer(*m, *writes)})
@@ -144,6 +146,9 @@ whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
     }
     return out;
 }
+
+// A pipeline stage under the sharding engine (pp x fsdp_plugin / deepspeed_plugin).
+bool sharded_pipeline(parallel::ParallelWrapper *w) { return w != nullptr && w->pipeline() != nullptr && w->sharded() != nullptr; }
 
 // A pipeline stage loads only the tensors it holds: the other stages' entries (their tensors hold no elements here)
 // become empty, so nothing of them is read from the mapped files or copied.
@@ -331,7 +336,12 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
 {
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
-    for (const auto &m : models_) parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "save_state");
+    for (const auto &m : models_) {
+        parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "save_state");
+        if (state_->config.project.save_on_each_node && sharded_pipeline(wrapper_of(*m)))
+            fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: project save_on_each_node with parallelism_config.pp_size > 1 under "
+                                          "fsdp_plugin is not supported yet (the stages are joined on the main process only)");
+    }
     auto engine_of = [this](const Model &m) { return sharded_of(m); };
     // A pipeline's stages filled in first (under pp x tp each rank's tp slices of them), then gathered over tp.
     const auto pp_whole = whole_pipeline_models(
@@ -358,6 +368,9 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
             gathered.push_back(w->sharded()); // DeepSpeed's layout cuts frozen parameters per parameter: from whole ones
     }
     SummonWhole whole(gathered);
+    // pp x sharding: each stage whole now (summoned), the other stages' filled in on the writer's first stage.
+    const auto pp_sharded_whole = whole_pipeline_models(
+        models_, {}, [this](const Model &m) { return wrapper_of(m); }, false, std::optional<bool>(writes_main_files()), true);
     const int64_t rank = state_->process_index();
     std::string latest;
     for (size_t i = 0; i < models_.size(); ++i)
@@ -379,6 +392,11 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         }
         else if (main || optimizers_[i]->is_sharded())
             optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
+        // pp x sharding: the stage's state, joined with the other stages' on the writer (one process's state dict).
+        if (optimizer_states[i] && sharded_pipeline(wrapper_of(*optimizers_[i]->model())))
+            optimizer_states[i] = parallel::pp::joined_stage_optimizer_state(
+                *wrapper_of(*optimizers_[i]->model())->pipeline(), optimizer_states[i],
+                parallel::pp::near_writer(*optimizers_[i]->model(), main));
         // TP inside the engine: its state is per parameter now, shaped as this rank's tp slices; joined over tp.
         const Model &m = *optimizers_[i]->model();
         if (optimizer_states[i] && sharded_of(m) != nullptr && parallel::tp::split_of(m))

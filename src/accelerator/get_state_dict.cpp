@@ -69,7 +69,6 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
     if (model.prepared_by != nullptr && model.prepared_by != state_)
         fail(ACCEL_ERR_FAILED_PRECONDITION, "model: prepared by another accelerator");
     parallel::ParallelWrapper *wrapper = wrapper_of(model);
-    parallel::pp::refuse_sharded_stage_checkpoint(wrapper, "get_state_dict");
     parallel::ShardedDataParallel *engine = wrapper != nullptr ? wrapper->sharded() : nullptr;
     const bool rank0_only = options.rank0_only.value_or(engine != nullptr && rank0_only_by_default(config().sharding));
     // unwrap=False: the keys of the wrapped module. Only DDP renames them ("module."); FSDP's FULL_STATE_DICT
@@ -78,8 +77,9 @@ NamedTensors Accelerator::get_state_dict(const Model &model, const config::GetSt
                                    ? "module."
                                    : "";
     WholeWhileCopying whole(engine); // every process: the gathering is collective
-    // A pipeline stage holds only its blocks: the others' are filled in from their stages (collective over pp; with
-    // rank0_only onto the main process's stage alone, under pp x tp its tp group's)...
+    // A pipeline stage holds only its blocks (under pp x sharding the engine has just gathered them whole): the
+    // others' are filled in from their stages (collective over pp; with rank0_only onto the main process's stage
+    // alone, under pp x tp its tp group's)...
     parallel::pp::PipelineParallel *pipeline = wrapper != nullptr ? wrapper->pipeline() : nullptr;
     const parallel::pp::WholeStages pp_whole =
         rank0_only && pipeline != nullptr

@@ -13,7 +13,8 @@ equivalence: pp --pp stages x dp_replicate --dp (pp x dp processes, --micro micr
   num_micro_batches --micro, gradient_clipping --clip; Megatron's data-parallel size world / (tp x pp), its 1F1B),
   with --pp 1 too (Megatron's micro-batches without a pipeline); one process then runs with megatron_lm_plugin's
   gradient_clipping --clip alone, which must change its training (the clipping is on).
-resume: save_state / load_state under pp --pp x dp_replicate --dp (one process's layout): a pipeline run saves after
+resume: save_state / load_state under pp --pp x dp_replicate --dp (with --plugin: x dp_shard --dp under that sharding
+  plugin, FULL_STATE_DICT) in one process's layout: a pipeline run saves after
   10 of 20 steps; loading that folder, the pipeline and one process (on the global batch) each train the last 10
   steps as the uninterrupted run did (every step's loss, averaged over the replicas, and every parameter within
   --tol); a one-process folder saved the same way loads onto the pipeline alike.
@@ -42,6 +43,8 @@ def read_rank(path):
             params[f[1]] = [float(x) for x in f[2:]]
         elif f[0] in ("logits", "tokens"):  # the trained model's forward and generate: compared as parameters are
             params["<%s>" % f[0]] = [float(x) for x in f[1:]]
+        elif f[0] == "sd":  # get_state_dict's whole model (every rank's the same): compared as parameters are
+            params["<sd>" + f[1]] = [float(x) for x in f[2:]]
     return losses, params
 
 
@@ -206,6 +209,9 @@ def scenario_equivalence(a, tmp):
     names = sorted(ref_params)
     check_close([x for n in names for x in ref_params[n]], [x for n in names for x in got[n]], a.tol,
                 "%s: parameters after %d steps" % (what, a.steps))
+    for name, values in got.items():  # get_state_dict: what the stage holding each parameter has, bit for bit
+        if "<sd>" + name in got and got["<sd>" + name] != values:
+            sys.exit("%s: get_state_dict's %s is not what the stage holding it has" % (what, name))
     steps = sorted(ref_losses)
     if any(sorted(losses) != steps for losses, _ in ranks):
         sys.exit("%s: a rank reported losses for other steps than %s" % (what, steps))
@@ -243,10 +249,17 @@ def scenario_resume(a, tmp):
     pipe = "pp %d x dp %d" % (a.pp, a.dp) if a.dp > 1 else "pp %d" % a.pp
     pipe += " x tp %d" % a.tp if a.tp > 1 else ""
     pipe += " x cp %d (%s)" % (a.cp, a.cp_strategy) if a.cp > 1 else ""
+    if a.plugin:  # pp x sharding: the stage's --dp processes shard it (FULL_STATE_DICT: one process's layout)
+        config["parallelism_config"]["dp_replicate_size"] = 1
+        config["parallelism_config"]["dp_shard_size"] = a.dp
+        config.update(SHARDING_PLUGINS[a.plugin])
+        pipe += ", sharded (%s)" % a.plugin
     world = a.pp * a.dp * a.tp * a.cp
 
     def run_of(processes, name, cfg, extra):
         # The pipeline's replicas each take their share of one process's batch.
+        if cfg and a.plugin:
+            extra = dict(extra, ACCEL_TEST_SHARDED="1")
         return train(a, processes, os.path.join(tmp, name), a.batch if cfg else a.batch * a.dp, cfg, extra)
 
     def saved(name, processes, cfg):

@@ -1194,6 +1194,19 @@ ShardLayout ShardedDataParallel::layout() const
     return l;
 }
 
+namespace {
+
+// Each parameter's index in `l` (the optimizer's order), which is not its index in the engine's packed parameters
+// when emptied ones come first: a pipeline stage after the first holds the earlier stages' parameters emptied.
+std::map<const c10::TensorImpl *, size_t> layout_index(const ShardLayout &l)
+{
+    std::map<const c10::TensorImpl *, size_t> out;
+    for (size_t j = 0; j < l.params.size(); ++j) out.emplace(l.params[j].unsafeGetTensorImpl(), j);
+    return out;
+}
+
+} // namespace
+
 ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
 {
     const Impl &s = *impl_;
@@ -1202,6 +1215,7 @@ ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
     out.world_size = l.shard_world;
     out.rank = l.shard_rank;
     std::map<const c10::TensorImpl *, size_t> trainable;
+    const auto at_layout = layout_index(l);
     for (size_t k = 0; k < s.params.size(); ++k) trainable[s.params[k].tensor.unsafeGetTensorImpl()] = k;
     std::set<const c10::TensorImpl *> seen; // a tied weight is saved once, under its first name
     std::vector<at::Tensor> shards(s.units.size()); // each unit's shard values, read once
@@ -1214,13 +1228,13 @@ ShardedState ShardedDataParallel::sharded_state_dict(const Model &model) const
             e.shape = t.sizes().vec();
             auto it = trainable.find(t.unsafeGetTensorImpl());
             if (it != trainable.end()) {
-                const size_t k = it->second;
+                const size_t k = it->second, j = at_layout.at(t.unsafeGetTensorImpl());
                 e.dtype = at::kFloat; // the master shards' (parameters may be 16-bit copies)
                 for (int32_t r = 0; r < l.shard_world; ++r)
-                    if (TensorPiece p = l.piece(k, r); p.numel > 0) e.pieces.push_back(p);
+                    if (TensorPiece p = l.piece(j, r); p.numel > 0) e.pieces.push_back(p);
                 const size_t ui = s.params[k].unit;
                 if (!shards[ui].defined()) shards[ui] = s.shard_values(s.units[ui]);
-                e.local = l.local_piece(k, shards[ui]);
+                e.local = l.local_piece(j, shards[ui]);
             } else if (auto [f, i] = s.flat_of(t); f != nullptr) { // a sharded frozen parameter: cut as its flat is
                 for (int32_t r = 0; r < l.shard_world; ++r)
                     if (TensorPiece p = f->piece(i, r); p.numel > 0) e.pieces.push_back(p);
@@ -1241,6 +1255,7 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
     Impl &s = *impl_;
     const ShardLayout l = layout();
     std::map<const c10::TensorImpl *, size_t> trainable;
+    const auto at_layout = layout_index(l);
     for (size_t k = 0; k < s.params.size(); ++k) trainable[s.params[k].tensor.unsafeGetTensorImpl()] = k;
     std::set<const c10::TensorImpl *> seen;
     // Offloaded shards are read into memory (views need it) and written back out once loaded; a load that
@@ -1284,8 +1299,9 @@ std::pair<ApplyState, std::vector<std::string>> ShardedDataParallel::load_sharde
                 reads.push_back({name, 0, whole()}); // the buffer persists; the shard is a view of it
                 continue;
             }
-            if (at::Tensor mine = l.local_piece(k, u.shard.detach()); mine.defined())
-                reads.push_back({name, l.piece(k, l.shard_rank).offset, mine});
+            const size_t j = at_layout.at(t.unsafeGetTensorImpl());
+            if (at::Tensor mine = l.local_piece(j, u.shard.detach()); mine.defined())
+                reads.push_back({name, l.piece(j, l.shard_rank).offset, mine});
             // The unit is whole now (or keeps a 16-bit copy): keep that copy current too (read converts dtypes).
             if (u.gathered) reads.push_back({name, 0, whole()});
         }

@@ -461,10 +461,17 @@ bool PipelineParallel::summoned() const { return engine_ && engine_->summoned();
 void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string &what)
 {
     if (wrapper == nullptr || wrapper->pipeline() == nullptr || wrapper->sharded() == nullptr) return;
-    fail(ACCEL_ERR_UNIMPLEMENTED, what + ": checkpoints of a pipeline-parallel model (parallelism_config.pp_size > 1) "
-                                         "under fsdp_plugin or deepspeed_plugin are not built yet (no state_dict_type gathers "
-                                         "the stages' shards under the whole model's names); save_model is, and under DDP "
-                                         "over each stage (dp_replicate_size) every checkpoint is");
+    const config::ShardingConfig &c = wrapper->sharded()->config();
+    const std::string with = what + ": parallelism_config.pp_size > 1 with ";
+    // Each stage's pieces under the whole model's names would need every stage's rank to write its part of one
+    // folder (and its metadata joined over pp): not built; FULL_STATE_DICT is (the stages joined on the writer).
+    if (c.state_dict_type == "SHARDED_STATE_DICT")
+        fail(ACCEL_ERR_UNIMPLEMENTED, with + "fsdp_plugin.state_dict_type SHARDED_STATE_DICT is not supported yet; use "
+                                             "FULL_STATE_DICT (the default), which loads onto any pp size or none");
+    if (c.frontend == "deepspeed" && c.zero_stage >= 1)
+        fail(ACCEL_ERR_UNIMPLEMENTED, with + "deepspeed_plugin (zero_stage " + std::to_string(c.zero_stage) +
+                                          ": DeepSpeed's checkpoint layout of every rank's partitions) is not supported "
+                                          "yet; fsdp_plugin's FULL_STATE_DICT is, and save_model and get_state_dict are");
 }
 
 std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distributed::DeviceMesh &mesh,

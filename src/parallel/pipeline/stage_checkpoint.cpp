@@ -1,5 +1,6 @@
 #include "parallel/pipeline/stage_checkpoint.hpp"
 
+#include "checkpointing/pickle.hpp"
 #include "checkpointing/weight_shards.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
@@ -11,10 +12,13 @@
 #include "ops/object_collectives.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
+#include "state/state_dict.hpp"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <unordered_map>
@@ -92,6 +96,52 @@ uint64_t joined_weight_map(const std::vector<std::string> &texts, WeightMap &map
     return total;
 }
 
+
+// The "state" entries of a stage's optimizer state dict, pickled, each tensor a contiguous copy of its own (the
+// state dict's tensors are views of a unit's gathered state: pickling them would send whole storages), sent to
+// `dst` point to point: the pickle's length, its bytes, then the tensors in the pickle's storage order.
+constexpr int32_t kStateTag = 7300; // apart from the schedule's transfers (none run during a checkpoint)
+
+void send_stage_state(distributed::Communicator &pp, const PyObj &state, int32_t dst)
+{
+    auto copy = py_dict();
+    for (const auto &[id, entry] : state.map) {
+        auto e = py_dict();
+        for (const auto &[key, value] : entry->map)
+            e->map.emplace_back(key, value->kind == PyObj::Kind::Tensor ? py_tensor(value->tensor.detach().cpu().contiguous().clone())
+                                                                        : value);
+        copy->map.emplace_back(id, e);
+    }
+    std::vector<at::Tensor> tensors;
+    const std::string bytes = ckpt::pickle_dumps(*copy, [&tensors](const at::Tensor &t) {
+        tensors.push_back(t);
+        return ckpt::StorageRef{std::to_string(tensors.size() - 1), ckpt::storage_type_name(t.scalar_type()), t.numel()};
+    });
+    pp.send(at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong), dst, kStateTag);
+    at::Tensor raw = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+    std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
+    pp.send(raw, dst, kStateTag);
+    for (const auto &t : tensors) pp.send(t, dst, kStateTag);
+}
+
+PyRef recv_stage_state(distributed::Communicator &pp, int32_t src)
+{
+    at::Tensor size = at::empty({1}, at::kLong);
+    pp.recv(size, src, kStateTag);
+    at::Tensor raw = at::empty({size.item<int64_t>()}, at::kByte);
+    pp.recv(raw, src, kStateTag);
+    std::map<int64_t, at::Tensor> storages; // by key: received once the pickle is read
+    PyRef state = ckpt::pickle_loads(raw.data_ptr<uint8_t>(), static_cast<size_t>(raw.numel()),
+                                     [&storages](const std::string &key, at::ScalarType dtype, int64_t numel) {
+                                         at::Tensor &t = storages[std::stoll(key)];
+                                         if (!t.defined()) t = at::empty({numel}, at::TensorOptions().dtype(dtype));
+                                         return t;
+                                     },
+                                     "save_state: stage " + std::to_string(src) + "'s optimizer state");
+    for (auto &[key, t] : storages) pp.recv(t, src, kStateTag);
+    return state;
+}
+
 } // namespace
 
 bool near_writer(const Model &model, bool writes)
@@ -151,6 +201,33 @@ void save_model_by_stage(const Model &model, PipelineParallel &pipeline, const s
         failure = std::current_exception();
     }
     agree_or_remove(pp, failure, dir, written);
+}
+
+PyRef joined_stage_optimizer_state(PipelineParallel &pipeline, PyRef mine, bool near_writer)
+{
+    distributed::Communicator &pp = *pipeline.pp_group();
+    // The first stage's flag decides for the whole group, as WholeStages::FirstStageOnly does.
+    if (pp.allgather(at::full({1}, near_writer ? 1 : 0, at::kLong)).front().item<int64_t>() == 0) return mine;
+    const PyObj *state = mine->get("state");
+    if (state == nullptr || !state->is_dict()) fail(ACCEL_ERR_INTERNAL, "save_state: a stage's optimizer state dict has no state");
+    if (pp.rank() != 0) {
+        send_stage_state(pp, *state, 0);
+        return mine;
+    }
+    // One process's order: by parameter id, each once (the first stage's entry of a parameter two stages hold).
+    std::map<int64_t, PyRef> by_id;
+    auto add = [&by_id](const PyObj &entries) {
+        for (const auto &[id, entry] : entries.map)
+            if (id->kind == PyObj::Kind::Int) by_id.emplace(id->i, entry);
+    };
+    add(*state);
+    for (int32_t s = 1; s < pp.size(); ++s) add(*recv_stage_state(pp, s));
+    auto joined = py_dict();
+    for (auto &[id, entry] : by_id) joined->map.emplace_back(py_int(id), entry);
+    auto out = std::make_shared<PyObj>(*mine);
+    for (auto &[key, value] : out->map)
+        if (key->kind == PyObj::Kind::Str && key->s == "state") value = joined;
+    return out;
 }
 
 } // namespace accel::parallel::pp

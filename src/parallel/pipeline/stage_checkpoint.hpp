@@ -5,10 +5,12 @@
 // load_checkpoint_in_model, merge-weights, transformers), loadable at any pp size or none.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace accel {
 class Model;
+struct PyObj;
 namespace config {
 struct SaveModelOptions;
 }
@@ -35,5 +37,14 @@ void save_model_by_stage(const Model &model, PipelineParallel &pipeline, const s
 // pp x tp that group gathers the slices the writer writes, so WholeStages::FirstStageOnly fills its first stages in
 // (collective over the tp group; `writes` itself without tp).
 bool near_writer(const Model &model, bool writes);
+
+// save_state's FULL_STATE_DICT of a stage's optimizer under the sharding engine (pp x fsdp_plugin): `mine` is the
+// stage's state_dict() (one process's ids and param_groups, state only for the stage's parameters, joined from its
+// dp shards). Returns, on the first stage of the pp group whose first stage has `near_writer` set, one process's
+// state dict: every stage's entries joined (a parameter two stages hold, the tied embedding, once: the first's),
+// received stage after stage point to point; `mine` unchanged elsewhere (nothing written there). The ranks of the
+// other pp groups exchange nothing. Collective over the pp group.
+std::shared_ptr<PyObj> joined_stage_optimizer_state(PipelineParallel &pipeline, std::shared_ptr<PyObj> mine,
+                                                    bool near_writer);
 
 } // namespace accel::parallel::pp
