@@ -4,9 +4,13 @@
  * (bench/pp_step.sh runs GPipe, 1F1B and interleaved 1F1B and prints the ratios and the bubble), and each
  * stage's bubble as the pipeline measures it (accel_accelerator_get_parallel_ranks_json's "pipeline": the
  * share of the schedule's wall time outside the stage's computations, averaged over the timed steps). Each
- * step's loss is printed, so the script also checks that the pipeline trains as one process does.
- * Usage: [PP_BENCH_VOCAB=V] [PP_BENCH_LAYERS=L] bench_pp_step [T] [batch] [steps] ['<accelerator config JSON>'] */
+ * step's loss is printed, so the script also checks that the pipeline trains as one process does. BENCH_MODEL=llama
+ * trains a Llama of the same shape (bench/lm_spec.h); the script's DDP baseline passes '{"split_batches": true}'
+ * so that `batch` stays the global batch. The last line gives tokens/s (the global batch's) and the peak resident set.
+ * Usage: [BENCH_MODEL=gpt|llama] [PP_BENCH_VOCAB=V] [PP_BENCH_LAYERS=L] bench_pp_step [T] [batch] [steps]
+ *        ['<accelerator config JSON>'] */
 #include "bench_common.h"
+#include "lm_spec.h"
 
 int main(int argc, char **argv)
 {
@@ -19,11 +23,8 @@ int main(int argc, char **argv)
      * assumes. */
     const char *vocab_env = getenv("PP_BENCH_VOCAB"), *layers_env = getenv("PP_BENCH_LAYERS");
     const int VOCAB = vocab_env != NULL ? atoi(vocab_env) : 2048, layers = layers_env != NULL ? atoi(layers_env) : 4;
-    char spec[320];
-    snprintf(spec, sizeof spec,
-             "{\"type\": \"gpt\", \"vocab_size\": %d, \"n_positions\": %d, \"n_embd\": 256, \"n_layer\": %d, \"n_head\": 8,"
-             " \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}",
-             VOCAB, T, layers);
+    char spec[640];
+    bench_lm_spec(spec, sizeof spec, VOCAB, T, layers, NULL);
     const int64_t n = (int64_t)T * batch * (steps + 2) + 1;
     BenchLm lm = bench_prepare_lm(config, spec, "{\"type\": \"sgd\", \"lr\": 0.05}", T, batch, n, VOCAB);
 
@@ -52,6 +53,8 @@ int main(int argc, char **argv)
     printf("rank %d world %d activation_bytes %lld step_seconds %.4f\n", lm.rank, lm.world, activation,
            steps > 1 ? seconds / (steps - 1) : 0.0);
     printf("rank %d schedule_wall %.4f schedule_busy %.4f bubble %.4f\n", lm.rank, wall / timed, busy / timed, bubble / timed);
+    printf("rank %d tokens_per_s %.1f peak_bytes %lld\n", lm.rank, steps > 1 ? (double)T * batch * (steps - 1) / seconds : 0.0,
+           peak_rss_bytes());
     bench_lm_free(&lm);
     return 0;
 }
