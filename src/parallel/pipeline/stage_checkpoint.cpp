@@ -121,7 +121,7 @@ void send_stage_state(distributed::Communicator &pp, const PyObj &state, int32_t
     at::Tensor raw = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
     std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
     pp.send(raw, dst, kStateTag);
-    for (const auto &t : tensors) pp.send(t, dst, kStateTag);
+    for (const auto &t : tensors) pp.send(t.reshape({-1}), dst, kStateTag); // as the receiver allocates them: flat storages
 }
 
 PyRef recv_stage_state(distributed::Communicator &pp, int32_t src)

@@ -6,6 +6,7 @@
 // equivalent) against one process, the whole model's weights and optimizer state for checkpoints (WholeStages),
 // and what a pipeline model refuses (bad ids on every rank, batches that do not divide, a pipeline gone).
 #include "catch_error.hpp"
+#include "checkpointing/checkpointing.hpp"
 #include "common/error.hpp"
 #include "config/accelerator_config.hpp"
 #include "config/generation_config.hpp"
@@ -268,6 +269,30 @@ int64_t bytes_of(const accel::Model &m)
     return n;
 }
 
+// load_state's range load (a FULL folder's tensors straight into the engine's shards) of one process's final weights
+// onto a sharded stage (the other stages' entries emptied, as load_state's stage_weights does): every parameter the
+// stage holds then equals them bit for bit (the trained ones differ by rounding). A later stage's parameters come
+// after the earlier stages' emptied ones in the shard layout: a load indexing the layout by the engine's own
+// parameter order found no piece of them there.
+void expect_range_load_reaches_every_piece(accel::Model &m, accel::parallel::ShardedDataParallel &engine,
+                                           const accel::Model &ref, int32_t rank)
+{
+    accel::TensorList whole;
+    for (const auto &entry : ref.state_dict(false)) {
+        const at::Tensor *mine = m.find_tensor(entry.first);
+        whole.emplace_back(entry.first, mine != nullptr && mine->numel() == 0 ? at::empty({0}, entry.second.options())
+                                                                             : entry.second.detach().clone());
+    }
+    auto loaded = engine.load_sharded_state_dict(m, accel::ckpt::tensor_source(whole));
+    loaded.first();
+    engine.summon_full_params(true);
+    for (const auto &entry : m.named_parameters())
+        if (entry.second.numel() > 0) {
+            EXPECT_TRUE(at::equal(entry.second, *ref.find_tensor(entry.first))) << entry.first << " loaded by range (rank " << rank << ")";
+        }
+    engine.summon_full_params(false);
+}
+
 // `stages` ranks train through the pipeline (num_micro_batches 2 of a 4-row batch, accumulation 2, clipping
 // to a norm the gradients exceed) what one process trains whole: 20 AdamW steps, the losses every rank
 // reports, the clipped norms and every parameter a stage holds equal one process's within 1e-5 relative.
@@ -400,7 +425,10 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
             EXPECT_LE(diff, 1e-5 * std::max(1.0, whole.abs().max().item<double>()))
                 << name << " after training (stage " << comm->rank() << ")";
         }
-        if (engine != nullptr) engine->summon_full_params(false);
+        if (engine != nullptr) {
+            engine->summon_full_params(false);
+            expect_range_load_reaches_every_piece(m, *engine, ref, comm->rank());
+        }
     });
 }
 
