@@ -97,48 +97,66 @@ uint64_t joined_weight_map(const std::vector<std::string> &texts, WeightMap &map
 }
 
 
-// The "state" entries of a stage's optimizer state dict, pickled, each tensor a contiguous copy of its own (the
-// state dict's tensors are views of a unit's gathered state: pickling them would send whole storages), sent to
-// `dst` point to point: the pickle's length, its bytes, then the tensors in the pickle's storage order.
+// The "state" entries of a stage's optimizer state dict sent to `dst` point to point: pickled with each tensor
+// replaced by a marker holding its dtype and shape, the pickle's length and bytes, then each tensor's values in the
+// entries' order. The tensors go one at a time as they are (the state dict's are views of a unit's gathered state,
+// already contiguous): no copy of the stage's state is made to send it.
 constexpr int32_t kStateTag = 7300; // apart from the schedule's transfers (none run during a checkpoint)
+const char *const kTensorMark = "accel.stage_state.tensor";
 
 void send_stage_state(distributed::Communicator &pp, const PyObj &state, int32_t dst)
 {
-    auto copy = py_dict();
+    std::vector<at::Tensor> tensors;
+    auto marked = py_dict();
     for (const auto &[id, entry] : state.map) {
         auto e = py_dict();
-        for (const auto &[key, value] : entry->map)
-            e->map.emplace_back(key, value->kind == PyObj::Kind::Tensor ? py_tensor(value->tensor.detach().cpu().contiguous().clone())
-                                                                        : value);
-        copy->map.emplace_back(id, e);
+        for (const auto &[key, value] : entry->map) {
+            if (value->kind != PyObj::Kind::Tensor) {
+                e->map.emplace_back(key, value);
+                continue;
+            }
+            std::vector<PyRef> sizes;
+            for (const int64_t d : value->tensor.sizes()) sizes.push_back(py_int(d));
+            e->map.emplace_back(key, py_tuple({py_str(kTensorMark), py_int(static_cast<int64_t>(value->tensor.scalar_type())),
+                                               py_tuple(std::move(sizes))}));
+            tensors.push_back(value->tensor);
+        }
+        marked->map.emplace_back(id, e);
     }
-    std::vector<at::Tensor> tensors;
-    const std::string bytes = ckpt::pickle_dumps(*copy, [&tensors](const at::Tensor &t) {
-        tensors.push_back(t);
-        return ckpt::StorageRef{std::to_string(tensors.size() - 1), ckpt::storage_type_name(t.scalar_type()), t.numel()};
+    const std::string bytes = ckpt::pickle_dumps(*marked, [](const at::Tensor &) -> ckpt::StorageRef {
+        fail(ACCEL_ERR_INTERNAL, "save_state: a stage's optimizer state holds a tensor outside its entries");
     });
     pp.send(at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong), dst, kStateTag);
     at::Tensor raw = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
     std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
     pp.send(raw, dst, kStateTag);
-    for (const auto &t : tensors) pp.send(t.reshape({-1}), dst, kStateTag); // as the receiver allocates them: flat storages
+    for (const auto &t : tensors) pp.send(t.detach().contiguous(), dst, kStateTag);
 }
 
+// What send_stage_state sent: the markers replaced by the tensors, received in the entries' order.
 PyRef recv_stage_state(distributed::Communicator &pp, int32_t src)
 {
+    const std::string what = "save_state: stage " + std::to_string(src) + "'s optimizer state";
     at::Tensor size = at::empty({1}, at::kLong);
     pp.recv(size, src, kStateTag);
     at::Tensor raw = at::empty({size.item<int64_t>()}, at::kByte);
     pp.recv(raw, src, kStateTag);
-    std::map<int64_t, at::Tensor> storages; // by key: received once the pickle is read
     PyRef state = ckpt::pickle_loads(raw.data_ptr<uint8_t>(), static_cast<size_t>(raw.numel()),
-                                     [&storages](const std::string &key, at::ScalarType dtype, int64_t numel) {
-                                         at::Tensor &t = storages[std::stoll(key)];
-                                         if (!t.defined()) t = at::empty({numel}, at::TensorOptions().dtype(dtype));
-                                         return t;
+                                     [&what](const std::string &, at::ScalarType, int64_t) -> at::Tensor {
+                                         fail(ACCEL_ERR_INTERNAL, what + ": holds a storage");
                                      },
-                                     "save_state: stage " + std::to_string(src) + "'s optimizer state");
-    for (auto &[key, t] : storages) pp.recv(t, src, kStateTag);
+                                     what);
+    for (auto &[id, entry] : state->map)
+        for (auto &[key, value] : entry->map) {
+            const bool marker = value->kind == PyObj::Kind::Tuple && value->items.size() == 3 &&
+                                value->items[0]->kind == PyObj::Kind::Str && value->items[0]->s == kTensorMark;
+            if (!marker) continue;
+            std::vector<int64_t> sizes;
+            for (const auto &d : value->items[2]->items) sizes.push_back(d->i);
+            at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(value->items[1]->i)));
+            pp.recv(t, src, kStateTag);
+            value = py_tensor(t);
+        }
     return state;
 }
 
