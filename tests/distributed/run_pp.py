@@ -250,8 +250,8 @@ def scenario_resume(a, tmp):
     pipe += " x tp %d" % a.tp if a.tp > 1 else ""
     pipe += " x cp %d (%s)" % (a.cp, a.cp_strategy) if a.cp > 1 else ""
     if a.plugin:  # pp x sharding: the stage's --dp processes shard it (FULL_STATE_DICT: one process's layout)
-        config["parallelism_config"]["dp_replicate_size"] = 1
-        config["parallelism_config"]["dp_shard_size"] = a.dp
+        config["parallelism_config"]["dp_replicate_size"] = a.replicas  # HSDP per stage when > 1
+        config["parallelism_config"]["dp_shard_size"] = a.dp // a.replicas
         config.update(SHARDING_PLUGINS[a.plugin])
         pipe += ", sharded (%s)" % a.plugin
     world = a.pp * a.dp * a.tp * a.cp
@@ -323,6 +323,8 @@ def main():
     ap.add_argument("--clip", type=float, default=0.0, help="megatron_lm_plugin's gradient_clipping (--megatron)")
     ap.add_argument("--plugin", choices=sorted(SHARDING_PLUGINS),
                     help="pp x sharding: each stage's --dp processes shard it (dp_shard_size) under this plugin")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="resume with --plugin: of the --dp processes, this many replicas of dp / replicas shards (HSDP)")
     ap.add_argument("--bf16", action="store_true",
                     help="with --plugin: mixed_precision bf16 (the engine's bfloat16 parameters), one process under "
                          "the same plugin and policy")
