@@ -225,14 +225,9 @@ void parse_parallelism_config(JsonObject &root, AcceleratorConfig &c)
                                              "are mutually exclusive (as in Accelerate); set cp_size or sp_size to 1");
     // Pipeline stages compose with DDP (each stage is dp_replicate_size processes), tensor parallelism (each
     // stage split over tp_size), context or Ulysses parallelism (each stage's sequence split over its cp group) and
-    // the sharding engine (each stage's parameters sharded over its dp_shard_size processes; src/parallel/pipeline).
-    // Not yet all of these at once with sharding, nor the plugins' partitioned builds of a whole model.
+    // the sharding engine (each stage's parameters, tp slices included, sharded over its dp_shard_cp processes;
+    // src/parallel/pipeline), all of them at once. Not yet the plugins' partitioned builds of a whole model.
     if (p.pp_size > 1 && c.sharding.enabled()) {
-        const std::string with = p.tp_size > 1 ? "tp_size" : p.cp_size > 1 ? "cp_size" : p.sp_size > 1 ? "sp_size" : "";
-        if (!with.empty())
-            fail(ACCEL_ERR_UNIMPLEMENTED, prefix + "." + with + ": pipeline parallelism (pp_size " + std::to_string(p.pp_size) +
-                                              ") with " + plugin + " and " + with + " > 1 at once is not built yet; "
-                                              "pp x sharding and pp x " + with + " each are");
         if (c.sharding.zero3_init_flag || c.sharding.cpu_ram_efficient_loading)
             fail(ACCEL_ERR_UNIMPLEMENTED, plugin + "." + (c.sharding.zero3_init_flag ? "zero3_init_flag" : "cpu_ram_efficient_loading") +
                                               ": with pipeline parallelism (parallelism_config.pp_size " +

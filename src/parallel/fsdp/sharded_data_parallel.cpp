@@ -1375,9 +1375,11 @@ namespace {
 
 // Under tensor parallelism: the gradient norm of the whole model from this rank's shards, whose parameters are
 // tp slices (`split`) or replicated over `tp`. Each piece's |g|^p goes to its kind's sum; both sums are reduced
-// over the shard group, the slices' also over tp (the replicated part is equal on every tp rank: counted once).
+// over the shard group, the slices' also over tp (the replicated part is equal on every tp rank: counted once);
+// under a pipeline (`pp` non-null) the total then over every stage's.
 at::Tensor tensor_parallel_norm(const std::vector<std::pair<at::Tensor, bool>> &pieces, double norm_type,
-                                distributed::Communicator *shards, distributed::Communicator &tp)
+                                distributed::Communicator *shards, distributed::Communicator &tp,
+                                distributed::Communicator *pp)
 {
     const bool inf = std::isinf(norm_type);
     at::Tensor acc = at::zeros({2}, at::kDouble); // [split, replicated]
@@ -1391,7 +1393,9 @@ at::Tensor tensor_parallel_norm(const std::vector<std::pair<at::Tensor, bool>> &
     at::Tensor split = acc.narrow(0, 0, 1).clone();
     tp.allreduce(split, op);
     const at::Tensor rep = acc.narrow(0, 1, 1);
-    at::Tensor total = inf ? at::maximum(split, rep) : (split + rep).pow(1.0 / norm_type);
+    at::Tensor stage = inf ? at::maximum(split, rep) : split + rep;
+    if (pp != nullptr) pp->allreduce(stage, op);
+    at::Tensor total = inf ? stage : stage.pow(1.0 / norm_type);
     return total.to(at::kFloat).reshape({});
 }
 
@@ -1427,7 +1431,7 @@ double ShardedDataParallel::clip_grad_norm(double max_norm, double norm_type, bo
     const bool across = s.shard_world() > 1;
     at::Tensor total;
     if (s.tp && s.tp->size() > 1) {
-        total = tensor_parallel_norm(pieces(), norm_type, across ? s.comm.get() : nullptr, *s.tp);
+        total = tensor_parallel_norm(pieces(), norm_type, across ? s.comm.get() : nullptr, *s.tp, s.pp.get());
     } else if (std::isinf(norm_type)) {
         total = at::zeros({}, at::kFloat);
         for (const auto &g : grads) total = at::maximum(total, g.abs().max());

@@ -447,6 +447,8 @@ void PipelineParallel::shard_with(std::shared_ptr<ShardedDataParallel> engine, M
     hooked_ = &model;
     // The clipping norm: every stage's part, the tied embedding counted on the first stage only.
     engine_->set_pipeline(pp_, static_cast<int32_t>(micro_batches_), tied_.defined() && stage() != 0 ? tied_ : at::Tensor());
+    // pp x sharding x tp: the stage's tp slices are sharded as any parameter; the norm counts them over tp.
+    if (tp_) engine_->set_tensor_parallel(tp_, tp_split_);
     engine_->set_require_sync(false); // run() reduces once the schedule is over
 }
 

@@ -297,8 +297,8 @@ TEST_F(ParallelismConfigTest, SpHandlerIsHonouredOrRefused)
     EXPECT_REFUSED("{}", ACCEL_ERR_INVALID_ARGUMENT, "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION: \"flex_attention\"");
 }
 
-// Pipeline stages sharded by the engine (pp x fsdp_plugin / deepspeed_plugin over dp_shard_size); not yet with
-// tp_size too, nor with the plugins' partitioned builds.
+// Pipeline stages sharded by the engine (pp x fsdp_plugin / deepspeed_plugin over dp_shard_size), also with tp_size,
+// cp_size or sp_size; not yet with the plugins' partitioned builds.
 TEST_F(ParallelismConfigTest, PipelineStagesShardedByThePlugins)
 {
     world(4);
@@ -310,9 +310,20 @@ TEST_F(ParallelismConfigTest, PipelineStagesShardedByThePlugins)
     c = parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 3}, \"parallelism_config\": "
                                  "{\"pp_size\": 2, \"dp_shard_size\": 2}}");
     EXPECT_EQ(c.sharding.zero_stage, 3);
-    EXPECT_REFUSED("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"pp_size\": 2, \"tp_size\": 2}}", ACCEL_ERR_UNIMPLEMENTED,
-                   "parallelism_config.tp_size: pipeline parallelism (pp_size 2) with fsdp_plugin and tp_size > 1 at once "
-                   "is not built yet");
+    // Every dimension at once (tests/unit/parallel/pipeline_mesh_test.cpp trains them).
+    world(16);
+    c = parse_accelerator_config("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"pp_size\": 2, \"tp_size\": 2, "
+                                 "\"dp_replicate_size\": 2, \"dp_shard_size\": 2}}");
+    EXPECT_EQ(c.parallelism.tp_size, 2);
+    EXPECT_EQ(c.parallelism.dp_replicate_size, 2);
+    world(8);
+    c = parse_accelerator_config("{\"deepspeed_plugin\": {\"zero_stage\": 3}, \"parallelism_config\": {\"pp_size\": 2, "
+                                 "\"cp_size\": 2, \"dp_shard_size\": 2}}");
+    EXPECT_EQ(c.parallelism.cp_size, 2);
+    c = parse_accelerator_config("{\"fsdp_plugin\": {}, \"parallelism_config\": {\"pp_size\": 2, \"sp_size\": 2, "
+                                 "\"tp_size\": 2}}");
+    EXPECT_EQ(c.parallelism.sp_size, 2);
+    world(4);
     EXPECT_REFUSED("{\"deepspeed_plugin\": {\"zero_stage\": 3, \"zero3_init_flag\": true}, \"parallelism_config\": "
                    "{\"pp_size\": 2, \"dp_shard_size\": 2}}",
                    ACCEL_ERR_UNIMPLEMENTED, "deepspeed_plugin.zero3_init_flag: with pipeline parallelism");
