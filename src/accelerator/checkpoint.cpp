@@ -161,6 +161,19 @@ TensorList stage_weights(const Model &model, TensorList sd)
     return sd;
 }
 
+// A sharded folder (SHARDED_STATE_DICT, saved without a pipeline) read by a pipeline stage inside the engine: the
+// other stages' tensors (emptied here) read as empty, so their shapes match the stage's and nothing of them is read.
+ShardedSource stage_source(const Model &model, const ShardedSource &src)
+{
+    ShardedSource out = src;
+    out.find = [&model, find = src.find](const std::string &name, std::vector<int64_t> &shape) {
+        if (!find(name, shape)) return false;
+        if (const at::Tensor *mine = model.find_tensor(name); mine != nullptr && mine->numel() == 0) shape = {0};
+        return true;
+    };
+    return out;
+}
+
 // A pipeline stage's part of one process's optimizer state dict (`names`: the parameters in its id order): the state
 // of the parameters it holds; the other stages' is left out, so none of it is installed here.
 PyRef stage_optimizer_state(const Model &model, const std::vector<std::string> &names, const PyObj &sd)
@@ -569,6 +582,7 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
             const bool pieces = deepspeed[i] || ckpt::is_sharded_folder(sharded);
             ShardedSource piece_src = deepspeed[i] ? deepspeed[i]->model : pieces ? ckpt::sharded_source(sharded) : ShardedSource{};
             if (split_in_engine && pieces && !deepspeed[i]) piece_src = tp_sliced(piece_src, *models_[i], nullptr, sharded);
+            if (pieces && sharded_pipeline(wrapper_of(*models_[i]))) piece_src = stage_source(*models_[i], piece_src);
             if (!pieces || e == nullptr || e->summoned())
                 weights[i] = match_model_keys(*models_[i], pieces               ? ckpt::read_source_tensors(piece_src)
                                                            : deepspeed_whole[i] ? deepspeed_whole[i]->model

@@ -17,7 +17,8 @@ resume: save_state / load_state under pp --pp x dp_replicate --dp (with --plugin
   plugin, FULL_STATE_DICT) in one process's layout: a pipeline run saves after
   10 of 20 steps; loading that folder, the pipeline and one process (on the global batch) each train the last 10
   steps as the uninterrupted run did (every step's loss, averaged over the replicas, and every parameter within
-  --tol); a one-process folder saved the same way loads onto the pipeline alike.
+  --tol); a one-process folder saved the same way loads onto the pipeline alike (with --plugin fsdp also one
+  process's SHARDED_STATE_DICT folder, each stage reading its tensors' pieces).
 """
 import argparse
 import json
@@ -285,6 +286,14 @@ def scenario_resume(a, tmp):
 
     pp_folder, pp_run = saved("pp", world, config)
     one_folder, one_run = saved("one", 1, {})
+    sh_folder = None
+    if a.plugin == "fsdp":  # one process's SHARDED_STATE_DICT folder (pieces), which each stage reads its part of
+        sh_folder = os.path.join(tmp, "one_sharded.state")
+        plugin = dict(SHARDING_PLUGINS["fsdp"]["fsdp_plugin"], state_dict_type="SHARDED_STATE_DICT")
+        sh_run = train(a, 1, os.path.join(tmp, "one_sharded"), a.batch * a.dp, {"fsdp_plugin": plugin},
+                       {"ACCEL_TEST_SAVE_AT": str(half), "ACCEL_TEST_SAVE_DIR": sh_folder, "ACCEL_TEST_SUMMON": "1"})
+        if not os.path.isdir(os.path.join(sh_folder, "pytorch_model_fsdp_0")):
+            sys.exit("one process under SHARDED_STATE_DICT wrote %s" % sorted(os.listdir(sh_folder)))
     # One process's layout: the same weights file (names, shapes, order) whichever run saved it.
     for f in ("model.safetensors", "optimizer.bin"):
         if not os.path.exists(os.path.join(pp_folder, f)):
@@ -297,6 +306,8 @@ def scenario_resume(a, tmp):
     resumed("pp_pp", world, config, pp_folder, pp_run, "%s -> %s" % (pipe, pipe))
     resumed("pp_one", 1, {}, pp_folder, pp_run, "%s -> one process" % pipe)
     resumed("one_pp", world, config, one_folder, one_run, "one process -> %s" % pipe)
+    if sh_folder:
+        resumed("one_sharded_pp", world, config, sh_folder, sh_run, "one process's SHARDED_STATE_DICT -> %s" % pipe)
     a.steps = full
 
 
