@@ -1122,6 +1122,59 @@ void ShardedDataParallel::reduce_accumulated()
     s.require_sync = sync;
 }
 
+bool ShardedDataParallel::reduction_depends_on_layout() const
+{
+    const Impl &s = *impl_;
+    return s.comm->size() > 2 || (s.replicas && s.replicas->size() > 2);
+}
+
+namespace {
+
+// `param`'s entry in the engine, INTERNAL when it has none (a caller's bug, not the user's).
+size_t param_index(const std::vector<ShardedDataParallel::Impl::Param> &params, const at::Tensor &param)
+{
+    for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].tensor.is_same(param)) return i;
+    fail(ACCEL_ERR_INTERNAL, "sharding: a parameter the engine does not hold");
+}
+
+} // namespace
+
+at::Tensor ShardedDataParallel::reduced_gradient(const at::Tensor &param)
+{
+    Impl &s = *impl_;
+    s.drain();
+    at::NoGradGuard no_grad;
+    const Impl::Param &p = s.params[param_index(s.params, param)];
+    const Impl::Unit &u = s.units[p.unit];
+    if (u.grad_full.defined()) return u.grad_full.narrow(0, p.offset, p.numel).view(param.sizes()).clone();
+    if (!u.grad_shard.defined()) fail(ACCEL_ERR_INTERNAL, "sharding: " + p.name + " has no reduced gradient");
+    const int64_t lo = s.rank_in_shard() * u.shard_numel;
+    const int64_t a = std::max(lo, p.offset), b = std::min(lo + u.shard_numel, p.offset + p.numel);
+    at::Tensor whole = at::zeros({p.numel}, u.grad_shard.options());
+    if (b > a) whole.narrow(0, a - p.offset, b - a).copy_(u.grad_shard.narrow(0, a - lo, b - a));
+    if (s.shard_world() > 1) s.comm->allreduce(whole, distributed::ReduceOp::Sum); // x + 0 + 0 == x
+    return whole.view(param.sizes());
+}
+
+void ShardedDataParallel::set_reduced_gradient(const at::Tensor &param, const at::Tensor &whole)
+{
+    Impl &s = *impl_;
+    s.drain();
+    at::NoGradGuard no_grad;
+    const Impl::Param &p = s.params[param_index(s.params, param)];
+    Impl::Unit &u = s.units[p.unit];
+    const at::Tensor flat = whole.reshape({-1});
+    if (u.grad_full.defined()) {
+        u.grad_full.narrow(0, p.offset, p.numel).copy_(flat);
+        return;
+    }
+    if (!u.grad_shard.defined()) fail(ACCEL_ERR_INTERNAL, "sharding: " + p.name + " has no reduced gradient");
+    const int64_t lo = s.rank_in_shard() * u.shard_numel;
+    const int64_t a = std::max(lo, p.offset), b = std::min(lo + u.shard_numel, p.offset + p.numel);
+    if (b > a) u.grad_shard.narrow(0, a - lo, b - a).copy_(flat.narrow(0, a - p.offset, b - a));
+}
+
 void ShardedDataParallel::abort_backward()
 {
     // The collectives of a failed backward cannot be matched any more; forget it. What was queued runs (the

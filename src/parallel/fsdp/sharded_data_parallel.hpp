@@ -69,6 +69,14 @@ public:
     // synchronised backward in which no new gradient arrives would, whatever set_require_sync says (collective
     // over the data-parallel processes).
     void reduce_accumulated();
+    // Whether a reduction's rounding depends on where a parameter lies in its unit: a sum of more than two ranks'
+    // values is added in an order that follows its piece's position (two are added alike either way).
+    bool reduction_depends_on_layout() const;
+    // After a synchronised backward: `param`'s reduced gradient, whole, on every rank of the shard group
+    // (collective over it; each element comes from the one rank holding it, so bit for bit), and writing this
+    // rank's piece of it from `whole` (no communication). INTERNAL when `param` is not the engine's or has none.
+    at::Tensor reduced_gradient(const at::Tensor &param);
+    void set_reduced_gradient(const at::Tensor &param, const at::Tensor &whole);
     // The tensors the optimizer steps (one shard per unit, gradients attached on sync steps), and how they
     // map onto the model's parameters (for state dicts in the unsharded layout).
     std::vector<at::Tensor> optimizer_params() const;

@@ -124,6 +124,23 @@ template <class F> at::Tensor hooked(Model *model, const at::Tensor &x, F &&forw
     return hooks->after_forward(forward(hooks->before_forward(x)));
 }
 
+// pp x sharding, after the reduction: each stage reduced the tied embedding's summed gradient in its own layout,
+// and a sum over more than two ranks rounds by the layout (reduction_depends_on_layout), so the two copies would
+// drift apart by rounding. The last stage takes the first's reduced gradient (collective over the first stage's
+// shard group; `first`: this rank is on it, `peer` its counterpart), so both copies stay equal bit for bit.
+void align_tied_gradient(ShardedDataParallel &engine, const at::Tensor &tied, distributed::Communicator &pp, bool first,
+                         int32_t peer)
+{
+    if (!tied.defined() || !tied.requires_grad() || !engine.reduction_depends_on_layout()) return;
+    if (first) {
+        pp.send(engine.reduced_gradient(tied).contiguous(), peer, kTiedTag);
+        return;
+    }
+    at::Tensor whole = at::empty(tied.sizes(), tied.options().dtype(at::kFloat)); // the shards' gradients are float32
+    pp.recv(whole, peer, kTiedTag);
+    engine.set_reduced_gradient(tied, whole);
+}
+
 // The tensor objects of `tensors`, for membership tests in one lookup each (a model's parameters against a list
 // of some of them: one pass, not one scan of the list per parameter).
 std::unordered_set<const c10::TensorImpl *> impls_of(const std::vector<at::Tensor> &tensors)
@@ -302,7 +319,10 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     if (engine_) engine_->finish_backward(); // the units back to shards, the gradients summed locally
     if (require_sync_) sync_tied_gradient();
     // Sharded: reduced after the tied embedding's exchange (each stage's shards of it would not line up).
-    if (engine_ && require_sync_) engine_->reduce_accumulated();
+    if (engine_ && require_sync_) {
+        engine_->reduce_accumulated();
+        align_tied_gradient(*engine_, tied_, *pp_, stage() == 0, stage() == 0 ? p - 1 : 0);
+    }
     at::Tensor mean = (loss_sum / static_cast<double>(m)).reshape({1});
     pp_->broadcast(mean, p - 1); // every rank reports the loss
     times_.wall = distributed::now_seconds() - start;

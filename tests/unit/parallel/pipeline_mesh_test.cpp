@@ -220,12 +220,17 @@ TEST(PipelineMesh, TensorParallelTimesZero1And2EqualsOneProcess)
 
 // pp 2 x cp 2 x dp_shard 2 (8 ranks): each stage's attention over its cp group, its parameters sharded over the
 // stage's dp_shard_cp group (4 ranks: the two shards' two cp ranks), gradients averaged over dp_cp. Ring attention
-// under FSDP and 1F1B, all-gathered K/V under ZeRO-3 and GPipe with an untied head.
+// under FSDP and 1F1B, all-gathered K/V under ZeRO-3 and GPipe with an untied head; ZeRO-1 (every rank's full
+// gradients) with a tied head: over 4 ranks the last stage takes the first's reduced embedding gradient
+// (align_tied_gradient; over Gloo the two layouts' sums round apart, distributed.pp_zero3_cp_gloo_8 checks the copies
+// bit for bit).
 TEST(PipelineMesh, ContextParallelTimesShardsEqualsOneProcess)
 {
     Layout l;
     l.cp = 2;
     l.schedule = "1f1b";
+    check_training(l);
+    l.plugin = R"("deepspeed_plugin": {"zero_stage": 1})";
     check_training(l);
     l.schedule = "gpipe";
     l.cp_strategy = "allgather";
