@@ -405,15 +405,14 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         }
         else if (main || optimizers_[i]->is_sharded())
             optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
-        // pp x sharding: the stage's state, joined with the other stages' on the writer (one process's state dict).
-        if (optimizer_states[i] && sharded_pipeline(wrapper_of(*optimizers_[i]->model())))
-            optimizer_states[i] = parallel::pp::joined_stage_optimizer_state(
-                *wrapper_of(*optimizers_[i]->model())->pipeline(), optimizer_states[i],
-                parallel::pp::near_writer(*optimizers_[i]->model(), main));
         // TP inside the engine: its state is per parameter now, shaped as this rank's tp slices; joined over tp.
         const Model &m = *optimizers_[i]->model();
         if (optimizer_states[i] && sharded_of(m) != nullptr && parallel::tp::split_of(m))
             optimizer_states[i] = parallel::tp::joined_optimizer_state(m, *optimizer_states[i], state_dict_names(*optimizers_[i]));
+        // pp x sharding: the stage's state (whole over tp by now, the same on every rank of the stage's tp group),
+        // joined with the other stages' on the writer (one process's state dict); only the writer's pp group joins.
+        if (optimizer_states[i] && sharded_pipeline(wrapper_of(m)))
+            optimizer_states[i] = parallel::pp::joined_stage_optimizer_state(*wrapper_of(m)->pipeline(), optimizer_states[i], main);
     }
     // Then the engine's split models whole (their parameters, views of the engine's gathered buffers, written
     // back into them afterwards, before the engine writes its shards back).
