@@ -56,6 +56,7 @@ struct Layout {
     std::string cp_strategy = "alltoall"; // or "allgather", or "ulysses" (sp_size)
     std::string plugin = kFullShard;      // the accelerator config's sharding plugin
     int64_t layers = 4, micro = 2;
+    int32_t chunks = 1; // > 1: interleaved, that many chunks per stage
     bool tied = true, sequence_parallel = false;
     std::string json; // the model's spec (a llama's); empty: gpt_json(layers, tied)
     std::string describe() const
@@ -148,10 +149,12 @@ void check_training(const Layout &l)
         config.pp_schedule = l.schedule;
         config.num_micro_batches = static_cast<int32_t>(l.micro);
         config.sequence_parallel = l.sequence_parallel;
+        if (l.chunks > 1) config.num_virtual_stages_per_pipeline_rank = l.chunks;
         if (l.cp > 1) cp::prepare_context_parallel(m, mesh, l.cp_strategy); // before the pipeline, as prepare does
         auto pipeline = pp::prepare_pipeline(m, mesh, config, nullptr, &sharding);
         accel::parallel::ShardedDataParallel *engine = pipeline->sharded();
         ASSERT_NE(engine, nullptr);
+        if (sharding.activation_checkpointing) m.set_activation_checkpointing(engine->checkpointed_layers()); // as prepare
         auto opt = adamw(engine->optimizer_params());
         // This rank's rows of a batch, and under cp its part of their sequence (what the prepared loader yields).
         auto mine = [&](const at::Tensor &inputs, const at::Tensor &targets) {
@@ -192,7 +195,8 @@ void check_training(const Layout &l)
 // pp 2 x tp 2 x dp_shard 2 (8 ranks): each stage split by its tp plan, each rank's slices sharded over the stage's
 // two dp processes. FSDP FULL_SHARD under GPipe (tied head: the vocabulary-parallel embedding's gradient exchanged
 // between the first and last stage's same tp rank before the reduction), ZeRO-3 under 1F1B with sequence
-// parallelism and an untied head, ZeRO-2 and ZeRO-1 (every rank's full gradients) under 1F1B.
+// parallelism and an untied head, ZeRO-2 and ZeRO-1 (every rank's full gradients) under 1F1B, and FULL_SHARD with
+// activation checkpointing (each split block recomputed in its backward, gathered again for it) interleaved.
 TEST(PipelineMesh, TensorParallelTimesShardsEqualsOneProcess)
 {
     Layout l;
@@ -206,7 +210,7 @@ TEST(PipelineMesh, TensorParallelTimesShardsEqualsOneProcess)
     check_training(l);
 }
 
-TEST(PipelineMesh, TensorParallelTimesZero1And2EqualsOneProcess)
+TEST(PipelineMesh, TensorParallelTimesOtherShardingsEqualsOneProcess)
 {
     Layout l;
     l.tp = 2;
@@ -215,6 +219,11 @@ TEST(PipelineMesh, TensorParallelTimesZero1And2EqualsOneProcess)
     check_training(l);
     l.schedule = "gpipe";
     l.plugin = R"("deepspeed_plugin": {"zero_stage": 1})";
+    check_training(l);
+    l.schedule = "interleaved_1f1b";
+    l.chunks = 2;
+    l.plugin = R"("fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "activation_checkpointing": true, )"
+               R"("auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "transformer_cls_names_to_wrap": ["gpt_block"]})";
     check_training(l);
 }
 
