@@ -249,12 +249,16 @@ TEST(PipelineMesh, ContextParallelTimesShardsEqualsOneProcess)
     check_training(l);
 }
 
-// pp 2 x sp 2 x dp_shard 2: Ulysses' all-to-all on the same mesh axis, under FSDP.
+// pp 2 x sp 2 x dp_shard 2: Ulysses' all-to-all on the same mesh axis, under FSDP; and pp 2 x sp 2 x tp 2, the
+// engine sharding each tp slice over the sp group alone (dp_shard_cp with dp_shard 1).
 TEST(PipelineMesh, UlyssesTimesShardsEqualsOneProcess)
 {
     Layout l;
     l.cp = 2;
     l.cp_strategy = "ulysses";
+    check_training(l);
+    l.tp = 2;
+    l.shard = 1;
     check_training(l);
 }
 
