@@ -48,12 +48,14 @@ for s in gpipe 1f1b interleaved_1f1b; do
   launch "$s" "{\"parallelism_config\": {\"pp_size\": $nproc, \"num_micro_batches\": $M, \"pp_schedule\": \"$s\"$extra}}"
   runs="$runs $s"
 done
-if [ "$nproc" = 4 ]; then
+if [ "$nproc" = 4 ] && [ $((B % 2)) = 0 ]; then
   launch pp2dp2 "{\"split_batches\": true, \"parallelism_config\": {\"pp_size\": 2, \"dp_replicate_size\": 2, \"num_micro_batches\": $M, \"pp_schedule\": \"1f1b\"}}"
   runs="$runs pp2dp2"
 fi
-launch ddp '{"split_batches": true}'
-runs="$runs ddp"
+if [ $((B % nproc)) = 0 ]; then # split_batches: every rank the same number of rows
+  launch ddp '{"split_batches": true}'
+  runs="$runs ddp"
+fi
 python3 - "$work" "$T" "$B" "$M" "$PP_BENCH_LAYERS" "$nproc" "$BENCH_MODEL" $runs <<'PY'
 import re, sys
 work, T, B, M, layers, nproc, model, runs = (sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
@@ -89,14 +91,17 @@ for s in runs[1:]:
         if len(got) != nproc or any(abs(g - v[0]) > 1e-4 for g in checked):
             print(f"  {s}: step {k} losses {got} differ from one process's {v[0]}"); bad += 1
     step_s[s] = (max(st for _, st in stats.values()), stats, bubbles, tput)
-ddp_t = step_s["ddp"][0]
+ddp_t = step_s["ddp"][0] if "ddp" in step_s else None
+if ddp_t is None:
+    print(f"  (no DDP: batch {B} does not split over {nproc} processes)")
 label = {"pp2dp2": "pp 2 x dp 2 1f1b", "ddp": f"DDP {nproc}"}
 for s in runs[1:]:
     t, stats, bubbles, tput = step_s[s]
     p = 2 if s == "pp2dp2" else nproc
     acts = " / ".join(f"{stats[r][0] / 2**20:.1f}" for r in sorted(stats))
     peaks = " / ".join(f"{tput[r][1] / 2**20:.0f}" for r in sorted(tput))
-    speed = f"{t:.3f} s/step = {base_t / t:.2f}x one process's speed, {ddp_t / t:.2f}x DDP's ({B * int(T) / t:.0f} tokens/s)"
+    vs_ddp = f", {ddp_t / t:.2f}x DDP's" if ddp_t else ""
+    speed = f"{t:.3f} s/step = {base_t / t:.2f}x one process's speed{vs_ddp} ({B * int(T) / t:.0f} tokens/s)"
     mem = f"activation per rank {acts} MiB; peak per rank {peaks} MiB"
     if s == "ddp":
         print(f"{label[s]:<21}: {speed}; {mem}; losses equal one process's (mean over ranks)"); continue
