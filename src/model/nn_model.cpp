@@ -358,7 +358,6 @@ private:
             fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.pp_size: a sequential model's layers[" + std::to_string(i) + "] " + why +
                                               " under pipeline parallelism is not built");
         };
-        if (tp_group_) refuse(0, "split by tensor parallelism (pp x tp for sequential models)");
         for (size_t i = 0; i < types_.size(); ++i) {
             // Its batch statistics would be a micro-batch's, not the batch's (and its running ones updated per micro-batch).
             if (types_[i] == "batch_norm") refuse(i, "batch_norm (statistics over a micro-batch, not the batch)");

@@ -507,18 +507,14 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
         fail(ACCEL_ERR_UNIMPLEMENTED, pp_size + ": a TorchScript model is one compiled graph with no layer list to cut into "
                                                 "stages; pipeline parallelism is built for the gpt, llama and sequential "
                                                 "(JSON spec) models");
-    // A sequential spec under pp composes with DDP over each stage only: its boundaries' shapes travel with them
-    // (send_activation), which the tp / cp splits of a boundary and the sharding engine's per-layer hooks were not built for.
-    if (staged->pipeline_shape().hidden_size == 0) {
-        const char *with = mesh.size(distributed::MeshDim::Tp) > 1   ? "tp_size"
-                           : mesh.size(distributed::MeshDim::Cp) > 1 ? "cp_size / sp_size"
-                           : sharding != nullptr && sharding->enabled() ? "fsdp_plugin / deepspeed_plugin"
-                                                                        : nullptr;
-        if (with != nullptr)
-            fail(ACCEL_ERR_UNIMPLEMENTED, pp_size + " with " + with + ": a " + staged->pipeline_shape().type +
-                                              " model's stages compose with DDP over each stage (dp_replicate_size) only; "
-                                              "pp x tp, pp x cp and pp x sharding are built for gpt and llama");
-    }
+    // A sequential spec has no context-parallel plan, with or without a pipeline (prepare refuses cp_size for it
+    // first; this is the pipeline's own guard). Under pp x tp its boundaries carry this tp rank's activation and its
+    // shape (a cut inside a colwise..rowwise region or a sequence-parallel run sends this rank's slice to the same tp
+    // rank of the next stage), and the sharding engine's units are its layers, the other stages' empty.
+    if (staged->pipeline_shape().hidden_size == 0 && mesh.size(distributed::MeshDim::Cp) > 1)
+        fail(ACCEL_ERR_UNIMPLEMENTED, pp_size + " with cp_size / sp_size: a " + staged->pipeline_shape().type +
+                                          " model has no context-parallel plan (refused as without a pipeline); context "
+                                          "parallelism is built for gpt and llama");
     // Everything a config can get wrong is checked before the model changes (the tp split, the cut), so a
     // refused prepare leaves the user's model whole and usable.
     const auto &group = mesh.group(distributed::MeshDim::Pp);

@@ -201,19 +201,19 @@ TEST(PipelineSequential, TransformerBlocksEqualOneProcess)
 }
 
 // Refused by name on every rank before the model changes: what micro-batches cannot split as one process's batch
-// (batch_norm, sequence-first transformer layers), the compositions not built for a sequential model (pp x tp here;
-// pp x cp and pp x sharding take the same path), and TorchScript (no layer list to cut).
+// (batch_norm, sequence-first transformer layers), pp x cp (a sequential model has no context-parallel plan; pp x tp
+// and pp x sharding are built: pipeline_spec_mesh_test.cpp), and TorchScript (no layer list to cut).
 TEST(PipelineSequential, RefusedByName)
 {
-    auto refusal = [](const std::string &json, int32_t tp, const std::string &want) {
+    auto refusal = [](const std::string &json, int32_t cp, const std::string &want) {
         SCOPED_TRACE(json);
-        dist::run_on_threads(2 * tp, [&](const std::shared_ptr<dist::Communicator> &comm) {
-            dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, tp, 2), comm);
+        dist::run_on_threads(2 * cp, [&](const std::shared_ptr<dist::Communicator> &comm) {
+            dist::DeviceMesh mesh(dist::mesh_shape(1, 1, cp, 1, 2), comm);
             auto m = accel::make_model_from_json(json.c_str());
             const size_t before = m->named_parameters().front().second.numel();
             accel::config::ParallelismConfig config;
             config.pp_size = 2;
-            config.tp_size = tp;
+            config.cp_size = cp;
             const accel::Error e = catch_error([&] { pp::prepare_pipeline(*m, mesh, config); });
             EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED);
             EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
@@ -227,7 +227,7 @@ TEST(PipelineSequential, RefusedByName)
     refusal(R"({"type": "sequential", "layers": [{"type": "linear", "in_features": 4, "out_features": 8},
         {"type": "transformer_encoder_layer", "d_model": 8, "nhead": 2}, {"type": "linear", "in_features": 8, "out_features": 2}]})",
             1, "layers[1] transformer_encoder_layer without batch_first");
-    refusal(kMlp, 2, "with tp_size: a sequential model's stages");
+    refusal(kMlp, 2, "with cp_size / sp_size: a sequential model has no context-parallel plan");
 
     char path[] = "/tmp/accel_pp_script_XXXXXX";
     const int fd = mkstemp(path);
