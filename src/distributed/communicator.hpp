@@ -56,6 +56,10 @@ public:
     // blocking calls would, so a caller may post its receives early on every backend.
     virtual std::shared_ptr<Work> send_async(const at::Tensor &tensor, int32_t dst, int32_t tag);
     virtual std::shared_ptr<Work> recv_async(at::Tensor &tensor, int32_t src, int32_t tag);
+    // Whether send_async waits for its receiver before returning (the default form does: the blocking send). A
+    // caller may post a send before its own receive (a ring's hop started under computation) only where it does not;
+    // elsewhere it keeps an order in which every blocking send meets a receive already under way.
+    virtual bool send_async_blocks() const { return true; }
     virtual void barrier() = 0;
     // A communicator over `ranks` (sorted, unique, of this communicator). Collective: every rank of
     // this communicator calls it with the same list; ranks outside the list get nullptr.

@@ -255,6 +255,8 @@ public:
         });
     }
 
+    bool send_async_blocks() const override { return false; }
+
     std::shared_ptr<Work> recv_async(at::Tensor &tensor, int32_t src, int32_t tag) override
     {
         check_rank(src, "src");

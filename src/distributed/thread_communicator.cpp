@@ -219,6 +219,7 @@ public:
         world_->mailbox[{rank_, dst, tag}].push_back(tensor.clone());
         world_->cv.notify_all();
     }
+    bool send_async_blocks() const override { return false; } // a send is a copy into the receiver's mailbox
     void recv(at::Tensor &tensor, int32_t src, int32_t tag) override
     {
         need(tensor, "recv");

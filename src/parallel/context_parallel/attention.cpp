@@ -11,6 +11,7 @@
 
 #include <array>
 #include <limits>
+#include <optional>
 
 namespace accel::parallel::cp {
 
@@ -20,24 +21,54 @@ using distributed::Communicator;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr int32_t kRingTag = 7301; // the ring's hops (NCCL ignores tags; each hop is one send and one recv)
+// The ring's hops (NCCL ignores tags; each hop is one send and one recv): keys and values, and in the backward pass
+// their gradients' running sums, which travel one step behind them.
+constexpr int32_t kRingTag = 7301, kRingGradTag = 7302;
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // `x` to rank + 1, the same shape from rank - 1. Even ranks send first, odd ranks receive first, so blocking
 // sends (Gloo waits for the receiver) never all wait at once.
-at::Tensor rotate(const at::Tensor &x, Communicator &g)
+at::Tensor rotate(const at::Tensor &x, Communicator &g, int32_t tag)
 {
     const int32_t n = g.size(), r = g.rank();
     at::Tensor out = x.contiguous(), in = at::empty_like(out);
     if (r % 2 == 0) {
-        g.send(out, (r + 1) % n, kRingTag);
-        g.recv(in, (r + n - 1) % n, kRingTag);
+        g.send(out, (r + 1) % n, tag);
+        g.recv(in, (r + n - 1) % n, tag);
     } else {
-        g.recv(in, (r + n - 1) % n, kRingTag);
-        g.send(out, (r + 1) % n, kRingTag);
+        g.recv(in, (r + n - 1) % n, tag);
+        g.send(out, (r + 1) % n, tag);
     }
     return in;
 }
+
+// A hop of the ring started before the step's blocks are computed, so that the transfer runs under them; arrived()
+// gives rank - 1's tensor. Where a posted send waits for its receiver (MPI, NCCL) the hop happens in arrived()
+// instead, as rotate() orders it.
+class Hop {
+public:
+    Hop(const at::Tensor &x, Communicator &g, int32_t tag) : g_(g), out_(x.contiguous()), tag_(tag)
+    {
+        if (g.send_async_blocks()) return;
+        const int32_t n = g.size(), r = g.rank();
+        in_ = at::empty_like(out_);
+        recv_ = g.recv_async(in_, (r + n - 1) % n, tag);
+        send_ = g.send_async(out_, (r + 1) % n, tag);
+    }
+    at::Tensor arrived()
+    {
+        if (!recv_) return rotate(out_, g_, tag_);
+        recv_->wait();
+        send_->wait();
+        return in_;
+    }
+
+private:
+    Communicator &g_;
+    at::Tensor out_, in_;
+    int32_t tag_;
+    std::shared_ptr<distributed::Work> recv_, send_;
+};
 
 // How the queries of chunk `q` see the keys of chunk `k` (chunks of 2 x cp, sequence_split.hpp).
 enum class Pair { Skip, Diagonal, Full };
@@ -72,7 +103,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         at::Tensor kv = at::stack({k, v});
         for (int32_t step = 0; step < n; ++step) {
             const int32_t j = (r - step + n) % n; // whose keys and values are here
-            if (step > 0) kv = rotate(kv, g);
+            std::optional<Hop> next;
+            if (step + 1 < n) next.emplace(kv, g, kRingTag);
             auto kh = kv[0].chunk(2, 2), vh = kv[1].chunk(2, 2);
             for (size_t a = 0; a < 2; ++a)
                 for (size_t b = 0; b < 2; ++b) {
@@ -86,6 +118,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
                              at::matmul(at::exp(s - merged.unsqueeze(-1)), vh[b]);
                     lse[a] = merged;
                 }
+            if (next) kv = next->arrived();
         }
         at::Tensor o = at::cat({out[0], out[1]}, 2), l = at::cat({lse[0], lse[1]}, 2);
         ctx->save_for_backward({q, k, v, o, l});
@@ -107,12 +140,17 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         const at::Tensor delta = (dout * o).sum(-1); // rowsum(dO * O): the softmax's backward term
         at::Tensor dq = at::zeros_like(q);
         auto qh = q.chunk(2, 2), dqh = dq.chunk(2, 2), doh = dout.chunk(2, 2), lh = l.chunk(2, 2), dh = delta.chunk(2, 2);
-        // Keys, values and their gradients so far travel together; the gradients end at home one hop later.
-        at::Tensor buf = at::stack({saved[1], saved[2], at::zeros_like(saved[1]), at::zeros_like(saved[2])});
+        // Keys and values go round as in the forward pass. Their gradients' running sums follow one step behind: each
+        // rank computes its part of the block it holds, adds the sum so far from rank - 1 and passes it on, so the
+        // transfers run under the next step's products; after the last step the sums go home in one more hop.
+        at::Tensor kv = at::stack({saved[1], saved[2]});
+        std::optional<Hop> sums;
         for (int32_t step = 0; step < n; ++step) {
             const int32_t j = (r - step + n) % n;
-            if (step > 0) buf = rotate(buf, g);
-            auto kh = buf[0].chunk(2, 2), vh = buf[1].chunk(2, 2), dkh = buf[2].chunk(2, 2), dvh = buf[3].chunk(2, 2);
+            std::optional<Hop> next;
+            if (step + 1 < n) next.emplace(kv, g, kRingTag);
+            at::Tensor dkv = at::zeros_like(kv); // this rank's part of block j's key and value gradients
+            auto kh = kv[0].chunk(2, 2), vh = kv[1].chunk(2, 2), dkh = dkv[0].chunk(2, 2), dvh = dkv[1].chunk(2, 2);
             for (size_t a = 0; a < 2; ++a)
                 for (size_t b = 0; b < 2; ++b) {
                     const Pair pair = pair_of(chunks_of(r, n)[a], chunks_of(j, n)[b], causal);
@@ -123,8 +161,12 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
                     dqh[a].add_(at::matmul(ds, kh[b]) * scale);
                     dkh[b].add_(at::matmul(ds.transpose(-1, -2), qh[a]) * scale);
                 }
+            if (sums) dkv += sums->arrived(); // block j's sum over ranks j .. r - 1
+            if (n == 1) return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor()};
+            sums.emplace(dkv, g, kRingGradTag);
+            if (next) kv = next->arrived();
         }
-        at::Tensor dkv = n > 1 ? rotate(buf.narrow(0, 2, 2), g) : buf.narrow(0, 2, 2);
+        const at::Tensor dkv = sums->arrived(); // this rank's own keys' and values' gradients, summed over the ring
         return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
