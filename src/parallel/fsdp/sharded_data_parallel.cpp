@@ -42,6 +42,9 @@ at::ScalarType dtype_named(const std::string &name) { return name == "bfloat16" 
 // (Gloo in LibTorch 1.13 handles neither bfloat16 nor int16).
 std::vector<at::Tensor> allgather_bits(distributed::Communicator &c, const at::Tensor &t)
 {
+    // An empty flat (a pipeline stage's unit whose frozen parameters all live on another stage) is empty on every
+    // rank of the group, which skips the call alike: Gloo's allgather divides by the size and dies on SIGFPE.
+    if (t.numel() == 0) return std::vector<at::Tensor>(static_cast<size_t>(c.size()), t);
     if (t.element_size() != 2 || !t.is_floating_point()) return c.allgather(t);
     std::vector<at::Tensor> parts = c.allgather(t.contiguous().view(at::kByte));
     for (auto &part : parts) part = part.view(t.scalar_type());
