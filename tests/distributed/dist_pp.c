@@ -17,7 +17,8 @@
  * ACCEL_TEST_SEQUENTIAL=1: a JSON-spec sequential model instead (an embedding, three batch-first transformer layers,
  * a linear head; its stage boundaries carry their shapes): no tokens (generation is the gpt's and llama's). Its
  * q/k/v biases are frozen: the key bias's gradient is rounding noise (softmax ignores a constant added to every score),
- * which AdamW turns into steps of 1e-5 that differ with the summation order.
+ * which AdamW turns into steps of 1e-5 that differ with the summation order. Its transformer layers' "tp_plan": "auto"
+ * splits them by heads under tp_size > 1 (pp x tp of a spec), and is not read otherwise.
  * After training every rank writes "sd NAME V..." for each float32 entry of get_state_dict (rank0_only false: the
  * whole model on every rank), which run_pp.py compares as parameters (every rank's copy the same bit for bit);
  * rank0_only true must give process 0 the same tensors and the others nothing.
@@ -51,9 +52,9 @@ int main(int argc, char **argv)
                         " \"max_position_embeddings\": 16, \"tie_word_embeddings\": true}";
     const char *sequential =
         "{\"type\": \"sequential\", \"layers\": [{\"type\": \"embedding\", \"num_embeddings\": 37, \"embedding_dim\": 16},"
-        " {\"type\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 32, \"dropout\": 0.0, \"batch_first\": true},"
-        " {\"type\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 32, \"dropout\": 0.0, \"batch_first\": true},"
-        " {\"type\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 32, \"dropout\": 0.0, \"batch_first\": true},"
+        " {\"type\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 32, \"dropout\": 0.0, \"batch_first\": true, \"tp_plan\": \"auto\"},"
+        " {\"type\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 32, \"dropout\": 0.0, \"batch_first\": true, \"tp_plan\": \"auto\"},"
+        " {\"type\": \"transformer_encoder_layer\", \"d_model\": 16, \"nhead\": 4, \"dim_feedforward\": 32, \"dropout\": 0.0, \"batch_first\": true, \"tp_plan\": \"auto\"},"
         " {\"type\": \"linear\", \"in_features\": 16, \"out_features\": 37}], \"frozen\": \"*.self_attn.in_proj_bias\"}";
     const int is_sequential = getenv("ACCEL_TEST_SEQUENTIAL") != NULL;
     const char *spec = is_sequential ? sequential : getenv("ACCEL_TEST_LLAMA") != NULL ? llama : gpt;
