@@ -163,10 +163,18 @@ SHARDING_PLUGINS = {
 }
 
 
+def sharding_plugin(a, name):
+    """SHARDING_PLUGINS[name], fsdp's wrapped blocks named as the model types them (the spec's transformer layers)."""
+    out = json.loads(json.dumps(SHARDING_PLUGINS[name]))
+    if a.sequential and "fsdp_plugin" in out:
+        out["fsdp_plugin"]["transformer_cls_names_to_wrap"] = ["transformer_encoder_layer"]
+    return out
+
+
 def scenario_equivalence(a, tmp):
     one = {"megatron_lm_plugin": {"gradient_clipping": a.clip}} if a.megatron else {}
     if a.bf16:  # the same precision policy on one process: the plugin's engine over it, parameters computing in bf16
-        one = dict(SHARDING_PLUGINS[a.plugin], mixed_precision="bf16")
+        one = dict(sharding_plugin(a, a.plugin), mixed_precision="bf16")
     (ref_losses, ref_params), = train(a, 1, os.path.join(tmp, "one"), a.batch * a.dp, one,
                                       {"ACCEL_TEST_SUMMON": "1"} if a.bf16 else None)
     if a.megatron:
@@ -187,7 +195,7 @@ def scenario_equivalence(a, tmp):
     if a.plugin:  # pp x sharding: the stage's --dp processes shard it instead of replicating it
         config["parallelism_config"]["dp_replicate_size"] = 1
         config["parallelism_config"]["dp_shard_size"] = a.dp
-        config.update(SHARDING_PLUGINS[a.plugin])
+        config.update(sharding_plugin(a, a.plugin))
         what += ", sharded (%s)" % a.plugin
         if a.bf16:
             config["mixed_precision"] = "bf16"
@@ -253,7 +261,7 @@ def scenario_resume(a, tmp):
     if a.plugin:  # pp x sharding: the stage's --dp processes shard it (FULL_STATE_DICT: one process's layout)
         config["parallelism_config"]["dp_replicate_size"] = a.replicas  # HSDP per stage when > 1
         config["parallelism_config"]["dp_shard_size"] = a.dp // a.replicas
-        config.update(SHARDING_PLUGINS[a.plugin])
+        config.update(sharding_plugin(a, a.plugin))
         pipe += ", sharded (%s)" % a.plugin
     world = a.pp * a.dp * a.tp * a.cp
 
@@ -289,7 +297,7 @@ def scenario_resume(a, tmp):
     sh_folder = None
     if a.plugin == "fsdp":  # one process's SHARDED_STATE_DICT folder (pieces), which each stage reads its part of
         sh_folder = os.path.join(tmp, "one_sharded.state")
-        plugin = dict(SHARDING_PLUGINS["fsdp"]["fsdp_plugin"], state_dict_type="SHARDED_STATE_DICT")
+        plugin = dict(sharding_plugin(a, "fsdp")["fsdp_plugin"], state_dict_type="SHARDED_STATE_DICT")
         sh_run = train(a, 1, os.path.join(tmp, "one_sharded"), a.batch * a.dp, {"fsdp_plugin": plugin},
                        {"ACCEL_TEST_SAVE_AT": str(half), "ACCEL_TEST_SAVE_DIR": sh_folder, "ACCEL_TEST_SUMMON": "1"})
         if not os.path.isdir(os.path.join(sh_folder, "pytorch_model_fsdp_0")):
