@@ -52,6 +52,15 @@ const char *kBlocks = R"({"type": "sequential", "layers": [{"type": "embedding",
     {"type": "transformer_encoder_layer", "d_model": 16, "nhead": 4, "dim_feedforward": 32, "dropout": 0.0, "batch_first": true, "tp_plan": "auto"},
     {"type": "linear", "in_features": 16, "out_features": 37}]})";
 
+// The MLP with LoRA adapters on its two colwise layers (the base frozen: under sharding the frozen flats of a stage's
+// units, the other stage's empty).
+const std::string &mlp_lora()
+{
+    static const std::string json = std::string(kMlp).substr(0, std::string(kMlp).size() - 1) +
+                                    R"(, "lora": {"r": 2, "lora_alpha": 4, "target_modules": ["1", "5"]}})";
+    return json;
+}
+
 struct Layout {
     const char *json = kMlp;
     std::string schedule = "1f1b", plugin; // plugin: the accelerator config's sharding plugin ("" none)
@@ -74,7 +83,7 @@ struct Data {
 Data data_for(const char *json)
 {
     at::manual_seed(42);
-    if (json == kMlp)
+    if (std::string(json).find("flatten") != std::string::npos) // the MLP, with or without LoRA
         return {accel::Loss(accel::LossKind::Mse), at::randn({kSteps, kAccum, kRows, 2, 3}), at::randn({kSteps, kAccum, kRows, 3})};
     return {accel::Loss(accel::LossKind::CausalLm), at::randint(0, 37, {kSteps, kAccum, kRows, 6}, at::kLong),
             at::randint(0, 37, {kSteps, kAccum, kRows, 6}, at::kLong)};
@@ -206,8 +215,8 @@ TEST(PipelineSpecMesh, TensorParallelEqualsOneProcess)
 }
 
 // pp 2 x dp_shard 2: the engine's per-layer units over a cut layer list (the other stage's layers hold nothing),
-// FSDP FULL_SHARD and SHARD_GRAD_OP, ZeRO 1, 2 and 3; HSDP (pp 2 x dp_replicate 2 x dp_shard 2 under
-// FULL_SHARD, one row each).
+// FSDP FULL_SHARD and SHARD_GRAD_OP, ZeRO 1, 2 and 3; HSDP (pp 2 x dp_replicate 2 x dp_shard 2 under FULL_SHARD, one
+// row each); LoRA adapters under FULL_SHARD (the frozen base sharded per unit).
 TEST(PipelineSpecMesh, ShardingEqualsOneProcess)
 {
     Layout l;
@@ -231,9 +240,13 @@ TEST(PipelineSpecMesh, ShardingEqualsOneProcess)
     l.micro = 1;
     l.plugin = R"("fsdp_plugin": {"sharding_strategy": "FULL_SHARD"})"; // replicated by the mesh's dp_replicate
     check_training(l);
+    l.json = mlp_lora().c_str();
+    l.replicas = 1;
+    check_training(l);
 }
 
-// pp 2 x tp 2 x dp_shard 2 (8 ranks): each rank's tp slices sharded over its stage's dp group, the boundaries split.
+// pp 2 x tp 2 x dp_shard 2 (8 ranks): each rank's tp slices sharded over its stage's dp group, the boundaries split;
+// the MLP also with LoRA adapters on its split colwise layers.
 TEST(PipelineSpecMesh, TensorParallelTimesShardsEqualsOneProcess)
 {
     Layout l;
@@ -242,6 +255,8 @@ TEST(PipelineSpecMesh, TensorParallelTimesShardsEqualsOneProcess)
     l.micro = 1;
     l.split_points = {2};
     l.plugin = R"("deepspeed_plugin": {"zero_stage": 3})";
+    check_training(l);
+    l.json = mlp_lora().c_str(); // LoRA on the split colwise layers, the frozen base sharded
     check_training(l);
     l.json = kBlocks;
     l.sequence_parallel = true;
