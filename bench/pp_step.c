@@ -33,7 +33,7 @@ int main(int argc, char **argv)
     const long long activation = peak_rss_bytes() - before;
     printf("rank %d step 0 loss %.6f\n", lm.rank, loss);
     const double t0 = now();
-    double bubble = 0.0, wall = 0.0, busy = 0.0;
+    double bubble = 0.0, wall = 0.0, busy = 0.0, after = 0.0;
     for (int s = 1; s < steps; ++s) {
         loss = bench_lm_step(&lm);
         printf("rank %d step %d loss %.6f\n", lm.rank, s, loss);
@@ -45,6 +45,7 @@ int main(int argc, char **argv)
             wall += strtod(strstr(p, "\"wall_seconds\": ") + 16, NULL);
             busy += strtod(strstr(p, "\"busy_seconds\": ") + 16, NULL);
             bubble += strtod(strstr(p, "\"bubble\": ") + 10, NULL);
+            after += strtod(strstr(p, "\"after_schedule_seconds\": ") + 26, NULL);
         }
         accel_string_free(ranks);
     }
@@ -52,7 +53,8 @@ int main(int argc, char **argv)
     const int timed = steps > 1 ? steps - 1 : 1;
     printf("rank %d world %d activation_bytes %lld step_seconds %.4f\n", lm.rank, lm.world, activation,
            steps > 1 ? seconds / (steps - 1) : 0.0);
-    printf("rank %d schedule_wall %.4f schedule_busy %.4f bubble %.4f\n", lm.rank, wall / timed, busy / timed, bubble / timed);
+    printf("rank %d schedule_wall %.4f schedule_busy %.4f bubble %.4f after_schedule %.4f\n", lm.rank, wall / timed, busy / timed,
+           bubble / timed, after / timed);
     printf("rank %d tokens_per_s %.1f peak_bytes %lld\n", lm.rank, steps > 1 ? (double)T * batch * (steps - 1) / seconds : 0.0,
            peak_rss_bytes());
     bench_lm_free(&lm);

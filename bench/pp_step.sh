@@ -7,7 +7,9 @@
 # of the resident set during the first step). The bubble "vs one process" is 1 - (one process's step / p) /
 # (the pipeline's step), which assumes balanced stages (4 equal blocks; the first stage also embeds, the last
 # also runs the head and the loss); "per stage" is each stage's own idle share of its schedule as the pipeline
-# measures it (wall time minus its forwards, losses and backwards: waiting on neighbours and the transfers).
+# measures it (wall time minus its forwards, losses and backwards: waiting on neighbours and the transfers);
+# "after its last op" is the part of that wall after the stage's last operation (the tied embedding's exchange and
+# the loss's broadcast, where a stage whose schedule ended first waits for the others).
 # Also checks that every step's loss equals one process's (within 1e-4: float32 sums in another order).
 # One process gets OMP_NUM_THREADS=1 like each stage, so the comparison is per core.
 # VOCAB (default 2048) and LAYERS (4) reshape the model: e.g. 256 and 8 give stages of nearly equal work (the
@@ -70,9 +72,9 @@ def read(name):
         m = re.match(r"rank (\d+) world (\d+) activation_bytes (\d+) step_seconds (\S+)", line)
         if m:
             stats[int(m.group(1))] = (int(m.group(3)), float(m.group(4)))
-        m = re.match(r"rank (\d+) schedule_wall (\S+) schedule_busy (\S+) bubble (\S+)", line)
+        m = re.match(r"rank (\d+) schedule_wall (\S+) schedule_busy (\S+) bubble (\S+) after_schedule (\S+)", line)
         if m:
-            bubbles[int(m.group(1))] = (float(m.group(4)), float(m.group(3)))
+            bubbles[int(m.group(1))] = (float(m.group(4)), float(m.group(3)), float(m.group(5)))
         m = re.match(r"rank (\d+) tokens_per_s (\S+) peak_bytes (\d+)", line)
         if m:
             tput[int(m.group(1))] = (float(m.group(2)), int(m.group(3)))
@@ -110,7 +112,9 @@ for s in runs[1:]:
     bubble = 1 - (base_t / nproc) / t
     per_stage = " / ".join(f"{bubbles[r][0]:.3f}" for r in sorted(bubbles))
     busy = " / ".join(f"{bubbles[r][1]:.3f}" for r in sorted(bubbles))
+    after = " / ".join(f"{bubbles[r][2]:.3f}" for r in sorted(bubbles))
     print(f"{label.get(s, f'pp {p} {s}'):<21}: {speed}; bubble vs one process {bubble:.3f}, "
-          f"per stage {per_stage} (theory {theory:.3f}; busy s/step {busy}); {mem}; losses equal one process's")
+          f"per stage {per_stage} (theory {theory:.3f}; busy s/step {busy}; after its last op s/step {after}); "
+          f"{mem}; losses equal one process's")
 sys.exit(1 if bad else 0)
 PY

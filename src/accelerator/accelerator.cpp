@@ -536,7 +536,8 @@ std::string Accelerator::parallel_ranks_json() const
                    std::to_string(pipe->num_micro_batches()) + ", \"chunks\": " + std::to_string(pipe->chunks()) +
                    ", \"last_step\": {\"wall_seconds\": " + std::to_string(t.wall) + ", \"busy_seconds\": " +
                    std::to_string(t.busy) + ", \"bubble\": " + std::to_string(t.bubble_fraction()) +
-                   ", \"peak_live_micro_batches\": " + std::to_string(t.peak_live) + "}}";
+                   ", \"peak_live_micro_batches\": " + std::to_string(t.peak_live) +
+                   ", \"after_schedule_seconds\": " + std::to_string(t.after) + "}}";
             break;
         }
     return out + "}";

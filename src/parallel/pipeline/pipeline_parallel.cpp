@@ -315,6 +315,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
         }
     }
     wait_all(sends);
+    const double schedule_end = distributed::now_seconds();
     if (dp_ && require_sync_) dp_->finish_backward(); // the stage's gradients averaged over its replicas
     if (engine_) engine_->finish_backward(); // the units back to shards, the gradients summed locally
     if (require_sync_) sync_tied_gradient();
@@ -327,6 +328,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     pp_->broadcast(mean, p - 1); // every rank reports the loss
     times_.wall = distributed::now_seconds() - start;
     times_.busy = busy;
+    times_.after = start + times_.wall - schedule_end;
     return mean.item<double>();
 }
 

@@ -38,11 +38,13 @@ class DeviceMesh;
 namespace accel::parallel::pp {
 
 // Seconds of the last schedule on this rank: its whole length and the part spent computing (forward,
-// loss, backward); the rest is the bubble (waiting on neighbours, and the transfers).
+// loss, backward); the rest is the bubble (waiting on neighbours, and the transfers). `after`: the part of `wall`
+// after the stage's last operation (the gradients' reductions over dp, the tied embedding's exchange, the loss's
+// broadcast): mostly the wait for the other stages' schedules to end (the last stage's is over first).
 // peak_live: the most micro-batches whose activations the stage held at once (m under gpipe, at most
 // stages - stage under 1f1b).
 struct ScheduleTimes {
-    double wall = 0.0, busy = 0.0;
+    double wall = 0.0, busy = 0.0, after = 0.0;
     int64_t peak_live = 0;
     double bubble_fraction() const { return wall > 0.0 ? 1.0 - busy / wall : 0.0; }
 };
