@@ -21,6 +21,7 @@
 #include "parallel/tensor_parallel/split_model.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "pipeline_models.hpp"
+#include "tp_slices_check.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -96,27 +97,7 @@ Reference train_one_process(accel::Model &ref, const at::Tensor &ids, const at::
     return out;
 }
 
-// Each rank's tp slices of its stage's parameters, summoned whole from the engine's shards, against one
-// process's final weights sliced alike.
-void check_weights(accel::Model &m, const accel::Model &ref, const dist::DeviceMesh &mesh, int32_t tp_size, int32_t rank)
-{
-    const auto &plan = dynamic_cast<tp::TensorParallelModel &>(m).tensor_parallel_slicing();
-    const int32_t t = mesh.rank_in(dist::MeshDim::Tp);
-    int64_t held = 0;
-    for (size_t i = 0; i < m.named_parameters().size(); ++i) {
-        const auto &[name, p] = m.named_parameters()[i];
-        if (p.numel() == 0) continue; // another stage's
-        ++held;
-        const at::Tensor &whole = ref.named_parameters()[i].second;
-        const auto it = plan.find(name);
-        const at::Tensor want = it == plan.end() ? whole : tp::slice_parameter(whole, it->second, t, tp_size);
-        ASSERT_EQ(p.sizes(), want.sizes()) << name << " (rank " << rank << ")";
-        const double diff = (p - want).abs().max().item<double>();
-        EXPECT_LE(diff, 1e-5 * std::max(1.0, whole.abs().max().item<double>())) << name << " after training (rank " << rank << ")";
-    }
-    EXPECT_GT(held, 0);
-    EXPECT_EQ(plan.empty(), tp_size == 1);
-}
+using accel_test::check_weights;
 
 void check_training(const Layout &l)
 {
