@@ -70,31 +70,53 @@ private:
     std::shared_ptr<distributed::Work> recv_, send_;
 };
 
-// How the queries of chunk `q` see the keys of chunk `k` (chunks of 2 x cp, sequence_split.hpp).
-enum class Pair { Skip, Diagonal, Full };
-Pair pair_of(int64_t q, int64_t k, bool causal)
+// Which keys a query sees: key position j for query position i iff (not causal or j <= i) and (no window or
+// i - j < window), as the models' own masks (llama_model.cpp's hidden_keys, transformers' Mistral) and
+// masked_attention below.
+struct Visibility {
+    bool causal = true;
+    int64_t window = 0; // 0: none
+};
+
+// How the queries of chunk `q` see the keys of chunk `k` (chunks of `c` positions, 2 x cp of them,
+// sequence_split.hpp): none of them (the pair is skipped), all, or some (the block is masked).
+enum class Pair { Skip, Masked, Full };
+Pair pair_of(int64_t q, int64_t k, int64_t c, Visibility vis)
 {
-    if (!causal || k < q) return Pair::Full;
-    return k == q ? Pair::Diagonal : Pair::Skip;
+    // Over the pair, i - j runs from d - (c - 1) to d + (c - 1).
+    const int64_t d = (q - k) * c, lo = d - (c - 1), hi = d + (c - 1);
+    const bool window = vis.window > 0;
+    if ((vis.causal && hi < 0) || (window && lo >= vis.window)) return Pair::Skip;
+    const bool all_seen = (!vis.causal || lo >= 0) && (!window || hi < vis.window);
+    return all_seen ? Pair::Full : Pair::Masked;
 }
 
-at::Tensor block_scores(const at::Tensor &q, const at::Tensor &k, double scale, Pair pair)
+// The scores of chunk `cq`'s queries against chunk `ck`'s keys, the hidden ones -inf.
+at::Tensor block_scores(const at::Tensor &q, const at::Tensor &k, double scale, int64_t cq, int64_t ck, Pair pair,
+                        Visibility vis)
 {
     at::Tensor s = at::matmul(q, k.transpose(-1, -2)) * scale;
-    if (pair == Pair::Diagonal) {
-        const int64_t n = s.size(-1);
-        s = s.masked_fill(at::ones({n, n}, s.options().dtype(at::kBool)).triu(1), kNegInf);
+    if (pair == Pair::Masked) {
+        const int64_t c = s.size(-1);
+        const at::Tensor pos = at::arange(c, s.options().dtype(at::kLong));
+        const at::Tensor distance = (cq - ck) * c + pos.unsqueeze(1) - pos.unsqueeze(0); // i - j
+        at::Tensor hidden = at::zeros({c, c}, s.options().dtype(at::kBool));
+        if (vis.causal) hidden = hidden | (distance < 0);
+        if (vis.window > 0) hidden = hidden | (distance >= vis.window);
+        s = s.masked_fill(hidden, kNegInf);
     }
     return s;
 }
 
 struct RingAttention : torch::autograd::Function<RingAttention> {
     static at::Tensor forward(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                              const std::shared_ptr<Communicator> &group, double scale, bool causal)
+                              const std::shared_ptr<Communicator> &group, double scale, bool causal, int64_t window)
     {
+        const Visibility vis{causal, window};
         Communicator &g = *group;
         const int32_t n = g.size(), r = g.rank();
         auto qh = q.chunk(2, 2);
+        const int64_t c = qh[0].size(2);
         std::array<at::Tensor, 2> out, lse;
         for (size_t a = 0; a < 2; ++a) {
             out[a] = at::zeros_like(qh[a]);
@@ -107,12 +129,14 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
             if (step + 1 < n) next.emplace(kv, g, kRingTag);
             auto kh = kv[0].chunk(2, 2), vh = kv[1].chunk(2, 2);
             for (size_t a = 0; a < 2; ++a)
-                for (size_t b = 0; b < 2; ++b) {
-                    const Pair pair = pair_of(chunks_of(r, n)[a], chunks_of(j, n)[b], causal);
+                for (size_t b : {a, 1 - a}) { // at step 0 (j = r) the diagonal pair (a, a) first
+                    const int64_t cq = chunks_of(r, n)[a], ck = chunks_of(j, n)[b];
+                    const Pair pair = pair_of(cq, ck, c, vis);
                     if (pair == Pair::Skip) continue;
-                    at::Tensor s = block_scores(qh[a], kh[b], scale, pair);
-                    // Online softmax: rescale what was merged so far to the new log-sum-exp. Every row saw its own
-                    // position at step 0 (the diagonal), so lse is finite from then on.
+                    at::Tensor s = block_scores(qh[a], kh[b], scale, cq, ck, pair, vis);
+                    // Online softmax: rescale what was merged so far to the new log-sum-exp. Every row sees its own
+                    // position in the diagonal pair, merged first, so lse is finite from then on, and a row that
+                    // a later block hides entirely (a sliding window) adds exp(-inf) = 0.
                     at::Tensor merged = at::logaddexp(lse[a], at::logsumexp(s, -1));
                     out[a] = out[a] * at::exp(lse[a] - merged).unsqueeze(-1) +
                              at::matmul(at::exp(s - merged.unsqueeze(-1)), vh[b]);
@@ -125,6 +149,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         ctx->saved_data["group"] = tp::group_capsule(group);
         ctx->saved_data["scale"] = scale;
         ctx->saved_data["causal"] = causal;
+        ctx->saved_data["window"] = window;
         return o;
     }
 
@@ -134,12 +159,13 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         const at::Tensor &q = saved[0], &o = saved[3], &l = saved[4];
         Communicator &g = tp::capsule_group(ctx->saved_data["group"]);
         const double scale = ctx->saved_data["scale"].toDouble();
-        const bool causal = ctx->saved_data["causal"].toBool();
+        const Visibility vis{ctx->saved_data["causal"].toBool(), ctx->saved_data["window"].toInt()};
         const int32_t n = g.size(), r = g.rank();
         const at::Tensor dout = grads[0].contiguous();
         const at::Tensor delta = (dout * o).sum(-1); // rowsum(dO * O): the softmax's backward term
         at::Tensor dq = at::zeros_like(q);
         auto qh = q.chunk(2, 2), dqh = dq.chunk(2, 2), doh = dout.chunk(2, 2), lh = l.chunk(2, 2), dh = delta.chunk(2, 2);
+        const int64_t c = qh[0].size(2);
         // Keys and values go round as in the forward pass. Their gradients' running sums follow one step behind: each
         // rank computes its part of the block it holds, adds the sum so far from rank - 1 and passes it on, so the
         // transfers run under the next step's products; after the last step the sums go home in one more hop.
@@ -153,21 +179,23 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
             auto kh = kv[0].chunk(2, 2), vh = kv[1].chunk(2, 2), dkh = dkv[0].chunk(2, 2), dvh = dkv[1].chunk(2, 2);
             for (size_t a = 0; a < 2; ++a)
                 for (size_t b = 0; b < 2; ++b) {
-                    const Pair pair = pair_of(chunks_of(r, n)[a], chunks_of(j, n)[b], causal);
+                    const int64_t cq = chunks_of(r, n)[a], ck = chunks_of(j, n)[b];
+                    const Pair pair = pair_of(cq, ck, c, vis);
                     if (pair == Pair::Skip) continue;
-                    at::Tensor p = at::exp(block_scores(qh[a], kh[b], scale, pair) - lh[a].unsqueeze(-1));
+                    // The forward's mask again (the same pairs skipped); lse is finite, so hidden keys give p = 0.
+                    at::Tensor p = at::exp(block_scores(qh[a], kh[b], scale, cq, ck, pair, vis) - lh[a].unsqueeze(-1));
                     dvh[b].add_(at::matmul(p.transpose(-1, -2), doh[a]));
                     at::Tensor ds = p * (at::matmul(doh[a], vh[b].transpose(-1, -2)) - dh[a].unsqueeze(-1));
                     dqh[a].add_(at::matmul(ds, kh[b]) * scale);
                     dkh[b].add_(at::matmul(ds.transpose(-1, -2), qh[a]) * scale);
                 }
             if (sums) dkv += sums->arrived(); // block j's sum over ranks j .. r - 1
-            if (n == 1) return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor()};
+            if (n == 1) return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
             sums.emplace(dkv, g, kRingGradTag);
             if (next) kv = next->arrived();
         }
         const at::Tensor dkv = sums->arrived(); // this rank's own keys' and values' gradients, summed over the ring
-        return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor()};
+        return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
 
@@ -245,19 +273,17 @@ at::Tensor attention(const ContextParallel &cp, const at::Tensor &q, const at::T
         return attention(cp, q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), spec);
     }
     if (cp.strategy == Strategy::AllGather) return gathered_attention(cp, q, k, v, spec);
-    if (spec.window > 0)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_handler.cp_comm_strategy: \"alltoall\" (ring attention) "
-                                      "with a sliding window is not built yet; use \"allgather\"");
     if (spec.train && spec.dropout > 0.0)
         fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_handler.cp_comm_strategy: \"alltoall\" (ring attention) "
                                       "with attention dropout while training is not built yet; set the model's "
                                       "attention dropout to 0 or use \"allgather\"");
     if (spec.float32_softmax && q.scalar_type() != at::kFloat) {
         // The blocks' exponentials in float32, as transformers' softmax(dtype=float32); the result back in q's type.
-        return RingAttention::apply(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), cp.group, spec.scale, spec.causal)
+        return RingAttention::apply(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), cp.group, spec.scale, spec.causal,
+                                    spec.window)
             .to(q.scalar_type());
     }
-    return RingAttention::apply(q, k, v, cp.group, spec.scale, spec.causal);
+    return RingAttention::apply(q, k, v, cp.group, spec.scale, spec.causal, spec.window);
 }
 
 } // namespace accel::parallel::cp

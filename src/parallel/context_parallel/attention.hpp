@@ -7,7 +7,7 @@
 //                positions. Simple; every rank holds the whole sequence's K/V while a layer runs.
 //   "alltoall"   ring attention: the K/V parts travel round the cp group by send/recv (rank r to r + 1), each
 //                rank merging the blocks with an online softmax (running log-sum-exp), chunk pairs wholly above
-//                the diagonal skipped; backward recomputes the blocks from the saved log-sum-exp and sends the
+//                the diagonal (or wholly outside a sliding window) skipped; backward recomputes the blocks from the saved log-sum-exp and sends the
 //                K/V gradients round the ring with them, home after a last hop. Nothing of size T x T is kept
 //                for backward (torch's "alltoall" rotater likewise passes K/V shards between neighbours).
 //   "ulysses"    parallelism_config.sp_size (ulysses.hpp): all-to-all from sequence shards to head shards,
@@ -41,7 +41,7 @@ struct ContextParallel {
 struct AttentionSpec {
     double scale = 1.0;       // scores = (q kᵀ) x scale
     bool causal = true;       // query at position i sees keys at positions <= i
-    int64_t window = 0;       // > 0: it also stops seeing keys at i - window and before (allgather only)
+    int64_t window = 0;       // > 0: it also stops seeing keys at i - window and before
     double dropout = 0.0;     // on the attention weights while training (allgather only)
     bool train = false;
     bool float32_softmax = false; // the softmax computed in float32 (transformers' Llama)
@@ -49,7 +49,7 @@ struct AttentionSpec {
 
 // q [B, H, T_local, D], k and v [B, H / g, T_local, D] (g query heads per key/value head), laid out as
 // sequence_split lays out the sequence -> [B, H, T_local, D].
-// UNIMPLEMENTED naming the option for a window or a training dropout under the ring strategy.
+// UNIMPLEMENTED naming the option for a training dropout under the ring strategy.
 at::Tensor attention(const ContextParallel &cp, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                      const AttentionSpec &spec);
 

@@ -1,8 +1,9 @@
 // Context parallelism (src/parallel/context_parallel) on 2 and 4 ranks played by threads: the sequence layout
 // (chunks r and 2cp-1-r), attention over the split sequence under both strategies ("allgather": K/V gathered;
-// "alltoall": ring attention) against one process's causal attention with its input gradients, and GPT training
-// (20 AdamW steps, accumulation 2, clipping, DDP over dp_cp as prepare builds it, also inside tensor
-// parallelism) equal to one process on the same global batch; Ulysses (sp_size: all-to-all to head shards) the same.
+// "alltoall": ring attention; sliding windows too) against one process's causal attention with its input gradients,
+// and GPT training (20 AdamW steps, accumulation 2, clipping, DDP over dp_cp as prepare builds it, also inside
+// tensor parallelism) equal to one process on the same global batch; Ulysses (sp_size: all-to-all to head shards)
+// the same.
 #include "common/error.hpp"
 #include "config/accelerator_config.hpp"
 #include "config/sharding_config.hpp"
@@ -71,14 +72,16 @@ TEST(ContextParallelSequence, LoadBalancedChunksAndPositions)
     }
 }
 
-// softmax(mask(q kᵀ · scale)) v over the whole sequence, as one process computes it.
-at::Tensor whole_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double scale, bool causal)
+// softmax(mask(q kᵀ · scale)) v over the whole sequence, as one process computes it; a sliding window hides the
+// keys `window` or more positions back (transformers' Mistral: j <= i - window).
+at::Tensor whole_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double scale, bool causal,
+                           int64_t window = 0)
 {
     at::Tensor s = at::matmul(q, k.transpose(-1, -2)) * scale;
-    if (causal) {
-        const int64_t t = q.size(2);
-        s = s.masked_fill(at::ones({t, t}, q.options().dtype(at::kBool)).triu(1), -std::numeric_limits<double>::infinity());
-    }
+    const int64_t t = q.size(2);
+    const at::Tensor ones = at::ones({t, t}, q.options().dtype(at::kBool));
+    if (causal) s = s.masked_fill(ones.triu(1), -std::numeric_limits<double>::infinity());
+    if (window > 0) s = s.masked_fill(ones.tril(-window), -std::numeric_limits<double>::infinity());
     return at::matmul(at::softmax(s, -1), v);
 }
 
@@ -87,38 +90,40 @@ at::Tensor whole_attention(const at::Tensor &q, const at::Tensor &k, const at::T
 // want.backward(gy) left in rq, rk, rv).
 void expect_shards_equal_whole(int32_t n, cp::Strategy strategy, const at::Tensor &q, const at::Tensor &k,
                                const at::Tensor &v, const at::Tensor &gy, const at::Tensor &want, const at::Tensor &rq,
-                               const at::Tensor &rk, const at::Tensor &rv, double scale, bool causal,
-                               const std::string &what)
+                               const at::Tensor &rk, const at::Tensor &rv, const cp::AttentionSpec &spec,
+                               const std::string &what, double tol = 1e-12)
 {
     dist::run_on_threads(n, [&](const std::shared_ptr<dist::Communicator> &comm) {
         const int32_t r = comm->rank();
         cp::ContextParallel c{comm, strategy};
         auto part = [&](const at::Tensor &t) { return cp::shard_sequence(t, 2, r, n).clone().requires_grad_(true); };
         at::Tensor lq = part(q), lk = part(k), lv = part(v);
-        cp::AttentionSpec spec;
-        spec.scale = scale;
-        spec.causal = causal;
         at::Tensor y = cp::attention(c, lq, lk, lv, spec);
-        expect_close(y, cp::shard_sequence(want, 2, r, n), what + " output", 1e-12);
+        expect_close(y, cp::shard_sequence(want, 2, r, n), what + " output", tol);
         y.backward(cp::shard_sequence(gy, 2, r, n));
-        expect_close(lq.grad(), cp::shard_sequence(rq.grad(), 2, r, n), what + " dq", 1e-12);
-        expect_close(lk.grad(), cp::shard_sequence(rk.grad(), 2, r, n), what + " dk", 1e-12);
-        expect_close(lv.grad(), cp::shard_sequence(rv.grad(), 2, r, n), what + " dv", 1e-12);
+        expect_close(lq.grad(), cp::shard_sequence(rq.grad(), 2, r, n), what + " dq", tol);
+        expect_close(lk.grad(), cp::shard_sequence(rk.grad(), 2, r, n), what + " dk", tol);
+        expect_close(lv.grad(), cp::shard_sequence(rv.grad(), 2, r, n), what + " dv", tol);
     });
 }
 
-void check_attention(int32_t n, cp::Strategy strategy, bool causal)
+// T = 8 x n: chunks of 4 positions. float64 within 1e-12 (the split is exact), float32 within 1e-5.
+void check_attention(int32_t n, cp::Strategy strategy, bool causal, int64_t window = 0, at::ScalarType dtype = at::kDouble)
 {
     at::manual_seed(5);
     const int64_t B = 2, H = 3, T = 8 * n, D = 4;
-    const double scale = 0.37;
-    at::Tensor q = at::randn({B, H, T, D}, at::kDouble), k = at::randn({B, H, T, D}, at::kDouble),
-               v = at::randn({B, H, T, D}, at::kDouble), gy = at::randn({B, H, T, D}, at::kDouble);
+    cp::AttentionSpec spec;
+    spec.scale = 0.37;
+    spec.causal = causal;
+    spec.window = window;
+    at::Tensor q = at::randn({B, H, T, D}, dtype), k = at::randn({B, H, T, D}, dtype),
+               v = at::randn({B, H, T, D}, dtype), gy = at::randn({B, H, T, D}, dtype);
     at::Tensor rq = q.clone().requires_grad_(true), rk = k.clone().requires_grad_(true), rv = v.clone().requires_grad_(true);
-    at::Tensor want = whole_attention(rq, rk, rv, scale, causal);
+    at::Tensor want = whole_attention(rq, rk, rv, spec.scale, causal, window);
     want.backward(gy);
-    const std::string what = std::string(cp::strategy_name(strategy)) + (causal ? " causal" : " full") + " on cp " + std::to_string(n);
-    expect_shards_equal_whole(n, strategy, q, k, v, gy, want, rq, rk, rv, scale, causal, what);
+    const std::string what = std::string(cp::strategy_name(strategy)) + (causal ? " causal" : " full") + " window " +
+                             std::to_string(window) + " " + c10::toString(dtype) + " on cp " + std::to_string(n);
+    expect_shards_equal_whole(n, strategy, q, k, v, gy, want, rq, rk, rv, spec, what, dtype == at::kDouble ? 1e-12 : 1e-5);
 }
 
 TEST(ContextParallelAttention, BothStrategiesEqualOneProcess)
@@ -126,6 +131,22 @@ TEST(ContextParallelAttention, BothStrategiesEqualOneProcess)
     for (int32_t n : {2, 3, 4})
         for (auto s : {cp::Strategy::AllGather, cp::Strategy::Ring})
             for (bool causal : {true, false}) check_attention(n, s, causal);
+}
+
+// Mistral's sliding window under both strategies: windows of 1 (each query its own key), inside a chunk (3),
+// a chunk (4), between a chunk and T (6, 10, T - 6: a block seen by some rows and wholly hidden from others, merged
+// before the diagonal when the ring did not order them), T - 1, T and beyond; cp 2 and cp 4, causal (the models'
+// case) and not (the window alone), float64 and float32.
+TEST(ContextParallelAttention, SlidingWindowEqualsOneProcess)
+{
+    for (int32_t n : {2, 4}) {
+        const int64_t T = 8 * n;
+        for (int64_t w : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{6}, int64_t{10}, T - 6, T - 1, T, T + 5})
+            for (auto s : {cp::Strategy::AllGather, cp::Strategy::Ring})
+                for (bool causal : {true, false}) check_attention(n, s, causal, w);
+        for (int64_t w : {int64_t{3}, int64_t{6}, T})
+            for (auto s : {cp::Strategy::AllGather, cp::Strategy::Ring}) check_attention(n, s, true, w, at::kFloat);
+    }
 }
 
 TEST(ContextParallelAttention, RingRefusesWhatItDoesNotBuild)
@@ -162,7 +183,10 @@ void check_ulysses_attention(int32_t n, int64_t H, int64_t KV, bool causal)
     want.backward(gy);
     const std::string what = "ulysses " + std::to_string(H) + "/" + std::to_string(KV) + " heads" +
                              (causal ? " causal" : " full") + " on sp " + std::to_string(n);
-    expect_shards_equal_whole(n, cp::Strategy::Ulysses, q, k, v, gy, want, rq, rk, rv, scale, causal, what);
+    cp::AttentionSpec spec;
+    spec.scale = scale;
+    spec.causal = causal;
+    expect_shards_equal_whole(n, cp::Strategy::Ulysses, q, k, v, gy, want, rq, rk, rv, spec, what);
 }
 
 TEST(ContextParallelUlysses, AttentionEqualsOneProcess)
@@ -400,7 +424,8 @@ TEST(ContextParallelFsdp, TrainingEqualsOneProcess)
 }
 
 // The llama plan: rotary embedding at whole-sequence positions, grouped key/value heads; Mistral's sliding window
-// (5 positions, crossing chunk boundaries) under "allgather". float32 only: transformers' Llama takes the softmax
+// under both strategies: 5 positions (between a chunk and T on cp 2 and cp 4: the ring skips or masks chunk pairs
+// by it) and 3 (inside a chunk of 4 on cp 2; Qwen2's on its upper layer only). float32 only: transformers' Llama takes the softmax
 // in float32 whatever the model's dtype, so a float64 model is no more exact than float32 (its softmax sums keys
 // in another order under "allgather": differences of 1e-6 after 20 AdamW steps).
 TEST(ContextParallelLlama, TrainingEqualsOneProcess)
@@ -414,7 +439,18 @@ TEST(ContextParallelLlama, TrainingEqualsOneProcess)
         check_training(2, 1, s, at::kFloat, llama);
         check_training(4, 1, s, at::kFloat, llama);
     }
-    check_training(2, 1, cp::Strategy::AllGather, at::kFloat, mistral);
+    std::string narrow = mistral;
+    narrow.replace(narrow.find("\"sliding_window\": 5"), 19, "\"sliding_window\": 3");
+    for (auto s : {cp::Strategy::AllGather, cp::Strategy::Ring}) {
+        check_training(2, 1, s, at::kFloat, mistral);
+        check_training(4, 1, s, at::kFloat, mistral);
+    }
+    check_training(2, 1, cp::Strategy::Ring, at::kFloat, narrow.c_str());
+    // Qwen2: the window on layers from max_window_layers on only (layer 1 here), a whole-sequence layer below it.
+    check_training(2, 1, cp::Strategy::Ring, at::kFloat, R"({"type": "llama", "model_type": "qwen2", "vocab_size": 37,
+        "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 16, "use_sliding_window": true, "sliding_window": 3,
+        "max_window_layers": 1})");
 }
 
 // Ulysses on llama: grouped key/value heads travel unrepeated (8 query, 4 key/value heads: sp 2 and sp 4), the
