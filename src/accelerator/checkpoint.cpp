@@ -16,6 +16,7 @@
 #include "data_loader/data_loader_shard.hpp"
 #include "distributed/agreement.hpp"
 #include "distributed/communicator.hpp"
+#include "distributed/device_mesh.hpp"
 #include "logging/logger.hpp"
 #include "model/model.hpp"
 #include "model/pretrained.hpp"
@@ -23,6 +24,7 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/pipeline/stage_checkpoint.hpp"
+#include "parallel/pipeline/stage_sharded_checkpoint.hpp"
 #include "parallel/tensor_parallel/rng_checkpoint.hpp"
 #include "parallel/tensor_parallel/sliced_source.hpp"
 #include "parallel/tensor_parallel/whole_state.hpp"
@@ -36,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -136,6 +139,7 @@ whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
     for (const auto &m : models) {
         parallel::ParallelWrapper *w = wrapper_of(*m);
         if (w == nullptr || w->pipeline() == nullptr || (w->sharded() != nullptr) != sharded) continue;
+        if (sharded && w->sharded()->writes_sharded_state_dict()) continue; // each stage writes its own pieces
         std::vector<AcceleratedOptimizer *> over;
         for (const auto &o : optimizers)
             if (o->model() == m && !sharded) over.push_back(o.get());
@@ -149,6 +153,20 @@ whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
 
 // A pipeline stage under the sharding engine (pp x fsdp_plugin / deepspeed_plugin).
 bool sharded_pipeline(parallel::ParallelWrapper *w) { return w != nullptr && w->pipeline() != nullptr && w->sharded() != nullptr; }
+
+// SHARDED_STATE_DICT files (add_sharded_files); a pipeline stage under the engine writes its pieces as part of the
+// whole model's (whole_model_pieces): the first replica of each stage (HSDP) writes them as rank{stage * W + r}, the
+// other replicas none (an index past the layout's world, which add_sharded_files skips).
+void add_pieces(std::vector<ckpt::CheckpointFile> &files, const std::string &folder, ShardedState st,
+                parallel::ParallelWrapper *w, const distributed::DeviceMesh *mesh, int64_t rank, bool main)
+{
+    if (sharded_pipeline(w)) {
+        st = parallel::pp::whole_model_pieces(*w->pipeline(), st, main);
+        const bool first_replica = mesh == nullptr || mesh->rank_in(distributed::MeshDim::DpReplicate) == 0;
+        rank = first_replica ? st.rank : std::numeric_limits<int64_t>::max();
+    }
+    ckpt::add_sharded_files(files, folder, st, rank, main, nullptr);
+}
 
 // A pipeline stage loads only the tensors it holds: the other stages' entries (their tensors hold no elements here)
 // become empty, so nothing of them is read from the mapped files or copied.
@@ -351,6 +369,11 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
     for (const auto &m : models_) {
         parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "save_state");
+        // pp x tp x sharding's SHARDED_STATE_DICT would hold each tp rank's slices of each stage's pieces: not built.
+        if (sharded_pipeline(wrapper_of(*m)) && sharded_of(*m)->writes_sharded_state_dict() && parallel::tp::split_of(*m))
+            fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: parallelism_config.pp_size > 1 with tp_size > 1 and "
+                                          "fsdp_plugin.state_dict_type SHARDED_STATE_DICT is not supported yet; use "
+                                          "FULL_STATE_DICT (the default), which loads onto any pp or tp size");
         if (state_->config.project.save_on_each_node && sharded_pipeline(wrapper_of(*m)))
             fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: project save_on_each_node with parallelism_config.pp_size > 1 under "
                                           "fsdp_plugin is not supported yet (the stages are joined on the main process only)");
@@ -376,7 +399,8 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     std::vector<parallel::ShardedDataParallel *> gathered;
     bool sharded_optimizers = false;
     for (const auto &[m, w] : wrappers_) {
-        if (w->writes_sharded_state_dict()) sharded_optimizers = true;
+        if (w->writes_sharded_state_dict() || (sharded_pipeline(w.get()) && w->sharded()->writes_sharded_state_dict()))
+            sharded_optimizers = true;
         else if (w->sharded() != nullptr && (!deepspeed_layout(*m) || w->sharded()->shards_frozen()))
             gathered.push_back(w->sharded()); // DeepSpeed's layout cuts frozen parameters per parameter: from whole ones
     }
@@ -400,8 +424,12 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         if (deepspeed_layout(*optimizers_[i]->model())) continue;
         if (sharded_optimizers && optimizers_[i]->is_sharded()) {
             const ShardedState st = optimizers_[i]->sharded_state_dict();
-            const auto tp = tp_pieces(*optimizers_[i]->model(), st, optimizers_[i].get());
-            ckpt::add_sharded_files(files, ckpt::sharded_optimizer_folder(i), st, rank, main, tp.get());
+            if (parallel::ParallelWrapper *w = wrapper_of(*optimizers_[i]->model()); sharded_pipeline(w)) {
+                add_pieces(files, ckpt::sharded_optimizer_folder(i), st, w, state_->mesh.get(), rank, main);
+            } else {
+                const auto tp = tp_pieces(*optimizers_[i]->model(), st, optimizers_[i].get());
+                ckpt::add_sharded_files(files, ckpt::sharded_optimizer_folder(i), st, rank, main, tp.get());
+            }
         }
         else if (main || optimizers_[i]->is_sharded())
             optimizer_states[i] = optimizers_[i]->state_dict(); // collective when sharded
@@ -424,6 +452,10 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     for (size_t i = 0; i < models_.size(); ++i)
         if (auto *e = sharded_of(*models_[i]); e != nullptr && e->writes_sharded_state_dict()) {
             const ShardedState st = e->sharded_state_dict(*models_[i]);
+            if (parallel::ParallelWrapper *w = wrapper_of(*models_[i]); sharded_pipeline(w)) {
+                add_pieces(files, ckpt::sharded_model_folder(i), st, w, state_->mesh.get(), rank, main);
+                continue;
+            }
             const auto tp = tp_pieces(*models_[i], st, nullptr);
             ckpt::add_sharded_files(files, ckpt::sharded_model_folder(i), st, rank, main, tp.get());
         }

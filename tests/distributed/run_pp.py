@@ -19,6 +19,9 @@ resume: save_state / load_state under pp --pp x dp_replicate --dp (with --plugin
   steps as the uninterrupted run did (every step's loss, averaged over the replicas, and every parameter within
   --tol); a one-process folder saved the same way loads onto the pipeline alike (with --plugin fsdp also one
   process's SHARDED_STATE_DICT folder, each stage reading its tensors' pieces).
+  --sharded-state (with --plugin fsdp): the pipeline saves SHARDED_STATE_DICT instead, every rank its pieces under the
+  whole model's names (rank{stage x W + r}.safetensors, one metadata.json); that folder is resumed at the same mesh,
+  on one process, and under plain FSDP on --dp processes (no pipeline), each as the uninterrupted run.
 """
 import argparse
 import json
@@ -249,6 +252,23 @@ def scenario_equivalence(a, tmp):
             sys.exit("%s: save_model's %s is not what the stage holding it has" % (what, name))
 
 
+def check_stage_pieces(a, folder, what):
+    """save_state's SHARDED_STATE_DICT under pp x fsdp: one rank file per (stage, shard rank), one metadata.json of
+    the whole model's world, no whole-model files."""
+    shards = a.pp * (a.dp // a.replicas) * a.cp
+    for sub in ("pytorch_model_fsdp_0", "optimizer_0"):
+        d = os.path.join(folder, sub)
+        files = sorted(os.listdir(d)) if os.path.isdir(d) else []
+        want = sorted(["metadata.json"] + ["rank%d.safetensors" % r for r in range(shards)] +
+                      (["state.bin"] if sub == "optimizer_0" else []))
+        if files != want:
+            sys.exit("%s: save_state's %s holds %s, expected %s" % (what, sub, files, want))
+        if json.load(open(os.path.join(d, "metadata.json")))["world_size"] != shards:
+            sys.exit("%s: %s/metadata.json's world_size is not %d" % (what, sub, shards))
+    if any(f in os.listdir(folder) for f in ("model.safetensors", "optimizer.bin")):
+        sys.exit("%s: save_state wrote whole-model files beside the pieces: %s" % (what, sorted(os.listdir(folder))))
+
+
 def scenario_resume(a, tmp):
     config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "tp_size": a.tp,
                                      "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
@@ -263,6 +283,9 @@ def scenario_resume(a, tmp):
         config["parallelism_config"]["dp_shard_size"] = a.dp // a.replicas
         config.update(sharding_plugin(a, a.plugin))
         pipe += ", sharded (%s)" % a.plugin
+        if a.sharded_state:
+            config["fsdp_plugin"]["state_dict_type"] = "SHARDED_STATE_DICT"
+            pipe += ", SHARDED_STATE_DICT"
     world = a.pp * a.dp * a.tp * a.cp
 
     def run_of(processes, name, cfg, extra):
@@ -293,6 +316,22 @@ def scenario_resume(a, tmp):
                     "%s: parameters after %d more steps" % (what, full - half))
 
     pp_folder, pp_run = saved("pp", world, config)
+    if a.sharded_state:
+        check_stage_pieces(a, pp_folder, pipe)
+        a.steps = full - half
+        resumed("pp_pp", world, config, pp_folder, pp_run, "%s -> %s" % (pipe, pipe))
+        resumed("pp_one", 1, {}, pp_folder, pp_run, "%s -> one process" % pipe)
+        fsdp = {"fsdp_plugin": config["fsdp_plugin"]}  # plain FSDP over --dp processes: the existing sharded loader
+        ranks = train(a, a.dp, os.path.join(tmp, "pp_fsdp"), a.batch, fsdp, {"ACCEL_TEST_LOAD": pp_folder,
+                                                                             "ACCEL_TEST_SUMMON": "1"})
+        check_close(mean_losses(pp_run, range(half, full)), mean_losses(ranks, range(full - half)), a.tol,
+                    "%s -> fsdp %d: losses" % (pipe, a.dp))
+        want, got = merged(pp_run, pipe), merged(ranks, pipe)
+        names = sorted(n for n in want if not n.startswith("<"))
+        check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
+                    "%s -> fsdp %d: parameters after %d more steps" % (pipe, a.dp, full - half))
+        a.steps = full
+        return
     one_folder, one_run = saved("one", 1, {})
     sh_folder = None
     if a.plugin == "fsdp":  # one process's SHARDED_STATE_DICT folder (pieces), which each stage reads its part of
@@ -344,6 +383,8 @@ def main():
                     help="pp x sharding: each stage's --dp processes shard it (dp_shard_size) under this plugin")
     ap.add_argument("--replicas", type=int, default=1,
                     help="resume with --plugin: of the --dp processes, this many replicas of dp / replicas shards (HSDP)")
+    ap.add_argument("--sharded-state", action="store_true",
+                    help="resume with --plugin fsdp: the pipeline saves SHARDED_STATE_DICT (each rank its pieces)")
     ap.add_argument("--bf16", action="store_true",
                     help="with --plugin: mixed_precision bf16 (the engine's bfloat16 parameters), one process under "
                          "the same plugin and policy")

@@ -487,11 +487,8 @@ void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string
     if (wrapper == nullptr || wrapper->pipeline() == nullptr || wrapper->sharded() == nullptr) return;
     const config::ShardingConfig &c = wrapper->sharded()->config();
     const std::string with = what + ": parallelism_config.pp_size > 1 with ";
-    // Each stage's pieces under the whole model's names would need every stage's rank to write its part of one
-    // folder (and its metadata joined over pp): not built; FULL_STATE_DICT is (the stages joined on the writer).
-    if (c.state_dict_type == "SHARDED_STATE_DICT")
-        fail(ACCEL_ERR_UNIMPLEMENTED, with + "fsdp_plugin.state_dict_type SHARDED_STATE_DICT is not supported yet; use "
-                                             "FULL_STATE_DICT (the default), which loads onto any pp size or none");
+    // (fsdp_plugin's FULL_STATE_DICT joins the stages on the writer; SHARDED_STATE_DICT has each stage's ranks write
+    // their pieces under the whole model's names: stage_sharded_checkpoint.hpp.)
     if (c.frontend == "deepspeed" && c.zero_stage >= 1)
         fail(ACCEL_ERR_UNIMPLEMENTED, with + "deepspeed_plugin (zero_stage " + std::to_string(c.zero_stage) +
                                           ": DeepSpeed's checkpoint layout of every rank's partitions) is not supported "

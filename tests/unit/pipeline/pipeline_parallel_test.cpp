@@ -15,6 +15,7 @@
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
 #include "distributed/thread_communicator.hpp"
+#include "fresh_dir.hpp"
 #include "model/generation.hpp"
 #include "model/gpt_model.hpp"
 #include "model/model.hpp"
@@ -23,6 +24,7 @@
 #include "parallel/fsdp/sharded_data_parallel.hpp"
 #include "parallel/pipeline/pipeline_parallel.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/stage_sharded_checkpoint.hpp"
 #include "parallel/pipeline/stages.hpp"
 #include "parallel/whole_gradients.hpp"
 #include "pipeline_models.hpp"
@@ -293,6 +295,33 @@ void expect_range_load_reaches_every_piece(accel::Model &m, accel::parallel::Sha
     engine.summon_full_params(false);
 }
 
+// save_state's SHARDED_STATE_DICT under pp x sharding (whole_model_pieces): each stage's pieces under the whole model's
+// names, written as save_state writes them (the first replica of each stage, as rank{stage x W + r}; the main process
+// metadata.json), read back whole by the sharded folder's reader: one process's tensors, every name once (the tied
+// embedding once), each within 1e-5 of the trained one-process model. Collective over the mesh's world.
+void expect_whole_model_pieces(accel::Model &m, accel::parallel::ShardedDataParallel &engine, pp::PipelineParallel &pipeline,
+                               const dist::DeviceMesh &mesh, const accel::Model &ref, const std::string &dir)
+{
+    const bool main = mesh.rank() == 0;
+    const accel::ShardedState st = pp::whole_model_pieces(pipeline, engine.sharded_state_dict(m), main);
+    EXPECT_EQ(st.world_size, pipeline.num_stages() * mesh.size(dist::MeshDim::DpShardCp));
+    std::vector<accel::ckpt::CheckpointFile> files;
+    const bool first_replica = mesh.rank_in(dist::MeshDim::DpReplicate) == 0;
+    accel::ckpt::add_sharded_files(files, "pieces", st, first_replica ? st.rank : INT64_MAX, main);
+    accel::ckpt::write_checkpoint({dir, {}}, files, main, [&mesh] { mesh.world()->barrier(); });
+    if (!main) return;
+    EXPECT_EQ(accel::list_dir(dir + "/pieces").size(), static_cast<size_t>(st.world_size) + 1); // + metadata.json
+    const accel::TensorList got = accel::ckpt::read_sharded_tensors(dir + "/pieces");
+    const accel::TensorList want = ref.state_dict(true);
+    ASSERT_EQ(got.size(), want.size());
+    std::map<std::string, at::Tensor> by_name(got.begin(), got.end());
+    for (const auto &[name, t] : want) {
+        ASSERT_TRUE(by_name.count(name)) << name;
+        const double diff = (by_name.at(name) - t).abs().max().item<double>();
+        EXPECT_LE(diff, 1e-5 * std::max(1.0, t.abs().max().item<double>())) << name << " of the sharded save";
+    }
+}
+
 // `stages` ranks train through the pipeline (num_micro_batches 2 of a 4-row batch, accumulation 2, clipping
 // to a norm the gradients exceed) what one process trains whole: 20 AdamW steps, the losses every rank
 // reports, the clipped norms and every parameter a stage holds equal one process's within 1e-5 relative.
@@ -345,6 +374,7 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
         ref_opt.zero_grad();
     }
 
+    const std::string sharded_dir = fresh_dir("pp_sharded_state") + "/saved";
     dist::run_on_threads(stages * dp, [&](const std::shared_ptr<dist::Communicator> &comm) {
         const int32_t replicated = sharding.enabled() ? replicas : dp;
         dist::DeviceMesh mesh(dist::mesh_shape(replicated, dp / replicated, 1, 1, stages), comm);
@@ -393,10 +423,8 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
             }
         }
         if (engine != nullptr) {
-            // FULL_STATE_DICT checkpoints are built; SHARDED_STATE_DICT and DeepSpeed's layout are refused by name.
-            const char *refused = sharding.frontend == "deepspeed"                    ? "deepspeed_plugin (zero_stage"
-                                  : sharding.state_dict_type == "SHARDED_STATE_DICT" ? "fsdp_plugin.state_dict_type SHARDED_STATE_DICT"
-                                                                                      : nullptr;
+            // FULL_STATE_DICT and SHARDED_STATE_DICT checkpoints are built; DeepSpeed's layout is refused by name.
+            const char *refused = sharding.frontend == "deepspeed" ? "deepspeed_plugin (zero_stage" : nullptr;
             if (refused != nullptr) {
                 const accel::Error e = catch_error([&] { pp::refuse_sharded_stage_checkpoint(pipeline.get(), "save_state"); });
                 EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED) << e.what();
@@ -405,6 +433,8 @@ void check_training(int32_t stages, int64_t layers, bool tied, const std::vector
             } else {
                 EXPECT_NO_THROW(pp::refuse_sharded_stage_checkpoint(pipeline.get(), "save_state"));
             }
+            if (sharding.state_dict_type == "SHARDED_STATE_DICT")
+                expect_whole_model_pieces(m, *engine, *pipeline, mesh, ref, sharded_dir);
             engine->summon_full_params(true); // whole parameters to compare
         } else {
             EXPECT_NO_THROW(pp::refuse_sharded_stage_checkpoint(pipeline.get(), "save_state"));
@@ -493,12 +523,13 @@ TEST(PipelineParallelSharded, TwoStagesTimesTwoShardsEqualOneProcess)
 }
 
 // HSDP on 8 thread ranks: each stage sharded over 2 processes and replicated twice (pp 2 x dp_replicate 2 x
-// dp_shard 2, the mesh's HYBRID_SHARD), one row each, equal one process on the 4 rows.
+// dp_shard 2, the mesh's HYBRID_SHARD), one row each, equal one process on the 4 rows. Its SHARDED_STATE_DICT: the
+// first replica of each stage writes its pieces (4 rank files), which read back as one process's model.
 TEST(PipelineParallelSharded, ReplicatedShardsEqualOneProcess)
 {
     check_training(2, 4, true, {}, "1f1b", 4, 1, 1,
                    R"("fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", )"
-                   R"("transformer_cls_names_to_wrap": ["gpt_block"]})", 2);
+                   R"("state_dict_type": "SHARDED_STATE_DICT", "transformer_cls_names_to_wrap": ["gpt_block"]})", 2);
 }
 
 // What a stage of a model refuses: ids it cannot embed (on every rank alike: no stage is left waiting), a
