@@ -321,15 +321,24 @@ def scenario_resume(a, tmp):
         a.steps = full - half
         resumed("pp_pp", world, config, pp_folder, pp_run, "%s -> %s" % (pipe, pipe))
         resumed("pp_one", 1, {}, pp_folder, pp_run, "%s -> one process" % pipe)
-        fsdp = {"fsdp_plugin": config["fsdp_plugin"]}  # plain FSDP over --dp processes: the existing sharded loader
-        ranks = train(a, a.dp, os.path.join(tmp, "pp_fsdp"), a.batch, fsdp, {"ACCEL_TEST_LOAD": pp_folder,
-                                                                             "ACCEL_TEST_SUMMON": "1"})
-        check_close(mean_losses(pp_run, range(half, full)), mean_losses(ranks, range(full - half)), a.tol,
-                    "%s -> fsdp %d: losses" % (pipe, a.dp))
-        want, got = merged(pp_run, pipe), merged(ranks, pipe)
-        names = sorted(n for n in want if not n.startswith("<"))
-        check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
-                    "%s -> fsdp %d: parameters after %d more steps" % (pipe, a.dp, full - half))
+
+        def resumed_from_pieces(name, processes, batch, cfg, extra, what):
+            ranks = train(a, processes, os.path.join(tmp, name), batch, cfg, dict(extra, ACCEL_TEST_LOAD=pp_folder))
+            check_close(mean_losses(pp_run, range(half, full)), mean_losses(ranks, range(full - half)), a.tol,
+                        "%s: losses" % what)
+            want, got = merged(pp_run, what), merged(ranks, what)
+            names = sorted(n for n in want if not n.startswith("<"))
+            check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
+                        "%s: parameters after %d more steps" % (what, full - half))
+
+        if a.dp == 2 and a.replicas == 1:  # another pp size on the same processes: pp 2 x pp, each stage unsharded
+            other = json.loads(json.dumps(config))
+            other["parallelism_config"].update(pp_size=2 * a.pp, dp_shard_size=1)
+            resumed_from_pieces("pp_other", world, a.batch * a.dp, other, {"ACCEL_TEST_SHARDED": "1"},
+                                "%s -> pp %d x fsdp 1" % (pipe, 2 * a.pp))
+        # Plain FSDP over --dp processes (no pipeline): the sharded loader of a folder saved without one.
+        resumed_from_pieces("pp_fsdp", a.dp, a.batch, {"fsdp_plugin": config["fsdp_plugin"]}, {"ACCEL_TEST_SUMMON": "1"},
+                            "%s -> fsdp %d" % (pipe, a.dp))
         a.steps = full
         return
     one_folder, one_run = saved("one", 1, {})
