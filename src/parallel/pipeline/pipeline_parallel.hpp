@@ -32,6 +32,7 @@ struct ShardingConfig;
 namespace distributed {
 class Communicator;
 class DeviceMesh;
+class SendQueue;
 } // namespace distributed
 } // namespace accel
 
@@ -127,6 +128,7 @@ private:
 
     PipelineStageModel &model_;
     std::shared_ptr<distributed::Communicator> pp_;
+    std::shared_ptr<distributed::SendQueue> sender_; // the boundaries' sends, posted from its own thread
     int32_t micro_batches_;
     std::string schedule_;
     std::vector<Op> ops_; // this stage's schedule of every batch
