@@ -7,6 +7,7 @@
 #include "parallel/tensor_parallel/group_capsule.hpp"
 #include "parallel/tensor_parallel/mappings.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <array>
@@ -108,11 +109,38 @@ at::Tensor block_scores(const at::Tensor &q, const at::Tensor &k, double scale, 
     return s;
 }
 
+// Attention dropout under the ring: each chunk pair's mask (kept weights scaled by 1 / keep, as at::dropout) drawn
+// from a generator seeded by the call's seed and the pair, so that backward draws the same mask again instead of
+// keeping T x T of them.
+struct RingDropout {
+    double p = 0.0; // 0: none
+    int64_t seed = 0;
+    int64_t chunks = 0; // 2 x cp
+
+    at::Tensor mask(const at::Tensor &like, int64_t cq, int64_t ck) const
+    {
+        const auto pair = static_cast<uint64_t>(cq * chunks + ck + 1);
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed) + 0x9E3779B97F4A7C15ULL * pair);
+        const double keep = 1.0 - p;
+        at::Tensor m = at::empty(like.sizes(), at::kFloat).bernoulli_(keep, gen).to(like.options());
+        return m.mul_(keep > 0.0 ? 1.0 / keep : 0.0); // 1 / keep in like's dtype, as at::dropout scales
+    }
+};
+
+// The call's dropout seed, from `g` or the default generator.
+int64_t draw_seed(const std::optional<at::Generator> &g)
+{
+    const c10::optional<at::Generator> gen = g ? c10::optional<at::Generator>(*g) : c10::nullopt;
+    return at::randint(std::numeric_limits<int64_t>::max(), {1}, gen, at::kLong).item<int64_t>();
+}
+
 struct RingAttention : torch::autograd::Function<RingAttention> {
     static at::Tensor forward(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                              const std::shared_ptr<Communicator> &group, double scale, bool causal, int64_t window)
+                              const std::shared_ptr<Communicator> &group, double scale, bool causal, int64_t window,
+                              double dropout, int64_t seed)
     {
         const Visibility vis{causal, window};
+        const RingDropout drop{dropout, seed, 2 * static_cast<int64_t>(group->size())};
         Communicator &g = *group;
         const int32_t n = g.size(), r = g.rank();
         auto qh = q.chunk(2, 2);
@@ -138,8 +166,9 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
                     // position in the diagonal pair, merged first, so lse is finite from then on, and a row that
                     // a later block hides entirely (a sliding window) adds exp(-inf) = 0.
                     at::Tensor merged = at::logaddexp(lse[a], at::logsumexp(s, -1));
-                    out[a] = out[a] * at::exp(lse[a] - merged).unsqueeze(-1) +
-                             at::matmul(at::exp(s - merged.unsqueeze(-1)), vh[b]);
+                    at::Tensor w = at::exp(s - merged.unsqueeze(-1)); // dropout after the softmax: lse unchanged
+                    if (drop.p > 0.0) w = w * drop.mask(w, cq, ck);
+                    out[a] = out[a] * at::exp(lse[a] - merged).unsqueeze(-1) + at::matmul(w, vh[b]);
                     lse[a] = merged;
                 }
             if (next) kv = next->arrived();
@@ -150,6 +179,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         ctx->saved_data["scale"] = scale;
         ctx->saved_data["causal"] = causal;
         ctx->saved_data["window"] = window;
+        ctx->saved_data["dropout"] = dropout;
+        ctx->saved_data["seed"] = seed;
         return o;
     }
 
@@ -161,6 +192,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         const double scale = ctx->saved_data["scale"].toDouble();
         const Visibility vis{ctx->saved_data["causal"].toBool(), ctx->saved_data["window"].toInt()};
         const int32_t n = g.size(), r = g.rank();
+        const RingDropout drop{ctx->saved_data["dropout"].toDouble(), ctx->saved_data["seed"].toInt(), 2 * static_cast<int64_t>(n)};
         const at::Tensor dout = grads[0].contiguous();
         const at::Tensor delta = (dout * o).sum(-1); // rowsum(dO * O): the softmax's backward term
         at::Tensor dq = at::zeros_like(q);
@@ -184,18 +216,26 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
                     if (pair == Pair::Skip) continue;
                     // The forward's mask again (the same pairs skipped); lse is finite, so hidden keys give p = 0.
                     at::Tensor p = at::exp(block_scores(qh[a], kh[b], scale, cq, ck, pair, vis) - lh[a].unsqueeze(-1));
-                    dvh[b].add_(at::matmul(p.transpose(-1, -2), doh[a]));
-                    at::Tensor ds = p * (at::matmul(doh[a], vh[b].transpose(-1, -2)) - dh[a].unsqueeze(-1));
+                    // With dropout (out = (p x mask) v): dv from the dropped weights, dp = (dO vᵀ) x mask; the
+                    // softmax's rowsum(dp x p) is still rowsum(dO x O) = delta.
+                    at::Tensor z = p, dp = at::matmul(doh[a], vh[b].transpose(-1, -2));
+                    if (drop.p > 0.0) {
+                        const at::Tensor m = drop.mask(p, cq, ck);
+                        z = p * m;
+                        dp = dp * m;
+                    }
+                    dvh[b].add_(at::matmul(z.transpose(-1, -2), doh[a]));
+                    at::Tensor ds = p * (dp - dh[a].unsqueeze(-1));
                     dqh[a].add_(at::matmul(ds, kh[b]) * scale);
                     dkh[b].add_(at::matmul(ds.transpose(-1, -2), qh[a]) * scale);
                 }
             if (sums) dkv += sums->arrived(); // block j's sum over ranks j .. r - 1
-            if (n == 1) return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+            if (n == 1) return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
             sums.emplace(dkv, g, kRingGradTag);
             if (next) kv = next->arrived();
         }
         const at::Tensor dkv = sums->arrived(); // this rank's own keys' and values' gradients, summed over the ring
-        return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+        return {dq, dkv[0], dkv[1], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
 
@@ -273,17 +313,15 @@ at::Tensor attention(const ContextParallel &cp, const at::Tensor &q, const at::T
         return attention(cp, q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), spec);
     }
     if (cp.strategy == Strategy::AllGather) return gathered_attention(cp, q, k, v, spec);
-    if (spec.train && spec.dropout > 0.0)
-        fail(ACCEL_ERR_UNIMPLEMENTED, "parallelism_config.cp_handler.cp_comm_strategy: \"alltoall\" (ring attention) "
-                                      "with attention dropout while training is not built yet; set the model's "
-                                      "attention dropout to 0 or use \"allgather\"");
+    const double dropout = spec.train ? spec.dropout : 0.0;
+    const int64_t seed = dropout > 0.0 ? draw_seed(spec.generator) : 0;
     if (spec.float32_softmax && q.scalar_type() != at::kFloat) {
         // The blocks' exponentials in float32, as transformers' softmax(dtype=float32); the result back in q's type.
         return RingAttention::apply(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), cp.group, spec.scale, spec.causal,
-                                    spec.window)
+                                    spec.window, dropout, seed)
             .to(q.scalar_type());
     }
-    return RingAttention::apply(q, k, v, cp.group, spec.scale, spec.causal, spec.window);
+    return RingAttention::apply(q, k, v, cp.group, spec.scale, spec.causal, spec.window, dropout, seed);
 }
 
 } // namespace accel::parallel::cp

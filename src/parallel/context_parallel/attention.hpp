@@ -8,7 +8,8 @@
 //   "alltoall"   ring attention: the K/V parts travel round the cp group by send/recv (rank r to r + 1), each
 //                rank merging the blocks with an online softmax (running log-sum-exp), chunk pairs wholly above
 //                the diagonal (or wholly outside a sliding window) skipped; backward recomputes the blocks from the saved log-sum-exp and sends the
-//                K/V gradients round the ring with them, home after a last hop. Nothing of size T x T is kept
+//                K/V gradients round the ring with them, home after a last hop; attention dropout redraws each
+//                pair's mask from a per-call seed (AttentionSpec::generator). Nothing of size T x T is kept
 //                for backward (torch's "alltoall" rotater likewise passes K/V shards between neighbours).
 //   "ulysses"    parallelism_config.sp_size (ulysses.hpp): all-to-all from sequence shards to head shards,
 //                attention over whole sequences, all-to-all back. Not a cp_comm_strategy: sp_size selects it.
@@ -17,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace accel::distributed {
@@ -42,14 +44,16 @@ struct AttentionSpec {
     double scale = 1.0;       // scores = (q kᵀ) x scale
     bool causal = true;       // query at position i sees keys at positions <= i
     int64_t window = 0;       // > 0: it also stops seeing keys at i - window and before
-    double dropout = 0.0;     // on the attention weights while training (allgather only)
+    double dropout = 0.0;     // on the attention weights while training
     bool train = false;
+    // The ring's dropout: one seed per call drawn from this generator (none: the default one, as "allgather"'s
+    // dropout draws from it), each chunk pair's mask a function of that seed and the pair, drawn again in backward.
+    std::optional<at::Generator> generator;
     bool float32_softmax = false; // the softmax computed in float32 (transformers' Llama)
 };
 
 // q [B, H, T_local, D], k and v [B, H / g, T_local, D] (g query heads per key/value head), laid out as
 // sequence_split lays out the sequence -> [B, H, T_local, D].
-// UNIMPLEMENTED naming the option for a training dropout under the ring strategy.
 at::Tensor attention(const ContextParallel &cp, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                      const AttentionSpec &spec);
 
