@@ -1,7 +1,9 @@
 // mpi: Open MPI (or any MPI-3 library) for programs started by mpirun. LibTorch 1.13 from Debian has
 // no ProcessGroupMPI, so this calls MPI directly. All MPI calls run on one worker thread (initialised
 // there with MPI_THREAD_FUNNELED), in submission order, so operations are asynchronous for DDP's
-// buckets and every wait has a timeout. A rank that dies is reported by mpirun, which ends the job;
+// buckets and every wait has a timeout. Point to point is posted (MPI_Isend / MPI_Irecv) and tested by that thread
+// between its tasks, never waited there: a blocked wait would keep the process's later sends and receives from being
+// posted, and the pipeline's and the ring's transfers run under computation only when posted at once. A rank that dies is reported by mpirun, which ends the job;
 // a rank that stops answering makes the others fail with ACCEL_ERR_DEADLINE_EXCEEDED after the
 // timeout. MPI does not say which rank is missing, so the ranks keep gloo's heartbeat (peer_monitor.hpp) in a
 // store of their own - rank 0 hosts it at a free port, MASTER_ADDR or its host name, sent to the others with
@@ -39,6 +41,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace accel::distributed {
 
@@ -81,6 +84,11 @@ public:
         std::lock_guard<std::mutex> l(m_);
         return at_;
     }
+    bool done() const
+    {
+        std::lock_guard<std::mutex> l(m_);
+        return done_;
+    }
     std::function<void()> after; // runs on the waiting thread once done (Avg's division)
 
 private:
@@ -96,6 +104,33 @@ private:
     std::exception_ptr error_;
     double at_ = 0.0;
     bool after_done_ = false;
+};
+
+// A send or receive posted by send_async / recv_async. The MPI thread owns it until MPI says it finished: the
+// request, and the tensor MPI reads or writes, which must outlive the request even when its work was dropped.
+struct P2P {
+    MPI_Request request = MPI_REQUEST_NULL;
+    at::Tensor tensor;
+    std::string what; // "send to rank 1 (tag 7)": the errors' subject
+    bool receive = false;
+    std::weak_ptr<MpiWork> work;      // expired once dropped
+    std::atomic<bool> dropped{false}; // set by the work dropped unfinished: the MPI thread cancels the request
+    bool cancelled = false;
+};
+
+// The work of a P2P. Dropped before it finished, it gives the transfer up: MPI_Cancel (Open MPI cancels receives; a
+// send goes on until received, or until the exit frees it), the buffer left to the MPI thread.
+class MpiP2PWork : public MpiWork {
+public:
+    MpiP2PWork(std::chrono::milliseconds timeout, std::shared_ptr<P2P> p2p, std::shared_ptr<Tracked> tracked)
+        : MpiWork(timeout, p2p->what, std::move(tracked)), p2p_(std::move(p2p))
+    {
+    }
+    ~MpiP2PWork() override;
+    void wait() override;
+
+private:
+    std::shared_ptr<P2P> p2p_;
 };
 
 // The thread that owns MPI.
@@ -121,6 +156,20 @@ public:
         }
         cv_.notify_all();
     }
+
+    // On the MPI thread: a transfer just posted, tested from now on until it finished.
+    void keep(std::shared_ptr<P2P> p) { pending_.push_back(std::move(p)); }
+
+    // Has the MPI thread test its transfers now (a work was dropped, or is waited for).
+    void nudge()
+    {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            nudged_ = true;
+        }
+        cv_.notify_all();
+    }
+    std::atomic<int> waiters{0}; // threads in the wait of a transfer: the MPI thread tests often then
 
     // At exit: finalize MPI unless an operation is stuck (then the thread is left to the exit).
     void shutdown(bool stuck)
@@ -159,22 +208,49 @@ private:
             std::function<void()> task;
             {
                 std::unique_lock<std::mutex> l(m_);
-                cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
-                if (queue_.empty()) break;
-                task = std::move(queue_.front());
-                queue_.pop_front();
+                const auto ready = [this] { return stop_ || nudged_ || !queue_.empty(); };
+                if (pending_.empty()) cv_.wait(l, ready);
+                else cv_.wait_for(l, poll_delay(), ready);
+                nudged_ = false;
+                if (!queue_.empty()) {
+                    task = std::move(queue_.front());
+                    queue_.pop_front();
+                } else if (stop_) break;
             }
+            progress(); // first: a work dropped before this task was submitted is cancelled before the task runs
+            if (!task) continue;
             task();
+            idle_polls_ = 0;
+            progress();
         }
+        give_up_pending();
         MPI_Finalize();
     }
+
+    // How long the MPI thread sleeps between tests of its transfers: short while a thread waits for one, else
+    // longer the longer nothing finished (a transfer under computation needs tests to progress, but each takes CPU
+    // from that computation).
+    std::chrono::microseconds poll_delay() const
+    {
+        constexpr std::chrono::microseconds kWaited{20}, kLongest{1000};
+        if (waiters.load() > 0) return kWaited;
+        return std::min(kLongest, kWaited * (1 << std::min(idle_polls_, 6)));
+    }
+
+    void progress();
+    bool test(P2P &p);
+    void give_up_pending();
 
     std::thread thread_;
     std::mutex m_;
     std::condition_variable cv_;
     std::deque<std::function<void()>> queue_;
-    bool started_ = false, stop_ = false;
+    bool started_ = false, stop_ = false, nudged_ = false;
     std::string init_error_;
+    // The MPI thread's alone: the posted transfers; the buffers of transfers that failed (MPI may still hold them).
+    std::vector<std::shared_ptr<P2P>> pending_;
+    std::vector<at::Tensor> failed_buffers_;
+    int idle_polls_ = 0; // tests in a row that finished nothing
 };
 
 MpiWorker *g_worker = nullptr;
@@ -296,14 +372,87 @@ int checked_count(const at::Tensor &t)
     return static_cast<int>(t.numel());
 }
 
-void check_mpi(int rc, const char *op)
+Error mpi_error(int rc, const std::string &op)
 {
-    if (rc == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    fail(ACCEL_ERR_UNAVAILABLE, std::string("mpi ") + op + " failed on rank " + std::to_string(g_worker->world_rank) +
-                                    ": " + std::string(text, static_cast<size_t>(len)));
+    return Error(ACCEL_ERR_UNAVAILABLE, "mpi " + op + " failed on rank " + std::to_string(g_worker->world_rank) + ": " +
+                                            std::string(text, static_cast<size_t>(len)));
+}
+
+void check_mpi(int rc, const char *op)
+{
+    if (rc != MPI_SUCCESS) throw mpi_error(rc, op);
+}
+
+// Whether transfer `p` finished (then its work, if any, is told, with the failure if it failed).
+bool MpiWorker::test(P2P &p)
+{
+    if (p.dropped && !p.cancelled) {
+        MPI_Cancel(&p.request); // a failure leaves the request as it was: tested as before
+        p.cancelled = true;
+    }
+    int finished = 0;
+    MPI_Status status;
+    const int rc = MPI_Test(&p.request, &finished, &status);
+    std::exception_ptr error;
+    if (rc != MPI_SUCCESS) {
+        error = std::make_exception_ptr(mpi_error(rc, p.what));
+        failed_buffers_.push_back(p.tensor); // the request's state is unknown: its buffer is kept to the end
+    } else if (finished == 0) return false;
+    else if (p.receive && !p.cancelled) {
+        int count = 0;
+        MPI_Get_count(&status, mpi_type(p.tensor.scalar_type()), &count);
+        if (count != p.tensor.numel()) // a longer message fails MPI_Test (truncated); a shorter one lands here
+            error = std::make_exception_ptr(Error(
+                ACCEL_ERR_FAILED_PRECONDITION, "mpi " + p.what + " on rank " + std::to_string(world_rank) + ": received " +
+                                                   std::to_string(count) + " elements, expected " + std::to_string(p.tensor.numel())));
+    }
+    if (auto w = p.work.lock()) w->finish(error);
+    return true;
+}
+
+void MpiWorker::progress()
+{
+    bool any = false;
+    for (size_t i = 0; i < pending_.size();)
+        if (test(*pending_[i])) {
+            pending_[i] = std::move(pending_.back());
+            pending_.pop_back();
+            any = true;
+        } else ++i;
+    idle_polls_ = any ? 0 : idle_polls_ + 1;
+}
+
+// At exit, the transfers nobody waited for: cancelled and given a second, then freed (a send nobody receives never
+// ends, and MPI_Finalize would wait for it). Their buffers stay with the thread, which is never destroyed.
+void MpiWorker::give_up_pending()
+{
+    for (auto &p : pending_) p->dropped = true;
+    const auto until = std::chrono::steady_clock::now() + 1s;
+    while (!pending_.empty() && std::chrono::steady_clock::now() < until) {
+        progress();
+        if (!pending_.empty()) std::this_thread::sleep_for(1ms);
+    }
+    for (auto &p : pending_)
+        if (p->request != MPI_REQUEST_NULL) MPI_Request_free(&p->request);
+}
+
+MpiP2PWork::~MpiP2PWork()
+{
+    if (done()) return;
+    p2p_->dropped = true;
+    g_worker->nudge();
+}
+
+void MpiP2PWork::wait()
+{
+    struct Waiting { // the MPI thread tests often while a thread waits
+        Waiting() { ++g_worker->waiters; g_worker->nudge(); }
+        ~Waiting() { --g_worker->waiters; }
+    } waiting;
+    MpiWork::wait();
 }
 
 class MpiCommunicator : public Communicator, public std::enable_shared_from_this<MpiCommunicator> {
@@ -390,26 +539,23 @@ public:
         return out;
     }
 
-    void send(const at::Tensor &tensor, int32_t dst, int32_t tag) override
+    void send(const at::Tensor &tensor, int32_t dst, int32_t tag) override { send_async(tensor, dst, tag)->wait(); }
+    void recv(at::Tensor &tensor, int32_t src, int32_t tag) override { recv_async(tensor, src, tag)->wait(); }
+
+    std::shared_ptr<Work> send_async(const at::Tensor &tensor, int32_t dst, int32_t tag) override
     {
         check_rank(dst, "dst");
-        at::Tensor t = tensor.contiguous();
-        submit("send", nullptr, [t, dst, tag, this] {
-            check_mpi(MPI_Send(t.data_ptr(), checked_count(t), mpi_type(t.scalar_type()), dst, tag, comm_), "send");
-        })->wait();
+        return post(tensor.contiguous(), dst, tag, false);
     }
 
-    void recv(at::Tensor &tensor, int32_t src, int32_t tag) override
+    std::shared_ptr<Work> recv_async(at::Tensor &tensor, int32_t src, int32_t tag) override
     {
         check_rank(src, "src");
         contiguous(tensor, "recv");
-        at::Tensor t = tensor;
-        submit("recv", nullptr, [t, src, tag, this] {
-            check_mpi(MPI_Recv(t.data_ptr(), checked_count(t), mpi_type(t.scalar_type()), src, tag, comm_,
-                               MPI_STATUS_IGNORE),
-                      "recv");
-        })->wait();
+        return post(tensor, src, tag, true);
     }
+
+    bool send_async_blocks() const override { return false; }
 
     void barrier() override
     {
@@ -439,14 +585,39 @@ public:
     }
 
 private:
+    // MPI_Isend / MPI_Irecv on the MPI thread, which then tests the request between its tasks (MpiWorker::progress).
+    std::shared_ptr<Work> post(const at::Tensor &t, int32_t peer, int32_t tag, bool receive)
+    {
+        if (tag < 0) fail(ACCEL_ERR_INVALID_ARGUMENT, "tag: expected a non-negative tag, got " + std::to_string(tag));
+        const MPI_Datatype type = mpi_type(t.scalar_type());
+        const int count = checked_count(t);
+        check_poison(receive ? "recv" : "send");
+        auto p = std::make_shared<P2P>();
+        p->what = std::string(receive ? "recv from" : "send to") + " rank " + std::to_string(peer) + " (tag " +
+                  std::to_string(tag) + ")";
+        p->receive = receive;
+        p->tensor = t;
+        auto w = std::make_shared<MpiP2PWork>(timeout_, p, tracked_);
+        p->work = w;
+        g_worker->submit([p, type, count, peer, tag, comm = comm_] {
+            void *data = p->tensor.data_ptr();
+            const int rc = p->receive ? MPI_Irecv(data, count, type, peer, tag, comm, &p->request)
+                                      : MPI_Isend(data, count, type, peer, tag, comm, &p->request);
+            if (rc == MPI_SUCCESS) g_worker->keep(p);
+            else if (auto posted = p->work.lock()) posted->finish(std::make_exception_ptr(mpi_error(rc, p->what)));
+        });
+        return w;
+    }
+    void check_poison(const char *op) const
+    {
+        std::lock_guard<std::mutex> l(g_worker->poison_m);
+        if (!g_worker->poison.empty())
+            fail(ACCEL_ERR_ABORTED, std::string("mpi ") + op + ": communication already failed: " + g_worker->poison);
+    }
     // `kind` (a string literal, gloo's names): a collective, numbered for the monitor; nullptr for others.
     std::shared_ptr<MpiWork> submit(const char *op, const char *kind, std::function<void()> body)
     {
-        {
-            std::lock_guard<std::mutex> l(g_worker->poison_m);
-            if (!g_worker->poison.empty())
-                fail(ACCEL_ERR_ABORTED, std::string("mpi ") + op + ": communication already failed: " + g_worker->poison);
-        }
+        check_poison(op);
         const CollectiveTracker::Ticket ticket = kind != nullptr ? tracked_->tracker.issue(kind) : CollectiveTracker::Ticket{};
         auto w = std::make_shared<MpiWork>(timeout_, op, tracked_, ticket);
         g_worker->submit([w, body = std::move(body)] {

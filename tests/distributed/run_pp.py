@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_dist import check_close, env_base, launch_cmd, log, run  # noqa: E402
+from run_dist import check_close, env_base, launch_cmd, log, mpirun_cmd, run  # noqa: E402
 from run_tp import tensors_of  # noqa: E402
 
 
@@ -70,7 +70,13 @@ def train(a, processes, prefix, batch, config, extra=None):
     args = [prog, prefix, str(batch), str(a.steps), json.dumps(config)]
     if processes > 1 and a.cp > 1:
         e["ACCEL_TEST_CP"] = "1"
-    run(launch_cmd(a, processes) + args if processes > 1 else args, env=e, timeout=a.timeout)
+    if processes > 1 and a.launcher == "mpirun":  # the mpi backend, asked for by name (a fallback would fail)
+        config = dict(config, kwargs_handlers={"init_process_group": {"backend": "mpi"}})
+        args[-1] = json.dumps(config)
+        exports = sum((["-x", k] for k in sorted(e) if k.startswith("ACCEL_TEST_")), [])
+        run(mpirun_cmd(processes) + exports + args, env=e, timeout=a.timeout)
+    else:
+        run(launch_cmd(a, processes) + args if processes > 1 else args, env=e, timeout=a.timeout)
     ranks = Ranks(read_rank("%s.%d.txt" % (prefix, r)) for r in range(processes))
     if a.tp > 1:  # compared through save_model's whole weights, one process's as well
         ranks.model = e["ACCEL_TEST_SAVE_MODEL"]
@@ -383,6 +389,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--launcher", default="launch", choices=["launch", "mpirun"],
+                    help="start the processes with accel launch (Gloo) or mpirun (the mpi backend)")
     ap.add_argument("--llama", action="store_true", help="dist_pp's llama (grouped-query attention) instead of its gpt")
     ap.add_argument("--sequential", action="store_true",
                     help="dist_pp's JSON-spec sequential model (embedding, transformer layers, head) instead of its gpt")
