@@ -374,9 +374,16 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
             fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: parallelism_config.pp_size > 1 with tp_size > 1 and "
                                           "fsdp_plugin.state_dict_type SHARDED_STATE_DICT is not supported yet; use "
                                           "FULL_STATE_DICT (the default), which loads onto any pp or tp size");
-        if (state_->config.project.save_on_each_node && sharded_pipeline(wrapper_of(*m)))
-            fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: project save_on_each_node with parallelism_config.pp_size > 1 under "
-                                          "fsdp_plugin is not supported yet (the stages are joined on the main process only)");
+        // save_on_each_node: each node's writer gets the whole model (FULL_STATE_DICT: the stages joined onto every
+        // writer, whichever stage it holds). A layout of every rank's pieces would leave each node's folder with only
+        // its own ranks' pieces: refused.
+        if (state_->config.project.save_on_each_node && sharded_pipeline(wrapper_of(*m)) &&
+            (sharded_of(*m)->writes_sharded_state_dict() || deepspeed_layout(*m)))
+            fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: project save_on_each_node with parallelism_config.pp_size > 1 and " +
+                                              std::string(deepspeed_layout(*m) ? "deepspeed_plugin"
+                                                                               : "fsdp_plugin.state_dict_type SHARDED_STATE_DICT") +
+                                              " is not supported yet (each node's folder would hold only its own ranks' "
+                                              "pieces); fsdp_plugin's FULL_STATE_DICT is");
     }
     auto engine_of = [this](const Model &m) { return sharded_of(m); };
     // A pipeline's stages filled in first (under pp x tp each rank's tp slices of them), then gathered over tp.
@@ -405,9 +412,11 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
             gathered.push_back(w->sharded()); // DeepSpeed's layout cuts frozen parameters per parameter: from whole ones
     }
     SummonWhole whole(gathered);
-    // pp x sharding: each stage whole now (summoned), the other stages' filled in on the writer's first stage.
+    // pp x sharding: each stage whole now (summoned), the other stages' filled in on the writer's first stage (under
+    // save_on_each_node on every rank: a node's writer may hold any stage).
     const auto pp_sharded_whole = whole_pipeline_models(
-        models_, {}, [this](const Model &m) { return wrapper_of(m); }, false, std::optional<bool>(writes_main_files()), true);
+        models_, {}, [this](const Model &m) { return wrapper_of(m); }, false,
+        state_->config.project.save_on_each_node ? std::nullopt : std::optional<bool>(writes_main_files()), true);
     const int64_t rank = state_->process_index();
     std::string latest;
     for (size_t i = 0; i < models_.size(); ++i)

@@ -113,16 +113,18 @@ def memory_stats(out):
     return stats
 
 
-def run_machines(a, program, env):
+def run_machines(a, program, env, cwds=None):
     """`accel launch` once per machine (--num_machines M on this one host, all started together): a multi-node
-    job's rendezvous and topology without a second host. Returns the joined output like run()'s result."""
+    job's rendezvous and topology without a second host. Returns the joined output like run()'s result. `cwds`: each
+    machine's working folder (a relative path then names a folder of each machine's own, as a node's local disk)."""
     port = free_port()
     procs = []
     for k in range(a.machines):
         cmd = [os.path.join(a.bin, "bin", "accel"), "launch", "-n", str(a.np), "--num_machines", str(a.machines),
                "--machine_rank", str(k), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)] + program
         log("$", " ".join(cmd))
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                      cwd=cwds[k] if cwds else None))
     outs = []
     for k, proc in enumerate(procs):
         out, _ = proc.communicate(timeout=a.timeout)

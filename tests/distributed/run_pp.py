@@ -30,10 +30,12 @@ import shutil
 import struct
 import sys
 import tempfile
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_dist import check_close, env_base, launch_cmd, log, mpirun_cmd, run  # noqa: E402
 from run_tp import tensors_of  # noqa: E402
+from run_dist import run_machines  # noqa: E402
 
 
 def read_rank(path):
@@ -57,8 +59,9 @@ class Ranks(list):
     model = None
 
 
-def train(a, processes, prefix, batch, config, extra=None):
-    """dist_pp on `processes` processes (one process when 1); returns every rank's (losses, params)."""
+def train(a, processes, prefix, batch, config, extra=None, node_dirs=None):
+    """dist_pp on `processes` processes (one process when 1); returns every rank's (losses, params). `node_dirs`: the
+    processes spread over that many "machines" of this host (accel launch each), each working in its own folder."""
     prog = os.path.join(a.bin, "tests", "distributed", "dist_pp")
     e = env_base()
     e["ACCEL_TEST_SAVE_MODEL"] = prefix + ".model"
@@ -70,7 +73,12 @@ def train(a, processes, prefix, batch, config, extra=None):
     args = [prog, prefix, str(batch), str(a.steps), json.dumps(config)]
     if processes > 1 and a.cp > 1:
         e["ACCEL_TEST_CP"] = "1"
-    if processes > 1 and a.launcher == "mpirun":  # the mpi backend, asked for by name (a fallback would fail)
+    if node_dirs:  # save_on_each_node: save_model's folder too is each node's own
+        e["ACCEL_TEST_SAVE_MODEL"] = "model"
+        machines = types.SimpleNamespace(np=processes, machines=len(node_dirs), bin=a.bin,
+                                         timeout=a.timeout)
+        run_machines(machines, args, e, cwds=node_dirs)
+    elif processes > 1 and a.launcher == "mpirun":  # the mpi backend, asked for by name (a fallback would fail)
         config = dict(config, kwargs_handlers={"init_process_group": {"backend": "mpi"}})
         args[-1] = json.dumps(config)
         exports = sum((["-x", k] for k in sorted(e) if k.startswith("ACCEL_TEST_")), [])
@@ -275,6 +283,22 @@ def check_stage_pieces(a, folder, what):
         sys.exit("%s: save_state wrote whole-model files beside the pieces: %s" % (what, sorted(os.listdir(folder))))
 
 
+def check_node_folders(a, folders, world, what):
+    """save_on_each_node: every node's folder holds one process's whole files (the weights the same bytes on every node,
+    whichever stage its writer holds; the optimizer's state is checked by loading the last node's on one process: its
+    tensors pickled as views or as copies make different bytes) and the RNG states of its own processes."""
+    per = world // len(folders)
+    for k, d in enumerate(folders):
+        files = sorted(os.listdir(d)) if os.path.isdir(d) else []
+        want = ["model.safetensors", "optimizer.bin"] + ["random_states_%d.pkl" % r for r in range(k * per, (k + 1) * per)]
+        if any(f not in files for f in want):
+            sys.exit("%s: node %d's folder holds %s, expected %s among them" % (what, k, files, want))
+    first = open(os.path.join(folders[0], "model.safetensors"), "rb").read()
+    for k, d in enumerate(folders[1:], 1):
+        if open(os.path.join(d, "model.safetensors"), "rb").read() != first:
+            sys.exit("%s: node %d's model.safetensors differs from node 0's" % (what, k))
+
+
 def scenario_resume(a, tmp):
     config = {"parallelism_config": {"pp_size": a.pp, "dp_replicate_size": a.dp, "tp_size": a.tp,
                                      "num_micro_batches": a.micro, "pp_schedule": a.schedule}}
@@ -321,6 +345,33 @@ def scenario_resume(a, tmp):
         check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
                     "%s: parameters after %d more steps" % (what, full - half))
 
+    def resumed_as(name, processes, batch, cfg, extra, whole, what, node_dirs=None):
+        ranks = train(a, processes, os.path.join(tmp, name), batch, cfg, extra, node_dirs)
+        check_close(mean_losses(whole, range(half, full)), mean_losses(ranks, range(full - half)), a.tol,
+                    "%s: losses" % what)
+        want, got = merged(whole, what), merged(ranks, what)
+        names = sorted(n for n in want if not n.startswith("<"))
+        check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
+                    "%s: parameters after %d more steps" % (what, full - half))
+
+    if a.nodes > 1:  # save_on_each_node: each node's local main process writes one process's files
+        nodes = [os.path.join(tmp, "node%d" % k) for k in range(a.nodes)]
+        for d in nodes:
+            os.makedirs(d)
+        cfg = dict(config, project_config={"save_on_each_node": True})
+        sharded = {"ACCEL_TEST_SHARDED": "1"}
+        # "ckpt" is relative: each node's own folder (its working folder), as on a node's local disk.
+        node_run = train(a, world, os.path.join(tmp, "nodes"), a.batch, cfg,
+                         dict(sharded, ACCEL_TEST_SAVE_AT=str(half), ACCEL_TEST_SAVE_DIR="ckpt"), nodes)
+        folders = [os.path.join(d, "ckpt") for d in nodes]
+        check_node_folders(a, folders, world, pipe)
+        a.steps = full - half
+        resumed_as("nodes_nodes", world, a.batch, cfg, dict(sharded, ACCEL_TEST_LOAD="ckpt"), node_run,
+                   "%s, save_on_each_node on %d nodes -> the same" % (pipe, a.nodes), nodes)
+        resumed_as("node_one", 1, a.batch * a.dp, {}, {"ACCEL_TEST_LOAD": folders[-1]}, node_run,
+                   "%s, save_on_each_node: the last node's folder -> one process" % pipe)
+        a.steps = full
+        return
     pp_folder, pp_run = saved("pp", world, config)
     if a.sharded_state:
         check_stage_pieces(a, pp_folder, pipe)
@@ -328,23 +379,14 @@ def scenario_resume(a, tmp):
         resumed("pp_pp", world, config, pp_folder, pp_run, "%s -> %s" % (pipe, pipe))
         resumed("pp_one", 1, {}, pp_folder, pp_run, "%s -> one process" % pipe)
 
-        def resumed_from_pieces(name, processes, batch, cfg, extra, what):
-            ranks = train(a, processes, os.path.join(tmp, name), batch, cfg, dict(extra, ACCEL_TEST_LOAD=pp_folder))
-            check_close(mean_losses(pp_run, range(half, full)), mean_losses(ranks, range(full - half)), a.tol,
-                        "%s: losses" % what)
-            want, got = merged(pp_run, what), merged(ranks, what)
-            names = sorted(n for n in want if not n.startswith("<"))
-            check_close([x for n in names for x in want[n]], [x for n in names for x in got[n]], a.tol,
-                        "%s: parameters after %d more steps" % (what, full - half))
-
         if a.dp == 2 and a.replicas == 1:  # another pp size on the same processes: pp 2 x pp, each stage unsharded
             other = json.loads(json.dumps(config))
             other["parallelism_config"].update(pp_size=2 * a.pp, dp_shard_size=1)
-            resumed_from_pieces("pp_other", world, a.batch * a.dp, other, {"ACCEL_TEST_SHARDED": "1"},
-                                "%s -> pp %d x fsdp 1" % (pipe, 2 * a.pp))
+            resumed_as("pp_other", world, a.batch * a.dp, other, {"ACCEL_TEST_SHARDED": "1", "ACCEL_TEST_LOAD": pp_folder},
+                       pp_run, "%s -> pp %d x fsdp 1" % (pipe, 2 * a.pp))
         # Plain FSDP over --dp processes (no pipeline): the sharded loader of a folder saved without one.
-        resumed_from_pieces("pp_fsdp", a.dp, a.batch, {"fsdp_plugin": config["fsdp_plugin"]}, {"ACCEL_TEST_SUMMON": "1"},
-                            "%s -> fsdp %d" % (pipe, a.dp))
+        resumed_as("pp_fsdp", a.dp, a.batch, {"fsdp_plugin": config["fsdp_plugin"]},
+                   {"ACCEL_TEST_SUMMON": "1", "ACCEL_TEST_LOAD": pp_folder}, pp_run, "%s -> fsdp %d" % (pipe, a.dp))
         a.steps = full
         return
     one_folder, one_run = saved("one", 1, {})
@@ -400,6 +442,8 @@ def main():
                     help="pp x sharding: each stage's --dp processes shard it (dp_shard_size) under this plugin")
     ap.add_argument("--replicas", type=int, default=1,
                     help="resume with --plugin: of the --dp processes, this many replicas of dp / replicas shards (HSDP)")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="resume: the processes on that many machines of this host, project save_on_each_node")
     ap.add_argument("--sharded-state", action="store_true",
                     help="resume with --plugin fsdp: the pipeline saves SHARDED_STATE_DICT (each rank its pieces)")
     ap.add_argument("--bf16", action="store_true",

@@ -224,22 +224,27 @@ void save_model_by_stage(const Model &model, PipelineParallel &pipeline, const s
 PyRef joined_stage_optimizer_state(PipelineParallel &pipeline, PyRef mine, bool near_writer)
 {
     distributed::Communicator &pp = *pipeline.pp_group();
-    // The first stage's flag decides for the whole group, as WholeStages::FirstStageOnly does.
-    if (pp.allgather(at::full({1}, near_writer ? 1 : 0, at::kLong)).front().item<int64_t>() == 0) return mine;
+    // Each stage whose flag is set gets the join: the first stage, with the main process; under save_on_each_node
+    // each node's writer, whichever stage it holds. The others send theirs to each of them in turn.
+    const std::vector<int64_t> writers = gathered_values(pp, near_writer ? 1 : 0);
+    if (std::find(writers.begin(), writers.end(), 1) == writers.end()) return mine;
     const PyObj *state = mine->get("state");
     if (state == nullptr || !state->is_dict()) fail(ACCEL_ERR_INTERNAL, "save_state: a stage's optimizer state dict has no state");
-    if (pp.rank() != 0) {
-        send_stage_state(pp, *state, 0);
-        return mine;
-    }
     // One process's order: by parameter id, each once (the first stage's entry of a parameter two stages hold).
     std::map<int64_t, PyRef> by_id;
     auto add = [&by_id](const PyObj &entries) {
         for (const auto &[id, entry] : entries.map)
             if (id->kind == PyObj::Kind::Int) by_id.emplace(id->i, entry);
     };
-    add(*state);
-    for (int32_t s = 1; s < pp.size(); ++s) add(*recv_stage_state(pp, s));
+    for (int32_t w = 0; w < pp.size(); ++w) {
+        if (writers[static_cast<size_t>(w)] == 0) continue;
+        if (pp.rank() != w) {
+            send_stage_state(pp, *state, w);
+            continue;
+        }
+        for (int32_t s = 0; s < pp.size(); ++s) add(s == w ? *state : *recv_stage_state(pp, s));
+    }
+    if (by_id.empty()) return mine; // not a writer
     auto joined = py_dict();
     for (auto &[id, entry] : by_id) joined->map.emplace_back(py_int(id), entry);
     auto out = std::make_shared<PyObj>(*mine);

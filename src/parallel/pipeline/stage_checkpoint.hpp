@@ -40,11 +40,11 @@ bool near_writer(const Model &model, bool writes);
 
 // save_state's FULL_STATE_DICT of a stage's optimizer under the sharding engine (pp x fsdp_plugin): `mine` is the
 // stage's state_dict() (one process's ids and param_groups, state only for the stage's parameters, joined from its
-// dp shards, and under tp over the stage's tp group). Returns, on the first stage of the pp group whose first stage
-// has `near_writer` set (save_state: the process writing the main files), one process's
-// state dict: every stage's entries joined (a parameter two stages hold, the tied embedding, once: the first's),
-// received stage after stage point to point; `mine` unchanged elsewhere (nothing written there). The ranks of the
-// other pp groups exchange nothing. Collective over the pp group.
+// dp shards, and under tp over the stage's tp group). Returns, on each stage with `near_writer` set (save_state: the
+// process writing the main files: the main process, on the first stage; under save_on_each_node each node's local
+// main process, on any stage), one process's state dict: every stage's entries joined (a parameter two stages hold,
+// the tied embedding, once: the first stage's), received stage after stage point to point; `mine` unchanged
+// elsewhere (nothing written there). A pp group without a writer exchanges nothing. Collective over the pp group.
 std::shared_ptr<PyObj> joined_stage_optimizer_state(PipelineParallel &pipeline, std::shared_ptr<PyObj> mine,
                                                     bool near_writer);
 
