@@ -154,20 +154,6 @@ whole_pipeline_models(const std::vector<std::shared_ptr<Model>> &models,
 // A pipeline stage under the sharding engine (pp x fsdp_plugin / deepspeed_plugin).
 bool sharded_pipeline(parallel::ParallelWrapper *w) { return w != nullptr && w->pipeline() != nullptr && w->sharded() != nullptr; }
 
-// SHARDED_STATE_DICT files (add_sharded_files); a pipeline stage under the engine writes its pieces as part of the
-// whole model's (whole_model_pieces): the first replica of each stage (HSDP) writes them as rank{stage * W + r}, the
-// other replicas none (an index past the layout's world, which add_sharded_files skips).
-void add_pieces(std::vector<ckpt::CheckpointFile> &files, const std::string &folder, ShardedState st,
-                parallel::ParallelWrapper *w, const distributed::DeviceMesh *mesh, int64_t rank, bool main)
-{
-    if (sharded_pipeline(w)) {
-        st = parallel::pp::whole_model_pieces(*w->pipeline(), st, main);
-        const bool first_replica = mesh == nullptr || mesh->rank_in(distributed::MeshDim::DpReplicate) == 0;
-        rank = first_replica ? st.rank : std::numeric_limits<int64_t>::max();
-    }
-    ckpt::add_sharded_files(files, folder, st, rank, main, nullptr);
-}
-
 // A pipeline stage loads only the tensors it holds: the other stages' entries (their tensors hold no elements here)
 // become empty, so nothing of them is read from the mapped files or copied.
 TensorList stage_weights(const Model &model, TensorList sd)
@@ -308,6 +294,26 @@ std::unique_ptr<ckpt::TpSave> tp_pieces(const Model &model, const ShardedState &
     return std::make_unique<ckpt::TpSave>(parallel::tp::tp_save(model, state, tp_slicing(model, optimizer, "save_state")));
 }
 
+// SHARDED_STATE_DICT files of a pipeline stage under the engine (add_sharded_files): its pieces as part of the whole
+// model's (whole_model_pieces). The first replica of each stage (HSDP) writes them as rank{stage * W + r} (under tp
+// each tp rank its own, rank{(stage * W + r) * tp + tp rank}), the other replicas none (an index past the layout's
+// world, which add_sharded_files skips). Under tp the split of the tensors the stage holds (the other stages' are
+// empty here, no slices), joined over the stages by whole_model_pieces.
+void add_stage_pieces(std::vector<ckpt::CheckpointFile> &files, const std::string &folder, const ShardedState &mine,
+                      const Model &model, const AcceleratedOptimizer *optimizer, parallel::pp::PipelineParallel &pipeline,
+                      const distributed::DeviceMesh *mesh, bool main)
+{
+    ShardedState held = mine;
+    held.tensors.clear();
+    for (const auto &t : mine.tensors)
+        if (std::find(t.shape.begin(), t.shape.end(), 0) == t.shape.end()) held.tensors.push_back(t);
+    const auto tp = tp_pieces(model, held, optimizer);
+    const ShardedState st = parallel::pp::whole_model_pieces(pipeline, mine, main, tp.get());
+    const bool first_replica = mesh == nullptr || mesh->rank_in(distributed::MeshDim::DpReplicate) == 0;
+    const int64_t writer = tp ? st.rank * int64_t{tp->size} + tp->rank : st.rank;
+    ckpt::add_sharded_files(files, folder, st, first_replica ? writer : std::numeric_limits<int64_t>::max(), main, tp.get());
+}
+
 // A sharded folder read by a model split by tensor parallelism inside the engine: as this tp rank's slices of its
 // whole tensors (whatever mesh saved it).
 ShardedSource tp_sliced(const ShardedSource &src, const Model &model, const AcceleratedOptimizer *optimizer, const std::string &what)
@@ -369,11 +375,6 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
     for (const auto &m : models_) {
         parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "save_state");
-        // pp x tp x sharding's SHARDED_STATE_DICT would hold each tp rank's slices of each stage's pieces: not built.
-        if (sharded_pipeline(wrapper_of(*m)) && sharded_of(*m)->writes_sharded_state_dict() && parallel::tp::split_of(*m))
-            fail(ACCEL_ERR_UNIMPLEMENTED, "save_state: parallelism_config.pp_size > 1 with tp_size > 1 and "
-                                          "fsdp_plugin.state_dict_type SHARDED_STATE_DICT is not supported yet; use "
-                                          "FULL_STATE_DICT (the default), which loads onto any pp or tp size");
         // save_on_each_node: each node's writer gets the whole model (FULL_STATE_DICT: the stages joined onto every
         // writer, whichever stage it holds). A layout of every rank's pieces would leave each node's folder with only
         // its own ranks' pieces: refused.
@@ -434,7 +435,8 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         if (sharded_optimizers && optimizers_[i]->is_sharded()) {
             const ShardedState st = optimizers_[i]->sharded_state_dict();
             if (parallel::ParallelWrapper *w = wrapper_of(*optimizers_[i]->model()); sharded_pipeline(w)) {
-                add_pieces(files, ckpt::sharded_optimizer_folder(i), st, w, state_->mesh.get(), rank, main);
+                add_stage_pieces(files, ckpt::sharded_optimizer_folder(i), st, *optimizers_[i]->model(), optimizers_[i].get(),
+                                 *w->pipeline(), state_->mesh.get(), main);
             } else {
                 const auto tp = tp_pieces(*optimizers_[i]->model(), st, optimizers_[i].get());
                 ckpt::add_sharded_files(files, ckpt::sharded_optimizer_folder(i), st, rank, main, tp.get());
@@ -462,7 +464,8 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
         if (auto *e = sharded_of(*models_[i]); e != nullptr && e->writes_sharded_state_dict()) {
             const ShardedState st = e->sharded_state_dict(*models_[i]);
             if (parallel::ParallelWrapper *w = wrapper_of(*models_[i]); sharded_pipeline(w)) {
-                add_pieces(files, ckpt::sharded_model_folder(i), st, w, state_->mesh.get(), rank, main);
+                add_stage_pieces(files, ckpt::sharded_model_folder(i), st, *models_[i], nullptr, *w->pipeline(),
+                                 state_->mesh.get(), main);
                 continue;
             }
             const auto tp = tp_pieces(*models_[i], st, nullptr);

@@ -269,7 +269,7 @@ def scenario_equivalence(a, tmp):
 def check_stage_pieces(a, folder, what):
     """save_state's SHARDED_STATE_DICT under pp x fsdp: one rank file per (stage, shard rank), one metadata.json of
     the whole model's world, no whole-model files."""
-    shards = a.pp * (a.dp // a.replicas) * a.cp
+    shards = a.pp * (a.dp // a.replicas) * a.cp * a.tp
     for sub in ("pytorch_model_fsdp_0", "optimizer_0"):
         d = os.path.join(folder, sub)
         files = sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -383,7 +383,7 @@ def scenario_resume(a, tmp):
             other = json.loads(json.dumps(config))
             other["parallelism_config"].update(pp_size=2 * a.pp, dp_shard_size=1)
             resumed_as("pp_other", world, a.batch * a.dp, other, {"ACCEL_TEST_SHARDED": "1", "ACCEL_TEST_LOAD": pp_folder},
-                       pp_run, "%s -> pp %d x fsdp 1" % (pipe, 2 * a.pp))
+                       pp_run, "%s -> pp %d (fsdp 1)" % (pipe, 2 * a.pp))
         # Plain FSDP over --dp processes (no pipeline): the sharded loader of a folder saved without one.
         resumed_as("pp_fsdp", a.dp, a.batch, {"fsdp_plugin": config["fsdp_plugin"]},
                    {"ACCEL_TEST_SUMMON": "1", "ACCEL_TEST_LOAD": pp_folder}, pp_run, "%s -> fsdp %d" % (pipe, a.dp))

@@ -1,5 +1,6 @@
 #include "parallel/pipeline/stage_sharded_checkpoint.hpp"
 
+#include "checkpointing/checkpointing.hpp"
 #include "common/error.hpp"
 #include "distributed/communicator.hpp"
 #include "ops/object_collectives.hpp"
@@ -13,8 +14,17 @@ namespace accel::parallel::pp {
 
 namespace {
 
-// A stage's tensors without their values, as text (one line each: name, dtype, shape, pieces); names hold no tab.
-std::string metadata_text(const ShardedState &st)
+// How `tp` splits tensor `name` ("dim,groups,size,whole size along dim"), or empty when it is not split.
+std::string split_text(const ckpt::TpSave *tp, const std::string &name)
+{
+    if (tp == nullptr || tp->split.count(name) == 0) return "";
+    const auto &[how, whole] = tp->split.at(name);
+    return std::to_string(how.dim) + "," + std::to_string(how.groups) + "," + std::to_string(how.size) + "," + std::to_string(whole);
+}
+
+// A stage's tensors without their values, as text (one line each: name, dtype, shape, pieces, and under tp its split:
+// dim, groups, size, the whole size along dim); names hold no tab.
+std::string metadata_text(const ShardedState &st, const ckpt::TpSave *tp)
 {
     std::ostringstream out;
     out << st.world_size << "\n";
@@ -23,7 +33,7 @@ std::string metadata_text(const ShardedState &st)
         for (const int64_t d : t.shape) out << d << ',';
         out << '\t';
         for (const auto &p : t.pieces) out << p.rank << ',' << p.offset << ',' << p.numel << ';';
-        out << '\n';
+        out << '\t' << split_text(tp, t.name) << '\n';
     }
     return out.str();
 }
@@ -38,8 +48,8 @@ std::vector<int64_t> numbers(const std::string &text, char sep)
     return out;
 }
 
-// metadata_text read back (no local pieces); world_size from its first line.
-ShardedState parsed_metadata(const std::string &text)
+// metadata_text read back (no local pieces); world_size from its first line; the tp splits into `splits`.
+ShardedState parsed_metadata(const std::string &text, std::map<std::string, std::pair<ckpt::TpSplit, uint64_t>> &splits)
 {
     ShardedState st;
     std::istringstream in(text);
@@ -50,7 +60,7 @@ ShardedState parsed_metadata(const std::string &text)
         std::vector<std::string> f;
         std::istringstream fields(line);
         for (std::string s; std::getline(fields, s, '\t');) f.push_back(s);
-        f.resize(4);
+        f.resize(5);
         ShardedTensor t;
         t.name = f[0];
         t.dtype = static_cast<at::ScalarType>(std::stoi(f[1]));
@@ -60,6 +70,9 @@ ShardedState parsed_metadata(const std::string &text)
             const std::vector<int64_t> v = numbers(p, ',');
             if (v.size() == 3) t.pieces.push_back({static_cast<int32_t>(v[0]), v[1], v[2]});
         }
+        if (const std::vector<int64_t> v = numbers(f[4], ','); v.size() == 4)
+            splits[t.name] = {ckpt::TpSplit{v[0], static_cast<uint64_t>(v[1]), static_cast<uint64_t>(v[2])},
+                              static_cast<uint64_t>(v[3])};
         st.tensors.push_back(std::move(t));
     }
     return st;
@@ -74,12 +87,14 @@ int64_t elements(const ShardedTensor &t)
 
 } // namespace
 
-ShardedState whole_model_pieces(PipelineParallel &pipeline, const ShardedState &mine, bool main)
+ShardedState whole_model_pieces(PipelineParallel &pipeline, const ShardedState &mine, bool main, ckpt::TpSave *tp)
 {
     distributed::Communicator &pp = *pipeline.pp_group();
-    const std::string text = metadata_text(mine);
+    const std::string text = metadata_text(mine, tp);
     std::vector<ShardedState> stages;
-    for (const auto &t : ops::gather_object(pp, {text, ""}, "save_state")) stages.push_back(parsed_metadata(t));
+    std::vector<std::map<std::string, std::pair<ckpt::TpSplit, uint64_t>>> splits(static_cast<size_t>(pp.size()));
+    for (const auto &t : ops::gather_object(pp, {text, ""}, "save_state"))
+        stages.push_back(parsed_metadata(t, splits[stages.size()]));
     const int32_t shard_world = mine.world_size, stage = pp.rank();
     for (const auto &s : stages)
         if (s.world_size != shard_world)
@@ -105,6 +120,8 @@ ShardedState whole_model_pieces(PipelineParallel &pipeline, const ShardedState &
             ShardedTensor e = t;
             for (auto &p : e.pieces) p.rank += s * shard_world;
             if (s != stage) e.local = at::Tensor();
+            if (auto it = splits[static_cast<size_t>(s)].find(t.name); tp != nullptr && s != stage && it != splits[static_cast<size_t>(s)].end())
+                tp->split[t.name] = it->second;
             out.tensors.push_back(std::move(e));
         }
     }

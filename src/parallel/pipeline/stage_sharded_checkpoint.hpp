@@ -5,10 +5,15 @@
 // The pp x dp world maps onto the layout's ranks stage-major: stage s's shard-group rank r writes rank{s * W + r}
 // (W: the stage's shard group, dp_shard x cp), metadata.json's world_size is pp x W. A tensor two stages hold (the
 // tied embedding, on the first and last) is written once, by the first of them. Under HSDP the first replica of
-// each stage writes, as without a pipeline.
+// each stage writes, as without a pipeline. Under pp x tp each of those ranks' tp ranks writes its pieces of its
+// slices as without a pipeline (rank file (s * W + r) x tp + tp rank), metadata.json saying how each tensor is split.
 #pragma once
 
 #include "state/state_dict.hpp"
+
+namespace accel::ckpt {
+struct TpSave;
+}
 
 namespace accel::parallel::pp {
 
@@ -23,6 +28,8 @@ class PipelineParallel;
 // is joined as save_state's FULL path joins it (joined_stage_optimizer_state: one process's ids, the first stage's
 // entry of a parameter two stages hold) on the first stage of the group whose first stage has `main`. Collective
 // over the pp group (every stage passes the same W; INTERNAL otherwise).
-ShardedState whole_model_pieces(PipelineParallel &pipeline, const ShardedState &mine, bool main);
+// `tp` (pp x tp: how the stage's own tensors are split, tp_save over them) gains, on the first stage, the splits of
+// the other stages' tensors listed there, so metadata.json says how every tensor is split.
+ShardedState whole_model_pieces(PipelineParallel &pipeline, const ShardedState &mine, bool main, ckpt::TpSave *tp = nullptr);
 
 } // namespace accel::parallel::pp
