@@ -374,7 +374,6 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     profiling::Range range(profiling::kSaveState);
     wait_for_checkpoint(); // the previous asynchronous save, published before this one is named
     for (const auto &m : models_) {
-        parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "save_state");
         // save_on_each_node: each node's writer gets the whole model (FULL_STATE_DICT: the stages joined onto every
         // writer, whichever stage it holds). A layout of every rank's pieces would leave each node's folder with only
         // its own ranks' pieces: refused.
@@ -414,9 +413,10 @@ std::string Accelerator::save_state(const char *output_dir, const config::SaveSt
     }
     SummonWhole whole(gathered);
     // pp x sharding: each stage whole now (summoned), the other stages' filled in on the writer's first stage (under
-    // save_on_each_node on every rank: a node's writer may hold any stage).
+    // save_on_each_node on every rank: a node's writer may hold any stage). Not under DeepSpeed's layout, whose
+    // stages send their partitions to the first stage instead (deepspeed_save.hpp).
     const auto pp_sharded_whole = whole_pipeline_models(
-        models_, {}, [this](const Model &m) { return wrapper_of(m); }, false,
+        models_, {}, [this](const Model &m) { return deepspeed_layout(m) ? nullptr : wrapper_of(m); }, false,
         state_->config.project.save_on_each_node ? std::nullopt : std::optional<bool>(writes_main_files()), true);
     const int64_t rank = state_->process_index();
     std::string latest;
@@ -535,7 +535,6 @@ std::string Accelerator::load_state(const char *input_dir, const config::LoadSta
 {
     profiling::Range range(profiling::kLoadState);
     wait_for_checkpoint(); // an asynchronous save in progress may be the one to load
-    for (const auto &m : models_) parallel::pp::refuse_sharded_stage_checkpoint(wrapper_of(*m), "load_state");
     const auto &project = state_->config.project;
     const std::vector<std::string> candidates = ckpt::load_sources(project, input_dir);
     // Accelerate loads into what is prepared and ignores the rest: with nothing prepared, a folder's weights
@@ -614,6 +613,10 @@ void Accelerator::load_folder(const std::string &dir, const config::LoadStateOpt
             const parallel::tp::SplitModel split = parallel::tp::split_of(*models_[i]);
             const bool split_in_engine = e != nullptr && split;
             if (const std::string ds = ckpt::deepspeed_load_folder(dir, i); ckpt::is_deepspeed_folder(ds)) {
+                // pp x tp under DeepSpeed: saving is refused (deepspeed_save.hpp), and so is loading, untested.
+                if (split && sharded_pipeline(wrapper_of(*models_[i])) && deepspeed_layout(*models_[i]))
+                    fail(ACCEL_ERR_UNIMPLEMENTED, "load_state: parallelism_config.pp_size > 1 with tp_size > 1 under "
+                                                  "deepspeed_plugin is not supported yet (" + ds + "); without tp it is");
                 // Saved under tp: this tp rank's files hold its slices, loaded as they are (no slicing below).
                 if (deepspeed_per_rank(ckpt::deepspeed_mp_world(ds), split ? split.group->size() : 1, e != nullptr)) {
                     deepspeed[i] = ckpt::read_deepspeed_folder(ds, split_in_engine ? split.group->rank() : 0);

@@ -19,6 +19,9 @@ resume: save_state / load_state under pp --pp x dp_replicate --dp (with --plugin
   steps as the uninterrupted run did (every step's loss, averaged over the replicas, and every parameter within
   --tol); a one-process folder saved the same way loads onto the pipeline alike (with --plugin fsdp also one
   process's SHARDED_STATE_DICT folder, each stage reading its tensors' pieces).
+  With --plugin zero1 / zero2 / zero3 (deepspeed_plugin): the pipeline's folder holds the files plain ZeRO on --dp
+  processes writes (DeepSpeed's layout, the same names); resumed at the same mesh, on one process, and plain ZeRO's
+  folder resumed on the pipeline.
   --sharded-state (with --plugin fsdp): the pipeline saves SHARDED_STATE_DICT instead, every rank its pieces under the
   whole model's names (rank{stage x W + r}.safetensors, one metadata.json); that folder is resumed at the same mesh,
   on one process, and under plain FSDP on --dp processes (no pipeline), each as the uninterrupted run.
@@ -175,6 +178,7 @@ def without_logits(params):
 SHARDING_PLUGINS = {
     "fsdp": {"fsdp_plugin": {"sharding_strategy": "FULL_SHARD", "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
                              "transformer_cls_names_to_wrap": ["gpt_block"]}},
+    "zero1": {"deepspeed_plugin": {"zero_stage": 1}},
     "zero2": {"deepspeed_plugin": {"zero_stage": 2}},
     "zero3": {"deepspeed_plugin": {"zero_stage": 3}},
 }
@@ -264,6 +268,18 @@ def scenario_equivalence(a, tmp):
     for name, values in got.items():
         if name in mine and list(mine[name][1]) != [float(struct.unpack("<f", struct.pack("<f", x))[0]) for x in values]:
             sys.exit("%s: save_model's %s is not what the stage holding it has" % (what, name))
+
+
+def check_deepspeed_folder(folder, zero_folder, what):
+    """save_state under pp x deepspeed_plugin: the files of plain ZeRO on the same dp size (DeepSpeed's names), and
+    no whole-model files."""
+    def files(d):
+        return sorted(f for f in os.listdir(d) if not f.startswith("random_states_")) if os.path.isdir(d) else []
+    got, want = files(folder), files(zero_folder)
+    got_tag, want_tag = files(os.path.join(folder, "pytorch_model")), files(os.path.join(zero_folder, "pytorch_model"))
+    if got != want or got_tag != want_tag or not [f for f in got_tag if f.endswith("_optim_states.pt")]:
+        sys.exit("%s: save_state wrote %s and pytorch_model/%s; plain ZeRO %s and pytorch_model/%s" %
+                 (what, got, got_tag, want, want_tag))
 
 
 def check_stage_pieces(a, folder, what):
@@ -387,6 +403,18 @@ def scenario_resume(a, tmp):
         # Plain FSDP over --dp processes (no pipeline): the sharded loader of a folder saved without one.
         resumed_as("pp_fsdp", a.dp, a.batch, {"fsdp_plugin": config["fsdp_plugin"]},
                    {"ACCEL_TEST_SUMMON": "1", "ACCEL_TEST_LOAD": pp_folder}, pp_run, "%s -> fsdp %d" % (pipe, a.dp))
+        a.steps = full
+        return
+    if a.plugin and a.plugin.startswith("zero"):  # DeepSpeed's layout: the folder plain ZeRO over --dp processes writes
+        zero = {"deepspeed_plugin": config["deepspeed_plugin"]}
+        zero_folder = os.path.join(tmp, "zero.state")
+        zero_run = train(a, a.dp, os.path.join(tmp, "zero"), a.batch, zero,
+                         {"ACCEL_TEST_SAVE_AT": str(half), "ACCEL_TEST_SAVE_DIR": zero_folder, "ACCEL_TEST_SUMMON": "1"})
+        check_deepspeed_folder(pp_folder, zero_folder, pipe)
+        a.steps = full - half
+        resumed("pp_pp", world, config, pp_folder, pp_run, "%s -> %s" % (pipe, pipe))
+        resumed("pp_one", 1, {}, pp_folder, pp_run, "%s -> one process" % pipe)
+        resumed("zero_pp", world, config, zero_folder, zero_run, "ZeRO on %d processes -> %s" % (a.dp, pipe))
         a.steps = full
         return
     one_folder, one_run = saved("one", 1, {})

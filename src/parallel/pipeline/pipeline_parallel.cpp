@@ -484,19 +484,6 @@ void PipelineParallel::summon_full_params(bool on)
 
 bool PipelineParallel::summoned() const { return engine_ && engine_->summoned(); }
 
-void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string &what)
-{
-    if (wrapper == nullptr || wrapper->pipeline() == nullptr || wrapper->sharded() == nullptr) return;
-    const config::ShardingConfig &c = wrapper->sharded()->config();
-    const std::string with = what + ": parallelism_config.pp_size > 1 with ";
-    // (fsdp_plugin's FULL_STATE_DICT joins the stages on the writer; SHARDED_STATE_DICT has each stage's ranks write
-    // their pieces under the whole model's names: stage_sharded_checkpoint.hpp.)
-    if (c.frontend == "deepspeed" && c.zero_stage >= 1)
-        fail(ACCEL_ERR_UNIMPLEMENTED, with + "deepspeed_plugin (zero_stage " + std::to_string(c.zero_stage) +
-                                          ": DeepSpeed's checkpoint layout of every rank's partitions) is not supported "
-                                          "yet; fsdp_plugin's FULL_STATE_DICT is, and save_model and get_state_dict are");
-}
-
 std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distributed::DeviceMesh &mesh,
                                                    const config::ParallelismConfig &config,
                                                    const config::DistributedDataParallelKwargs *ddp,

@@ -154,12 +154,6 @@ std::shared_ptr<PipelineParallel> prepare_pipeline(Model &model, const distribut
                                                    const config::DistributedDataParallelKwargs *ddp = nullptr,
                                                    const config::ShardingConfig *sharding = nullptr);
 
-// save_state / load_state (`what`) of a pipeline stage under the sharding engine: UNIMPLEMENTED naming what is not
-// built (fsdp_plugin's SHARDED_STATE_DICT; deepspeed_plugin's ZeRO layout). FULL_STATE_DICT is built (the engine
-// summons the stage, WholeStages fills in the others on the writer, joined_stage_optimizer_state its optimizer
-// state), and so are save_model and get_state_dict. Nothing for any other wrapper (or none).
-void refuse_sharded_stage_checkpoint(ParallelWrapper *wrapper, const std::string &what);
-
 // get_state_dict / save_state of a pipeline model (and save_model's PEFT and save_on_each_node cases; the other
 // save_model writes stage by stage, stage_checkpoint.hpp, and load_state reads each stage's part): while this lives
 // every parameter is whole on each rank of the pp group (FirstStageOnly: on the writer's first stage only), as

@@ -130,7 +130,9 @@ void send_stage_state(distributed::Communicator &pp, const PyObj &state, int32_t
     at::Tensor raw = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
     std::memcpy(raw.data_ptr(), bytes.data(), bytes.size());
     pp.send(raw, dst, kStateTag);
-    for (const auto &t : tensors) pp.send(t.detach().contiguous(), dst, kStateTag);
+    // An empty tensor has no values to send (Gloo refuses a message without a buffer): its marker is enough.
+    for (const auto &t : tensors)
+        if (t.numel() > 0) pp.send(t.detach().contiguous(), dst, kStateTag);
 }
 
 // What send_stage_state sent: the markers replaced by the tensors, received in the entries' order.
@@ -154,7 +156,7 @@ PyRef recv_stage_state(distributed::Communicator &pp, int32_t src)
             std::vector<int64_t> sizes;
             for (const auto &d : value->items[2]->items) sizes.push_back(d->i);
             at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(static_cast<at::ScalarType>(value->items[1]->i)));
-            pp.recv(t, src, kStateTag);
+            if (t.numel() > 0) pp.recv(t, src, kStateTag);
             value = py_tensor(t);
         }
     return state;
@@ -252,5 +254,9 @@ PyRef joined_stage_optimizer_state(PipelineParallel &pipeline, PyRef mine, bool 
         if (key->kind == PyObj::Kind::Str && key->s == "state") value = joined;
     return out;
 }
+
+void send_stage_entries(distributed::Communicator &pp, const PyObj &entries, int32_t dst) { send_stage_state(pp, entries, dst); }
+
+PyRef recv_stage_entries(distributed::Communicator &pp, int32_t src) { return recv_stage_state(pp, src); }
 
 } // namespace accel::parallel::pp

@@ -14,6 +14,9 @@ struct PyObj;
 namespace config {
 struct SaveModelOptions;
 }
+namespace distributed {
+class Communicator;
+}
 } // namespace accel
 
 namespace accel::parallel::pp {
@@ -47,5 +50,11 @@ bool near_writer(const Model &model, bool writes);
 // elsewhere (nothing written there). A pp group without a writer exchanges nothing. Collective over the pp group.
 std::shared_ptr<PyObj> joined_stage_optimizer_state(PipelineParallel &pipeline, std::shared_ptr<PyObj> mine,
                                                     bool near_writer);
+
+// A two-level dict ({key: {key: value}}, as an optimizer state dict's "state") sent from one stage of `pp` to
+// another point to point, its tensors as they are (no copy of them made to send them); and received. save_state
+// under pp x deepspeed_plugin sends each stage's part of DeepSpeed's files to the first stage this way.
+void send_stage_entries(distributed::Communicator &pp, const PyObj &entries, int32_t dst);
+std::shared_ptr<PyObj> recv_stage_entries(distributed::Communicator &pp, int32_t src);
 
 } // namespace accel::parallel::pp
