@@ -236,7 +236,12 @@ std::vector<std::pair<std::string, PyRef>> deepspeed_rank_files(const Model &mod
     const parallel::tp::SplitModel split = parallel::tp::split_of(model);
     distributed::Communicator *pp = how.pipeline != nullptr ? how.pipeline->pp_group().get() : nullptr;
     if (pp != nullptr && pp->size() <= 1) pp = nullptr;
-    if (pp != nullptr && (split || engine.shards_frozen()))
+    // Agreed over the stages: a stage without sharded frozen parameters would otherwise wait for the others in vain.
+    bool frozen = false;
+    if (pp != nullptr)
+        for (const auto &flag : pp->allgather(at::full({1}, engine.shards_frozen() ? 1 : 0, at::kLong)))
+            frozen = frozen || flag.item<int64_t>() != 0;
+    if (pp != nullptr && (split || frozen))
         fail(ACCEL_ERR_UNIMPLEMENTED, std::string("save_state: parallelism_config.pp_size > 1 under deepspeed_plugin with ") +
                                           (split ? "tp_size > 1" : "frozen parameters sharded by ZeRO-3") +
                                           " is not supported yet (the stages' partitions are joined without them)");

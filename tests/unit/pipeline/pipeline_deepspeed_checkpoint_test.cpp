@@ -4,9 +4,11 @@
 // the same mesh (training resumed equals the uninterrupted run) and onto one process without a pipeline; a folder
 // written by a ZeRO run without a pipeline (dp 2) loads onto the pipeline alike.
 #include "accelerator/deepspeed_save.hpp"
+#include "catch_error.hpp"
 #include "checkpointing/checkpointing.hpp"
 #include "checkpointing/deepspeed_folder.hpp"
 #include "checkpointing/torch_archive.hpp"
+#include "common/error.hpp"
 #include "common/files.hpp"
 #include "config/accelerator_config.hpp"
 #include "config/optimizer_config.hpp"
@@ -270,6 +272,24 @@ TEST(PipelineDeepSpeedCheckpoint, FolderWithoutPipelineLoadsOntoStages)
         load(back, tag);
         train(back, mesh, ids, labels, kSaved, kSteps);
         expect_close(held_weights(back), want, 1e-5, "a folder without a pipeline resumed on pp 2 x dp 2");
+    });
+}
+
+// pp x tp under ZeRO: refused by name on every rank (the stages' partitions are joined without tp slices), before
+// anything is written.
+TEST(PipelineDeepSpeedCheckpoint, TensorParallelStagesRefusedByName)
+{
+    const auto sharding = accel::config::parse_accelerator_config(R"({"deepspeed_plugin": {"zero_stage": 1}})").sharding;
+    dist::run_on_threads(kStages * 2, [&](const std::shared_ptr<dist::Communicator> &comm) {
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, 2, kStages), comm);
+        Rank run = prepared(accel_test::llama_json(2, true), mesh, sharding, kStages);
+        accel::DeepSpeedSave how;
+        how.dp = mesh.group(dist::MeshDim::DpShardCp).get();
+        how.pipeline = run.pipeline.get();
+        how.main = true;
+        const accel::Error e = catch_error([&] { accel::deepspeed_rank_files(*run.model, *run.engine, *run.opt, how); });
+        EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED) << e.what();
+        EXPECT_NE(std::string(e.what()).find("pp_size > 1 under deepspeed_plugin with tp_size > 1"), std::string::npos) << e.what();
     });
 }
 
