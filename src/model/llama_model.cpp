@@ -220,6 +220,7 @@ at::Tensor layer_forward(const LlamaLayer &l, const config::LlamaConfig &c, cons
         spec.window = l.window;
         spec.dropout = c.attention_dropout;
         spec.train = train;
+        if (l.tp_dropout) spec.stream = l.tp_dropout->seed(); // this tp rank's heads: masks of their own (the ring)
         spec.float32_softmax = true;
         y = parallel::cp::attention(*cp, q, k, v, spec); // grouped: repeated there (Ulysses sends them unrepeated)
     } else if (l.recompute_attention && kv == nullptr && at::GradMode::is_enabled()) {

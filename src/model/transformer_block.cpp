@@ -26,6 +26,7 @@ at::Tensor attention(const TransformerBlockOptions &o, at::Tensor q, const at::T
         spec.causal = o.causal;
         spec.dropout = o.attn_dropout;
         spec.train = train;
+        if (o.tp_size > 1 && o.tp_dropout) spec.stream = o.tp_dropout->seed(); // this tp rank's heads (the ring)
         return parallel::cp::attention(*o.context_parallel, q, k, v, spec);
     }
     if (o.query_scale != 1.0) q = q * o.query_scale;

@@ -109,29 +109,32 @@ at::Tensor block_scores(const at::Tensor &q, const at::Tensor &k, double scale, 
     return s;
 }
 
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL; // 2^64 / golden ratio: spreads consecutive numbers apart
+
 // Attention dropout under the ring: each chunk pair's mask (kept weights scaled by 1 / keep, as at::dropout) drawn
 // from a generator seeded by the call's seed and the pair, so that backward draws the same mask again instead of
 // keeping T x T of them.
 struct RingDropout {
     double p = 0.0; // 0: none
-    int64_t seed = 0;
+    int64_t seed = 0; // the call's, with AttentionSpec::stream mixed in
     int64_t chunks = 0; // 2 x cp
 
     at::Tensor mask(const at::Tensor &like, int64_t cq, int64_t ck) const
     {
         const auto pair = static_cast<uint64_t>(cq * chunks + ck + 1);
-        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed) + 0x9E3779B97F4A7C15ULL * pair);
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed) + kGolden * pair);
         const double keep = 1.0 - p;
         at::Tensor m = at::empty(like.sizes(), at::kFloat).bernoulli_(keep, gen).to(like.options());
         return m.mul_(keep > 0.0 ? 1.0 / keep : 0.0); // 1 / keep in like's dtype, as at::dropout scales
     }
 };
 
-// The call's dropout seed, from `g` or the default generator.
-int64_t draw_seed(const std::optional<at::Generator> &g)
+// The call's dropout seed, from `g` or the default generator, with `stream` mixed in.
+int64_t draw_seed(const std::optional<at::Generator> &g, uint64_t stream)
 {
     const c10::optional<at::Generator> gen = g ? c10::optional<at::Generator>(*g) : c10::nullopt;
-    return at::randint(std::numeric_limits<int64_t>::max(), {1}, gen, at::kLong).item<int64_t>();
+    const auto drawn = static_cast<uint64_t>(at::randint(std::numeric_limits<int64_t>::max(), {1}, gen, at::kLong).item<int64_t>());
+    return static_cast<int64_t>(drawn ^ (stream * kGolden));
 }
 
 struct RingAttention : torch::autograd::Function<RingAttention> {
@@ -314,7 +317,7 @@ at::Tensor attention(const ContextParallel &cp, const at::Tensor &q, const at::T
     }
     if (cp.strategy == Strategy::AllGather) return gathered_attention(cp, q, k, v, spec);
     const double dropout = spec.train ? spec.dropout : 0.0;
-    const int64_t seed = dropout > 0.0 ? draw_seed(spec.generator) : 0;
+    const int64_t seed = dropout > 0.0 ? draw_seed(spec.generator, spec.stream) : 0;
     if (spec.float32_softmax && q.scalar_type() != at::kFloat) {
         // The blocks' exponentials in float32, as transformers' softmax(dtype=float32); the result back in q's type.
         return RingAttention::apply(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), cp.group, spec.scale, spec.causal,

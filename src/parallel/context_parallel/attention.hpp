@@ -49,6 +49,9 @@ struct AttentionSpec {
     // The ring's dropout: one seed per call drawn from this generator (none: the default one, as "allgather"'s
     // dropout draws from it), each chunk pair's mask a function of that seed and the pair, drawn again in backward.
     std::optional<at::Generator> generator;
+    // Mixed into the ring's mask seeds: under tensor parallelism the tp rank's dropout seed (rng_tracker.hpp), so
+    // that each rank's heads get masks of their own as in one process (0: none).
+    uint64_t stream = 0;
     bool float32_softmax = false; // the softmax computed in float32 (transformers' Llama)
 };
 

@@ -180,7 +180,8 @@ RingRun run_ring(int32_t n, const at::Tensor &q, const at::Tensor &k, const at::
 // and with v one-hot over whole-sequence positions, output [i, j] = that weight x mask [i, j] / keep. Then a call
 // from the same seed on random q, k, v equals one process's attention with those masks, output and q, k, v
 // gradients within 1e-12 (backward drew the same masks again); the keep rate is 0.7 (within 0.05 over 816 to
-// 3168 weights), hidden keys stay hidden, a second call from the seed draws the same masks and another seed others.
+// 3168 weights), hidden keys stay hidden, a second call from the seed draws the same masks, and another seed or
+// stream (a tp rank's) others.
 void check_ring_dropout(int32_t n, int64_t window)
 {
     const int64_t B = 2, H = 3, T = 8 * n, D = 4;
@@ -202,6 +203,9 @@ void check_ring_dropout(int32_t n, int64_t window)
     const double rate = kept.sum().item<double>() / static_cast<double>(B * H * visible.sum().item<int64_t>());
     EXPECT_NEAR(rate, keep, 0.05) << what;
     EXPECT_FALSE(at::equal(run_ring(n, none, none, onehot, none, spec, 22).y != 0, kept)) << what << ": seed 22's masks";
+    cp::AttentionSpec other_heads = spec; // another tp rank's heads: the same seed, another stream
+    other_heads.stream = 2719;
+    EXPECT_FALSE(at::equal(run_ring(n, none, none, onehot, none, other_heads, 21).y != 0, kept)) << what << ": stream 2719's masks";
 
     at::manual_seed(7);
     at::Tensor q = at::randn({B, H, T, D}, at::kDouble), k = at::randn({B, H, T, D}, at::kDouble),
@@ -226,8 +230,9 @@ TEST(ContextParallelAttention, RingDropoutMasksReplayInBackward)
 }
 
 // Attention dropout under the ring in the models (was refused): gpt (attn_pdrop) and llama (attention_dropout) at
-// 0.5 under cp 2 "alltoall" in training mode: the forward differs from the evaluation forward (the masks act) and
-// every gradient is finite. The masks themselves: RingDropoutMasksReplayInBackward.
+// 0.5 under cp 2 "alltoall", alone and inside tp 2 (each tp rank's stream), in training mode: the forward differs
+// from the evaluation forward (the masks act) and every gradient is finite. The masks themselves:
+// RingDropoutMasksReplayInBackward.
 TEST(ContextParallelAttention, ModelsTrainWithRingDropout)
 {
     const char *gpt = R"({"type": "gpt", "vocab_size": 37, "n_positions": 16, "n_embd": 16, "n_layer": 2, "n_head": 4,
@@ -235,29 +240,34 @@ TEST(ContextParallelAttention, ModelsTrainWithRingDropout)
     const char *llama = R"({"type": "llama", "vocab_size": 37, "hidden_size": 16, "intermediate_size": 24,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 16,
         "attention_dropout": 0.5})";
-    for (const char *json : {gpt, llama}) {
-        std::vector<std::shared_ptr<accel::Model>> models;
-        for (int r = 0; r < 2; ++r) {
-            at::manual_seed(31);
-            models.push_back(accel::make_model_from_json(json));
+    for (const char *json : {gpt, llama})
+        for (int32_t tpn : {1, 2}) {
+            std::vector<std::shared_ptr<accel::Model>> models;
+            for (int32_t r = 0; r < 2 * tpn; ++r) {
+                at::manual_seed(31);
+                models.push_back(accel::make_model_from_json(json));
+            }
+            at::manual_seed(32);
+            const at::Tensor ids = at::randint(0, 37, {2, 16}, at::kLong);
+            dist::run_on_threads(2 * tpn, [&](const std::shared_ptr<dist::Communicator> &comm) {
+                dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, tpn), comm);
+                auto &m = *models[static_cast<size_t>(comm->rank())];
+                cp::prepare_context_parallel(m, mesh, "alltoall");
+                const auto wrapper =
+                    tpn > 1 ? tp::prepare_tensor_parallel(m, mesh, accel::config::DistributedDataParallelKwargs{}) : nullptr;
+                const at::Tensor part = cp::shard_sequence(ids, 1, mesh.rank_in(dist::MeshDim::Cp), 2);
+                m.train(false);
+                const at::Tensor eval = m.forward(part).detach();
+                m.train(true);
+                const at::Tensor y = m.forward(part);
+                const std::string what = std::string(json) + " tp " + std::to_string(tpn);
+                EXPECT_FALSE(at::allclose(y, eval)) << what << ": no dropout in training";
+                y.pow(2).mean().backward();
+                if (wrapper) wrapper->finish_backward();
+                for (const auto &[name, p] : m.named_parameters())
+                    EXPECT_TRUE(p.grad().defined() && at::isfinite(p.grad()).all().item<bool>()) << what << ": " << name;
+            });
         }
-        at::manual_seed(32);
-        const at::Tensor ids = at::randint(0, 37, {2, 16}, at::kLong);
-        dist::run_on_threads(2, [&](const std::shared_ptr<dist::Communicator> &comm) {
-            dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 2, 1), comm);
-            auto &m = *models[static_cast<size_t>(comm->rank())];
-            cp::prepare_context_parallel(m, mesh, "alltoall");
-            const at::Tensor part = cp::shard_sequence(ids, 1, comm->rank(), 2);
-            m.train(false);
-            const at::Tensor eval = m.forward(part).detach();
-            m.train(true);
-            const at::Tensor y = m.forward(part);
-            EXPECT_FALSE(at::allclose(y, eval)) << json << ": no dropout in training";
-            y.pow(2).mean().backward();
-            for (const auto &[name, p] : m.named_parameters())
-                EXPECT_TRUE(p.grad().defined() && at::isfinite(p.grad()).all().item<bool>()) << json << ": " << name;
-        });
-    }
 }
 
 TEST(ContextParallelAttention, RefusesAnUnknownStrategy) { EXPECT_THROW(cp::parse_strategy("ring"), accel::Error); }
