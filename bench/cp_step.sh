@@ -11,7 +11,8 @@
 # NPROC=4 (default 2): cp 4 and sp 4 instead, plus cp 2 x dp 2 (B even) and DDP 4 (B a multiple of 4); 4 processes
 # of one thread each on a 2-core machine oversubscribe it. MODEL=llama (default gpt): a Llama of the same shape
 # (hidden 256, 4 layers, 8 heads; bench/lm_spec.h).
-# Usage: [MODEL=gpt|llama] [NPROC=2|4] [ONE_THREADS=2|1] bash bench/cp_step.sh [BUILD_DIR] [T] [STEPS] [B]
+# LAUNCHER=mpirun (default launch: accel launch, Gloo): the processes started by mpirun (the mpi backend).
+# Usage: [MODEL=gpt|llama] [NPROC=2|4] [ONE_THREADS=2|1] [LAUNCHER=launch|mpirun] bash bench/cp_step.sh [BUILD_DIR] [T] [STEPS] [B]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -24,10 +25,19 @@ case "$nproc" in 2|4) ;; *) echo "NPROC must be 2 or 4, got $nproc" >&2; exit 2 
 source scripts/blas-env.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-launch() { # launch NAME FLAGS...: the bench under accel launch -n NPROC, one thread per rank
+launch() { # launch NAME FLAGS...: the bench under accel launch -n NPROC (LAUNCHER=mpirun: mpirun), one thread per rank
   local name=$1; shift
-  OMP_NUM_THREADS=1 "$build/bin/accel" launch -n "$nproc" --main_process_port 0 "$@" \
-    "$build/bench/bench_cp_step" "$T" "$steps" "$work/$name" "$B" > "$work/$name.txt"
+  local starter=("$build/bin/accel" launch -n "$nproc" --main_process_port 0 "$@")
+  if [ "${LAUNCHER:-launch}" = mpirun ]; then # accel launch's --parallelism_config_* flags as the variables it sets
+    starter=(mpirun --allow-run-as-root --oversubscribe -np "$nproc" -x OMP_NUM_THREADS=1 -x BENCH_MODEL)
+    [ $# -gt 0 ] && starter+=(-x ACCELERATE_USE_PARALLELISM_CONFIG=true)
+    while [ $# -gt 1 ]; do
+      local key=${1#--}
+      starter+=(-x "${key^^}=$2")
+      shift 2
+    done
+  fi
+  OMP_NUM_THREADS=1 "${starter[@]}" "$build/bench/bench_cp_step" "$T" "$steps" "$work/$name" "$B" > "$work/$name.txt"
 }
 runs="one"
 OMP_NUM_THREADS=${ONE_THREADS:-2} "$build/bench/bench_cp_step" "$T" "$steps" "$work/one" "$B" > "$work/one.txt"

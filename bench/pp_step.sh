@@ -20,7 +20,8 @@
 # NPROC=4 (default 2): pp 4 (interleaved only when LAYERS gives each stage at least 2 blocks), pp 2 x dp 2 (1F1B)
 # and DDP 4; 4 processes of one thread each on a 2-core machine oversubscribe it. MODEL=llama (default gpt): a
 # Llama of the same shape (hidden 256, 8 heads; bench/lm_spec.h).
-# Usage: [MODEL=gpt|llama] [NPROC=2|4] bash bench/pp_step.sh [BUILD_DIR] [T] [B] [M] [STEPS] [VOCAB] [LAYERS]
+# LAUNCHER=mpirun (default launch: accel launch, Gloo): the processes started by mpirun (the mpi backend).
+# Usage: [MODEL=gpt|llama] [NPROC=2|4] [LAUNCHER=launch|mpirun] bash bench/pp_step.sh [BUILD_DIR] [T] [B] [M] [STEPS] [VOCAB] [LAYERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -35,9 +36,11 @@ case "$nproc" in 2|4) ;; *) echo "NPROC must be 2 or 4, got $nproc" >&2; exit 2 
 source scripts/blas-env.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-launch() { # launch NAME CONFIG: the bench under accel launch -n NPROC, one thread per rank
-  OMP_NUM_THREADS=1 "$build/bin/accel" launch -n "$nproc" --main_process_port 0 "$build/bench/bench_pp_step" "$T" "$B" \
-    "$steps" "$2" > "$work/$1.txt"
+launch() { # launch NAME CONFIG: the bench under accel launch -n NPROC (LAUNCHER=mpirun: mpirun), one thread per rank
+  local starter=("$build/bin/accel" launch -n "$nproc" --main_process_port 0)
+  [ "${LAUNCHER:-launch}" = mpirun ] && starter=(mpirun --allow-run-as-root --oversubscribe -np "$nproc" -x OMP_NUM_THREADS=1
+    -x PP_BENCH_VOCAB -x PP_BENCH_LAYERS -x BENCH_MODEL)
+  OMP_NUM_THREADS=1 "${starter[@]}" "$build/bench/bench_pp_step" "$T" "$B" "$steps" "$2" > "$work/$1.txt"
 }
 OMP_NUM_THREADS=1 "$build/bench/bench_pp_step" "$T" "$B" "$steps" > "$work/one.txt"
 runs="one"
