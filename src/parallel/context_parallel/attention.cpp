@@ -44,8 +44,8 @@ at::Tensor rotate(const at::Tensor &x, Communicator &g, int32_t tag)
 }
 
 // A hop of the ring started before the step's blocks are computed, so that the transfer runs under them; arrived()
-// gives rank - 1's tensor. Where a posted send waits for its receiver (MPI, NCCL) the hop happens in arrived()
-// instead, as rotate() orders it.
+// gives rank - 1's tensor (gloo, MPI). Where a posted send waits for its receiver (NCCL, the communicator's default
+// form) the hop happens in arrived() instead, as rotate() orders it.
 class Hop {
 public:
     Hop(const at::Tensor &x, Communicator &g, int32_t tag) : g_(g), out_(x.contiguous()), tag_(tag)
