@@ -322,22 +322,31 @@ TEST(PipelineDeepSpeedCheckpoint, FolderWithoutPipelineLoadsOntoStages)
     });
 }
 
-// pp x tp under ZeRO: refused by name on every rank (the stages' partitions are joined without tp slices), before
-// anything is written.
-TEST(PipelineDeepSpeedCheckpoint, TensorParallelStagesRefusedByName)
+// What the layout does not hold under pp is refused by name on every rank, before anything is written: pp x tp
+// (the stages' partitions are joined without tp slices) and frozen parameters sharded by ZeRO-3 (LoRA's base).
+void expect_refused(const std::string &json, int32_t zero_stage, int32_t tp, const std::string &named)
 {
-    const auto sharding = accel::config::parse_accelerator_config(R"({"deepspeed_plugin": {"zero_stage": 1}})").sharding;
+    SCOPED_TRACE(named);
+    const auto sharding =
+        accel::config::parse_accelerator_config(("{\"deepspeed_plugin\": {\"zero_stage\": " + std::to_string(zero_stage) + "}}").c_str()).sharding;
     dist::run_on_threads(kStages * 2, [&](const std::shared_ptr<dist::Communicator> &comm) {
-        dist::DeviceMesh mesh(dist::mesh_shape(1, 1, 1, 2, kStages), comm);
-        Rank run = prepared(accel_test::llama_json(2, true), mesh, sharding, kStages);
+        dist::DeviceMesh mesh(dist::mesh_shape(1, 2 / tp, 1, tp, kStages), comm);
+        Rank run = prepared(json, mesh, sharding, kStages);
         accel::DeepSpeedSave how;
         how.dp = mesh.group(dist::MeshDim::DpShardCp).get();
         how.pipeline = run.pipeline.get();
-        how.main = true;
+        how.main = how.dp->rank() == 0;
         const accel::Error e = catch_error([&] { accel::deepspeed_rank_files(*run.model, *run.engine, *run.opt, how); });
         EXPECT_EQ(e.code(), ACCEL_ERR_UNIMPLEMENTED) << e.what();
-        EXPECT_NE(std::string(e.what()).find("pp_size > 1 under deepspeed_plugin with tp_size > 1"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("pp_size > 1 under deepspeed_plugin with " + named), std::string::npos) << e.what();
     });
+}
+
+TEST(PipelineDeepSpeedCheckpoint, WhatTheLayoutCannotHoldRefusedByName)
+{
+    expect_refused(accel_test::llama_json(2, true), 1, 2, "tp_size > 1");
+    expect_refused(accel_test::llama_json(2, true, R"(, "lora": {"r": 2, "target_modules": ["q_proj"]})"), 3, 1,
+                   "frozen parameters sharded by ZeRO-3");
 }
 
 } // namespace
