@@ -29,9 +29,10 @@ public:
     SendQueue &operator=(const SendQueue &) = delete;
 
     // comm->send_async(tensor, dst, tag) from the queue's thread, in the order of these calls; the tensor is held
-    // until then, and (as with send_async) must not change before the Work's wait(). The Work's wait() fails as the send would (a failure to post included). Where a posted send waits
-    // for its receiver (send_async_blocks: MPI's default form, NCCL, which pairs by issue order) it is posted here,
-    // on the caller's thread, as without a queue.
+    // until then and (as with send_async) must not change before the Work's wait(), which fails as the send would
+    // (a failure to post included). Where a posted send waits for its receiver (send_async_blocks: NCCL, which pairs
+    // by issue order, and the backends without their own send_async) it is posted here, on the caller's thread. Over
+    // MPI posting is already a hand-over to its own thread, so the queue's thread adds only a hand-over there.
     std::shared_ptr<Work> send_async(const at::Tensor &tensor, int32_t dst, int32_t tag);
 
 private:
