@@ -4,7 +4,6 @@
 #include "config/parallelism_config.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_mesh.hpp"
-#include "distributed/send_queue.hpp"
 #include "model/model.hpp"
 #include "optimizer/accelerated_optimizer.hpp"
 #include "parallel/context_parallel/sequence_split.hpp"
@@ -78,7 +77,7 @@ constexpr int64_t kMaxBoundaryDims = 8;
 using Works = std::vector<std::shared_ptr<distributed::Work>>;
 
 // Posts `y` to stage `to` without waiting; `sends` gains the works that finish it.
-void send_activation(distributed::SendQueue &link, const at::Tensor &y, int32_t to, int32_t tag, bool with_shape, Works &sends)
+void send_activation(distributed::Communicator &link, const at::Tensor &y, int32_t to, int32_t tag, bool with_shape, Works &sends)
 {
     const at::Tensor values = y.detach().to(kWire).contiguous();
     if (with_shape) {
@@ -157,8 +156,7 @@ PipelineParallel::PipelineParallel(PipelineStageModel &model, std::shared_ptr<di
                                    int32_t num_micro_batches, std::string schedule,
                                    std::shared_ptr<distributed::Communicator> dp_group,
                                    const config::DistributedDataParallelKwargs *ddp)
-    : model_(model), pp_(std::move(pp_group)), sender_(std::make_shared<distributed::SendQueue>(pp_)),
-      micro_batches_(num_micro_batches), schedule_(std::move(schedule))
+    : model_(model), pp_(std::move(pp_group)), micro_batches_(num_micro_batches), schedule_(std::move(schedule))
 {
     // The stage's order, once: the same for every batch (interleaved, it replays the whole clock). An unknown
     // name (or micro-batches interleaving cannot group) fails here, not at the first step.
@@ -233,10 +231,13 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
     at::Tensor loss_sum = at::zeros({}, at::kDouble);
     int64_t live = 0;
     times_.peak_live = 0;
-    // Transfers do not block the schedule: sends are posted (from the send queue's thread, which does Gloo's copy into
-    // the socket) and waited for at the end of the step, receives posted ahead, in the schedule's order (NCCL pairs by order), and waited for at their turn. Posted early, a transfer
+    // Transfers do not block the schedule: sends are posted and waited for at the end of the step, receives posted
+    // ahead, in the schedule's order (NCCL pairs by order), and waited for at their turn. Posted early, a transfer
     // runs while the stage computes (Gloo's sender waits for the receiver's posting); a round of the pipeline's
-    // messages ahead (2 per virtual stage) is enough for that, more would only hold buffers longer.
+    // messages ahead (2 per virtual stage) is enough for that, more would only hold buffers longer. Posting a send
+    // copies it into Gloo's socket on this thread (~0.2-0.5 ms per 512 KB); a thread of its own for that measured
+    // slower with compute on every core (interleaved's idle 0.10-0.12 against 0.07-0.09: BENCHMARKS.md), and moving
+    // each send up to right after its compute changed nothing beyond the noise (bench/pp_bubble.sh), so neither is done.
     const size_t recv_ahead = static_cast<size_t>(2 * p * v);
     Works sends;
     std::vector<std::shared_ptr<distributed::Work>> posted(ops_.size());
@@ -292,7 +293,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
             times_.peak_live = std::max(times_.peak_live, ++live);
             break;
         case OpKind::SendActivation:
-            send_activation(*sender_, outputs[i], next_virtual_stage(s, op.chunk, p).stage, forward_tag(chunk_message(op, op.chunk, v)),
+            send_activation(*pp_, outputs[i], next_virtual_stage(s, op.chunk, p).stage, forward_tag(chunk_message(op, op.chunk, v)),
                             !shaped, sends);
             break;
         case OpKind::RecvGrad:
@@ -311,7 +312,7 @@ double PipelineParallel::run(const at::Tensor &inputs, const at::Tensor &labels,
             --live;
             break;
         case OpKind::SendGrad:
-            sends.push_back(sender_->send_async(received[i].grad().contiguous(), prev.stage, backward_tag(chunk_message(op, op.chunk, v))));
+            sends.push_back(pp_->send_async(received[i].grad().contiguous(), prev.stage, backward_tag(chunk_message(op, op.chunk, v))));
             received[i] = at::Tensor();
             break;
         }
@@ -386,7 +387,7 @@ at::Tensor PipelineParallel::forward(const at::Tensor &input, KvCache *cache)
             model_.select_pipeline_chunk(static_cast<size_t>(k));
             at::Tensor y = hooked(hooked_, x, [this, cache](const at::Tensor &in) { return model_.forward_stage(in, cache); });
             if (s == p - 1 && k == v - 1) logits.push_back(y);
-            else send_activation(*sender_, y, next_virtual_stage(s, k, p).stage, forward_tag(i * v + k), !shaped, sends);
+            else send_activation(*pp_, y, next_virtual_stage(s, k, p).stage, forward_tag(i * v + k), !shaped, sends);
         }
     }
     wait_all(sends);

@@ -32,7 +32,6 @@ struct ShardingConfig;
 namespace distributed {
 class Communicator;
 class DeviceMesh;
-class SendQueue;
 } // namespace distributed
 } // namespace accel
 
@@ -128,7 +127,6 @@ private:
 
     PipelineStageModel &model_;
     std::shared_ptr<distributed::Communicator> pp_;
-    std::shared_ptr<distributed::SendQueue> sender_; // the boundaries' sends, posted from its own thread
     int32_t micro_batches_;
     std::string schedule_;
     std::vector<Op> ops_; // this stage's schedule of every batch
