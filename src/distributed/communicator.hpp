@@ -51,9 +51,9 @@ public:
     virtual void recv(at::Tensor &tensor, int32_t src, int32_t tag) = 0;
     // Point to point without waiting (the pipeline's stage boundaries): posted now, finished by the Work's wait(),
     // which must come before a received tensor is read; the Work holds the tensor until then. A Work dropped
-    // unwaited is given up (its transfer may never happen). Backends without them (the default: MPI, NCCL, the
-    // single and thread ones) send here, blocking, and receive in wait(): the events happen in the order the
-    // blocking calls would, so a caller may post its receives early on every backend.
+    // unwaited is given up (its transfer may never happen). Gloo and MPI post both; backends without them (the
+    // default: NCCL, the single and thread ones) send here, blocking, and receive in wait(): the events happen in the
+    // order the blocking calls would, so a caller may post its receives early on every backend.
     virtual std::shared_ptr<Work> send_async(const at::Tensor &tensor, int32_t dst, int32_t tag);
     virtual std::shared_ptr<Work> recv_async(at::Tensor &tensor, int32_t src, int32_t tag);
     // Whether send_async waits for its receiver before returning (the default form does: the blocking send). A
